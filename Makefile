@@ -1,0 +1,54 @@
+# dflash - plain-C DFlash speculative decoding engine.
+#   make          build ./dflash and libdflash.a (installs missing Debian -dev packages as root)
+#   make test     run the test suite (tests/run.sh)
+#   make demo     run DFlash on the shipped demo models
+#   make asan     build and test with AddressSanitizer + UBSan
+CC      ?= cc
+WERROR  ?=
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
+           -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
+           $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
+BUILD   ?= build
+
+LIB_SRC := $(wildcard src/*.c)
+LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+
+.PHONY: all deps test demo asan clean
+all: deps dflash
+
+deps:
+	@sh tools/deps.sh
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libdflash.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+dflash: cli/main.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+
+$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+
+tests: $(TEST_BIN)
+
+test: deps dflash $(TEST_BIN)
+	@sh tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" test
+
+demo: deps dflash
+	@sh tools/demo.sh
+
+clean:
+	rm -rf build build-asan dflash

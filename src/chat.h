@@ -1,0 +1,27 @@
+/* chat.h - chat templates. Prefix: chat_.
+ *
+ * The Qwen3 ChatML template is implemented directly in C (no Jinja engine);
+ * tests compare its output with jinja2 rendering the template from
+ * tokenizer_config.json for many message lists. */
+#ifndef DFL_CHAT_H
+#define DFL_CHAT_H
+
+typedef struct {
+    const char *role;              /* "system", "user", "assistant", "tool" */
+    const char *content;           /* never NULL */
+    const char *reasoning_content; /* NULL when absent */
+} chat_message;
+
+typedef enum { CHAT_THINK_UNSET = -1, CHAT_THINK_OFF = 0, CHAT_THINK_ON = 1 } chat_think;
+
+typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3 } chat_format;
+
+/* Which format a model's template text is; -1 + error if none we know. */
+int chat_detect(const char *template_text);
+
+/* Render messages; malloc'd NUL-terminated string, NULL + error on bad input
+ * (unknown role, for example). */
+char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
+                  chat_think think);
+
+#endif

@@ -1,0 +1,55 @@
+/* tokenizer.h - byte-level BPE read from a Hugging Face tokenizer.json.
+ * Prefix: tok_.
+ *
+ * encode: NFC normalize, split out added/special tokens first (longest match),
+ * run the pre-tokenizer regex from the file (PCRE2) on the rest, map bytes to
+ * the GPT-2 alphabet, merge by rank. Ids equal HF tokenizers' exactly.
+ * decode: byte-level; tok_decode() never emits half a UTF-8 character, it
+ * holds incomplete trailing bytes in the tok_decoder until they complete. */
+#ifndef DFL_TOKENIZER_H
+#define DFL_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+/* Reads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json.
+ * NULL + dfl_seterr() on a missing or malformed file. */
+tok_tokenizer *tok_load(const char *dir);
+void tok_free(tok_tokenizer *t);
+
+/* 1 + the largest token id (vocab + added tokens). */
+int tok_n_vocab(const tok_tokenizer *t);
+
+/* Id of a token given by its exact text (an added token such as "<|im_end|>",
+ * or a vocab entry in byte-level form); -1 if there is none. */
+int tok_lookup(const tok_tokenizer *t, const char *token);
+
+/* Encode text[0..len). On success *ids is malloc'd, *n set, returns 0.
+ * Invalid UTF-8: returns -1 with an error naming the byte offset. */
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
+
+/* Streaming decode state; zero-initialise. */
+typedef struct {
+    unsigned char pend[4];
+    int npend;
+} tok_decoder;
+
+/* Largest number of bytes one tok_decode() call can write. */
+size_t tok_max_piece(const tok_tokenizer *t);
+
+/* Append token id's bytes to out (cap >= tok_max_piece()), holding back an
+ * incomplete UTF-8 tail; returns the number of bytes written. Invalid
+ * sequences come out as U+FFFD, as HF decode(errors="replace") does.
+ * Special/added tokens decode to their text. Out-of-range ids write nothing. */
+size_t tok_decode(const tok_tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap);
+/* End of stream: any held-back bytes come out as U+FFFD. */
+size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap);
+
+/* chat_template string from tokenizer_config.json, or NULL. */
+const char *tok_chat_template(const tok_tokenizer *t);
+/* eos_token from tokenizer_config.json as an id, or -1. */
+int tok_eos_id(const tok_tokenizer *t);
+
+#endif

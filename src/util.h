@@ -1,0 +1,64 @@
+/* util.h - errors, allocation, files. Prefix: dfl_ (shared helpers).
+ *
+ * Error convention used by every module: a function that fails returns NULL
+ * or a negative number after calling dfl_seterr() with a one-line message
+ * that names the culprit (file, tensor, field, value). The caller either
+ * passes the failure up unchanged or adds context with dfl_preferr(). The
+ * message lives in a thread-local buffer until the next dfl_seterr(). */
+#ifndef DFL_UTIL_H
+#define DFL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define DFL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DFL_PRINTF(a, b)
+#endif
+
+void dfl_seterr(const char *fmt, ...) DFL_PRINTF(1, 2);
+/* Prepend "prefix: " to the current error message. */
+void dfl_preferr(const char *fmt, ...) DFL_PRINTF(1, 2);
+const char *dfl_lasterr(void);
+
+/* Allocation that aborts with a message on out-of-memory (never returns NULL
+ * for n > 0). Used only for sizes already validated at load time. */
+void *dfl_malloc(size_t n);
+void *dfl_calloc(size_t n, size_t size);
+void *dfl_realloc(void *p, size_t n);
+char *dfl_strdup(const char *s);
+
+/* Read a whole file into a NUL-terminated buffer. NULL + error on failure. */
+char *dfl_read_file(const char *path, size_t *len);
+
+/* Read-only memory map of a whole file. */
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+} dfl_map;
+int dfl_map_file(const char *path, dfl_map *m);
+void dfl_unmap(dfl_map *m);
+
+/* "dir/name" in a malloc'd string. */
+char *dfl_path_join(const char *dir, const char *name);
+int dfl_file_exists(const char *path);
+
+/* Monotonic clock in seconds. */
+double dfl_now(void);
+
+/* bf16 / f16 <-> f32 scalar conversions (exact for bf16->f32, f16->f32). */
+static inline float dfl_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+float dfl_f16_to_f32(uint16_t h);
+uint16_t dfl_f32_to_bf16(float f); /* round to nearest even */
+uint16_t dfl_f32_to_f16(float f);  /* round to nearest even */
+
+/* Valid UTF-8 check (rejects overlongs, surrogates, > U+10FFFF).
+ * Returns -1 if valid, else the byte offset of the first bad sequence. */
+long dfl_utf8_invalid_at(const char *s, size_t n);
+
+#endif
