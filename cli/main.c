@@ -1,0 +1,388 @@
+/* main.c - the dflash command line. Talks to libdflash through dflash.h only.
+ *
+ *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
+ *   dflash chat -m DIR [options]                           interactive chat
+ *   dflash tokenize -m DIR (-p TEXT | -f FILE)             print token ids
+ *
+ * stdout carries only generated text (or ids for tokenize); everything else
+ * goes to stderr. Exit status: 0 ok, 1 error, 2 bad usage. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dflash.h"
+
+static const char *prog = "dflash";
+
+static void die(const char *fmt, const char *a) {
+    fprintf(stderr, "%s: error: ", prog);
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static void usage_err(const char *cmd, const char *msg, const char *arg) {
+    fprintf(stderr, "%s %s: %s%s%s\n", prog, cmd, msg, arg ? " " : "", arg ? arg : "");
+    fprintf(stderr, "Try '%s %s --help'.\n", prog, cmd);
+    exit(2);
+}
+
+typedef struct {
+    const char *cmd;
+    const char *model, *draft, *prompt, *file, *system;
+    int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
+    float temp, top_p;
+    int top_k;
+    unsigned long long seed;
+} opts;
+
+static const char *help_generate =
+    "usage: dflash generate -m DIR (-p TEXT | -f FILE) [options]\n"
+    "\n"
+    "Generate a continuation of a prompt and stream it to stdout. Timing and\n"
+    "statistics go to stderr.\n"
+    "\n"
+    "  -m, --model DIR        target model directory (Hugging Face layout)\n"
+    "  -md, --draft DIR       DFlash draft model directory: speculative decoding\n"
+    "  -p, --prompt TEXT      prompt text\n"
+    "  -f, --file FILE        read the prompt from FILE\n"
+    "  -n, --n-predict N      generate at most N tokens (default 256)\n"
+    "      --chat             wrap the prompt in the model's chat template\n"
+    "      --system TEXT      system message (with --chat)\n"
+    "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off)\n"
+    "  -t, --threads N        worker threads (default: physical cores)\n"
+    "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
+    "      --temp T           sampling temperature (default 0 = greedy)\n"
+    "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
+    "      --top-p P          nucleus sampling (default 1 = off)\n"
+    "  -s, --seed S           sampling seed (default 0)\n"
+    "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
+    "      --draft-max N|auto most drafted tokens per round (default auto)\n"
+    "      --no-draft         ignore --draft (plain decoding)\n"
+    "      --ignore-eos       do not stop at end-of-sequence tokens\n"
+    "      --stats-json       print statistics as one JSON object (last stderr line)\n"
+    "  -h, --help             this help\n";
+
+static const char *help_chat =
+    "usage: dflash chat -m DIR [options]\n"
+    "\n"
+    "Interactive multi-turn chat on stdin/stdout with the model's chat template.\n"
+    "Type a message and press Enter; /reset clears the conversation, /exit or\n"
+    "end-of-file quits. The KV cache of earlier turns is reused.\n"
+    "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
+    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max).\n";
+
+static const char *help_tokenize =
+    "usage: dflash tokenize -m DIR (-p TEXT | -f FILE)\n"
+    "\n"
+    "Print the token ids of the text, space-separated, on one line. Needs only\n"
+    "tokenizer.json (and tokenizer_config.json) in DIR.\n";
+
+static const char *help_main =
+    "usage: dflash COMMAND [options]\n"
+    "\n"
+    "Plain-C LLM inference with DFlash speculative decoding.\n"
+    "\n"
+    "commands:\n"
+    "  generate   generate text from a prompt (plain or with a DFlash draft)\n"
+    "  chat       interactive chat\n"
+    "  tokenize   print the token ids of a text\n"
+    "\n"
+    "'dflash COMMAND --help' describes each command.\n";
+
+static long parse_int(const char *cmd, const char *flag, const char *v, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s expects an integer in %ld..%ld, got", flag, lo, hi);
+        usage_err(cmd, msg, v);
+    }
+    return x;
+}
+
+static float parse_float(const char *cmd, const char *flag, const char *v, float lo, float hi) {
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || *end || end == v || !(x >= lo && x <= hi)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s expects a number in %g..%g, got", flag, lo, hi);
+        usage_err(cmd, msg, v);
+    }
+    return x;
+}
+
+static void parse_opts(opts *o, int argc, char **argv, const char *help) {
+    memset(o, 0, sizeof *o);
+    o->cmd = argv[1];
+    o->n_predict = 256;
+    o->top_p = 1.0f;
+    o->think = 0;
+    o->draft_max = -1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+#define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
+#define VAL() (i + 1 < argc ? argv[++i] : (usage_err(o->cmd, "missing value for", a), ""))
+        if (IS("-h", "--help")) {
+            fputs(help, stdout);
+            exit(0);
+        } else if (IS("-m", "--model")) o->model = VAL();
+        else if (IS("-md", "--draft")) o->draft = VAL();
+        else if (IS("-p", "--prompt")) o->prompt = VAL();
+        else if (IS("-f", "--file")) o->file = VAL();
+        else if (IS("-n", "--n-predict")) o->n_predict = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
+        else if (IS("-t", "--threads")) o->threads = (int)parse_int(o->cmd, a, VAL(), 1, 1024);
+        else if (IS("-c", "--ctx-size")) o->ctx = (int)parse_int(o->cmd, a, VAL(), 2, 1 << 24);
+        else if (IS("--chat", "--chat")) o->chat = 1;
+        else if (IS("--system", "--system")) o->system = VAL();
+        else if (IS("--think", "--think")) o->think = 1;
+        else if (IS("--no-think", "--no-think")) o->think = 0;
+        else if (IS("--temp", "--temperature")) o->temp = parse_float(o->cmd, a, VAL(), 0, 100);
+        else if (IS("--top-k", "--top-k")) o->top_k = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
+        else if (IS("--top-p", "--top-p")) o->top_p = parse_float(o->cmd, a, VAL(), 1e-6f, 1);
+        else if (IS("-s", "--seed")) o->seed = (unsigned long long)parse_int(o->cmd, a, VAL(), 0, LONG_MAX);
+        else if (IS("--block-size", "--block-size")) o->block_size = (int)parse_int(o->cmd, a, VAL(), 1, 64);
+        else if (IS("--draft-max", "--draft-max")) {
+            const char *v = VAL();
+            o->draft_max = strcmp(v, "auto") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 0, 63);
+        } else if (IS("--no-draft", "--no-draft")) o->no_draft = 1;
+        else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
+        else if (IS("--stats-json", "--stats-json")) o->stats_json = 1;
+        else if (IS("-v", "--verbose")) o->verbose = 1;
+        else usage_err(o->cmd, "unknown option", a);
+#undef IS
+#undef VAL
+    }
+    if (!o->model) usage_err(o->cmd, "missing -m DIR", NULL);
+    if (o->prompt && o->file) usage_err(o->cmd, "give -p or -f, not both", NULL);
+}
+
+static char *read_prompt(const opts *o) {
+    if (o->prompt) return strdup(o->prompt);
+    if (!o->file) usage_err(o->cmd, "missing -p TEXT or -f FILE", NULL);
+    FILE *f = strcmp(o->file, "-") == 0 ? stdin : fopen(o->file, "rb");
+    if (!f) die("cannot open prompt file %s", o->file);
+    size_t cap = 4096, n = 0;
+    char *s = malloc(cap);
+    size_t r;
+    while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 == cap) s = realloc(s, cap *= 2);
+    }
+    if (!s) die("out of memory reading %s", o->file);
+    s[n] = 0;
+    if (strlen(s) != n) die("prompt file %s contains a NUL byte", o->file);
+    if (f != stdin) fclose(f);
+    return s;
+}
+
+static int on_token(void *ud, int32_t id, const char *text, size_t len) {
+    (void)ud;
+    (void)id;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static void print_stats(const dflash_model *m, const dflash_stats *st, int json) {
+    dflash_info in;
+    dflash_get_info(m, &in);
+    double pt = st->prompt_s > 0 ? (st->n_prompt - st->n_reused) / st->prompt_s : 0;
+    double dt = st->decode_s > 0 ? st->n_tokens / st->decode_s : 0;
+    double ms = st->n_tokens ? 1000.0 * st->decode_s / st->n_tokens : 0;
+    if (json) {
+        fprintf(stderr,
+                "{\"n_prompt\": %d, \"n_tokens\": %d, \"load_s\": %.4f, \"prompt_tok_s\": %.2f, "
+                "\"decode_tok_s\": %.2f, \"ms_per_token\": %.3f, \"rounds\": %d, \"plain_steps\": %d, "
+                "\"tau\": %.4f, \"accept_per_pos\": [",
+                st->n_prompt, st->n_tokens, in.load_s, pt, dt, ms, st->rounds, st->plain_steps, st->tau);
+        for (int i = 0; i < st->n_pos; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", st->accept_per_pos[i]);
+        fprintf(stderr,
+                "], \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
+                "\"threads\": %d, \"kernels\": \"%s\"}\n",
+                1000 * st->draft_s, 1000 * st->verify_s, 1000 * st->other_s, st->stop_reason, in.n_threads,
+                in.kernels);
+        return;
+    }
+    fprintf(stderr, "\n\nload: %.3f s | %s, %d layers, hidden %d, %s, %.1f MB | %s/%s, %d threads\n", in.load_s,
+            in.arch, in.n_layers, in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels,
+            in.n_threads);
+    fprintf(stderr, "prompt: %d tokens (%d reused), %.2f tok/s\n", st->n_prompt, st->n_reused, pt);
+    fprintf(stderr, "decode: %d tokens, %.2f tok/s, %.2f ms/token (stopped: %s)\n", st->n_tokens, dt, ms,
+            st->stop_reason);
+    if (st->rounds) {
+        fprintf(stderr, "dflash: %d rounds, tau %.2f, %d plain steps; accept per position:", st->rounds, st->tau,
+                st->plain_steps);
+        for (int i = 0; i < st->n_pos; i++) fprintf(stderr, " %.2f", st->accept_per_pos[i]);
+        double tot = st->draft_s + st->verify_s + st->other_s;
+        fprintf(stderr, "\ntime: draft %.1f ms (%.0f%%), verify %.1f ms (%.0f%%), other %.1f ms\n", 1000 * st->draft_s,
+                tot > 0 ? 100 * st->draft_s / tot : 0, 1000 * st->verify_s, tot > 0 ? 100 * st->verify_s / tot : 0,
+                1000 * st->other_s);
+    }
+}
+
+static dflash_model *load(const opts *o) {
+    dflash_params p = dflash_default_params();
+    p.n_threads = o->threads;
+    p.n_ctx = o->ctx;
+    dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);
+    if (!m) die("%s", dflash_error());
+    return m;
+}
+
+static dflash_gen gen_params(const opts *o) {
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = o->n_predict;
+    g.temp = o->temp;
+    g.top_k = o->top_k;
+    g.top_p = o->top_p;
+    g.seed = o->seed;
+    g.block_size = o->block_size;
+    g.draft_max = o->draft_max;
+    g.ignore_eos = o->ignore_eos;
+    g.use_draft = !o->no_draft;
+    return g;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    opts o;
+    parse_opts(&o, argc, argv, help_generate);
+    char *text = read_prompt(&o);
+    dflash_model *m = load(&o);
+    if (o.chat) {
+        dflash_message msgs[2];
+        int n = 0;
+        if (o.system) msgs[n++] = (dflash_message){"system", o.system};
+        msgs[n++] = (dflash_message){"user", text};
+        char *p = dflash_chat_prompt(m, msgs, n, 1, o.think);
+        if (!p) die("%s", dflash_error());
+        free(text);
+        text = p;
+    }
+    dflash_gen g = gen_params(&o);
+    dflash_stats st;
+    int rc = dflash_generate_text(m, text, &g, on_token, NULL, &st);
+    free(text);
+    if (rc != 0) {
+        fflush(stdout);
+        fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
+        dflash_free(m);
+        return 1;
+    }
+    print_stats(m, &st, o.stats_json);
+    dflash_free(m);
+    return 0;
+}
+
+typedef struct {
+    char *buf;
+    size_t n, cap;
+} strbuf;
+
+static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
+    strbuf *b = ud;
+    (void)id;
+    if (b->n + len + 1 > b->cap) {
+        b->cap = (b->n + len + 1) * 2;
+        b->buf = realloc(b->buf, b->cap);
+        if (!b->buf) die("%s", "out of memory");
+    }
+    memcpy(b->buf + b->n, text, len);
+    b->n += len;
+    b->buf[b->n] = 0;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int cmd_chat(int argc, char **argv) {
+    opts o;
+    parse_opts(&o, argc, argv, help_chat);
+    dflash_model *m = load(&o);
+    dflash_gen g = gen_params(&o);
+    int cap = 16, n = 0;
+    dflash_message *msgs = malloc(sizeof *msgs * (size_t)cap);
+    char **owned = malloc(sizeof(char *) * (size_t)cap);
+    if (o.system) msgs[n] = (dflash_message){"system", o.system}, owned[n++] = NULL;
+    char line[65536];
+    fprintf(stderr, "dflash chat: type a message; /reset clears, /exit quits.\n");
+    for (;;) {
+        fprintf(stderr, "> ");
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            for (int i = 0; i < n; i++) free(owned[i]);
+            n = 0;
+            if (o.system) msgs[n] = (dflash_message){"system", o.system}, owned[n++] = NULL;
+            continue;
+        }
+        if (!line[0]) continue;
+        if (n + 2 > cap) {
+            cap *= 2;
+            msgs = realloc(msgs, sizeof *msgs * (size_t)cap);
+            owned = realloc(owned, sizeof(char *) * (size_t)cap);
+            if (!msgs || !owned) die("%s", "out of memory");
+        }
+        owned[n] = strdup(line);
+        msgs[n] = (dflash_message){"user", owned[n]};
+        n++;
+        char *prompt = dflash_chat_prompt(m, msgs, n, 1, o.think);
+        if (!prompt) die("%s", dflash_error());
+        strbuf reply = {NULL, 0, 0};
+        dflash_stats st;
+        int rc = dflash_generate_text(m, prompt, &g, on_chat_token, &reply, &st);
+        free(prompt);
+        if (rc != 0) {
+            fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());
+            free(reply.buf);
+            n--;
+            free(owned[n]);
+            continue;
+        }
+        fputc('\n', stdout);
+        fflush(stdout);
+        if (o.verbose) print_stats(m, &st, 0);
+        owned[n] = reply.buf ? reply.buf : strdup("");
+        msgs[n] = (dflash_message){"assistant", owned[n]};
+        n++;
+    }
+    for (int i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    dflash_free(m);
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    opts o;
+    parse_opts(&o, argc, argv, help_tokenize);
+    char *text = read_prompt(&o);
+    dflash_model *m = dflash_load_tokenizer(o.model);
+    if (!m) die("%s", dflash_error());
+    int32_t *ids;
+    size_t n;
+    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("prompt: %s", dflash_error());
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+    printf("\n");
+    free(ids);
+    free(text);
+    dflash_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        fputs(help_main, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
+    fprintf(stderr, "%s: unknown command '%s'\n%s", prog, argv[1], help_main);
+    return 2;
+}

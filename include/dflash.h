@@ -1,0 +1,120 @@
+/* dflash.h - the public C API of libdflash.
+ *
+ * Load a target model (Hugging Face directory: config.json, safetensors,
+ * tokenizer.json, ...) and optionally a DFlash draft; tokenize, render chat
+ * prompts, and generate text - plain or speculative, with the same output.
+ *
+ *   dflash_params p = dflash_default_params();
+ *   dflash_model *m = dflash_load("models/demo/target", "models/demo/draft", &p);
+ *   if (!m) { fprintf(stderr, "%s\n", dflash_error()); ... }
+ *   dflash_gen g = dflash_default_gen();
+ *   dflash_generate_text(m, "Hello", &g, on_text, NULL, &stats);
+ *   dflash_free(m);
+ *
+ * A model holds one sequence (its KV caches); calls on one model must not
+ * overlap. Errors: functions return NULL or -1 and dflash_error() says why
+ * (thread-local, one line). */
+#ifndef DFLASH_H
+#define DFLASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dflash_model dflash_model;
+
+typedef struct {
+    int n_threads; /* 0: number of physical cores */
+    int n_ctx;     /* context positions; 0: min(max_position_embeddings, 4096) */
+} dflash_params;
+
+dflash_params dflash_default_params(void);
+
+/* draft_dir may be NULL. */
+dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const dflash_params *p);
+void dflash_free(dflash_model *m);
+const char *dflash_error(void);
+
+/* Only the tokenizer (for `dflash tokenize`): no weights are read. */
+dflash_model *dflash_load_tokenizer(const char *dir);
+
+typedef struct {
+    const char *arch;     /* "Qwen3ForCausalLM", ... */
+    int n_layers, hidden, n_heads, n_kv_heads, head_dim, vocab, n_ctx;
+    const char *weight_format; /* "bf16", "q4 (MLX, group 64)", ... */
+    size_t weight_bytes;
+    double load_s;
+    int has_draft, draft_layers, block_size;
+    const char *backend, *kernels;
+    int n_threads;
+} dflash_info;
+
+void dflash_get_info(const dflash_model *m, dflash_info *info);
+
+/* Tokenize (no special handling beyond the tokenizer's own added tokens).
+ * *ids is malloc'd. -1 on invalid UTF-8 (message names the offset). */
+int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
+
+typedef struct {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} dflash_message;
+
+/* think: -1 = template default, 0 = thinking off (empty think block), 1 = on.
+ * Returns a malloc'd prompt string. */
+char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n, int add_generation_prompt,
+                         int think);
+
+typedef struct {
+    int n_predict;     /* new tokens at most (default 256) */
+    float temp;        /* 0 = greedy (default) */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    uint64_t seed;
+    int use_draft;     /* DFlash if a draft is loaded (default 1) */
+    int block_size;    /* 0 = the draft's block_size */
+    int draft_max;     /* most drafts per round; -1 = auto (default) */
+    int ignore_eos;
+} dflash_gen;
+
+dflash_gen dflash_default_gen(void);
+
+typedef struct {
+    int n_prompt;        /* prompt tokens */
+    int n_reused;        /* prompt tokens whose KV was reused from the previous call */
+    int n_tokens;        /* tokens generated */
+    double prompt_s;     /* prefill time */
+    double decode_s;     /* time from the first generated token to the end */
+    int rounds;          /* DFlash rounds that drafted */
+    int plain_steps;     /* single-token steps */
+    double tau;          /* mean tokens committed per drafting round, bonus included */
+    int n_pos;           /* entries in accept_per_pos */
+    double accept_per_pos[64];
+    double draft_s, verify_s, other_s;
+    const char *stop_reason; /* "budget", "stop token", "context full", "callback" */
+} dflash_stats;
+
+/* Called with each piece of text as it is decoded (never half a UTF-8
+ * character) and the id that completed it; return non-zero to stop. */
+typedef int (*dflash_on_token)(void *ud, int32_t id, const char *text, size_t len);
+
+/* Generate after prompt ids. The KV cache of a previous call is reused for
+ * the longest common prefix. Generated ids are appended to *out if out is
+ * not NULL (malloc'd, *n_out set). */
+int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
+
+/* Tokenize text and generate. */
+int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb, void *ud,
+                         dflash_stats *st);
+
+/* Forget the cached sequence (next call prefills from scratch). */
+void dflash_reset(dflash_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

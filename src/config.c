@@ -1,0 +1,298 @@
+/* config.c - see config.h. */
+#include "config.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *cur_path;
+
+static int get_int(const cJSON *o, const char *key, int *out, int required, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) {
+            dfl_seterr("%s: missing field \"%s\"", cur_path, key);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2e9) {
+        dfl_seterr("%s: field \"%s\" must be an integer", cur_path, key);
+        return -1;
+    }
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int get_num(const cJSON *o, const char *key, double *out, int required, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) {
+            dfl_seterr("%s: missing field \"%s\"", cur_path, key);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v)) {
+        dfl_seterr("%s: field \"%s\" must be a number", cur_path, key);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v)) {
+        dfl_seterr("%s: field \"%s\" must be true or false", cur_path, key);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+void cfg_default_taps(int nt, int nd, int *ids) {
+    if (nd == 1) {
+        ids[0] = nt / 2;
+        return;
+    }
+    double start = 1, end = nt - 3;
+    for (int i = 0; i < nd; i++) {
+        double x = start + i * (end - start) / (nd - 1);
+        double r = floor(x + 0.5);
+        if (x + 0.5 == r && fmod(r, 2.0) != 0) r -= 1; /* Python round: ties to even */
+        ids[i] = (int)r;
+    }
+}
+
+/* rope_theta and rope scaling live at the top level (transformers 4) or in
+ * "rope_parameters" (transformers 5). */
+static int parse_rope(cfg_model *c, const cJSON *root) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (!cJSON_IsObject(rp)) rp = NULL;
+    if (!cJSON_IsObject(rs)) rs = NULL;
+    double def_theta = 10000.0;
+    if (get_num(root, "rope_theta", &c->rope_theta, 0, -1) != 0) return -1;
+    if (c->rope_theta < 0 && rp && get_num(rp, "rope_theta", &c->rope_theta, 0, -1) != 0) return -1;
+    if (c->rope_theta < 0) c->rope_theta = def_theta;
+    if (!(c->rope_theta > 1.0)) {
+        dfl_seterr("%s: rope_theta %g must be > 1", cur_path, c->rope_theta);
+        return -1;
+    }
+    const cJSON *sc = rs ? rs : rp;
+    if (!sc) return 0;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sc, "rope_type");
+    if (!ty) ty = cJSON_GetObjectItemCaseSensitive(sc, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "default";
+    if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "llama3") != 0) {
+        dfl_seterr("%s: unsupported rope scaling type \"%s\" (supported: default, llama3)", cur_path, type);
+        return -1;
+    }
+    c->rope_llama3 = 1;
+    if (get_num(sc, "factor", &c->rope_factor, 1, 0) || get_num(sc, "low_freq_factor", &c->rope_low_freq, 1, 0) ||
+        get_num(sc, "high_freq_factor", &c->rope_high_freq, 1, 0) ||
+        get_int(sc, "original_max_position_embeddings", &c->rope_orig_max_pos, 1, 0))
+        return -1;
+    if (c->rope_factor <= 0 || c->rope_low_freq <= 0 || c->rope_high_freq <= c->rope_low_freq ||
+        c->rope_orig_max_pos <= 0) {
+        dfl_seterr("%s: inconsistent llama3 rope_scaling values", cur_path);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsNumber(v)) {
+        c->eos_ids[c->n_eos++] = (int)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) {
+        dfl_seterr("%s: eos_token_id must be an integer or a list", path);
+        return -1;
+    }
+    for (const cJSON *e = v->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || c->n_eos == CFG_MAX_EOS) {
+            dfl_seterr("%s: eos_token_id list must hold at most %d integers", path, CFG_MAX_EOS);
+            return -1;
+        }
+        c->eos_ids[c->n_eos++] = (int)e->valuedouble;
+    }
+    return 0;
+}
+
+int cfg_load(cfg_model *c, const char *dir) {
+    memset(c, 0, sizeof *c);
+    char *path = dfl_path_join(dir, "config.json");
+    cur_path = path;
+    int rc = -1;
+    char *txt = dfl_read_file(path, NULL);
+    cJSON *root = NULL, *gen = NULL;
+    if (!txt) goto out;
+    root = cJSON_Parse(txt);
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a valid JSON object", path);
+        goto out;
+    }
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    const char *arch = NULL;
+    if (cJSON_IsArray(archs) && cJSON_IsString(archs->child)) arch = archs->child->valuestring;
+    else if (cJSON_IsString(mt)) arch = mt->valuestring;
+    if (!arch) {
+        dfl_seterr("%s: missing field \"architectures\" (and no \"model_type\")", path);
+        goto out;
+    }
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
+    if (!strcmp(arch, "Qwen3ForCausalLM") || !strcmp(arch, "qwen3")) {
+        c->arch = CFG_QWEN3;
+    } else if (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "llama")) {
+        c->arch = CFG_LLAMA;
+    } else if (!strcmp(arch, "DFlashDraftModel")) {
+        c->arch = CFG_QWEN3;
+        c->is_draft = 1;
+    } else {
+        dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, LlamaForCausalLM, "
+                   "DFlashDraftModel)", path, arch);
+        goto out;
+    }
+    c->qk_norm = c->arch == CFG_QWEN3;
+    if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, 1, 0) ||
+        get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
+        get_int(root, "num_attention_heads", &c->n_heads, 1, 0) ||
+        get_int(root, "vocab_size", &c->vocab, !c->is_draft, 151936) ||
+        get_int(root, "num_key_value_heads", &c->n_kv_heads, 0, c->n_heads) ||
+        get_int(root, "max_position_embeddings", &c->max_pos, 0, 4096))
+        goto out;
+    if (c->hidden <= 0 || c->inter <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->vocab <= 0 ||
+        c->n_kv_heads <= 0 || c->max_pos <= 0) {
+        dfl_seterr("%s: sizes must be positive (hidden_size, intermediate_size, num_hidden_layers, "
+                   "num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings)", path);
+        goto out;
+    }
+    if (get_int(root, "head_dim", &c->head_dim, 0, c->hidden / c->n_heads)) goto out;
+    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 1024) {
+        dfl_seterr("%s: head_dim %d must be even and in 2..1024", path, c->head_dim);
+        goto out;
+    }
+    if (c->n_heads % c->n_kv_heads) {
+        dfl_seterr("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
+                   c->n_heads, c->n_kv_heads);
+        goto out;
+    }
+    double eps;
+    if (get_num(root, "rms_norm_eps", &eps, 1, 0)) goto out;
+    if (!(eps > 0 && eps < 1)) {
+        dfl_seterr("%s: rms_norm_eps %g out of range", path, eps);
+        goto out;
+    }
+    c->eps = (float)eps;
+    if (parse_rope(c, root)) goto out;
+    if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, 0)) goto out;
+    const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
+    if (cJSON_IsTrue(hb)) {
+        dfl_seterr("%s: attention_bias=true is not supported", path);
+        goto out;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
+        dfl_seterr("%s: hidden_act \"%s\" is not supported (only silu)", path, act->valuestring);
+        goto out;
+    }
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization");
+    if (!q) q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (q && !cJSON_IsNull(q)) {
+        if (!cJSON_IsObject(q) || get_int(q, "group_size", &c->q_group, 1, 0) ||
+            get_int(q, "bits", &c->q_bits, 1, 0)) {
+            if (!cJSON_IsObject(q)) dfl_seterr("%s: \"quantization\" must be an object", path);
+            goto out;
+        }
+        if (c->q_bits != 4 && c->q_bits != 8) {
+            dfl_seterr("%s: quantization bits %d not supported (4 or 8)", path, c->q_bits);
+            goto out;
+        }
+        if (c->q_group != 32 && c->q_group != 64 && c->q_group != 128) {
+            dfl_seterr("%s: quantization group_size %d not supported (32, 64 or 128)", path, c->q_group);
+            goto out;
+        }
+    }
+    if (c->is_draft) {
+        const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");
+        if (!cJSON_IsObject(dc)) {
+            dfl_seterr("%s: DFlash draft without a \"dflash_config\" object", path);
+            goto out;
+        }
+        if (get_int(root, "block_size", &c->block_size, 1, 0) ||
+            get_int(dc, "mask_token_id", &c->mask_token_id, 1, 0) ||
+            get_int(root, "num_target_layers", &c->n_target_layers, 0, 0))
+            goto out;
+        if (c->block_size < 2 || c->block_size > 64) {
+            dfl_seterr("%s: block_size %d must be in 2..64", path, c->block_size);
+            goto out;
+        }
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(dc, "target_layer_ids");
+        if (ids && !cJSON_IsNull(ids)) {
+            if (!cJSON_IsArray(ids) || cJSON_GetArraySize(ids) < 1 || cJSON_GetArraySize(ids) > CFG_MAX_TAPS) {
+                dfl_seterr("%s: dflash_config.target_layer_ids must be a list of 1..%d layer ids", path,
+                           CFG_MAX_TAPS);
+                goto out;
+            }
+            for (const cJSON *e = ids->child; e; e = e->next) {
+                if (!cJSON_IsNumber(e)) {
+                    dfl_seterr("%s: dflash_config.target_layer_ids must hold integers", path);
+                    goto out;
+                }
+                c->tap_layers[c->n_taps++] = (int)e->valuedouble;
+            }
+        } else {
+            if (c->n_target_layers <= 0) {
+                dfl_seterr("%s: need dflash_config.target_layer_ids or num_target_layers", path);
+                goto out;
+            }
+            if (c->n_layers > CFG_MAX_TAPS) {
+                dfl_seterr("%s: too many draft layers (%d)", path, c->n_layers);
+                goto out;
+            }
+            c->n_taps = c->n_layers;
+            cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
+        }
+    }
+    /* generation_config.json: stop tokens (optional file) */
+    char *gpath = dfl_path_join(dir, "generation_config.json");
+    if (dfl_file_exists(gpath)) {
+        char *gt = dfl_read_file(gpath, NULL);
+        gen = gt ? cJSON_Parse(gt) : NULL;
+        free(gt);
+        if (!cJSON_IsObject(gen)) {
+            dfl_seterr("%s: not a valid JSON object", gpath);
+            free(gpath);
+            goto out;
+        }
+        if (parse_eos(c, cJSON_GetObjectItemCaseSensitive(gen, "eos_token_id"), gpath)) {
+            free(gpath);
+            goto out;
+        }
+    }
+    free(gpath);
+    if (c->n_eos == 0 && parse_eos(c, cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), path)) goto out;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    cJSON_Delete(gen);
+    free(txt);
+    free(path);
+    cur_path = NULL;
+    return rc;
+}

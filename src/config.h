@@ -1,0 +1,53 @@
+/* config.h - model configuration from config.json (+ generation_config.json).
+ * Prefix: cfg_.
+ *
+ * cfg_load() fails with a message naming the missing or bad field; a model
+ * whose architecture we do not implement fails with "unsupported
+ * architecture X". After a successful load every field is consistent
+ * (positive sizes, head_dim even, heads divisible by kv heads, ...). */
+#ifndef DFL_CONFIG_H
+#define DFL_CONFIG_H
+
+enum { CFG_MAX_TAPS = 32, CFG_MAX_EOS = 8 };
+
+typedef enum { CFG_QWEN3 = 0, CFG_LLAMA } cfg_arch;
+
+typedef struct {
+    cfg_arch arch;
+    char arch_name[64];  /* architectures[0] (or model_type) as written */
+    int hidden;          /* hidden_size */
+    int inter;           /* intermediate_size */
+    int n_layers;        /* num_hidden_layers */
+    int n_heads;         /* num_attention_heads */
+    int n_kv_heads;      /* num_key_value_heads */
+    int head_dim;        /* head_dim (default hidden / heads) */
+    int vocab;           /* vocab_size: rows of the embedding and lm_head */
+    float eps;           /* rms_norm_eps */
+    double rope_theta;
+    int rope_llama3;     /* rope_scaling.rope_type == "llama3" */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int rope_orig_max_pos;
+    int qk_norm;         /* Qwen3: per-head RMSNorm on q and k before RoPE */
+    int tie_embeddings;  /* lm_head shares the embedding matrix */
+    int max_pos;         /* max_position_embeddings */
+    int q_bits, q_group; /* MLX quantization; 0 when absent */
+
+    /* DFlash draft (architectures[0] == "DFlashDraftModel") */
+    int is_draft;
+    int block_size;
+    int mask_token_id;
+    int n_target_layers;
+    int n_taps;
+    int tap_layers[CFG_MAX_TAPS]; /* target layer ids whose outputs feed the draft */
+
+    /* generation_config.json (optional) */
+    int n_eos;
+    int eos_ids[CFG_MAX_EOS];
+} cfg_model;
+
+int cfg_load(cfg_model *c, const char *dir);
+
+/* The default target_layer_ids rule of spec 2.2. */
+void cfg_default_taps(int n_target_layers, int n_draft_layers, int *ids);
+
+#endif

@@ -1,0 +1,438 @@
+/* cpu_backend.c - the CPU backend: Qwen3/Llama forward with a KV cache and
+ * hidden taps, and the DFlash draft forward. Implements be_ops (backend.h).
+ *
+ * Every step works row by row with a fixed reduction order (kn_matmul is
+ * batch-invariant; norms, RoPE and attention below loop over one row's data
+ * in an order that does not depend on how many rows are in the batch), so a
+ * row's logits and taps are bit-identical for T = 1 and for any T > 1. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "threads.h"
+#include "util.h"
+
+enum { CHUNK = 32 }; /* rows per pass through the layers (prefill is chunked) */
+
+/* ---- small row kernels --------------------------------------------------- */
+
+/* out[n] = x[n] / sqrt(mean(x^2) + eps) * w[n] */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps) {
+    for (int t = 0; t < rows; t++) rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
+}
+
+/* RoPE tables: cos/sin [n_ctx][hd/2] (neox pairing: d with d + hd/2). */
+typedef struct {
+    int n_ctx, half;
+    float *cos, *sin;
+} rope_table;
+
+static void rope_init(rope_table *r, const cfg_model *c, int n_ctx) {
+    int hd = c->head_dim, half = hd / 2;
+    r->n_ctx = n_ctx;
+    r->half = half;
+    r->cos = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
+    r->sin = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
+    float *inv = dfl_malloc(sizeof(float) * half);
+    for (int i = 0; i < half; i++) {
+        /* as HF: 1 / theta^(2i/hd), in float */
+        inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)hd);
+        if (c->rope_llama3) {
+            const double pi = 3.14159265358979323846;
+            double lo_wl = c->rope_orig_max_pos / c->rope_low_freq;
+            double hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
+            double wl = 2 * pi / inv[i];
+            float f = inv[i];
+            if (wl > lo_wl) {
+                f = (float)(inv[i] / c->rope_factor);
+            } else if (wl >= hi_wl) { /* medium band: smooth interpolation */
+                double s = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f = (float)((1 - s) * inv[i] / c->rope_factor + s * inv[i]);
+            }
+            inv[i] = f;
+        }
+    }
+    for (int p = 0; p < n_ctx; p++)
+        for (int i = 0; i < half; i++) {
+            float a = (float)p * inv[i];
+            r->cos[(size_t)p * half + i] = cosf(a);
+            r->sin[(size_t)p * half + i] = sinf(a);
+        }
+    free(inv);
+}
+
+static void rope_free(rope_table *r) {
+    free(r->cos);
+    free(r->sin);
+}
+
+/* In place on n_heads heads of x[n_heads*hd]: optional per-head RMSNorm with
+ * weight norm[hd], then RoPE at position pos. */
+static void norm_rope(float *x, int n_heads, int hd, const float *norm, float eps, const rope_table *r,
+                      int pos) {
+    int half = hd / 2;
+    const float *cs = r->cos + (size_t)pos * half, *sn = r->sin + (size_t)pos * half;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        if (norm) rmsnorm(v, v, norm, hd, eps);
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+/* For query row t, head h: softmax(q.K^T / sqrt(hd)) V over the keys
+ *   Ka[0 .. na(t)) then Kb[0 .. nb), where na(t) = na + t + 1 when causal
+ *   (the row's own key is already in Ka) and na otherwise.
+ * Keys are visited in index order in blocks of ATT_BLK with a running max
+ * (online softmax); the order depends only on the row, never on T. */
+enum { ATT_BLK = 64 };
+
+typedef struct {
+    float *out;            /* [T][nh*hd] */
+    const float *q;        /* [T][nh*hd] */
+    const float *Ka, *Va;  /* [.][nkv*hd] */
+    const float *Kb, *Vb;  /* [nb][nkv*hd] or NULL */
+    int na, nb, causal;
+    int nh, nkv, hd;
+} att_job;
+
+static void att_rows(void *ctx, int start, int end) {
+    const att_job *J = ctx;
+    int kvd = J->nkv * J->hd, hd = J->hd, grp = J->nh / J->nkv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float s[ATT_BLK];
+    float acc[1024];
+    for (int job = start; job < end; job++) {
+        int t = job / J->nh, h = job % J->nh, kh = h / grp;
+        const float *q = J->q + (size_t)t * J->nh * hd + (size_t)h * hd;
+        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
+        float m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+        for (int j0 = 0; j0 < n; j0 += ATT_BLK) {
+            int j1 = j0 + ATT_BLK < n ? j0 + ATT_BLK : n;
+            float bm = -INFINITY;
+            for (int j = j0; j < j1; j++) {
+                const float *k = j < na ? J->Ka + (size_t)j * kvd : J->Kb + (size_t)(j - na) * kvd;
+                k += (size_t)kh * hd;
+                float dot = 0.0f;
+                for (int d = 0; d < hd; d++) dot += q[d] * k[d];
+                s[j - j0] = dot * scale;
+                if (s[j - j0] > bm) bm = s[j - j0];
+            }
+            if (bm > m) {
+                float c = expf(m - bm); /* exp(-inf) = 0 on the first block */
+                l *= c;
+                for (int d = 0; d < hd; d++) acc[d] *= c;
+                m = bm;
+            }
+            for (int j = j0; j < j1; j++) {
+                const float *v = j < na ? J->Va + (size_t)j * kvd : J->Vb + (size_t)(j - na) * kvd;
+                v += (size_t)kh * hd;
+                float p = expf(s[j - j0] - m);
+                l += p;
+                for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+            }
+        }
+        float *o = J->out + (size_t)t * J->nh * hd + (size_t)h * hd;
+        float inv = 1.0f / l;
+        for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    }
+}
+
+/* ---- scratch activations ------------------------------------------------- */
+
+typedef struct {
+    int rows;
+    float *x, *xn;     /* [rows][H] residual stream, normed copy */
+    float *q, *att;    /* [rows][nh*hd] */
+    float *k, *v;      /* [rows][nkv*hd] */
+    float *g, *u;      /* [rows][I] */
+} scratch;
+
+static void scratch_init(scratch *s, const cfg_model *c, int rows) {
+    size_t H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    s->rows = rows;
+    s->x = dfl_malloc(sizeof(float) * rows * H);
+    s->xn = dfl_malloc(sizeof(float) * rows * H);
+    s->q = dfl_malloc(sizeof(float) * rows * Q);
+    s->att = dfl_malloc(sizeof(float) * rows * Q);
+    s->k = dfl_malloc(sizeof(float) * rows * KV);
+    s->v = dfl_malloc(sizeof(float) * rows * KV);
+    s->g = dfl_malloc(sizeof(float) * rows * (size_t)c->inter);
+    s->u = dfl_malloc(sizeof(float) * rows * (size_t)c->inter);
+}
+
+static void scratch_free(scratch *s) {
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->att);
+    free(s->k);
+    free(s->v);
+    free(s->g);
+    free(s->u);
+}
+
+/* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. */
+static void mlp(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    int H = c->hidden, I = c->inter;
+    rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
+    kn_matmul(s->g, s->xn, &L->wg, T);
+    kn_matmul(s->u, s->xn, &L->wu, T);
+    for (size_t i = 0; i < (size_t)T * I; i++) {
+        float g = s->g[i];
+        s->g[i] = g / (1.0f + expf(-g)) * s->u[i];
+    }
+    kn_matmul(s->xn, s->g, &L->wd, T);
+    for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
+}
+
+/* x += Wo att */
+static void attn_out(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    kn_matmul(s->xn, s->att, &L->wo, T);
+    for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
+}
+
+/* ---- target sequence state ----------------------------------------------- */
+
+typedef struct {
+    const mdl_model *m;
+    int n_ctx, len;
+    float *kc, *vc;  /* [n_layers][n_ctx][nkv*hd] */
+    rope_table rope;
+    scratch s;
+} cpu_seq;
+
+static void *cpu_create(const mdl_model *m, int n_ctx) {
+    const cfg_model *c = &m->cfg;
+    cpu_seq *q = dfl_calloc(1, sizeof *q);
+    q->m = m;
+    q->n_ctx = n_ctx;
+    size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
+    q->kc = dfl_malloc(sizeof(float) * kv);
+    q->vc = dfl_malloc(sizeof(float) * kv);
+    rope_init(&q->rope, c, n_ctx);
+    scratch_init(&q->s, c, CHUNK);
+    return q;
+}
+
+static void cpu_destroy(void *st) {
+    cpu_seq *q = st;
+    if (!q) return;
+    free(q->kc);
+    free(q->vc);
+    rope_free(&q->rope);
+    scratch_free(&q->s);
+    free(q);
+}
+
+static int cpu_length(void *st) { return ((cpu_seq *)st)->len; }
+
+static void cpu_truncate(void *st, int len) {
+    cpu_seq *q = st;
+    if (len >= 0 && len < q->len) q->len = len;
+}
+
+/* Rows [r0, r0+T) of batch b, at positions q->len.. */
+static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
+    const mdl_model *m = q->m;
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd;
+    scratch *s = &q->s;
+    int pos0 = q->len;
+    for (int t = 0; t < T; t++) kn_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
+        rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
+        kn_matmul(s->q, s->xn, &L->wq, T);
+        kn_matmul(kc + (size_t)pos0 * kvd, s->xn, &L->wk, T); /* K, V straight into the cache */
+        kn_matmul(vc + (size_t)pos0 * kvd, s->xn, &L->wv, T);
+        for (int t = 0; t < T; t++) {
+            norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
+            norm_rope(kc + (size_t)(pos0 + t) * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
+        }
+        att_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd};
+        tp_for(T * nh, att_rows, &J);
+        attn_out(s, L, c, T);
+        mlp(s, L, c, T);
+        for (int i = 0; i < b->n_taps; i++)
+            if (b->tap_layers[i] == l)
+                for (int t = 0; t < T; t++)
+                    memcpy(b->taps + ((size_t)(r0 + t) * b->n_taps + i) * H, s->x + (size_t)t * H,
+                           sizeof(float) * H);
+    }
+    /* logits for the rows of this chunk that are among the last n_logits */
+    int first = b->T - b->n_logits; /* batch row of logits row 0 */
+    int a = r0 > first ? r0 : first, e = r0 + T;
+    if (a < e) {
+        int n = e - a;
+        rmsnorm_rows(s->xn, s->x + (size_t)(a - r0) * H, m->final_norm, n, H, c->eps);
+        kn_matmul(b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
+    }
+    q->len += T;
+}
+
+static int cpu_forward(void *st, const be_batch *b) {
+    cpu_seq *q = st;
+    const cfg_model *c = &q->m->cfg;
+    if (b->T < 1 || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 || b->n_taps > CFG_MAX_TAPS) {
+        dfl_seterr("forward: bad batch (T=%d, n_logits=%d, n_taps=%d)", b->T, b->n_logits, b->n_taps);
+        return -1;
+    }
+    if (q->len + b->T > q->n_ctx) {
+        dfl_seterr("context full: %d positions used + %d new > context size %d", q->len, b->T, q->n_ctx);
+        return -1;
+    }
+    for (int t = 0; t < b->T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab) {
+            dfl_seterr("token id %d is outside the model's vocabulary (vocab_size %d)", b->tokens[t], c->vocab);
+            return -1;
+        }
+    for (int i = 0; i < b->n_taps; i++)
+        if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
+            dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
+            return -1;
+        }
+    for (int r0 = 0; r0 < b->T; r0 += CHUNK) forward_chunk(q, b, r0, b->T - r0 < CHUNK ? b->T - r0 : CHUNK);
+    return 0;
+}
+
+/* ---- DFlash draft -------------------------------------------------------- */
+
+typedef struct {
+    const mdl_model *d, *t; /* draft, target (embedding + lm_head) */
+    int n_ctx, len, max_B;
+    float *kc, *vc;  /* [n_layers][n_ctx][nkv*hd] context K/V, post k_norm + RoPE */
+    rope_table rope;
+    scratch s;       /* max(CHUNK, max_B) rows */
+    float *c;        /* [CHUNK][H] fused context rows */
+} cpu_draft;
+
+static void *cpu_draft_create(const mdl_model *d, const mdl_model *t, int n_ctx) {
+    const cfg_model *c = &d->cfg;
+    cpu_draft *q = dfl_calloc(1, sizeof *q);
+    q->d = d;
+    q->t = t;
+    q->n_ctx = n_ctx;
+    q->max_B = c->block_size > CHUNK ? c->block_size : CHUNK;
+    size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
+    q->kc = dfl_malloc(sizeof(float) * kv);
+    q->vc = dfl_malloc(sizeof(float) * kv);
+    rope_init(&q->rope, c, n_ctx + c->block_size);
+    scratch_init(&q->s, c, q->max_B);
+    q->c = dfl_malloc(sizeof(float) * CHUNK * (size_t)c->hidden);
+    return q;
+}
+
+static void cpu_draft_destroy(void *st) {
+    cpu_draft *q = st;
+    if (!q) return;
+    free(q->kc);
+    free(q->vc);
+    free(q->c);
+    rope_free(&q->rope);
+    scratch_free(&q->s);
+    free(q);
+}
+
+static int cpu_draft_ctx_length(void *st) { return ((cpu_draft *)st)->len; }
+
+static void cpu_draft_ctx_truncate(void *st, int len) {
+    cpu_draft *q = st;
+    if (len >= 0 && len < q->len) q->len = len;
+}
+
+/* c = hidden_norm(fc . f) for each feature row, then per layer
+ * K = RoPE(k_norm(Wk c)), V = Wv c appended at positions len.. */
+static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
+    cpu_draft *q = st;
+    const cfg_model *c = &q->d->cfg;
+    int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
+    if (q->len + n > q->n_ctx) {
+        dfl_seterr("draft context full: %d + %d > %d", q->len, n, q->n_ctx);
+        return -1;
+    }
+    for (int r0 = 0; r0 < n; r0 += CHUNK) {
+        int T = n - r0 < CHUNK ? n - r0 : CHUNK, pos0 = q->len;
+        kn_matmul(q->s.xn, feats + (size_t)r0 * c->n_taps * H, &q->d->fc, T);
+        rmsnorm_rows(q->c, q->s.xn, q->d->hidden_norm, T, H, c->eps);
+        for (int l = 0; l < c->n_layers; l++) {
+            const mdl_layer *L = &q->d->layers[l];
+            float *kc = q->kc + ((size_t)l * q->n_ctx + pos0) * kvd, *vc = q->vc + ((size_t)l * q->n_ctx + pos0) * kvd;
+            kn_matmul(kc, q->c, &L->wk, T);
+            kn_matmul(vc, q->c, &L->wv, T);
+            for (int t = 0; t < T; t++)
+                norm_rope(kc + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
+        }
+        q->len += T;
+    }
+    return 0;
+}
+
+static int cpu_draft_block(void *st, const be_draft_block *b) {
+    cpu_draft *q = st;
+    const cfg_model *c = &q->d->cfg;
+    const mdl_model *tg = q->t;
+    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd, B = b->B;
+    scratch *s = &q->s;
+    int pos0 = q->len;
+    if (B < 2 || B > q->max_B) {
+        dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
+        return -1;
+    }
+    for (int i = 0; i < B; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= tg->cfg.vocab) {
+            dfl_seterr("draft block token %d outside the vocabulary", b->tokens[i]);
+            return -1;
+        }
+        kn_get_row(s->x + (size_t)i * H, &tg->embed, b->tokens[i]);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &q->d->layers[l];
+        rmsnorm_rows(s->xn, s->x, L->in_norm, B, H, c->eps);
+        kn_matmul(s->q, s->xn, &L->wq, B);
+        kn_matmul(s->k, s->xn, &L->wk, B);
+        kn_matmul(s->v, s->xn, &L->wv, B);
+        for (int i = 0; i < B; i++) {
+            norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
+            norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);
+        }
+        att_job J = {s->att, s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
+                     s->k, s->v, pos0, B, 0, nh, nkv, hd};
+        tp_for(B * nh, att_rows, &J);
+        attn_out(s, L, c, B);
+        mlp(s, L, c, B);
+    }
+    rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, B - 1, H, c->eps);
+    kn_matmul(b->logits, s->xn, &tg->lm_head, B - 1);
+    return 0;
+}
+
+const be_ops be_cpu = {
+    "cpu",
+    cpu_create,
+    cpu_destroy,
+    cpu_forward,
+    cpu_length,
+    cpu_truncate,
+    cpu_draft_create,
+    cpu_draft_destroy,
+    cpu_draft_ctx_append,
+    cpu_draft_ctx_length,
+    cpu_draft_ctx_truncate,
+    cpu_draft_block,
+};

@@ -1,0 +1,428 @@
+/* engine.c - libdflash's public API (include/dflash.h): loading, the
+ * prompt cache, and the glue between the decoding loop (spec.c) and a
+ * backend (backend.h).
+ *
+ * Cache rule: m->cache_tok[0..target length) are the tokens whose K/V the
+ * target cache holds. When a draft is in use, the draft's context cache
+ * holds exactly the same positions (ctx length == target length after every
+ * accept). A call that runs without the draft leaves the draft context at
+ * min(its length, the common prefix); the next drafting call prefills from
+ * the shorter of the two. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "dflash.h"
+#include "kernels.h"
+#include "sample.h"
+#include "spec.h"
+#include "threads.h"
+#include "tokenizer.h"
+#include "util.h"
+
+enum { PREFILL_ROWS = 256 };
+
+struct dflash_model {
+    mdl_model target, draft;
+    int has_target, has_draft;
+    tok_tokenizer *tok;
+    const be_ops *be;
+    void *seq, *dseq;
+    int n_ctx;
+    int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
+    float *logits;       /* [SPEC_MAX_BLOCK][vocab] */
+    float *taps;         /* [PREFILL_ROWS][n_taps][hidden] */
+    void *smp_work;
+    double load_s;
+    char format[96];
+    /* per-call state used by the spec_iface callbacks */
+    smp_params sp;
+    int drafting;        /* this call computes taps and feeds the draft */
+    int block_len;       /* verify rows of the last forward */
+    int n_stop;
+    int32_t stop[CFG_MAX_EOS + 1];
+};
+
+const char *dflash_error(void) { return dfl_lasterr(); }
+
+dflash_params dflash_default_params(void) {
+    dflash_params p = {0, 0};
+    return p;
+}
+
+dflash_gen dflash_default_gen(void) {
+    dflash_gen g;
+    memset(&g, 0, sizeof g);
+    g.n_predict = 256;
+    g.top_p = 1.0f;
+    g.use_draft = 1;
+    g.draft_max = -1;
+    return g;
+}
+
+static const char *weight_format(const mdl_model *m, char *buf, size_t n) {
+    const kn_weight *w = &m->layers[0].wq;
+    if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
+        snprintf(buf, n, "MLX %d-bit, group %d, scales %s", w->bits, w->group_size, kn_dtype_name(w->scale_dtype));
+    else
+        snprintf(buf, n, "%s", kn_dtype_name(w->dtype));
+    return buf;
+}
+
+/* The draft must fit the target it reads features, embeddings and lm_head from. */
+static int check_draft(const mdl_model *t, const mdl_model *d) {
+    const cfg_model *tc = &t->cfg, *dc = &d->cfg;
+    if (!dc->is_draft) {
+        dfl_seterr("draft: config.json is not a DFlash draft (architectures[0] is %s, want DFlashDraftModel)",
+                   dc->arch_name);
+        return -1;
+    }
+    if (dc->hidden != tc->hidden) {
+        dfl_seterr("draft hidden_size %d does not match the target's %d", dc->hidden, tc->hidden);
+        return -1;
+    }
+    if (dc->head_dim != tc->head_dim || dc->n_heads != tc->n_heads || dc->n_kv_heads != tc->n_kv_heads) {
+        dfl_seterr("draft heads %d/%d x %d do not match the target's %d/%d x %d (q heads/kv heads x head_dim)",
+                   dc->n_heads, dc->n_kv_heads, dc->head_dim, tc->n_heads, tc->n_kv_heads, tc->head_dim);
+        return -1;
+    }
+    if (dc->n_target_layers && dc->n_target_layers != tc->n_layers) {
+        dfl_seterr("draft num_target_layers %d does not match the target's num_hidden_layers %d",
+                   dc->n_target_layers, tc->n_layers);
+        return -1;
+    }
+    for (int i = 0; i < dc->n_taps; i++)
+        if (dc->tap_layers[i] < 0 || dc->tap_layers[i] >= tc->n_layers) {
+            dfl_seterr("draft target_layer_ids[%d] = %d is outside the target's %d layers", i, dc->tap_layers[i],
+                       tc->n_layers);
+            return -1;
+        }
+    if (dc->mask_token_id < 0 || dc->mask_token_id >= tc->vocab) {
+        dfl_seterr("draft mask_token_id %d is outside the target's embedding table (vocab_size %d)",
+                   dc->mask_token_id, tc->vocab);
+        return -1;
+    }
+    if (dc->vocab != tc->vocab) {
+        dfl_seterr("draft vocab_size %d does not match the target's %d", dc->vocab, tc->vocab);
+        return -1;
+    }
+    return 0;
+}
+
+dflash_model *dflash_load_tokenizer(const char *dir) {
+    dflash_model *m = dfl_calloc(1, sizeof *m);
+    if (!(m->tok = tok_load(dir))) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const dflash_params *p) {
+    double t0 = dfl_now();
+    dflash_params def = dflash_default_params();
+    if (!p) p = &def;
+    dflash_model *m = dfl_calloc(1, sizeof *m);
+    if (mdl_load(&m->target, target_dir) != 0) goto fail;
+    m->has_target = 1;
+    if (m->target.cfg.is_draft) {
+        dfl_seterr("%s is a DFlash draft, not a target model (pass it with --draft)", target_dir);
+        goto fail;
+    }
+    if (!(m->tok = tok_load(target_dir))) goto fail;
+    if (draft_dir) {
+        if (mdl_load(&m->draft, draft_dir) != 0) goto fail;
+        m->has_draft = 1;
+        if (check_draft(&m->target, &m->draft) != 0) {
+            dfl_preferr("%s", draft_dir);
+            goto fail;
+        }
+    }
+    const cfg_model *c = &m->target.cfg;
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
+    if (n_ctx > c->max_pos) {
+        dfl_seterr("context size %d exceeds the model's max_position_embeddings %d", n_ctx, c->max_pos);
+        goto fail;
+    }
+    if (n_ctx < 2) {
+        dfl_seterr("context size %d is too small", n_ctx);
+        goto fail;
+    }
+    m->n_ctx = n_ctx;
+    kn_init();
+    tp_init(p->n_threads);
+    m->be = &be_cpu;
+    m->seq = m->be->create(&m->target, n_ctx);
+    if (m->has_draft) m->dseq = m->be->draft_create(&m->draft, &m->target, n_ctx);
+    m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
+    m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
+    if (m->has_draft)
+        m->taps = dfl_malloc(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
+    m->smp_work = dfl_malloc(smp_work_size(c->vocab));
+    weight_format(&m->target, m->format, sizeof m->format);
+    m->load_s = dfl_now() - t0;
+    return m;
+fail:
+    dflash_free(m);
+    return NULL;
+}
+
+void dflash_free(dflash_model *m) {
+    if (!m) return;
+    if (m->seq) m->be->destroy(m->seq);
+    if (m->dseq) m->be->draft_destroy(m->dseq);
+    if (m->has_target) mdl_free(&m->target);
+    if (m->has_draft) mdl_free(&m->draft);
+    tok_free(m->tok);
+    free(m->cache_tok);
+    free(m->logits);
+    free(m->taps);
+    free(m->smp_work);
+    free(m);
+}
+
+void dflash_get_info(const dflash_model *m, dflash_info *in) {
+    memset(in, 0, sizeof *in);
+    if (!m->has_target) return;
+    const cfg_model *c = &m->target.cfg;
+    in->arch = c->arch_name;
+    in->n_layers = c->n_layers;
+    in->hidden = c->hidden;
+    in->n_heads = c->n_heads;
+    in->n_kv_heads = c->n_kv_heads;
+    in->head_dim = c->head_dim;
+    in->vocab = c->vocab;
+    in->n_ctx = m->n_ctx;
+    in->weight_format = m->format;
+    in->weight_bytes = m->target.weight_bytes;
+    in->load_s = m->load_s;
+    in->has_draft = m->has_draft;
+    in->draft_layers = m->has_draft ? m->draft.cfg.n_layers : 0;
+    in->block_size = m->has_draft ? m->draft.cfg.block_size : 0;
+    in->backend = m->be->name;
+    in->kernels = kn_variant();
+    in->n_threads = tp_threads();
+}
+
+int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return tok_encode(m->tok, text, len, ids, n);
+}
+
+char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n, int add_generation_prompt,
+                         int think) {
+    const char *tmpl = tok_chat_template(m->tok);
+    if (!tmpl) {
+        dfl_seterr("the model has no chat_template in tokenizer_config.json");
+        return NULL;
+    }
+    int f = chat_detect(tmpl);
+    if (f < 0) return NULL;
+    chat_message *cm = dfl_calloc((size_t)(n ? n : 1), sizeof *cm);
+    for (int i = 0; i < n; i++) {
+        cm[i].role = msgs[i].role;
+        cm[i].content = msgs[i].content ? msgs[i].content : "";
+    }
+    char *s = chat_render((chat_format)f, cm, n, add_generation_prompt,
+                          think < 0 ? CHAT_THINK_UNSET : think ? CHAT_THINK_ON : CHAT_THINK_OFF);
+    free(cm);
+    return s;
+}
+
+void dflash_reset(dflash_model *m) {
+    if (!m->seq) return;
+    m->be->truncate(m->seq, 0);
+    if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+}
+
+/* ---- spec_iface callbacks ------------------------------------------------ */
+
+static int cb_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
+    dflash_model *m = ud;
+    const cfg_model *c = &m->target.cfg;
+    int len = m->be->length(m->seq);
+    be_batch b = {T, tok, T, m->logits, 0, NULL, NULL};
+    if (m->drafting) {
+        b.n_taps = m->draft.cfg.n_taps;
+        b.tap_layers = m->draft.cfg.tap_layers;
+        b.taps = m->taps;
+    }
+    if (m->be->forward(m->seq, &b) != 0) return -1;
+    memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T);
+    for (int i = 0; i < T; i++)
+        pred[i] = smp_pick(&m->sp, m->logits + (size_t)i * c->vocab, c->vocab, (int64_t)len + i + 1, m->smp_work);
+    m->block_len = T;
+    return 0;
+}
+
+static int cb_accept(void *ud, int keep) {
+    dflash_model *m = ud;
+    int len = m->be->length(m->seq) - m->block_len + keep;
+    m->be->truncate(m->seq, len);
+    if (m->drafting) return m->be->draft_ctx_append(m->dseq, m->taps, keep);
+    return 0;
+}
+
+static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
+    dflash_model *m = ud;
+    const cfg_model *c = &m->target.cfg;
+    int32_t tok[SPEC_MAX_BLOCK];
+    tok[0] = anchor;
+    for (int i = 1; i <= k; i++) tok[i] = m->draft.cfg.mask_token_id;
+    be_draft_block b = {k + 1, tok, m->logits};
+    if (m->be->draft_block(m->dseq, &b) != 0) return -1;
+    for (int i = 0; i < k; i++) out[i] = smp_argmax(m->logits + (size_t)i * c->vocab, c->vocab);
+    return 0;
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+typedef struct {
+    dflash_model *m;
+    dflash_on_token cb;
+    void *ud;
+    tok_decoder dec;
+    char *piece;
+    int32_t *out;
+    size_t n_out, cap_out;
+    int stopped;
+} emit_ctx;
+
+static int on_emit(void *ud, int32_t id) {
+    emit_ctx *e = ud;
+    if (e->n_out == e->cap_out) {
+        e->cap_out = e->cap_out ? 2 * e->cap_out : 256;
+        e->out = dfl_realloc(e->out, sizeof(int32_t) * e->cap_out);
+    }
+    e->out[e->n_out++] = id;
+    if (!e->cb) return 0;
+    size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
+    return e->cb(e->ud, id, e->piece, n);
+}
+
+int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
+    dflash_gen defg = dflash_default_gen();
+    if (!g) g = &defg;
+    dflash_stats dummy;
+    if (!st) st = &dummy;
+    memset(st, 0, sizeof *st);
+    if (!m->has_target) {
+        dfl_seterr("no model loaded (tokenizer only)");
+        return -1;
+    }
+    const cfg_model *c = &m->target.cfg;
+    if (n_prompt == 0) {
+        dfl_seterr("empty prompt");
+        return -1;
+    }
+    if (n_prompt >= (size_t)m->n_ctx) {
+        dfl_seterr("prompt of %zu tokens does not fit the context of %d positions (use --ctx-size)", n_prompt,
+                   m->n_ctx);
+        return -1;
+    }
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab) {
+            dfl_seterr("prompt token %zu has id %d, outside the model's vocabulary (vocab_size %d)", i, prompt[i],
+                       c->vocab);
+            return -1;
+        }
+    if (g->temp < 0 || g->top_p <= 0 || g->top_k < 0 || g->n_predict < 0) {
+        dfl_seterr("bad sampling settings (temp %g, top_k %d, top_p %g, n_predict %d)", g->temp, g->top_k,
+                   g->top_p, g->n_predict);
+        return -1;
+    }
+    int block = 1;
+    m->drafting = m->has_draft && g->use_draft;
+    if (m->drafting) {
+        block = g->block_size ? g->block_size : m->draft.cfg.block_size;
+        if (block < 1 || block > m->draft.cfg.block_size) {
+            dfl_seterr("block size %d out of range 1..%d (the draft's block_size)", block, m->draft.cfg.block_size);
+            return -1;
+        }
+    }
+    m->sp = (smp_params){g->temp, g->top_k, g->top_p, g->seed};
+    m->n_stop = 0;
+    if (!g->ignore_eos) {
+        for (int i = 0; i < c->n_eos; i++) m->stop[m->n_stop++] = c->eos_ids[i];
+        int e = m->tok ? tok_eos_id(m->tok) : -1;
+        int dup = 0;
+        for (int i = 0; i < m->n_stop; i++) dup |= m->stop[i] == e;
+        if (e >= 0 && !dup) m->stop[m->n_stop++] = e;
+    }
+
+    /* reuse the cached prefix */
+    int len = m->be->length(m->seq), p = 0;
+    while (p < len && (size_t)p < n_prompt && m->cache_tok[p] == prompt[p]) p++;
+    if ((size_t)p == n_prompt) p--; /* the last prompt row must run to give logits */
+    if (m->dseq) {
+        int dl = m->be->draft_ctx_length(m->dseq);
+        if (m->drafting && dl < p) p = dl;
+        m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
+    }
+    m->be->truncate(m->seq, p);
+    st->n_reused = p;
+    st->n_prompt = (int)n_prompt;
+
+    double t0 = dfl_now();
+    for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
+        int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
+        int last = r + (size_t)T == n_prompt;
+        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, NULL};
+        if (m->drafting) {
+            b.n_taps = m->draft.cfg.n_taps;
+            b.tap_layers = m->draft.cfg.tap_layers;
+            b.taps = m->taps;
+        }
+        if (m->be->forward(m->seq, &b) != 0) return -1;
+        memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
+        if (m->drafting && m->be->draft_ctx_append(m->dseq, m->taps, T) != 0) return -1;
+    }
+    int32_t first = smp_pick(&m->sp, m->logits, c->vocab, (int64_t)n_prompt, m->smp_work);
+    double t1 = dfl_now();
+    st->prompt_s = t1 - t0;
+
+    spec_iface it = {m, cb_verify, cb_accept, m->drafting ? cb_draft : NULL};
+    spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
+                      m->n_stop};
+    emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
+    if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
+    spec_stats ss;
+    int rc = spec_run(&it, &sp, first, on_emit, &e, &ss);
+    if (cb && m->tok) {
+        size_t n = tok_decode_flush(&e.dec, e.piece, tok_max_piece(m->tok) + 8);
+        if (n) cb(ud, -1, e.piece, n);
+    }
+    double t2 = dfl_now();
+    free(e.piece);
+    st->decode_s = t2 - t1;
+    st->n_tokens = ss.n_emitted;
+    st->rounds = ss.rounds;
+    st->plain_steps = ss.plain_steps;
+    st->tau = ss.rounds ? (double)ss.committed_in_rounds / ss.rounds : 0;
+    st->n_pos = block - 1 < 64 ? block - 1 : 64;
+    for (int i = 0; i < st->n_pos; i++) st->accept_per_pos[i] = ss.tried[i] ? (double)ss.accepted[i] / ss.tried[i] : 0;
+    st->draft_s = ss.draft_s;
+    st->verify_s = ss.verify_s;
+    st->other_s = ss.other_s;
+    static const char *reasons[] = {"budget", "stop token", "context full", "callback"};
+    st->stop_reason = reasons[ss.stopped_by];
+    if (out) {
+        *out = e.out;
+        if (n_out) *n_out = e.n_out;
+    } else {
+        free(e.out);
+    }
+    return rc;
+}
+
+int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb, void *ud,
+                         dflash_stats *st) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (dflash_tokenize(m, prompt, strlen(prompt), &ids, &n) != 0) return -1;
+    int rc = dflash_generate(m, ids, n, g, cb, ud, NULL, NULL, st);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* model.h - a checkpoint's weights bound to the config. Prefix: mdl_.
+ *
+ * mdl_load() maps the safetensors files and checks every tensor the
+ * architecture needs - presence, dtype, shape (and for MLX-quantized weights
+ * the packed/scales/biases shapes) - before anything runs. Weight matrices
+ * stay in the mapping in their stored dtype; small vectors (norm weights) are
+ * copied to f32. A model is immutable after load and can be shared by any
+ * number of sessions. */
+#ifndef DFL_MODEL_H
+#define DFL_MODEL_H
+
+#include "config.h"
+#include "kernels.h"
+#include "safetensors.h"
+
+typedef struct {
+    kn_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+    kn_weight wg, wu, wd;        /* [I, H] x2, [H, I] */
+    float *in_norm, *post_norm;  /* [H] */
+    float *q_norm, *k_norm;      /* [hd], NULL without qk-norm */
+} mdl_layer;
+
+typedef struct {
+    cfg_model cfg;
+    st_set st;
+    mdl_layer *layers;  /* [n_layers] */
+    kn_weight embed;    /* [vocab, H]; absent (rows 0) in a draft */
+    kn_weight lm_head;  /* [vocab, H]; == embed when tied; absent in a draft */
+    float *final_norm;  /* [H] */
+    /* DFlash draft only */
+    kn_weight fc;        /* [H, n_taps*H] */
+    float *hidden_norm;  /* [H] */
+    size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
+} mdl_model;
+
+int mdl_load(mdl_model *m, const char *dir);
+void mdl_free(mdl_model *m);
+
+#endif

@@ -1,0 +1,62 @@
+/* spec.h - the decoding loop: plain and DFlash speculative, one path.
+ * Prefix: spec_.
+ *
+ * Each round verifies [anchor, d_1..d_k] with one target forward (k = 0 is
+ * plain decoding), accepts the longest prefix where d_i equals the target's
+ * own choice for that position, and emits the accepted drafts plus the
+ * target's token at the first mismatch (the bonus), which becomes the next
+ * anchor. Since the target's choice for a position depends only on the
+ * committed prefix (batch-invariant kernels, position-keyed sampling), the
+ * emitted sequence equals plain decoding token for token, whatever k is.
+ *
+ * The loop sees the models only through spec_iface, so tests can script them. */
+#ifndef DFL_SPEC_H
+#define DFL_SPEC_H
+
+#include <stdint.h>
+
+enum { SPEC_MAX_BLOCK = 64 };
+
+typedef struct {
+    void *ud;
+    /* Target forward on tok[0..T) at the next T positions (committed length
+     * len before the call); pred[i] = the target's token for position
+     * len + i + 1. */
+    int (*verify)(void *ud, const int32_t *tok, int T, int32_t *pred);
+    /* Keep the first `keep` rows of the last verify as committed (rollback the
+     * rest) and hand their hidden taps to the draft. */
+    int (*accept)(void *ud, int keep);
+    /* k draft tokens for the k positions after the anchor (NULL: no draft). */
+    int (*draft)(void *ud, int32_t anchor, int k, int32_t *out);
+} spec_iface;
+
+typedef struct {
+    int n_predict;      /* tokens to emit at most, counting the first one */
+    int block_size;     /* widest verify: 1 + most drafts per round; 1 = plain */
+    int draft_max;      /* most drafts per round; -1 = auto (cost model) */
+    int room;           /* positions left in the context after the prompt */
+    const int32_t *stop;
+    int n_stop;
+} spec_params;
+
+typedef struct {
+    int n_emitted;
+    int rounds;                         /* rounds that drafted (k > 0) */
+    int plain_steps;                    /* rounds with k = 0 */
+    long committed_in_rounds;           /* sum of a + 1 over drafting rounds */
+    int tried[SPEC_MAX_BLOCK];          /* draft position i was verified */
+    int accepted[SPEC_MAX_BLOCK];       /* ... and accepted */
+    int width_hist[SPEC_MAX_BLOCK + 1]; /* verify widths used */
+    double draft_s, verify_s, other_s;
+    int stopped_by;                     /* 0 budget, 1 stop token, 2 context full, 3 caller */
+} spec_stats;
+
+/* Emit callback: return non-zero to stop. */
+typedef int (*spec_emit_fn)(void *ud, int32_t tok);
+
+/* first: the token the prefill chose (the first anchor). Returns 0 or -1 on
+ * a model error (message set). */
+int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
+             spec_stats *st);
+
+#endif
