@@ -53,4 +53,13 @@ void kn_get_row(float *out, const kn_weight *w, int row);
 /* Bytes of weight data (data + scales + biases) - for bandwidth reports. */
 size_t kn_weight_bytes(const kn_weight *w);
 
+/* Validate a weight once at load time (kernels never check): shape, data,
+ * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols),
+ * scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
+int kn_check_weight(const kn_weight *w, const char *name);
+
+/* Tests and benchmarks: use variant `name` ("generic", "avx2", "avx512").
+ * Returns -1 (dfl_seterr) if it is unknown or this CPU lacks it. */
+int kn_force_variant(const char *name);
+
 #endif

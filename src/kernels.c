@@ -1,0 +1,275 @@
+/* kernels.c - kn_ entry points, variant dispatch and the generic C kernels.
+ *
+ * kn_matmul: y[T][rows] = x[T][cols] . W^T. The output columns (rows of W)
+ * are split across the thread pool in tiles of KN_COL_TILE; each chunk runs
+ * the selected variant's rows() function, which streams its weight rows once
+ * for up to KN_TBLOCK rows of x. See kernels_impl.h for the batch-invariance
+ * contract every variant keeps.
+ *
+ * The generic variant is plain C and defines the reference arithmetic:
+ *   w_j = W[r][j] as f32; for Q8/Q4 w_j = s*q_j + b (product rounded, then
+ *         the sum rounded - no fused multiply-add);
+ *   8 lane accumulators, a[j % 8] += x_j * w_j in ascending j (product and
+ *   sum rounded separately);
+ *   y = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)).
+ * The build uses -std=c11, which keeps GCC from contracting a*b+c into an
+ * FMA, so the same source gives the same rounding in every loop. */
+#include "kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+#include "threads.h"
+#include "util.h"
+
+/* ===================================================================== */
+/* Small helpers                                                           */
+/* ===================================================================== */
+
+const char *kn_dtype_name(kn_dtype t) {
+    switch (t) {
+    case KN_F32: return "F32";
+    case KN_F16: return "F16";
+    case KN_BF16: return "BF16";
+    case KN_Q8: return "Q8";
+    case KN_Q4: return "Q4";
+    }
+    return "?";
+}
+
+size_t kn_weight_bytes(const kn_weight *w) {
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    switch (w->dtype) {
+    case KN_F32: return n * 4;
+    case KN_F16:
+    case KN_BF16: return n * 2;
+    case KN_Q8:
+    case KN_Q4: {
+        size_t groups = (size_t)w->rows * (size_t)(w->cols / w->group_size);
+        return n * (size_t)w->bits / 8 + 2 * groups * kn_scale_size(w->scale_dtype);
+    }
+    }
+    return 0;
+}
+
+int kn_check_weight(const kn_weight *w, const char *name) {
+    if (!name) name = "weight";
+    if (w->rows <= 0 || w->cols <= 0) {
+        dfl_seterr("%s: bad shape [%d, %d]", name, w->rows, w->cols);
+        return -1;
+    }
+    if (!w->data) {
+        dfl_seterr("%s: no data", name);
+        return -1;
+    }
+    switch (w->dtype) {
+    case KN_F32:
+    case KN_F16:
+    case KN_BF16: return 0;
+    case KN_Q8:
+    case KN_Q4: break;
+    default:
+        dfl_seterr("%s: unknown dtype %d", name, (int)w->dtype);
+        return -1;
+    }
+    int want_bits = w->dtype == KN_Q8 ? 8 : 4;
+    if (w->bits != want_bits) {
+        dfl_seterr("%s: %s with bits=%d (want %d)", name, kn_dtype_name(w->dtype), w->bits, want_bits);
+        return -1;
+    }
+    /* group_size must divide KN_KBLOCK so K blocks hold whole groups, and
+     * be a multiple of 32 so Q4 groups fill whole 16-byte runs */
+    int g = w->group_size;
+    if (g <= 0 || g % 32 != 0 || KN_KBLOCK % g != 0 || w->cols % g != 0) {
+        dfl_seterr("%s: group_size %d unsupported for %d columns (need 32, 64, 128, ... 1024 dividing cols)",
+                   name, g, w->cols);
+        return -1;
+    }
+    if (w->scale_dtype != KN_F32 && w->scale_dtype != KN_F16 && w->scale_dtype != KN_BF16) {
+        dfl_seterr("%s: scales of dtype %s unsupported", name, kn_dtype_name(w->scale_dtype));
+        return -1;
+    }
+    if (!w->scales || !w->biases) {
+        dfl_seterr("%s: quantized without scales or biases", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ===================================================================== */
+/* Generic C variant                                                       */
+/* ===================================================================== */
+
+/* out[0..n) = W[r][k0 .. k0+n) as f32; k0 is a multiple of the group size.
+ * Returns out, or a pointer into W itself for F32. */
+static const float *generic_dequant(const kn_weight *w, int r, int k0, int n, float *out) {
+    size_t row = (size_t)r * (size_t)w->cols;
+    switch (w->dtype) {
+    case KN_F32: return (const float *)w->data + row + k0;
+    case KN_F16: {
+        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        for (int j = 0; j < n; j++) out[j] = kn_f16_to_f32(h[j]);
+        return out;
+    }
+    case KN_BF16: {
+        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        for (int j = 0; j < n; j++) out[j] = kn_bf16_to_f32(h[j]);
+        return out;
+    }
+    case KN_Q8:
+    case KN_Q4: {
+        int bits = w->bits, per_word = 32 / bits, g = w->group_size;
+        uint32_t mask = (1u << bits) - 1;
+        /* element j of the row: word j/per_word, bits (j%per_word)*bits */
+        const uint32_t *q = (const uint32_t *)w->data + row / (size_t)per_word;
+        size_t grow = (size_t)r * (size_t)(w->cols / g);
+        for (int j = 0; j < n; j += g) {
+            int jj = k0 + j;
+            float s = kn_scale_at(w->scales, w->scale_dtype, grow + (size_t)(jj / g));
+            float b = kn_scale_at(w->biases, w->scale_dtype, grow + (size_t)(jj / g));
+            for (int i = 0; i < g; i++) {
+                int e = jj + i;
+                uint32_t v = (q[e / per_word] >> ((e % per_word) * bits)) & mask;
+                float p = s * (float)v;
+                out[j + i] = p + b;
+            }
+        }
+        return out;
+    }
+    }
+    return out;
+}
+
+static float generic_reduce(const float a[8]) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static void generic_rows(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, T = job->T;
+    float wbuf[KN_KBLOCK];
+    float acc[KN_TBLOCK][8]; /* [row of x][lane] */
+    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
+        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
+        for (int r = r0; r < r1; r++) {
+            memset(acc, 0, sizeof acc[0] * (size_t)tn);
+            for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+                /* k0 is a multiple of 8, so lane j%8 is the same globally */
+                int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+                const float *wk = generic_dequant(w, r, k0, kn, wbuf);
+                for (int t = 0; t < tn; t++) {
+                    const float *xk = job->x + (size_t)(t0 + t) * cols + k0;
+                    float *a = acc[t];
+                    int j = 0;
+                    for (; j + 8 <= kn; j += 8)
+                        for (int l = 0; l < 8; l++) a[l] += xk[j + l] * wk[j + l];
+                    for (int l = 0; j + l < kn; l++) a[l] += xk[j + l] * wk[j + l];
+                }
+            }
+            for (int t = 0; t < tn; t++)
+                job->y[(size_t)(t0 + t) * w->rows + r] = generic_reduce(acc[t]);
+        }
+    }
+}
+
+static int generic_supported(void) { return 1; }
+
+const kn_impl kn_impl_generic = {"generic", generic_supported, 0, generic_rows};
+
+/* ===================================================================== */
+/* Dispatch                                                                */
+/* ===================================================================== */
+
+/* Best first. */
+static const kn_impl *const kn_impls[] = {
+#if defined(__x86_64__) && defined(KN_SIMD_TODO)
+    &kn_impl_avx512,
+    &kn_impl_avx2,
+#endif
+    &kn_impl_generic,
+};
+#define KN_N_IMPLS (int)(sizeof kn_impls / sizeof kn_impls[0])
+
+static const kn_impl *kn_cur; /* NULL until kn_init */
+
+int kn_force_variant(const char *name) {
+    for (int i = 0; i < KN_N_IMPLS; i++) {
+        if (strcmp(kn_impls[i]->name, name) != 0) continue;
+        if (!kn_impls[i]->supported()) {
+            dfl_seterr("kernels: variant %s not supported by this CPU", name);
+            return -1;
+        }
+        kn_cur = kn_impls[i];
+        return 0;
+    }
+    dfl_seterr("kernels: unknown variant '%s' (generic, avx2, avx512)", name);
+    return -1;
+}
+
+void kn_init(void) {
+    const char *env = getenv("DFLASH_KERNELS");
+    if (env && *env) {
+        if (kn_force_variant(env) == 0) return;
+        fprintf(stderr, "dflash: warning: DFLASH_KERNELS: %s; picking automatically\n", dfl_lasterr());
+    }
+    for (int i = 0; i < KN_N_IMPLS; i++) {
+        if (kn_impls[i]->supported()) {
+            kn_cur = kn_impls[i];
+            return;
+        }
+    }
+}
+
+const char *kn_variant(void) {
+    if (!kn_cur) kn_init();
+    return kn_cur->name;
+}
+
+/* ===================================================================== */
+/* Entry points                                                            */
+/* ===================================================================== */
+
+static void kn_matmul_chunk(void *ctx, int start, int end) {
+    const kn_job *job = ctx;
+    int r1 = end * KN_COL_TILE;
+    if (r1 > job->w->rows) r1 = job->w->rows;
+    kn_cur->rows(job, start * KN_COL_TILE, r1);
+}
+
+/* Below this many multiply-adds a call runs on the calling thread only:
+ * waking the pool would cost more than it saves. */
+#define KN_MIN_PARALLEL (1 << 16)
+
+void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
+    if (T <= 0) return;
+    if (!kn_cur) kn_init();
+    kn_job job = {y, x, w, T};
+    float *xp = NULL;
+    int P = kn_cur->q4_perm;
+    if (w->dtype == KN_Q4 && P > 0) {
+        /* xp[T][cols]: each block of P elements as [even ones, odd ones]
+         * (cols is a multiple of the group size, hence of P) */
+        size_t n = (size_t)T * (size_t)w->cols;
+        xp = dfl_malloc(n * sizeof *xp);
+        for (size_t b = 0; b < n; b += (size_t)P)
+            for (int i = 0; i < P / 2; i++) {
+                xp[b + i] = x[b + 2 * i];
+                xp[b + P / 2 + i] = x[b + 2 * i + 1];
+            }
+        job.x = xp;
+    }
+    int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
+    if ((double)w->rows * w->cols * T < KN_MIN_PARALLEL) kn_matmul_chunk(&job, 0, tiles);
+    else tp_for(tiles, kn_matmul_chunk, &job);
+    free(xp);
+}
+
+void kn_get_row(float *out, const kn_weight *w, int row) {
+    for (int k0 = 0; k0 < w->cols; k0 += KN_KBLOCK) {
+        int kn = w->cols - k0 < KN_KBLOCK ? w->cols - k0 : KN_KBLOCK;
+        const float *v = generic_dequant(w, row, k0, kn, out + k0);
+        if (v != out + k0) memcpy(out + k0, v, sizeof(float) * (size_t)kn);
+    }
+}

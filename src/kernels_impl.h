@@ -1,0 +1,85 @@
+/* kernels_impl.h - what kernels.c shares with the per-ISA kernel files
+ * (kernels_avx2.c, kernels_avx512.c). Not part of the public interface.
+ *
+ * Every variant implements one function, rows(job, r0, r1), that writes
+ * y[t][r] for all t < T and r0 <= r < r1. kn_matmul splits the output
+ * columns across threads in tiles of KN_COL_TILE and calls it per chunk.
+ *
+ * The batch-invariance contract each variant keeps (see kernels.h): the
+ * arithmetic for one output y[t][r] is a fixed function of x[t], W[r] and the
+ * variant - one dequantized value per weight, one lane accumulator per
+ * (vector lane), weights visited in ascending column order (or the variant's
+ * fixed Q4 order), then one fixed horizontal reduction. Tiling over rows of x
+ * or over output columns, K blocking, and the choice between a fused T=1
+ * loop and a dequantize-to-buffer loop only change which values sit in
+ * registers at the same time, never the sequence of operations on one
+ * accumulator. */
+#ifndef DFL_KERNELS_IMPL_H
+#define DFL_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+#define KN_COL_TILE 16  /* output columns per thread-split unit */
+#define KN_KBLOCK 1024  /* columns of W per K block: a multiple of every vector
+                         * width and of every accepted group size */
+#define KN_TBLOCK 64    /* rows of x per pass over a weight tile */
+
+/* One kn_matmul call as the variants see it. */
+typedef struct {
+    float *y;           /* [T][w->rows] */
+    const float *x;     /* [T][w->cols]; Q4 with a q4_perm variant: permuted */
+    const kn_weight *w; /* validated by kn_check_weight */
+    int T;
+} kn_job;
+
+typedef struct {
+    const char *name;
+    int (*supported)(void); /* 1 if this CPU (and OS) can run it */
+    /* For Q4 the variant reads x with every block of q4_perm consecutive
+     * elements reordered as [the even ones, the odd ones]: it unpacks the
+     * low nibbles of a run of bytes into one vector and the high nibbles
+     * into the next. 0: x in natural order. */
+    int q4_perm;
+    void (*rows)(const kn_job *job, int r0, int r1);
+} kn_impl;
+
+extern const kn_impl kn_impl_generic;
+#if defined(__x86_64__)
+extern const kn_impl kn_impl_avx2, kn_impl_avx512;
+#endif
+
+/* IEEE half -> float, exact (subnormals, inf, nan included). */
+static inline float kn_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu, u;
+    if (em >= 0x7c00u) { /* inf / nan */
+        u = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
+    } else if (em >= 0x0400u) { /* normal */
+        u = sign | ((em << 13) + ((127u - 15u) << 23));
+    } else { /* zero / subnormal: em * 2^-24, exact in float */
+        union { float f; uint32_t u; } v = {.f = (float)em * (1.0f / 16777216.0f)};
+        u = sign | v.u;
+    }
+    union { uint32_t u; float f; } v = {.u = u};
+    return v.f;
+}
+
+static inline float kn_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
+/* Element i of a scales/biases array of dtype t (F32, F16 or BF16). */
+static inline float kn_scale_at(const void *p, kn_dtype t, size_t i) {
+    if (t == KN_F32) return ((const float *)p)[i];
+    if (t == KN_F16) return kn_f16_to_f32(((const uint16_t *)p)[i]);
+    return kn_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* Bytes per scale / bias element. */
+static inline size_t kn_scale_size(kn_dtype t) { return t == KN_F32 ? 4 : 2; }
+
+#endif

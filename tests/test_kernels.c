@@ -1,0 +1,499 @@
+/* test_kernels.c - kn_matmul / kn_get_row for every dtype and every SIMD
+ * variant this CPU has, and the tp_ thread pool.
+ *
+ * Accuracy: each output is compared with a double-precision reference
+ * ref = sum_j x_j * w_j (w_j dequantized exactly in double). The tolerance
+ * is a rounding-error bound for a float dot product split over lane
+ * accumulators:   |y - ref| <= (cols/8 + 10) * 2^-24 * mag,
+ * mag = sum_j |x_j| * (|s*q_j| + |b|)   (|x_j*w_j| for F32/F16/BF16).
+ * (Each lane chain is at most cols/8 long; +10 covers the dequantization,
+ * the product and the horizontal reduction.) One wrong or dropped element
+ * costs about mag/cols, far above the bound for the shapes used here.
+ *
+ * Batch invariance is checked bit for bit: row t of a T-row call equals the
+ * same row computed alone (T = 1), for T = 1..17, with NaN/Inf garbage in
+ * the other rows, and with 1, 2 and 3 threads. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "kernels.h"
+#include "threads.h"
+#include "util.h"
+
+/* ---- random numbers ---------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rng_unit(void) { return (float)(rng_u64() >> 40) / 16777216.0f * 2.0f - 1.0f; }
+
+/* ---- test weights ------------------------------------------------------ */
+
+typedef struct {
+    kn_weight w;
+    void *data, *scales, *biases;
+} tweight;
+
+static uint16_t store_scale(kn_dtype t, float v) {
+    return t == KN_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
+}
+
+/* Random W[rows][cols] of the given dtype. Q: group g, scales of dtype sd. */
+static tweight make_weight(kn_dtype dt, int rows, int cols, int g, kn_dtype sd) {
+    tweight tw;
+    memset(&tw, 0, sizeof tw);
+    kn_weight *w = &tw.w;
+    w->dtype = dt;
+    w->rows = rows;
+    w->cols = cols;
+    size_t n = (size_t)rows * cols;
+    if (dt == KN_F32) {
+        float *d = dfl_malloc(n * 4);
+        for (size_t i = 0; i < n; i++) d[i] = rng_unit();
+        tw.data = d;
+    } else if (dt == KN_F16 || dt == KN_BF16) {
+        uint16_t *d = dfl_malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            float v = rng_unit();
+            if (dt == KN_F16 && i % 97 == 5) v *= 1e-6f; /* f16 subnormals */
+            if (i % 101 == 7) v = 0.0f;
+            d[i] = dt == KN_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
+        }
+        tw.data = d;
+    } else {
+        int bits = dt == KN_Q8 ? 8 : 4;
+        size_t words = n * bits / 32, ng = (size_t)rows * (cols / g);
+        uint32_t *d = dfl_malloc(words * 4);
+        for (size_t i = 0; i < words; i++) d[i] = (uint32_t)rng_u64();
+        size_t ss = sd == KN_F32 ? 4 : 2;
+        tw.scales = dfl_malloc(ng * ss);
+        tw.biases = dfl_malloc(ng * ss);
+        for (size_t i = 0; i < ng; i++) {
+            float s = (0.5f + 0.5f * (rng_unit() + 1.0f)) / (float)((1 << bits) - 1);
+            float b = -0.5f * (1.0f + 0.3f * rng_unit());
+            if (sd == KN_F32) {
+                ((float *)tw.scales)[i] = s;
+                ((float *)tw.biases)[i] = b;
+            } else {
+                ((uint16_t *)tw.scales)[i] = store_scale(sd, s);
+                ((uint16_t *)tw.biases)[i] = store_scale(sd, b);
+            }
+        }
+        tw.data = d;
+        w->scales = tw.scales;
+        w->biases = tw.biases;
+        w->scale_dtype = sd;
+        w->group_size = g;
+        w->bits = bits;
+    }
+    w->data = tw.data;
+    return tw;
+}
+
+static void free_weight(tweight *tw) {
+    free(tw->data);
+    free(tw->scales);
+    free(tw->biases);
+}
+
+static double scale_val(const kn_weight *w, const void *p, size_t i) {
+    if (w->scale_dtype == KN_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return w->scale_dtype == KN_F16 ? dfl_f16_to_f32(h) : dfl_bf16_to_f32(h);
+}
+
+/* W[r][j] split as s*q + b (s = 1, b = 0 for float dtypes) - exact. */
+static void elem(const kn_weight *w, int r, int j, double *s, double *q, double *b) {
+    size_t i = (size_t)r * w->cols + j;
+    *s = 1, *b = 0;
+    switch (w->dtype) {
+    case KN_F32: *q = ((const float *)w->data)[i]; return;
+    case KN_F16: *q = dfl_f16_to_f32(((const uint16_t *)w->data)[i]); return;
+    case KN_BF16: *q = dfl_bf16_to_f32(((const uint16_t *)w->data)[i]); return;
+    default: {
+        int bits = w->bits, per = 32 / bits;
+        uint32_t word = ((const uint32_t *)w->data)[i / per];
+        *q = (double)((word >> ((i % per) * bits)) & ((1u << bits) - 1));
+        size_t gi = (size_t)r * (w->cols / w->group_size) + j / w->group_size;
+        *s = scale_val(w, w->scales, gi);
+        *b = scale_val(w, w->biases, gi);
+    }
+    }
+}
+
+/* Check y[T][rows] against the double reference; returns #failures. */
+static int check_against_ref(const float *y, const float *x, const kn_weight *w, int T, const char *what) {
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < w->rows; r++) {
+            double ref = 0, mag = 0, s, q, b;
+            for (int j = 0; j < w->cols; j++) {
+                elem(w, r, j, &s, &q, &b);
+                double xv = x[(size_t)t * w->cols + j];
+                ref += xv * (s * q + b);
+                mag += fabs(xv) * (fabs(s * q) + fabs(b));
+            }
+            double tol = (w->cols / 8 + 10) * ldexp(1.0, -24) * mag;
+            double got = y[(size_t)t * w->rows + r];
+            if (!(fabs(got - ref) <= tol)) {
+                if (bad < 3)
+                    CHECK(0, "%s: y[%d][%d] = %.9g, ref %.9g, err %.3g > tol %.3g", what, t, r, got,
+                          ref, fabs(got - ref), tol);
+                bad++;
+            }
+        }
+    return bad;
+}
+
+static const char *variants[] = {"generic", "avx2", "avx512"};
+#define N_VARIANTS 3
+
+static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
+    if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
+        snprintf(buf, n, "%s %s g%d %s-scales [%d x %d] T=%d", var, kn_dtype_name(w->dtype),
+                 w->group_size, kn_dtype_name(w->scale_dtype), w->rows, w->cols, T);
+    else
+        snprintf(buf, n, "%s %s [%d x %d] T=%d", var, kn_dtype_name(w->dtype), w->rows, w->cols, T);
+}
+
+/* Weight configurations: dtype, group size, scale dtype. */
+typedef struct {
+    kn_dtype dt;
+    int g;
+    kn_dtype sd;
+} wconf;
+
+static int all_confs(wconf *c) {
+    int n = 0;
+    c[n++] = (wconf){KN_F32, 0, KN_F32};
+    c[n++] = (wconf){KN_F16, 0, KN_F32};
+    c[n++] = (wconf){KN_BF16, 0, KN_F32};
+    kn_dtype qs[2] = {KN_Q8, KN_Q4}, sds[3] = {KN_F32, KN_F16, KN_BF16};
+    int gs[3] = {32, 64, 128};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int d = 0; d < 3; d++) c[n++] = (wconf){qs[a], gs[b], sds[d]};
+    return n;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+TEST(names_and_bytes) {
+    CHECK(strcmp(kn_dtype_name(KN_BF16), "BF16") == 0, "%s", kn_dtype_name(KN_BF16));
+    CHECK(strcmp(kn_dtype_name(KN_Q4), "Q4") == 0, "%s", kn_dtype_name(KN_Q4));
+    tweight a = make_weight(KN_BF16, 3, 64, 0, KN_F32);
+    CHECK(kn_weight_bytes(&a.w) == 3 * 64 * 2, "%zu", kn_weight_bytes(&a.w));
+    tweight b = make_weight(KN_Q4, 3, 256, 64, KN_F16);
+    /* 3*256/2 bytes of nibbles + 3*4 groups * 2 arrays * 2 bytes */
+    CHECK(kn_weight_bytes(&b.w) == 384 + 48, "%zu", kn_weight_bytes(&b.w));
+    CHECK(kn_check_weight(&b.w, "b") == 0, "%s", dfl_lasterr());
+    b.w.group_size = 48;
+    CHECK(kn_check_weight(&b.w, "blk.0.q") == -1 && strstr(dfl_lasterr(), "blk.0.q"), "%s",
+          dfl_lasterr());
+    b.w.group_size = 64;
+    b.w.bits = 8;
+    CHECK(kn_check_weight(&b.w, "b") == -1, "bits mismatch accepted");
+    free_weight(&a);
+    free_weight(&b);
+}
+
+TEST(variants) {
+    kn_init();
+    const char *v = kn_variant();
+    int found = 0;
+    for (int i = 0; i < N_VARIANTS; i++) found |= strcmp(v, variants[i]) == 0;
+    CHECK(found, "kn_variant() = %s", v);
+    CHECK(kn_force_variant("generic") == 0, "%s", dfl_lasterr());
+    CHECK(strcmp(kn_variant(), "generic") == 0, "%s", kn_variant());
+    CHECK(kn_force_variant("sse9") == -1, "bogus variant accepted");
+    for (int i = 0; i < N_VARIANTS; i++)
+        fprintf(stderr, "  variant %-8s %s\n", variants[i],
+                kn_force_variant(variants[i]) == 0 ? "available" : "not on this CPU (skipped)");
+}
+
+TEST(get_row_exact) {
+    wconf c[32];
+    int nc = all_confs(c);
+    for (int k = 0; k < nc; k++) {
+        int cols = c[k].dt == KN_F32 || c[k].dt == KN_F16 || c[k].dt == KN_BF16 ? 1100 : 1152;
+        tweight tw = make_weight(c[k].dt, 5, cols, c[k].g, c[k].sd);
+        float *out = dfl_malloc(sizeof(float) * cols);
+        int bad = 0;
+        for (int r = 0; r < 5; r++) {
+            kn_get_row(out, &tw.w, r);
+            for (int j = 0; j < cols; j++) {
+                double s, q, b;
+                elem(&tw.w, r, j, &s, &q, &b);
+                /* documented rounding: (float)(s*q) then + b, in float */
+                float want = (float)((float)s * (float)q) + (float)b;
+                if (tw.w.dtype == KN_F32 || tw.w.dtype == KN_F16 || tw.w.dtype == KN_BF16)
+                    want = (float)q;
+                if (memcmp(&out[j], &want, 4) != 0) bad++;
+            }
+        }
+        char d[128];
+        describe(d, sizeof d, "get_row", &tw.w, 1);
+        CHECK(bad == 0, "%s: %d elements differ", d, bad);
+        free(out);
+        free_weight(&tw);
+    }
+}
+
+TEST(matmul_accuracy) {
+    wconf c[32];
+    int nc = all_confs(c);
+    int shapes_f[][2] = {{1, 1}, {5, 7}, {17, 33}, {37, 100}, {3, 1030}};
+    int shapes_q[][2] = {{1, 128}, {5, 32}, {17, 96}, {37, 384}, {3, 1152}};
+    int Ts[] = {1, 3, 17};
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        for (int k = 0; k < nc; k++) {
+            int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
+            for (int si = 0; si < 5; si++) {
+                int rows = isq ? shapes_q[si][0] : shapes_f[si][0];
+                int cols = isq ? shapes_q[si][1] : shapes_f[si][1];
+                if (isq && cols % c[k].g) continue;
+                tweight tw = make_weight(c[k].dt, rows, cols, c[k].g, c[k].sd);
+                for (int ti = 0; ti < 3; ti++) {
+                    int T = Ts[ti];
+                    float *x = dfl_malloc(sizeof(float) * T * cols);
+                    float *y = dfl_malloc(sizeof(float) * T * rows);
+                    for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
+                    kn_matmul(y, x, &tw.w, T);
+                    char d[128];
+                    describe(d, sizeof d, variants[vi], &tw.w, T);
+                    check_against_ref(y, x, &tw.w, T, d);
+                    free(x);
+                    free(y);
+                }
+                free_weight(&tw);
+            }
+        }
+    }
+    kn_init();
+}
+
+/* Row t of every T-row call equals the T=1 result for that row, bit for
+ * bit; y_solo[t][rows] is the T=1 result. Returns #mismatching rows. */
+static int count_diff_rows(const float *y, const float *y_solo, int T, int rows, const int *only) {
+    int bad = 0;
+    for (int t = 0; t < T; t++) {
+        if (only && !only[t]) continue;
+        if (memcmp(y + (size_t)t * rows, y_solo + (size_t)t * rows, sizeof(float) * rows) != 0) bad++;
+    }
+    return bad;
+}
+
+static void invariance_case(const char *var, const wconf *c, int rows, int cols, int threads_list) {
+    enum { TMAX = 17 };
+    tweight tw = make_weight(c->dt, rows, cols, c->g, c->sd);
+    float *x = dfl_malloc(sizeof(float) * TMAX * cols);
+    float *xg = dfl_malloc(sizeof(float) * TMAX * cols);
+    float *solo = dfl_malloc(sizeof(float) * TMAX * rows);
+    float *y = dfl_malloc(sizeof(float) * TMAX * rows);
+    for (int i = 0; i < TMAX * cols; i++) x[i] = rng_unit();
+    char d[128];
+    describe(d, sizeof d, var, &tw.w, 0);
+
+    tp_init(1);
+    for (int t = 0; t < TMAX; t++) kn_matmul(solo + (size_t)t * rows, x + (size_t)t * cols, &tw.w, 1);
+
+    /* T = 1..17 on one thread */
+    for (int T = 1; T <= TMAX; T++) {
+        kn_matmul(y, x, &tw.w, T);
+        int bad = count_diff_rows(y, solo, T, rows, NULL);
+        CHECK(bad == 0, "%s: T=%d: %d rows differ from T=1", d, T, bad);
+    }
+    /* garbage (NaN, Inf, huge) in the other rows of a T=16 call */
+    for (int t = 0; t < 16; t += 5) {
+        for (int i = 0; i < 16 * cols; i++) {
+            uint64_t u = rng_u64() % 4;
+            xg[i] = u == 0 ? NAN : u == 1 ? INFINITY : u == 2 ? -3e38f : rng_unit() * 1e30f;
+        }
+        memcpy(xg + (size_t)t * cols, x + (size_t)t * cols, sizeof(float) * cols);
+        kn_matmul(y, xg, &tw.w, 16);
+        int only[16] = {0};
+        only[t] = 1;
+        int bad = count_diff_rows(y, solo, 16, rows, only);
+        CHECK(bad == 0, "%s: row %d of a T=16 call with garbage rows differs", d, t);
+    }
+    /* thread counts */
+    for (int nt = 2; nt <= 3 && threads_list; nt++) {
+        tp_init(nt);
+        for (int T = 1; T <= 16; T += 15) {
+            kn_matmul(y, x, &tw.w, T);
+            int bad = count_diff_rows(y, solo, T, rows, NULL);
+            CHECK(bad == 0, "%s: T=%d with %d threads: %d rows differ", d, T, nt, bad);
+        }
+    }
+    tp_shutdown();
+    free(x);
+    free(xg);
+    free(solo);
+    free(y);
+    free_weight(&tw);
+}
+
+TEST(batch_invariance) {
+    /* every dtype; Q in a few group/scale combinations; two K blocks
+     * (cols > 1024) and a row count that is not a multiple of the tiles */
+    wconf c[] = {
+        {KN_F32, 0, KN_F32},   {KN_F16, 0, KN_F32},    {KN_BF16, 0, KN_F32},
+        {KN_Q8, 32, KN_F16},   {KN_Q8, 64, KN_BF16},   {KN_Q8, 128, KN_F32},
+        {KN_Q4, 32, KN_BF16},  {KN_Q4, 64, KN_F16},    {KN_Q4, 128, KN_F32},
+    };
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+            int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
+            invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1);
+        }
+    }
+    kn_init();
+}
+
+/* A large T (several KN_TBLOCK passes) against T=1, one dtype per kind. */
+TEST(large_T) {
+    int T = 150, rows = 20, cols = 256;
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        for (int k = 0; k < 3; k++) {
+            kn_dtype dt = k == 0 ? KN_BF16 : k == 1 ? KN_Q8 : KN_Q4;
+            tweight tw = make_weight(dt, rows, cols, 64, KN_BF16);
+            float *x = dfl_malloc(sizeof(float) * T * cols);
+            float *y = dfl_malloc(sizeof(float) * T * rows);
+            float *y1 = dfl_malloc(sizeof(float) * rows);
+            for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
+            kn_matmul(y, x, &tw.w, T);
+            int bad = 0;
+            for (int t = 0; t < T; t++) {
+                kn_matmul(y1, x + (size_t)t * cols, &tw.w, 1);
+                bad += memcmp(y1, y + (size_t)t * rows, sizeof(float) * rows) != 0;
+            }
+            char d[128];
+            describe(d, sizeof d, variants[vi], &tw.w, T);
+            CHECK(bad == 0, "%s: %d rows differ from T=1", d, bad);
+            check_against_ref(y, x, &tw.w, T, d);
+            free(x);
+            free(y);
+            free(y1);
+            free_weight(&tw);
+        }
+    }
+    kn_init();
+}
+
+/* ---- thread pool ------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    atomic_int *hits;        /* [n] times each index was visited */
+    atomic_llong sum;
+    int nested;              /* call tp_for inside the chunk */
+    atomic_llong nested_sum;
+} pool_ctx;
+
+static void nested_fn(void *ctx, int start, int end) {
+    pool_ctx *c = ctx;
+    for (int i = start; i < end; i++) atomic_fetch_add(&c->nested_sum, i);
+}
+
+static void sum_fn(void *ctx, int start, int end) {
+    pool_ctx *c = ctx;
+    long long s = 0;
+    for (int i = start; i < end; i++) {
+        s += i;
+        if (c->hits) atomic_fetch_add(&c->hits[i], 1);
+    }
+    atomic_fetch_add(&c->sum, s);
+    if (c->nested) tp_for(10, nested_fn, ctx);
+}
+
+/* Records the chunk boundaries seen for one call. */
+static atomic_int starts_seen[64];
+static void bounds_fn(void *ctx, int start, int end) {
+    (void)ctx;
+    (void)end;
+    if (start < 64) atomic_fetch_add(&starts_seen[start], 1);
+}
+
+TEST(thread_pool) {
+    CHECK(tp_physical_cores() >= 1, "%d", tp_physical_cores());
+    CHECK(tp_threads() == 1, "no pool yet: %d", tp_threads());
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    /* no pool: runs inline */
+    tp_for(100, sum_fn, &c);
+    CHECK(atomic_load(&c.sum) == 4950, "%lld", (long long)atomic_load(&c.sum));
+
+    int sizes[] = {2, 3, 1, 0, 4};
+    for (int si = 0; si < 5; si++) {
+        tp_init(sizes[si]);
+        int nt = tp_threads();
+        CHECK(sizes[si] <= 0 ? nt == tp_physical_cores() : nt == sizes[si], "tp_init(%d) gave %d",
+              sizes[si], nt);
+        /* many small calls: every index visited exactly once each time */
+        int n = 1000, calls = 3000;
+        memset(&c, 0, sizeof c);
+        c.hits = dfl_calloc((size_t)n, sizeof(atomic_int));
+        long long want = 0;
+        for (int k = 0; k < calls; k++) {
+            int m = 1 + k % n;
+            tp_for(m, sum_fn, &c);
+            want += (long long)m * (m - 1) / 2;
+        }
+        CHECK(atomic_load(&c.sum) == want, "threads=%d: sum %lld want %lld", nt,
+              (long long)atomic_load(&c.sum), want);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != calls / n * (n - i); /* m > i in each cycle */
+        CHECK(bad == 0, "threads=%d: %d indices visited the wrong number of times", nt, bad);
+        free(c.hits);
+        c.hits = NULL;
+
+        /* the split is n*i/nt, whatever the timing */
+        for (int i = 0; i < 64; i++) atomic_store(&starts_seen[i], 0);
+        for (int k = 0; k < 50; k++) tp_for(50, bounds_fn, NULL);
+        int ok = 1;
+        for (int i = 0; i < nt && nt <= 50; i++) ok &= atomic_load(&starts_seen[50 * i / nt]) == 50;
+        CHECK(ok, "threads=%d: chunk starts are not 50*i/nt", nt);
+
+        /* nested tp_for runs inline instead of deadlocking */
+        memset(&c, 0, sizeof c);
+        c.nested = 1;
+        tp_for(8, sum_fn, &c);
+        CHECK(atomic_load(&c.sum) == 28, "%lld", (long long)atomic_load(&c.sum));
+        int chunks = nt < 8 ? nt : 8;
+        CHECK(atomic_load(&c.nested_sum) == 45LL * chunks, "nested sum %lld",
+              (long long)atomic_load(&c.nested_sum));
+    }
+    /* sleep-then-wake path: workers block after their spin window */
+    tp_init(2);
+    memset(&c, 0, sizeof c);
+    for (int k = 0; k < 3; k++) {
+        struct timespec ts = {0, 3 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        tp_for(100, sum_fn, &c);
+    }
+    CHECK(atomic_load(&c.sum) == 3 * 4950, "%lld", (long long)atomic_load(&c.sum));
+    tp_shutdown();
+    CHECK(tp_threads() == 1, "after shutdown: %d", tp_threads());
+}
+
+int main(void) {
+    RUN(names_and_bytes);
+    RUN(variants);
+    RUN(get_row_exact);
+    RUN(thread_pool);
+    RUN(matmul_accuracy);
+    RUN(batch_invariance);
+    RUN(large_T);
+    CHECK_DONE("test_kernels");
+}
