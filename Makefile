@@ -11,6 +11,7 @@ CFLAGS  += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthr
            $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
 BUILD   ?= build
+BIN     ?= dflash
 
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
@@ -18,7 +19,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 .PHONY: all deps test demo asan clean
-all: deps dflash
+all: deps $(BIN)
 
 deps:
 	@sh tools/deps.sh
@@ -32,7 +33,7 @@ $(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD)
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-dflash: cli/main.c $(BUILD)/libdflash.a
+$(BIN): cli/main.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
@@ -40,14 +41,14 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
 
 tests: $(TEST_BIN)
 
-test: deps dflash $(TEST_BIN)
-	@sh tests/run.sh $(BUILD)
+test: deps $(BIN) $(TEST_BIN)
+	@DFLASH_BIN=$(abspath $(BIN)) sh tests/run.sh $(BUILD)
 
 asan:
-	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	$(MAKE) BUILD=build-asan BIN=build-asan/dflash CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-demo: deps dflash
+demo: deps $(BIN)
 	@sh tools/demo.sh
 
 clean:

@@ -2,6 +2,7 @@
 #include "safetensors.h"
 
 #include <cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -262,4 +263,61 @@ const st_tensor *st_find(const st_set *s, const char *name) {
         else hi = mid - 1;
     }
     return NULL;
+}
+
+int st_write(const char *path, const st_out *t, int n, const char *metadata_json) {
+    cJSON *root = cJSON_CreateObject();
+    if (metadata_json) {
+        cJSON *md = cJSON_Parse(metadata_json);
+        if (!cJSON_IsObject(md)) {
+            cJSON_Delete(md);
+            cJSON_Delete(root);
+            dfl_seterr("%s: metadata is not a JSON object", path);
+            return -1;
+        }
+        cJSON_AddItemToObject(root, "__metadata__", md);
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
+        size_t nb = numel * st_dtype_size(t[i].dtype);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON *of = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
+        cJSON_AddItemToObject(root, t[i].name, e);
+        off += (nb + 7) & ~(size_t)7;
+    }
+    char *hdr = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    size_t hlen = strlen(hdr), pad = (8 - hlen % 8) % 8;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(hdr);
+        dfl_seterr("%s: cannot create", path);
+        return -1;
+    }
+    uint8_t len8[8];
+    uint64_t L = hlen + pad;
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(L >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    free(hdr);
+    static const uint8_t zeros[8];
+    for (int i = 0; ok && i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
+        size_t nb = numel * st_dtype_size(t[i].dtype);
+        ok = fwrite(t[i].data, 1, nb, f) == nb && fwrite(zeros, 1, (8 - nb % 8) % 8, f) == (8 - nb % 8) % 8;
+    }
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        dfl_seterr("%s: write error", path);
+        return -1;
+    }
+    return 0;
 }

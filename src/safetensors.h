@@ -53,4 +53,17 @@ void st_close(st_set *s);
 /* Tensor by exact name, or NULL. */
 const st_tensor *st_find(const st_set *s, const char *name);
 
+/* Writing: tensors are laid out in the order given, 8-byte aligned. */
+typedef struct {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data; /* shape product * dtype size bytes */
+} st_out;
+
+/* Write a safetensors file; metadata_json (may be NULL) is a JSON object of
+ * string values stored as "__metadata__". */
+int st_write(const char *path, const st_out *t, int n, const char *metadata_json);
+
 #endif

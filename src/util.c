@@ -23,13 +23,18 @@ void dfl_seterr(const char *fmt, ...) {
 }
 
 void dfl_preferr(const char *fmt, ...) {
-    char pre[512], old[sizeof err_buf];
+    char old[sizeof err_buf];
+    memcpy(old, err_buf, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pre, sizeof pre, fmt, ap);
+    int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
     va_end(ap);
-    memcpy(old, err_buf, sizeof old);
-    snprintf(err_buf, sizeof err_buf, "%s: %s", pre, old);
+    if (n < 0 || (size_t)n + 2 >= sizeof err_buf) return;
+    size_t k = (size_t)n, room = sizeof err_buf - k - 3;
+    size_t len = strlen(old) < room ? strlen(old) : room;
+    memcpy(err_buf + k, ": ", 2);
+    memcpy(err_buf + k + 2, old, len);
+    err_buf[k + 2 + len] = 0;
 }
 
 const char *dfl_lasterr(void) { return err_buf[0] ? err_buf : "unknown error"; }

@@ -1,0 +1,243 @@
+/* synth.c - see synth.h. */
+#include "synth.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "quant.h"
+#include "safetensors.h"
+#include "util.h"
+
+syn_spec syn_default(void) {
+    syn_spec s;
+    memset(&s, 0, sizeof s);
+    cfg_model *c = &s.c;
+    c->arch = CFG_QWEN3;
+    c->hidden = 64;
+    c->inter = 128;
+    c->n_layers = 2;
+    c->n_heads = 4;
+    c->n_kv_heads = 2;
+    c->head_dim = 16;
+    c->vocab = 512;
+    c->eps = 1e-6f;
+    c->rope_theta = 1e6;
+    c->qk_norm = 1;
+    c->tie_embeddings = 1;
+    c->max_pos = 256;
+    s.dtype = KN_BF16;
+    s.scale_dtype = KN_BF16;
+    s.seed = 1;
+    return s;
+}
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static double uniform(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return ((r->s >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static float normal(rng *r) { return (float)(sqrt(-2 * log(uniform(r))) * cos(6.283185307179586 * uniform(r))); }
+
+typedef struct {
+    st_out *t;
+    int n, cap;
+    void **bufs;
+} tensors;
+
+static void add(tensors *ts, const char *name, st_dtype d, int ndim, int64_t d0, int64_t d1, void *data) {
+    if (ts->n == ts->cap) {
+        ts->cap = ts->cap ? 2 * ts->cap : 64;
+        ts->t = dfl_realloc(ts->t, sizeof(st_out) * (size_t)ts->cap);
+        ts->bufs = dfl_realloc(ts->bufs, sizeof(void *) * (size_t)ts->cap);
+    }
+    st_out *o = &ts->t[ts->n];
+    o->name = dfl_strdup(name);
+    o->dtype = d;
+    o->ndim = ndim;
+    o->shape[0] = d0;
+    o->shape[1] = d1;
+    o->data = data;
+    ts->bufs[ts->n++] = data;
+}
+
+static st_dtype st_of(kn_dtype k) { return k == KN_F32 ? ST_F32 : k == KN_F16 ? ST_F16 : ST_BF16; }
+static size_t size_of(kn_dtype k) { return k == KN_F32 ? 4 : 2; }
+
+static void put(kn_dtype k, void *arr, size_t i, float v) {
+    if (k == KN_F32) ((float *)arr)[i] = v;
+    else ((uint16_t *)arr)[i] = k == KN_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
+}
+
+/* A [rows, cols] matrix of N(0, std^2), plain or MLX-quantized. */
+static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int rows, int cols, float std) {
+    char name[256];
+    float *row = dfl_malloc(sizeof(float) * (size_t)cols);
+    if (s->c.q_bits) {
+        int b = s->c.q_bits, g = s->c.q_group;
+        uint32_t *pk = dfl_malloc(sizeof(uint32_t) * (size_t)rows * cols * b / 32);
+        void *sc = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
+        void *bi = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
+        for (int i = 0; i < rows; i++) {
+            for (int j = 0; j < cols; j++) row[j] = std * normal(r);
+            size_t so = size_of(s->scale_dtype) * (size_t)i * (cols / g);
+            qt_row(row, cols, b, g, s->scale_dtype, pk + (size_t)i * cols * b / 32, (char *)sc + so, (char *)bi + so);
+        }
+        snprintf(name, sizeof name, "%s.weight", base);
+        add(ts, name, ST_U32, 2, rows, (int64_t)cols * b / 32, pk);
+        snprintf(name, sizeof name, "%s.scales", base);
+        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, sc);
+        snprintf(name, sizeof name, "%s.biases", base);
+        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, bi);
+    } else {
+        void *w = dfl_malloc(size_of(s->dtype) * (size_t)rows * cols);
+        for (size_t i = 0; i < (size_t)rows * cols; i++) put(s->dtype, w, i, std * normal(r));
+        snprintf(name, sizeof name, "%s.weight", base);
+        add(ts, name, st_of(s->dtype), 2, rows, cols, w);
+    }
+    free(row);
+}
+
+static void vec(tensors *ts, const syn_spec *s, rng *r, const char *name, int n) {
+    void *w = dfl_malloc(size_of(s->dtype) * (size_t)n);
+    for (int i = 0; i < n; i++) put(s->dtype, w, (size_t)i, 1.0f + 0.2f * normal(r));
+    add(ts, name, st_of(s->dtype), 1, n, 0, w);
+}
+
+static int write_json(const char *dir, const char *file, cJSON *j) {
+    char *path = dfl_path_join(dir, file), *txt = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(txt, f) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) dfl_seterr("%s: cannot write", path);
+    free(path);
+    free(txt);
+    return ok ? 0 : -1;
+}
+
+static int write_config(const char *dir, const syn_spec *s) {
+    const cfg_model *c = &s->c;
+    cJSON *j = cJSON_CreateObject();
+    const char *arch = c->is_draft ? "DFlashDraftModel" : c->arch == CFG_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+    cJSON *a = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch));
+    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA ? "llama" : "qwen3");
+    cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_pos);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
+    cJSON_AddBoolToObject(j, "attention_bias", 0);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    cJSON_AddStringToObject(j, "torch_dtype", s->dtype == KN_F32 ? "float32" : s->dtype == KN_F16 ? "float16" : "bfloat16");
+    if (c->q_bits) {
+        cJSON *q = cJSON_AddObjectToObject(j, "quantization");
+        cJSON_AddNumberToObject(q, "group_size", c->q_group);
+        cJSON_AddNumberToObject(q, "bits", c->q_bits);
+    }
+    if (c->is_draft) {
+        cJSON_AddNumberToObject(j, "block_size", c->block_size);
+        cJSON_AddNumberToObject(j, "num_target_layers", c->n_target_layers);
+        cJSON *d = cJSON_AddObjectToObject(j, "dflash_config");
+        cJSON_AddNumberToObject(d, "mask_token_id", c->mask_token_id);
+        cJSON *ids = cJSON_AddArrayToObject(d, "target_layer_ids");
+        for (int i = 0; i < c->n_taps; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->tap_layers[i]));
+    }
+    int rc = write_json(dir, "config.json", j);
+    cJSON_Delete(j);
+    if (rc || c->is_draft) return rc;
+    j = cJSON_CreateObject();
+    cJSON *e = cJSON_AddArrayToObject(j, "eos_token_id");
+    for (int i = 0; i < c->n_eos; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(c->eos_ids[i]));
+    rc = write_json(dir, "generation_config.json", j);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int syn_write(const char *dir, const syn_spec *s) {
+    const cfg_model *c = &s->c;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        dfl_seterr("%s: cannot create directory", dir);
+        return -1;
+    }
+    if (write_config(dir, s)) return -1;
+    rng r = {s->seed * 0x9e3779b97f4a7c15ull + 12345};
+    tensors ts = {0};
+    int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+    const char *pre = c->is_draft ? "" : "model.";
+    char name[256];
+    float sh = 1.0f / sqrtf((float)H), sq = 1.0f / sqrtf((float)q), si = 1.0f / sqrtf((float)c->inter);
+    if (c->is_draft) {
+        matrix(&ts, s, &r, "fc", H, c->n_taps * H, 1.0f / sqrtf((float)(c->n_taps * H)));
+        vec(&ts, s, &r, "hidden_norm.weight", H);
+    } else {
+        snprintf(name, sizeof name, "%sembed_tokens", pre);
+        matrix(&ts, s, &r, name, c->vocab, H, 1.0f);
+        if (!c->tie_embeddings) matrix(&ts, s, &r, "lm_head", c->vocab, H, sh);
+    }
+    snprintf(name, sizeof name, "%snorm.weight", pre);
+    vec(&ts, s, &r, name, H);
+    for (int l = 0; l < c->n_layers; l++) {
+        char b[224];
+#define M(sub, rows, cols, std) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), matrix(&ts, s, &r, b, rows, cols, std)
+#define V(sub, n) snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub), vec(&ts, s, &r, b, n)
+        M("self_attn.q_proj", q, H, sh);
+        M("self_attn.k_proj", kv, H, sh);
+        M("self_attn.v_proj", kv, H, sh);
+        M("self_attn.o_proj", H, q, sq);
+        M("mlp.gate_proj", c->inter, H, sh);
+        M("mlp.up_proj", c->inter, H, sh);
+        M("mlp.down_proj", H, c->inter, si);
+        V("input_layernorm", H);
+        V("post_attention_layernorm", H);
+        if (c->qk_norm) {
+            V("self_attn.q_norm", hd);
+            V("self_attn.k_norm", hd);
+        }
+#undef M
+#undef V
+    }
+    int rc = 0;
+    if (!s->sharded) {
+        char *p = dfl_path_join(dir, "model.safetensors");
+        rc = st_write(p, ts.t, ts.n, "{\"format\": \"pt\"}");
+        free(p);
+    } else { /* two shards: first half of the tensors, second half */
+        cJSON *idx = cJSON_CreateObject(), *wm = cJSON_AddObjectToObject(idx, "weight_map");
+        int half = ts.n / 2;
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            char fn[64];
+            snprintf(fn, sizeof fn, "model-%05d-of-00002.safetensors", k + 1);
+            char *p = dfl_path_join(dir, fn);
+            int a = k ? half : 0, e = k ? ts.n : half;
+            rc = st_write(p, ts.t + a, e - a, NULL);
+            for (int i = a; i < e; i++) cJSON_AddStringToObject(wm, ts.t[i].name, fn);
+            free(p);
+        }
+        if (rc == 0) rc = write_json(dir, "model.safetensors.index.json", idx);
+        cJSON_Delete(idx);
+    }
+    for (int i = 0; i < ts.n; i++) {
+        free((void *)ts.t[i].name);
+        free(ts.bufs[i]);
+    }
+    free(ts.t);
+    free(ts.bufs);
+    return rc;
+}

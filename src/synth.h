@@ -1,0 +1,29 @@
+/* synth.h - write random-weight checkpoints with real layouts. Prefix: syn_.
+ *
+ * Used by tests (small models that exercise every loader path) and by
+ * `dflash synth` (real shapes for speed measurements: speed does not depend
+ * on the values). Weights are deterministic for a given seed. */
+#ifndef DFL_SYNTH_H
+#define DFL_SYNTH_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "kernels.h"
+
+typedef struct {
+    cfg_model c;        /* shapes and options; c.q_bits/q_group select MLX layout */
+    kn_dtype dtype;     /* KN_BF16, KN_F16 or KN_F32 for unquantized tensors */
+    kn_dtype scale_dtype;
+    uint64_t seed;
+    int sharded;        /* write N shards + model.safetensors.index.json */
+} syn_spec;
+
+/* A small Qwen3 shape (hidden 64, 2 layers, vocab 512) to start from. */
+syn_spec syn_default(void);
+
+/* Create DIR (if needed) and write config.json, generation_config.json
+ * (targets) and the safetensors. */
+int syn_write(const char *dir, const syn_spec *s);
+
+#endif

@@ -1,0 +1,350 @@
+/* test_model.c - loading, validation of bad input, batch invariance and KV
+ * rollback, on small checkpoints this test writes itself (src/synth.c) in
+ * every supported weight format. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "check.h"
+#include "model.h"
+#include "safetensors.h"
+#include "synth.h"
+#include "threads.h"
+#include "util.h"
+
+static char tmpdir[256];
+
+static char *path(const char *a, const char *b) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    if (b) snprintf(buf[k], sizeof buf[k], "%s/%s/%s", tmpdir, a, b);
+    else snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, a);
+    return buf[k];
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", p);
+        exit(1);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* A raw safetensors file with the given header text and n data bytes. */
+static void raw_st(const char *p, const char *hdr, size_t ndata, uint64_t hlen_override) {
+    size_t h = strlen(hdr);
+    uint8_t *b = calloc(1, 8 + h + ndata);
+    uint64_t L = hlen_override ? hlen_override : h;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(L >> (8 * i));
+    memcpy(b + 8, hdr, h);
+    write_file(p, b, 8 + h + ndata);
+    free(b);
+}
+
+static int err_has(const char *needle) {
+    const char *e = dfl_lasterr();
+    if (strstr(e, needle)) return 1;
+    fprintf(stderr, "  error was: %s\n", e);
+    return 0;
+}
+
+static int st_fails_with(const char *file, const char *needle) {
+    st_set s;
+    int rc = st_open_file(&s, file);
+    if (rc == 0) {
+        st_close(&s);
+        return 0;
+    }
+    return err_has(needle);
+}
+
+TEST(safetensors_bad_files) {
+    char *p = path("bad.safetensors", NULL);
+    write_file(p, "abc", 3);
+    CHECK(st_fails_with(p, "truncated"), "3-byte file");
+    raw_st(p, "{}", 0, 1000);
+    CHECK(st_fails_with(p, "beyond the end"), "header length beyond the file");
+    raw_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8, 0);
+    CHECK(st_fails_with(p, "beyond the data section"), "offsets out of range");
+    raw_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+              "\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 16, 0);
+    CHECK(st_fails_with(p, "overlap"), "overlapping tensors");
+    raw_st(p, "{\"a\": {\"dtype\": \"Q7\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8, 0);
+    CHECK(st_fails_with(p, "unknown dtype 'Q7'"), "unknown dtype");
+    raw_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 8, 0);
+    CHECK(st_fails_with(p, "8 bytes for shape"), "size mismatch");
+    raw_st(p, "{\"a\": ", 8, 0);
+    CHECK(st_fails_with(p, "not a JSON object"), "garbled JSON");
+    raw_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+              "\"b\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [8, 16]}}", 16, 0);
+    st_set s;
+    CHECK(st_open_file(&s, p) == 0, "valid file rejected: %s", dfl_lasterr());
+    const st_tensor *t = st_find(&s, "b");
+    CHECK(t && t->dtype == ST_BF16 && t->ndim == 2 && t->nbytes == 8, "tensor b");
+    CHECK(st_find(&s, "c") == NULL, "found a missing tensor");
+    st_close(&s);
+}
+
+static syn_spec small(void) {
+    syn_spec s = syn_default();
+    s.c.n_eos = 1;
+    s.c.eos_ids[0] = 7;
+    return s;
+}
+
+static int load_fails_with(const char *dir, const char *needle) {
+    mdl_model m;
+    if (mdl_load(&m, dir) == 0) {
+        mdl_free(&m);
+        fprintf(stderr, "  %s loaded\n", dir);
+        return 0;
+    }
+    return err_has(needle);
+}
+
+static void set_config(const char *dir, const char *from, const char *to) {
+    char *p = dfl_path_join(dir, "config.json");
+    char *txt = dfl_read_file(p, NULL);
+    char *at = strstr(txt, from);
+    if (!at) {
+        fprintf(stderr, "config has no %s\n", from);
+        exit(1);
+    }
+    FILE *f = fopen(p, "w");
+    fwrite(txt, 1, (size_t)(at - txt), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(txt);
+    free(p);
+}
+
+TEST(model_bad_checkpoints) {
+    syn_spec s = small();
+    char *d = path("m_ok", NULL);
+    CHECK(syn_write(d, &s) == 0, "synth: %s", dfl_lasterr());
+    mdl_model m;
+    CHECK(mdl_load(&m, d) == 0, "valid model rejected: %s", dfl_lasterr());
+    if (m.layers) mdl_free(&m);
+
+    d = path("m_missing", NULL);
+    syn_write(d, &s);
+    set_config(d, "\"num_hidden_layers\":\t2", "\"num_hidden_layers\":\t3");
+    CHECK(load_fails_with(d, "missing tensor 'model.layers.2."), "missing tensor");
+
+    d = path("m_shape", NULL);
+    syn_write(d, &s);
+    set_config(d, "\"intermediate_size\":\t128", "\"intermediate_size\":\t96");
+    CHECK(load_fails_with(d, "expected [96, 64]"), "wrong shape");
+
+    d = path("m_field", NULL);
+    syn_write(d, &s);
+    set_config(d, "\"hidden_size\":", "\"hidden_sizeX\":");
+    CHECK(load_fails_with(d, "missing field \"hidden_size\""), "missing field");
+
+    d = path("m_arch", NULL);
+    syn_write(d, &s);
+    set_config(d, "Qwen3ForCausalLM", "MambaForCausalLM");
+    CHECK(load_fails_with(d, "unsupported architecture MambaForCausalLM"), "unsupported arch");
+
+    d = path("m_nofile", NULL);
+    syn_write(d, &s);
+    unlink(path("m_nofile", "model.safetensors"));
+    CHECK(load_fails_with(d, "no model.safetensors"), "no weights");
+
+    d = path("m_trunc", NULL);
+    syn_write(d, &s);
+    CHECK(truncate(path("m_trunc", "model.safetensors"), 5000) == 0, "truncate");
+    CHECK(load_fails_with(d, "beyond the data section"), "truncated weights");
+
+    d = path("m_q3", NULL);
+    s.c.q_bits = 4;
+    s.c.q_group = 32;
+    syn_write(d, &s);
+    set_config(d, "\"bits\":\t4", "\"bits\":\t3");
+    CHECK(load_fails_with(d, "bits 3 not supported"), "3-bit");
+}
+
+/* ---- forward: batch invariance and rollback ------------------------------ */
+
+static int fwd(const be_ops *be, void *st, const int32_t *tok, int T, float *logits, int n_logits, const int *taps,
+               int n_taps, float *tapbuf) {
+    be_batch b = {T, tok, n_logits, logits, n_taps, taps, tapbuf};
+    return be->forward(st, &b);
+}
+
+static void check_invariance(const char *name, syn_spec s) {
+    char *d = path(name, NULL);
+    CHECK(syn_write(d, &s) == 0, "%s: synth: %s", name, dfl_lasterr());
+    mdl_model m;
+    if (mdl_load(&m, d) != 0) {
+        CHECK(0, "%s: load: %s", name, dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = m.cfg.vocab, H = m.cfg.hidden, L = m.cfg.n_layers;
+    enum { N = 40 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % V);
+    int taps[2] = {0, L - 1};
+    float *ref_l = malloc(sizeof(float) * N * V), *ref_t = malloc(sizeof(float) * N * 2 * H);
+    float *got_l = malloc(sizeof(float) * N * V), *got_t = malloc(sizeof(float) * N * 2 * H);
+    /* reference: one token at a time */
+    void *st = be->create(&m, 64);
+    for (int i = 0; i < N; i++) fwd(be, st, tok + i, 1, ref_l + (size_t)i * V, 1, taps, 2, ref_t + (size_t)i * 2 * H);
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)N * V; i++) finite &= isfinite(ref_l[i]) != 0;
+    CHECK(finite, "%s: non-finite logits", name);
+    /* batches of widths 2..16 at various offsets, after truncation */
+    int widths[] = {2, 3, 5, 16, 7, 4, 3};
+    be->truncate(st, 0);
+    int pos = 0, ok = 1;
+    for (int w = 0; pos < N; w++) {
+        int T = widths[w % 7];
+        if (pos + T > N) T = N - pos;
+        fwd(be, st, tok + pos, T, got_l + (size_t)pos * V, T, taps, 2, got_t + (size_t)pos * 2 * H);
+        pos += T;
+    }
+    ok = memcmp(ref_l, got_l, sizeof(float) * N * V) == 0 && memcmp(ref_t, got_t, sizeof(float) * N * 2 * H) == 0;
+    CHECK(ok, "%s: batched rows differ from single-row results", name);
+    /* rollback: run junk after position 20, truncate, redo: bit-identical */
+    be->truncate(st, 20);
+    int32_t junk[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    float *junk_l = malloc(sizeof(float) * 9 * V);
+    fwd(be, st, junk, 9, junk_l, 9, NULL, 0, NULL);
+    free(junk_l);
+    be->truncate(st, 20);
+    CHECK(be->length(st) == 20, "%s: length after truncate", name);
+    fwd(be, st, tok + 20, 20, got_l + (size_t)20 * V, 20, taps, 2, got_t + (size_t)20 * 2 * H);
+    ok = memcmp(ref_l, got_l, sizeof(float) * N * V) == 0 && memcmp(ref_t, got_t, sizeof(float) * N * 2 * H) == 0;
+    CHECK(ok, "%s: decode after rollback differs from a fresh decode", name);
+    /* threads: 1 vs 2 vs 3 */
+    for (int th = 1; th <= 3; th++) {
+        tp_init(th);
+        be->truncate(st, 0);
+        fwd(be, st, tok, N, got_l, N, taps, 2, got_t);
+        CHECK(memcmp(ref_l, got_l, sizeof(float) * N * V) == 0, "%s: %d threads change logits", name, th);
+    }
+    tp_init(2);
+    /* context full and bad token are errors, not crashes */
+    be->truncate(st, 0);
+    fwd(be, st, tok, N, got_l, 1, NULL, 0, NULL);
+    fwd(be, st, tok, 20, got_l, 1, NULL, 0, NULL); /* 60 of 64 positions used */
+    CHECK(fwd(be, st, tok, 5, got_l, 1, NULL, 0, NULL) != 0 && err_has("context full"), "%s: overflow", name);
+    be->truncate(st, 0);
+    int32_t bad = V;
+    CHECK(fwd(be, st, &bad, 1, got_l, 1, NULL, 0, NULL) != 0 && err_has("outside the model's vocabulary"),
+          "%s: bad token", name);
+    be->destroy(st);
+    free(ref_l);
+    free(ref_t);
+    free(got_l);
+    free(got_t);
+    mdl_free(&m);
+}
+
+TEST(batch_invariance_and_rollback) {
+    syn_spec s = small();
+    check_invariance("inv_bf16", s);
+    s.dtype = KN_F16;
+    check_invariance("inv_f16", s);
+    s.dtype = KN_F32;
+    s.c.tie_embeddings = 0;
+    s.sharded = 1;
+    check_invariance("inv_f32_untied_sharded", s);
+    s = small();
+    s.c.q_bits = 8;
+    s.c.q_group = 64;
+    s.scale_dtype = KN_F16;
+    check_invariance("inv_q8", s);
+    s.c.q_bits = 4;
+    s.c.q_group = 32;
+    s.scale_dtype = KN_BF16;
+    check_invariance("inv_q4", s);
+    s = small();
+    s.c.arch = CFG_LLAMA;
+    s.c.qk_norm = 0;
+    s.c.rope_llama3 = 0;
+    check_invariance("inv_llama", s);
+}
+
+/* ---- draft validation ----------------------------------------------------- */
+
+TEST(draft_forward_cached_equals_uncached) {
+    syn_spec t = small();
+    char *td = path("d_target", NULL);
+    syn_write(td, &t);
+    syn_spec d = small();
+    d.c.is_draft = 1;
+    d.c.block_size = 8;
+    d.c.mask_token_id = 500;
+    d.c.n_target_layers = 2;
+    d.c.n_taps = 2;
+    d.c.tap_layers[0] = 0;
+    d.c.tap_layers[1] = 1;
+    d.seed = 9;
+    char *dd = path("d_draft", NULL);
+    CHECK(syn_write(dd, &d) == 0, "synth draft: %s", dfl_lasterr());
+    mdl_model tm, dm;
+    if (mdl_load(&tm, td) || mdl_load(&dm, dd)) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int H = 64, V = 512;
+    enum { N = 20 };
+    float *feats = malloc(sizeof(float) * N * 2 * H), *l1 = malloc(sizeof(float) * 7 * V),
+          *l2 = malloc(sizeof(float) * 7 * V);
+    for (int i = 0; i < N * 2 * H; i++) feats[i] = sinf((float)i * 0.37f);
+    int32_t blk[8] = {5, 500, 500, 500, 500, 500, 500, 500};
+    /* context pushed in one go vs in pieces (the persistent cache path) */
+    void *a = be->draft_create(&dm, &tm, 64), *b = be->draft_create(&dm, &tm, 64);
+    be->draft_ctx_append(a, feats, N);
+    be->draft_ctx_append(b, feats, 3);
+    be->draft_ctx_append(b, feats + 3 * 2 * H, 1);
+    be->draft_ctx_append(b, feats + 4 * 2 * H, N - 4);
+    be_draft_block q = {8, blk, l1};
+    CHECK(be->draft_block(a, &q) == 0, "block a");
+    q.logits = l2;
+    CHECK(be->draft_block(b, &q) == 0, "block b");
+    CHECK(memcmp(l1, l2, sizeof(float) * 7 * V) == 0, "cached pieces differ from one append");
+    /* block rows are not persisted: running the block again gives the same */
+    CHECK(be->draft_ctx_length(b) == N, "block changed the context length");
+    be->draft_block(b, &q);
+    CHECK(memcmp(l1, l2, sizeof(float) * 7 * V) == 0, "second block run differs");
+    /* rollback of the draft context */
+    be->draft_ctx_truncate(b, 10);
+    be->draft_ctx_append(b, feats + 10 * 2 * H, N - 10);
+    be->draft_block(b, &q);
+    CHECK(memcmp(l1, l2, sizeof(float) * 7 * V) == 0, "draft rollback differs");
+    be->draft_destroy(a);
+    be->draft_destroy(b);
+    free(feats);
+    free(l1);
+    free(l2);
+    mdl_free(&tm);
+    mdl_free(&dm);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-model-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    kn_init();
+    tp_init(2);
+    RUN(safetensors_bad_files);
+    RUN(model_bad_checkpoints);
+    RUN(batch_invariance_and_rollback);
+    RUN(draft_forward_cached_equals_uncached);
+    tp_shutdown();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    CHECK_DONE("test_model");
+}

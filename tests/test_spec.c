@@ -1,0 +1,225 @@
+/* test_spec.c - the decoding loop (spec.c) with scripted target and draft.
+ *
+ * The scripted target "knows" a fixed sequence seq[]: given a correct prefix
+ * it predicts seq[pos]; after a wrong token it predicts junk, as a real model
+ * would predict something else. The scripted draft guesses seq[] and is wrong
+ * where the test says. Every case checks the output against plain decoding
+ * (block size 1) and the stop/budget/context rules. */
+#include "check.h"
+#include "spec.h"
+
+#define SEQ_LEN 4096
+static int32_t seq[SEQ_LEN];
+
+typedef struct {
+    int len;              /* committed positions */
+    int32_t pending[64];  /* tokens of the last verify */
+    int last_T;
+    int prompt;           /* prompt length (positions before the first anchor) */
+    unsigned wrong_mask;  /* draft slot i is wrong when bit (round+i)%32 set */
+    int wrong_every;      /* draft slot wrong if (pos % wrong_every) == 0; 0 = never */
+    int all_wrong;
+    int max_width;
+    int verify_calls, draft_calls;
+} mock;
+
+static int mock_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
+    mock *m = ud;
+    int ok = 1;
+    for (int i = 0; i < T; i++) {
+        int pos = m->len + i; /* position of tok[i] */
+        ok = ok && tok[i] == seq[pos];
+        pred[i] = ok ? seq[pos + 1] : 90000 + (tok[i] * 31 + i) % 1000;
+        m->pending[i] = tok[i];
+    }
+    m->last_T = T;
+    if (T > m->max_width) m->max_width = T;
+    m->verify_calls++;
+    return 0;
+}
+
+static int mock_accept(void *ud, int keep) {
+    mock *m = ud;
+    CHECK(keep >= 1 && keep <= m->last_T, "keep %d of %d", keep, m->last_T);
+    for (int i = 0; i < keep; i++) CHECK(m->pending[i] == seq[m->len + i], "committed a wrong token");
+    m->len += keep;
+    return 0;
+}
+
+static int mock_draft(void *ud, int32_t anchor, int k, int32_t *out) {
+    mock *m = ud;
+    CHECK(anchor == seq[m->len], "anchor %d != seq[%d]", anchor, m->len);
+    for (int i = 0; i < k; i++) {
+        int pos = m->len + 1 + i;
+        int wrong = m->all_wrong || (m->wrong_every && pos % m->wrong_every == 0);
+        out[i] = wrong ? 80000 + pos : seq[pos];
+    }
+    m->draft_calls++;
+    return 0;
+}
+
+typedef struct {
+    int32_t out[SEQ_LEN];
+    int n;
+} sink;
+
+static int emit(void *ud, int32_t t) {
+    sink *s = ud;
+    s->out[s->n++] = t;
+    return 0;
+}
+
+/* Run the loop; returns the emitted count in s. */
+static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int room, const int32_t *stop, int n_stop,
+                spec_stats *st) {
+    int prompt = m->prompt;
+    m->len = prompt;
+    s->n = 0;
+    spec_iface it = {m, mock_verify, mock_accept, block > 1 ? mock_draft : NULL};
+    spec_params p = {n_predict, block, draft_max, room, stop, n_stop};
+    int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
+    CHECK(rc == 0, "spec_run failed");
+}
+
+static void init_seq(void) {
+    for (int i = 0; i < SEQ_LEN; i++) seq[i] = 100 + (i * 7919) % 5000;
+}
+
+static int same(const sink *a, const sink *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->out[i] != b->out[i]) return 0;
+    return 1;
+}
+
+TEST(plain_decoding) {
+    mock m = {.prompt = 10};
+    sink s;
+    spec_stats st;
+    run(&m, &s, 50, 1, -1, 1000, NULL, 0, &st);
+    CHECK(s.n == 50, "emitted %d", s.n);
+    for (int i = 0; i < s.n; i++) CHECK(s.out[i] == seq[10 + i], "token %d", i);
+    CHECK(m.draft_calls == 0 && m.max_width == 1, "plain used drafts");
+    CHECK(st.rounds == 0 && st.plain_steps == 49, "rounds %d plain %d", st.rounds, st.plain_steps);
+}
+
+TEST(full_acceptance_plus_bonus) {
+    mock m = {.prompt = 5};
+    sink s, ref;
+    spec_stats st;
+    run(&m, &ref, 1 + 16 * 4, 1, -1, 1000, NULL, 0, &st);
+    run(&m, &s, 1 + 16 * 4, 16, 15, 1000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "output differs from plain");
+    CHECK(st.rounds == 4, "rounds %d", st.rounds);
+    CHECK(st.committed_in_rounds == 64, "tau*rounds %ld", st.committed_in_rounds);
+    for (int i = 0; i < 15; i++) CHECK(st.tried[i] == 4 && st.accepted[i] == 4, "pos %d", i);
+}
+
+TEST(first_draft_rejected) {
+    mock m = {.prompt = 3, .all_wrong = 1};
+    sink s, ref;
+    spec_stats st;
+    run(&m, &ref, 40, 1, -1, 1000, NULL, 0, &st);
+    run(&m, &s, 40, 16, 15, 1000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "output differs from plain");
+    /* 1 token from the prefill, 38 drafting rounds of tau 1, a last plain step */
+    CHECK(st.rounds == 38 && st.committed_in_rounds == 38 && st.plain_steps == 1,
+          "tau must be 1: rounds %d committed %ld", st.rounds, st.committed_in_rounds);
+    CHECK(st.tried[0] == 38 && st.accepted[0] == 0 && st.tried[1] == 0, "acceptance stats");
+}
+
+TEST(stop_token_inside_accepted_prefix) {
+    mock m = {.prompt = 7};
+    sink s, ref;
+    spec_stats st;
+    int32_t stop = seq[7 + 12]; /* the 13th generated token */
+    /* make sure the stop token does not occur earlier */
+    for (int i = 7; i < 7 + 12; i++) CHECK(seq[i] != stop, "test sequence repeats");
+    run(&m, &ref, 100, 1, -1, 1000, &stop, 1, &st);
+    CHECK(ref.n == 12 && st.stopped_by == 1, "plain emitted %d", ref.n);
+    run(&m, &s, 100, 16, 15, 1000, &stop, 1, &st);
+    CHECK(same(&s, &ref) && st.stopped_by == 1, "dflash emitted %d", s.n);
+}
+
+TEST(stop_token_first) {
+    mock m = {.prompt = 7};
+    sink s;
+    spec_stats st;
+    int32_t stop = seq[7];
+    run(&m, &s, 100, 16, -1, 1000, &stop, 1, &st);
+    CHECK(s.n == 0 && st.stopped_by == 1, "emitted %d", s.n);
+}
+
+TEST(budget_smaller_than_block) {
+    for (int n = 1; n <= 20; n++) {
+        mock m = {.prompt = 4};
+        sink s, ref;
+        spec_stats st;
+        run(&m, &ref, n, 1, -1, 1000, NULL, 0, &st);
+        run(&m, &s, n, 16, 15, 1000, NULL, 0, &st);
+        CHECK(s.n == n && same(&s, &ref), "n=%d emitted %d", n, s.n);
+        CHECK(m.max_width <= n, "n=%d verify width %d exceeds the budget", n, m.max_width);
+    }
+}
+
+TEST(last_round_of_one_token_skips_draft) {
+    mock m = {.prompt = 4};
+    sink s;
+    spec_stats st;
+    run(&m, &s, 2, 16, 15, 1000, NULL, 0, &st);
+    CHECK(s.n == 2 && m.draft_calls == 0 && st.plain_steps == 1, "draft calls %d", m.draft_calls);
+}
+
+TEST(context_end) {
+    for (int room = 0; room <= 40; room += 3) {
+        mock m = {.prompt = 6};
+        sink s, ref;
+        spec_stats st, st2;
+        run(&m, &ref, 1000, 1, -1, room, NULL, 0, &st);
+        CHECK(ref.n == room + 1 && st.stopped_by == 2, "room %d plain emitted %d", room, ref.n);
+        run(&m, &s, 1000, 16, 15, room, NULL, 0, &st2);
+        CHECK(same(&s, &ref) && st2.stopped_by == 2, "room %d dflash emitted %d", room, s.n);
+        CHECK(m.len <= 6 + room, "room %d: committed %d positions", room, m.len - 6);
+    }
+}
+
+TEST(block_length_one) {
+    mock m = {.prompt = 4};
+    sink s, ref;
+    spec_stats st;
+    run(&m, &ref, 30, 1, -1, 1000, NULL, 0, &st);
+    run(&m, &s, 30, 16, 0, 1000, NULL, 0, &st); /* draft_max 0 */
+    CHECK(same(&s, &ref) && m.draft_calls == 0, "draft-max 0 drafted");
+}
+
+TEST(mixed_acceptance_all_block_sizes) {
+    int blocks[] = {2, 3, 4, 8, 16};
+    for (int every = 2; every <= 9; every++) {
+        mock m = {.prompt = 9, .wrong_every = every};
+        sink ref;
+        spec_stats st;
+        run(&m, &ref, 200, 1, -1, 3000, NULL, 0, &st);
+        for (int b = 0; b < 5; b++)
+            for (int dm = -1; dm <= 1; dm++) {
+                sink s;
+                int draft_max = dm < 0 ? -1 : blocks[b] - 1;
+                run(&m, &s, 200, blocks[b], draft_max, 3000, NULL, 0, &st);
+                CHECK(same(&s, &ref), "every %d block %d draft_max %d differs", every, blocks[b], draft_max);
+            }
+    }
+}
+
+int main(void) {
+    init_seq();
+    RUN(plain_decoding);
+    RUN(full_acceptance_plus_bonus);
+    RUN(first_draft_rejected);
+    RUN(stop_token_inside_accepted_prefix);
+    RUN(stop_token_first);
+    RUN(budget_smaller_than_block);
+    RUN(last_round_of_one_token_skips_draft);
+    RUN(context_end);
+    RUN(block_length_one);
+    RUN(mixed_acceptance_all_block_sizes);
+    CHECK_DONE("test_spec");
+}
