@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <cJSON.h>
 
 #include "dflash.h"
 
@@ -33,6 +36,8 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
+    const char *prompts;
+    int raw, max_prompts, reps, depth, json;
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -80,6 +85,35 @@ static const char *help_tokenize =
     "Print the token ids of the text, space-separated, on one line. Needs only\n"
     "tokenizer.json (and tokenizer_config.json) in DIR.\n";
 
+static const char *help_bench =
+    "usage: dflash bench -m DIR [--draft DIR --prompts FILE.jsonl] [options]\n"
+    "\n"
+    "Measure: the machine's read bandwidth; target forward cost at T = 1, 2, 4,\n"
+    "8, 16 (median of --reps runs after a warm-up, at context depth --depth);\n"
+    "decode tok/s and GB/s at T=1; and with a draft and a prompt file, greedy vs\n"
+    "DFlash tok/s, tau and speed-up per domain, checking the outputs are identical.\n"
+    "\n"
+    "  -m, --model DIR        target model\n"
+    "  -md, --draft DIR       DFlash draft\n"
+    "      --prompts FILE     JSON lines {\"domain\": ..., \"prompt\": ...}\n"
+    "      --raw              do not apply the chat template to the prompts\n"
+    "      --max-prompts N    use at most N prompts per domain (default all)\n"
+    "  -n, --n-predict N      tokens per prompt (default 128)\n"
+    "      --reps N           repetitions (default 3; medians reported)\n"
+    "      --depth N          context depth for the forward costs (default 256)\n"
+    "      --draft-max N|auto, --block-size B   as for generate\n"
+    "  -t, --threads N        worker threads (default: physical cores)\n"
+    "      --json             print one JSON object on stdout instead of the table\n";
+
+static const char *help_synth =
+    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] -o DIR\n"
+    "\n"
+    "Write a checkpoint with random weights and the real config of that model\n"
+    "(speed does not depend on the values). --draft writes the matching 5-layer\n"
+    "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
+    "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
+    "models/qwen3-tokenizer when it exists).\n";
+
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
     "\n"
@@ -89,6 +123,8 @@ static const char *help_main =
     "  generate   generate text from a prompt (plain or with a DFlash draft)\n"
     "  chat       interactive chat\n"
     "  tokenize   print the token ids of a text\n"
+    "  bench      measure forward cost, decode speed, DFlash speed-up\n"
+    "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "\n"
     "'dflash COMMAND --help' describes each command.\n";
 
@@ -123,6 +159,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     o->top_p = 1.0f;
     o->think = 0;
     o->draft_max = -1;
+    o->reps = 3;
+    o->depth = 256;
+    if (!strcmp(o->cmd, "bench")) o->n_predict = 128;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
@@ -153,6 +192,12 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--stats-json", "--stats-json")) o->stats_json = 1;
         else if (IS("-v", "--verbose")) o->verbose = 1;
+        else if (IS("--prompts", "--prompts")) o->prompts = VAL();
+        else if (IS("--raw", "--raw")) o->raw = 1;
+        else if (IS("--max-prompts", "--max-prompts")) o->max_prompts = (int)parse_int(o->cmd, a, VAL(), 1, INT_MAX);
+        else if (IS("--reps", "--reps")) o->reps = (int)parse_int(o->cmd, a, VAL(), 1, 1000);
+        else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
+        else if (IS("--json", "--json")) o->json = 1;
         else usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
@@ -375,6 +420,225 @@ static int cmd_tokenize(int argc, char **argv) {
     return 0;
 }
 
+/* ---- bench ---------------------------------------------------------------- */
+
+typedef struct {
+    char *domain, *prompt;
+} bench_prompt;
+
+static bench_prompt *read_prompts(const char *file, int *n) {
+    FILE *f = fopen(file, "r");
+    if (!f) die("cannot open prompt file %s", file);
+    bench_prompt *ps = NULL;
+    int cap = 0;
+    *n = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    int lineno = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue;
+        cJSON *j = cJSON_Parse(line);
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "domain"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+        if (!cJSON_IsString(d) || !cJSON_IsString(p)) {
+            fprintf(stderr, "%s: error: %s line %d: need {\"domain\": string, \"prompt\": string}\n", prog, file,
+                    lineno);
+            exit(1);
+        }
+        if (*n == cap) ps = realloc(ps, sizeof *ps * (size_t)(cap = cap ? 2 * cap : 64));
+        ps[*n].domain = strdup(d->valuestring);
+        ps[*n].prompt = strdup(p->valuestring);
+        (*n)++;
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    if (!*n) die("no prompts in %s", file);
+    return ps;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+    return n ? v[n / 2] : 0;
+}
+
+typedef struct {
+    char name[64];
+    int n_prompts;
+    double *greedy, *dflash; /* tok/s per rep */
+    double tau_sum;
+    int tau_n, identical, compared;
+} domain_stats;
+
+static int cmd_bench(int argc, char **argv) {
+    opts o;
+    parse_opts(&o, argc, argv, help_bench);
+    dflash_model *m = load(&o);
+    dflash_info in;
+    dflash_get_info(m, &in);
+    double bw = dflash_read_bandwidth();
+    static const int widths[] = {1, 2, 4, 8, 16};
+    double cost[5];
+    int depth = o.depth + 16 < in.n_ctx ? o.depth : in.n_ctx - 17;
+    for (int i = 0; i < 5; i++)
+        if (dflash_time_forward(m, widths[i], depth, o.reps, &cost[i]) != 0) die("%s", dflash_error());
+    double decode = 1.0 / cost[0], gbs = in.weight_bytes / cost[0] / 1e9;
+    if (!o.json) {
+        printf("model: %s, %d layers, hidden %d, %s, %.1f MB | %s/%s, %d threads\n", in.arch, in.n_layers, in.hidden,
+               in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels, in.n_threads);
+        printf("read bandwidth: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, %.1f GB/s (%.0f%% of read bandwidth)\n", bw,
+               1e3 * cost[0], decode, gbs, 100 * gbs / bw);
+        printf("forward cost at depth %d:\n  T    ms      x T=1   ms/token\n", depth);
+        for (int i = 0; i < 5; i++)
+            printf("  %-3d %7.2f %6.2f %8.2f\n", widths[i], 1e3 * cost[i], cost[i] / cost[0], 1e3 * cost[i] / widths[i]);
+    }
+    domain_stats ds[32];
+    int nd = 0;
+    double g_all = 0, d_all = 0, tau_all = 0;
+    int all_same = 1, have_spec = o.draft && o.prompts && in.has_draft;
+    if (have_spec) {
+        int np;
+        bench_prompt *ps = read_prompts(o.prompts, &np);
+        dflash_gen g = gen_params(&o);
+        g.ignore_eos = 0;
+        for (int i = 0; i < np; i++) {
+            int k = 0;
+            while (k < nd && strcmp(ds[k].name, ps[i].domain)) k++;
+            if (k == nd) {
+                if (nd == 32) die("%s", "more than 32 domains");
+                memset(&ds[nd], 0, sizeof ds[nd]);
+                snprintf(ds[nd].name, sizeof ds[nd].name, "%s", ps[i].domain);
+                ds[nd].greedy = calloc((size_t)o.reps, sizeof(double));
+                ds[nd].dflash = calloc((size_t)o.reps, sizeof(double));
+                nd++;
+            }
+        }
+        double *gtok = calloc((size_t)nd * 2, sizeof(double)), *gtime = calloc((size_t)nd * 2, sizeof(double));
+        for (int rep = -1; rep < o.reps; rep++) { /* rep -1: warm-up on the first prompt */
+            memset(gtok, 0, sizeof(double) * (size_t)nd * 2);
+            memset(gtime, 0, sizeof(double) * (size_t)nd * 2);
+            int per[32] = {0};
+            for (int i = 0; i < np; i++) {
+                int k = 0;
+                while (strcmp(ds[k].name, ps[i].domain)) k++;
+                if ((o.max_prompts && per[k] >= o.max_prompts) || (rep < 0 && i > 0)) continue;
+                per[k]++;
+                char *text = ps[i].prompt;
+                char *chat = NULL;
+                if (!o.raw) {
+                    dflash_message msg = {"user", ps[i].prompt};
+                    chat = dflash_chat_prompt(m, &msg, 1, 1, o.think);
+                    if (!chat) die("%s", dflash_error());
+                    text = chat;
+                }
+                int32_t *ids, *out[2];
+                size_t n, nout[2];
+                if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("%s", dflash_error());
+                dflash_stats st[2];
+                for (int mode = 0; mode < 2; mode++) {
+                    g.use_draft = mode;
+                    dflash_reset(m);
+                    if (dflash_generate(m, ids, n, &g, NULL, NULL, &out[mode], &nout[mode], &st[mode]) != 0)
+                        die("%s", dflash_error());
+                    gtok[2 * k + mode] += st[mode].n_tokens;
+                    gtime[2 * k + mode] += st[mode].decode_s;
+                }
+                int same = nout[0] == nout[1] && !memcmp(out[0], out[1], sizeof(int32_t) * nout[0]);
+                if (rep == 0) {
+                    ds[k].compared++;
+                    ds[k].identical += same;
+                    ds[k].n_prompts++;
+                    ds[k].tau_sum += st[1].tau;
+                    ds[k].tau_n++;
+                }
+                all_same &= same;
+                free(out[0]);
+                free(out[1]);
+                free(ids);
+                free(chat);
+            }
+            if (rep >= 0)
+                for (int k = 0; k < nd; k++) {
+                    ds[k].greedy[rep] = gtime[2 * k] > 0 ? gtok[2 * k] / gtime[2 * k] : 0;
+                    ds[k].dflash[rep] = gtime[2 * k + 1] > 0 ? gtok[2 * k + 1] / gtime[2 * k + 1] : 0;
+                }
+        }
+        free(gtok);
+        free(gtime);
+        for (int i = 0; i < np; i++) free(ps[i].domain), free(ps[i].prompt);
+        free(ps);
+        if (!o.json) printf("\ndomain      prompts  greedy tok/s  DFlash tok/s  tau    speed-up  identical\n");
+        for (int k = 0; k < nd; k++) {
+            double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
+            double tau = ds[k].tau_n ? ds[k].tau_sum / ds[k].tau_n : 0;
+            g_all += gm / nd;
+            d_all += dm / nd;
+            tau_all += tau / nd;
+            if (!o.json)
+                printf("%-10s  %7d  %12.1f  %12.1f  %5.2f  %7.2fx  %d/%d\n", ds[k].name, ds[k].n_prompts, gm, dm, tau,
+                       gm > 0 ? dm / gm : 0, ds[k].identical, ds[k].compared);
+        }
+        if (!o.json)
+            printf("%-10s  %7s  %12.1f  %12.1f  %5.2f  %7.2fx  %s\n", "mean", "", g_all, d_all, tau_all,
+                   g_all > 0 ? d_all / g_all : 0, all_same ? "all" : "NOT ALL");
+    }
+    if (o.json) {
+        printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", "
+               "\"bandwidth_gb_s\": %.2f, \"decode_tok_s\": %.2f, \"decode_gb_s\": %.2f, \"depth\": %d, "
+               "\"cost_ms\": {",
+               in.arch, in.weight_format, in.n_threads, in.kernels, bw, decode, gbs, depth);
+        for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], 1e3 * cost[i]);
+        printf("}, \"cost_ratio\": {");
+        for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], cost[i] / cost[0]);
+        printf("}");
+        if (have_spec) {
+            printf(", \"greedy_tok_s\": %.2f, \"dflash_tok_s\": %.2f, \"tau\": %.4f, \"speedup\": %.4f, "
+                   "\"identical\": %s, \"domains\": {",
+                   g_all, d_all, tau_all, g_all > 0 ? d_all / g_all : 0, all_same ? "true" : "false");
+            for (int k = 0; k < nd; k++) {
+                double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
+                printf("%s\"%s\": {\"tau\": %.4f, \"speedup\": %.4f, \"greedy_tok_s\": %.2f, \"dflash_tok_s\": %.2f, "
+                       "\"identical\": %s}",
+                       k ? ", " : "", ds[k].name, ds[k].tau_n ? ds[k].tau_sum / ds[k].tau_n : 0, gm > 0 ? dm / gm : 0,
+                       gm, dm, ds[k].identical == ds[k].compared ? "true" : "false");
+            }
+            printf("}");
+        }
+        printf("}\n");
+    }
+    for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
+    dflash_free(m);
+    return have_spec && !all_same ? 1 : 0;
+}
+
+static int cmd_synth(int argc, char **argv) {
+    const char *shape = NULL, *out = NULL, *tokdir = NULL;
+    int draft = 0, bits = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_synth, stdout);
+            return 0;
+        } else if (!strcmp(a, "--draft")) draft = 1;
+        else if (!strcmp(a, "--shape") && v) shape = argv[++i];
+        else if (!strcmp(a, "-o") && v) out = argv[++i];
+        else if (!strcmp(a, "--tokenizer") && v) tokdir = argv[++i];
+        else if (!strcmp(a, "--bits") && v) bits = (int)parse_int("synth", a, argv[++i], 4, 8);
+        else usage_err("synth", "unknown or incomplete option", a);
+    }
+    if (!shape || !out) usage_err("synth", "need --shape and -o", NULL);
+    if (!tokdir && access("models/qwen3-tokenizer/tokenizer.json", R_OK) == 0) tokdir = "models/qwen3-tokenizer";
+    if (dflash_synth(shape, draft, bits, tokdir, out) != 0) die("%s", dflash_error());
+    fprintf(stderr, "wrote %s %s%s to %s\n", shape, draft ? "draft" : "target", bits == 4 ? " (MLX 4-bit)" : bits == 8 ? " (MLX 8-bit)" : "", out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         fputs(help_main, argc < 2 ? stderr : stdout);
@@ -383,6 +647,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc, argv);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
     fprintf(stderr, "%s: unknown command '%s'\n%s", prog, argv[1], help_main);
     return 2;
 }

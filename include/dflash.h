@@ -114,6 +114,23 @@ int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *
 /* Forget the cached sequence (next call prefills from scratch). */
 void dflash_reset(dflash_model *m);
 
+/* ---- benchmarking (dflash bench) ----------------------------------------- */
+
+/* Median seconds of one target forward of T tokens at context depth `depth`
+ * (the cache is filled to depth first and rolled back after each run), over
+ * `reps` runs after one warm-up. Resets the prompt cache. */
+int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
+
+/* Write a random-weight checkpoint with a real model's shapes to out_dir:
+ * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b" or "tiny"; draft != 0 writes
+ * the matching 5-layer DFlash draft instead; bits 0 (bf16), 4 or 8 (MLX,
+ * group 64). tokenizer_dir (may be NULL) gets symlinked into a target. */
+int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);
+
+/* Read bandwidth of this machine in GB/s: a parallel read of a 512 MiB
+ * buffer with the library's worker threads (best of a few passes). */
+double dflash_read_bandwidth(void);
+
 #ifdef __cplusplus
 }
 #endif

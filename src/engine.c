@@ -426,3 +426,88 @@ int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *
     free(ids);
     return rc;
 }
+
+/* ---- benchmarking ---------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s) {
+    const cfg_model *c = &m->target.cfg;
+    if (T < 1 || T > SPEC_MAX_BLOCK || depth < 0 || depth + T > m->n_ctx || reps < 1) {
+        dfl_seterr("time_forward: T %d, depth %d do not fit (context %d, T <= %d)", T, depth, m->n_ctx,
+                   SPEC_MAX_BLOCK);
+        return -1;
+    }
+    int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)(depth + T));
+    for (int i = 0; i < depth + T; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+    m->be->truncate(m->seq, 0);
+    m->be->truncate(m->seq, 0);
+    int rc = 0;
+    for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
+        int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
+        be_batch b = {n, tok + r0, 0, m->logits, 0, NULL, NULL};
+        rc = m->be->forward(m->seq, &b);
+    }
+    double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
+    for (int r = 0; r <= reps && rc == 0; r++) {
+        be_batch b = {T, tok + depth, T, m->logits, 0, NULL, NULL};
+        double t0 = dfl_now();
+        rc = m->be->forward(m->seq, &b);
+        ts[r] = dfl_now() - t0;
+        m->be->truncate(m->seq, depth);
+    }
+    if (rc == 0) {
+        qsort(ts + 1, (size_t)reps, sizeof(double), cmp_double); /* ts[0] is the warm-up */
+        *median_s = ts[1 + reps / 2];
+    }
+    m->be->truncate(m->seq, 0);
+    if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    free(ts);
+    free(tok);
+    return rc;
+}
+
+typedef struct {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t out[256];
+} bw_job;
+
+static void bw_part(void *ctx, int start, int end) {
+    bw_job *j = ctx;
+    size_t per = j->n / 256;
+    for (int p = start; p < end; p++) {
+        const uint64_t *b = j->buf + (size_t)p * per;
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (size_t i = 0; i + 4 <= per; i += 4) {
+            a0 ^= b[i];
+            a1 ^= b[i + 1];
+            a2 ^= b[i + 2];
+            a3 ^= b[i + 3];
+        }
+        j->out[p] = a0 ^ a1 ^ a2 ^ a3;
+    }
+}
+
+double dflash_read_bandwidth(void) {
+    size_t bytes = (size_t)512 << 20;
+    bw_job j;
+    j.n = bytes / 8;
+    uint64_t *buf = dfl_malloc(bytes);
+    for (size_t i = 0; i < j.n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    j.buf = buf;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = dfl_now();
+        tp_for(256, bw_part, &j);
+        double dt = dfl_now() - t0;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    volatile uint64_t sink = j.out[0];
+    (void)sink;
+    free(buf);
+    return best;
+}

@@ -241,3 +241,79 @@ int syn_write(const char *dir, const syn_spec *s) {
     free(ts.bufs);
     return rc;
 }
+
+/* ---- dflash_synth (public API) ------------------------------------------- */
+#include <limits.h>
+#include <unistd.h>
+
+#include "dflash.h"
+
+int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir) {
+    static const struct {
+        const char *name;
+        int hidden, inter, layers, heads, kv, hd;
+    } shapes[] = {
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128},
+        {"tiny", 64, 128, 4, 4, 2, 16},
+    };
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
+        if (!strcmp(shapes[i].name, shape)) k = i;
+    if (k < 0) {
+        dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, tiny)", shape);
+        return -1;
+    }
+    if (bits != 0 && bits != 4 && bits != 8) {
+        dfl_seterr("bits must be 0 (bf16), 4 or 8, not %d", bits);
+        return -1;
+    }
+    syn_spec s = syn_default();
+    cfg_model *c = &s.c;
+    c->hidden = shapes[k].hidden;
+    c->inter = shapes[k].inter;
+    c->n_layers = shapes[k].layers;
+    c->n_heads = shapes[k].heads;
+    c->n_kv_heads = shapes[k].kv;
+    c->head_dim = shapes[k].hd;
+    c->vocab = 151936;
+    c->max_pos = 40960;
+    c->q_bits = bits;
+    c->q_group = bits ? (c->hidden % 64 ? 32 : 64) : 0;
+    c->n_eos = 2;
+    c->eos_ids[0] = 151645;
+    c->eos_ids[1] = 151643;
+    if (draft) {
+        c->is_draft = 1;
+        c->n_target_layers = c->n_layers;
+        c->n_layers = shapes[k].layers >= 5 ? 5 : 2;
+        c->block_size = 16;
+        c->mask_token_id = 151669;
+        c->n_taps = c->n_layers;
+        cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
+        c->tie_embeddings = 0;
+        s.seed = 2;
+    }
+    if (syn_write(out_dir, &s) != 0) return -1;
+    if (!draft && tokenizer_dir) {
+        char real[PATH_MAX];
+        if (!realpath(tokenizer_dir, real)) {
+            dfl_seterr("%s: tokenizer directory not found", tokenizer_dir);
+            return -1;
+        }
+        static const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
+        for (int i = 0; i < 2; i++) {
+            char *src = dfl_path_join(real, files[i]), *dst = dfl_path_join(out_dir, files[i]);
+            unlink(dst);
+            int rc = dfl_file_exists(src) ? symlink(src, dst) : 0;
+            free(src);
+            free(dst);
+            if (rc != 0) {
+                dfl_seterr("%s: cannot link %s", out_dir, files[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
