@@ -184,7 +184,7 @@ const kn_impl kn_impl_generic = {"generic", generic_supported, 0, generic_rows};
 
 /* Best first. */
 static const kn_impl *const kn_impls[] = {
-#if defined(__x86_64__) && defined(KN_SIMD_TODO)
+#if defined(__x86_64__)
     &kn_impl_avx512,
     &kn_impl_avx2,
 #endif

@@ -158,10 +158,11 @@ static const char *variants[] = {"generic", "avx2", "avx512"};
 
 static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
-        snprintf(buf, n, "%s %s g%d %s-scales [%d x %d] T=%d", var, kn_dtype_name(w->dtype),
-                 w->group_size, kn_dtype_name(w->scale_dtype), w->rows, w->cols, T);
+        snprintf(buf, n, "%s %s g%d %s-scales [%d x %d]", var, kn_dtype_name(w->dtype),
+                 w->group_size, kn_dtype_name(w->scale_dtype), w->rows, w->cols);
     else
-        snprintf(buf, n, "%s %s [%d x %d] T=%d", var, kn_dtype_name(w->dtype), w->rows, w->cols, T);
+        snprintf(buf, n, "%s %s [%d x %d]", var, kn_dtype_name(w->dtype), w->rows, w->cols);
+    if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
 }
 
 /* Weight configurations: dtype, group size, scale dtype. */

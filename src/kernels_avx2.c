@@ -1,0 +1,359 @@
+/* kernels_avx2.c - the "avx2" variant: AVX2 with FMA and F16C, compiled for
+ * that target here (no -march flag needed). Same structure as
+ * kernels_avx512.c with 8-lane vectors; see there for the two loop shapes.
+ *
+ * Arithmetic of one output y[t][r] (fixed for every T, tiling and thread
+ * split):
+ *   w_j = W[r][j] as f32: F16/BF16 converted exactly; Q8 and Q4
+ *         w = fma(q, s, b);
+ *   8 lane accumulators, a = fma(x_v, w_v, a) over 8-column vectors in
+ *   ascending order (a zero-filled vector for a cols tail);
+ *   Q4 walks each 16-column block as [even columns, odd columns] (x is
+ *   permuted to match by kn_matmul, q4_perm = 16);
+ *   y = the fixed tree sum of hsum8(). */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+
+#define V 8   /* floats per vector */
+#define RT 4  /* rows of x per register tile */
+#define RC 2  /* weight rows per register tile, tiled path (16 ymm registers) */
+#define RCF 4 /* weight rows per step, fused path */
+#define INL static inline __attribute__((always_inline))
+
+/* Fixed-order horizontal sum: halves, then pairs. */
+INL float hsum8(__m256 a) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+INL __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+INL __m256 ld_bf16(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+INL __m256 ld_half(const uint16_t *p, int bf) { return bf ? ld_bf16(p) : ld_f16(p); }
+/* 8 bytes -> 8 int32 lanes (zero-extended). */
+INL __m256i ld_u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* Tails (n < 8 elements): copy into a zeroed vector's worth. */
+INL __m256 ld_f32_tail(const float *p, int n) {
+    float t[V] = {0};
+    memcpy(t, p, sizeof(float) * (size_t)n);
+    return _mm256_loadu_ps(t);
+}
+INL __m256 ld_half_tail(const uint16_t *p, int n, int bf) {
+    uint16_t t[V] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return ld_half(t, bf);
+}
+
+#define MAXG (KN_KBLOCK / 32)
+
+/* Scales and biases of up to RCF rows for the groups of [k0, k0+kn). */
+typedef struct {
+    float s[RCF][MAXG], b[RCF][MAXG];
+} kn_sb;
+
+INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rc, int k0, int kn) {
+    int g = w->group_size, per_row = w->cols / g;
+    for (int c = 0; c < rc; c++) {
+        size_t i0 = (size_t)(r + c) * per_row + (size_t)(k0 / g);
+        for (int i = 0; i < kn / g; i++) {
+            sb->s[c][i] = kn_scale_at(w->scales, w->scale_dtype, i0 + i);
+            sb->b[c][i] = kn_scale_at(w->biases, w->scale_dtype, i0 + i);
+        }
+    }
+}
+
+/* 8 Q4 columns from 4 bytes' worth of a zero-extended lane vector z:
+ * low nibbles (hi = 0) or high nibbles (hi = 1), dequantized. */
+INL __m256 q4_half(__m256i z, int hi, __m256 s, __m256 b) {
+    __m256i v = hi ? _mm256_srli_epi32(z, 4) : _mm256_and_si256(z, _mm256_set1_epi32(15));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, b);
+}
+
+/* ===================================================================== */
+/* Dequantize one weight row block into an f32 buffer (tiled path)         */
+/* ===================================================================== */
+
+static void dequant_row(const kn_weight *w, int r, int k0, int kn, const kn_sb *sb, int c, float *out) {
+    size_t row = (size_t)r * (size_t)w->cols;
+    switch (w->dtype) {
+    case KN_F32: break; /* never buffered */
+    case KN_F16:
+    case KN_BF16: {
+        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        int bf = w->dtype == KN_BF16, j = 0;
+        for (; j + V <= kn; j += V) _mm256_store_ps(out + j, ld_half(h + j, bf));
+        if (j < kn) _mm256_store_ps(out + j, ld_half_tail(h + j, kn - j, bf));
+        break;
+    }
+    case KN_Q8: {
+        const uint8_t *q = (const uint8_t *)w->data + row + k0;
+        int g = w->group_size;
+        for (int j = 0, gi = 0; j < kn; j += g, gi++) {
+            __m256 s = _mm256_set1_ps(sb->s[c][gi]), b = _mm256_set1_ps(sb->b[c][gi]);
+            for (int i = j; i < j + g; i += V)
+                _mm256_store_ps(out + i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ld_u8x8(q + i)), s, b));
+        }
+        break;
+    }
+    case KN_Q4: {
+        const uint8_t *q = (const uint8_t *)w->data + (row + k0) / 2;
+        int g = w->group_size;
+        for (int j = 0, gi = 0; j < kn; j += g, gi++) {
+            __m256 s = _mm256_set1_ps(sb->s[c][gi]), b = _mm256_set1_ps(sb->b[c][gi]);
+            for (int i = j; i < j + g; i += 2 * V) {
+                __m256i z = ld_u8x8(q + i / 2); /* byte k = columns i+2k (low), i+2k+1 (high) */
+                _mm256_store_ps(out + i, q4_half(z, 0, s, b));
+                _mm256_store_ps(out + i + V, q4_half(z, 1, s, b));
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* ===================================================================== */
+/* Tiled path (T >= 2)                                                     */
+/* ===================================================================== */
+
+INL void tile_f32(const int rt, const int rc, float *acc, const float *x, size_t ldx, const float *w,
+                  size_t ldw, int n) {
+    __m256 a[RT][RC];
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) a[t][c] = _mm256_load_ps(acc + (t * RC + c) * V);
+    int j = 0;
+    for (; j + V <= n; j += V) {
+        __m256 wv[RC];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) wv[c] = _mm256_loadu_ps(w + c * ldw + j);
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ldx + j);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) a[t][c] = _mm256_fmadd_ps(xv, wv[c], a[t][c]);
+        }
+    }
+    if (j < n) {
+        __m256 wv[RC];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) wv[c] = ld_f32_tail(w + c * ldw + j, n - j);
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m256 xv = ld_f32_tail(x + t * ldx + j, n - j);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) a[t][c] = _mm256_fmadd_ps(xv, wv[c], a[t][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) _mm256_store_ps(acc + (t * RC + c) * V, a[t][c]);
+}
+
+#define TILE_CASE(RT_, RC_) \
+    case RT_ * 8 + RC_: tile_f32(RT_, RC_, acc, x, ldx, w, ldw, n); break
+static void tile_any(int rt, int rc, float *acc, const float *x, size_t ldx, const float *w, size_t ldw, int n) {
+    switch (rt * 8 + rc) {
+        TILE_CASE(1, 1); TILE_CASE(1, 2);
+        TILE_CASE(2, 1); TILE_CASE(2, 2);
+        TILE_CASE(3, 1); TILE_CASE(3, 2);
+        TILE_CASE(4, 1); TILE_CASE(4, 2);
+    }
+}
+
+static void rows_tiled(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, rows = w->rows, T = job->T;
+    int isq = w->dtype == KN_Q8 || w->dtype == KN_Q4;
+    _Alignas(32) float wbuf[RC][KN_KBLOCK];
+    _Alignas(32) float acc[KN_TBLOCK][RC][V];
+    kn_sb sb;
+    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
+        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
+        const float *x0 = job->x + (size_t)t0 * cols;
+        for (int r = r0; r < r1; r += RC) {
+            int rc = r1 - r < RC ? r1 - r : RC;
+            memset(acc, 0, sizeof acc[0] * (size_t)tn);
+            for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+                int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+                const float *wp;
+                size_t ldw;
+                if (w->dtype == KN_F32) {
+                    wp = (const float *)w->data + (size_t)r * cols + k0;
+                    ldw = (size_t)cols;
+                } else {
+                    if (isq) load_sb(&sb, w, r, rc, k0, kn);
+                    for (int c = 0; c < rc; c++) dequant_row(w, r + c, k0, kn, &sb, c, wbuf[c]);
+                    wp = wbuf[0];
+                    ldw = KN_KBLOCK;
+                }
+                for (int t = 0; t < tn; t += RT) {
+                    int rt = tn - t < RT ? tn - t : RT;
+                    tile_any(rt, rc, acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
+                }
+            }
+            for (int t = 0; t < tn; t++)
+                for (int c = 0; c < rc; c++)
+                    job->y[(size_t)(t0 + t) * rows + r + c] = hsum8(_mm256_load_ps(acc[t][c]));
+        }
+    }
+}
+
+/* ===================================================================== */
+/* Fused path (T == 1)                                                     */
+/* ===================================================================== */
+
+INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols;
+    const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
+    const float *x = job->x;
+    __m256 a[RCF];
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + V <= cols; j += V) {
+        __m256 xv = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) a[c] = _mm256_fmadd_ps(xv, ld_half(h + (size_t)c * cols + j, bf), a[c]);
+    }
+    if (j < cols) {
+        __m256 xv = ld_f32_tail(x + j, cols - j);
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++)
+            a[c] = _mm256_fmadd_ps(xv, ld_half_tail(h + (size_t)c * cols + j, cols - j, bf), a[c]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+}
+
+INL void fused_q8(const int rc, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, g = w->group_size;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
+    __m256 a[RCF];
+    kn_sb sb;
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        load_sb(&sb, w, r, rc, k0, kn);
+        for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
+            __m256 s[RCF], b[RCF];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm256_set1_ps(sb.s[c][gi]);
+                b[c] = _mm256_set1_ps(sb.b[c][gi]);
+            }
+            for (int i = j; i < j + g; i += V) {
+                __m256 xv = _mm256_loadu_ps(job->x + i);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(q + (size_t)c * cols + i));
+                    a[c] = _mm256_fmadd_ps(xv, _mm256_fmadd_ps(qf, s[c], b[c]), a[c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+}
+
+INL void fused_q4(const int rc, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, g = w->group_size;
+    size_t rbytes = (size_t)cols / 2;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
+    __m256 a[RCF];
+    kn_sb sb;
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        load_sb(&sb, w, r, rc, k0, kn);
+        for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
+            __m256 s[RCF], b[RCF];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm256_set1_ps(sb.s[c][gi]);
+                b[c] = _mm256_set1_ps(sb.b[c][gi]);
+            }
+            for (int i = j; i < j + g; i += 2 * V) {
+                __m256 xlo = _mm256_loadu_ps(job->x + i), xhi = _mm256_loadu_ps(job->x + i + V);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m256i z = ld_u8x8(q + (size_t)c * rbytes + i / 2);
+                    a[c] = _mm256_fmadd_ps(xlo, q4_half(z, 0, s[c], b[c]), a[c]);
+                    a[c] = _mm256_fmadd_ps(xhi, q4_half(z, 1, s[c], b[c]), a[c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+}
+
+#define FUSED_CASES(call)          \
+    switch (rc) {                  \
+    case 4: call(4); break;        \
+    case 3: call(3); break;        \
+    case 2: call(2); break;        \
+    default: call(1); break;       \
+    }
+
+static void rows_fused(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    for (int r = r0; r < r1; r += RCF) {
+        int rc = r1 - r < RCF ? r1 - r : RCF;
+        switch (w->dtype) {
+#define CALL_F16(n) fused_half(n, 0, job, r)
+#define CALL_BF16(n) fused_half(n, 1, job, r)
+#define CALL_Q8(n) fused_q8(n, job, r)
+#define CALL_Q4(n) fused_q4(n, job, r)
+        case KN_F16: FUSED_CASES(CALL_F16); break;
+        case KN_BF16: FUSED_CASES(CALL_BF16); break;
+        case KN_Q8: FUSED_CASES(CALL_Q8); break;
+        case KN_Q4: FUSED_CASES(CALL_Q4); break;
+        case KN_F32: break;
+        }
+    }
+}
+
+static void avx2_rows(const kn_job *job, int r0, int r1) {
+    if (job->T == 1 && job->w->dtype != KN_F32) rows_fused(job, r0, r1);
+    else rows_tiled(job, r0, r1);
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+static int avx2_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+const kn_impl kn_impl_avx2 = {"avx2", avx2_supported, 16, avx2_rows};
+
+#else
+typedef int kn_avx2_unused; /* ISO C wants a declaration in every file */
+#endif

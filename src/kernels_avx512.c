@@ -1,0 +1,385 @@
+/* kernels_avx512.c - the "avx512" variant: AVX-512 F/BW/VL/DQ with FMA and
+ * F16C, compiled for that target here (no -march flag needed); kernels.c
+ * only calls it when kn_impl_avx512.supported() says the CPU has it.
+ *
+ * Arithmetic of one output y[t][r] (the invariant this file keeps for every
+ * T, tiling and thread split):
+ *   w_j = W[r][j] as f32: F16/BF16 converted exactly; Q8 w = fma(q, s, b);
+ *         Q4 w = table[q] with table[k] = fma(k, s, b) (the same value);
+ *   16 lane accumulators, a = fma(x_v, w_v, a) over 16-column vectors in
+ *   ascending order (a masked, zero-filled vector for a cols tail);
+ *   Q4 walks each 32-column block as [even columns, odd columns] (x is
+ *   permuted to match by kn_matmul, q4_perm = 32);
+ *   y = the fixed tree sum of hsum16().
+ *
+ * Two loop shapes compute exactly that:
+ *   T == 1: fused - weights are converted in registers and consumed at once
+ *           (decode is memory bound; nothing is written back);
+ *   T >= 2: tiled - a tile of RC weight rows x KN_KBLOCK columns is converted
+ *           once into an f32 buffer (L1), then swept by RT x RC register
+ *           tiles for every group of RT rows of x, so each weight byte is
+ *           read from memory once per KN_TBLOCK rows of x. */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+
+#define V 16 /* floats per vector */
+#define RT 4 /* rows of x per register tile */
+#define RC 4 /* weight rows (output columns) per register tile */
+#define INL static inline __attribute__((always_inline))
+
+/* Fixed-order horizontal sum: halves, then quarters, then pairs. */
+INL float hsum16(__m512 a) {
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+}
+
+INL __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1); }
+
+/* 16 halves / bfloat16s -> f32 (exact). */
+INL __m512 ld_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+INL __m512 ld_f16_m(const uint16_t *p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+INL __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+INL __m512 ld_bf16(const uint16_t *p) { return bf16_widen(_mm256_loadu_si256((const __m256i *)p)); }
+INL __m512 ld_bf16_m(const uint16_t *p, __mmask16 m) { return bf16_widen(_mm256_maskz_loadu_epi16(m, p)); }
+
+/* 16 bytes -> 16 int32 lanes (zero-extended). */
+INL __m512i ld_u8x16(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+
+/* out[0..n) = scales/biases p[i0 .. i0+n) as f32; out has room for n
+ * rounded up to 16. */
+INL void cvt_scales(const void *p, kn_dtype t, size_t i0, int n, float *out) {
+    for (int i = 0; i < n; i += V) {
+        __mmask16 m = tail_mask(n - i < V ? n - i : V);
+        __m512 v;
+        if (t == KN_F32) v = _mm512_maskz_loadu_ps(m, (const float *)p + i0 + i);
+        else if (t == KN_F16) v = ld_f16_m((const uint16_t *)p + i0 + i, m);
+        else v = ld_bf16_m((const uint16_t *)p + i0 + i, m);
+        _mm512_storeu_ps(out + i, v);
+    }
+}
+
+#define MAXG (KN_KBLOCK / 32) /* groups per K block, at most */
+
+/* Scales and biases of rows r..r+rc-1 for the groups of columns
+ * [k0, k0+kn), as f32: s[c][i], b[c][i]. */
+typedef struct {
+    float s[RC][MAXG], b[RC][MAXG];
+} kn_sb;
+
+INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rc, int k0, int kn) {
+    int g = w->group_size, per_row = w->cols / g;
+    for (int c = 0; c < rc; c++) {
+        size_t i0 = (size_t)(r + c) * per_row + (size_t)(k0 / g);
+        cvt_scales(w->scales, w->scale_dtype, i0, kn / g, sb->s[c]);
+        cvt_scales(w->biases, w->scale_dtype, i0, kn / g, sb->b[c]);
+    }
+}
+
+static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* ===================================================================== */
+/* Dequantize one weight row block into an f32 buffer (tiled path)         */
+/* ===================================================================== */
+
+/* out[0..kn) = W[r][k0 .. k0+kn) (Q4: in the permuted order); c selects
+ * the row's scales in sb. out has room for kn rounded up to 16. */
+static void dequant_row(const kn_weight *w, int r, int k0, int kn, const kn_sb *sb, int c, float *out) {
+    size_t row = (size_t)r * (size_t)w->cols;
+    switch (w->dtype) {
+    case KN_F32: break; /* never buffered */
+    case KN_F16:
+    case KN_BF16: {
+        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        int bf = w->dtype == KN_BF16, j = 0;
+        for (; j + V <= kn; j += V) _mm512_store_ps(out + j, bf ? ld_bf16(h + j) : ld_f16(h + j));
+        if (j < kn) {
+            __mmask16 m = tail_mask(kn - j);
+            _mm512_store_ps(out + j, bf ? ld_bf16_m(h + j, m) : ld_f16_m(h + j, m));
+        }
+        break;
+    }
+    case KN_Q8: {
+        const uint8_t *q = (const uint8_t *)w->data + row + k0;
+        int g = w->group_size;
+        for (int j = 0, gi = 0; j < kn; j += g, gi++) {
+            __m512 s = _mm512_set1_ps(sb->s[c][gi]), b = _mm512_set1_ps(sb->b[c][gi]);
+            for (int i = j; i < j + g; i += V)
+                _mm512_store_ps(out + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ld_u8x16(q + i)), s, b));
+        }
+        break;
+    }
+    case KN_Q4: {
+        const uint8_t *q = (const uint8_t *)w->data + (row + k0) / 2;
+        int g = w->group_size;
+        __m512 iota = _mm512_loadu_ps(iota16);
+        for (int j = 0, gi = 0; j < kn; j += g, gi++) {
+            __m512 tab = _mm512_fmadd_ps(iota, _mm512_set1_ps(sb->s[c][gi]), _mm512_set1_ps(sb->b[c][gi]));
+            for (int i = j; i < j + g; i += 2 * V) {
+                __m512i z = ld_u8x16(q + i / 2); /* byte k = columns i+2k (low), i+2k+1 (high) */
+                _mm512_store_ps(out + i, _mm512_permutexvar_ps(z, tab)); /* uses the low 4 bits */
+                _mm512_store_ps(out + i + V, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tab));
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* ===================================================================== */
+/* Tiled path (T >= 2): f32 register tiles over a converted weight tile   */
+/* ===================================================================== */
+
+/* acc[t][c] (16 floats each, t stride RC) += x[t] . w[c] over n columns,
+ * for t < rt, c < rc. x rows are ldx apart, w rows ldw apart. */
+INL void tile_f32(const int rt, const int rc, float *acc, const float *x, size_t ldx, const float *w,
+                  size_t ldw, int n) {
+    __m512 a[RT][RC];
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) a[t][c] = _mm512_load_ps(acc + (t * RC + c) * V);
+    int j = 0;
+    for (; j + V <= n; j += V) {
+        __m512 wv[RC];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) wv[c] = _mm512_loadu_ps(w + c * ldw + j);
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m512 xv = _mm512_loadu_ps(x + t * ldx + j);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) a[t][c] = _mm512_fmadd_ps(xv, wv[c], a[t][c]);
+        }
+    }
+    if (j < n) { /* cols tail: zero-filled lanes */
+        __mmask16 m = tail_mask(n - j);
+        __m512 wv[RC];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) wv[c] = _mm512_maskz_loadu_ps(m, w + c * ldw + j);
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + j);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) a[t][c] = _mm512_fmadd_ps(xv, wv[c], a[t][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) _mm512_store_ps(acc + (t * RC + c) * V, a[t][c]);
+}
+
+#define TILE_CASE(RT_, RC_) \
+    case RT_ * 8 + RC_: tile_f32(RT_, RC_, acc, x, ldx, w, ldw, n); break
+static void tile_any(int rt, int rc, float *acc, const float *x, size_t ldx, const float *w, size_t ldw, int n) {
+    switch (rt * 8 + rc) {
+        TILE_CASE(1, 1); TILE_CASE(1, 2); TILE_CASE(1, 3); TILE_CASE(1, 4);
+        TILE_CASE(2, 1); TILE_CASE(2, 2); TILE_CASE(2, 3); TILE_CASE(2, 4);
+        TILE_CASE(3, 1); TILE_CASE(3, 2); TILE_CASE(3, 3); TILE_CASE(3, 4);
+        TILE_CASE(4, 1); TILE_CASE(4, 2); TILE_CASE(4, 3); TILE_CASE(4, 4);
+    }
+}
+
+static void rows_tiled(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, rows = w->rows, T = job->T;
+    int isq = w->dtype == KN_Q8 || w->dtype == KN_Q4;
+    _Alignas(64) float wbuf[RC][KN_KBLOCK];
+    _Alignas(64) float acc[KN_TBLOCK][RC][V];
+    kn_sb sb;
+    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
+        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
+        const float *x0 = job->x + (size_t)t0 * cols;
+        for (int r = r0; r < r1; r += RC) {
+            int rc = r1 - r < RC ? r1 - r : RC;
+            memset(acc, 0, sizeof acc[0] * (size_t)tn);
+            for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+                int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+                const float *wp;
+                size_t ldw;
+                if (w->dtype == KN_F32) {
+                    wp = (const float *)w->data + (size_t)r * cols + k0;
+                    ldw = (size_t)cols;
+                } else {
+                    if (isq) load_sb(&sb, w, r, rc, k0, kn);
+                    for (int c = 0; c < rc; c++) dequant_row(w, r + c, k0, kn, &sb, c, wbuf[c]);
+                    wp = wbuf[0];
+                    ldw = KN_KBLOCK;
+                }
+                for (int t = 0; t < tn; t += RT) {
+                    int rt = tn - t < RT ? tn - t : RT;
+                    tile_any(rt, rc, acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
+                }
+            }
+            for (int t = 0; t < tn; t++)
+                for (int c = 0; c < rc; c++)
+                    job->y[(size_t)(t0 + t) * rows + r + c] = hsum16(_mm512_load_ps(acc[t][c]));
+        }
+    }
+}
+
+/* ===================================================================== */
+/* Fused path (T == 1): convert in registers, one pass over the weights   */
+/* ===================================================================== */
+
+/* F16 / BF16 rows r..r+rc-1. */
+INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols;
+    const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
+    const float *x = job->x;
+    __m512 a[RC];
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + V <= cols; j += V) {
+        __m512 xv = _mm512_loadu_ps(x + j);
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) {
+            const uint16_t *p = h + (size_t)c * cols + j;
+            a[c] = _mm512_fmadd_ps(xv, bf ? ld_bf16(p) : ld_f16(p), a[c]);
+        }
+    }
+    if (j < cols) {
+        __mmask16 m = tail_mask(cols - j);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) {
+            const uint16_t *p = h + (size_t)c * cols + j;
+            a[c] = _mm512_fmadd_ps(xv, bf ? ld_bf16_m(p, m) : ld_f16_m(p, m), a[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+}
+
+/* Q8 rows r..r+rc-1. */
+INL void fused_q8(const int rc, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, g = w->group_size;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
+    __m512 a[RC];
+    kn_sb sb;
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        load_sb(&sb, w, r, rc, k0, kn);
+        for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
+            __m512 s[RC], b[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm512_set1_ps(sb.s[c][gi]);
+                b[c] = _mm512_set1_ps(sb.b[c][gi]);
+            }
+            for (int i = j; i < j + g; i += V) {
+                __m512 xv = _mm512_loadu_ps(job->x + i);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m512 qf = _mm512_cvtepi32_ps(ld_u8x16(q + (size_t)c * cols + i));
+                    a[c] = _mm512_fmadd_ps(xv, _mm512_fmadd_ps(qf, s[c], b[c]), a[c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+}
+
+/* Q4 rows r..r+rc-1; job->x is permuted in blocks of 32. */
+INL void fused_q4(const int rc, const kn_job *job, int r) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, g = w->group_size;
+    size_t rbytes = (size_t)cols / 2;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
+    __m512 iota = _mm512_loadu_ps(iota16);
+    __m512 a[RC];
+    kn_sb sb;
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) a[c] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        load_sb(&sb, w, r, rc, k0, kn);
+        for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
+            __m512 tab[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++)
+                tab[c] = _mm512_fmadd_ps(iota, _mm512_set1_ps(sb.s[c][gi]), _mm512_set1_ps(sb.b[c][gi]));
+            for (int i = j; i < j + g; i += 2 * V) {
+                __m512 xlo = _mm512_loadu_ps(job->x + i), xhi = _mm512_loadu_ps(job->x + i + V);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m512i z = ld_u8x16(q + (size_t)c * rbytes + i / 2);
+                    a[c] = _mm512_fmadd_ps(xlo, _mm512_permutexvar_ps(z, tab[c]), a[c]);
+                    a[c] = _mm512_fmadd_ps(xhi, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tab[c]), a[c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+}
+
+#define FUSED_CASES(call)          \
+    switch (rc) {                  \
+    case 4: call(4); break;        \
+    case 3: call(3); break;        \
+    case 2: call(2); break;        \
+    default: call(1); break;       \
+    }
+
+static void rows_fused(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    for (int r = r0; r < r1; r += RC) {
+        int rc = r1 - r < RC ? r1 - r : RC;
+        switch (w->dtype) {
+#define CALL_F16(n) fused_half(n, 0, job, r)
+#define CALL_BF16(n) fused_half(n, 1, job, r)
+#define CALL_Q8(n) fused_q8(n, job, r)
+#define CALL_Q4(n) fused_q4(n, job, r)
+        case KN_F16: FUSED_CASES(CALL_F16); break;
+        case KN_BF16: FUSED_CASES(CALL_BF16); break;
+        case KN_Q8: FUSED_CASES(CALL_Q8); break;
+        case KN_Q4: FUSED_CASES(CALL_Q4); break;
+        case KN_F32: break;
+        }
+    }
+}
+
+static void avx512_rows(const kn_job *job, int r0, int r1) {
+    if (job->T == 1 && job->w->dtype != KN_F32) rows_fused(job, r0, r1);
+    else rows_tiled(job, r0, r1); /* F32 needs no conversion: one loop serves T = 1 too */
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+static int avx512_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_rows};
+
+#else
+typedef int kn_avx512_unused; /* ISO C wants a declaration in every file */
+#endif
