@@ -152,6 +152,12 @@ static void att_rows(void *ctx, int start, int end) {
     }
 }
 
+/* Threads only pay off above a few tens of thousands of multiply-adds. */
+static void attend(att_job *J, int T, int n_keys) {
+    if ((long)T * J->nh * n_keys * J->hd < (1L << 16)) att_rows(J, 0, T * J->nh);
+    else tp_for(T * J->nh, att_rows, J);
+}
+
 /* ---- scratch activations ------------------------------------------------- */
 
 typedef struct {
@@ -266,7 +272,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
             norm_rope(kc + (size_t)(pos0 + t) * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
         }
         att_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd};
-        tp_for(T * nh, att_rows, &J);
+        attend(&J, T, pos0 + T);
         attn_out(s, L, c, T);
         mlp(s, L, c, T);
         for (int i = 0; i < b->n_taps; i++)
@@ -413,7 +419,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         }
         att_job J = {s->att, s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
                      s->k, s->v, pos0, B, 0, nh, nkv, hd};
-        tp_for(B * nh, att_rows, &J);
+        attend(&J, B, pos0 + B);
         attn_out(s, L, c, B);
         mlp(s, L, c, B);
     }

@@ -1,0 +1,90 @@
+#!/bin/sh
+# test_cli.sh - the dflash command line as a user runs it: help, tokenize,
+# generate (plain, DFlash, quantized), --stats-json, and bad input giving a
+# one-line error with a non-zero exit, never a crash.
+BIN=${DFLASH_BIN:-./dflash}
+ROOT=${DFLASH_ROOT:-.}
+cd "$ROOT" || exit 1
+T=$(mktemp -d /tmp/dflash-cli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
+# expect NAME STATUS NEEDLE -- command...: exit status and a stderr substring
+expect() {
+    name=$1 want=$2 needle=$3; shift 4
+    "$@" >"$T/out" 2>"$T/err"; rc=$?
+    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
+    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
+    if grep -qiE 'AddressSanitizer|runtime error|Segmentation' "$T/err"; then bad "$name (sanitizer/crash)"; return; fi
+    ok "$name"
+}
+
+expect "main help" 0 "" -- "$BIN" --help
+grep -q "generate" "$T/out" && ok "help lists commands" || bad "help lists commands"
+for c in generate chat tokenize bench synth; do
+    expect "$c --help" 0 "" -- "$BIN" $c --help
+done
+grep -q -- "--draft-max" "$T/out" || true
+expect "unknown command" 2 "unknown command" -- "$BIN" frobnicate
+expect "unknown option" 2 "unknown option" -- "$BIN" generate -m x --bogus
+expect "bad -n" 2 "expects an integer" -- "$BIN" generate -m x -p hi -n abc
+expect "bad --draft-max" 2 "expects an integer" -- "$BIN" generate -m x -p hi --draft-max many
+expect "block size 0" 2 "expects an integer in 1..64" -- "$BIN" generate -m x -p hi --block-size 0
+
+# tokenizer only
+expect "tokenize" 0 "" -- "$BIN" tokenize -m models/qwen3-tokenizer -p "The quick brown fox"
+[ "$(cat "$T/out")" = "785 3974 13876 38835" ] && ok "tokenize ids" || bad "tokenize ids: $(cat "$T/out")"
+printf 'caf\303\251 \360\237\230\200\n' >"$T/p.txt"
+expect "tokenize -f" 0 "" -- "$BIN" tokenize -m models/qwen3-tokenizer -f "$T/p.txt"
+printf 'bad \377 byte' >"$T/bad.txt"
+expect "invalid UTF-8 prompt" 1 "UTF-8" -- "$BIN" tokenize -m models/qwen3-tokenizer -f "$T/bad.txt"
+[ "$(wc -l <"$T/err")" -eq 1 ] && ok "invalid UTF-8: one line" || bad "invalid UTF-8: one line"
+expect "missing tokenizer" 1 "tokenizer.json" -- "$BIN" tokenize -m "$T/nowhere" -p hi
+
+# synthetic pair with the real tokenizer
+expect "synth target" 0 "" -- "$BIN" synth --shape tiny -o "$T/tgt"
+expect "synth draft" 0 "" -- "$BIN" synth --shape tiny --draft -o "$T/drf"
+expect "synth q4" 0 "" -- "$BIN" synth --shape tiny --bits 4 -o "$T/tq4"
+expect "synth q8" 0 "" -- "$BIN" synth --shape tiny --bits 8 -o "$T/tq8"
+expect "generate" 0 "decode:" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 12 --ignore-eos
+cp "$T/out" "$T/greedy.txt"
+[ -s "$T/greedy.txt" ] && ok "generate wrote text" || bad "generate wrote text"
+grep -q "decode:" "$T/out" && bad "stdout carries only text" || ok "stdout carries only text"
+expect "generate --draft" 0 "tau" -- "$BIN" generate -m "$T/tgt" --draft "$T/drf" -p "Hello there" -n 12 --ignore-eos
+cmp -s "$T/out" "$T/greedy.txt" && ok "DFlash text equals greedy" || bad "DFlash text equals greedy"
+expect "generate -md --draft-max 3" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --draft-max 3
+cmp -s "$T/out" "$T/greedy.txt" && ok "draft-max 3 equals greedy" || bad "draft-max 3 equals greedy"
+expect "stats json" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hi" -n 7 --ignore-eos --stats-json
+last=$(tail -n 1 "$T/err")
+for k in n_tokens rounds tau accept_per_pos draft_ms verify_ms decode_tok_s; do
+    echo "$last" | grep -q "\"$k\"" || bad "stats json has $k"
+done
+echo "$last" | grep -q '"n_tokens": 7,' && ok "-n 7 is exact" || bad "-n 7 is exact: $last"
+expect "generate q4" 0 "MLX 4-bit" -- "$BIN" generate -m "$T/tq4" -p "Hello" -n 6 --ignore-eos
+expect "generate q8" 0 "MLX 8-bit" -- "$BIN" generate -m "$T/tq8" -p "Hello" -n 6 --ignore-eos
+expect "sampling" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello" -n 10 --temp 0.8 --seed 3 --ignore-eos
+cp "$T/out" "$T/s1"
+expect "sampling plain" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 10 --temp 0.8 --seed 3 --ignore-eos
+cmp -s "$T/out" "$T/s1" && ok "DFlash sampling equals plain sampling (seed 3)" || bad "DFlash sampling equals plain sampling"
+
+# bad input at run time and load time
+expect "prompt longer than the context" 1 "does not fit the context" -- "$BIN" generate -m "$T/tgt" -c 8 -p "one two three four five six seven eight nine ten"
+[ "$(wc -l <"$T/err")" -eq 1 ] && ok "context error: one line" || bad "context error: one line"
+expect "invalid UTF-8 generate" 1 "UTF-8" -- "$BIN" generate -m "$T/tgt" -f "$T/bad.txt"
+expect "missing model" 1 "config.json" -- "$BIN" generate -m "$T/nowhere" -p hi
+expect "block size above the draft's" 1 "block size 32 out of range" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi --block-size 32
+expect "draft as target" 1 "is a DFlash draft" -- "$BIN" generate -m "$T/drf" -p hi
+expect "ctx beyond max positions" 1 "exceeds the model's max_position_embeddings" -- "$BIN" generate -m "$T/tgt" -c 100000 -p hi
+head -c 100 "$T/tgt/model.safetensors" >"$T/trunc.st"
+mkdir -p "$T/trunc" && cp "$T/tgt/config.json" "$T/tgt/tokenizer.json" "$T/trunc/" 2>/dev/null
+cp "$T/trunc.st" "$T/trunc/model.safetensors"
+expect "truncated weights" 1 "model.safetensors" -- "$BIN" generate -m "$T/trunc" -p hi
+[ "$(wc -l <"$T/err")" -eq 1 ] && ok "truncated: one line" || bad "truncated: one line"
+
+# chat: two turns through stdin
+printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
+[ $? -eq 0 ] && ok "chat runs" || bad "chat runs"
+
+echo "test_cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,349 @@
+/* test_dflash.c - DFlash end to end through the public API: the output of
+ * speculative decoding equals plain decoding token for token (greedy, and
+ * sampling with a seed), for block sizes 2, 4, 8, 16 and --draft-max auto,
+ * on a random target+draft pair written by the test, on the committed tiny
+ * pair, and on the shipped demo pair when it is present; plus bad drafts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dflash.h"
+#include "synth.h"
+#include "util.h"
+
+static char tmpdir[256];
+static const char *root = ".";
+static int slow = 1; /* 0 under sanitizers: fewer prompts on the big models */
+
+static char *tpath(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static char *rpath(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
+    return buf[k];
+}
+
+static void link_tokenizer(const char *dir) {
+    char src[600], dst[600];
+    snprintf(src, sizeof src, "%s/models/qwen3-tokenizer/tokenizer.json", root);
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+    char *abs = realpath(src, NULL);
+    if (!abs || symlink(abs, dst) != 0) fprintf(stderr, "cannot link tokenizer into %s\n", dir);
+    free(abs);
+}
+
+static syn_spec target_spec(void) {
+    syn_spec s = syn_default();
+    s.c.n_layers = 4;
+    s.c.n_eos = 1;
+    s.c.eos_ids[0] = 3;
+    return s;
+}
+
+static syn_spec draft_spec(void) {
+    syn_spec d = target_spec();
+    d.c.is_draft = 1;
+    d.c.n_layers = 2;
+    d.c.block_size = 16;
+    d.c.mask_token_id = 511;
+    d.c.n_target_layers = 4;
+    d.c.n_taps = 2;
+    cfg_default_taps(4, 2, d.c.tap_layers);
+    d.seed = 77;
+    return d;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static int gen(dflash_model *m, const int32_t *p, size_t n, dflash_gen *g, int32_t **out, size_t *nout,
+               dflash_stats *st) {
+    dflash_reset(m);
+    int rc = dflash_generate(m, p, n, g, NULL, NULL, out, nout, st);
+    if (rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
+    return rc;
+}
+
+/* For each prompt: plain output vs DFlash at several block sizes / auto. */
+static void lossless(dflash_model *m, int32_t **prompts, size_t *lens, int n_prompts, int n_predict, float temp,
+                     const char *what) {
+    int blocks[] = {2, 4, 8, 16, 16}, maxes[] = {-1, -1, -1, 15, -1};
+    int bad = 0, total = 0;
+    double tau_sum = 0;
+    int tau_n = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = n_predict;
+        g.temp = temp;
+        g.top_p = temp > 0 ? 0.95f : 1.0f;
+        g.seed = 1234 + (uint64_t)i;
+        g.use_draft = 0;
+        int32_t *ref, *out;
+        size_t nref, nout;
+        dflash_stats st;
+        if (gen(m, prompts[i], lens[i], &g, &ref, &nref, &st)) {
+            bad++;
+            continue;
+        }
+        g.use_draft = 1;
+        for (int b = 0; b < 5; b++) {
+            g.block_size = blocks[b];
+            g.draft_max = maxes[b] >= 0 ? blocks[b] - 1 : (b == 4 ? -1 : blocks[b] - 1);
+            if (gen(m, prompts[i], lens[i], &g, &out, &nout, &st)) {
+                bad++;
+                continue;
+            }
+            total++;
+            if (nout != nref || memcmp(out, ref, sizeof(int32_t) * nref)) {
+                bad++;
+                fprintf(stderr, "  %s: prompt %d block %d draft_max %d: %zu vs %zu tokens differ\n", what, i,
+                        blocks[b], g.draft_max, nout, nref);
+            }
+            CHECK(st.tau >= 1.0 || st.rounds == 0, "tau %f", st.tau);
+            for (int k = 0; k < st.n_pos; k++)
+                CHECK(st.accept_per_pos[k] >= 0 && st.accept_per_pos[k] <= 1, "acceptance out of range");
+            if (b == 3 && st.rounds) {
+                tau_sum += st.tau;
+                tau_n++;
+            }
+            free(out);
+        }
+        free(ref);
+    }
+    fprintf(stderr, "  %s: %d prompts x 5 settings, %d mismatches, tau at block 16 = %.2f\n", what, n_prompts, bad,
+            tau_n ? tau_sum / tau_n : 0);
+    CHECK(bad == 0, "%s: %d of %d DFlash runs differ from plain decoding", what, bad, total);
+}
+
+static void random_prompts(int n, int vocab, int32_t **p, size_t *len) {
+    for (int i = 0; i < n; i++) {
+        len[i] = 1 + rnd() % 60;
+        p[i] = malloc(sizeof(int32_t) * len[i]);
+        for (size_t k = 0; k < len[i]; k++) p[i][k] = (int32_t)(rnd() % (uint32_t)vocab);
+    }
+}
+
+TEST(lossless_random_pair) {
+    char t[512], d[512];
+    snprintf(t, sizeof t, "%s", tpath("target"));
+    snprintf(d, sizeof d, "%s", tpath("draft"));
+    syn_spec ts = target_spec(), dspec = draft_spec();
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
+    link_tokenizer(t);
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { N = 50 };
+    int32_t *p[N];
+    size_t len[N];
+    random_prompts(N, 500, p, len);
+    lossless(m, p, len, N, 40, 0.0f, "random pair, greedy");
+    lossless(m, p, len, 12, 40, 0.8f, "random pair, temp 0.8");
+    /* sampling is reproducible: same seed, same tokens; another seed differs */
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 40;
+    g.temp = 0.8f;
+    g.seed = 5;
+    int32_t *a, *b, *c;
+    size_t na, nb, nc;
+    dflash_stats st;
+    gen(m, p[0], len[0], &g, &a, &na, &st);
+    gen(m, p[0], len[0], &g, &b, &nb, &st);
+    g.seed = 6;
+    gen(m, p[0], len[0], &g, &c, &nc, &st);
+    CHECK(na == nb && !memcmp(a, b, na * sizeof *a), "same seed, different output");
+    CHECK(na != nc || memcmp(a, c, na * sizeof *a), "different seeds, same output");
+    free(a);
+    free(b);
+    free(c);
+    /* the prompt cache: a continuation reuses the cached prefix and still matches */
+    g = dflash_default_gen();
+    g.n_predict = 30;
+    int32_t *full, *out2;
+    size_t nfull, nout2;
+    gen(m, p[1], len[1], &g, &full, &nfull, &st);
+    int32_t *ext = malloc(sizeof(int32_t) * (len[1] + 10));
+    memcpy(ext, p[1], len[1] * sizeof(int32_t));
+    for (int i = 0; i < 10; i++) ext[len[1] + (size_t)i] = full[i];
+    dflash_generate(m, ext, len[1] + 10, &g, NULL, NULL, &out2, &nout2, &st); /* no reset: reuse */
+    CHECK(st.n_reused >= (int)len[1], "reused %d of %zu", st.n_reused, len[1]);
+    int32_t *fresh;
+    size_t nfresh;
+    gen(m, ext, len[1] + 10, &g, &fresh, &nfresh, &st);
+    CHECK(nfresh == nout2 && !memcmp(fresh, out2, nfresh * sizeof(int32_t)), "cached prefix changed the output");
+    free(full);
+    free(out2);
+    free(fresh);
+    free(ext);
+    for (int i = 0; i < N; i++) free(p[i]);
+    dflash_free(m);
+}
+
+TEST(lossless_tiny_pair) {
+    const char *t = rpath("tests/models/tiny-qwen3"), *d = rpath("tests/models/tiny-draft");
+    if (access(rpath("tests/models/tiny-draft/config.json"), R_OK) != 0) {
+        fprintf(stderr, "  (tests/models/tiny-draft not present)\n");
+        CHECK(0, "committed tiny pair missing");
+        return;
+    }
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { N = 50 };
+    int32_t *p[N];
+    size_t len[N];
+    random_prompts(N, 16000, p, len);
+    lossless(m, p, len, N, 32, 0.0f, "tiny pair");
+    for (int i = 0; i < N; i++) free(p[i]);
+    dflash_free(m);
+}
+
+TEST(lossless_demo_pair) {
+    const char *t = rpath("models/demo/target"), *d = rpath("models/demo/draft");
+    if (access(rpath("models/demo/draft/config.json"), R_OK) != 0) {
+        fprintf(stderr, "  (demo models not present)\n");
+        CHECK(0, "demo pair missing");
+        return;
+    }
+    dflash_params pp = dflash_default_params();
+    pp.n_ctx = 1024;
+    dflash_model *m = dflash_load(t, d, &pp);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    /* prompts: chat-templated and raw text from the benchmark prompt files */
+    const char *files[] = {"bench/prompts/code.jsonl", "bench/prompts/math.jsonl", "bench/prompts/chat.jsonl"};
+    int n_each = slow ? 17 : 3;
+    int32_t *p[64];
+    size_t len[64];
+    int n = 0;
+    for (int f = 0; f < 3; f++) {
+        char *txt = dfl_read_file(rpath(files[f]), NULL);
+        CHECK(txt != NULL, "missing %s", files[f]);
+        if (!txt) continue;
+        char *line = txt;
+        for (int k = 0; k < n_each && line && *line; k++) {
+            char *end = strchr(line, '\n');
+            if (end) *end = 0;
+            char *q = strstr(line, "\"prompt\": \"");
+            if (q) {
+                q += 11;
+                char *e = strstr(q, "\"}");
+                if (e) *e = 0;
+            } else {
+                q = line;
+            }
+            dflash_message msg = {"user", q};
+            char *chat = (k % 3 == 2) ? NULL : dflash_chat_prompt(m, &msg, 1, 1, 0);
+            const char *text = chat ? chat : q; /* every third prompt raw */
+            if (dflash_tokenize(m, text, strlen(text), &p[n], &len[n]) == 0) n++;
+            free(chat);
+            line = end ? end + 1 : NULL;
+        }
+        free(txt);
+    }
+    lossless(m, p, len, n, slow ? 48 : 24, 0.0f, "demo pair");
+    lossless(m, p, len, slow ? 6 : 2, 32, 0.8f, "demo pair, temp 0.8");
+    for (int i = 0; i < n; i++) free(p[i]);
+    dflash_free(m);
+}
+
+static int load_fails(const char *t, const char *d, const char *needle) {
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (m) {
+        dflash_free(m);
+        return 0;
+    }
+    if (!strstr(dflash_error(), needle)) {
+        fprintf(stderr, "  error was: %s\n", dflash_error());
+        return 0;
+    }
+    return 1;
+}
+
+TEST(bad_drafts) {
+    char t[512];
+    snprintf(t, sizeof t, "%s", tpath("target"));
+    syn_spec d = draft_spec();
+    d.c.hidden = 32;
+    d.c.head_dim = 8;
+    syn_write(tpath("d_hidden"), &d);
+    CHECK(load_fails(t, tpath("d_hidden"), "draft hidden_size 32 does not match the target's 64"), "hidden");
+    d = draft_spec();
+    d.c.tap_layers[1] = 4;
+    syn_write(tpath("d_layer"), &d);
+    CHECK(load_fails(t, tpath("d_layer"), "target_layer_ids[1] = 4 is outside the target's 4 layers"), "layer id");
+    d = draft_spec();
+    d.c.mask_token_id = 512;
+    syn_write(tpath("d_mask"), &d);
+    CHECK(load_fails(t, tpath("d_mask"), "mask_token_id 512 is outside"), "mask id");
+    d = draft_spec();
+    syn_write(tpath("d_nocfg"), &d);
+    char *txt = dfl_read_file(tpath("d_nocfg/config.json"), NULL);
+    char *at = strstr(txt, "\"dflash_config\"");
+    if (at) memcpy(at, "\"dflash_confiX\"", 15);
+    FILE *f = fopen(tpath("d_nocfg/config.json"), "w");
+    fputs(txt, f);
+    fclose(f);
+    free(txt);
+    CHECK(load_fails(t, tpath("d_nocfg"), "without a \"dflash_config\""), "no dflash_config");
+    CHECK(load_fails(tpath("draft"), NULL, "is a DFlash draft, not a target"), "draft as target");
+    CHECK(load_fails(t, t, "not a DFlash draft"), "target as draft");
+    /* block sizes */
+    dflash_model *m = dflash_load(t, tpath("draft"), NULL);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (!m) return;
+    int32_t p[3] = {1, 2, 3};
+    dflash_gen g = dflash_default_gen();
+    g.block_size = 17;
+    CHECK(dflash_generate(m, p, 3, &g, NULL, NULL, NULL, NULL, NULL) != 0 &&
+              strstr(dflash_error(), "block size 17 out of range 1..16"),
+          "block 17: %s", dflash_error());
+    g.block_size = -1;
+    CHECK(dflash_generate(m, p, 3, &g, NULL, NULL, NULL, NULL, NULL) != 0, "block -1 accepted");
+    int32_t big = 512;
+    g = dflash_default_gen();
+    CHECK(dflash_generate(m, &big, 1, &g, NULL, NULL, NULL, NULL, NULL) != 0 &&
+              strstr(dflash_error(), "outside the model's vocabulary"),
+          "token 512");
+    dflash_free(m);
+}
+
+int main(void) {
+    const char *r = getenv("DFLASH_ROOT");
+    if (r) root = r;
+    if (getenv("DFLASH_FAST")) slow = 0;
+#if defined(__SANITIZE_ADDRESS__)
+    slow = 0;
+#endif
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-dflash-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN(lossless_random_pair);
+    RUN(bad_drafts);
+    RUN(lossless_tiny_pair);
+    RUN(lossless_demo_pair);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    CHECK_DONE("test_dflash");
+}
