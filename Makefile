@@ -53,3 +53,6 @@ demo: deps $(BIN)
 
 clean:
 	rm -rf build build-asan dflash
+
+bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench

@@ -62,15 +62,16 @@ INL __m256 ld_half_tail(const uint16_t *p, int n, int bf) {
 
 #define MAXG (KN_KBLOCK / 32)
 
-/* Scales and biases of up to RCF rows for the groups of [k0, k0+kn). */
+/* Scales and biases of the tile rows r + c*rs (c < rc <= RCF) for the
+ * groups of [k0, k0+kn). */
 typedef struct {
     float s[RCF][MAXG], b[RCF][MAXG];
 } kn_sb;
 
-INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rc, int k0, int kn) {
+INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rs, int rc, int k0, int kn) {
     int g = w->group_size, per_row = w->cols / g;
     for (int c = 0; c < rc; c++) {
-        size_t i0 = (size_t)(r + c) * per_row + (size_t)(k0 / g);
+        size_t i0 = (size_t)(r + c * rs) * per_row + (size_t)(k0 / g);
         for (int i = 0; i < kn / g; i++) {
             sb->s[c][i] = kn_scale_at(w->scales, w->scale_dtype, i0 + i);
             sb->b[c][i] = kn_scale_at(w->biases, w->scale_dtype, i0 + i);
@@ -85,51 +86,87 @@ INL __m256 q4_half(__m256i z, int hi, __m256 s, __m256 b) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, b);
 }
 
+/* Register tiles of N rows taken N streams apart (see kernels_avx512.c). */
+#define FOR_TILES(r0, r1, N, TILE)                             \
+    do {                                                       \
+        int n_ = (r1) - (r0), q_ = n_ / (N);                   \
+        for (int i_ = 0; i_ < q_; i_++) TILE((r0) + i_, q_, N); \
+        if (n_ % (N)) TILE((r0) + (N) * q_, 1, n_ % (N));      \
+    } while (0)
+
+#define RC_CASES(rc, call)  \
+    switch (rc) {           \
+    case 4: call(4); break; \
+    case 3: call(3); break; \
+    case 2: call(2); break; \
+    default: call(1); break;\
+    }
+
 /* ===================================================================== */
-/* Dequantize one weight row block into an f32 buffer (tiled path)         */
+/* Tiled path (T >= 2)                                                     */
 /* ===================================================================== */
 
-static void dequant_row(const kn_weight *w, int r, int k0, int kn, const kn_sb *sb, int c, float *out) {
-    size_t row = (size_t)r * (size_t)w->cols;
+/* out[c][0..kn) = W[r + c*rs][k0 .. k0+kn) as f32 (Q4 permuted), rows
+ * interleaved vector by vector; out rows are KN_KBLOCK floats apart. */
+INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
+                      float *out) {
+    size_t cols = (size_t)w->cols, rstep = (size_t)rs * cols;
+    size_t base = (size_t)r * cols + (size_t)k0;
+    int g = w->group_size;
     switch (w->dtype) {
     case KN_F32: break; /* never buffered */
     case KN_F16:
     case KN_BF16: {
-        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        const uint16_t *h = (const uint16_t *)w->data + base;
         int bf = w->dtype == KN_BF16, j = 0;
-        for (; j + V <= kn; j += V) _mm256_store_ps(out + j, ld_half(h + j, bf));
-        if (j < kn) _mm256_store_ps(out + j, ld_half_tail(h + j, kn - j, bf));
+        for (; j + V <= kn; j += V)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) _mm256_store_ps(out + c * KN_KBLOCK + j, ld_half(h + c * rstep + j, bf));
+        if (j < kn)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++)
+                _mm256_store_ps(out + c * KN_KBLOCK + j, ld_half_tail(h + c * rstep + j, kn - j, bf));
         break;
     }
     case KN_Q8: {
-        const uint8_t *q = (const uint8_t *)w->data + row + k0;
-        int g = w->group_size;
+        const uint8_t *q = (const uint8_t *)w->data + base;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
-            __m256 s = _mm256_set1_ps(sb->s[c][gi]), b = _mm256_set1_ps(sb->b[c][gi]);
+            __m256 s[RC], b[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm256_set1_ps(sb->s[c][gi]);
+                b[c] = _mm256_set1_ps(sb->b[c][gi]);
+            }
             for (int i = j; i < j + g; i += V)
-                _mm256_store_ps(out + i, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ld_u8x8(q + i)), s, b));
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(q + c * rstep + i));
+                    _mm256_store_ps(out + c * KN_KBLOCK + i, _mm256_fmadd_ps(qf, s[c], b[c]));
+                }
         }
         break;
     }
     case KN_Q4: {
-        const uint8_t *q = (const uint8_t *)w->data + (row + k0) / 2;
-        int g = w->group_size;
+        const uint8_t *q = (const uint8_t *)w->data + base / 2;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
-            __m256 s = _mm256_set1_ps(sb->s[c][gi]), b = _mm256_set1_ps(sb->b[c][gi]);
-            for (int i = j; i < j + g; i += 2 * V) {
-                __m256i z = ld_u8x8(q + i / 2); /* byte k = columns i+2k (low), i+2k+1 (high) */
-                _mm256_store_ps(out + i, q4_half(z, 0, s, b));
-                _mm256_store_ps(out + i + V, q4_half(z, 1, s, b));
+            __m256 s[RC], b[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm256_set1_ps(sb->s[c][gi]);
+                b[c] = _mm256_set1_ps(sb->b[c][gi]);
             }
+            for (int i = j; i < j + g; i += 2 * V)
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m256i z = ld_u8x8(q + c * rstep / 2 + i / 2); /* byte k: columns i+2k, i+2k+1 */
+                    _mm256_store_ps(out + c * KN_KBLOCK + i, q4_half(z, 0, s[c], b[c]));
+                    _mm256_store_ps(out + c * KN_KBLOCK + i + V, q4_half(z, 1, s[c], b[c]));
+                }
         }
         break;
     }
     }
 }
-
-/* ===================================================================== */
-/* Tiled path (T >= 2)                                                     */
-/* ===================================================================== */
 
 INL void tile_f32(const int rt, const int rc, float *acc, const float *x, size_t ldx, const float *w,
                   size_t ldw, int n) {
@@ -178,41 +215,47 @@ static void tile_any(int rt, int rc, float *acc, const float *x, size_t ldx, con
     }
 }
 
-static void rows_tiled(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int cols = w->cols, rows = w->rows, T = job->T;
-    int isq = w->dtype == KN_Q8 || w->dtype == KN_Q4;
+typedef struct {
     _Alignas(32) float wbuf[RC][KN_KBLOCK];
     _Alignas(32) float acc[KN_TBLOCK][RC][V];
     kn_sb sb;
-    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
-        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
-        const float *x0 = job->x + (size_t)t0 * cols;
-        for (int r = r0; r < r1; r += RC) {
-            int rc = r1 - r < RC ? r1 - r : RC;
-            memset(acc, 0, sizeof acc[0] * (size_t)tn);
-            for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
-                int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-                const float *wp;
-                size_t ldw;
-                if (w->dtype == KN_F32) {
-                    wp = (const float *)w->data + (size_t)r * cols + k0;
-                    ldw = (size_t)cols;
-                } else {
-                    if (isq) load_sb(&sb, w, r, rc, k0, kn);
-                    for (int c = 0; c < rc; c++) dequant_row(w, r + c, k0, kn, &sb, c, wbuf[c]);
-                    wp = wbuf[0];
-                    ldw = KN_KBLOCK;
-                }
-                for (int t = 0; t < tn; t += RT) {
-                    int rt = tn - t < RT ? tn - t : RT;
-                    tile_any(rt, rc, acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
-                }
-            }
-            for (int t = 0; t < tn; t++)
-                for (int c = 0; c < rc; c++)
-                    job->y[(size_t)(t0 + t) * rows + r + c] = hsum8(_mm256_load_ps(acc[t][c]));
+} tiled_scratch;
+
+static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int r, int rs, int rc) {
+    const kn_weight *w = job->w;
+    int cols = w->cols;
+    const float *x0 = job->x + (size_t)t0 * cols;
+    memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        const float *wp;
+        size_t ldw;
+        if (w->dtype == KN_F32) {
+            wp = (const float *)w->data + (size_t)r * cols + k0;
+            ldw = (size_t)rs * cols;
+        } else {
+            if (w->dtype == KN_Q8 || w->dtype == KN_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
+            if (rc == 2) dequant_tile(2, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
+            else dequant_tile(1, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
+            wp = ts->wbuf[0];
+            ldw = KN_KBLOCK;
         }
+        for (int t = 0; t < tn; t += RT) {
+            int rt = tn - t < RT ? tn - t : RT;
+            tile_any(rt, rc, ts->acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        for (int c = 0; c < rc; c++)
+            job->y[(size_t)(t0 + t) * w->rows + r + c * rs] = hsum8(_mm256_load_ps(ts->acc[t][c]));
+}
+
+static void rows_tiled(const kn_job *job, int r0, int r1) {
+    tiled_scratch ts;
+    for (int t0 = 0; t0 < job->T; t0 += KN_TBLOCK) {
+        int tn = job->T - t0 < KN_TBLOCK ? job->T - t0 : KN_TBLOCK;
+#define TILED_TILE(r, rs, rc) tiled_tile(job, &ts, t0, tn, r, rs, rc)
+        FOR_TILES(r0, r1, RC, TILED_TILE);
     }
 }
 
@@ -220,9 +263,10 @@ static void rows_tiled(const kn_job *job, int r0, int r1) {
 /* Fused path (T == 1)                                                     */
 /* ===================================================================== */
 
-INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
+INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols;
+    size_t rstep = (size_t)rs * cols;
     const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
     const float *x = job->x;
     __m256 a[RCF];
@@ -232,21 +276,22 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
     for (; j + V <= cols; j += V) {
         __m256 xv = _mm256_loadu_ps(x + j);
 #pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) a[c] = _mm256_fmadd_ps(xv, ld_half(h + (size_t)c * cols + j, bf), a[c]);
+        for (int c = 0; c < rc; c++) a[c] = _mm256_fmadd_ps(xv, ld_half(h + c * rstep + j, bf), a[c]);
     }
     if (j < cols) {
         __m256 xv = ld_f32_tail(x + j, cols - j);
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++)
-            a[c] = _mm256_fmadd_ps(xv, ld_half_tail(h + (size_t)c * cols + j, cols - j, bf), a[c]);
+            a[c] = _mm256_fmadd_ps(xv, ld_half_tail(h + c * rstep + j, cols - j, bf), a[c]);
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum8(a[c]);
 }
 
-INL void fused_q8(const int rc, const kn_job *job, int r) {
+INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
+    size_t rstep = (size_t)rs * cols;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
     __m256 a[RCF];
     kn_sb sb;
@@ -254,7 +299,7 @@ INL void fused_q8(const int rc, const kn_job *job, int r) {
     for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-        load_sb(&sb, w, r, rc, k0, kn);
+        load_sb(&sb, w, r, rs, rc, k0, kn);
         for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
             __m256 s[RCF], b[RCF];
 #pragma GCC unroll 4
@@ -266,20 +311,20 @@ INL void fused_q8(const int rc, const kn_job *job, int r) {
                 __m256 xv = _mm256_loadu_ps(job->x + i);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++) {
-                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(q + (size_t)c * cols + i));
+                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(q + c * rstep + i));
                     a[c] = _mm256_fmadd_ps(xv, _mm256_fmadd_ps(qf, s[c], b[c]), a[c]);
                 }
             }
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum8(a[c]);
 }
 
-INL void fused_q4(const int rc, const kn_job *job, int r) {
+INL void fused_q4(const int rc, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
-    size_t rbytes = (size_t)cols / 2;
+    size_t rbytes = (size_t)cols / 2, rstep = (size_t)rs * rbytes;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
     __m256 a[RCF];
     kn_sb sb;
@@ -287,7 +332,7 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
     for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-        load_sb(&sb, w, r, rc, k0, kn);
+        load_sb(&sb, w, r, rs, rc, k0, kn);
         for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
             __m256 s[RCF], b[RCF];
 #pragma GCC unroll 4
@@ -299,7 +344,7 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
                 __m256 xlo = _mm256_loadu_ps(job->x + i), xhi = _mm256_loadu_ps(job->x + i + V);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++) {
-                    __m256i z = ld_u8x8(q + (size_t)c * rbytes + i / 2);
+                    __m256i z = ld_u8x8(q + c * rstep + i / 2);
                     a[c] = _mm256_fmadd_ps(xlo, q4_half(z, 0, s[c], b[c]), a[c]);
                     a[c] = _mm256_fmadd_ps(xhi, q4_half(z, 1, s[c], b[c]), a[c]);
                 }
@@ -307,38 +352,30 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum8(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum8(a[c]);
 }
 
-#define FUSED_CASES(call)          \
-    switch (rc) {                  \
-    case 4: call(4); break;        \
-    case 3: call(3); break;        \
-    case 2: call(2); break;        \
-    default: call(1); break;       \
-    }
-
-static void rows_fused(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    for (int r = r0; r < r1; r += RCF) {
-        int rc = r1 - r < RCF ? r1 - r : RCF;
-        switch (w->dtype) {
-#define CALL_F16(n) fused_half(n, 0, job, r)
-#define CALL_BF16(n) fused_half(n, 1, job, r)
-#define CALL_Q8(n) fused_q8(n, job, r)
-#define CALL_Q4(n) fused_q4(n, job, r)
-        case KN_F16: FUSED_CASES(CALL_F16); break;
-        case KN_BF16: FUSED_CASES(CALL_BF16); break;
-        case KN_Q8: FUSED_CASES(CALL_Q8); break;
-        case KN_Q4: FUSED_CASES(CALL_Q4); break;
-        case KN_F32: break;
-        }
+static void fused_tile(const kn_job *job, int r, int rs, int rc) {
+#define CALL_F16(n) fused_half(n, 0, job, r, rs)
+#define CALL_BF16(n) fused_half(n, 1, job, r, rs)
+#define CALL_Q8(n) fused_q8(n, job, r, rs)
+#define CALL_Q4(n) fused_q4(n, job, r, rs)
+    switch (job->w->dtype) {
+    case KN_F16: RC_CASES(rc, CALL_F16); break;
+    case KN_BF16: RC_CASES(rc, CALL_BF16); break;
+    case KN_Q8: RC_CASES(rc, CALL_Q8); break;
+    case KN_Q4: RC_CASES(rc, CALL_Q4); break;
+    case KN_F32: break; /* tiled path */
     }
 }
 
 static void avx2_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1 && job->w->dtype != KN_F32) rows_fused(job, r0, r1);
-    else rows_tiled(job, r0, r1);
+    if (job->T == 1 && job->w->dtype != KN_F32) {
+#define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
+        FOR_TILES(r0, r1, RCF, FUSED_TILE);
+    } else {
+        rows_tiled(job, r0, r1);
+    }
 }
 
 #if defined(__clang__)

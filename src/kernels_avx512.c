@@ -75,16 +75,16 @@ INL void cvt_scales(const void *p, kn_dtype t, size_t i0, int n, float *out) {
 
 #define MAXG (KN_KBLOCK / 32) /* groups per K block, at most */
 
-/* Scales and biases of rows r..r+rc-1 for the groups of columns
- * [k0, k0+kn), as f32: s[c][i], b[c][i]. */
+/* Scales and biases of the tile rows r + c*rs (c < rc) for the groups of
+ * columns [k0, k0+kn), as f32: s[c][i], b[c][i]. */
 typedef struct {
     float s[RC][MAXG], b[RC][MAXG];
 } kn_sb;
 
-INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rc, int k0, int kn) {
+INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rs, int rc, int k0, int kn) {
     int g = w->group_size, per_row = w->cols / g;
     for (int c = 0; c < rc; c++) {
-        size_t i0 = (size_t)(r + c) * per_row + (size_t)(k0 / g);
+        size_t i0 = (size_t)(r + c * rs) * per_row + (size_t)(k0 / g);
         cvt_scales(w->scales, w->scale_dtype, i0, kn / g, sb->s[c]);
         cvt_scales(w->biases, w->scale_dtype, i0, kn / g, sb->b[c]);
     }
@@ -92,57 +92,101 @@ INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rc, int k0, int kn) {
 
 static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
+/* Register tiles over output columns. A thread's rows [r0, r1) are cut into
+ * RC equal runs and tile i takes row i of each run: rows r0 + i + c*q,
+ * q = (r1 - r0) / RC; the rows left over form one last short tile. A tile
+ * then reads RC long sequential streams, which the hardware prefetchers
+ * follow far better than RC short rows interleaved inside one page. Which
+ * rows share a tile does not change any row's arithmetic. */
+#define FOR_TILES(r0, r1, TILE)                                 \
+    do {                                                        \
+        int n_ = (r1) - (r0), q_ = n_ / RC;                     \
+        for (int i_ = 0; i_ < q_; i_++) TILE((r0) + i_, q_, RC); \
+        if (n_ % RC) TILE((r0) + RC * q_, 1, n_ % RC);          \
+    } while (0)
+
+#define RC_CASES(rc, call)  \
+    switch (rc) {           \
+    case 4: call(4); break; \
+    case 3: call(3); break; \
+    case 2: call(2); break; \
+    default: call(1); break;\
+    }
+
 /* ===================================================================== */
-/* Dequantize one weight row block into an f32 buffer (tiled path)         */
+/* Tiled path (T >= 2): f32 register tiles over a converted weight tile   */
 /* ===================================================================== */
 
-/* out[0..kn) = W[r][k0 .. k0+kn) (Q4: in the permuted order); c selects
- * the row's scales in sb. out has room for kn rounded up to 16. */
-static void dequant_row(const kn_weight *w, int r, int k0, int kn, const kn_sb *sb, int c, float *out) {
-    size_t row = (size_t)r * (size_t)w->cols;
+/* out[c][0..kn) = W[r + c*rs][k0 .. k0+kn) as f32 (Q4: in the permuted
+ * order), the rc rows interleaved vector by vector so they stream
+ * together. out rows are KN_KBLOCK floats apart. */
+INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
+                      float *out) {
+    size_t cols = (size_t)w->cols, rstep = (size_t)rs * cols;
+    size_t base = (size_t)r * cols + (size_t)k0; /* element offset of row 0 */
+    int g = w->group_size;
     switch (w->dtype) {
     case KN_F32: break; /* never buffered */
     case KN_F16:
     case KN_BF16: {
-        const uint16_t *h = (const uint16_t *)w->data + row + k0;
+        const uint16_t *h = (const uint16_t *)w->data + base;
         int bf = w->dtype == KN_BF16, j = 0;
-        for (; j + V <= kn; j += V) _mm512_store_ps(out + j, bf ? ld_bf16(h + j) : ld_f16(h + j));
+        for (; j + V <= kn; j += V)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                const uint16_t *p = h + c * rstep + j;
+                _mm512_store_ps(out + c * KN_KBLOCK + j, bf ? ld_bf16(p) : ld_f16(p));
+            }
         if (j < kn) {
             __mmask16 m = tail_mask(kn - j);
-            _mm512_store_ps(out + j, bf ? ld_bf16_m(h + j, m) : ld_f16_m(h + j, m));
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                const uint16_t *p = h + c * rstep + j;
+                _mm512_store_ps(out + c * KN_KBLOCK + j, bf ? ld_bf16_m(p, m) : ld_f16_m(p, m));
+            }
         }
         break;
     }
     case KN_Q8: {
-        const uint8_t *q = (const uint8_t *)w->data + row + k0;
-        int g = w->group_size;
+        const uint8_t *q = (const uint8_t *)w->data + base;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
-            __m512 s = _mm512_set1_ps(sb->s[c][gi]), b = _mm512_set1_ps(sb->b[c][gi]);
+            __m512 s[RC], b[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                s[c] = _mm512_set1_ps(sb->s[c][gi]);
+                b[c] = _mm512_set1_ps(sb->b[c][gi]);
+            }
             for (int i = j; i < j + g; i += V)
-                _mm512_store_ps(out + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ld_u8x16(q + i)), s, b));
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m512 qf = _mm512_cvtepi32_ps(ld_u8x16(q + c * rstep + i));
+                    _mm512_store_ps(out + c * KN_KBLOCK + i, _mm512_fmadd_ps(qf, s[c], b[c]));
+                }
         }
         break;
     }
     case KN_Q4: {
-        const uint8_t *q = (const uint8_t *)w->data + (row + k0) / 2;
-        int g = w->group_size;
+        const uint8_t *q = (const uint8_t *)w->data + base / 2;
         __m512 iota = _mm512_loadu_ps(iota16);
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
-            __m512 tab = _mm512_fmadd_ps(iota, _mm512_set1_ps(sb->s[c][gi]), _mm512_set1_ps(sb->b[c][gi]));
-            for (int i = j; i < j + g; i += 2 * V) {
-                __m512i z = ld_u8x16(q + i / 2); /* byte k = columns i+2k (low), i+2k+1 (high) */
-                _mm512_store_ps(out + i, _mm512_permutexvar_ps(z, tab)); /* uses the low 4 bits */
-                _mm512_store_ps(out + i + V, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tab));
-            }
+            __m512 tab[RC];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++)
+                tab[c] = _mm512_fmadd_ps(iota, _mm512_set1_ps(sb->s[c][gi]), _mm512_set1_ps(sb->b[c][gi]));
+            for (int i = j; i < j + g; i += 2 * V)
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    /* byte k = columns i+2k (low nibble), i+2k+1 (high) */
+                    __m512i z = ld_u8x16(q + c * rstep / 2 + i / 2);
+                    float *o = out + c * KN_KBLOCK + i;
+                    _mm512_store_ps(o, _mm512_permutexvar_ps(z, tab[c])); /* low 4 bits index */
+                    _mm512_store_ps(o + V, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tab[c]));
+                }
         }
         break;
     }
     }
 }
-
-/* ===================================================================== */
-/* Tiled path (T >= 2): f32 register tiles over a converted weight tile   */
-/* ===================================================================== */
 
 /* acc[t][c] (16 floats each, t stride RC) += x[t] . w[c] over n columns,
  * for t < rt, c < rc. x rows are ldx apart, w rows ldw apart. */
@@ -194,41 +238,49 @@ static void tile_any(int rt, int rc, float *acc, const float *x, size_t ldx, con
     }
 }
 
-static void rows_tiled(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int cols = w->cols, rows = w->rows, T = job->T;
-    int isq = w->dtype == KN_Q8 || w->dtype == KN_Q4;
-    _Alignas(64) float wbuf[RC][KN_KBLOCK];
-    _Alignas(64) float acc[KN_TBLOCK][RC][V];
+/* Scratch of one tiled call (on the stack: 33 KB). */
+typedef struct {
+    _Alignas(64) float wbuf[RC][KN_KBLOCK];   /* converted weight tile */
+    _Alignas(64) float acc[KN_TBLOCK][RC][V]; /* lane accumulators */
     kn_sb sb;
-    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
-        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
-        const float *x0 = job->x + (size_t)t0 * cols;
-        for (int r = r0; r < r1; r += RC) {
-            int rc = r1 - r < RC ? r1 - r : RC;
-            memset(acc, 0, sizeof acc[0] * (size_t)tn);
-            for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
-                int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-                const float *wp;
-                size_t ldw;
-                if (w->dtype == KN_F32) {
-                    wp = (const float *)w->data + (size_t)r * cols + k0;
-                    ldw = (size_t)cols;
-                } else {
-                    if (isq) load_sb(&sb, w, r, rc, k0, kn);
-                    for (int c = 0; c < rc; c++) dequant_row(w, r + c, k0, kn, &sb, c, wbuf[c]);
-                    wp = wbuf[0];
-                    ldw = KN_KBLOCK;
-                }
-                for (int t = 0; t < tn; t += RT) {
-                    int rt = tn - t < RT ? tn - t : RT;
-                    tile_any(rt, rc, acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
-                }
-            }
-            for (int t = 0; t < tn; t++)
-                for (int c = 0; c < rc; c++)
-                    job->y[(size_t)(t0 + t) * rows + r + c] = hsum16(_mm512_load_ps(acc[t][c]));
+} tiled_scratch;
+
+/* Rows t0..t0+tn-1 of x against the weight rows r + c*rs, c < rc. */
+static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int r, int rs, int rc) {
+    const kn_weight *w = job->w;
+    int cols = w->cols;
+    const float *x0 = job->x + (size_t)t0 * cols;
+    memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
+        const float *wp;
+        size_t ldw;
+        if (w->dtype == KN_F32) {
+            wp = (const float *)w->data + (size_t)r * cols + k0;
+            ldw = (size_t)rs * cols;
+        } else {
+            if (w->dtype == KN_Q8 || w->dtype == KN_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
+#define CALL_DQ(n) dequant_tile(n, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0])
+            RC_CASES(rc, CALL_DQ);
+            wp = ts->wbuf[0];
+            ldw = KN_KBLOCK;
         }
+        for (int t = 0; t < tn; t += RT) {
+            int rt = tn - t < RT ? tn - t : RT;
+            tile_any(rt, rc, ts->acc[t][0], x0 + (size_t)t * cols + k0, (size_t)cols, wp, ldw, kn);
+        }
+    }
+    for (int t = 0; t < tn; t++)
+        for (int c = 0; c < rc; c++)
+            job->y[(size_t)(t0 + t) * w->rows + r + c * rs] = hsum16(_mm512_load_ps(ts->acc[t][c]));
+}
+
+static void rows_tiled(const kn_job *job, int r0, int r1) {
+    tiled_scratch ts;
+    for (int t0 = 0; t0 < job->T; t0 += KN_TBLOCK) {
+        int tn = job->T - t0 < KN_TBLOCK ? job->T - t0 : KN_TBLOCK;
+#define TILED_TILE(r, rs, rc) tiled_tile(job, &ts, t0, tn, r, rs, rc)
+        FOR_TILES(r0, r1, TILED_TILE);
     }
 }
 
@@ -236,10 +288,11 @@ static void rows_tiled(const kn_job *job, int r0, int r1) {
 /* Fused path (T == 1): convert in registers, one pass over the weights   */
 /* ===================================================================== */
 
-/* F16 / BF16 rows r..r+rc-1. */
-INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
+/* F16 / BF16 rows r + c*rs, c < rc. */
+INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols;
+    size_t rstep = (size_t)rs * cols;
     const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
     const float *x = job->x;
     __m512 a[RC];
@@ -250,7 +303,7 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
         __m512 xv = _mm512_loadu_ps(x + j);
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
-            const uint16_t *p = h + (size_t)c * cols + j;
+            const uint16_t *p = h + c * rstep + j;
             a[c] = _mm512_fmadd_ps(xv, bf ? ld_bf16(p) : ld_f16(p), a[c]);
         }
     }
@@ -259,18 +312,19 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r) {
         __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
-            const uint16_t *p = h + (size_t)c * cols + j;
+            const uint16_t *p = h + c * rstep + j;
             a[c] = _mm512_fmadd_ps(xv, bf ? ld_bf16_m(p, m) : ld_f16_m(p, m), a[c]);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum16(a[c]);
 }
 
-/* Q8 rows r..r+rc-1. */
-INL void fused_q8(const int rc, const kn_job *job, int r) {
+/* Q8 rows r + c*rs, c < rc. */
+INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
+    size_t rstep = (size_t)rs * cols;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
     __m512 a[RC];
     kn_sb sb;
@@ -278,7 +332,7 @@ INL void fused_q8(const int rc, const kn_job *job, int r) {
     for (int c = 0; c < rc; c++) a[c] = _mm512_setzero_ps();
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-        load_sb(&sb, w, r, rc, k0, kn);
+        load_sb(&sb, w, r, rs, rc, k0, kn);
         for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
             __m512 s[RC], b[RC];
 #pragma GCC unroll 4
@@ -290,21 +344,21 @@ INL void fused_q8(const int rc, const kn_job *job, int r) {
                 __m512 xv = _mm512_loadu_ps(job->x + i);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++) {
-                    __m512 qf = _mm512_cvtepi32_ps(ld_u8x16(q + (size_t)c * cols + i));
+                    __m512 qf = _mm512_cvtepi32_ps(ld_u8x16(q + c * rstep + i));
                     a[c] = _mm512_fmadd_ps(xv, _mm512_fmadd_ps(qf, s[c], b[c]), a[c]);
                 }
             }
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum16(a[c]);
 }
 
-/* Q4 rows r..r+rc-1; job->x is permuted in blocks of 32. */
-INL void fused_q4(const int rc, const kn_job *job, int r) {
+/* Q4 rows r + c*rs, c < rc; job->x is permuted in blocks of 32. */
+INL void fused_q4(const int rc, const kn_job *job, int r, int rs) {
     const kn_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
-    size_t rbytes = (size_t)cols / 2;
+    size_t rbytes = (size_t)cols / 2, rstep = (size_t)rs * rbytes;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
     __m512 iota = _mm512_loadu_ps(iota16);
     __m512 a[RC];
@@ -313,7 +367,7 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
     for (int c = 0; c < rc; c++) a[c] = _mm512_setzero_ps();
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
-        load_sb(&sb, w, r, rc, k0, kn);
+        load_sb(&sb, w, r, rs, rc, k0, kn);
         for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
             __m512 tab[RC];
 #pragma GCC unroll 4
@@ -323,7 +377,7 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
                 __m512 xlo = _mm512_loadu_ps(job->x + i), xhi = _mm512_loadu_ps(job->x + i + V);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++) {
-                    __m512i z = ld_u8x16(q + (size_t)c * rbytes + i / 2);
+                    __m512i z = ld_u8x16(q + c * rstep + i / 2);
                     a[c] = _mm512_fmadd_ps(xlo, _mm512_permutexvar_ps(z, tab[c]), a[c]);
                     a[c] = _mm512_fmadd_ps(xhi, _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), tab[c]), a[c]);
                 }
@@ -331,38 +385,30 @@ INL void fused_q4(const int rc, const kn_job *job, int r) {
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < rc; c++) job->y[r + c] = hsum16(a[c]);
+    for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum16(a[c]);
 }
 
-#define FUSED_CASES(call)          \
-    switch (rc) {                  \
-    case 4: call(4); break;        \
-    case 3: call(3); break;        \
-    case 2: call(2); break;        \
-    default: call(1); break;       \
-    }
-
-static void rows_fused(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    for (int r = r0; r < r1; r += RC) {
-        int rc = r1 - r < RC ? r1 - r : RC;
-        switch (w->dtype) {
-#define CALL_F16(n) fused_half(n, 0, job, r)
-#define CALL_BF16(n) fused_half(n, 1, job, r)
-#define CALL_Q8(n) fused_q8(n, job, r)
-#define CALL_Q4(n) fused_q4(n, job, r)
-        case KN_F16: FUSED_CASES(CALL_F16); break;
-        case KN_BF16: FUSED_CASES(CALL_BF16); break;
-        case KN_Q8: FUSED_CASES(CALL_Q8); break;
-        case KN_Q4: FUSED_CASES(CALL_Q4); break;
-        case KN_F32: break;
-        }
+static void fused_tile(const kn_job *job, int r, int rs, int rc) {
+#define CALL_F16(n) fused_half(n, 0, job, r, rs)
+#define CALL_BF16(n) fused_half(n, 1, job, r, rs)
+#define CALL_Q8(n) fused_q8(n, job, r, rs)
+#define CALL_Q4(n) fused_q4(n, job, r, rs)
+    switch (job->w->dtype) {
+    case KN_F16: RC_CASES(rc, CALL_F16); break;
+    case KN_BF16: RC_CASES(rc, CALL_BF16); break;
+    case KN_Q8: RC_CASES(rc, CALL_Q8); break;
+    case KN_Q4: RC_CASES(rc, CALL_Q4); break;
+    case KN_F32: break; /* tiled path */
     }
 }
 
 static void avx512_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1 && job->w->dtype != KN_F32) rows_fused(job, r0, r1);
-    else rows_tiled(job, r0, r1); /* F32 needs no conversion: one loop serves T = 1 too */
+    if (job->T == 1 && job->w->dtype != KN_F32) {
+#define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
+        FOR_TILES(r0, r1, FUSED_TILE);
+    } else {
+        rows_tiled(job, r0, r1); /* F32 needs no conversion: one loop serves T = 1 too */
+    }
 }
 
 #if defined(__clang__)

@@ -1,0 +1,219 @@
+/* kernels_bench.c - kn_matmul timings per dtype, T and thread count, against
+ * the machine's read bandwidth. Built and run by `make bench-kernels`.
+ *
+ *   kernels_bench [hot]      (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
+ *
+ * Cold (default): every call uses the next of several copies of the matrix,
+ * together more than COLD_BYTES, so the weights come from DRAM as in real
+ * decoding (a model is larger than the last-level cache). "hot" reuses one
+ * copy (cache-resident). Each figure is the best of ROUNDS rounds of the
+ * mean time per call, which filters out noise from other processes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "threads.h"
+#include "util.h"
+
+#define COLD_BYTES (1536.0 * 1024 * 1024)
+#define ROUNDS 5
+#define ROUND_SECONDS 0.05
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { return (float)(rnd32() & 0xffffff) / 8388608.0f - 1.0f; }
+
+/* ---- peak read bandwidth ------------------------------------------------ */
+
+typedef struct {
+    const uint64_t *buf;
+    size_t words_per_item;
+    uint64_t sink[64];
+} read_ctx;
+
+/* Sums a thread's range as 4 sequential streams read side by side (one
+ * stream per core leaves bandwidth unused, as it does for matmul tiles). */
+static void read_chunk(void *ctx, int start, int end) {
+    read_ctx *c = ctx;
+    size_t n = (size_t)(end - start) * c->words_per_item, q = n / 4;
+    const uint64_t *p0 = c->buf + (size_t)start * c->words_per_item, *p1 = p0 + q, *p2 = p1 + q, *p3 = p2 + q;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i < q; i += 8)
+        for (int k = 0; k < 8; k++) {
+            a0 += p0[i + k];
+            a1 += p1[i + k];
+            a2 += p2[i + k];
+            a3 += p3[i + k];
+        }
+    c->sink[start % 64] += a0 ^ a1 ^ a2 ^ a3;
+}
+
+/* GB/s of a parallel sum over a 1 GiB buffer with the current pool. */
+static double read_bandwidth(const uint64_t *buf, size_t bytes) {
+    read_ctx c = {buf, bytes / 8 / 1024, {0}};
+    double best = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        double t = dfl_now();
+        tp_for(1024, read_chunk, &c);
+        t = dfl_now() - t;
+        if (bytes / t / 1e9 > best) best = bytes / t / 1e9;
+    }
+    return best;
+}
+
+/* ---- test matrices ------------------------------------------------------ */
+
+typedef struct {
+    kn_weight w[1];    /* template (data of copy 0) */
+    uint8_t *arena;    /* n_copies * stride bytes */
+    size_t stride;     /* bytes per copy: data, then scales, then biases */
+    int n_copies;
+} bmat;
+
+static size_t round_up(size_t n) { return (n + 4095) & ~(size_t)4095; }
+
+/* Weight of dtype dt, Q with group 64 and BF16 scales (MLX's usual). */
+static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
+    memset(m, 0, sizeof *m);
+    kn_weight *w = m->w;
+    w->dtype = dt;
+    w->rows = rows;
+    w->cols = cols;
+    size_t n = (size_t)rows * cols, data_b, sc_b = 0;
+    if (dt == KN_Q8 || dt == KN_Q4) {
+        w->bits = dt == KN_Q8 ? 8 : 4;
+        w->group_size = 64;
+        w->scale_dtype = KN_BF16;
+        data_b = n * w->bits / 8;
+        sc_b = n / 64 * 2;
+    } else {
+        data_b = n * (dt == KN_F32 ? 4 : 2);
+    }
+    m->stride = round_up(data_b) + 2 * round_up(sc_b);
+    m->n_copies = hot ? 1 : (int)(COLD_BYTES / m->stride) + 1;
+    if (m->n_copies > 1 && (double)m->stride > COLD_BYTES) m->n_copies = 1;
+    m->arena = dfl_malloc(m->stride * m->n_copies);
+    uint8_t *d = m->arena;
+    if (dt == KN_F32) {
+        for (size_t i = 0; i < n; i++) ((float *)d)[i] = rndf();
+    } else if (dt == KN_F16 || dt == KN_BF16) {
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)d)[i] = dt == KN_F16 ? dfl_f32_to_f16(rndf()) : dfl_f32_to_bf16(rndf());
+    } else {
+        for (size_t i = 0; i < data_b / 4; i++) ((uint32_t *)d)[i] = rnd32();
+        uint16_t *s = (uint16_t *)(d + round_up(data_b)), *b = (uint16_t *)(d + round_up(data_b) + round_up(sc_b));
+        for (size_t i = 0; i < sc_b / 2; i++) {
+            s[i] = dfl_f32_to_bf16(0.01f * (1.5f + rndf()));
+            b[i] = dfl_f32_to_bf16(-0.1f * (1.5f + rndf()));
+        }
+    }
+    for (int k = 1; k < m->n_copies; k++) memcpy(m->arena + k * m->stride, m->arena, m->stride);
+}
+
+static kn_weight bmat_copy(const bmat *m, int k) {
+    kn_weight w = m->w[0];
+    const uint8_t *base = m->arena + (size_t)k * m->stride;
+    size_t n = (size_t)w.rows * w.cols;
+    size_t data_b = w.dtype == KN_Q8 || w.dtype == KN_Q4 ? n * w.bits / 8 : 0;
+    w.data = base;
+    if (data_b) {
+        w.scales = base + round_up(data_b);
+        w.biases = base + round_up(data_b) + round_up(n / 64 * 2);
+    }
+    return w;
+}
+
+/* ms per kn_matmul call: best over ROUNDS of the mean over >= ROUND_SECONDS. */
+static double time_matmul(const bmat *m, float *y, const float *x, int T) {
+    kn_weight w0 = bmat_copy(m, 0);
+    kn_matmul(y, x, &w0, T); /* warm up: pool, page faults of y */
+    double best = 1e30;
+    int k = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        int calls = 0;
+        double t0 = dfl_now(), t;
+        do {
+            kn_weight w = bmat_copy(m, k);
+            k = (k + 1) % m->n_copies;
+            kn_matmul(y, x, &w, T);
+            calls++;
+            t = dfl_now() - t0;
+        } while (t < ROUND_SECONDS || calls < 3);
+        if (t / calls < best) best = t / calls;
+    }
+    return best * 1e3;
+}
+
+int main(int argc, char **argv) {
+    int hot = argc > 1 && strcmp(argv[1], "hot") == 0;
+    kn_init();
+    printf("kernels_bench: variant %s, %s weights (%s), physical cores %d\n", kn_variant(),
+           hot ? "hot" : "cold", hot ? "one copy, cache-resident" : "rotating copies > 1.5 GiB",
+           tp_physical_cores());
+
+    size_t rb = (size_t)1 << 30;
+    uint64_t *buf = dfl_malloc(rb);
+    for (size_t i = 0; i < rb / 8; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    double peak[3] = {0};
+    for (int nt = 1; nt <= 2; nt++) {
+        tp_init(nt);
+        peak[nt] = read_bandwidth(buf, rb);
+        printf("peak read bandwidth, %d thread%s: %.1f GB/s\n", nt, nt > 1 ? "s" : "", peak[nt]);
+    }
+    free(buf);
+
+    int shapes[2][2] = {{1024, 3072}, {3072, 1024}}; /* rows (out) x cols (in) */
+    kn_dtype dts[5] = {KN_F32, KN_F16, KN_BF16, KN_Q8, KN_Q4};
+    int Ts[5] = {1, 2, 4, 8, 16};
+    float *x = dfl_malloc(sizeof(float) * 16 * 3072), *y = dfl_malloc(sizeof(float) * 16 * 3072);
+    for (int i = 0; i < 16 * 3072; i++) x[i] = rndf();
+
+    printf("\n| matrix (out x in) | dtype | thr | T=1 ms | T=2 | T=4 | T=8 | T=16 | T=1 GB/s | %% of peak | T16/T1 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 5; d++) {
+            bmat m;
+            bmat_init(&m, dts[d], shapes[s][0], shapes[s][1], hot);
+            double gb = kn_weight_bytes(m.w) / 1e9;
+            for (int nt = 1; nt <= 2; nt++) {
+                tp_init(nt);
+                double ms[5];
+                for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
+                printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
+                       shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
+                       dts[d] == KN_Q8 || dts[d] == KN_Q4 ? " g64" : "", nt, ms[0], ms[1], ms[2], ms[3],
+                       ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
+                fflush(stdout);
+            }
+            free(m.arena);
+        }
+
+    /* the LM head of a Qwen3-0.6B-sized model: one copy is already > LLC */
+    printf("\n| LM head 151936x1024 | dtype | thr | T=1 ms | T=16 ms | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|\n");
+    kn_dtype lm[2] = {KN_BF16, KN_Q4};
+    for (int d = 0; d < 2; d++) {
+        bmat m;
+        bmat_init(&m, lm[d], 151936, 1024, 1);
+        float *yl = dfl_malloc(sizeof(float) * 16 * 151936);
+        double gb = kn_weight_bytes(m.w) / 1e9;
+        for (int nt = 1; nt <= 2; nt++) {
+            tp_init(nt);
+            double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
+            printf("| | %s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]), nt, t1, t16,
+                   gb / (t1 * 1e-3), t16 / t1);
+            fflush(stdout);
+        }
+        free(yl);
+        free(m.arena);
+    }
+    tp_shutdown();
+    free(x);
+    free(y);
+    return 0;
+}
