@@ -36,7 +36,7 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
-    const char *prompts;
+    const char *prompts, *quant;
     int raw, max_prompts, reps, depth, json;
     float temp, top_p;
     int top_k;
@@ -68,6 +68,7 @@ static const char *help_generate =
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
+    "      --quant bf16|q8|q4 convert the weights at load (MLX affine, group 64)\n"
     "  -h, --help             this help\n";
 
 static const char *help_chat =
@@ -77,7 +78,8 @@ static const char *help_chat =
     "Type a message and press Enter; /reset clears the conversation, /exit or\n"
     "end-of-file quits. The KV cache of earlier turns is reused.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
-    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max).\n";
+    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant).\n"
+    "  -v, --verbose          print timing and DFlash statistics after each answer\n";
 
 static const char *help_tokenize =
     "usage: dflash tokenize -m DIR (-p TEXT | -f FILE)\n"
@@ -103,6 +105,7 @@ static const char *help_bench =
     "      --depth N          context depth for the forward costs (default 256)\n"
     "      --draft-max N|auto, --block-size B   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
+    "      --quant bf16|q8|q4 convert the weights at load\n"
     "      --json             print one JSON object on stdout instead of the table\n";
 
 static const char *help_synth =
@@ -113,6 +116,14 @@ static const char *help_synth =
     "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
     "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
     "models/qwen3-tokenizer when it exists).\n";
+
+static const char *help_quantize =
+    "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] -o OUT\n"
+    "\n"
+    "Write IN (BF16/F16/F32 safetensors) to OUT in the MLX affine layout used by\n"
+    "mlx-community checkpoints (packed uint32 weights + bf16 scales and biases;\n"
+    "config.json gets \"quantization\"). Embeddings and every projection are\n"
+    "quantized; norms are copied. Default group size 64.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -125,6 +136,7 @@ static const char *help_main =
     "  tokenize   print the token ids of a text\n"
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
+    "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
     "\n"
     "'dflash COMMAND --help' describes each command.\n";
 
@@ -198,6 +210,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--reps", "--reps")) o->reps = (int)parse_int(o->cmd, a, VAL(), 1, 1000);
         else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
         else if (IS("--json", "--json")) o->json = 1;
+        else if (IS("--quant", "--quant")) o->quant = VAL();
         else usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
@@ -274,6 +287,7 @@ static dflash_model *load(const opts *o) {
     dflash_params p = dflash_default_params();
     p.n_threads = o->threads;
     p.n_ctx = o->ctx;
+    p.quant = o->quant;
     dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);
     if (!m) die("%s", dflash_error());
     return m;
@@ -639,6 +653,27 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_quantize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    int bits = 0, group = 64;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_quantize, stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
+        else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--bits") && has) bits = (int)parse_int("quantize", a, argv[++i], 4, 8);
+        else if (!strcmp(a, "--group-size") && has) group = (int)parse_int("quantize", a, argv[++i], 32, 128);
+        else usage_err("quantize", "unknown or incomplete option", a);
+    }
+    if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
+    if (dflash_quantize(in, out, bits, group) != 0) die("%s", dflash_error());
+    fprintf(stderr, "wrote %s (MLX %d-bit, group %d)\n", out, bits, group);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         fputs(help_main, argc < 2 ? stderr : stdout);
@@ -649,6 +684,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
+    if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);
     fprintf(stderr, "%s: unknown command '%s'\n%s", prog, argv[1], help_main);
     return 2;
 }

@@ -27,8 +27,10 @@ extern "C" {
 typedef struct dflash_model dflash_model;
 
 typedef struct {
-    int n_threads; /* 0: number of physical cores */
-    int n_ctx;     /* context positions; 0: min(max_position_embeddings, 4096) */
+    int n_threads;     /* 0: number of physical cores */
+    int n_ctx;         /* context positions; 0: min(max_position_embeddings, 4096) */
+    const char *quant; /* NULL: weights as stored; "bf16", "q8", "q4": convert at load */
+    int quant_group;   /* group size for q8/q4 at load (default 64) */
 } dflash_params;
 
 dflash_params dflash_default_params(void);
@@ -126,6 +128,10 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
  * the matching 5-layer DFlash draft instead; bits 0 (bf16), 4 or 8 (MLX,
  * group 64). tokenizer_dir (may be NULL) gets symlinked into a target. */
 int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);
+
+/* Convert a BF16/F16/F32 checkpoint to the MLX affine layout (bits 4 or 8,
+ * group 32/64/128), loadable by dflash and MLX. */
+int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
 /* Read bandwidth of this machine in GB/s: a parallel read of a 512 MiB
  * buffer with the library's worker threads (best of a few passes). */

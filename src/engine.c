@@ -16,6 +16,7 @@
 #include "chat.h"
 #include "dflash.h"
 #include "kernels.h"
+#include "quant.h"
 #include "sample.h"
 #include "spec.h"
 #include "threads.h"
@@ -48,7 +49,7 @@ struct dflash_model {
 const char *dflash_error(void) { return dfl_lasterr(); }
 
 dflash_params dflash_default_params(void) {
-    dflash_params p = {0, 0};
+    dflash_params p = {0, 0, NULL, 64};
     return p;
 }
 
@@ -60,6 +61,10 @@ dflash_gen dflash_default_gen(void) {
     g.use_draft = 1;
     g.draft_max = -1;
     return g;
+}
+
+int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group) {
+    return qt_checkpoint(in_dir, out_dir, bits, group);
 }
 
 static const char *weight_format(const mdl_model *m, char *buf, size_t n) {
@@ -140,6 +145,10 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
             goto fail;
         }
     }
+    qt_kind qk;
+    if (qt_parse(p->quant, &qk) != 0) goto fail;
+    int qg = p->quant_group ? p->quant_group : 64;
+    if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, qk, qg) != 0)) goto fail;
     const cfg_model *c = &m->target.cfg;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     if (n_ctx > c->max_pos) {

@@ -209,6 +209,8 @@ void mdl_free(mdl_model *m) {
             free(L->q_norm);
             free(L->k_norm);
         }
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     free(m->layers);
     free(m->final_norm);
     free(m->hidden_norm);

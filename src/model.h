@@ -31,6 +31,8 @@ typedef struct {
     kn_weight fc;        /* [H, n_taps*H] */
     float *hidden_norm;  /* [H] */
     size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
+    void **owned;        /* buffers made at load (qt_model), freed with the model */
+    int n_owned;
 } mdl_model;
 
 int mdl_load(mdl_model *m, const char *dir);

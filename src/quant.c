@@ -34,3 +34,216 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
         }
     }
 }
+
+/* ---- whole models ---------------------------------------------------------- */
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+
+int qt_parse(const char *s, qt_kind *k) {
+    if (!s || !*s) *k = QT_KEEP;
+    else if (!strcmp(s, "bf16")) *k = QT_BF16;
+    else if (!strcmp(s, "q8")) *k = QT_Q8;
+    else if (!strcmp(s, "q4")) *k = QT_Q4;
+    else {
+        dfl_seterr("unknown quantization '%s' (bf16, q8 or q4)", s);
+        return -1;
+    }
+    return 0;
+}
+
+static void *own(mdl_model *m, size_t n) {
+    void *p = dfl_malloc(n);
+    m->owned = dfl_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* Re-encode w (any dtype) as kind k; returns the new weight. */
+static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group) {
+    kn_weight o = *w;
+    int bits = k == QT_Q8 ? 8 : 4;
+    if (k == QT_KEEP || (k == QT_BF16 && w->dtype == KN_BF16) || (k != QT_BF16 && w->cols % group)) return o;
+    if ((k == QT_Q8 && w->dtype == KN_Q8) || (k == QT_Q4 && w->dtype == KN_Q4)) return o;
+    float *row = dfl_malloc(sizeof(float) * (size_t)w->cols);
+    if (k == QT_BF16) {
+        uint16_t *d = own(m, sizeof(uint16_t) * (size_t)w->rows * w->cols);
+        for (int r = 0; r < w->rows; r++) {
+            kn_get_row(row, w, r);
+            for (int j = 0; j < w->cols; j++) d[(size_t)r * w->cols + j] = dfl_f32_to_bf16(row[j]);
+        }
+        o.dtype = KN_BF16;
+        o.data = d;
+        o.scales = o.biases = NULL;
+        o.bits = o.group_size = 0;
+    } else {
+        size_t words = (size_t)w->cols * bits / 32, ng = (size_t)(w->cols / group);
+        uint32_t *d = own(m, sizeof(uint32_t) * words * w->rows);
+        uint16_t *sc = own(m, sizeof(uint16_t) * ng * w->rows), *bi = own(m, sizeof(uint16_t) * ng * w->rows);
+        for (int r = 0; r < w->rows; r++) {
+            kn_get_row(row, w, r);
+            qt_row(row, w->cols, bits, group, KN_BF16, d + words * r, sc + ng * r, bi + ng * r);
+        }
+        o.dtype = bits == 8 ? KN_Q8 : KN_Q4;
+        o.data = d;
+        o.scales = sc;
+        o.biases = bi;
+        o.scale_dtype = KN_BF16;
+        o.bits = bits;
+        o.group_size = group;
+    }
+    free(row);
+    return o;
+}
+
+int qt_model(mdl_model *m, qt_kind k, int group) {
+    if (k == QT_KEEP) return 0;
+    if (k != QT_BF16 && group != 32 && group != 64 && group != 128) {
+        dfl_seterr("group size %d not supported (32, 64 or 128)", group);
+        return -1;
+    }
+    size_t bytes = 0;
+    int tied = m->lm_head.data == m->embed.data;
+    if (m->embed.rows) {
+        m->embed = convert(m, &m->embed, k, group);
+        bytes += kn_weight_bytes(&m->embed);
+        if (tied) m->lm_head = m->embed;
+        else {
+            m->lm_head = convert(m, &m->lm_head, k, group);
+            bytes += kn_weight_bytes(&m->lm_head);
+        }
+    }
+    if (m->fc.rows) {
+        m->fc = convert(m, &m->fc, k, group);
+        bytes += kn_weight_bytes(&m->fc);
+    }
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        mdl_layer *L = &m->layers[l];
+        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < 7; i++) {
+            *ws[i] = convert(m, ws[i], k, group);
+            bytes += kn_weight_bytes(ws[i]);
+        }
+    }
+    /* norms are small; keep their count from the load */
+    size_t norms = (size_t)m->cfg.hidden * (2 * m->cfg.n_layers + 1 + (m->hidden_norm != NULL)) * sizeof(float);
+    m->weight_bytes = bytes + norms / 2;
+    return 0;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    size_t n;
+    char *b = dfl_read_file(src, &n);
+    if (!b) return -1;
+    FILE *f = fopen(dst, "wb");
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    free(b);
+    if (!ok) dfl_seterr("%s: cannot write", dst);
+    return ok ? 0 : -1;
+}
+
+static int quantizable(const st_tensor *t, int group) {
+    size_t n = strlen(t->name);
+    if (t->ndim != 2 || t->shape[1] % group || n < 7 || strcmp(t->name + n - 7, ".weight")) return 0;
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) return 0;
+    return strstr(t->name, "_proj.") || strstr(t->name, "embed_tokens.") || !strcmp(t->name, "lm_head.weight") ||
+           !strcmp(t->name, "fc.weight");
+}
+
+int qt_checkpoint(const char *in, const char *out, int bits, int group) {
+    if (bits != 4 && bits != 8) {
+        dfl_seterr("--bits must be 4 or 8, not %d", bits);
+        return -1;
+    }
+    if (group != 32 && group != 64 && group != 128) {
+        dfl_seterr("--group-size must be 32, 64 or 128, not %d", group);
+        return -1;
+    }
+    mdl_model m; /* validates the input fully before anything is written */
+    if (mdl_load(&m, in) != 0) return -1;
+    if (m.cfg.q_bits) {
+        dfl_seterr("%s is already quantized (%d-bit)", in, m.cfg.q_bits);
+        mdl_free(&m);
+        return -1;
+    }
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
+        dfl_seterr("%s: cannot create directory", out);
+        mdl_free(&m);
+        return -1;
+    }
+    st_out *ts = dfl_calloc((size_t)m.st.n * 3, sizeof(st_out));
+    void **bufs = dfl_calloc((size_t)m.st.n * 3, sizeof(void *));
+    int n = 0, nb = 0;
+    char (*names)[256] = dfl_calloc((size_t)m.st.n * 3, 256);
+    for (int i = 0; i < m.st.n; i++) {
+        const st_tensor *t = &m.st.t[i];
+        if (!quantizable(t, group)) {
+            ts[n] = (st_out){t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1], t->shape[2], t->shape[3]}, t->data};
+            n++;
+            continue;
+        }
+        kn_weight w = {.rows = (int)t->shape[0], .cols = (int)t->shape[1], .data = t->data,
+                       .dtype = t->dtype == ST_F32 ? KN_F32 : t->dtype == ST_F16 ? KN_F16 : KN_BF16};
+        size_t words = (size_t)w.cols * bits / 32, ng = (size_t)(w.cols / group);
+        uint32_t *pk = bufs[nb++] = dfl_malloc(sizeof(uint32_t) * words * w.rows);
+        uint16_t *sc = bufs[nb++] = dfl_malloc(2 * ng * w.rows), *bi = bufs[nb++] = dfl_malloc(2 * ng * w.rows);
+        float *row = dfl_malloc(sizeof(float) * (size_t)w.cols);
+        for (int r = 0; r < w.rows; r++) {
+            kn_get_row(row, &w, r);
+            qt_row(row, w.cols, bits, group, KN_BF16, pk + words * r, sc + ng * r, bi + ng * r);
+        }
+        free(row);
+        size_t base = strlen(t->name) - 7; /* without ".weight" */
+        snprintf(names[n], 256, "%.*s.weight", (int)base, t->name);
+        ts[n] = (st_out){names[n], ST_U32, 2, {w.rows, (int64_t)words}, pk};
+        n++;
+        snprintf(names[n], 256, "%.*s.scales", (int)base, t->name);
+        ts[n] = (st_out){names[n], ST_BF16, 2, {w.rows, (int64_t)ng}, sc};
+        n++;
+        snprintf(names[n], 256, "%.*s.biases", (int)base, t->name);
+        ts[n] = (st_out){names[n], ST_BF16, 2, {w.rows, (int64_t)ng}, bi};
+        n++;
+    }
+    char *p = dfl_path_join(out, "model.safetensors");
+    int rc = st_write(p, ts, n, "{\"format\": \"mlx\"}");
+    free(p);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    free(ts);
+    free(names);
+    mdl_free(&m);
+    if (rc) return -1;
+    /* config.json + quantization; the other small files copied */
+    char *cin = dfl_path_join(in, "config.json"), *txt = dfl_read_file(cin, NULL);
+    free(cin);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!j) return -1;
+    cJSON_DeleteItemFromObject(j, "quantization");
+    cJSON_DeleteItemFromObject(j, "quantization_config");
+    cJSON *q = cJSON_AddObjectToObject(j, "quantization");
+    cJSON_AddNumberToObject(q, "group_size", group);
+    cJSON_AddNumberToObject(q, "bits", bits);
+    cJSON_AddItemToObject(j, "quantization_config", cJSON_Duplicate(q, 1));
+    char *s = cJSON_Print(j), *cout = dfl_path_join(out, "config.json");
+    cJSON_Delete(j);
+    FILE *f = fopen(cout, "w");
+    rc = f && fputs(s, f) >= 0 ? 0 : -1;
+    if (f && fclose(f) != 0) rc = -1;
+    if (rc) dfl_seterr("%s: cannot write", cout);
+    free(s);
+    free(cout);
+    static const char *extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        char *a = dfl_path_join(in, extra[i]), *b = dfl_path_join(out, extra[i]);
+        if (dfl_file_exists(a)) rc = copy_file(a, b);
+        free(a);
+        free(b);
+    }
+    return rc;
+}

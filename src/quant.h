@@ -17,4 +17,23 @@
 void qt_row(const float *w, int cols, int bits, int g, kn_dtype scale_dtype, uint32_t *packed, void *scales,
             void *biases);
 
+/* ---- whole models --------------------------------------------------------- */
+#include "model.h"
+
+typedef enum { QT_KEEP = 0, QT_BF16, QT_Q8, QT_Q4 } qt_kind;
+
+/* Parse "bf16", "q8", "q4" (NULL or "" -> QT_KEEP); -1 + error otherwise. */
+int qt_parse(const char *s, qt_kind *k);
+
+/* Convert every weight matrix of a loaded model (layers, embedding, lm_head,
+ * fc) to `k` in memory at load time. group: 32, 64 or 128 (quantized kinds).
+ * Matrices whose columns do not divide by the group stay as they are. The
+ * new buffers are owned by the model (freed by mdl_free). */
+int qt_model(mdl_model *m, qt_kind k, int group);
+
+/* Write DIR_IN's checkpoint to DIR_OUT in the MLX affine layout (bits 4 or 8):
+ * quantized weights, other tensors copied, config.json with "quantization",
+ * tokenizer and generation files copied. */
+int qt_checkpoint(const char *dir_in, const char *dir_out, int bits, int group);
+
 #endif

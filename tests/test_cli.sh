@@ -22,7 +22,7 @@ expect() {
 
 expect "main help" 0 "" -- "$BIN" --help
 grep -q "generate" "$T/out" && ok "help lists commands" || bad "help lists commands"
-for c in generate chat tokenize bench synth; do
+for c in generate chat tokenize bench synth quantize; do
     expect "$c --help" 0 "" -- "$BIN" $c --help
 done
 grep -q -- "--draft-max" "$T/out" || true
@@ -67,6 +67,15 @@ expect "sampling" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello" -n
 cp "$T/out" "$T/s1"
 expect "sampling plain" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 10 --temp 0.8 --seed 3 --ignore-eos
 cmp -s "$T/out" "$T/s1" && ok "DFlash sampling equals plain sampling (seed 3)" || bad "DFlash sampling equals plain sampling"
+
+# quantize ahead of time == quantize at load
+expect "quantize --bits 4" 0 "" -- "$BIN" quantize -m "$T/tgt" --bits 4 --group-size 32 -o "$T/qz"
+expect "generate quantized dir" 0 "MLX 4-bit, group 32" -- "$BIN" generate -m "$T/qz" -p "Hello" -n 8 --ignore-eos
+cp "$T/out" "$T/qz.txt"
+expect "generate --quant q4" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 8 --ignore-eos --quant q4
+cmp -s "$T/out" "$T/qz.txt" && ok "quantize file equals --quant at load" || bad "quantize file equals --quant at load"
+expect "quantize a quantized model" 1 "already quantized" -- "$BIN" quantize -m "$T/qz" --bits 8 -o "$T/qz2"
+expect "bad --quant" 1 "unknown quantization 'q3'" -- "$BIN" generate -m "$T/tgt" -p hi --quant q3
 
 # bad input at run time and load time
 expect "prompt longer than the context" 1 "does not fit the context" -- "$BIN" generate -m "$T/tgt" -c 8 -p "one two three four five six seven eight nine ten"
