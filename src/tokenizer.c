@@ -71,6 +71,9 @@ struct tok_tokenizer {
 
     merge_slot *mmap;
     uint32_t mmap_mask;
+    /* merges of two single-byte tokens, by byte values: [256 * 256], rank -1 = none.
+     * Every piece starts as bytes, so its first candidates come from here. */
+    struct byte_merge { int32_t rank, id; } *bmerge;
 
     int byte_id[256]; /* id of the single-byte token, -1 if the vocab lacks it */
     int ignore_merges;
@@ -461,6 +464,15 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
         merge_insert(t, ia, ib, rank, im);
         rank++;
     }
+    t->bmerge = dfl_malloc(256 * 256 * sizeof *t->bmerge);
+    for (int a = 0; a < 256; a++) {
+        for (int b = 0; b < 256; b++) {
+            const merge_slot *m = t->byte_id[a] >= 0 && t->byte_id[b] >= 0
+                                      ? merge_find(t, t->byte_id[a], t->byte_id[b]) : NULL;
+            t->bmerge[a * 256 + b].rank = m ? m->rank : -1;
+            t->bmerge[a * 256 + b].id = m ? m->id : -1;
+        }
+    }
 
     /* added tokens: their text is both what they match and what they decode to */
     t->added = dfl_calloc((size_t)t->n_added + 1, sizeof *t->added);
@@ -587,6 +599,7 @@ void tok_free(tok_tokenizer *t) {
     free(t->piece_len);
     free(t->vmap);
     free(t->mmap);
+    free(t->bmerge);
     for (int i = 0; i < t->n_added && t->added; i++) free(t->added[i].text);
     free(t->added);
     pcre2_code_free(t->re);
@@ -618,6 +631,7 @@ typedef struct {
     int32_t *ids; /* output [n, cap] */
     size_t n, cap;
     int32_t *sym, *prev, *next; /* BPE symbols of the current piece [scap] */
+    int32_t *prank, *pid;       /* rank and result of the pair (i, next[i]); -1 = no merge */
     uint64_t *heap;             /* candidate merges (rank << 32 | pos) [3 * scap] */
     size_t scap;
     pcre2_match_data *md;
@@ -662,14 +676,18 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 
 static void push_candidate(const tok_tokenizer *t, enc_state *st, size_t *hn, int pos) {
     const merge_slot *m = merge_find(t, st->sym[pos], st->sym[st->next[pos]]);
+    st->prank[pos] = m ? m->rank : -1;
+    st->pid[pos] = m ? m->id : -1;
     if (m) heap_push(st->heap, hn, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos);
 }
 
 /* BPE of one piece p[0..n), ids appended to st->ids.
  * Symbols form a linked list over positions 0..ns-1 (next/prev = -1 at the
  * ends); position 0 always stays alive because a merge keeps its left side.
- * Heap entries go stale when a neighbour merges; a popped entry is used only
- * if its pair still exists with the same rank (ranks are unique per pair). */
+ * Invariant: prank[i]/pid[i] describe the current pair (i, next[i]) of every
+ * live i; they are refreshed whenever sym[i] or sym[next[i]] changes. Heap
+ * entries go stale when a neighbour merges; a popped entry is used only if
+ * its rank is still prank[pos] (ranks are unique per pair). */
 static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size_t n) {
     if (n > st->scap) {
         st->scap = n * 2;
@@ -677,31 +695,43 @@ static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size
         st->prev = dfl_realloc(st->prev, st->scap * sizeof *st->prev);
         st->next = dfl_realloc(st->next, st->scap * sizeof *st->next);
         st->heap = dfl_realloc(st->heap, 3 * st->scap * sizeof *st->heap);
+        st->prank = dfl_realloc(st->prank, st->scap * sizeof *st->prank);
+        st->pid = dfl_realloc(st->pid, st->scap * sizeof *st->pid);
     }
+    const unsigned char *u = (const unsigned char *)p;
+    unsigned char *byte = (unsigned char *)st->heap; /* scratch: the bytes kept, [ns] */
     int ns = 0;
     for (size_t i = 0; i < n; i++) {
-        int id = t->byte_id[(unsigned char)p[i]];
-        if (id >= 0) st->sym[ns++] = id; /* a byte missing from the vocab is dropped, as HF does */
+        int id = t->byte_id[u[i]];
+        if (id < 0) continue; /* a byte missing from the vocab is dropped, as HF does */
+        byte[ns] = u[i];
+        st->sym[ns++] = id;
     }
+    size_t hn = 0;
     for (int i = 0; i < ns; i++) {
         st->prev[i] = i - 1;
         st->next[i] = i + 1 < ns ? i + 1 : -1;
+        st->prank[i] = st->pid[i] = -1;
+        if (i + 1 < ns) {
+            const struct byte_merge *bm = &t->bmerge[byte[i] * 256 + byte[i + 1]];
+            st->prank[i] = bm->rank;
+            st->pid[i] = bm->id;
+        }
     }
-    size_t hn = 0;
-    for (int i = 0; i + 1 < ns; i++) push_candidate(t, st, &hn, i);
+    for (int i = 0; i + 1 < ns; i++) /* after the loop above: heap and byte share memory */
+        if (st->prank[i] >= 0) heap_push(st->heap, &hn, (uint64_t)(uint32_t)st->prank[i] << 32 | (uint32_t)i);
     while (hn > 0) {
         uint64_t top = heap_pop(st->heap, &hn);
         int pos = (int)(uint32_t)top, rank = (int)(top >> 32);
         int nx = st->next[pos];
-        if (st->sym[pos] < 0 || nx < 0) continue;
-        const merge_slot *m = merge_find(t, st->sym[pos], st->sym[nx]);
-        if (!m || m->rank != rank) continue;
-        st->sym[pos] = m->id;
+        if (st->sym[pos] < 0 || nx < 0 || st->prank[pos] != rank) continue;
+        st->sym[pos] = st->pid[pos];
         st->sym[nx] = -1; /* dead */
         st->next[pos] = st->next[nx];
         if (st->next[nx] >= 0) st->prev[st->next[nx]] = pos;
         if (st->prev[pos] >= 0) push_candidate(t, st, &hn, st->prev[pos]);
         if (st->next[pos] >= 0) push_candidate(t, st, &hn, pos);
+        else st->prank[pos] = -1;
     }
     for (int i = ns ? 0 : -1; i >= 0; i = st->next[i]) push_id(st, st->sym[i]);
 }
@@ -719,7 +749,7 @@ static void encode_piece(const tok_tokenizer *t, enc_state *st, const char *p, s
             return;
         }
     }
-    if (!st->cache || n > 64) {
+    if (n > 64) { /* long pieces rarely repeat */
         bpe_piece(t, st, p, n);
         return;
     }
@@ -752,27 +782,112 @@ static void encode_piece(const tok_tokenizer *t, enc_state *st, const char *p, s
     st->cache_used++;
 }
 
-/* Could NFC change s[0..n)? Not if every character is below U+0300: nothing
- * there decomposes or combines (lead bytes below 0xCC). */
-static int may_need_nfc(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0xcc) return 1;
+/* HF tokenizers normalizes with Unicode 9.0 tables (crate
+ * unicode-normalization-alignments 0.1.12); utf8proc has Unicode 15.0. A
+ * character unassigned in 9.0 is, for HF, a starter that neither decomposes
+ * nor composes. These are the characters for which that differs from
+ * utf8proc's view: not assigned in Unicode 9.0, and in utf8proc's tables
+ * with a non-zero combining class, a canonical decomposition, or a part in a
+ * composition. Made by tools/reference/nfc_newer_than_9.c. */
+static const int32_t NFC_NEWER_THAN_9[][2] = {
+    {0x07FD, 0x07FD},   {0x0898, 0x089F},   {0x08CA, 0x08D3},   {0x09FE, 0x09FE},
+    {0x0C3C, 0x0C3C},   {0x0D3B, 0x0D3C},   {0x0EBA, 0x0EBA},   {0x1715, 0x1715},
+    {0x1ABF, 0x1ACE},   {0x1DF6, 0x1DFA},   {0xA82C, 0xA82C},   {0x10D24, 0x10D27},
+    {0x10EAB, 0x10EAC}, {0x10EFD, 0x10EFF}, {0x10F46, 0x10F50}, {0x10F82, 0x10F85},
+    {0x11070, 0x11070}, {0x1133B, 0x1133B}, {0x1145E, 0x1145E}, {0x11839, 0x1183A},
+    {0x11930, 0x11930}, {0x11935, 0x11935}, {0x11938, 0x11938}, {0x1193D, 0x1193E},
+    {0x11943, 0x11943}, {0x119E0, 0x119E0}, {0x11A34, 0x11A34}, {0x11A47, 0x11A47},
+    {0x11A99, 0x11A99}, {0x11D42, 0x11D42}, {0x11D44, 0x11D45}, {0x11D97, 0x11D97},
+    {0x11F41, 0x11F42}, {0x16FF0, 0x16FF1}, {0x1E08F, 0x1E08F}, {0x1E130, 0x1E136},
+    {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF}, {0x1E4EC, 0x1E4EF},
+};
+
+static int newer_than_9(int32_t cp) {
+    int lo = 0, hi = (int)(sizeof NFC_NEWER_THAN_9 / sizeof NFC_NEWER_THAN_9[0]) - 1;
+    if (cp < NFC_NEWER_THAN_9[0][0]) return 0;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < NFC_NEWER_THAN_9[mid][0]) hi = mid - 1;
+        else if (cp > NFC_NEWER_THAN_9[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* NFC of s[0..n): *out is a malloc'd copy, or NULL when no character is
+ * U+0300 or above (lead bytes below 0xCC): nothing there decomposes or
+ * combines, so NFC changes nothing. Only the stretches around such
+ * characters go through utf8proc: the text is cut just before ASCII
+ * characters, which are starters that never compose with what precedes them,
+ * so NFC(a + b) = NFC(a) + NFC(b) at such a cut. */
+static int nfc(const char *s, size_t n, char **out, size_t *out_n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t j = 0;
+    while (j < n && u[j] < 0xcc) j++;
+    *out = NULL;
+    if (j == n) return 0;
+    size_t cap = n + n / 4 + 16, w = 0, i = 0;
+    char *buf = dfl_malloc(cap);
+#define APPEND(p, len)                                                                   \
+    do {                                                                                 \
+        if (w + (len) > cap) buf = dfl_realloc(buf, cap = (w + (len)) * 2);              \
+        memcpy(buf + w, (p), (len));                                                     \
+        w += (len);                                                                      \
+    } while (0)
+    while (i < n) { /* i: a cut point; j: the next byte >= 0xCC at or after i, or n */
+        if (j == n) {
+            APPEND(s + i, n - i);
+            break;
+        }
+        size_t a = j, b = j;
+        while (a > i && u[a] >= 0x80) a--; /* back to the ASCII char that may start a composition */
+        while (b < n && u[b] >= 0x80) b++; /* on to the next ASCII char */
+        APPEND(s + i, a - i);
+        /* normalize [a, b), copying characters in NFC_NEWER_THAN_9 as they are:
+         * for HF they are starters, which cut the text like ASCII does */
+        for (size_t r = a, q = a; r < b;) {
+            utf8proc_int32_t cp = 0;
+            utf8proc_ssize_t cl = q < b ? utf8proc_iterate(u + q, (utf8proc_ssize_t)(b - q), &cp) : 0;
+            int cut = q == b || newer_than_9(cp);
+            if (!cut) {
+                q += (size_t)cl;
+                continue;
+            }
+            if (q > r) {
+                unsigned char *m = NULL;
+                utf8proc_ssize_t k = utf8proc_map(u + r, (utf8proc_ssize_t)(q - r), &m,
+                                                  UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+                if (k < 0) {
+                    dfl_seterr("tok_encode: NFC: %s", utf8proc_errmsg(k));
+                    free(buf);
+                    return -1;
+                }
+                APPEND(m, (size_t)k);
+                free(m);
+            }
+            APPEND(s + q, (size_t)cl);
+            r = q = q + (size_t)cl;
+        }
+        i = j = b;
+        while (j < n && u[j] < 0xcc) j++;
+    }
+#undef APPEND
+    *out = buf;
+    *out_n = w;
     return 0;
 }
 
 /* One stretch of text between added tokens. */
 static int encode_segment(const tok_tokenizer *t, enc_state *st, const char *s, size_t n) {
     if (n == 0) return 0;
-    unsigned char *norm = NULL;
-    if (t->nfc && may_need_nfc(s, n)) {
-        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm,
-                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        if (m < 0) {
-            dfl_seterr("tok_encode: NFC: %s", utf8proc_errmsg(m));
-            return -1;
+    char *norm = NULL;
+    if (t->nfc) {
+        size_t m;
+        if (nfc(s, n, &norm, &m) != 0) return -1;
+        if (norm) {
+            s = norm;
+            n = m;
         }
-        s = (const char *)norm;
-        n = (size_t)m;
     }
     if (!t->re) {
         encode_piece(t, st, s, n);
@@ -818,10 +933,9 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **i
     enc_state st;
     memset(&st, 0, sizeof st);
     if (t->re) st.md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (len >= 4096) { /* the cache pays off only on longer texts */
-        st.cache_mask = pow2_above(len / 16 < 65536 ? len / 16 : 65536) - 1;
-        st.cache = dfl_calloc((size_t)st.cache_mask + 1, sizeof *st.cache);
-    }
+    /* the piece cache holds at most one entry per 16 bytes of text, 64K entries */
+    st.cache_mask = pow2_above(len / 16 < 65536 ? len / 16 : 65536) - 1;
+    st.cache = dfl_calloc((size_t)st.cache_mask + 1, sizeof *st.cache);
     int rc = 0;
     size_t seg = 0, i = 0; /* seg: start of the current non-added stretch */
     while (i < len && rc == 0) {
@@ -849,6 +963,8 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **i
     free(st.prev);
     free(st.next);
     free(st.heap);
+    free(st.prank);
+    free(st.pid);
     free(st.cache);
     free(st.ckeys);
     free(st.cids);

@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -129,9 +131,98 @@ TEST(logistics_cases) {
 }
 
 /* Characters on which the JS reference and HF tokenizers differ (the corpus
- * leaves them out); expected ids from HF tokenizers 0.23.2. */
+ * leaves them out); expected ids from HF tokenizers 0.23.2 itself
+ * (tools/reference/tokenizer_hf_check.py on the GPU machine):
+ *   U+0085 is white space and U+FEFF is not (Unicode White_Space);
+ *   U+180E is not white space (PCRE2's \s says it is, hence \p{White_Space});
+ *   "'\u017f" (long s) gives the same ids whichever way "(?i:'s)" treats it;
+ *   letters new in Unicode 15 are not \p{L} for HF either (U+1E030, U+31350);
+ *   HF's NFC has Unicode 9.0 tables: U+2DFA U+08D3 is not reordered and the
+ *   Dives Akuru pair U+11935 U+11930 is not composed (NFC_NEWER_THAN_9). */
 TEST(hf_edge_characters) {
-    /* filled in below */
+    static const struct {
+        const char *text;
+        int n;
+        int32_t ids[8];
+    } cases[] = {
+        {"\xc2\x85", 2, {126, 227}},
+        {"a\xc2\x85" "b", 4, {64, 126, 227, 65}},
+        {"x \xc2\x85 y", 4, {87, 2139, 227, 379}},
+        {"a\xc2\x85\xc2\x85 b", 6, {64, 126, 227, 126, 227, 293}},
+        {" \xc2\x85\x0a", 3, {2139, 227, 198}},
+        {"\xef\xbb\xbf", 1, {3225}},
+        {"\xef\xbb\xbfHello", 2, {3225, 9707}},
+        {"a\xef\xbb\xbf b", 3, {64, 3225, 293}},
+        {"a \xef\xbb\xbf\xef\xbb\xbf b", 4, {64, 75780, 3225, 293}},
+        {"it'\xc5\xbf", 3, {275, 6, 144815}},
+        {"IT'\xc5\xbf here", 4, {952, 6, 144815, 1588}},
+        {"'\xc5\xbf", 2, {6, 144815}},
+        {"'\xe2\x84\xaa", 2, {6, 42}},
+        {"\xe1\xa0\x8e", 2, {123970, 236}},
+        {"a\xe1\xa0\x8e b", 4, {64, 123970, 236, 293}},
+        {"a \xe1\xa0\x8e\xe1\xa0\x8e b", 7, {64, 86089, 254, 236, 123970, 236, 293}},
+        {"\xe1\xa0\x8e\xe1\xa0\x8e  x", 6, {123970, 236, 123970, 236, 220, 856}},
+        {"x\xe2\x80\xa8y", 4, {87, 378, 101, 88}},
+        {"\x0b\x0c", 2, {199, 200}},
+        {"a \xe3\x80\x80 b", 4, {64, 220, 22441, 293}},
+        {"\xc2\xa0\xc2\xa0x", 3, {4102, 4102, 87}},
+        {"a\xf0\x9e\x80\xb0" "b", 6, {64, 172, 252, 222, 108, 65}},
+        {"\xe4\xb8\xad\xf0\xb1\x8d\x90\xe6\x96\x87", 6, {15946, 172, 109, 235, 238, 16744}},
+        {"'\xc5\xbfx", 3, {6, 144815, 87}},
+        {"it'\xc5\xbftop", 4, {275, 6, 144815, 3481}},
+        {"'\xc5\xbf\xc5\xbf", 3, {6, 144815, 144815}},
+        {"x'\xc5\xbf" "1", 4, {87, 6, 144815, 16}},
+        {"\xe3\x82\xbe\xe2\xb7\xba\xe0\xa3\x93", 7, {135892, 158, 115, 118, 156, 96, 241}},
+        {"a\xcc\x95\xcc\x80", 3, {6362, 136, 243}},
+        {"a\xcc\x80\xcc\x95", 3, {6362, 136, 243}},
+        {"\xe0\xad\x87\xe0\xac\xbe", 3, {156, 255, 233}},
+        {"\xf0\x91\x8d\x87\xf0\x91\x8c\xbe", 3, {128240, 235, 233}},
+        {"\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0", 6, {128240, 97, 113, 128240, 97, 108}},
+        {"e\xe1\xaa\xb0\xcc\x96", 6, {68, 136, 244, 157, 103, 108}},
+        {"e\xe0\xa3\xa3\xcc\x80", 4, {4458, 156, 96, 96}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n;
+        int32_t *ids = enc(cases[i].text, strlen(cases[i].text), &n);
+        int ok = ids && ids_equal(ids, n, cases[i].ids, (size_t)cases[i].n);
+        CHECK(ok, "case %zu", i);
+        if (!ok) {
+            print_ids("got ", ids, n);
+            print_ids("want", cases[i].ids, (size_t)cases[i].n);
+        }
+        free(ids);
+    }
+}
+
+/* NFC composes, reorders and maps singletons, also next to ASCII and added tokens */
+TEST(nfc) {
+    static const char *pairs[][2] = {
+        {"e\xcc\x81", "\xc3\xa9"},                                    /* e + acute */
+        {"A\xcc\x8a", "\xc3\x85"},                                    /* A + ring */
+        {"\xe2\x84\xab", "\xc3\x85"},                                /* Angstrom sign */
+        {"<\xcc\xb8", "\xe2\x89\xae"},                               /* < + long solidus = not-less */
+        {"\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81"}, /* jamo L V T */
+        {"a\xcc\x95\xcc\x80", "\xc3\xa0\xcc\x95"},                  /* reorder, then compose */
+        {"x e\xcc\x81 y", "x \xc3\xa9 y"},
+        {"<think>e\xcc\x81", "<think>\xc3\xa9"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        size_t n1, n2;
+        int32_t *a = enc(pairs[i][0], strlen(pairs[i][0]), &n1);
+        int32_t *b = enc(pairs[i][1], strlen(pairs[i][1]), &n2);
+        CHECK(a && b && ids_equal(a, n1, b, n2), "pair %zu", i);
+        free(a);
+        free(b);
+    }
+    /* an added token is not normalized together with what follows it */
+    size_t n;
+    int32_t *ids = enc("<|im_end|>\xcc\x81", 12, &n);
+    size_t m = 0;
+    char *back = ids ? decode_all(ids, n, &m) : NULL;
+    CHECK(ids && n >= 2 && ids[0] == 151645 && m == 12 && memcmp(back, "<|im_end|>\xcc\x81", 12) == 0,
+          "added token + combining mark");
+    free(back);
+    free(ids);
 }
 
 TEST(special_tokens) {
@@ -463,6 +554,56 @@ TEST(bad_files) {
     free(tc);
 }
 
+/* The old merges format ("a b" strings, as in Llama-3's file) gives the same
+ * tokenizer: rewrite the real file that way and compare on corpus text. */
+TEST(string_merges) {
+    char *src = dfl_path_join(TOKDIR, "tokenizer.json");
+    char *txt = dfl_read_file(src, NULL);
+    free(src);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    cJSON *merges = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "merges");
+    CHECK(cJSON_IsArray(merges), "merges");
+    if (!cJSON_IsArray(merges)) {
+        cJSON_Delete(root);
+        return;
+    }
+    cJSON *strs = cJSON_CreateArray(), *m;
+    cJSON_ArrayForEach(m, merges) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s %s", cJSON_GetArrayItem(m, 0)->valuestring,
+                 cJSON_GetArrayItem(m, 1)->valuestring);
+        cJSON_AddItemToArray(strs, cJSON_CreateString(buf));
+    }
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "merges", strs);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    char dir[] = "/tmp/dfl_tok_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char *tj = dfl_path_join(dir, "tokenizer.json");
+    FILE *f = fopen(tj, "wb");
+    if (f) {
+        fputs(out, f);
+        fclose(f);
+    }
+    free(out);
+    tok_tokenizer *t2 = tok_load(dir);
+    CHECK(t2 != NULL, "load with string merges: %s", dfl_lasterr());
+    for (int d = 0; t2 && d < C.ndocs; d += 7) {
+        int32_t *a, *b;
+        size_t na, nb;
+        int ra = tok_encode(T, C.doc[d], C.len[d], &a, &na);
+        int rb = tok_encode(t2, C.doc[d], C.len[d], &b, &nb);
+        CHECK(ra == 0 && rb == 0 && ids_equal(a, na, b, nb), "doc %d", d);
+        free(a);
+        free(b);
+    }
+    tok_free(t2);
+    unlink(tj);
+    rmdir(dir);
+    free(tj);
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -482,6 +623,7 @@ int main(void) {
     RUN(load);
     RUN(logistics_cases);
     RUN(hf_edge_characters);
+    RUN(nfc);
     RUN(special_tokens);
     RUN(corpus_matches_reference);
     RUN(round_trip);
@@ -489,6 +631,7 @@ int main(void) {
     RUN(invalid_utf8);
     RUN(long_runs);
     RUN(bad_files);
+    RUN(string_merges);
     tok_free(T);
     for (int d = 0; d < C.ndocs; d++) free(C.ids[d]);
     free(C.ids);
