@@ -1,0 +1,142 @@
+/* test_chat.c - chat_render() against jinja2 renderings of the real templates.
+ *
+ * tests/fixtures/chat/cases.json comes from tools/reference/chat_ref.py
+ * (jinja2 with the transformers settings). Files are found relative to the
+ * repository root: $DFLASH_ROOT, else the current directory. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "check.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static char ROOT[4000];
+static cJSON *CASES; /* the fixture's "cases" array */
+static cJSON *DOC;
+
+/* Print where two strings first differ, with some context. */
+static void show_diff(const char *got, const char *want) {
+    size_t i = 0;
+    while (got[i] && got[i] == want[i]) i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    fprintf(stderr, "    first difference at byte %zu\n    got:  \"%.80s\"\n    want: \"%.80s\"\n", i,
+            got + from, want + from);
+}
+
+TEST(fixture_cases) {
+    CHECK(cJSON_GetArraySize(CASES) >= 15, "only %d fixture cases", cJSON_GetArraySize(CASES));
+    const cJSON *c;
+    cJSON_ArrayForEach(c, CASES) {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        const char *fmt = cJSON_GetObjectItem(c, "format")->valuestring;
+        const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
+        const cJSON *think = cJSON_GetObjectItem(c, "enable_thinking");
+        int n = cJSON_GetArraySize(msgs);
+        chat_message *m = dfl_calloc((size_t)n, sizeof *m);
+        for (int i = 0; i < n; i++) {
+            const cJSON *x = cJSON_GetArrayItem(msgs, i);
+            const cJSON *rc = cJSON_GetObjectItem(x, "reasoning_content");
+            m[i].role = cJSON_GetObjectItem(x, "role")->valuestring;
+            m[i].content = cJSON_GetObjectItem(x, "content")->valuestring;
+            m[i].reasoning_content = cJSON_IsString(rc) ? rc->valuestring : NULL; /* null = absent */
+        }
+        chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
+        chat_format f = strcmp(fmt, "llama3") == 0 ? CHAT_LLAMA3 : CHAT_QWEN3;
+        int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
+        const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
+        char *got = chat_render(f, m, n, agp, th);
+        CHECK(got != NULL, "%s: %s", name, dfl_lasterr());
+        if (got) {
+            int same = strcmp(got, want) == 0;
+            CHECK(same, "%s", name);
+            if (!same) show_diff(got, want);
+        }
+        free(got);
+        free(m);
+    }
+}
+
+/* logistics.md 2: the prompt format the engine relies on, spelled out */
+TEST(known_prompts) {
+    chat_message one[] = {{"user", "Hello", NULL}};
+    char *s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_OFF);
+    CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n") == 0,
+          "no-think prompt");
+    free(s);
+    s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_UNSET);
+    CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n") == 0, "think prompt");
+    free(s);
+    chat_message two[] = {{"user", "Hello", NULL}, {"assistant", "Hi there", NULL}};
+    s = chat_render(CHAT_QWEN3, two, 2, 0, CHAT_THINK_UNSET);
+    CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                         "Hi there<|im_end|>\n") == 0,
+          "training turn");
+    free(s);
+}
+
+/* the rendered no-think prompt tokenizes to the ids of logistics.md 1.3 */
+TEST(render_then_tokenize) {
+    char *dir = dfl_path_join(ROOT, "models/qwen3-tokenizer");
+    tok_tokenizer *t = tok_load(dir);
+    free(dir);
+    CHECK(t != NULL, "tok_load: %s", dfl_lasterr());
+    if (!t) return;
+    CHECK(chat_detect(tok_chat_template(t)) == CHAT_QWEN3, "detect the shipped template");
+    chat_message one[] = {{"user", "Hello", NULL}};
+    char *s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_OFF);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(s && tok_encode(t, s, strlen(s), &ids, &n) == 0, "encode");
+    static const int32_t want[] = {151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271};
+    CHECK(n == 13 && ids && memcmp(ids, want, sizeof want) == 0, "ids (%zu)", n);
+    free(ids);
+    free(s);
+    tok_free(t);
+}
+
+TEST(detect) {
+    CHECK(chat_detect("{{ '<|im_start|>' + message.role }}") == CHAT_QWEN3, "chatml");
+    CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] }}") == CHAT_LLAMA3, "llama3");
+    CHECK(chat_detect("{{ messages }}") == -1 && strstr(dfl_lasterr(), "unknown chat template"), "unknown");
+    CHECK(chat_detect(NULL) == -1, "no template");
+}
+
+TEST(bad_input) {
+    chat_message bad_role[] = {{"user", "a", NULL}, {"narrator", "b", NULL}};
+    CHECK(chat_render(CHAT_QWEN3, bad_role, 2, 1, CHAT_THINK_UNSET) == NULL &&
+              strstr(dfl_lasterr(), "narrator"),
+          "unknown role: %s", dfl_lasterr());
+    CHECK(chat_render(CHAT_QWEN3, bad_role, 0, 1, CHAT_THINK_UNSET) == NULL, "no messages");
+    chat_message no_content[] = {{"user", NULL, NULL}};
+    CHECK(chat_render(CHAT_QWEN3, no_content, 1, 1, CHAT_THINK_UNSET) == NULL, "NULL content");
+    chat_message no_role[] = {{NULL, "x", NULL}};
+    CHECK(chat_render(CHAT_LLAMA3, no_role, 1, 1, CHAT_THINK_UNSET) == NULL, "NULL role");
+    CHECK(chat_render((chat_format)7, bad_role, 1, 1, CHAT_THINK_UNSET) == NULL, "bad format");
+}
+
+int main(void) {
+    const char *env = getenv("DFLASH_ROOT");
+    snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
+    char *path = dfl_path_join(ROOT, "tests/fixtures/chat/cases.json");
+    char *txt = dfl_read_file(path, NULL);
+    DOC = txt ? cJSON_Parse(txt) : NULL;
+    CASES = cJSON_GetObjectItem(DOC, "cases");
+    free(txt);
+    if (!cJSON_IsArray(CASES)) {
+        fprintf(stderr, "cannot read %s (run from the repo root or set DFLASH_ROOT)\n", path);
+        free(path);
+        printf("test_chat: 0 passed, 1 failed\n");
+        return 1;
+    }
+    free(path);
+    RUN(fixture_cases);
+    RUN(known_prompts);
+    RUN(render_then_tokenize);
+    RUN(detect);
+    RUN(bad_input);
+    cJSON_Delete(DOC);
+    CHECK_DONE("test_chat");
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Render chat-template fixtures with jinja2: tests/fixtures/chat/cases.json.
+
+Run from the repository root with Debian's Python (python3-jinja2):
+    /usr/bin/python3 tools/reference/chat_ref.py
+The Qwen3 template is read from models/qwen3-tokenizer/tokenizer_config.json
+and rendered the way transformers' apply_chat_template does: an
+ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
+loopcontrols extension, a raise_exception global and a tojson filter; the
+special tokens are passed as variables and enable_thinking only when set.
+Each case: name, format ("qwen3" or "llama3"), messages (role, content,
+optional reasoning_content), add_generation_prompt, optional enable_thinking,
+expected (the rendered text). tests/test_chat.c renders each with
+chat_render() and compares.
+"""
+import hashlib
+import json
+import os
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests/fixtures/chat/cases.json")
+
+# Llama-3 Instruct chat template (Meta-Llama-3-8B-Instruct tokenizer_config.json).
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def environment():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def U(c):
+    return {"role": "user", "content": c}
+
+
+def S(c):
+    return {"role": "system", "content": c}
+
+
+def A(c, rc=None, with_rc=False):
+    m = {"role": "assistant", "content": c}
+    if rc is not None or with_rc:
+        m["reasoning_content"] = rc
+    return m
+
+
+def T(c):
+    return {"role": "tool", "content": c}
+
+
+UNI = "Grüße, 世界! 👩\u200d💻 e\u0301 \u180e\u3000\u00a0 tab\there \"quotes\" 'single' \\backslash {{ x }} {% raw %} <|im_end|> </think>"
+
+QWEN_CASES = [
+    ("user_gen_unset", [U("Hello")], True, None),
+    ("user_gen_off", [U("Hello")], True, False),
+    ("user_gen_on", [U("Hello")], True, True),
+    ("user_nogen", [U("Hello")], False, None),
+    ("system_user_gen_off", [S("You are helpful."), U("Hello")], True, False),
+    ("system_user_nogen", [S("You are helpful."), U("Hello")], False, None),
+    ("train_final_assistant", [U("Hello"), A("Hi there")], False, None),
+    ("train_final_assistant_think_false", [U("Hello"), A("Hi there")], False, False),
+    ("multi_turn_think_in_content",
+     [U("What is 2+2?"), A("<think>\nSimple sum.\n</think>\n\n4"), U("And 3+3?")], True, None),
+    ("multi_turn_think_in_content_off",
+     [S("Be brief."), U("What is 2+2?"), A("<think>\nSimple sum.\n</think>\n\n4"), U("And 3+3?")],
+     True, False),
+    ("reasoning_content_field",
+     [U("q1"), A("a1", "r1"), U("q2"), A("a2", "thinking about q2")], False, None),
+    ("reasoning_content_last_with_gen",
+     [U("q1"), A("a1", "r1")], True, True),
+    ("tool_messages",
+     [U("Weather in Paris?"), A("Let me check."), T("{\"temp\": 21}"), T("{\"sky\": \"clear\"}"),
+      A("It is 21 C and clear.")], False, None),
+    ("tool_messages_gen",
+     [S("sys"), U("Weather?"), A("<think>\nneed tool\n</think>\n\ncalling"), T("sunny"), U("thanks"),
+      A("welcome"), T("late tool")], True, None),
+    ("tool_first", [T("orphan result"), U("hi")], True, False),
+    ("multi_step_tool_response_user",
+     [U("Question"), A("step 1", "plan"), U("<tool_response>\nobservation\n</tool_response>"),
+      A("step 2", "use it")], False, None),
+    ("multi_step_tool_response_user_gen",
+     [U("Question"), A("<think>plan</think>step 1"),
+      U("<tool_response>\nobservation\n</tool_response>"), A("<think>\nuse it\n</think>step 2")],
+     True, None),
+    ("system_not_first", [U("a"), S("late system"), U("b")], True, None),
+    ("only_system_assistant", [S("s"), A("hello there")], False, None),
+    ("only_assistant", [A("<think>x</think>y")], False, None),
+    ("close_think_without_open", [U("q"), A("reasoning only</think>answer"), U("q2")], True, None),
+    ("several_think_tags",
+     [U("q"), A("<think>a</think>b<think>c</think>\n\nd")], False, None),
+    ("several_think_tags_earlier",
+     [U("q"), A("<think>\n\na\n\n</think>b<think>c</think>\n\nd"), U("q2")], True, False),
+    ("empty_reasoning_content", [U("q"), A("x</think>y", "")], False, None),
+    ("null_reasoning_content", [U("q"), A("<think>r</think>y", None, True)], False, None),
+    ("newlines_stripped",
+     [U("q"), A("\n\nanswer\n\n", "\n\nthoughts\n\n")], False, None),
+    ("nonlast_assistant_after_query_without_reasoning",
+     [U("q"), A("part 1"), A("part 2")], False, None),
+    ("nonlast_assistant_after_query_with_reasoning",
+     [U("q"), A("<think>r1</think>part 1"), A("part 2")], True, True),
+    ("final_assistant_with_gen", [U("q"), A("a")], True, False),
+    ("empty_contents", [S(""), U(""), A("")], True, False),
+    ("unicode_and_specials", [S(UNI), U(UNI + "\n\n"), A("<think>" + UNI + "</think>" + UNI)], True, None),
+    ("long_multi_turn",
+     [S("s")] + [m for i in range(6) for m in (U("u%d" % i), A("<think>t%d</think>a%d" % (i, i)))],
+     False, None),
+]
+
+LLAMA_CASES = [
+    ("llama3_user_gen", [U("Hello")], True),
+    ("llama3_system_multi", [S("  You are helpful.\n"), U("Hi"), A("Hello!"), U("\tBye \u3000")], True),
+    ("llama3_nogen", [U("q"), A("a")], False),
+    ("llama3_strip_unicode_space",
+     [U("\u00a0\u2003 x \u2028\x1c"), A("\u180e y \u180e"), T("tool\n\n")], True),
+]
+
+
+def main():
+    cfg = json.load(open(os.path.join(ROOT, "models/qwen3-tokenizer/tokenizer_config.json")))
+    qwen = environment().from_string(cfg["chat_template"])
+    llama = environment().from_string(LLAMA3_TEMPLATE)
+    cases = []
+    for name, msgs, agp, think in QWEN_CASES:
+        kw = dict(messages=msgs, tools=None, documents=None, add_generation_prompt=agp,
+                  eos_token=cfg["eos_token"], pad_token=cfg["pad_token"], bos_token=None,
+                  additional_special_tokens=cfg["additional_special_tokens"])
+        if think is not None:
+            kw["enable_thinking"] = think
+        c = {"name": name, "format": "qwen3", "messages": msgs, "add_generation_prompt": agp}
+        if think is not None:
+            c["enable_thinking"] = think
+        c["expected"] = qwen.render(**kw)
+        cases.append(c)
+    for name, msgs, agp in LLAMA_CASES:
+        c = {"name": name, "format": "llama3", "messages": msgs, "add_generation_prompt": agp,
+             "expected": llama.render(messages=msgs, add_generation_prompt=agp,
+                                      bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")}
+        cases.append(c)
+    doc = {
+        "generator": "tools/reference/chat_ref.py (jinja2 %s)" % jinja2.__version__,
+        "qwen3_template_sha256": hashlib.sha256(cfg["chat_template"].encode()).hexdigest(),
+        "cases": cases,
+    }
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=True, indent=1)
+        f.write("\n")
+    print("%s: %d cases" % (OUT, len(cases)))
+
+
+if __name__ == "__main__":
+    main()
