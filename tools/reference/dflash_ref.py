@@ -143,7 +143,12 @@ class HFTarget:
         return DynamicCache()
 
     def crop(self, cache, n):
-        cache.crop(n)
+        """Keep the first n positions. crop(-k) removes k rows in every
+        transformers version (a positive argument is a deprecated absolute
+        length, and crop(0) empties the cache before v5.14)."""
+        k = cache.get_seq_length() - n
+        if k > 0:
+            cache.crop(-k)
 
     @torch.no_grad()
     def embed(self, ids):

@@ -317,6 +317,7 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
