@@ -4,11 +4,16 @@
  *   1. reject invalid UTF-8 (error names the byte offset);
  *   2. cut the text at added tokens (leftmost, then longest match), which are
  *      emitted as their ids and never normalized;
- *   3. NFC-normalize each remaining segment (utf8proc);
+ *   3. NFC-normalize each remaining segment (utf8proc, with HF's Unicode 9.0
+ *      view of newer characters, see NFC_NEWER_THAN_9);
  *   4. split the segment with the pre-tokenizer regex from the file (PCRE2,
  *      behaviour "Isolated": matches and the gaps between them are pieces);
  *   5. BPE-merge each piece: start from one symbol per byte, repeatedly merge
- *      the adjacent pair with the lowest merge rank (leftmost on ties).
+ *      the adjacent pair with the lowest merge rank (leftmost on ties); a
+ *      heap of candidate pairs keeps long pieces O(n log n), and a per-call
+ *      cache reuses the ids of pieces seen before.
+ * The regex's \s and \S become \p{White_Space} and \P{White_Space}: PCRE2's
+ * \s also matches U+180E, HF's (Oniguruma) does not.
  *
  * Ids and bytes. The vocabulary in the file is written in the GPT-2
  * "bytes_to_unicode" alphabet (each byte shown as one printable character).
@@ -690,7 +695,7 @@ static void push_candidate(const tok_tokenizer *t, enc_state *st, size_t *hn, in
  * its rank is still prank[pos] (ranks are unique per pair). */
 static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size_t n) {
     if (n > st->scap) {
-        st->scap = n * 2;
+        st->scap = n > 2 * st->scap ? n : 2 * st->scap;
         st->sym = dfl_realloc(st->sym, st->scap * sizeof *st->sym);
         st->prev = dfl_realloc(st->prev, st->scap * sizeof *st->prev);
         st->next = dfl_realloc(st->next, st->scap * sizeof *st->next);
@@ -924,6 +929,10 @@ static int encode_segment(const tok_tokenizer *t, enc_state *st, const char *s, 
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n) {
     *ids = NULL;
     *n = 0;
+    if (len > INT32_MAX) { /* positions in a piece are int32 */
+        dfl_seterr("tok_encode: text of %zu bytes is too long", len);
+        return -1;
+    }
     long bad = dfl_utf8_invalid_at(text, len);
     if (bad >= 0) {
         dfl_seterr("tok_encode: invalid UTF-8 at byte offset %ld (0x%02x)", bad,

@@ -5,7 +5,9 @@
  * run the pre-tokenizer regex from the file (PCRE2) on the rest, map bytes to
  * the GPT-2 alphabet, merge by rank. Ids equal HF tokenizers' exactly.
  * decode: byte-level; tok_decode() never emits half a UTF-8 character, it
- * holds incomplete trailing bytes in the tok_decoder until they complete. */
+ * holds incomplete trailing bytes in the tok_decoder until they complete.
+ * A loaded tokenizer is read-only: tok_encode()/tok_decode() may run on
+ * several threads at once (each with its own tok_decoder). */
 #ifndef DFL_TOKENIZER_H
 #define DFL_TOKENIZER_H
 
