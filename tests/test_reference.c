@@ -1,0 +1,218 @@
+/* test_reference.c - the forward pass and the DFlash draft against PyTorch.
+ *
+ * tests/fixtures/<model>.ref.safetensors hold what HF transformers (float32,
+ * CPU) computes for the tiny checkpoints in tests/models/ (see
+ * tests/fixtures/README.md). Bounds, from the float64-vs-float32 spread the
+ * reference itself shows (<= 5e-5 on logits of magnitude ~35):
+ *   logits: max |diff| <= 1e-3; taps: <= 5e-4; draft logits: <= 1e-3;
+ *   argmax of every row, greedy continuations, DFlash tokens: exact. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "dflash.h"
+#include "model.h"
+#include "safetensors.h"
+#include "sample.h"
+#include "threads.h"
+#include "util.h"
+
+static const char *root = ".";
+
+static char *rp(const char *a, const char *b) {
+    static char buf[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s%s", root, a, b ? b : "");
+    return buf[k];
+}
+
+static const st_tensor *get(const st_set *s, int i, const char *key) {
+    char name[64];
+    snprintf(name, sizeof name, "p%d.%s", i, key);
+    return st_find(s, name);
+}
+
+static float maxdiff(const float *a, const float *b, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates */
+    }
+    return m;
+}
+
+static void check_target(const char *name) {
+    mdl_model m;
+    st_set fx;
+    if (mdl_load(&m, rp("tests/models/", name)) != 0) {
+        CHECK(0, "%s: %s", name, dfl_lasterr());
+        return;
+    }
+    char fname[128];
+    snprintf(fname, sizeof fname, "%s.ref.safetensors", name);
+    if (st_open_file(&fx, rp("tests/fixtures/", fname)) != 0) {
+        CHECK(0, "%s", dfl_lasterr());
+        mdl_free(&m);
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = m.cfg.vocab, H = m.cfg.hidden, L = m.cfg.n_layers;
+    int taps[32];
+    for (int l = 0; l < L; l++) taps[l] = l;
+    float worst_l = 0, worst_t = 0;
+    int np = 0;
+    for (int i = 0; get(&fx, i, "ids"); i++, np++) {
+        const st_tensor *ids = get(&fx, i, "ids"), *lg = get(&fx, i, "logits"), *am = get(&fx, i, "argmax"),
+                        *tp = get(&fx, i, "taps"), *gr = get(&fx, i, "greedy");
+        int T = (int)ids->shape[0], nl = (int)lg->shape[0];
+        const int32_t *tok = ids->data;
+        void *st = be->create(&m, 256);
+        float *logits = malloc(sizeof(float) * (size_t)T * V), *tapbuf = malloc(sizeof(float) * (size_t)T * L * H);
+        be_batch b = {T, tok, T, logits, L, taps, tapbuf};
+        CHECK(be->forward(st, &b) == 0, "%s p%d forward: %s", name, i, dfl_lasterr());
+        /* logits of the last nl rows */
+        float d = maxdiff(logits + (size_t)(T - nl) * V, lg->data, (size_t)nl * V);
+        worst_l = d > worst_l ? d : worst_l;
+        CHECK(d <= 1e-3f, "%s p%d: logits differ by %g", name, i, d);
+        const int32_t *ref_am = am->data;
+        for (int t = 0; t < T; t++)
+            CHECK(smp_argmax(logits + (size_t)t * V, V) == ref_am[t], "%s p%d row %d argmax", name, i, t);
+        /* taps: fixture [L][T][H], ours [T][L][H] */
+        const float *rt = tp->data;
+        float dt = 0;
+        for (int l = 0; l < L; l++)
+            for (int t = 0; t < T; t++) {
+                float x = maxdiff(tapbuf + ((size_t)t * L + l) * H, rt + ((size_t)l * T + t) * H, (size_t)H);
+                dt = x > dt ? x : dt;
+            }
+        worst_t = dt > worst_t ? dt : worst_t;
+        CHECK(dt <= 5e-4f, "%s p%d: taps differ by %g", name, i, dt);
+        /* greedy continuation, one token at a time */
+        const int32_t *rg = gr->data;
+        int n = (int)gr->shape[0], same = 1;
+        int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
+        for (int k = 0; k < n; k++) {
+            same &= next == rg[k];
+            be_batch s1 = {1, &next, 1, logits, 0, NULL, NULL};
+            be->forward(st, &s1);
+            next = smp_argmax(logits, V);
+        }
+        CHECK(same, "%s p%d: greedy continuation differs", name, i);
+        free(logits);
+        free(tapbuf);
+        be->destroy(st);
+    }
+    CHECK(np >= 4, "%s: only %d prompts in the fixture", name, np);
+    fprintf(stderr, "  %s: %d prompts, max |logit diff| %.2e, max |tap diff| %.2e\n", name, np, worst_l, worst_t);
+    st_close(&fx);
+    mdl_free(&m);
+}
+
+TEST(qwen3_bf16) { check_target("tiny-qwen3"); }
+TEST(llama3_sharded_untied_rope_scaling) { check_target("tiny-llama3"); }
+TEST(qwen3_mlx_q8) { check_target("tiny-qwen3-q8"); }
+TEST(qwen3_mlx_q4) { check_target("tiny-qwen3-q4"); }
+
+/* Draft logits of round 1 and argmax of round 2 (cached context), and the
+ * whole DFlash generation through the public API. */
+TEST(draft_forward_and_dflash_loop) {
+    mdl_model t, d;
+    st_set fx;
+    if (mdl_load(&t, rp("tests/models/tiny-qwen3", NULL)) || mdl_load(&d, rp("tests/models/tiny-draft", NULL)) ||
+        st_open_file(&fx, rp("tests/fixtures/tiny-draft.ref.safetensors", NULL))) {
+        CHECK(0, "%s", dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = t.cfg.vocab, H = t.cfg.hidden, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
+    dflash_model *api = dflash_load(rp("tests/models/tiny-qwen3", NULL), rp("tests/models/tiny-draft", NULL), NULL);
+    CHECK(api != NULL, "load: %s", dflash_error());
+    float worst = 0;
+    for (int i = 0; get(&fx, i, "ids"); i++) {
+        const st_tensor *ids = get(&fx, i, "ids");
+        int T = (int)ids->shape[0];
+        const int32_t *tok = ids->data;
+        void *st = be->create(&t, 256), *ds = be->draft_create(&d, &t, 256);
+        float *logits = malloc(sizeof(float) * (size_t)(T + B) * V), *feats = malloc(sizeof(float) * (size_t)(T + B) * K * H);
+        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, feats};
+        be->forward(st, &pb);
+        int32_t blk[16];
+        blk[0] = smp_argmax(logits, V);
+        for (int k = 1; k < B; k++) blk[k] = mask;
+        be->draft_ctx_append(ds, feats, T);
+        be_draft_block q = {B, blk, logits};
+        CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
+        float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
+        worst = dd > worst ? dd : worst;
+        CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
+        const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
+        int32_t dr[16];
+        for (int k = 0; k < B - 1; k++) {
+            dr[k] = smp_argmax(logits + (size_t)k * V, V);
+            CHECK(dr[k] == a1[k], "p%d: draft slot %d argmax %d != %d", i, k + 1, dr[k], a1[k]);
+        }
+        /* verify round 1, accept, push the accepted rows, draft round 2 */
+        int32_t vt[16];
+        vt[0] = blk[0];
+        memcpy(vt + 1, a1, sizeof(int32_t) * (B - 1));
+        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, feats};
+        be->forward(st, &vb);
+        int a = 0;
+        while (a < B - 1 && vt[a + 1] == smp_argmax(logits + (size_t)a * V, V)) a++;
+        int32_t bonus = smp_argmax(logits + (size_t)a * V, V);
+        const st_tensor *acc = get(&fx, i, "accept");
+        CHECK(a + 1 == ((const int32_t *)acc->data)[0], "p%d: round 1 accepted %d, reference %d", i, a + 1,
+              ((const int32_t *)acc->data)[0]);
+        be->truncate(st, T + a + 1);
+        be->draft_ctx_append(ds, feats, a + 1);
+        blk[0] = bonus;
+        be->draft_block(ds, &q);
+        const int32_t *a2 = get(&fx, i, "draft2_argmax")->data;
+        int ok2 = 1;
+        for (int k = 0; k < B - 1; k++) ok2 &= smp_argmax(logits + (size_t)k * V, V) == a2[k];
+        CHECK(ok2, "p%d: round 2 draft (cached context) differs", i);
+        /* the full loop through the public API */
+        if (api) {
+            dflash_gen g = dflash_default_gen();
+            const st_tensor *ref = get(&fx, i, "dflash");
+            g.n_predict = (int)ref->shape[0];
+            g.block_size = B;
+            g.draft_max = B - 1;
+            int32_t *out;
+            size_t nout;
+            dflash_stats s;
+            dflash_reset(api);
+            CHECK(dflash_generate(api, tok, (size_t)T, &g, NULL, NULL, &out, &nout, &s) == 0, "generate: %s",
+                  dflash_error());
+            CHECK(nout == (size_t)g.n_predict && !memcmp(out, ref->data, nout * sizeof(int32_t)),
+                  "p%d: DFlash tokens differ from the reference", i);
+            free(out);
+        }
+        free(logits);
+        free(feats);
+        be->destroy(st);
+        be->draft_destroy(ds);
+    }
+    fprintf(stderr, "  tiny-draft: max |draft logit diff| %.2e\n", worst);
+    dflash_free(api);
+    st_close(&fx);
+    mdl_free(&t);
+    mdl_free(&d);
+}
+
+int main(void) {
+    const char *r = getenv("DFLASH_ROOT");
+    if (r) root = r;
+    kn_init();
+    tp_init(2);
+    RUN(qwen3_bf16);
+    RUN(llama3_sharded_untied_rope_scaling);
+    RUN(qwen3_mlx_q8);
+    RUN(qwen3_mlx_q4);
+    RUN(draft_forward_and_dflash_loop);
+    CHECK_DONE("test_reference");
+}
