@@ -5,8 +5,8 @@
 #   make asan     build and test with AddressSanitizer + UBSan
 CC      ?= cc
 WERROR  ?=
-CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
+OPT     ?= -O2 -g
+CFLAGS  += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
            -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
            $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
@@ -45,8 +45,8 @@ test: deps $(BIN) $(TEST_BIN)
 	@DFLASH_BIN=$(abspath $(BIN)) sh tests/run.sh $(BUILD)
 
 asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/dflash CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    LDFLAGS="-fsanitize=address,undefined" test
+	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \
+	    OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 demo: deps $(BIN)
 	@sh tools/demo.sh

@@ -69,8 +69,8 @@ expect "sampling plain" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 10 --t
 cmp -s "$T/out" "$T/s1" && ok "DFlash sampling equals plain sampling (seed 3)" || bad "DFlash sampling equals plain sampling"
 
 # quantize ahead of time == quantize at load
-expect "quantize --bits 4" 0 "" -- "$BIN" quantize -m "$T/tgt" --bits 4 --group-size 32 -o "$T/qz"
-expect "generate quantized dir" 0 "MLX 4-bit, group 32" -- "$BIN" generate -m "$T/qz" -p "Hello" -n 8 --ignore-eos
+expect "quantize --bits 4" 0 "" -- "$BIN" quantize -m "$T/tgt" --bits 4 --group-size 64 -o "$T/qz"
+expect "generate quantized dir" 0 "MLX 4-bit, group 64" -- "$BIN" generate -m "$T/qz" -p "Hello" -n 8 --ignore-eos
 cp "$T/out" "$T/qz.txt"
 expect "generate --quant q4" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 8 --ignore-eos --quant q4
 cmp -s "$T/out" "$T/qz.txt" && ok "quantize file equals --quant at load" || bad "quantize file equals --quant at load"
