@@ -114,7 +114,17 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
     size_t base = (size_t)r * cols + (size_t)k0;
     int g = w->group_size;
     switch (w->dtype) {
-    case KN_F32: break; /* never buffered */
+    case KN_F32: { /* a copy: aligned loads for the RT-fold reuse */
+        const float *f = (const float *)w->data + base;
+        int j = 0;
+        for (; j + V <= kn; j += V)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) _mm256_store_ps(out + c * KN_KBLOCK + j, _mm256_loadu_ps(f + c * rstep + j));
+        if (j < kn)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) _mm256_store_ps(out + c * KN_KBLOCK + j, ld_f32_tail(f + c * rstep + j, kn - j));
+        break;
+    }
     case KN_F16:
     case KN_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
@@ -230,7 +240,7 @@ static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
         const float *wp;
         size_t ldw;
-        if (w->dtype == KN_F32) {
+        if (w->dtype == KN_F32 && job->T == 1) { /* read once: no copy */
             wp = (const float *)w->data + (size_t)r * cols + k0;
             ldw = (size_t)rs * cols;
         } else {
@@ -369,6 +379,19 @@ static void fused_tile(const kn_job *job, int r, int rs, int rc) {
     }
 }
 
+/* Q4 x order: each 16 floats as [8 even, 8 odd]. */
+static void avx2_permute_q4(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i += 2 * V) {
+        __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + V);
+        /* shuffle_ps works per 128-bit half: [a0 a2 b0 b2 | a4 a6 b4 b6];
+         * permute4x64 (0xD8) then orders the 64-bit pairs 0, 2, 1, 3 */
+        __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88));
+        __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD));
+        _mm256_storeu_ps(dst + i, _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xD8)));
+        _mm256_storeu_ps(dst + i + V, _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xD8)));
+    }
+}
+
 static void avx2_rows(const kn_job *job, int r0, int r1) {
     if (job->T == 1 && job->w->dtype != KN_F32) {
 #define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
@@ -389,7 +412,7 @@ static int avx2_supported(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-const kn_impl kn_impl_avx2 = {"avx2", avx2_supported, 16, avx2_rows};
+const kn_impl kn_impl_avx2 = {"avx2", avx2_supported, 16, avx2_permute_q4, avx2_rows};
 
 #else
 typedef int kn_avx2_unused; /* ISO C wants a declaration in every file */

@@ -126,7 +126,18 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
     size_t base = (size_t)r * cols + (size_t)k0; /* element offset of row 0 */
     int g = w->group_size;
     switch (w->dtype) {
-    case KN_F32: break; /* never buffered */
+    case KN_F32: { /* a copy: aligned loads for the RT-fold reuse */
+        const float *f = (const float *)w->data + base;
+        int j = 0;
+        for (; j + V <= kn; j += V)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) _mm512_store_ps(out + c * KN_KBLOCK + j, _mm512_loadu_ps(f + c * rstep + j));
+        if (j < kn)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++)
+                _mm512_store_ps(out + c * KN_KBLOCK + j, _mm512_maskz_loadu_ps(tail_mask(kn - j), f + c * rstep + j));
+        break;
+    }
     case KN_F16:
     case KN_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
@@ -255,7 +266,7 @@ static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
         const float *wp;
         size_t ldw;
-        if (w->dtype == KN_F32) {
+        if (w->dtype == KN_F32 && job->T == 1) { /* read once: no copy */
             wp = (const float *)w->data + (size_t)r * cols + k0;
             ldw = (size_t)rs * cols;
         } else {
@@ -402,6 +413,17 @@ static void fused_tile(const kn_job *job, int r, int rs, int rc) {
     }
 }
 
+/* Q4 x order: each 32 floats as [16 even, 16 odd]. */
+static void avx512_permute_q4(float *dst, const float *src, size_t n) {
+    __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (size_t i = 0; i < n; i += 2 * V) {
+        __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + V);
+        _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_storeu_ps(dst + i + V, _mm512_permutex2var_ps(a, od, b));
+    }
+}
+
 static void avx512_rows(const kn_job *job, int r0, int r1) {
     if (job->T == 1 && job->w->dtype != KN_F32) {
 #define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
@@ -424,7 +446,7 @@ static int avx512_supported(void) {
            __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_rows};
+const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_permute_q4, avx512_rows};
 
 #else
 typedef int kn_avx512_unused; /* ISO C wants a declaration in every file */

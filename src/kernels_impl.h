@@ -30,7 +30,8 @@
 /* One kn_matmul call as the variants see it. */
 typedef struct {
     float *y;           /* [T][w->rows] */
-    const float *x;     /* [T][w->cols]; Q4 with a q4_perm variant: permuted */
+    const float *x;     /* [T][w->cols], 64-byte aligned (kn_matmul copies
+                         * it when needed); Q4 with a q4_perm variant: permuted */
     const kn_weight *w; /* validated by kn_check_weight */
     int T;
 } kn_job;
@@ -43,6 +44,9 @@ typedef struct {
      * low nibbles of a run of bytes into one vector and the high nibbles
      * into the next. 0: x in natural order. */
     int q4_perm;
+    /* dst[0..n) = src permuted as above (n a multiple of q4_perm); NULL:
+     * kn_matmul's scalar loop. Moves data only. */
+    void (*permute_q4)(float *dst, const float *src, size_t n);
     void (*rows)(const kn_job *job, int r0, int r1);
 } kn_impl;
 
