@@ -23,8 +23,10 @@
 #include "kernels.h"
 
 #define KN_COL_TILE 16  /* output columns per thread-split unit */
+#ifndef KN_KBLOCK
 #define KN_KBLOCK 1024  /* columns of W per K block: a multiple of every vector
                          * width and of every accepted group size */
+#endif
 #define KN_TBLOCK 64    /* rows of x per pass over a weight tile */
 
 /* One kn_matmul call as the variants see it. */
