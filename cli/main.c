@@ -8,6 +8,7 @@
  * goes to stderr. Exit status: 0 ok, 1 error, 2 bad usage. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
-    const char *prompts, *quant;
+    const char *prompts, *quant, *plot;
     int raw, max_prompts, reps, depth, json;
     float temp, top_p;
     int top_k;
@@ -106,7 +107,8 @@ static const char *help_bench =
     "      --draft-max N|auto, --block-size B   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
-    "      --json             print one JSON object on stdout instead of the table\n";
+    "      --json             print one JSON object on stdout instead of the table\n"
+    "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
 static const char *help_synth =
     "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] -o DIR\n"
@@ -211,6 +213,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
         else if (IS("--json", "--json")) o->json = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
+        else if (IS("--plot", "--plot")) o->plot = VAL();
         else usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
@@ -489,6 +492,54 @@ typedef struct {
     int tau_n, identical, compared;
 } domain_stats;
 
+/* An SVG with two panels: forward cost (x T=1) against T, with the ideal
+ * "free width" line at 1 and the sequential line T; and speed-up per domain. */
+static void write_plot(const char *file, const int *widths, const double *cost, int nw, const domain_stats *ds,
+                       const double *speedup, int nd) {
+    FILE *f = fopen(file, "w");
+    if (!f) die("cannot write %s", file);
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='760' height='320' font-family='sans-serif' "
+               "font-size='12'>\n<rect width='760' height='320' fill='white'/>\n");
+    /* panel 1: cost ratio, log2 x axis 1..16, y 0..16 */
+    double x0 = 50, y0 = 280, w = 300, h = 240, ymax = 16;
+    for (int i = 0; i < nw; i++) ymax = cost[i] / cost[0] > ymax ? cost[i] / cost[0] : ymax;
+#define PX(t) (x0 + w * (log2((double)(t)) / 4.0))
+#define PY(v) (y0 - h * ((v) / ymax))
+    fprintf(f, "<text x='%g' y='25'>target forward cost (x T=1) vs tokens per forward T</text>\n", x0);
+    fprintf(f, "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='black'/>\n", x0, y0, x0 + w, y0);
+    fprintf(f, "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='black'/>\n", x0, y0, x0, y0 - h);
+    for (int i = 0; i < nw; i++)
+        fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%d</text>\n", PX(widths[i]), y0 + 15, widths[i]);
+    for (int v = 0; v <= (int)ymax; v += 4) fprintf(f, "<text x='%g' y='%g' text-anchor='end'>%d</text>\n", x0 - 5, PY(v) + 4, v);
+    fprintf(f, "<polyline fill='none' stroke='#bbb' stroke-dasharray='4' points='");
+    for (int i = 0; i < nw; i++) fprintf(f, "%g,%g ", PX(widths[i]), PY(widths[i]));
+    fprintf(f, "'/>\n<polyline fill='none' stroke='#1f77b4' stroke-width='2' points='");
+    for (int i = 0; i < nw; i++) fprintf(f, "%g,%g ", PX(widths[i]), PY(cost[i] / cost[0]));
+    fprintf(f, "'/>\n");
+    for (int i = 0; i < nw; i++)
+        fprintf(f, "<circle cx='%g' cy='%g' r='3' fill='#1f77b4'/><text x='%g' y='%g'>%.2f</text>\n", PX(widths[i]),
+                PY(cost[i] / cost[0]), PX(widths[i]) + 4, PY(cost[i] / cost[0]) - 6, cost[i] / cost[0]);
+    fprintf(f, "<text x='%g' y='%g' fill='#999'>T (sequential)</text>\n", PX(8) - 30, PY(8) - 8);
+#undef PX
+#undef PY
+    /* panel 2: speed-up bars */
+    x0 = 430;
+    double smax = 2;
+    for (int k = 0; k < nd; k++) smax = speedup[k] > smax ? speedup[k] : smax;
+    fprintf(f, "<text x='%g' y='25'>DFlash speed-up over greedy per domain</text>\n", x0);
+    fprintf(f, "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='black'/>\n", x0, y0, x0 + w, y0);
+    double one = y0 - h * (1 / smax);
+    fprintf(f, "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='#bbb' stroke-dasharray='4'/>\n", x0, one, x0 + w, one);
+    for (int k = 0; k < nd; k++) {
+        double bw = w / (nd ? nd : 1) * 0.6, bx = x0 + w / nd * (k + 0.2), bh = h * speedup[k] / smax;
+        fprintf(f, "<rect x='%g' y='%g' width='%g' height='%g' fill='#ff7f0e'/>\n", bx, y0 - bh, bw, bh);
+        fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%.2fx</text>\n", bx + bw / 2, y0 - bh - 5, speedup[k]);
+        fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%s</text>\n", bx + bw / 2, y0 + 15, ds[k].name);
+    }
+    fprintf(f, "</svg>\n");
+    fclose(f);
+}
+
 static int cmd_bench(int argc, char **argv) {
     opts o;
     parse_opts(&o, argc, argv, help_bench);
@@ -624,6 +675,14 @@ static int cmd_bench(int argc, char **argv) {
             printf("}");
         }
         printf("}\n");
+    }
+    if (o.plot) {
+        double sp[32];
+        for (int k = 0; k < nd; k++) {
+            double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
+            sp[k] = gm > 0 ? dm / gm : 0;
+        }
+        write_plot(o.plot, widths, cost, 5, ds, sp, nd);
     }
     for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
     dflash_free(m);

@@ -3,9 +3,10 @@
  * backend (backend.h).
  *
  * Cache rule: m->cache_tok[0..target length) are the tokens whose K/V the
- * target cache holds. When a draft is in use, the draft's context cache
- * holds exactly the same positions (ctx length == target length after every
- * accept). A call that runs without the draft leaves the draft context at
+ * target cache holds. When a draft is in use, the draft's context cache plus
+ * the pending feature rows (m->pend, pushed in one batch just before the next
+ * draft, or when full) hold exactly the same positions; between calls nothing
+ * is pending. A call that runs without the draft leaves the draft context at
  * min(its length, the common prefix); the next drafting call prefills from
  * the shorter of the two. */
 #include <stdio.h>
@@ -34,7 +35,9 @@ struct dflash_model {
     int n_ctx;
     int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
     float *logits;       /* [SPEC_MAX_BLOCK][vocab] */
-    float *taps;         /* [PREFILL_ROWS][n_taps][hidden] */
+    float *taps;         /* [PREFILL_ROWS][n_taps][hidden] taps of the last forward */
+    float *pend;         /* [PREFILL_ROWS][n_taps][hidden] committed rows not yet in the draft */
+    int n_pend;
     void *smp_work;
     double load_s;
     char format[96];
@@ -44,6 +47,7 @@ struct dflash_model {
     int block_len;       /* verify rows of the last forward */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1];
+    spec_auto ctl;       /* draft length control, kept across calls */
 };
 
 const char *dflash_error(void) { return dfl_lasterr(); }
@@ -167,8 +171,10 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     if (m->has_draft) m->dseq = m->be->draft_create(&m->draft, &m->target, n_ctx);
     m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
     m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
-    if (m->has_draft)
+    if (m->has_draft) {
         m->taps = dfl_malloc(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
+        m->pend = dfl_malloc(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
+    }
     m->smp_work = dfl_malloc(smp_work_size(c->vocab));
     weight_format(&m->target, m->format, sizeof m->format);
     m->load_s = dfl_now() - t0;
@@ -188,6 +194,7 @@ void dflash_free(dflash_model *m) {
     free(m->cache_tok);
     free(m->logits);
     free(m->taps);
+    free(m->pend);
     free(m->smp_work);
     free(m);
 }
@@ -265,18 +272,28 @@ static int cb_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
     return 0;
 }
 
+static int flush_pending(dflash_model *m) {
+    int n = m->n_pend;
+    m->n_pend = 0;
+    return n ? m->be->draft_ctx_append(m->dseq, m->pend, n) : 0;
+}
+
 static int cb_accept(void *ud, int keep) {
     dflash_model *m = ud;
     int len = m->be->length(m->seq) - m->block_len + keep;
     m->be->truncate(m->seq, len);
-    if (m->drafting) return m->be->draft_ctx_append(m->dseq, m->taps, keep);
-    return 0;
+    if (!m->drafting) return 0;
+    size_t row = (size_t)m->draft.cfg.n_taps * m->target.cfg.hidden;
+    memcpy(m->pend + row * m->n_pend, m->taps, sizeof(float) * row * keep);
+    m->n_pend += keep;
+    return m->n_pend + SPEC_MAX_BLOCK > PREFILL_ROWS ? flush_pending(m) : 0;
 }
 
 static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     dflash_model *m = ud;
     const cfg_model *c = &m->target.cfg;
     int32_t tok[SPEC_MAX_BLOCK];
+    if (flush_pending(m) != 0) return -1;
     tok[0] = anchor;
     for (int i = 1; i <= k; i++) tok[i] = m->draft.cfg.mask_token_id;
     be_draft_block b = {k + 1, tok, m->logits};
@@ -394,11 +411,13 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
 
     spec_iface it = {m, cb_verify, cb_accept, m->drafting ? cb_draft : NULL};
     spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
-                      m->n_stop};
+                      m->n_stop, &m->ctl};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
+    m->n_pend = 0;
     int rc = spec_run(&it, &sp, first, on_emit, &e, &ss);
+    if (m->drafting && flush_pending(m) != 0) rc = -1;
     if (cb && m->tok) {
         size_t n = tok_decode_flush(&e.dec, e.piece, tok_max_piece(m->tok) + 8);
         if (n) cb(ud, -1, e.piece, n);

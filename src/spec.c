@@ -13,33 +13,32 @@ static int is_stop(const spec_params *p, int32_t t) {
 
 /* --- draft length control ------------------------------------------------
  * Expected tokens from a round with k drafts: E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i,
- * p_i = running acceptance rate of draft position i given i-1 accepted.
- * Cost: draft(k) + verify(k+1), running averages of measured times; widths
- * never measured are estimated from the nearest measured one. Pick the k with
- * the best E(k)/cost(k). When k = 0 wins, every 16th round probes k = 2 so
- * the acceptance estimates keep up. */
-typedef struct {
-    double verify[SPEC_MAX_BLOCK + 1]; /* seconds per verify of width w; 0 = unknown */
-    double draft[SPEC_MAX_BLOCK + 1];  /* seconds per draft of k tokens */
-    double acc[SPEC_MAX_BLOCK + 1];    /* pseudo-counts of accepted at position i */
-    double tot[SPEC_MAX_BLOCK + 1];
-    int plain_run;
-} auto_ctl;
-
-static void ema(double *v, double x) { *v = *v == 0 ? x : 0.8 * *v + 0.2 * x; }
+ * p_i = acceptance rate of draft position i given i-1 accepted (Beta(1,1)
+ * prior, counts decay so the estimate follows the text). Cost: draft(k) +
+ * verify(k+1) from running averages; a width never measured is interpolated
+ * linearly between measured neighbours, or extrapolated as half fixed cost,
+ * half proportional to width. Pick the k with the best E(k)/cost(k). The
+ * first drafting round uses k = min(cap, 3); when k = 0 keeps winning, a
+ * probe with k = 2 runs after probe_gap plain rounds so the acceptance
+ * estimates stay current; a probe that accepts nothing doubles the gap
+ * (16 up to 256), so a useless draft costs almost nothing. */
+static void ema(double *v, double x) { *v = *v == 0 ? x : 0.7 * *v + 0.3 * x; }
 
 static double est(const double *a, int w, int max) {
     if (a[w] > 0) return a[w];
-    for (int d = 1; d <= max; d++) {
-        if (w - d >= 1 && a[w - d] > 0) return a[w - d] * (1.0 + 0.05 * d);
-        if (w + d <= max && a[w + d] > 0) return a[w + d] / (1.0 + 0.05 * d);
-    }
-    return 0;
+    int lo = w - 1, hi = w + 1;
+    while (lo >= 1 && a[lo] == 0) lo--;
+    while (hi <= max && a[hi] == 0) hi++;
+    if (lo >= 1 && hi <= max) return a[lo] + (a[hi] - a[lo]) * (w - lo) / (double)(hi - lo);
+    int n = lo >= 1 ? lo : hi <= max ? hi : 0;
+    if (!n) return 0;
+    return a[n] * (0.5 + 0.5 * (double)w / n);
 }
 
-static int auto_pick(auto_ctl *c, int cap) {
+static int auto_pick(spec_auto *c, int cap) {
     if (cap <= 0) return 0;
-    if (est(c->verify, 1, cap + 1) == 0) return cap; /* nothing measured yet: try the widest */
+    if (est(c->verify, 1, SPEC_MAX_BLOCK) == 0 || est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0)
+        return cap < 3 ? cap : 3; /* nothing measured yet */
     int best = 0;
     double best_rate = 0, e = 1, prod = 1;
     for (int k = 0; k <= cap; k++) {
@@ -47,24 +46,42 @@ static int auto_pick(auto_ctl *c, int cap) {
             prod *= (c->acc[k] + 1.0) / (c->tot[k] + 2.0);
             e += prod;
         }
-        double cost = est(c->verify, k + 1, cap + 1) + (k ? est(c->draft, k, cap) : 0);
-        if (k > 0 && c->draft[k] == 0 && est(c->draft, k, cap) == 0) cost *= 1.2; /* unknown draft cost */
+        double cost = est(c->verify, k + 1, SPEC_MAX_BLOCK) + (k ? est(c->draft, k, SPEC_MAX_BLOCK - 1) : 0);
         double rate = e / cost;
         if (rate > best_rate) {
             best_rate = rate;
             best = k;
         }
     }
-    if (best == 0 && ++c->plain_run % 16 == 0) return cap < 2 ? cap : 2;
-    if (best) c->plain_run = 0;
+    if (c->probe_gap < 16) c->probe_gap = 16;
+    if (best == 0) {
+        if (++c->plain_run < c->probe_gap) return 0;
+        c->plain_run = 0;
+        c->probing = 1;
+        return cap < 2 ? cap : 2;
+    }
+    c->plain_run = 0;
+    c->probe_gap = 16;
     return best;
+}
+
+static void auto_update(spec_auto *c, int k, int a) {
+    if (c->probing) {
+        c->probing = 0;
+        if (a == 0 && c->probe_gap < 256) c->probe_gap *= 2;
+    }
+    for (int i = 1; i <= k && i <= a + 1; i++) {
+        c->tot[i] = 0.98 * c->tot[i] + 1;
+        c->acc[i] = 0.98 * c->acc[i] + (i <= a);
+    }
 }
 
 int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
              spec_stats *st) {
     memset(st, 0, sizeof *st);
-    auto_ctl ctl;
-    memset(&ctl, 0, sizeof ctl);
+    spec_auto local;
+    memset(&local, 0, sizeof local);
+    spec_auto *ctl = p->ctl ? p->ctl : &local;
     int32_t tok[SPEC_MAX_BLOCK], pred[SPEC_MAX_BLOCK];
     int maxk = p->block_size - 1;
     if (maxk > SPEC_MAX_BLOCK - 1) maxk = SPEC_MAX_BLOCK - 1;
@@ -92,7 +109,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         int cap = maxk;
         if (cap > left - 1) cap = left - 1;
         if (cap > room - 1) cap = room - 1;
-        int k = p->draft_max < 0 ? auto_pick(&ctl, cap) : cap;
+        int k = p->draft_max < 0 ? auto_pick(ctl, cap) : cap;
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
@@ -108,18 +125,15 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         st->verify_s += t2 - t1;
         st->other_s += t3 - t2;
         st->width_hist[k + 1]++;
-        ema(&ctl.verify[k + 1], t2 - t1);
+        ema(&ctl->verify[k + 1], t2 - t1);
         if (k > 0) {
-            ema(&ctl.draft[k], t1 - t0);
+            ema(&ctl->draft[k], t1 - t0);
+            auto_update(ctl, k, a);
             st->rounds++;
             st->committed_in_rounds += a + 1;
             for (int i = 0; i < k && i <= a; i++) {
                 st->tried[i]++;
-                ctl.tot[i + 1]++;
-                if (i < a) {
-                    st->accepted[i]++;
-                    ctl.acc[i + 1]++;
-                }
+                st->accepted[i] += i < a;
             }
         } else {
             st->plain_steps++;

@@ -30,6 +30,20 @@ typedef struct {
     int (*draft)(void *ud, int32_t anchor, int k, int32_t *out);
 } spec_iface;
 
+/* Draft length control state (--draft-max auto). Running costs of a verify
+ * of each width and of a draft of each length, and acceptance counts per
+ * draft position. Kept by the caller across generations: costs are a
+ * property of the machine and model, acceptance of the model pair. */
+typedef struct {
+    double verify[SPEC_MAX_BLOCK + 1]; /* seconds per verify of width w; 0 = unknown */
+    double draft[SPEC_MAX_BLOCK + 1];  /* seconds per draft of k tokens */
+    double acc[SPEC_MAX_BLOCK + 1];    /* decayed counts: position i accepted */
+    double tot[SPEC_MAX_BLOCK + 1];    /* ... and tried */
+    int plain_run;                     /* consecutive rounds that chose k = 0 */
+    int probe_gap;                     /* plain rounds between probes (16..256) */
+    int probing;                       /* the current round is a probe */
+} spec_auto;
+
 typedef struct {
     int n_predict;      /* tokens to emit at most, counting the first one */
     int block_size;     /* widest verify: 1 + most drafts per round; 1 = plain */
@@ -37,6 +51,7 @@ typedef struct {
     int room;           /* positions left in the context after the prompt */
     const int32_t *stop;
     int n_stop;
+    spec_auto *ctl;     /* auto state to use and update; NULL: a fresh one */
 } spec_params;
 
 typedef struct {
