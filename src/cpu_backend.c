@@ -171,14 +171,14 @@ typedef struct {
 static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     size_t H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
     s->rows = rows;
-    s->x = dfl_malloc(sizeof(float) * rows * H);
-    s->xn = dfl_malloc(sizeof(float) * rows * H);
-    s->q = dfl_malloc(sizeof(float) * rows * Q);
-    s->att = dfl_malloc(sizeof(float) * rows * Q);
-    s->k = dfl_malloc(sizeof(float) * rows * KV);
-    s->v = dfl_malloc(sizeof(float) * rows * KV);
-    s->g = dfl_malloc(sizeof(float) * rows * (size_t)c->inter);
-    s->u = dfl_malloc(sizeof(float) * rows * (size_t)c->inter);
+    s->x = dfl_malloc64(sizeof(float) * rows * H);
+    s->xn = dfl_malloc64(sizeof(float) * rows * H);
+    s->q = dfl_malloc64(sizeof(float) * rows * Q);
+    s->att = dfl_malloc64(sizeof(float) * rows * Q);
+    s->k = dfl_malloc64(sizeof(float) * rows * KV);
+    s->v = dfl_malloc64(sizeof(float) * rows * KV);
+    s->g = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
+    s->u = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
 }
 
 static void scratch_free(scratch *s) {
@@ -228,8 +228,8 @@ static void *cpu_create(const mdl_model *m, int n_ctx) {
     q->m = m;
     q->n_ctx = n_ctx;
     size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
-    q->kc = dfl_malloc(sizeof(float) * kv);
-    q->vc = dfl_malloc(sizeof(float) * kv);
+    q->kc = dfl_malloc64(sizeof(float) * kv);
+    q->vc = dfl_malloc64(sizeof(float) * kv);
     rope_init(&q->rope, c, n_ctx);
     scratch_init(&q->s, c, CHUNK);
     return q;
@@ -336,11 +336,11 @@ static void *cpu_draft_create(const mdl_model *d, const mdl_model *t, int n_ctx)
     q->n_ctx = n_ctx;
     q->max_B = c->block_size > CHUNK ? c->block_size : CHUNK;
     size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
-    q->kc = dfl_malloc(sizeof(float) * kv);
-    q->vc = dfl_malloc(sizeof(float) * kv);
+    q->kc = dfl_malloc64(sizeof(float) * kv);
+    q->vc = dfl_malloc64(sizeof(float) * kv);
     rope_init(&q->rope, c, n_ctx + c->block_size);
     scratch_init(&q->s, c, q->max_B);
-    q->c = dfl_malloc(sizeof(float) * CHUNK * (size_t)c->hidden);
+    q->c = dfl_malloc64(sizeof(float) * CHUNK * (size_t)c->hidden);
     return q;
 }
 

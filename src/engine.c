@@ -172,8 +172,8 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
     m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
     if (m->has_draft) {
-        m->taps = dfl_malloc(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
-        m->pend = dfl_malloc(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
+        m->taps = dfl_malloc64(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
+        m->pend = dfl_malloc64(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
     }
     m->smp_work = dfl_malloc(smp_work_size(c->vocab));
     weight_format(&m->target, m->format, sizeof m->format);

@@ -61,7 +61,7 @@ static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_we
             return -1;
         }
         m->weight_bytes += t->nbytes;
-        return 0;
+        return kn_check_weight(w, name);
     }
     /* MLX affine quantized */
     int bits = m->cfg.q_bits, g = m->cfg.q_group;
@@ -110,7 +110,7 @@ static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_we
     w->scales = s->data;
     w->biases = b->data;
     m->weight_bytes += t->nbytes + s->nbytes + b->nbytes;
-    return 0;
+    return kn_check_weight(w, name);
 }
 
 /* Copy a [n] norm weight to a new f32 array. */

@@ -62,6 +62,13 @@ void *dfl_realloc(void *p, size_t n) {
     return q;
 }
 
+void *dfl_malloc64(size_t n) {
+    size_t r = (n + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, r ? r : 64);
+    if (!p) oom(n);
+    return p;
+}
+
 char *dfl_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = dfl_malloc(n);

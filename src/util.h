@@ -28,6 +28,9 @@ void *dfl_malloc(size_t n);
 void *dfl_calloc(size_t n, size_t size);
 void *dfl_realloc(void *p, size_t n);
 char *dfl_strdup(const char *s);
+/* 64-byte aligned (kernels read activations with aligned vector loads);
+ * release with free(). */
+void *dfl_malloc64(size_t n);
 
 /* Read a whole file into a NUL-terminated buffer. NULL + error on failure. */
 char *dfl_read_file(const char *path, size_t *len);
