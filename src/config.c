@@ -183,8 +183,8 @@ int cfg_load(cfg_model *c, const char *dir) {
         goto out;
     }
     if (get_int(root, "head_dim", &c->head_dim, 0, c->hidden / c->n_heads)) goto out;
-    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 1024) {
-        dfl_seterr("%s: head_dim %d must be even and in 2..1024", path, c->head_dim);
+    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 512) {
+        dfl_seterr("%s: head_dim %d must be even and in 2..512", path, c->head_dim);
         goto out;
     }
     if (c->n_heads % c->n_kv_heads) {

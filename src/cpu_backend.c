@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "backend.h"
 #include "threads.h"
 #include "util.h"
@@ -89,73 +90,6 @@ static void norm_rope(float *x, int n_heads, int hd, const float *norm, float ep
             v[i + half] = b * cs[i] + a * sn[i];
         }
     }
-}
-
-/* ---- attention ----------------------------------------------------------- */
-
-/* For query row t, head h: softmax(q.K^T / sqrt(hd)) V over the keys
- *   Ka[0 .. na(t)) then Kb[0 .. nb), where na(t) = na + t + 1 when causal
- *   (the row's own key is already in Ka) and na otherwise.
- * Keys are visited in index order in blocks of ATT_BLK with a running max
- * (online softmax); the order depends only on the row, never on T. */
-enum { ATT_BLK = 64 };
-
-typedef struct {
-    float *out;            /* [T][nh*hd] */
-    const float *q;        /* [T][nh*hd] */
-    const float *Ka, *Va;  /* [.][nkv*hd] */
-    const float *Kb, *Vb;  /* [nb][nkv*hd] or NULL */
-    int na, nb, causal;
-    int nh, nkv, hd;
-} att_job;
-
-static void att_rows(void *ctx, int start, int end) {
-    const att_job *J = ctx;
-    int kvd = J->nkv * J->hd, hd = J->hd, grp = J->nh / J->nkv;
-    float scale = 1.0f / sqrtf((float)hd);
-    float s[ATT_BLK];
-    float acc[1024];
-    for (int job = start; job < end; job++) {
-        int t = job / J->nh, h = job % J->nh, kh = h / grp;
-        const float *q = J->q + (size_t)t * J->nh * hd + (size_t)h * hd;
-        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
-        float m = -INFINITY, l = 0.0f;
-        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-        for (int j0 = 0; j0 < n; j0 += ATT_BLK) {
-            int j1 = j0 + ATT_BLK < n ? j0 + ATT_BLK : n;
-            float bm = -INFINITY;
-            for (int j = j0; j < j1; j++) {
-                const float *k = j < na ? J->Ka + (size_t)j * kvd : J->Kb + (size_t)(j - na) * kvd;
-                k += (size_t)kh * hd;
-                float dot = 0.0f;
-                for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-                s[j - j0] = dot * scale;
-                if (s[j - j0] > bm) bm = s[j - j0];
-            }
-            if (bm > m) {
-                float c = expf(m - bm); /* exp(-inf) = 0 on the first block */
-                l *= c;
-                for (int d = 0; d < hd; d++) acc[d] *= c;
-                m = bm;
-            }
-            for (int j = j0; j < j1; j++) {
-                const float *v = j < na ? J->Va + (size_t)j * kvd : J->Vb + (size_t)(j - na) * kvd;
-                v += (size_t)kh * hd;
-                float p = expf(s[j - j0] - m);
-                l += p;
-                for (int d = 0; d < hd; d++) acc[d] += p * v[d];
-            }
-        }
-        float *o = J->out + (size_t)t * J->nh * hd + (size_t)h * hd;
-        float inv = 1.0f / l;
-        for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
-    }
-}
-
-/* Threads only pay off above a few tens of thousands of multiply-adds. */
-static void attend(att_job *J, int T, int n_keys) {
-    if ((long)T * J->nh * n_keys * J->hd < (1L << 16)) att_rows(J, 0, T * J->nh);
-    else tp_for(T * J->nh, att_rows, J);
 }
 
 /* ---- scratch activations ------------------------------------------------- */
@@ -271,8 +205,8 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
             norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
             norm_rope(kc + (size_t)(pos0 + t) * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
         }
-        att_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd};
-        attend(&J, T, pos0 + T);
+        at_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd};
+        at_run(&J, T);
         attn_out(s, L, c, T);
         mlp(s, L, c, T);
         for (int i = 0; i < b->n_taps; i++)
@@ -417,9 +351,9 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
             norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
             norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);
         }
-        att_job J = {s->att, s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
+        at_job J = {s->att, s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
                      s->k, s->v, pos0, B, 0, nh, nkv, hd};
-        attend(&J, B, pos0 + B);
+        at_run(&J, B);
         attn_out(s, L, c, B);
         mlp(s, L, c, B);
     }

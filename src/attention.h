@@ -1,0 +1,25 @@
+/* attention.h - softmax attention of query rows over a key/value cache.
+ * Prefix: at_.
+ *
+ * For query row t and head h (GQA: kv head h / (nh/nkv)):
+ *   out = softmax(q . K^T / sqrt(hd)) V over keys Ka[0 .. na(t)) then Kb[0 .. nb),
+ *   na(t) = na + t + 1 when causal (the row's own key is already in Ka), else na.
+ * Keys are visited in index order in blocks of 64 with a running maximum
+ * (online softmax). A row's result depends only on its own query and keys,
+ * never on T or the thread count: the same loop runs for every row. The SIMD
+ * variant follows kn_variant() (the one CPU-feature choice, made in kn_init). */
+#ifndef DFL_ATTENTION_H
+#define DFL_ATTENTION_H
+
+typedef struct {
+    float *out;            /* [T][nh*hd] */
+    const float *q;        /* [T][nh*hd] */
+    const float *Ka, *Va;  /* [.][nkv*hd] */
+    const float *Kb, *Vb;  /* [nb][nkv*hd] or NULL */
+    int na, nb, causal;
+    int nh, nkv, hd;       /* hd <= 512 */
+} at_job;
+
+void at_run(const at_job *J, int T);
+
+#endif
