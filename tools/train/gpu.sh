@@ -27,7 +27,7 @@ while [ ! -f "$W/DONE" ] && [ ! -f "$W/FAILED" ] && [ $(( $(date +%s) - t0 )) -l
     sleep 3
 done
 tail -c 7000 "$W/log.txt"
-if [ -f "$W/DONE" ] && [ -n "${OUT:-}" ]; then
+if [ -n "${OUT:-}" ]; then
     (cd "$W/src" && python3 tools/train/pipeline.py --work "$W" --stages pack --out "$OUT")
     cp "$W/log.txt" "$OUT/log.txt" 2>/dev/null
 fi
