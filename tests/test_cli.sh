@@ -61,6 +61,8 @@ for k in n_tokens rounds tau accept_per_pos draft_ms verify_ms decode_tok_s; do
     echo "$last" | grep -q "\"$k\"" || bad "stats json has $k"
 done
 echo "$last" | grep -q '"n_tokens": 7,' && ok "-n 7 is exact" || bad "-n 7 is exact: $last"
+expect "generate --chat" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" --chat --system "Be brief." -p "Hi" -n 6 --ignore-eos
+expect "generate --chat --think" 0 "" -- "$BIN" generate -m "$T/tgt" --chat --think -p "Hi" -n 4 --ignore-eos
 expect "generate q4" 0 "MLX 4-bit" -- "$BIN" generate -m "$T/tq4" -p "Hello" -n 6 --ignore-eos
 expect "generate q8" 0 "MLX 8-bit" -- "$BIN" generate -m "$T/tq8" -p "Hello" -n 6 --ignore-eos
 expect "sampling" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello" -n 10 --temp 0.8 --seed 3 --ignore-eos

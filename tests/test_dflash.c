@@ -196,6 +196,63 @@ TEST(lossless_random_pair) {
     dflash_free(m);
 }
 
+/* A stop token from generation_config.json ends plain and DFlash output at
+ * the same place: rewrite the target with eos = a token greedy emits later. */
+TEST(stop_token_end_to_end) {
+    char t[512], d[512], t2[512];
+    snprintf(t, sizeof t, "%s", tpath("target"));
+    snprintf(d, sizeof d, "%s", tpath("draft"));
+    snprintf(t2, sizeof t2, "%s", tpath("target_eos"));
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    int32_t p[4] = {10, 20, 30, 40};
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 40;
+    g.ignore_eos = 1;
+    g.use_draft = 0;
+    int32_t *out;
+    size_t n;
+    dflash_stats st;
+    gen(m, p, 4, &g, &out, &n, &st);
+    dflash_free(m);
+    int cut = -1;
+    for (int i = 3; i < (int)n && cut < 0; i++) {
+        int seen = 0;
+        for (int k = 0; k < i; k++) seen |= out[k] == out[i];
+        if (!seen) cut = i;
+    }
+    CHECK(cut > 0, "no fresh token in the greedy output");
+    if (cut < 0) {
+        free(out);
+        return;
+    }
+    syn_spec ts = target_spec();
+    ts.c.eos_ids[0] = out[cut];
+    syn_write(t2, &ts);
+    link_tokenizer(t2);
+    m = dflash_load(t2, d, NULL);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (m) {
+        g.ignore_eos = 0;
+        for (int mode = 0; mode < 2; mode++) {
+            int32_t *o2;
+            size_t n2;
+            g.use_draft = mode;
+            g.block_size = 16;
+            g.draft_max = 15;
+            gen(m, p, 4, &g, &o2, &n2, &st);
+            CHECK(n2 == (size_t)cut && !memcmp(o2, out, sizeof(int32_t) * n2) && !strcmp(st.stop_reason, "stop token"),
+                  "mode %d: %zu tokens, want %d (%s)", mode, n2, cut, st.stop_reason);
+            free(o2);
+        }
+        dflash_free(m);
+    }
+    free(out);
+}
+
 TEST(lossless_tiny_pair) {
     const char *t = rpath("tests/models/tiny-qwen3"), *d = rpath("tests/models/tiny-draft");
     if (access(rpath("tests/models/tiny-draft/config.json"), R_OK) != 0) {
@@ -340,6 +397,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     RUN(lossless_random_pair);
     RUN(bad_drafts);
+    RUN(stop_token_end_to_end);
     RUN(lossless_tiny_pair);
     RUN(lossless_demo_pair);
     char cmd[300];
