@@ -19,7 +19,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 .PHONY: all deps test demo asan clean
-all: deps $(BIN)
+all: deps $(BIN) $(BUILD)/simple
 
 deps:
 	@sh tools/deps.sh
@@ -36,13 +36,16 @@ $(BUILD)/libdflash.a: $(LIB_OBJ)
 $(BIN): cli/main.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
+$(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+
 $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 tests: $(TEST_BIN)
 
-test: deps $(BIN) $(TEST_BIN)
-	@DFLASH_BIN=$(abspath $(BIN)) sh tests/run.sh $(BUILD)
+test: deps $(BIN) $(BUILD)/simple $(TEST_BIN)
+	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) sh tests/run.sh $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.." || exit 1
 export DFLASH_ROOT="$PWD" DFLASH_BIN="${DFLASH_BIN:-$PWD/dflash}"
 pass=0 fail=0 broken=""
 log=$(mktemp)
+export DFLASH_EXAMPLE="${DFLASH_EXAMPLE:-$PWD/$BUILD/simple}"
 for t in "$BUILD"/test_* tests/test_*.sh; do
     [ -f "$t" ] || continue
     case "$t" in *.c|*.o|*.d) continue ;; esac

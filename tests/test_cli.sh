@@ -93,6 +93,11 @@ cp "$T/trunc.st" "$T/trunc/model.safetensors"
 expect "truncated weights" 1 "model.safetensors" -- "$BIN" generate -m "$T/trunc" -p hi
 [ "$(wc -l <"$T/err")" -eq 1 ] && ok "truncated: one line" || bad "truncated: one line"
 
+# the embedding example (examples/simple.c) through the public API
+if [ -n "${DFLASH_EXAMPLE:-}" ]; then
+    expect "examples/simple" 0 "tokens" -- "$DFLASH_EXAMPLE" "$T/tgt" "$T/drf" "What is 2+2?"
+fi
+
 # chat: two turns through stdin
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"
