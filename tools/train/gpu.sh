@@ -15,6 +15,7 @@ if [ "$1" = start ]; then
     cp -r tools/train tools/reference "$W/src/tools/" 2>/dev/null || cp -r tools/train "$W/src/tools/"
     cp -r models/qwen3-tokenizer "$W/src/models/"
     cp -r bench/prompts "$W/src/bench/"
+    [ -d models/demo ] && cp -r models/demo "$W/src/models/"  # for --target-dir / --init-draft
     [ -f "$W/corpus.tar.xz" ] || cp .dev/train_bundle/corpus.tar.xz "$W/corpus.tar.xz"
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
     rm -f "$W/DONE" "$W/FAILED"

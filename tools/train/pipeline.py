@@ -6,8 +6,9 @@ draft data with the quantized target -> train DFlash draft -> measure tau -> pac
 
 Every stage writes its results under --work and is skipped when they exist, so a
 crashed or interrupted run resumes where it stopped; removing a stage's output
-redoes it. Time budgets (--target-seconds, --draft-seconds) fix the number of
-optimizer steps from the measured speed of the first steps, so runs fit the GPU
+redoes it. Training runs for a wall-clock budget (--target-seconds,
+--draft-seconds): the learning-rate schedule follows the share of the budget
+used, so a run fills its budget whatever the machine's speed and fits the GPU
 machine's 10-minute commands. --tiny runs the same code on CPU at toy sizes.
 """
 import argparse
@@ -56,6 +57,8 @@ def args_():
     p.add_argument("--out", default=os.environ.get("OUT", ""))
     p.add_argument("--xcheck", action="store_true", help="also run tools/reference on the eval prompts")
     p.add_argument("--gen-prompts", type=int, default=16384)
+    p.add_argument("--target-dir", default="", help="skip target training; use this target directory")
+    p.add_argument("--init-draft", default="", help="start the draft from this draft directory")
     a = p.parse_args()
     a.dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 evaluation must be real fp32
@@ -228,11 +231,19 @@ class Mixture:
         return x[:, :-1], x[:, 1:]
 
 
-def lr_at(step, total, peak, warm, floor=0.1):
+def lr_at(step, p, peak, warm, floor=0.1):
+    """Linear warm-up over `warm` steps, then cosine from peak to floor*peak over
+    the progress p in [0, 1] (the share of the time budget used)."""
     if step < warm:
         return peak * (step + 1) / warm
-    p = min(1.0, (step - warm) / max(1, total - warm))
+    p = min(1.0, max(0.0, p))
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def progress(a, step, t_start, budget, max_steps):
+    """Share of the training budget used: wall-clock on the GPU (the number of
+    steps then follows from the machine's speed), steps in --tiny runs."""
+    return step / max_steps if a.tiny else (time.time() - t_start) / budget
 
 
 def make_opt(params, lr, wd):
@@ -246,6 +257,8 @@ def make_opt(params, lr, wd):
 
 
 def stage_target(a):
+    if a.target_dir:  # an existing target is used (stage export copies it)
+        return
     ck = os.path.join(a.work, "ckpt", "target.pt")
     if os.path.exists(ck) and torch.load(ck, map_location="cpu").get("done"):
         return
@@ -255,7 +268,7 @@ def stage_target(a):
     c = Q.target_config(hp["hidden"], hp["layers"], hp["heads"], hp["kv"], hp["inter"], hp["head_dim"])
     model = Q.Qwen3(c).to(dev)
     opt = make_opt(list(model.parameters()), hp["lr"], 0.1)
-    state = {"step": 0, "total": None, "elapsed": 0.0}
+    state = {"step": 0, "elapsed": 0.0}
     if os.path.exists(ck):
         s = torch.load(ck, map_location=dev)
         model.load_state_dict(s["model"])
@@ -280,27 +293,15 @@ def stage_target(a):
         wcsv.writerow(["step", "tokens", "loss", "lr", "seconds", "qat"])
     warm = 150 if not a.tiny else 3
     t_start = time.time() - state["elapsed"]
-    run_loss, run_n = 0.0, 0
     model.train()
     while True:
         step = state["step"]
-        if step in (10, 40) and dev == "cuda":
-            torch.cuda.synchronize()
-        if state["total"] is None and (step == 40 or a.tiny):
-            if a.tiny:
-                state["total"] = hp["max_steps"]
-            else:
-                per = (time.time() - t_probe) / 30
-                state["total"] = min(hp["max_steps"], int((budget - (time.time() - t_start)) / per) + step)
-            log(f"target: {state['total']} steps planned")
-        if step == 10:
-            t_probe = time.time()
-        total = state["total"] or 10 ** 9
-        if step >= total:
+        prog = progress(a, step, t_start, budget, hp["max_steps"])
+        if prog >= 1.0:
             break
-        qat = state["total"] is not None and step >= int(0.8 * total)
+        qat = prog >= 0.8  # the last 20% train through the 4-bit fake quantizer
         Q.QState.bits, Q.QState.group = (hp["bits"] if qat else 0), hp["group"]
-        lr = lr_at(step, total if state["total"] else 10 ** 9, hp["lr"], warm)
+        lr = lr_at(step, prog, hp["lr"], warm)
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = mix.batch(bsz)
@@ -312,13 +313,12 @@ def stage_target(a):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         state["step"] = step + 1
-        run_loss += loss.item() if (step % 25 == 0 or a.tiny) else 0.0
         if step % 25 == 0 or a.tiny:
             el = time.time() - t_start
             wcsv.writerow([step, step * bsz * seq, f"{loss.item():.4f}", f"{lr:.6f}", f"{el:.1f}", int(qat)])
             fcsv.flush()
             if step % 250 == 0:
-                log(f"target step {step}/{total} loss {loss.item():.3f} lr {lr:.2e} {el:.0f}s qat={qat}")
+                log(f"target step {step} loss {loss.item():.3f} lr {lr:.2e} {el:.0f}s qat={qat}")
         if step and step % 1500 == 0:
             state["elapsed"] = time.time() - t_start
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, ck)
@@ -335,6 +335,12 @@ def stage_target(a):
 def stage_export(a):
     tdir = os.path.join(a.work, "models", "target")
     if os.path.exists(os.path.join(tdir, "model.safetensors")):
+        return
+    if a.target_dir:  # use an existing (shipped) target instead of training one
+        os.makedirs(tdir, exist_ok=True)
+        for f in ("config.json", "generation_config.json", "model.safetensors"):
+            shutil.copy(os.path.join(a.target_dir, f), tdir)
+        log("export: using target", a.target_dir)
         return
     s = torch.load(os.path.join(a.work, "ckpt", "target.pt"), map_location="cpu")
     model = Q.Qwen3(s["config"])
@@ -496,6 +502,7 @@ def stage_draft(a):
     ck = os.path.join(a.work, "ckpt", "draft.pt")
     if os.path.exists(ck) and torch.load(ck, map_location="cpu").get("done"):
         return
+    os.makedirs(os.path.dirname(ck), exist_ok=True)
     hp, dev = a.hp, a.dev
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
     tq = Q.load_target(os.path.join(a.work, "models", "target"), dtype=dt).to(dev).eval()
@@ -505,6 +512,10 @@ def stage_draft(a):
     taps = dc["dflash_config"]["target_layer_ids"]
     torch.manual_seed(1)
     draft = Q.Draft(dc).to(dev)
+    if a.init_draft:  # continue training a shipped draft
+        draft.load_state_dict({k: v.float() for k, v in
+                               Q.load_st(os.path.join(a.init_draft, "model.safetensors")).items()})
+        log("draft initialised from", a.init_draft)
     nparam = sum(p.numel() for p in draft.parameters())
     log("draft params", nparam, "taps", taps)
     data = torch.load(os.path.join(a.work, "draftdata.pt"))
@@ -530,22 +541,15 @@ def stage_draft(a):
     fcsv = open(csv_path, "w")
     wcsv = csv.writer(fcsv)
     wcsv.writerow(["step", "loss", "acc_k1", "acc_all", "lr", "seconds"])
-    total, step, t_start = None, 0, time.time()
+    step, t_start = 0, time.time()
     warm = 100 if not a.tiny else 2
     budget = a.draft_seconds
     draft.train()
     while True:
-        if step in (10, 40) and dev == "cuda":
-            torch.cuda.synchronize()
-        if total is None and (step == 40 or a.tiny):
-            total = hp["max_dsteps"] if a.tiny else min(hp["max_dsteps"], int(
-                (budget - (time.time() - t_start)) / ((time.time() - t_probe) / 30)) + step)
-            log(f"draft: {total} steps planned")
-        if step == 10:
-            t_probe = time.time()
-        if total is not None and step >= total:
+        prog = progress(a, step, t_start, budget, hp["max_dsteps"])
+        if prog >= 1.0:
             break
-        lr = lr_at(step, total or 10 ** 9, hp["dlr"], warm, floor=0.05)
+        lr = lr_at(step, prog, hp["dlr"], warm, floor=0.05)
         for g in opt.param_groups:
             g["lr"] = lr
         idx = torch.randint(0, X.shape[0], (Bsz,), device=dev, generator=gen)
@@ -598,7 +602,7 @@ def stage_draft(a):
             wcsv.writerow([step, f"{loss.item():.4f}", f"{acc1:.4f}", f"{acca:.4f}", f"{lr:.6f}", f"{el:.1f}"])
             fcsv.flush()
             if step % 250 == 0:
-                log(f"draft step {step}/{total} loss {loss.item():.3f} acc1 {acc1:.3f} acc {acca:.3f} {el:.0f}s")
+                log(f"draft step {step} loss {loss.item():.3f} acc1 {acc1:.3f} acc {acca:.3f} {el:.0f}s")
         step += 1
     fcsv.close()
     torch.save({"model": draft.state_dict(), "config": dc, "done": True, "steps": step,

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Loss curve as a small standalone SVG from a training CSV (no plotting libraries).
 
-    plot_loss.py CSV OUT.svg XCOL YCOL[,YCOL2...] TITLE
+    plot_loss.py CSV OUT.svg XCOL YCOL[,YCOL2...] TITLE [MIN_X]
+
+Rows with XCOL < MIN_X are left out (e.g. the first, untrained step).
 """
 import csv
 import sys
@@ -29,6 +31,8 @@ def nice_ticks(lo, hi, n=5):
 def main():
     path, out, xcol, ycols, title = sys.argv[1:6]
     rows = list(csv.DictReader(open(path)))
+    if len(sys.argv) > 6:
+        rows = [r for r in rows if float(r[xcol]) >= float(sys.argv[6])]
     ycols = ycols.split(",")
     xs = [float(r[xcol]) for r in rows]
     series = [[float(r[c]) for r in rows] for c in ycols]
