@@ -16,6 +16,8 @@
  * FMA, so the same source gives the same rounding in every loop. */
 #include "kernels.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,9 +176,84 @@ static void generic_rows(const kn_job *job, int r0, int r1) {
     }
 }
 
+/* ---- q8 mode: the reference quantizer and matmul ---------------------- */
+
+void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *xs) {
+    int nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK;
+    int32_t sum[KN_KBLOCK / KN_QBLOCK]; /* S_k of the blocks of one group */
+    for (int k = 0; k < nb; k++) {
+        const float *xb = x + (size_t)k * KN_QBLOCK;
+        float amax = 0;
+        int bad = 0;
+        for (int j = 0; j < KN_QBLOCK; j++) {
+            float a = fabsf(xb[j]);
+            if (!(a <= FLT_MAX)) bad = 1; /* Inf or NaN */
+            else if (a > amax) amax = a;
+        }
+        float dk = 0, id = 0;
+        if (bad) dk = NAN;
+        else if (amax >= 0x1p-100f) dk = amax / 127.0f, id = 127.0f / amax;
+        int32_t s = 0;
+        for (int j = 0; j < KN_QBLOCK; j++) {
+            /* |x_j * id| <= 127 * (1 + 2^-23), so rint stays in [-127, 127] */
+            int q = id != 0 ? (int)rintf(xb[j] * id) : 0;
+            xq[(size_t)k * KN_QBLOCK + j] = (int8_t)q;
+            s += q;
+        }
+        d[k] = dk;
+        sum[k % per_g] = s;
+        if (k % per_g == per_g - 1) {
+            float X = 0;
+            for (int i = 0; i < per_g; i++) X = fmaf((float)sum[i], d[k - per_g + 1 + i], X);
+            xs[k / per_g] = X;
+        }
+    }
+}
+
+/* Natural layout: row t of qx->q is kn_quant_row's xq. */
+static void generic_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+    int cols = w->cols, nb = cols / KN_QBLOCK, ng = cols / w->group_size;
+    for (int t = 0; t < T; t++)
+        kn_quant_row(x + (size_t)t * cols, cols, w->group_size, qx->q + (size_t)t * qx->ldq,
+                     qx->d + (size_t)t * nb, qx->xs + (size_t)t * ng);
+}
+
+/* The q8-mode arithmetic of kernels.h, one output at a time. */
+static void generic_rows_q8(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    const kn_qx *qx = job->qx;
+    int cols = w->cols, g = w->group_size, bits = w->bits, per_word = 32 / bits;
+    int nb = cols / KN_QBLOCK, ng = cols / g;
+    uint32_t mask = (1u << bits) - 1;
+    for (int r = r0; r < r1; r++) {
+        const uint32_t *qw = (const uint32_t *)w->data + (size_t)r * (size_t)(cols / per_word);
+        size_t grow = (size_t)r * (size_t)ng;
+        for (int t = 0; t < job->T; t++) {
+            const int8_t *xq = qx->q + (size_t)t * qx->ldq;
+            const float *d = qx->d + (size_t)t * nb, *xs = qx->xs + (size_t)t * ng;
+            float acc = 0;
+            for (int gi = 0; gi < ng; gi++) {
+                float s = kn_scale_at(w->scales, w->scale_dtype, grow + (size_t)gi);
+                float b = kn_scale_at(w->biases, w->scale_dtype, grow + (size_t)gi);
+                for (int k = gi * (g / KN_QBLOCK); k < (gi + 1) * (g / KN_QBLOCK); k++) {
+                    int32_t I = 0;
+                    for (int j = k * KN_QBLOCK; j < (k + 1) * KN_QBLOCK; j++)
+                        I += (int32_t)((qw[j / per_word] >> ((j % per_word) * bits)) & mask) * xq[j];
+                    float sd = s * d[k];
+                    acc = fmaf((float)I, sd, acc);
+                }
+                acc = fmaf(b, xs[gi], acc);
+            }
+            job->y[(size_t)t * w->rows + r] = acc;
+        }
+    }
+}
+
 static int generic_supported(void) { return 1; }
 
-const kn_impl kn_impl_generic = {"generic", generic_supported, 0, NULL, generic_rows};
+/* q8 mode here is the portable reference, not a fast path: off by default */
+const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, generic_rows,
+                                 generic_supported, 0,                 generic_quant, generic_rows_q8};
 
 /* ===================================================================== */
 /* Dispatch                                                                */
@@ -194,6 +271,17 @@ static const kn_impl *const kn_impls[] = {
 
 static const kn_impl *kn_cur; /* NULL until kn_init */
 
+/* q8 mode (kernels.h): the request of kn_set_act_quant (-1: none), the
+ * environment's DFLASH_ACT (-1: unset); whether the variant has it on this
+ * CPU, and whether it is on by default. */
+static int act_req = -1, act_env = -1, act_avail, act_default;
+
+static void set_cur(const kn_impl *impl) {
+    kn_cur = impl;
+    act_avail = impl->q8_supported && impl->q8_supported();
+    act_default = act_avail && impl->q8_default;
+}
+
 int kn_force_variant(const char *name) {
     for (int i = 0; i < KN_N_IMPLS; i++) {
         if (strcmp(kn_impls[i]->name, name) != 0) continue;
@@ -201,7 +289,7 @@ int kn_force_variant(const char *name) {
             dfl_seterr("kernels: variant %s not supported by this CPU", name);
             return -1;
         }
-        kn_cur = kn_impls[i];
+        set_cur(kn_impls[i]);
         return 0;
     }
     dfl_seterr("kernels: unknown variant '%s' (generic, avx2, avx512)", name);
@@ -209,6 +297,13 @@ int kn_force_variant(const char *name) {
 }
 
 void kn_init(void) {
+    const char *act = getenv("DFLASH_ACT");
+    act_env = -1;
+    if (act && *act) {
+        if (strcmp(act, "f32") == 0) act_env = 0;
+        else if (strcmp(act, "q8") == 0) act_env = 1;
+        else fprintf(stderr, "dflash: warning: DFLASH_ACT=%s: want f32 or q8; using the default\n", act);
+    }
     const char *env = getenv("DFLASH_KERNELS");
     if (env && *env) {
         if (kn_force_variant(env) == 0) return;
@@ -216,10 +311,19 @@ void kn_init(void) {
     }
     for (int i = 0; i < KN_N_IMPLS; i++) {
         if (kn_impls[i]->supported()) {
-            kn_cur = kn_impls[i];
+            set_cur(kn_impls[i]);
             return;
         }
     }
+}
+
+void kn_set_act_quant(int on) { act_req = on < 0 ? -1 : on != 0; }
+
+int kn_act_quant(void) {
+    if (!kn_cur) kn_init();
+    if (!act_avail) return 0;
+    int m = act_req >= 0 ? act_req : act_env;
+    return m >= 0 ? m : act_default;
 }
 
 const char *kn_variant(void) {
@@ -235,7 +339,8 @@ static void kn_matmul_chunk(void *ctx, int start, int end) {
     const kn_job *job = ctx;
     int r1 = end * KN_COL_TILE;
     if (r1 > job->w->rows) r1 = job->w->rows;
-    kn_cur->rows(job, start * KN_COL_TILE, r1);
+    if (job->qx) kn_cur->rows_q8(job, start * KN_COL_TILE, r1);
+    else kn_cur->rows(job, start * KN_COL_TILE, r1);
 }
 
 /* Below this many multiply-adds a call runs on the calling thread only:
@@ -251,10 +356,39 @@ static void permute_q4_scalar(float *xp, const float *x, size_t n, int P) {
         }
 }
 
+static void *alloc64(size_t n) {
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    return p ? p : dfl_malloc(n); /* still correct, just slower */
+}
+
+/* q8 mode: quantize x once ([T][cols] -> qx), then the variant's rows_q8. */
+static void matmul_q8(kn_job *job, const float *x) {
+    const kn_weight *w = job->w;
+    size_t T = (size_t)job->T, nb = (size_t)w->cols / KN_QBLOCK, ng = (size_t)(w->cols / w->group_size);
+    kn_qx qx;
+    qx.ldq = ((size_t)w->cols + 127) & ~(size_t)127;
+    size_t qb = (T * qx.ldq + 63) & ~(size_t)63, db = (T * nb * sizeof(float) + 63) & ~(size_t)63;
+    char *buf = alloc64(qb + db + T * ng * sizeof(float));
+    qx.q = (int8_t *)buf;
+    qx.d = (float *)(buf + qb);
+    qx.xs = (float *)(buf + qb + db);
+    kn_cur->quant(&qx, x, job->T, w);
+    job->qx = &qx;
+    int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
+    if ((double)w->rows * w->cols * job->T < KN_MIN_PARALLEL) kn_matmul_chunk(job, 0, tiles);
+    else tp_for(tiles, kn_matmul_chunk, job);
+    free(buf);
+}
+
 void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     if (T <= 0) return;
     if (!kn_cur) kn_init();
-    kn_job job = {y, x, w, T};
+    kn_job job = {y, x, w, T, NULL};
+    if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant()) {
+        job.x = NULL;
+        matmul_q8(&job, x);
+        return;
+    }
     /* The variants read x with 64-byte vector loads; a misaligned x costs
      * the tiled (T >= 2) loop about a third of its speed, so x is copied to
      * an aligned buffer unless it is aligned already (copying is about 1%

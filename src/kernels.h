@@ -1,7 +1,8 @@
 /* kernels.h - numeric kernels behind one dispatch point. Prefix: kn_.
  *
  * Weights stay in their on-disk dtype (mmap'd) and are converted inside the
- * kernels. Activations are f32.
+ * kernels. Activations are f32; for MLX Q8/Q4 weights kn_matmul can round
+ * them to int8 on the fly (see kn_set_act_quant).
  *
  * Batch invariance (the rule that makes DFlash exactly lossless): the value
  * kn_matmul writes for row t of the output depends only on row t of the input
@@ -57,6 +58,42 @@ size_t kn_weight_bytes(const kn_weight *w);
  * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols),
  * scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
 int kn_check_weight(const kn_weight *w, const char *name);
+
+/* Activation quantization for Q8/Q4 weights ("q8" mode).
+ *
+ * Off ("f32"): x is used as given; the result is the f32 reference
+ * arithmetic of the variant (kernels.c).
+ * On ("q8"): kn_matmul rounds each row of x, once per call, to int8 per
+ * block of 32 columns, like llama.cpp's Q8_0 activations:
+ *   amax = max |x_j| over the block, d = amax / 127 (f32),
+ *   xq_j = rint(x_j * (127 / amax)) in [-127, 127]   (ties to even);
+ *   a block with amax < 2^-100 quantizes to d = 0, xq = 0; a block holding
+ *   an Inf or NaN to d = NaN (so the row's outputs are NaN, as in f32 mode).
+ * Integer dot products I = sum_j q_j * xq_j over each block are exact
+ * (AVX-512 VNNI vpdpbusd, weights as the unsigned operand); the float part
+ * of one output, in this fixed order, is
+ *   acc = 0
+ *   for each group of the weight row (ascending):
+ *       for each block k of the group (ascending):
+ *           acc = fma((float)I_k, s * d_k, acc)     (s * d_k rounded first)
+ *       acc = fma(b, X, acc),  X = sum over the group's blocks of
+ *             d_k * S_k, S_k = sum_j xq_j (the dequantized x, f32 chain
+ *             X = fma(S_k, d_k, X) from 0)
+ *   y = acc.
+ * So y is W . xdeq (xdeq_j = d_k * xq_j) up to f32 rounding of that chain;
+ * the bias term uses the dequantized x, not the original, which keeps the
+ * result that of one consistent input (MLX groups are centred, w = s*(q-z):
+ * with the original sums the rounding error of x would meet |b| ~ z*s).
+ * Error versus f32: |x_j - xdeq_j| <= d_k / 2 = amax_k / 254 per element.
+ * Batch invariance holds in both modes; the two modes give different bits.
+ *
+ * on: 1 = q8, 0 = f32, -1 = the default. The default is the environment's
+ * DFLASH_ACT=f32|q8 if set, else q8 when the selected variant has a fast
+ * int8 path (avx512 on a CPU with AVX512_VNNI), else f32. A variant without
+ * a q8 path (avx2) always runs f32; "generic" has the portable reference. */
+void kn_set_act_quant(int on);
+/* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
+int kn_act_quant(void);
 
 /* Tests and benchmarks: use variant `name` ("generic", "avx2", "avx512").
  * Returns -1 (dfl_seterr) if it is unknown or this CPU lacks it. */

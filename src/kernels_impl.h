@@ -29,13 +29,27 @@
 #endif
 #define KN_TBLOCK 64    /* rows of x per pass over a weight tile */
 
+#define KN_QBLOCK 32 /* columns per int8 activation block (q8 mode) */
+
+/* x of a q8-mode call, quantized once per row (kernels.h, kn_set_act_quant).
+ * The values are fixed by the reference quantizer kn_quant_row; only the
+ * order of the int8 columns inside a row (the layout) is the variant's. */
+typedef struct {
+    int8_t *q;  /* [T][ldq], 64-byte aligned rows, in the variant's layout */
+    float *d;   /* [T][cols / KN_QBLOCK] block scales */
+    float *xs;  /* [T][cols / group_size] group sums X of the dequantized x */
+    size_t ldq; /* bytes per row of q: a multiple of 128 */
+} kn_qx;
+
 /* One kn_matmul call as the variants see it. */
 typedef struct {
     float *y;           /* [T][w->rows] */
     const float *x;     /* [T][w->cols], 64-byte aligned (kn_matmul copies
-                         * it when needed); Q4 with a q4_perm variant: permuted */
+                         * it when needed); Q4 with a q4_perm variant: permuted.
+                         * NULL in q8 mode */
     const kn_weight *w; /* validated by kn_check_weight */
     int T;
+    const kn_qx *qx;    /* q8 mode (Q8/Q4 weights): the quantized x; else NULL */
 } kn_job;
 
 typedef struct {
@@ -50,11 +64,28 @@ typedef struct {
      * kn_matmul's scalar loop. Moves data only. */
     void (*permute_q4)(float *dst, const float *src, size_t n);
     void (*rows)(const kn_job *job, int r0, int r1);
+    /* q8 mode. q8_supported: NULL if the variant has none, else 1 if this
+     * CPU can run it; q8_default: on unless asked otherwise (a fast path).
+     * quant(qx, x, T, w) fills qx (buffers sized by kn_matmul) in the
+     * layout rows_q8 reads for this T, with exactly kn_quant_row's values;
+     * rows_q8 is rows() for a job with qx set. */
+    int (*q8_supported)(void);
+    int q8_default;
+    void (*quant)(kn_qx *qx, const float *x, int T, const kn_weight *w);
+    void (*rows_q8)(const kn_job *job, int r0, int r1);
 } kn_impl;
+
+/* The reference quantizer of one row (kernels.h gives the rule): xq[cols]
+ * in natural order, d[cols/KN_QBLOCK], xs[cols/g]. */
+void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *xs);
 
 extern const kn_impl kn_impl_generic;
 #if defined(__x86_64__)
 extern const kn_impl kn_impl_avx2, kn_impl_avx512;
+/* kernels_vnni.c: the q8 mode of the avx512 variant (AVX512_VNNI) */
+int kn_vnni_supported(void);
+void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_vnni_rows(const kn_job *job, int r0, int r1);
 #endif
 
 /* IEEE half -> float, exact (subnormals, inf, nan included). */

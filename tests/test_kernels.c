@@ -12,7 +12,20 @@
  *
  * Batch invariance is checked bit for bit: row t of a T-row call equals the
  * same row computed alone (T = 1), for T = 1..17, with NaN/Inf garbage in
- * the other rows, and with 1, 2 and 3 threads. */
+ * the other rows, and with 1, 2 and 3 threads - in f32 mode and in q8 mode
+ * (int8 activations, kn_set_act_quant) for every variant that has it.
+ *
+ * q8 mode accuracy (check_q8): the test quantizes x itself by the rule in
+ * kernels.h and checks two things per output:
+ *   (a) against the exact (double) W . xdeq, xdeq = d_k * xq: within the f32
+ *       rounding of the stated chain, (2*nb + 2*ng + g/32 + 4) * 2^-24 * mag
+ *       (nb blocks, ng groups, mag = sum |s d_k I_k| + sum |b| |d_k S_k|) -
+ *       the integer sums must be exact and no block may be lost;
+ *   (b) against the exact W . x: the same plus the int8 rounding bound
+ *       sum_j |w_j| * amax_k * (1/254 + 2e-7) (|xdeq_j - x_j| <= d_k/2 plus
+ *       the rounding of d_k and of x_j * 127/amax_k).
+ * The q8 path of each SIMD variant must also give the same bits as the
+ * generic C reference of the q8 mode. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,6 +34,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "kernels_impl.h"
 #include "threads.h"
 #include "util.h"
 
@@ -163,6 +177,8 @@ static void describe(char *buf, size_t n, const char *var, const kn_weight *w, i
     else
         snprintf(buf, n, "%s %s [%d x %d]", var, kn_dtype_name(w->dtype), w->rows, w->cols);
     if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
+    if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant())
+        snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode)");
 }
 
 /* Weight configurations: dtype, group size, scale dtype. */
@@ -254,6 +270,7 @@ TEST(matmul_accuracy) {
     int shapes_f[][2] = {{1, 1}, {5, 7}, {17, 33}, {37, 100}, {3, 1030}};
     int shapes_q[][2] = {{1, 128}, {5, 32}, {17, 96}, {37, 384}, {3, 1152}};
     int Ts[] = {1, 3, 17};
+    kn_set_act_quant(0);
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int k = 0; k < nc; k++) {
@@ -279,6 +296,7 @@ TEST(matmul_accuracy) {
             }
         }
     }
+    kn_set_act_quant(-1);
     kn_init();
 }
 
@@ -351,22 +369,241 @@ TEST(batch_invariance) {
         {KN_Q8, 32, KN_F16},   {KN_Q8, 64, KN_BF16},   {KN_Q8, 128, KN_F32},
         {KN_Q4, 32, KN_BF16},  {KN_Q4, 64, KN_F16},    {KN_Q4, 128, KN_F32},
     };
-    for (int vi = 0; vi < N_VARIANTS; vi++) {
-        if (kn_force_variant(variants[vi]) != 0) continue;
-        for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-            int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
-            invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1);
+    for (int q8 = 0; q8 < 2; q8++) {
+        kn_set_act_quant(q8);
+        for (int vi = 0; vi < N_VARIANTS; vi++) {
+            if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
+            for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+                int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
+                if (q8 && !isq) continue;
+                invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1);
+            }
         }
     }
+    /* q8: more shapes - column tails of 32/64/96 past a 128-column chunk,
+     * row counts around the 16- and 32-row tiles */
+    kn_set_act_quant(1);
+    int shapes[][2] = {{33, 96}, {5, 160}, {47, 224}, {64, 1056}};
+    wconf cq[] = {{KN_Q8, 32, KN_BF16}, {KN_Q4, 32, KN_F16}};
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
+        for (int si = 0; si < 4; si++)
+            for (int k = 0; k < 2; k++) invariance_case(variants[vi], &cq[k], shapes[si][0], shapes[si][1], si == 0);
+    }
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
+/* ---- q8 mode ----------------------------------------------------------- */
+
+/* The block rule of kernels.h, restated: xq[32], d (NaN for a non-finite
+ * block); returns amax. */
+static float q8_block_ref(const float *x, int8_t *xq, float *d) {
+    float amax = 0;
+    int bad = 0;
+    for (int j = 0; j < 32; j++) {
+        float a = fabsf(x[j]);
+        if (isnan(a) || isinf(a)) bad = 1;
+        else if (a > amax) amax = a;
+    }
+    memset(xq, 0, 32);
+    *d = bad ? NAN : 0.0f;
+    if (bad || amax < 0x1p-100f) return amax;
+    float id = 127.0f / amax;
+    *d = amax / 127.0f;
+    for (int j = 0; j < 32; j++) xq[j] = (int8_t)rintf(x[j] * id);
+    return amax;
+}
+
+/* Check a q8-mode y[T][rows] as the header says; returns #failures and the
+ * largest |y - W.x| / (int8 bound) seen in *worst (if not NULL). */
+static int check_q8(const float *y, const float *x, const kn_weight *w, int T, const char *what, double *worst) {
+    int bad = 0, cols = w->cols, g = w->group_size, nb = cols / 32, ng = cols / g;
+    double tmul = (2.0 * nb + 2.0 * ng + g / 32 + 4) * ldexp(1.0, -24);
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < w->rows; r++) {
+            double ref_deq = 0, ref_x = 0, mag = 0, tol_x = 0, s, q, b;
+            for (int k = 0; k < nb; k++) {
+                const float *xb = x + (size_t)t * cols + k * 32;
+                int8_t xq[32];
+                float d;
+                double amax = q8_block_ref(xb, xq, &d);
+                long I = 0, S = 0;
+                for (int j = 0; j < 32; j++) {
+                    elem(w, r, k * 32 + j, &s, &q, &b);
+                    I += (long)q * xq[j];
+                    S += xq[j];
+                    ref_x += (s * q + b) * xb[j];
+                    /* a block under 2^-100 is zeroed: |xdeq - x| <= amax */
+                    tol_x += fabs(s * q + b) * amax * (amax < 0x1p-100 ? 1.0 : 1.0 / 254 + 2e-7);
+                }
+                ref_deq += s * d * (double)I + b * d * (double)S;
+                mag += fabs(s * d * (double)I) + fabs(b * d * (double)S);
+            }
+            double got = y[(size_t)t * w->rows + r], tol = tmul * mag;
+            if (!(fabs(got - ref_deq) <= tol)) {
+                if (bad < 3)
+                    CHECK(0, "%s: y[%d][%d] = %.9g, W.xdeq %.9g, err %.3g > tol %.3g", what, t, r, got, ref_deq,
+                          fabs(got - ref_deq), tol);
+                bad++;
+            } else if (!(fabs(got - ref_x) <= tol + tol_x)) {
+                if (bad < 3)
+                    CHECK(0, "%s: y[%d][%d] = %.9g, W.x %.9g, err %.3g > int8 bound %.3g", what, t, r, got, ref_x,
+                          fabs(got - ref_x), tol + tol_x);
+                bad++;
+            }
+            if (worst && tol_x > 0 && fabs(got - ref_x) / tol_x > *worst) *worst = fabs(got - ref_x) / tol_x;
+        }
+    return bad;
+}
+
+/* Rows of x for q8 tests: uniform, plus rows with outliers, a zero block
+ * and tiny values, so that block scales vary a lot. */
+static void fill_x_q8(float *x, int T, int cols) {
+    for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
+    for (int t = 1; t < T; t += 2) {
+        float *xr = x + (size_t)t * cols;
+        xr[(t * 7) % cols] = 40.0f * rng_unit();         /* an outlier */
+        for (int j = 0; j < 32 && j < cols; j++) xr[j] = t % 4 == 1 ? 0.0f : xr[j] * 1e-3f;
+        if (cols >= 64)
+            for (int j = 32; j < 64; j++) xr[j] *= 1e-32f; /* amax < 2^-100: quantized to 0 */
+    }
+}
+
+TEST(q8_accuracy_and_reference_bits) {
+    wconf c[32];
+    int nc = all_confs(c);
+    int shapes[][2] = {{1, 128}, {5, 32}, {17, 96}, {37, 384}, {3, 1152}, {40, 160}};
+    int Ts[] = {1, 3, 17};
+    double worst = 0;
+    kn_set_act_quant(1);
+    for (int k = 0; k < nc; k++) {
+        if (c[k].dt != KN_Q8 && c[k].dt != KN_Q4) continue;
+        for (int si = 0; si < 6; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1];
+            if (cols % c[k].g) continue;
+            tweight tw = make_weight(c[k].dt, rows, cols, c[k].g, c[k].sd);
+            for (int ti = 0; ti < 3; ti++) {
+                int T = Ts[ti];
+                float *x = dfl_malloc(sizeof(float) * T * cols);
+                float *y0 = dfl_malloc(sizeof(float) * T * rows), *y = dfl_malloc(sizeof(float) * T * rows);
+                fill_x_q8(x, T, cols);
+                char d[160];
+                CHECK(kn_force_variant("generic") == 0 && kn_act_quant(), "generic has no q8 mode");
+                kn_matmul(y0, x, &tw.w, T);
+                describe(d, sizeof d, "generic", &tw.w, T);
+                check_q8(y0, x, &tw.w, T, d, &worst);
+                for (int vi = 1; vi < N_VARIANTS; vi++) {
+                    if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
+                    kn_matmul(y, x, &tw.w, T);
+                    describe(d, sizeof d, variants[vi], &tw.w, T);
+                    int diff = 0;
+                    for (int i = 0; i < T * rows; i++) diff += memcmp(&y[i], &y0[i], 4) != 0;
+                    CHECK(diff == 0, "%s: %d outputs differ from the generic q8 reference", d, diff);
+                }
+                free(x);
+                free(y0);
+                free(y);
+            }
+            free_weight(&tw);
+        }
+    }
+    fprintf(stderr, "  q8 mode: largest |y - W.x| = %.3f of the int8 rounding bound\n", worst);
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
+/* Zero rows give 0, non-finite x gives NaN in its own row only, and the
+ * two modes really differ. */
+TEST(q8_special_rows) {
+    int rows = 35, cols = 256, T = 4;
+    tweight tw = make_weight(KN_Q8, rows, cols, 64, KN_BF16);
+    float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
+    float *yf = dfl_malloc(sizeof(float) * T * rows);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        kn_set_act_quant(1);
+        if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
+        for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
+        memset(x, 0, sizeof(float) * cols);  /* row 0: zeros */
+        x[1 * cols + 200] = INFINITY;        /* row 1: an Inf */
+        x[2 * cols + 5] = NAN;               /* row 2: a NaN */
+        for (int t = 1; t <= 2; t++) { /* the T = 1 loop too */
+            kn_matmul(y, x + (size_t)t * cols, &tw.w, 1);
+            CHECK(isnan(y[0]) && isnan(y[rows - 1]), "%s T=1: non-finite x row %d gives %g", variants[vi], t, y[0]);
+        }
+        for (int T1 = 1; T1 <= T; T1 += T - 1) {
+            kn_matmul(y, x, &tw.w, T1);
+            int zero = 1, nan1 = 1, nan2 = 1, fin3 = 1;
+            for (int r = 0; r < rows; r++) {
+                zero &= y[r] == 0.0f;
+                if (T1 > 1) {
+                    nan1 &= isnan(y[rows + r]);
+                    nan2 &= isnan(y[2 * rows + r]);
+                    fin3 &= isfinite(y[3 * rows + r]);
+                }
+            }
+            CHECK(zero && nan1 && nan2 && fin3, "%s T=%d: zero row %d, Inf row NaN %d, NaN row NaN %d, clean row %d",
+                  variants[vi], T1, zero, nan1, nan2, fin3);
+        }
+        kn_set_act_quant(0);
+        kn_matmul(yf, x, &tw.w, T);
+        CHECK(kn_act_quant() == 0 && memcmp(yf + 3 * rows, y + 3 * rows, sizeof(float) * rows) != 0,
+              "%s: f32 and q8 modes give the same bits", variants[vi]);
+    }
+    free(x);
+    free(y);
+    free(yf);
+    free_weight(&tw);
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
+static int vnni = 0; /* set by act_quant_mode */
+
+/* Whether variant v has a q8 mode on this CPU. */
+static int has_q8(const char *v) { return strcmp(v, "generic") == 0 || (strcmp(v, "avx512") == 0 && vnni); }
+
+TEST(act_quant_mode) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#endif
+    unsetenv("DFLASH_ACT");
+    kn_set_act_quant(-1);
+    kn_init();
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        int avx512 = strcmp(variants[vi], "avx512") == 0;
+        CHECK(kn_act_quant() == (avx512 && vnni), "%s: default q8 mode %d", variants[vi], kn_act_quant());
+        kn_set_act_quant(1);
+        CHECK(kn_act_quant() == has_q8(variants[vi]), "%s: q8 requested: %d", variants[vi], kn_act_quant());
+        kn_set_act_quant(0);
+        CHECK(kn_act_quant() == 0, "%s: f32 requested: %d", variants[vi], kn_act_quant());
+        kn_set_act_quant(-1);
+    }
+    /* DFLASH_ACT, read by kn_init; an explicit request wins over it */
+    setenv("DFLASH_ACT", "f32", 1);
+    kn_init();
+    CHECK(kn_act_quant() == 0, "DFLASH_ACT=f32: %d", kn_act_quant());
+    kn_set_act_quant(1);
+    kn_init();
+    CHECK(kn_act_quant() == has_q8(kn_variant()), "request after DFLASH_ACT=f32: %d", kn_act_quant());
+    kn_set_act_quant(-1);
+    setenv("DFLASH_ACT", "q8", 1);
+    kn_init();
+    CHECK(kn_force_variant("generic") == 0 && kn_act_quant() == 1, "DFLASH_ACT=q8 on generic: %d", kn_act_quant());
+    unsetenv("DFLASH_ACT");
     kn_init();
 }
 
 /* A large T (several KN_TBLOCK passes) against T=1, one dtype per kind. */
 TEST(large_T) {
     int T = 150, rows = 20, cols = 256;
-    for (int vi = 0; vi < N_VARIANTS; vi++) {
-        if (kn_force_variant(variants[vi]) != 0) continue;
-        for (int k = 0; k < 3; k++) {
+    for (int mode = 0; mode < 2 * N_VARIANTS; mode++) {
+        int vi = mode % N_VARIANTS, q8 = mode / N_VARIANTS;
+        kn_set_act_quant(q8);
+        if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
+        for (int k = q8; k < 3; k++) {
             kn_dtype dt = k == 0 ? KN_BF16 : k == 1 ? KN_Q8 : KN_Q4;
             tweight tw = make_weight(dt, rows, cols, 64, KN_BF16);
             float *x = dfl_malloc(sizeof(float) * T * cols);
@@ -382,13 +619,15 @@ TEST(large_T) {
             char d[128];
             describe(d, sizeof d, variants[vi], &tw.w, T);
             CHECK(bad == 0, "%s: %d rows differ from T=1", d, bad);
-            check_against_ref(y, x, &tw.w, T, d);
+            if (q8) check_q8(y, x, &tw.w, T, d, NULL);
+            else check_against_ref(y, x, &tw.w, T, d);
             free(x);
             free(y);
             free(y1);
             free_weight(&tw);
         }
     }
+    kn_set_act_quant(-1);
     kn_init();
 }
 
@@ -398,9 +637,11 @@ TEST(x_alignment) {
     int T = 5, rows = 40, cols = 256;
     float *buf = aligned_alloc(64, sizeof(float) * (T * cols + 16));
     float *y0 = dfl_malloc(sizeof(float) * T * rows), *y1 = dfl_malloc(sizeof(float) * T * rows);
-    for (int vi = 0; vi < N_VARIANTS; vi++) {
-        if (kn_force_variant(variants[vi]) != 0) continue;
-        for (int k = 0; k < 5; k++) {
+    for (int mode = 0; mode < 2 * N_VARIANTS; mode++) {
+        int vi = mode % N_VARIANTS, q8 = mode / N_VARIANTS;
+        kn_set_act_quant(q8);
+        if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
+        for (int k = q8 ? 3 : 0; k < 5; k++) {
             kn_dtype dt = (kn_dtype)k;
             tweight tw = make_weight(dt, rows, cols, 64, KN_F16);
             for (int i = 0; i < T * cols; i++) buf[i] = rng_unit();
@@ -416,6 +657,7 @@ TEST(x_alignment) {
     free(buf);
     free(y0);
     free(y1);
+    kn_set_act_quant(-1);
     kn_init();
 }
 
@@ -521,6 +763,9 @@ int main(void) {
     RUN(get_row_exact);
     RUN(thread_pool);
     RUN(matmul_accuracy);
+    RUN(act_quant_mode);
+    RUN(q8_accuracy_and_reference_bits);
+    RUN(q8_special_rows);
     RUN(batch_invariance);
     RUN(large_T);
     RUN(x_alignment);

@@ -208,6 +208,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     kn_init();
+    kn_set_act_quant(0); /* exact f32 activations: int8 ones (q8 mode) are checked in test_kernels_q8ref.c */
     tp_init(2);
     RUN(qwen3_bf16);
     RUN(llama3_sharded_untied_rope_scaling);

@@ -1,0 +1,447 @@
+/* kernels_vnni.c - the q8 mode of the "avx512" variant: int8 activations
+ * against MLX Q8/Q4 weights with AVX512_VNNI (vpdpbusd: u8 x s8 -> s32,
+ * the weight as the unsigned operand). Compiled for that target here;
+ * kernels.c only calls it when kn_vnni_supported() says the CPU has it.
+ *
+ * Arithmetic: kernels.h (kn_set_act_quant) fixes it for every output, and
+ * kn_quant_row / generic_rows_q8 in kernels.c spell it out in C; this file
+ * must give the same bits. The integer sums I of each (output, 32-column
+ * block) are exact whatever order they are added in, so the only thing that
+ * has to stay fixed is the float chain, and it runs with one output per
+ * vector lane: a vector holds 16 weight rows ("lanes = rows") and its
+ * accumulator sees, for each block in ascending order,
+ *     acc = fma(cvt(I_k), s * d_k, acc),   then at a group's end
+ *     acc = fma(b, X, acc).
+ * No horizontal float sum exists, so no lane layout can change a bit.
+ *
+ * Two loop shapes produce the I vectors:
+ *   T == 1 ("fused"): each of 16 rows is multiplied in its natural layout
+ *     (vpdpbusd of 64 weight bytes with 64 x bytes, 4 columns per lane),
+ *     then a transpose-and-add tree turns the 16 row vectors into one vector
+ *     per block with one row per lane. One pass over the weights.
+ *   T >= 2 ("tiled"): a tile of RC x 16 rows x KB columns is transposed once
+ *     into a buffer whose vector m holds columns 4m..4m+3 of the 16 rows, so
+ *     that vpdpbusd(acc, vector m, broadcast of 4 x bytes) adds 4 columns to
+ *     16 outputs; RT rows of x share each weight vector. Each weight byte is
+ *     read from memory once per KN_TBLOCK rows of x.
+ *
+ * x layouts (kn_qx.q), chosen by the quantizer for the loop that reads it:
+ *   Q8: natural order;
+ *   Q4, T == 1: per 128 columns [the 64 even columns, the 64 odd ones], so
+ *     that the low / high nibbles of 64 weight bytes meet them in place;
+ *   Q4, T >= 2: per 8 columns [0 2 4 6 1 3 5 7] (the tile holds, per 4 weight
+ *     bytes = 8 columns, the low nibbles and then the high nibbles). */
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+
+#define INL static inline __attribute__((always_inline))
+#define NL 16    /* lanes: weight rows per vector */
+#define RT 4     /* rows of x per register tile (tiled) */
+#define RC 2     /* vectors of 16 weight rows per tile (tiled) */
+#define KB 512   /* columns per K block of the tiled loop (or the group size) */
+#define MAXGB (KN_KBLOCK / KN_QBLOCK) /* groups per K block, at most */
+
+/* ===================================================================== */
+/* Quantizing x (kn_quant_row's values, vectorized)                        */
+/* ===================================================================== */
+
+/* One block of 32: q[32] natural order, *dk, *sk as kn_quant_row. */
+INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *sk) {
+    __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    /* 0x99: QNaN | +Inf | -Inf | SNaN */
+    __mmask16 bad = _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    if (bad || !(amax >= 0x1p-100f)) {
+        memset(q, 0, KN_QBLOCK);
+        *dk = bad ? NAN : 0.0f;
+        *sk = 0;
+        return;
+    }
+    __m512 id = _mm512_set1_ps(127.0f / amax);
+    __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i qb = _mm512_cvt_roundps_epi32(_mm512_mul_ps(b, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(qb));
+    *dk = amax / 127.0f;
+    *sk = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+}
+
+void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+    int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
+    int layout = w->dtype == KN_Q8 ? 0 : T == 1 ? 1 : 2;
+    /* in-lane byte shuffles: [0 2 4 6 1 3 5 7] per 8 (layout 2), and
+     * [8 evens, 8 odds] per 16 (layout 1, then qwords 0 2 1 3) */
+    const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
+                                        5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    const __m256i p16 = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
+                                         10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * cols;
+        int8_t *q = qx->q + (size_t)t * qx->ldq;
+        float *d = qx->d + (size_t)t * nb, *xs = qx->xs + (size_t)t * ng;
+        memset(q + (cols & ~127), 0, qx->ldq - (size_t)(cols & ~127)); /* tail chunk, padding */
+        int32_t sum[MAXGB];
+        for (int k = 0; k < nb; k++) {
+            _Alignas(32) int8_t nat[KN_QBLOCK];
+            quant_block(xr + (size_t)k * KN_QBLOCK, nat, &d[k], &sum[k % per_g]);
+            __m256i v = _mm256_load_si256((const __m256i *)nat);
+            if (layout == 0) {
+                _mm256_storeu_si256((__m256i *)(q + k * KN_QBLOCK), v);
+            } else if (layout == 2) {
+                _mm256_storeu_si256((__m256i *)(q + k * KN_QBLOCK), _mm256_shuffle_epi8(v, p8));
+            } else { /* block kk of a 128-column chunk: evens at 16kk, odds at 64 + 16kk */
+                v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, p16), 0xD8);
+                int8_t *c = q + (k / 4) * 128 + (k % 4) * 16;
+                _mm_storeu_si128((__m128i *)c, _mm256_castsi256_si128(v));
+                _mm_storeu_si128((__m128i *)(c + 64), _mm256_extracti128_si256(v, 1));
+            }
+            if (k % per_g == per_g - 1) {
+                float X = 0;
+                for (int i = 0; i < per_g; i++) X = fmaf((float)sum[i], d[k - per_g + 1 + i], X);
+                xs[k / per_g] = X;
+            }
+        }
+    }
+}
+
+/* ===================================================================== */
+/* Shared pieces                                                           */
+/* ===================================================================== */
+
+/* v[j] <- column j of the 16 x 16 dword matrix v (v[i] = row i). */
+INL void transpose16(__m512i v[16]) {
+    __m512i a[16], c[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    /* c[4k+m], 128-bit lane L: dword 4L+m of rows 4k..4k+3 */
+    for (int k = 0; k < 4; k++) {
+        c[4 * k + 0] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+        c[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+        c[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+        c[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+    }
+    /* for each m, a 4 x 4 transpose of 128-bit lanes across k */
+    for (int m = 0; m < 4; m++) {
+        __m512i t0 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0x44), t1 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0xEE);
+        __m512i t2 = _mm512_shuffle_i32x4(c[8 + m], c[12 + m], 0x44);
+        __m512i t3 = _mm512_shuffle_i32x4(c[8 + m], c[12 + m], 0xEE);
+        v[m] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+        v[4 + m] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+        v[8 + m] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+        v[12 + m] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+    }
+}
+
+/* 16 bf16 / f16 / f32 scales from p + i0 (n <= 16 of them) as f32. */
+INL __m512 ld_scales(const void *p, kn_dtype t, size_t i0, int n) {
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    if (t == KN_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i0);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i0);
+    if (t == KN_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* sT[i][l], bT[i][l] = scale, bias of row rows[l], group gi0 + i, i < n. */
+static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float *sT, float *bT) {
+    size_t per_row = (size_t)(w->cols / w->group_size);
+    for (int i0 = 0; i0 < n; i0 += 16) {
+        int m = n - i0 < 16 ? n - i0 : 16;
+        for (int pass = 0; pass < 2; pass++) {
+            const void *src = pass ? w->biases : w->scales;
+            float *dst = (pass ? bT : sT) + (size_t)i0 * NL;
+            __m512i v[16];
+            for (int l = 0; l < NL; l++)
+                v[l] = _mm512_castps_si512(ld_scales(src, w->scale_dtype, (size_t)rows[l] * per_row + (size_t)(gi0 + i0), m));
+            transpose16(v);
+            for (int i = 0; i < m; i++) _mm512_store_si512((__m512i *)(dst + (size_t)i * NL), v[i]);
+        }
+    }
+}
+
+/* The rows of tile i of [r0, r1) cut into nl runs: lane l gets row
+ * r0 + i + l*q (q = (r1-r0)/nl), so a tile reads nl long sequential streams
+ * (see FOR_TILES in kernels_avx512.c); tile q holds the n % nl rows left,
+ * consecutive. Lanes past *valid repeat the last row (computed, never
+ * stored). Returns the number of tiles. */
+static int tile_count(int r0, int r1, int nl) { return (r1 - r0) / nl + ((r1 - r0) % nl != 0); }
+static void tile_rows(int r0, int r1, int nl, int i, int *rows, int *valid) {
+    int n = r1 - r0, q = n / nl;
+    if (i < q) {
+        for (int l = 0; l < nl; l++) rows[l] = r0 + i + l * q;
+        *valid = nl;
+    } else {
+        int v = n % nl;
+        for (int l = 0; l < nl; l++) rows[l] = r0 + nl * q + (l < v ? l : v - 1);
+        *valid = v;
+    }
+}
+
+/* The float step of block k (global) for one vector of 16 outputs; sT, bT
+ * hold the groups from gi0 on. */
+INL __m512 fstep(__m512 acc, __m512i I, int k, int g, int gi0, const float *sT, const float *bT, const float *d,
+                 const float *xs) {
+    int gi = k * KN_QBLOCK / g;
+    const float *sv = sT + (size_t)(gi - gi0) * NL;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_load_ps(sv), _mm512_set1_ps(d[k])), acc);
+    if ((k + 1) * KN_QBLOCK % g == 0)
+        acc = _mm512_fmadd_ps(_mm512_load_ps(bT + (size_t)(gi - gi0) * NL), _mm512_set1_ps(xs[gi]), acc);
+    return acc;
+}
+
+/* ===================================================================== */
+/* Fused path (T == 1)                                                     */
+/* ===================================================================== */
+
+/* Sum the 16 row vectors v[i] within each 128-bit lane: W[k] lane L dword m
+ * = the sum of 128-bit lane L of v[4k+m]. */
+INL void reduce_lanes(const __m512i v[16], __m512i W[4]) {
+    __m512i s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int k = 0; k < 4; k++)
+        W[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+                                _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+}
+
+static void fused_tile(const kn_job *job, const int *rows, int valid) {
+    const kn_weight *w = job->w;
+    const kn_qx *qx = job->qx;
+    int cols = w->cols, g = w->group_size, q4 = w->dtype == KN_Q4;
+    size_t rbytes = q4 ? (size_t)cols / 2 : (size_t)cols;
+    const uint8_t *p[NL];
+    for (int l = 0; l < NL; l++) p[l] = (const uint8_t *)w->data + (size_t)rows[l] * rbytes;
+    const int8_t *xq = qx->q;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    _Alignas(64) float sT[MAXGB * NL], bT[MAXGB * NL];
+    __m512 acc = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK, gi0 = k0 / g;
+        load_sbT(w, rows, gi0, kn / g, sT, bT);
+        if (!q4) {
+            for (int j = k0; j < k0 + kn; j += 64) {
+                int two = k0 + kn - j >= 64; /* blocks in this chunk: 2, or 1 at a tail */
+                __mmask64 m = two ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1;
+                __m512i x = _mm512_loadu_si512((const void *)(xq + j)), v[NL], W[4];
+                for (int l = 0; l < NL; l++)
+                    v[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, p[l] + j), x);
+                reduce_lanes(v, W);
+                /* blocks: 128-bit lanes 0,1 = the first, 2,3 = the second */
+                __m512i y0 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[0], W[1], 0x88), _mm512_shuffle_i32x4(W[0], W[1], 0xDD));
+                __m512i y1 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[2], W[3], 0x88), _mm512_shuffle_i32x4(W[2], W[3], 0xDD));
+                int k = j / KN_QBLOCK;
+                acc = fstep(acc, _mm512_shuffle_i32x4(y0, y1, 0x88), k, g, gi0, sT, bT, qx->d, qx->xs);
+                if (two) acc = fstep(acc, _mm512_shuffle_i32x4(y0, y1, 0xDD), k + 1, g, gi0, sT, bT, qx->d, qx->xs);
+            }
+        } else {
+            for (int j = k0; j < k0 + kn; j += 128) {
+                int nblk = (k0 + kn - j) / KN_QBLOCK; /* 4, or 1..3 at a tail */
+                if (nblk > 4) nblk = 4;
+                __mmask64 m = nblk == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * nblk)) - 1;
+                __m512i xe = _mm512_loadu_si512((const void *)(xq + j));
+                __m512i xo = _mm512_loadu_si512((const void *)(xq + j + 64)), v[NL], W[4];
+                for (int l = 0; l < NL; l++) {
+                    __m512i z = _mm512_maskz_loadu_epi8(m, p[l] + j / 2);
+                    __m512i lo = _mm512_and_si512(z, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+                    v[l] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+                }
+                reduce_lanes(v, W);
+                /* block i = 128-bit lane i: 4 x 4 transpose of lanes */
+                __m512i t0 = _mm512_shuffle_i32x4(W[0], W[1], 0x44), t1 = _mm512_shuffle_i32x4(W[0], W[1], 0xEE);
+                __m512i t2 = _mm512_shuffle_i32x4(W[2], W[3], 0x44), t3 = _mm512_shuffle_i32x4(W[2], W[3], 0xEE);
+                __m512i I[4] = {_mm512_shuffle_i32x4(t0, t2, 0x88), _mm512_shuffle_i32x4(t0, t2, 0xDD),
+                                _mm512_shuffle_i32x4(t1, t3, 0x88), _mm512_shuffle_i32x4(t1, t3, 0xDD)};
+                int k = j / KN_QBLOCK;
+                for (int i = 0; i < nblk; i++) acc = fstep(acc, I[i], k + i, g, gi0, sT, bT, qx->d, qx->xs);
+            }
+        }
+    }
+    _Alignas(64) float out[NL];
+    _mm512_store_ps(out, acc);
+    for (int l = 0; l < valid; l++) job->y[rows[l]] = out[l];
+}
+
+/* ===================================================================== */
+/* Tiled path (T >= 2)                                                     */
+/* ===================================================================== */
+
+typedef struct {
+    _Alignas(64) uint8_t buf[RC][KN_KBLOCK / 4][64];     /* transposed weights */
+    _Alignas(64) float sT[RC][MAXGB * NL], bT[RC][MAXGB * NL];
+    _Alignas(64) float acc[KN_TBLOCK][RC][NL];           /* float accumulators */
+} tiled_scratch;
+
+/* buf[m] = columns 4m..4m+3 (Q4: m even: the 4 even columns of 8, m odd:
+ * the odd ones) of the 16 rows p[l] + k0, for kn columns. */
+static void repack(const kn_weight *w, const uint8_t *const *p, int k0, int kn, uint8_t (*buf)[64]) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    if (w->dtype == KN_Q8) {
+        for (int j = 0; j < kn; j += 64) {
+            int nb = kn - j < 64 ? kn - j : 64;
+            __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
+            __m512i v[16];
+            for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + k0 + j);
+            transpose16(v);
+            for (int i = 0; i < nb / 4; i++) _mm512_store_si512((__m512i *)buf[j / 4 + i], v[i]);
+        }
+    } else {
+        for (int j = 0; j < kn; j += 128) {
+            int nb = (kn - j) / 2 < 64 ? (kn - j) / 2 : 64;
+            __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
+            __m512i v[16];
+            for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + (k0 + j) / 2);
+            transpose16(v);
+            for (int i = 0; i < nb / 4; i++) {
+                _mm512_store_si512((__m512i *)buf[j / 4 + 2 * i], _mm512_and_si512(v[i], lo4));
+                _mm512_store_si512((__m512i *)buf[j / 4 + 2 * i + 1], _mm512_and_si512(_mm512_srli_epi16(v[i], 4), lo4));
+            }
+        }
+    }
+}
+
+INL __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc[t][c] (rows t < rt of x, from t0) over the K block [k0, k0+kn) of
+ * the tile in ts. */
+INL void tile_q8(const int rt, const int rc, const kn_job *job, tiled_scratch *ts, int t0, int tacc, int k0,
+                 int kn) {
+    const kn_qx *qx = job->qx;
+    int cols = job->w->cols, g = job->w->group_size, nb = cols / KN_QBLOCK, ng = cols / g, gi0 = k0 / g;
+    __m512 fa[RT][RC];
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(ts->acc[tacc + t][c]);
+    for (int kb = 0; kb < kn / KN_QBLOCK; kb++) {
+        __m512i ia[RT][RC];
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++)
+#pragma GCC unroll 2
+            for (int c = 0; c < rc; c++) ia[t][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int m = 0; m < KN_QBLOCK / 4; m++) {
+            __m512i wv[RC];
+#pragma GCC unroll 2
+            for (int c = 0; c < rc; c++) wv[c] = _mm512_load_si512((const __m512i *)ts->buf[c][kb * 8 + m]);
+#pragma GCC unroll 4
+            for (int t = 0; t < rt; t++) {
+                __m512i xb = bcast4(qx->q + (size_t)(t0 + t) * qx->ldq + k0 + kb * KN_QBLOCK + 4 * m);
+#pragma GCC unroll 2
+                for (int c = 0; c < rc; c++) ia[t][c] = _mm512_dpbusd_epi32(ia[t][c], wv[c], xb);
+            }
+        }
+        int k = k0 / KN_QBLOCK + kb, gi = k * KN_QBLOCK / g, end = (k + 1) * KN_QBLOCK % g == 0;
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m512 dv = _mm512_set1_ps(qx->d[(size_t)(t0 + t) * nb + k]);
+#pragma GCC unroll 2
+            for (int c = 0; c < rc; c++)
+                fa[t][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][c]),
+                                           _mm512_mul_ps(_mm512_load_ps(ts->sT[c] + (size_t)(gi - gi0) * NL), dv), fa[t][c]);
+            if (end) {
+                __m512 xv = _mm512_set1_ps(qx->xs[(size_t)(t0 + t) * ng + gi]);
+#pragma GCC unroll 2
+                for (int c = 0; c < rc; c++)
+                    fa[t][c] = _mm512_fmadd_ps(_mm512_load_ps(ts->bT[c] + (size_t)(gi - gi0) * NL), xv, fa[t][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < rc; c++) _mm512_store_ps(ts->acc[tacc + t][c], fa[t][c]);
+}
+
+#define TQ_CASE(RT_, RC_) \
+    case RT_ * 8 + RC_: tile_q8(RT_, RC_, job, ts, t0, tacc, k0, kn); break
+static void tile_any(int rt, int rc, const kn_job *job, tiled_scratch *ts, int t0, int tacc, int k0, int kn) {
+    switch (rt * 8 + rc) {
+        TQ_CASE(1, 1); TQ_CASE(2, 1); TQ_CASE(3, 1); TQ_CASE(4, 1);
+        TQ_CASE(1, 2); TQ_CASE(2, 2); TQ_CASE(3, 2); TQ_CASE(4, 2);
+    }
+}
+
+static void tiled_rows(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int cols = w->cols, g = w->group_size, kb = g > KB ? g : KB;
+    size_t rbytes = w->dtype == KN_Q4 ? (size_t)cols / 2 : (size_t)cols;
+    tiled_scratch scratch, *ts = &scratch; /* 48 KB */
+    int ntiles = tile_count(r0, r1, RC * NL);
+    for (int t0 = 0; t0 < job->T; t0 += KN_TBLOCK) {
+        int tn = job->T - t0 < KN_TBLOCK ? job->T - t0 : KN_TBLOCK;
+        for (int i = 0; i < ntiles; i++) {
+            int rows[RC * NL], valid;
+            tile_rows(r0, r1, RC * NL, i, rows, &valid);
+            int rc = (valid + NL - 1) / NL;
+            const uint8_t *p[RC][NL];
+            for (int c = 0; c < rc; c++)
+                for (int l = 0; l < NL; l++) p[c][l] = (const uint8_t *)w->data + (size_t)rows[c * NL + l] * rbytes;
+            memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
+            for (int k0 = 0; k0 < cols; k0 += kb) {
+                int kn = cols - k0 < kb ? cols - k0 : kb;
+                for (int c = 0; c < rc; c++) {
+                    repack(w, p[c], k0, kn, ts->buf[c]);
+                    load_sbT(w, rows + c * NL, k0 / g, (kn + g - 1) / g, ts->sT[c], ts->bT[c]);
+                }
+                for (int t = 0; t < tn; t += RT)
+                    tile_any(tn - t < RT ? tn - t : RT, rc, job, ts, t0 + t, t, k0, kn);
+            }
+            for (int t = 0; t < tn; t++)
+                for (int j = 0; j < valid; j++)
+                    job->y[(size_t)(t0 + t) * w->rows + rows[j]] = ts->acc[t][j / NL][j % NL];
+        }
+    }
+}
+
+/* ===================================================================== */
+
+void kn_vnni_rows(const kn_job *job, int r0, int r1) {
+    if (job->T == 1) {
+        int n = tile_count(r0, r1, NL);
+        for (int i = 0; i < n; i++) {
+            int rows[NL], valid;
+            tile_rows(r0, r1, NL, i, rows, &valid);
+            fused_tile(job, rows, valid);
+        }
+    } else {
+        tiled_rows(job, r0, r1);
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+int kn_vnni_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+
+#else
+typedef int kn_vnni_unused; /* ISO C wants a declaration in every file */
+#endif
