@@ -1,7 +1,11 @@
 /* kernels_bench.c - kn_matmul timings per dtype, T and thread count, against
  * the machine's read bandwidth. Built and run by `make bench-kernels`.
  *
- *   kernels_bench [hot]      (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
+ *   kernels_bench [hot] [quant]   (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
+ *
+ * Q8/Q4 run in both activation modes where the variant has the q8 one
+ * (kn_set_act_quant): "f32 act" and "q8 act" rows. "quant" measures only
+ * the Q8/Q4 weights (and their LM heads).
  *
  * Cold (default): every call uses the next of several copies of the matrix,
  * together more than COLD_BYTES (3 GiB), so the weights come from DRAM as in real
@@ -174,8 +178,19 @@ static double time_matmul(const bmat *m, float *y, const float *x, int T) {
 }
 
 int main(int argc, char **argv) {
-    int hot = argc > 1 && strcmp(argv[1], "hot") == 0;
+    int hot = 0, quant_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "hot") == 0) hot = 1;
+        else if (strcmp(argv[i], "quant") == 0) quant_only = 1;
+        else {
+            fprintf(stderr, "usage: kernels_bench [hot] [quant]\n");
+            return 2;
+        }
+    }
     kn_init();
+    kn_set_act_quant(1);
+    int has_q8 = kn_act_quant();
+    kn_set_act_quant(-1);
     printf("kernels_bench: variant %s, %s weights (%s), physical cores %d\n", kn_variant(),
            hot ? "hot" : "cold", hot ? "one copy, cache-resident" : "rotating copies > 3 GiB",
            tp_physical_cores());
@@ -200,38 +215,48 @@ int main(int argc, char **argv) {
     printf("\n| matrix (out x in) | dtype | thr | T=1 ms | T=2 | T=4 | T=8 | T=16 | T=1 GB/s | %% of peak | T16/T1 |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < 2; s++)
-        for (int d = 0; d < 5; d++) {
+        for (int d = quant_only ? 3 : 0; d < 5; d++) {
+            int isq = dts[d] == KN_Q8 || dts[d] == KN_Q4;
             bmat m;
             bmat_init(&m, dts[d], shapes[s][0], shapes[s][1], hot);
             double gb = kn_weight_bytes(m.w) / 1e9;
-            for (int nt = 1; nt <= 2; nt++) {
-                tp_init(nt);
-                double ms[5];
-                for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
-                printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
-                       shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
-                       dts[d] == KN_Q8 || dts[d] == KN_Q4 ? " g64" : "", nt, ms[0], ms[1], ms[2], ms[3],
-                       ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
-                fflush(stdout);
+            for (int act = 0; act < (isq && has_q8 ? 2 : 1); act++) {
+                kn_set_act_quant(act);
+                for (int nt = 1; nt <= 2; nt++) {
+                    tp_init(nt);
+                    double ms[5];
+                    for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
+                    printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
+                           shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
+                           !isq ? "" : act ? " g64 q8 act" : " g64 f32 act", nt, ms[0], ms[1], ms[2], ms[3],
+                           ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
+                    fflush(stdout);
+                }
             }
+            kn_set_act_quant(-1);
             free(m.arena);
         }
 
     /* the LM head of a Qwen3-0.6B-sized model: one copy is already > LLC */
     printf("\n| LM head 151936x1024 | dtype | thr | T=1 ms | T=16 ms | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|\n");
-    kn_dtype lm[2] = {KN_BF16, KN_Q4};
-    for (int d = 0; d < 2; d++) {
+    kn_dtype lm[3] = {KN_BF16, KN_Q8, KN_Q4};
+    for (int d = quant_only ? 1 : 0; d < 3; d++) {
+        int isq = lm[d] == KN_Q8 || lm[d] == KN_Q4;
         bmat m;
         bmat_init(&m, lm[d], 151936, 1024, 1);
         float *yl = dfl_malloc(sizeof(float) * 16 * 151936);
         double gb = kn_weight_bytes(m.w) / 1e9;
-        for (int nt = 1; nt <= 2; nt++) {
-            tp_init(nt);
-            double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
-            printf("| | %s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]), nt, t1, t16,
-                   gb / (t1 * 1e-3), t16 / t1);
-            fflush(stdout);
+        for (int act = 0; act < (isq && has_q8 ? 2 : 1); act++) {
+            kn_set_act_quant(act);
+            for (int nt = 1; nt <= 2; nt++) {
+                tp_init(nt);
+                double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
+                printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]),
+                       !isq ? "" : act ? " q8 act" : " f32 act", nt, t1, t16, gb / (t1 * 1e-3), t16 / t1);
+                fflush(stdout);
+            }
         }
+        kn_set_act_quant(-1);
         free(yl);
         free(m.arena);
     }

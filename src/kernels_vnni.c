@@ -124,11 +124,13 @@ void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
 /* v[j] <- column j of the 16 x 16 dword matrix v (v[i] = row i). */
 INL void transpose16(__m512i v[16]) {
     __m512i a[16], c[16];
+    #pragma GCC unroll 16
     for (int i = 0; i < 8; i++) {
         a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
         a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
     }
     /* c[4k+m], 128-bit lane L: dword 4L+m of rows 4k..4k+3 */
+    #pragma GCC unroll 16
     for (int k = 0; k < 4; k++) {
         c[4 * k + 0] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
         c[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
@@ -136,6 +138,7 @@ INL void transpose16(__m512i v[16]) {
         c[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
     }
     /* for each m, a 4 x 4 transpose of 128-bit lanes across k */
+    #pragma GCC unroll 16
     for (int m = 0; m < 4; m++) {
         __m512i t0 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0x44), t1 = _mm512_shuffle_i32x4(c[m], c[4 + m], 0xEE);
         __m512i t2 = _mm512_shuffle_i32x4(c[8 + m], c[12 + m], 0x44);
@@ -165,6 +168,7 @@ static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float 
             const void *src = pass ? w->biases : w->scales;
             float *dst = (pass ? bT : sT) + (size_t)i0 * NL;
             __m512i v[16];
+            #pragma GCC unroll 16
             for (int l = 0; l < NL; l++)
                 v[l] = _mm512_castps_si512(ld_scales(src, w->scale_dtype, (size_t)rows[l] * per_row + (size_t)(gi0 + i0), m));
             transpose16(v);
@@ -192,16 +196,20 @@ static void tile_rows(int r0, int r1, int nl, int i, int *rows, int *valid) {
 }
 
 /* The float step of block k (global) for one vector of 16 outputs; sT, bT
- * hold the groups from gi0 on. */
-INL __m512 fstep(__m512 acc, __m512i I, int k, int g, int gi0, const float *sT, const float *bT, const float *d,
+ * hold the groups from gi0 on; g = 1 << gsh (a power of two). */
+INL __m512 fstep(__m512 acc, __m512i I, int k, int gsh, int gi0, const float *sT, const float *bT, const float *d,
                  const float *xs) {
-    int gi = k * KN_QBLOCK / g;
+    int gi = (k * KN_QBLOCK) >> gsh;
     const float *sv = sT + (size_t)(gi - gi0) * NL;
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_load_ps(sv), _mm512_set1_ps(d[k])), acc);
-    if ((k + 1) * KN_QBLOCK % g == 0)
+    if ((((k + 1) * KN_QBLOCK) & ((1 << gsh) - 1)) == 0)
         acc = _mm512_fmadd_ps(_mm512_load_ps(bT + (size_t)(gi - gi0) * NL), _mm512_set1_ps(xs[gi]), acc);
     return acc;
 }
+
+/* Lane l's weight row: p0 + l*S (a full tile: 16 rows S bytes apart, with
+ * few registers for the addresses), or tab[l] (a partial tile). */
+#define ROWP(l) (tab ? tab[l] : p0 + (size_t)(l) * S)
 
 /* ===================================================================== */
 /* Fused path (T == 1)                                                     */
@@ -211,69 +219,128 @@ INL __m512 fstep(__m512 acc, __m512i I, int k, int g, int gi0, const float *sT, 
  * = the sum of 128-bit lane L of v[4k+m]. */
 INL void reduce_lanes(const __m512i v[16], __m512i W[4]) {
     __m512i s[8];
+#pragma GCC unroll 16
     for (int i = 0; i < 8; i++)
         s[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
                                 _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 16
     for (int k = 0; k < 4; k++)
         W[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
                                 _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
 }
 
-static void fused_tile(const kn_job *job, const int *rows, int valid) {
+/* I vectors (lanes = rows) of the 2 blocks of Q8 columns [j, j+64); m
+ * masks the bytes that exist. */
+INL void q8_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
+                  __m512i I[2]) {
+    __m512i x = _mm512_loadu_si512((const void *)(xq + j)), v[NL], W[4];
+#pragma GCC unroll 16
+    for (int l = 0; l < NL; l++) {
+        const uint8_t *r = ROWP(l) + j;
+        __m512i wv;
+        if (m == ~(__mmask64)0) memcpy(&wv, r, 64);
+        else wv = _mm512_maskz_loadu_epi8(m, r);
+        v[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, x);
+    }
+    reduce_lanes(v, W);
+    /* blocks: 128-bit lanes 0,1 = the first, 2,3 = the second */
+    __m512i y0 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[0], W[1], 0x88), _mm512_shuffle_i32x4(W[0], W[1], 0xDD));
+    __m512i y1 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[2], W[3], 0x88), _mm512_shuffle_i32x4(W[2], W[3], 0xDD));
+    I[0] = _mm512_shuffle_i32x4(y0, y1, 0x88);
+    I[1] = _mm512_shuffle_i32x4(y0, y1, 0xDD);
+}
+
+/* I vectors of the 4 blocks of Q4 columns [j, j+128) (bytes j/2 ..). */
+INL void q4_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
+                  __m512i I[4]) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512i xe = _mm512_loadu_si512((const void *)(xq + j));
+    __m512i xo = _mm512_loadu_si512((const void *)(xq + j + 64)), v[NL], W[4];
+#pragma GCC unroll 16
+    for (int l = 0; l < NL; l++) {
+        const uint8_t *r = ROWP(l) + j / 2;
+        __m512i z = m == ~(__mmask64)0 ? _mm512_loadu_epi8(r) : _mm512_maskz_loadu_epi8(m, r);
+        __m512i lo = _mm512_and_si512(z, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+        v[l] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+    }
+    reduce_lanes(v, W);
+    /* block i = 128-bit lane i: 4 x 4 transpose of lanes */
+    __m512i t0 = _mm512_shuffle_i32x4(W[0], W[1], 0x44), t1 = _mm512_shuffle_i32x4(W[0], W[1], 0xEE);
+    __m512i t2 = _mm512_shuffle_i32x4(W[2], W[3], 0x44), t3 = _mm512_shuffle_i32x4(W[2], W[3], 0xEE);
+    I[0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    I[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+    I[2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    I[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+}
+
+/* One tile of 16 rows (rows[l]; their data at ROWP(l)), all columns. */
+INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t *const *tab, const uint8_t *p0,
+                    size_t S) {
     const kn_weight *w = job->w;
     const kn_qx *qx = job->qx;
-    int cols = w->cols, g = w->group_size, q4 = w->dtype == KN_Q4;
-    size_t rbytes = q4 ? (size_t)cols / 2 : (size_t)cols;
-    const uint8_t *p[NL];
-    for (int l = 0; l < NL; l++) p[l] = (const uint8_t *)w->data + (size_t)rows[l] * rbytes;
-    const int8_t *xq = qx->q;
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    int cols = w->cols, g = w->group_size, gsh = __builtin_ctz((unsigned)g);
     _Alignas(64) float sT[MAXGB * NL], bT[MAXGB * NL];
     __m512 acc = _mm512_setzero_ps();
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
-        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK, gi0 = k0 / g;
-        load_sbT(w, rows, gi0, kn / g, sT, bT);
-        if (!q4) {
-            for (int j = k0; j < k0 + kn; j += 64) {
-                int two = k0 + kn - j >= 64; /* blocks in this chunk: 2, or 1 at a tail */
-                __mmask64 m = two ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1;
-                __m512i x = _mm512_loadu_si512((const void *)(xq + j)), v[NL], W[4];
-                for (int l = 0; l < NL; l++)
-                    v[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, p[l] + j), x);
-                reduce_lanes(v, W);
-                /* blocks: 128-bit lanes 0,1 = the first, 2,3 = the second */
-                __m512i y0 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[0], W[1], 0x88), _mm512_shuffle_i32x4(W[0], W[1], 0xDD));
-                __m512i y1 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[2], W[3], 0x88), _mm512_shuffle_i32x4(W[2], W[3], 0xDD));
-                int k = j / KN_QBLOCK;
-                acc = fstep(acc, _mm512_shuffle_i32x4(y0, y1, 0x88), k, g, gi0, sT, bT, qx->d, qx->xs);
-                if (two) acc = fstep(acc, _mm512_shuffle_i32x4(y0, y1, 0xDD), k + 1, g, gi0, sT, bT, qx->d, qx->xs);
+        int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK, gi0 = k0 >> gsh, end = k0 + kn;
+        load_sbT(w, rows, gi0, kn >> gsh, sT, bT);
+        if (w->dtype == KN_Q8) {
+            int j = k0;
+            for (; j + 64 <= end; j += 64) {
+                __m512i I[2];
+                q8_chunk(tab, p0, S, j, ~(__mmask64)0, qx->q, I);
+                acc = fstep(acc, I[0], j / KN_QBLOCK, gsh, gi0, sT, bT, qx->d, qx->xs);
+                acc = fstep(acc, I[1], j / KN_QBLOCK + 1, gsh, gi0, sT, bT, qx->d, qx->xs);
+            }
+            if (j < end) { /* one block of 32 left */
+                __m512i I[2];
+                q8_chunk(tab, p0, S, j, ((__mmask64)1 << 32) - 1, qx->q, I);
+                acc = fstep(acc, I[0], j / KN_QBLOCK, gsh, gi0, sT, bT, qx->d, qx->xs);
             }
         } else {
-            for (int j = k0; j < k0 + kn; j += 128) {
-                int nblk = (k0 + kn - j) / KN_QBLOCK; /* 4, or 1..3 at a tail */
-                if (nblk > 4) nblk = 4;
-                __mmask64 m = nblk == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * nblk)) - 1;
-                __m512i xe = _mm512_loadu_si512((const void *)(xq + j));
-                __m512i xo = _mm512_loadu_si512((const void *)(xq + j + 64)), v[NL], W[4];
-                for (int l = 0; l < NL; l++) {
-                    __m512i z = _mm512_maskz_loadu_epi8(m, p[l] + j / 2);
-                    __m512i lo = _mm512_and_si512(z, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
-                    v[l] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
-                }
-                reduce_lanes(v, W);
-                /* block i = 128-bit lane i: 4 x 4 transpose of lanes */
-                __m512i t0 = _mm512_shuffle_i32x4(W[0], W[1], 0x44), t1 = _mm512_shuffle_i32x4(W[0], W[1], 0xEE);
-                __m512i t2 = _mm512_shuffle_i32x4(W[2], W[3], 0x44), t3 = _mm512_shuffle_i32x4(W[2], W[3], 0xEE);
-                __m512i I[4] = {_mm512_shuffle_i32x4(t0, t2, 0x88), _mm512_shuffle_i32x4(t0, t2, 0xDD),
-                                _mm512_shuffle_i32x4(t1, t3, 0x88), _mm512_shuffle_i32x4(t1, t3, 0xDD)};
-                int k = j / KN_QBLOCK;
-                for (int i = 0; i < nblk; i++) acc = fstep(acc, I[i], k + i, g, gi0, sT, bT, qx->d, qx->xs);
+            int j = k0;
+            for (; j + 128 <= end; j += 128) {
+                __m512i I[4];
+                q4_chunk(tab, p0, S, j, ~(__mmask64)0, qx->q, I);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) acc = fstep(acc, I[i], j / KN_QBLOCK + i, gsh, gi0, sT, bT, qx->d, qx->xs);
+            }
+            if (j < end) { /* 1 to 3 blocks left */
+                int nblk = (end - j) / KN_QBLOCK;
+                __m512i I[4];
+                q4_chunk(tab, p0, S, j, ((__mmask64)1 << (16 * nblk)) - 1, qx->q, I);
+                for (int i = 0; i < nblk; i++) acc = fstep(acc, I[i], j / KN_QBLOCK + i, gsh, gi0, sT, bT, qx->d, qx->xs);
             }
         }
     }
     _Alignas(64) float out[NL];
     _mm512_store_ps(out, acc);
     for (int l = 0; l < valid; l++) job->y[rows[l]] = out[l];
+}
+
+static void fused_strided(const kn_job *job, const int *rows, const uint8_t *p0, size_t S) {
+    fused_tile(job, rows, NL, NULL, p0, S);
+}
+
+static void fused_table(const kn_job *job, const int *rows, int valid, const uint8_t *const *tab) {
+    fused_tile(job, rows, valid, tab, NULL, 0);
+}
+
+static void fused_rows(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    size_t rbytes = w->dtype == KN_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    int n = tile_count(r0, r1, NL), q = (r1 - r0) / NL;
+    for (int i = 0; i < n; i++) {
+        int rows[NL], valid;
+        tile_rows(r0, r1, NL, i, rows, &valid);
+        if (valid == NL && (i < q)) {
+            fused_strided(job, rows, (const uint8_t *)w->data + (size_t)rows[0] * rbytes, (size_t)q * rbytes);
+        } else {
+            const uint8_t *tab[NL];
+            for (int l = 0; l < NL; l++) tab[l] = (const uint8_t *)w->data + (size_t)rows[l] * rbytes;
+            fused_table(job, rows, valid, tab);
+        }
+    }
 }
 
 /* ===================================================================== */
@@ -295,6 +362,7 @@ static void repack(const kn_weight *w, const uint8_t *const *p, int k0, int kn, 
             int nb = kn - j < 64 ? kn - j : 64;
             __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
             __m512i v[16];
+            #pragma GCC unroll 16
             for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + k0 + j);
             transpose16(v);
             for (int i = 0; i < nb / 4; i++) _mm512_store_si512((__m512i *)buf[j / 4 + i], v[i]);
@@ -304,6 +372,7 @@ static void repack(const kn_weight *w, const uint8_t *const *p, int k0, int kn, 
             int nb = (kn - j) / 2 < 64 ? (kn - j) / 2 : 64;
             __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
             __m512i v[16];
+            #pragma GCC unroll 16
             for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + (k0 + j) / 2);
             transpose16(v);
             for (int i = 0; i < nb / 4; i++) {
@@ -325,7 +394,8 @@ INL __m512i bcast4(const int8_t *p) {
 INL void tile_q8(const int rt, const int rc, const kn_job *job, tiled_scratch *ts, int t0, int tacc, int k0,
                  int kn) {
     const kn_qx *qx = job->qx;
-    int cols = job->w->cols, g = job->w->group_size, nb = cols / KN_QBLOCK, ng = cols / g, gi0 = k0 / g;
+    int cols = job->w->cols, g = job->w->group_size, nb = cols / KN_QBLOCK, ng = cols / g;
+    int gsh = __builtin_ctz((unsigned)g), gi0 = k0 >> gsh;
     __m512 fa[RT][RC];
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
@@ -349,7 +419,7 @@ INL void tile_q8(const int rt, const int rc, const kn_job *job, tiled_scratch *t
                 for (int c = 0; c < rc; c++) ia[t][c] = _mm512_dpbusd_epi32(ia[t][c], wv[c], xb);
             }
         }
-        int k = k0 / KN_QBLOCK + kb, gi = k * KN_QBLOCK / g, end = (k + 1) * KN_QBLOCK % g == 0;
+        int k = k0 / KN_QBLOCK + kb, gi = (k * KN_QBLOCK) >> gsh, end = (((k + 1) * KN_QBLOCK) & (g - 1)) == 0;
 #pragma GCC unroll 4
         for (int t = 0; t < rt; t++) {
             __m512 dv = _mm512_set1_ps(qx->d[(size_t)(t0 + t) * nb + k]);
@@ -415,16 +485,8 @@ static void tiled_rows(const kn_job *job, int r0, int r1) {
 /* ===================================================================== */
 
 void kn_vnni_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1) {
-        int n = tile_count(r0, r1, NL);
-        for (int i = 0; i < n; i++) {
-            int rows[NL], valid;
-            tile_rows(r0, r1, NL, i, rows, &valid);
-            fused_tile(job, rows, valid);
-        }
-    } else {
-        tiled_rows(job, r0, r1);
-    }
+    if (job->T == 1) fused_rows(job, r0, r1);
+    else tiled_rows(job, r0, r1);
 }
 
 #if defined(__clang__)
