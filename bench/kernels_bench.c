@@ -4,8 +4,9 @@
  *   kernels_bench [hot] [quant]   (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
  *
  * Q8/Q4 run in both activation modes where the variant has the q8 one
- * (kn_set_act_quant): "f32 act" and "q8 act" rows. "quant" measures only
- * the Q8/Q4 weights (and their LM heads).
+ * (kn_set_act_quant): "f32 act" and "q8 act" rows, and "q8 act packed"
+ * with kn_pack'ed weights. "quant" measures only the Q8/Q4 weights (and
+ * their LM heads).
  *
  * Cold (default): every call uses the next of several copies of the matrix,
  * together more than COLD_BYTES (3 GiB), so the weights come from DRAM as in real
@@ -101,6 +102,7 @@ typedef struct {
     uint8_t *arena;    /* n_copies * stride bytes */
     size_t stride;     /* bytes per copy: data, then scales, then biases */
     int n_copies;
+    void **packed;     /* bmat_pack: n_copies packed copies (kn_pack), or NULL */
 } bmat;
 
 static size_t round_up(size_t n) { return (n + 4095) & ~(size_t)4095; }
@@ -145,6 +147,10 @@ static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
 
 static kn_weight bmat_copy(const bmat *m, int k) {
     kn_weight w = m->w[0];
+    if (m->packed) { /* the original of copy 0 (never read), packed copy k */
+        w.packed = m->packed[k];
+        k = 0;
+    }
     const uint8_t *base = m->arena + (size_t)k * m->stride;
     size_t n = (size_t)w.rows * w.cols;
     size_t data_b = w.dtype == KN_Q8 || w.dtype == KN_Q4 ? n * w.bits / 8 : 0;
@@ -154,6 +160,35 @@ static kn_weight bmat_copy(const bmat *m, int k) {
         w.biases = base + round_up(data_b) + round_up(n / 64 * 2);
     }
     return w;
+}
+
+/* Switch m to packed copies (q8 mode, kn_pack): the originals are freed
+ * except copy 0, and as many packed copies take their place, so memory
+ * stays at about COLD_BYTES. Returns 0, or -1 if the variant packs nothing. */
+static int bmat_pack(bmat *m) {
+    kn_weight w = bmat_copy(m, 0);
+    if (kn_pack(&w) != 0 || !w.packed) return -1;
+    int n = m->n_copies;
+    uint8_t *c0 = dfl_malloc(m->stride);
+    memcpy(c0, m->arena, m->stride);
+    free(m->arena);
+    m->arena = c0;
+    /* the packed size: rows padded to 16, each as many bytes as before */
+    size_t pb = ((size_t)w.rows + 15) / 16 * 16 * (kn_weight_bytes(&w) / (size_t)w.rows);
+    m->packed = dfl_malloc(sizeof(void *) * (size_t)n);
+    m->packed[0] = (void *)w.packed;
+    for (int k = 1; k < n; k++) {
+        m->packed[k] = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+        memcpy(m->packed[k], w.packed, pb);
+    }
+    return 0;
+}
+
+static void bmat_free(bmat *m) {
+    if (m->packed)
+        for (int k = 0; k < m->n_copies; k++) free(m->packed[k]);
+    free(m->packed);
+    free(m->arena);
 }
 
 /* ms per kn_matmul call: best over ROUNDS of the mean over >= ROUND_SECONDS. */
@@ -220,21 +255,23 @@ int main(int argc, char **argv) {
             bmat m;
             bmat_init(&m, dts[d], shapes[s][0], shapes[s][1], hot);
             double gb = kn_weight_bytes(m.w) / 1e9;
-            for (int act = 0; act < (isq && has_q8 ? 2 : 1); act++) {
-                kn_set_act_quant(act);
+            for (int act = 0; act < (isq && has_q8 ? 3 : 1); act++) {
+                kn_set_act_quant(act > 0);
+                if (act == 2 && bmat_pack(&m) != 0) break;
                 for (int nt = 1; nt <= 2; nt++) {
                     tp_init(nt);
                     double ms[5];
                     for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
                     printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
                            shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
-                           !isq ? "" : act ? " g64 q8 act" : " g64 f32 act", nt, ms[0], ms[1], ms[2], ms[3],
+                           !isq ? "" : act == 2 ? " g64 q8 act packed" : act ? " g64 q8 act" : " g64 f32 act", nt,
+                           ms[0], ms[1], ms[2], ms[3],
                            ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
                     fflush(stdout);
                 }
             }
             kn_set_act_quant(-1);
-            free(m.arena);
+            bmat_free(&m);
         }
 
     /* the LM head of a Qwen3-0.6B-sized model: one copy is already > LLC */
@@ -246,19 +283,21 @@ int main(int argc, char **argv) {
         bmat_init(&m, lm[d], 151936, 1024, 1);
         float *yl = dfl_malloc(sizeof(float) * 16 * 151936);
         double gb = kn_weight_bytes(m.w) / 1e9;
-        for (int act = 0; act < (isq && has_q8 ? 2 : 1); act++) {
-            kn_set_act_quant(act);
+        for (int act = 0; act < (isq && has_q8 ? 3 : 1); act++) {
+            kn_set_act_quant(act > 0);
+            if (act == 2 && bmat_pack(&m) != 0) break;
             for (int nt = 1; nt <= 2; nt++) {
                 tp_init(nt);
                 double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
                 printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]),
-                       !isq ? "" : act ? " q8 act" : " f32 act", nt, t1, t16, gb / (t1 * 1e-3), t16 / t1);
+                       !isq ? "" : act == 2 ? " q8 act packed" : act ? " q8 act" : " f32 act", nt, t1, t16,
+                       gb / (t1 * 1e-3), t16 / t1);
                 fflush(stdout);
             }
         }
         kn_set_act_quant(-1);
         free(yl);
-        free(m.arena);
+        bmat_free(&m);
     }
     tp_shutdown();
     free(x);

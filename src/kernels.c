@@ -253,7 +253,8 @@ static int generic_supported(void) { return 1; }
 
 /* q8 mode here is the portable reference, not a fast path: off by default */
 const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, generic_rows,
-                                 generic_supported, 0,                 generic_quant, generic_rows_q8};
+                                 generic_supported, 0,                 generic_quant, generic_rows_q8,
+                                 NULL};
 
 /* ===================================================================== */
 /* Dispatch                                                                */
@@ -408,6 +409,22 @@ void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     if ((double)w->rows * w->cols * T < KN_MIN_PARALLEL) kn_matmul_chunk(&job, 0, tiles);
     else tp_for(tiles, kn_matmul_chunk, &job);
     free(xp);
+}
+
+int kn_pack(kn_weight *w) {
+    if (!kn_cur) kn_init();
+    if (w->packed || (w->dtype != KN_Q8 && w->dtype != KN_Q4) || !kn_act_quant() || !kn_cur->pack) return 0;
+    w->packed = kn_cur->pack(w);
+    if (!w->packed) {
+        dfl_seterr("kernels: out of memory packing a %s weight [%d, %d]", kn_dtype_name(w->dtype), w->rows, w->cols);
+        return -1;
+    }
+    return 0;
+}
+
+void kn_unpack(kn_weight *w) {
+    free((void *)w->packed);
+    w->packed = NULL;
 }
 
 void kn_get_row(float *out, const kn_weight *w, int row) {

@@ -38,6 +38,10 @@ typedef struct {
     const void *scales, *biases;
     kn_dtype scale_dtype;
     int group_size, bits;
+    /* kn_pack's copy of a Q8/Q4 weight in the layout of the q8-mode kernels,
+     * or NULL. Owned by whoever called kn_pack (kn_unpack frees it); copies
+     * of the struct share it. */
+    const void *packed;
 } kn_weight;
 
 /* Pick the SIMD variant for this CPU (call once; tp_init separately).
@@ -94,6 +98,18 @@ int kn_check_weight(const kn_weight *w, const char *name);
 void kn_set_act_quant(int on);
 /* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
 int kn_act_quant(void);
+
+/* Q8/Q4 weights in q8 mode: copy w once (at load) into the layout the int8
+ * kernels stream - 16-row tiles, 4-byte column runs interleaved, scales
+ * next to their group - so no call has to transpose the weights (one
+ * sequential stream per 16 rows; about 3x fewer instructions per weight at
+ * T = 1, and no per-call repacking for T >= 2). Results are bit-identical
+ * with and without it. Does nothing (returns 0) unless the weight is Q8/Q4,
+ * q8 mode is on and the variant has a packed layout; -1 (dfl_seterr) if
+ * out of memory. The copy is as large as the weight data + scales. The
+ * original stays in use for kn_get_row, for f32 mode and other variants. */
+int kn_pack(kn_weight *w);
+void kn_unpack(kn_weight *w); /* free w->packed (NULL is fine) */
 
 /* Tests and benchmarks: use variant `name` ("generic", "avx2", "avx512").
  * Returns -1 (dfl_seterr) if it is unknown or this CPU lacks it. */

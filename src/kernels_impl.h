@@ -73,6 +73,10 @@ typedef struct {
     int q8_default;
     void (*quant)(kn_qx *qx, const float *x, int T, const kn_weight *w);
     void (*rows_q8)(const kn_job *job, int r0, int r1);
+    /* kn_pack: the variant's packed copy of a Q8/Q4 weight (malloc'd,
+     * released with free), NULL if out of memory; NULL pointer: the
+     * variant has no packed layout. rows_q8 reads w->packed when set. */
+    void *(*pack)(const kn_weight *w);
 } kn_impl;
 
 /* The reference quantizer of one row (kernels.h gives the rule): xq[cols]
@@ -86,6 +90,7 @@ extern const kn_impl kn_impl_avx2, kn_impl_avx512;
 int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
 void kn_vnni_rows(const kn_job *job, int r0, int r1);
+void *kn_vnni_pack(const kn_weight *w);
 #endif
 
 /* IEEE half -> float, exact (subnormals, inf, nan included). */

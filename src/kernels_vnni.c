@@ -43,6 +43,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels_impl.h"
@@ -81,7 +82,7 @@ INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *sk) {
 
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
     int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
-    int layout = w->dtype == KN_Q8 ? 0 : T == 1 ? 1 : 2;
+    int layout = w->dtype == KN_Q8 ? 0 : T == 1 && !w->packed ? 1 : 2;
     /* in-lane byte shuffles: [0 2 4 6 1 3 5 7] per 8 (layout 2), and
      * [8 evens, 8 odds] per 16 (layout 1, then qwords 0 2 1 3) */
     const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
@@ -483,9 +484,218 @@ static void tiled_rows(const kn_job *job, int r0, int r1) {
 }
 
 /* ===================================================================== */
+/* Packed weights (kn_pack): one loop for every T                          */
+/* ===================================================================== */
+
+/* The layout kn_vnni_pack writes. Tile i = rows 16i..16i+15 (rows past the
+ * end are zeros). A tile is ng = cols/g group records of gbytes bytes, in
+ * column order; a record holds
+ *   the weights: Q8 g/4 vectors, Q4 g/8 vectors of 64 bytes, vector m =
+ *     [lane l: bytes 4m..4m+3 of row 16i+l's part of the group] (Q8: its
+ *     columns 4m..4m+3; Q4: the nibbles of columns 8m..8m+7),
+ *   then the 16 rows' scales, then their biases (in the scale dtype).
+ * gbytes = 16 * (row bytes of a group) + 32 * (scale size), a multiple of
+ * 64, so a tile is one sequential stream and every vector is aligned. This
+ * is what the tiled path's repack() builds per call, done once. */
+INL size_t pk_gdata(const kn_weight *w) { return (size_t)NL * (w->dtype == KN_Q4 ? w->group_size / 2 : w->group_size); }
+INL size_t pk_gbytes(const kn_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
+
+void *kn_vnni_pack(const kn_weight *w) {
+    int rows = w->rows, cols = w->cols, g = w->group_size, ng = cols / g, nt = (rows + NL - 1) / NL;
+    size_t rb = w->dtype == KN_Q4 ? (size_t)cols / 2 : (size_t)cols, gb = rb / (size_t)ng; /* row bytes, per group */
+    size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w), tbytes = (size_t)ng * gbytes;
+    uint8_t *out = aligned_alloc(64, (size_t)nt * tbytes), *zero = calloc(rb, 1);
+    if (!out || !zero) {
+        free(out);
+        free(zero);
+        return NULL;
+    }
+    for (int i = 0; i < nt; i++) {
+        const uint8_t *p[NL];
+        int n = rows - i * NL < NL ? rows - i * NL : NL; /* real rows in the tile */
+        for (int l = 0; l < NL; l++) p[l] = l < n ? (const uint8_t *)w->data + (size_t)(i * NL + l) * rb : zero;
+        for (int gi = 0; gi < ng; gi++) {
+            uint8_t *o = out + (size_t)i * tbytes + (size_t)gi * gbytes;
+            for (size_t j = 0; j < gb; j += 64) {
+                size_t nb = gb - j < 64 ? gb - j : 64;
+                __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
+                __m512i v[16];
+#pragma GCC unroll 16
+                for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + (size_t)gi * gb + j);
+                transpose16(v);
+                for (size_t k = 0; k < nb / 4; k++) _mm512_store_si512((__m512i *)(o + (j / 4 + k) * 64), v[k]);
+            }
+            uint8_t *os = o + pk_gdata(w), *ob = os + NL * ss;
+            memset(os, 0, 2 * NL * ss);
+            for (int l = 0; l < n; l++) {
+                size_t si = (size_t)(i * NL + l) * (size_t)ng + (size_t)gi;
+                memcpy(os + l * ss, (const uint8_t *)w->scales + si * ss, ss);
+                memcpy(ob + l * ss, (const uint8_t *)w->biases + si * ss, ss);
+            }
+        }
+    }
+    free(zero);
+    return out;
+}
+
+/* 16 scales of dtype t at p (64-byte aligned for F32, 32 for the rest). */
+INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
+    if (t == KN_F32) return _mm512_load_ps((const float *)p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (t == KN_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+#define RC1 4 /* tiles per step at T = 1 (RC1 streams) */
+
+/* acc[t][c] (t < rt) += x rows t0.. against packed tiles pt[c] (c < rc), for
+ * the groups [g0, g1). q4: nibble tiles, x in layout 2. At rt == 1 each
+ * tile gets two integer accumulators (more independent chains); they are
+ * added before the float step, which cannot change an exact integer. */
+INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
+               int g0, int g1, float (*acc)[RC1][NL]) {
+    const kn_weight *w = job->w;
+    const kn_qx *qx = job->qx;
+    int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g;
+    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 fa[RT][RC1];
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
+    for (int gi = g0; gi < g1; gi++) {
+        __m512 sv[RC1], bv[RC1];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) {
+            const uint8_t *sp = pt[c] + (size_t)gi * gbytes + gdata;
+            sv[c] = ld_scales16(sp, w->scale_dtype);
+            bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
+        }
+        for (int kb = 0; kb < bpg; kb++) {
+            int k = gi * bpg + kb;
+            __m512i ia[RT][RC1][2];
+#pragma GCC unroll 4
+            for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) ia[t][c][0] = ia[t][c][1] = _mm512_setzero_si512();
+            if (!q4) {
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; m++) {
+                    __m512i wv[RC1];
+#pragma GCC unroll 4
+                    for (int c = 0; c < rc; c++)
+                        wv[c] = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)gi * gbytes + (size_t)(kb * 8 + m) * 64));
+#pragma GCC unroll 4
+                    for (int t = 0; t < rt; t++) {
+                        __m512i xb = bcast4(qx->q + (size_t)(t0 + t) * qx->ldq + k * KN_QBLOCK + 4 * m);
+#pragma GCC unroll 4
+                        for (int c = 0; c < rc; c++) {
+                            int h = rt == 1 ? m & 1 : 0;
+                            ia[t][c][h] = _mm512_dpbusd_epi32(ia[t][c][h], wv[c], xb);
+                        }
+                    }
+                }
+            } else {
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    __m512i lo[RC1], hi[RC1];
+#pragma GCC unroll 4
+                    for (int c = 0; c < rc; c++) {
+                        __m512i z = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)gi * gbytes + (size_t)(kb * 4 + m) * 64));
+                        lo[c] = _mm512_and_si512(z, lo4);
+                        hi[c] = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+                    }
+#pragma GCC unroll 4
+                    for (int t = 0; t < rt; t++) {
+                        const int8_t *xp = qx->q + (size_t)(t0 + t) * qx->ldq + k * KN_QBLOCK + 8 * m;
+                        __m512i xe = bcast4(xp), xo = bcast4(xp + 4);
+#pragma GCC unroll 4
+                        for (int c = 0; c < rc; c++) {
+                            ia[t][c][0] = _mm512_dpbusd_epi32(ia[t][c][0], lo[c], xe);
+                            ia[t][c][rt == 1] = _mm512_dpbusd_epi32(ia[t][c][rt == 1], hi[c], xo);
+                        }
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < rt; t++) {
+                __m512 dv = _mm512_set1_ps(qx->d[(size_t)(t0 + t) * nb + k]);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    __m512i I = rt == 1 ? _mm512_add_epi32(ia[t][c][0], ia[t][c][1]) : ia[t][c][0];
+                    fa[t][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(sv[c], dv), fa[t][c]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m512 xv = _mm512_set1_ps(qx->xs[(size_t)(t0 + t) * ng + gi]);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) fa[t][c] = _mm512_fmadd_ps(bv[c], xv, fa[t][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) _mm512_store_ps(acc[t][c], fa[t][c]);
+}
+
+#define PT_CASE(RT_, RC_)                                                       \
+    case RT_ * 8 + RC_:                                                         \
+        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);                   \
+        else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, acc);                      \
+        break
+static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
+                      float (*acc)[RC1][NL]) {
+    switch (rt * 8 + rc) {
+        PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
+        PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);
+        PT_CASE(2, 2); PT_CASE(3, 2); PT_CASE(4, 2);
+    }
+}
+
+static void packed_rows(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int q4 = w->dtype == KN_Q4, ng = w->cols / w->group_size, T = job->T;
+    size_t tbytes = (size_t)ng * pk_gbytes(w);
+    const uint8_t *base = w->packed;
+    int i0 = r0 / NL, nt = (r1 - r0 + NL - 1) / NL; /* r0 is a multiple of KN_COL_TILE = NL */
+    int rcmax = T == 1 ? RC1 : RC;
+    /* groups per K block (T >= 2): about KB columns of the tiles stay in L1
+     * while every row of x passes over them */
+    int gk = T == 1 ? ng : (KB / w->group_size > 0 ? KB / w->group_size : 1);
+    _Alignas(64) float acc[KN_TBLOCK][RC1][NL];
+    /* tile groups of rcmax tiles from rcmax separate runs, as FOR_TILES */
+    int q = nt / rcmax, ngrp = q + (nt % rcmax != 0);
+    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
+        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
+        for (int j = 0; j < ngrp; j++) {
+            int tiles[RC1], rc = j < q ? rcmax : nt % rcmax;
+            for (int c = 0; c < rc; c++) tiles[c] = i0 + (j < q ? j + c * q : rcmax * q + c);
+            const uint8_t *pt[RC1];
+            for (int c = 0; c < rc; c++) pt[c] = base + (size_t)tiles[c] * tbytes;
+            memset(acc, 0, sizeof acc[0] * (size_t)tn);
+            for (int g0 = 0; g0 < ng; g0 += gk) {
+                int g1 = g0 + gk < ng ? g0 + gk : ng;
+                for (int t = 0; t < tn; t += RT)
+                    ptile_any(tn - t < RT ? tn - t : RT, rc, q4, job, pt, t0 + t, g0, g1, acc + t);
+            }
+            for (int t = 0; t < tn; t++)
+                for (int c = 0; c < rc; c++)
+                    for (int l = 0; l < NL; l++) {
+                        int r = tiles[c] * NL + l;
+                        if (r < r1) job->y[(size_t)(t0 + t) * w->rows + r] = acc[t][c][l];
+                    }
+        }
+    }
+}
+
+/* ===================================================================== */
 
 void kn_vnni_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1) fused_rows(job, r0, r1);
+    if (job->w->packed) packed_rows(job, r0, r1);
+    else if (job->T == 1) fused_rows(job, r0, r1);
     else tiled_rows(job, r0, r1);
 }
 

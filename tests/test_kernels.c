@@ -113,6 +113,7 @@ static tweight make_weight(kn_dtype dt, int rows, int cols, int g, kn_dtype sd) 
 }
 
 static void free_weight(tweight *tw) {
+    kn_unpack(&tw->w);
     free(tw->data);
     free(tw->scales);
     free(tw->biases);
@@ -170,6 +171,12 @@ static int check_against_ref(const float *y, const float *x, const kn_weight *w,
 static const char *variants[] = {"generic", "avx2", "avx512"};
 #define N_VARIANTS 3
 
+static int vnni = 0; /* set by act_quant_mode, the first q8 test */
+
+/* Whether variant v has a q8 mode on this CPU, and a packed layout. */
+static int has_q8(const char *v) { return strcmp(v, "generic") == 0 || (strcmp(v, "avx512") == 0 && vnni); }
+static int has_q8_pack(const char *v) { return strcmp(v, "avx512") == 0 && vnni; }
+
 static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
         snprintf(buf, n, "%s %s g%d %s-scales [%d x %d]", var, kn_dtype_name(w->dtype),
@@ -178,7 +185,7 @@ static void describe(char *buf, size_t n, const char *var, const kn_weight *w, i
         snprintf(buf, n, "%s %s [%d x %d]", var, kn_dtype_name(w->dtype), w->rows, w->cols);
     if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
     if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant())
-        snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode)");
+        snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode%s)", w->packed ? ", packed" : "");
 }
 
 /* Weight configurations: dtype, group size, scale dtype. */
@@ -311,9 +318,10 @@ static int count_diff_rows(const float *y, const float *y_solo, int T, int rows,
     return bad;
 }
 
-static void invariance_case(const char *var, const wconf *c, int rows, int cols, int threads_list) {
+static void invariance_case(const char *var, const wconf *c, int rows, int cols, int threads_list, int pack) {
     enum { TMAX = 17 };
     tweight tw = make_weight(c->dt, rows, cols, c->g, c->sd);
+    if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
     float *x = dfl_malloc(sizeof(float) * TMAX * cols);
     float *xg = dfl_malloc(sizeof(float) * TMAX * cols);
     float *solo = dfl_malloc(sizeof(float) * TMAX * rows);
@@ -376,7 +384,8 @@ TEST(batch_invariance) {
             for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
                 int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
                 if (q8 && !isq) continue;
-                invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1);
+                invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1, 0);
+                if (q8 && has_q8_pack(variants[vi])) invariance_case(variants[vi], &c[k], 70, 1152, 1, 1);
             }
         }
     }
@@ -388,7 +397,9 @@ TEST(batch_invariance) {
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
         for (int si = 0; si < 4; si++)
-            for (int k = 0; k < 2; k++) invariance_case(variants[vi], &cq[k], shapes[si][0], shapes[si][1], si == 0);
+            for (int k = 0; k < 2; k++)
+                for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++)
+                    invariance_case(variants[vi], &cq[k], shapes[si][0], shapes[si][1], si == 0, pack);
     }
     kn_set_act_quant(-1);
     kn_init();
@@ -495,11 +506,15 @@ TEST(q8_accuracy_and_reference_bits) {
                 check_q8(y0, x, &tw.w, T, d, &worst);
                 for (int vi = 1; vi < N_VARIANTS; vi++) {
                     if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
-                    kn_matmul(y, x, &tw.w, T);
-                    describe(d, sizeof d, variants[vi], &tw.w, T);
-                    int diff = 0;
-                    for (int i = 0; i < T * rows; i++) diff += memcmp(&y[i], &y0[i], 4) != 0;
-                    CHECK(diff == 0, "%s: %d outputs differ from the generic q8 reference", d, diff);
+                    for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++) {
+                        if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
+                        kn_matmul(y, x, &tw.w, T);
+                        describe(d, sizeof d, variants[vi], &tw.w, T);
+                        int diff = 0;
+                        for (int i = 0; i < T * rows; i++) diff += memcmp(&y[i], &y0[i], 4) != 0;
+                        CHECK(diff == 0, "%s: %d outputs differ from the generic q8 reference", d, diff);
+                        kn_unpack(&tw.w);
+                    }
                 }
                 free(x);
                 free(y0);
@@ -520,9 +535,12 @@ TEST(q8_special_rows) {
     tweight tw = make_weight(KN_Q8, rows, cols, 64, KN_BF16);
     float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
     float *yf = dfl_malloc(sizeof(float) * T * rows);
-    for (int vi = 0; vi < N_VARIANTS; vi++) {
+    for (int mode = 0; mode < 2 * N_VARIANTS; mode++) {
+        int vi = mode % N_VARIANTS, pack = mode >= N_VARIANTS;
         kn_set_act_quant(1);
-        if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
+        if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant() || (pack && !has_q8_pack(variants[vi]))) continue;
+        kn_unpack(&tw.w);
+        if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
         for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
         memset(x, 0, sizeof(float) * cols);  /* row 0: zeros */
         x[1 * cols + 200] = INFINITY;        /* row 1: an Inf */
@@ -558,16 +576,7 @@ TEST(q8_special_rows) {
     kn_init();
 }
 
-static int vnni = 0; /* set by act_quant_mode */
-
-/* Whether variant v has a q8 mode on this CPU. */
-static int has_q8(const char *v) { return strcmp(v, "generic") == 0 || (strcmp(v, "avx512") == 0 && vnni); }
-
 TEST(act_quant_mode) {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
-#endif
     unsetenv("DFLASH_ACT");
     kn_set_act_quant(-1);
     kn_init();
@@ -593,19 +602,37 @@ TEST(act_quant_mode) {
     kn_init();
     CHECK(kn_force_variant("generic") == 0 && kn_act_quant() == 1, "DFLASH_ACT=q8 on generic: %d", kn_act_quant());
     unsetenv("DFLASH_ACT");
+    /* kn_pack packs only Q8/Q4, in q8 mode, for a variant with a layout */
+    tweight q = make_weight(KN_Q4, 20, 128, 32, KN_F16), b = make_weight(KN_BF16, 20, 128, 0, KN_F32);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        for (int on = 0; on < 2; on++) {
+            kn_set_act_quant(on);
+            CHECK(kn_pack(&q.w) == 0 && kn_pack(&b.w) == 0, "%s", dfl_lasterr());
+            CHECK(!b.w.packed && (q.w.packed != NULL) == (on && has_q8_pack(variants[vi])), "%s q8=%d: packed %p",
+                  variants[vi], on, q.w.packed);
+            kn_unpack(&q.w);
+            kn_unpack(&q.w); /* twice is fine */
+        }
+    }
+    free_weight(&q);
+    free_weight(&b);
+    kn_set_act_quant(-1);
     kn_init();
 }
 
 /* A large T (several KN_TBLOCK passes) against T=1, one dtype per kind. */
 TEST(large_T) {
     int T = 150, rows = 20, cols = 256;
-    for (int mode = 0; mode < 2 * N_VARIANTS; mode++) {
-        int vi = mode % N_VARIANTS, q8 = mode / N_VARIANTS;
+    for (int mode = 0; mode < 3 * N_VARIANTS; mode++) {
+        int vi = mode % N_VARIANTS, q8 = mode / N_VARIANTS > 0, pack = mode / N_VARIANTS == 2;
         kn_set_act_quant(q8);
-        if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
+        if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant()) || (pack && !has_q8_pack(variants[vi])))
+            continue;
         for (int k = q8; k < 3; k++) {
             kn_dtype dt = k == 0 ? KN_BF16 : k == 1 ? KN_Q8 : KN_Q4;
             tweight tw = make_weight(dt, rows, cols, 64, KN_BF16);
+            if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
             float *x = dfl_malloc(sizeof(float) * T * cols);
             float *y = dfl_malloc(sizeof(float) * T * rows);
             float *y1 = dfl_malloc(sizeof(float) * rows);
@@ -758,6 +785,11 @@ TEST(thread_pool) {
 }
 
 int main(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
     RUN(names_and_bytes);
     RUN(variants);
     RUN(get_row_exact);
