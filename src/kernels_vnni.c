@@ -15,22 +15,24 @@
  * No horizontal float sum exists, so no lane layout can change a bit.
  *
  * Two loop shapes produce the I vectors:
- *   T == 1 ("fused"): each of 16 rows is multiplied in its natural layout
- *     (vpdpbusd of 64 weight bytes with 64 x bytes, 4 columns per lane),
- *     then a transpose-and-add tree turns the 16 row vectors into one vector
- *     per block with one row per lane. One pass over the weights.
- *   T >= 2 ("tiled"): a tile of RC x 16 rows x KB columns is transposed once
- *     into a buffer whose vector m holds columns 4m..4m+3 of the 16 rows, so
- *     that vpdpbusd(acc, vector m, broadcast of 4 x bytes) adds 4 columns to
- *     16 outputs; RT rows of x share each weight vector. Each weight byte is
- *     read from memory once per KN_TBLOCK rows of x.
+ *   "fused" (T == 1, weights as loaded): each of 16 rows is multiplied in
+ *     its natural layout (vpdpbusd of 64 weight bytes with 64 x bytes, 4
+ *     columns per lane), then a transpose-and-add tree turns the 16 row
+ *     vectors into one vector per block with one row per lane. One pass.
+ *   "tiles" (every T on kn_pack'ed weights; T >= 2 otherwise): the packed
+ *     layout (below, at kn_vnni_pack) holds, per 16 rows, vectors whose
+ *     lane l has 4 bytes of row l, so vpdpbusd(acc, vector, broadcast of 4 x
+ *     bytes) adds 4 columns to 16 outputs at once; PRT rows of x share each
+ *     weight vector. Unpacked weights are put in that layout per call, one
+ *     K block at a time, and every weight byte is still read from memory
+ *     once per KN_TBLOCK rows of x.
  *
  * x layouts (kn_qx.q), chosen by the quantizer for the loop that reads it:
  *   Q8: natural order;
- *   Q4, T == 1: per 128 columns [the 64 even columns, the 64 odd ones], so
+ *   Q4, fused: per 128 columns [the 64 even columns, the 64 odd ones], so
  *     that the low / high nibbles of 64 weight bytes meet them in place;
- *   Q4, T >= 2: per 8 columns [0 2 4 6 1 3 5 7] (the tile holds, per 4 weight
- *     bytes = 8 columns, the low nibbles and then the high nibbles). */
+ *   Q4, tiles: per 8 columns [0 2 4 6 1 3 5 7] (4 weight bytes = 8 columns:
+ *     the low nibbles, then the high nibbles). */
 #if defined(__x86_64__)
 
 #if defined(__clang__)
@@ -50,9 +52,7 @@
 
 #define INL static inline __attribute__((always_inline))
 #define NL 16    /* lanes: weight rows per vector */
-#define RT 4     /* rows of x per register tile (tiled) */
-#define RC 2     /* vectors of 16 weight rows per tile (tiled) */
-#define KB 512   /* columns per K block of the tiled loop (or the group size) */
+#define KB 512   /* columns per K block at T >= 2 (or the group size) */
 #define MAXGB (KN_KBLOCK / KN_QBLOCK) /* groups per K block, at most */
 
 /* ===================================================================== */
@@ -345,146 +345,8 @@ static void fused_rows(const kn_job *job, int r0, int r1) {
 }
 
 /* ===================================================================== */
-/* Tiled path (T >= 2)                                                     */
-/* ===================================================================== */
-
-typedef struct {
-    _Alignas(64) uint8_t buf[RC][KN_KBLOCK / 4][64];     /* transposed weights */
-    _Alignas(64) float sT[RC][MAXGB * NL], bT[RC][MAXGB * NL];
-    _Alignas(64) float acc[KN_TBLOCK][RC][NL];           /* float accumulators */
-} tiled_scratch;
-
-/* buf[m] = columns 4m..4m+3 (Q4: m even: the 4 even columns of 8, m odd:
- * the odd ones) of the 16 rows p[l] + k0, for kn columns. */
-static void repack(const kn_weight *w, const uint8_t *const *p, int k0, int kn, uint8_t (*buf)[64]) {
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
-    if (w->dtype == KN_Q8) {
-        for (int j = 0; j < kn; j += 64) {
-            int nb = kn - j < 64 ? kn - j : 64;
-            __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
-            __m512i v[16];
-            #pragma GCC unroll 16
-            for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + k0 + j);
-            transpose16(v);
-            for (int i = 0; i < nb / 4; i++) _mm512_store_si512((__m512i *)buf[j / 4 + i], v[i]);
-        }
-    } else {
-        for (int j = 0; j < kn; j += 128) {
-            int nb = (kn - j) / 2 < 64 ? (kn - j) / 2 : 64;
-            __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
-            __m512i v[16];
-            #pragma GCC unroll 16
-            for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + (k0 + j) / 2);
-            transpose16(v);
-            for (int i = 0; i < nb / 4; i++) {
-                _mm512_store_si512((__m512i *)buf[j / 4 + 2 * i], _mm512_and_si512(v[i], lo4));
-                _mm512_store_si512((__m512i *)buf[j / 4 + 2 * i + 1], _mm512_and_si512(_mm512_srli_epi16(v[i], 4), lo4));
-            }
-        }
-    }
-}
-
-INL __m512i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
-/* acc[t][c] (rows t < rt of x, from t0) over the K block [k0, k0+kn) of
- * the tile in ts. */
-INL void tile_q8(const int rt, const int rc, const kn_job *job, tiled_scratch *ts, int t0, int tacc, int k0,
-                 int kn) {
-    const kn_qx *qx = job->qx;
-    int cols = job->w->cols, g = job->w->group_size, nb = cols / KN_QBLOCK, ng = cols / g;
-    int gsh = __builtin_ctz((unsigned)g), gi0 = k0 >> gsh;
-    __m512 fa[RT][RC];
-#pragma GCC unroll 4
-    for (int t = 0; t < rt; t++)
-#pragma GCC unroll 2
-        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(ts->acc[tacc + t][c]);
-    for (int kb = 0; kb < kn / KN_QBLOCK; kb++) {
-        __m512i ia[RT][RC];
-#pragma GCC unroll 4
-        for (int t = 0; t < rt; t++)
-#pragma GCC unroll 2
-            for (int c = 0; c < rc; c++) ia[t][c] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int m = 0; m < KN_QBLOCK / 4; m++) {
-            __m512i wv[RC];
-#pragma GCC unroll 2
-            for (int c = 0; c < rc; c++) wv[c] = _mm512_load_si512((const __m512i *)ts->buf[c][kb * 8 + m]);
-#pragma GCC unroll 4
-            for (int t = 0; t < rt; t++) {
-                __m512i xb = bcast4(qx->q + (size_t)(t0 + t) * qx->ldq + k0 + kb * KN_QBLOCK + 4 * m);
-#pragma GCC unroll 2
-                for (int c = 0; c < rc; c++) ia[t][c] = _mm512_dpbusd_epi32(ia[t][c], wv[c], xb);
-            }
-        }
-        int k = k0 / KN_QBLOCK + kb, gi = (k * KN_QBLOCK) >> gsh, end = (((k + 1) * KN_QBLOCK) & (g - 1)) == 0;
-#pragma GCC unroll 4
-        for (int t = 0; t < rt; t++) {
-            __m512 dv = _mm512_set1_ps(qx->d[(size_t)(t0 + t) * nb + k]);
-#pragma GCC unroll 2
-            for (int c = 0; c < rc; c++)
-                fa[t][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][c]),
-                                           _mm512_mul_ps(_mm512_load_ps(ts->sT[c] + (size_t)(gi - gi0) * NL), dv), fa[t][c]);
-            if (end) {
-                __m512 xv = _mm512_set1_ps(qx->xs[(size_t)(t0 + t) * ng + gi]);
-#pragma GCC unroll 2
-                for (int c = 0; c < rc; c++)
-                    fa[t][c] = _mm512_fmadd_ps(_mm512_load_ps(ts->bT[c] + (size_t)(gi - gi0) * NL), xv, fa[t][c]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < rt; t++)
-#pragma GCC unroll 2
-        for (int c = 0; c < rc; c++) _mm512_store_ps(ts->acc[tacc + t][c], fa[t][c]);
-}
-
-#define TQ_CASE(RT_, RC_) \
-    case RT_ * 8 + RC_: tile_q8(RT_, RC_, job, ts, t0, tacc, k0, kn); break
-static void tile_any(int rt, int rc, const kn_job *job, tiled_scratch *ts, int t0, int tacc, int k0, int kn) {
-    switch (rt * 8 + rc) {
-        TQ_CASE(1, 1); TQ_CASE(2, 1); TQ_CASE(3, 1); TQ_CASE(4, 1);
-        TQ_CASE(1, 2); TQ_CASE(2, 2); TQ_CASE(3, 2); TQ_CASE(4, 2);
-    }
-}
-
-static void tiled_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int cols = w->cols, g = w->group_size, kb = g > KB ? g : KB;
-    size_t rbytes = w->dtype == KN_Q4 ? (size_t)cols / 2 : (size_t)cols;
-    tiled_scratch scratch, *ts = &scratch; /* 48 KB */
-    int ntiles = tile_count(r0, r1, RC * NL);
-    for (int t0 = 0; t0 < job->T; t0 += KN_TBLOCK) {
-        int tn = job->T - t0 < KN_TBLOCK ? job->T - t0 : KN_TBLOCK;
-        for (int i = 0; i < ntiles; i++) {
-            int rows[RC * NL], valid;
-            tile_rows(r0, r1, RC * NL, i, rows, &valid);
-            int rc = (valid + NL - 1) / NL;
-            const uint8_t *p[RC][NL];
-            for (int c = 0; c < rc; c++)
-                for (int l = 0; l < NL; l++) p[c][l] = (const uint8_t *)w->data + (size_t)rows[c * NL + l] * rbytes;
-            memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
-            for (int k0 = 0; k0 < cols; k0 += kb) {
-                int kn = cols - k0 < kb ? cols - k0 : kb;
-                for (int c = 0; c < rc; c++) {
-                    repack(w, p[c], k0, kn, ts->buf[c]);
-                    load_sbT(w, rows + c * NL, k0 / g, (kn + g - 1) / g, ts->sT[c], ts->bT[c]);
-                }
-                for (int t = 0; t < tn; t += RT)
-                    tile_any(tn - t < RT ? tn - t : RT, rc, job, ts, t0 + t, t, k0, kn);
-            }
-            for (int t = 0; t < tn; t++)
-                for (int j = 0; j < valid; j++)
-                    job->y[(size_t)(t0 + t) * w->rows + rows[j]] = ts->acc[t][j / NL][j % NL];
-        }
-    }
-}
-
-/* ===================================================================== */
-/* Packed weights (kn_pack): one loop for every T                          */
+/* The packed layout (kn_pack) and the loop over it (T >= 2, and T = 1 on */
+/* packed weights)                                                         */
 /* ===================================================================== */
 
 /* The layout kn_vnni_pack writes. Tile i = rows 16i..16i+15 (rows past the
@@ -495,47 +357,102 @@ static void tiled_rows(const kn_job *job, int r0, int r1) {
  *     columns 4m..4m+3; Q4: the nibbles of columns 8m..8m+7),
  *   then the 16 rows' scales, then their biases (in the scale dtype).
  * gbytes = 16 * (row bytes of a group) + 32 * (scale size), a multiple of
- * 64, so a tile is one sequential stream and every vector is aligned. This
- * is what the tiled path's repack() builds per call, done once. */
-INL size_t pk_gdata(const kn_weight *w) { return (size_t)NL * (w->dtype == KN_Q4 ? w->group_size / 2 : w->group_size); }
-INL size_t pk_gbytes(const kn_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
+ * 64, so a tile is one sequential stream and every vector is aligned.
+ * Without kn_pack, T >= 2 builds the records of a K block per call. */
+/* Bytes of weights and of a whole record; nib: Q4 nibbles kept as they are
+ * (kn_pack), else one byte per column (Q8, and Q4 unpacked per call). */
+INL size_t pk_gdata(const kn_weight *w, int nib) { return (size_t)NL * (nib ? w->group_size / 2 : w->group_size); }
+INL size_t pk_gbytes(const kn_weight *w, int nib) { return pk_gdata(w, nib) + 2 * NL * kn_scale_size(w->scale_dtype); }
 
-void *kn_vnni_pack(const kn_weight *w) {
-    int rows = w->rows, cols = w->cols, g = w->group_size, ng = cols / g, nt = (rows + NL - 1) / NL;
-    size_t rb = w->dtype == KN_Q4 ? (size_t)cols / 2 : (size_t)cols, gb = rb / (size_t)ng; /* row bytes, per group */
-    size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w), tbytes = (size_t)ng * gbytes;
-    uint8_t *out = aligned_alloc(64, (size_t)nt * tbytes), *zero = calloc(rb, 1);
-    if (!out || !zero) {
-        free(out);
-        free(zero);
-        return NULL;
-    }
-    for (int i = 0; i < nt; i++) {
-        const uint8_t *p[NL];
-        int n = rows - i * NL < NL ? rows - i * NL : NL; /* real rows in the tile */
-        for (int l = 0; l < NL; l++) p[l] = l < n ? (const uint8_t *)w->data + (size_t)(i * NL + l) * rb : zero;
-        for (int gi = 0; gi < ng; gi++) {
-            uint8_t *o = out + (size_t)i * tbytes + (size_t)gi * gbytes;
-            for (size_t j = 0; j < gb; j += 64) {
-                size_t nb = gb - j < 64 ? gb - j : 64;
-                __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
-                __m512i v[16];
+/* Records [g0, g1) of the 16 rows rows[l] (data rows p[l]; lanes l >= n
+ * are zero rows, the padding of the last tile) into o, gbytes apart. Q4
+ * with nib == 0: each 4-byte vector becomes two of one byte per column,
+ * the low nibbles (even columns), then the high ones (odd columns). */
+static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
+                        int nib, uint8_t *o) {
+    int ng = w->cols / w->group_size, split = w->dtype == KN_Q4 && !nib;
+    size_t gb = (w->dtype == KN_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
+    size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w, nib), gdata = pk_gdata(w, nib);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    /* the rows' bytes of the groups are contiguous: 64 at a time, each
+     * 4-byte column of the transpose to its group's record */
+    size_t len = (size_t)(g1 - g0) * gb, off0 = (size_t)g0 * gb;
+    int gsh = __builtin_ctzll(gb);
+    for (size_t j = 0; j < len; j += 64) {
+        size_t nb = len - j < 64 ? len - j : 64;
+        __mmask64 m = nb == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
+        __m512i v[16];
 #pragma GCC unroll 16
-                for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(m, p[l] + (size_t)gi * gb + j);
-                transpose16(v);
-                for (size_t k = 0; k < nb / 4; k++) _mm512_store_si512((__m512i *)(o + (j / 4 + k) * 64), v[k]);
+        for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(l < n ? m : 0, p[l] + off0 + j);
+        transpose16(v);
+        /* byte b of the range (gb is a power of two) goes to record b / gb */
+#define PK_AT(k) (o + ((j + 4 * (k)) >> gsh) * gbytes + ((j + 4 * (k)) & (gb - 1)) * (16 << split))
+#define PK_STORE(k)                                                                                \
+    do {                                                                                           \
+        if (!split) {                                                                              \
+            _mm512_store_si512((__m512i *)PK_AT(k), v[k]);                                         \
+        } else {                                                                                   \
+            _mm512_store_si512((__m512i *)PK_AT(k), _mm512_and_si512(v[k], lo4));                  \
+            _mm512_store_si512((__m512i *)(PK_AT(k) + 64), _mm512_and_si512(_mm512_srli_epi16(v[k], 4), lo4)); \
+        }                                                                                          \
+    } while (0)
+        if (nb == 64) {
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) PK_STORE(k);
+        } else {
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                if ((size_t)k < nb / 4) PK_STORE(k);
+        }
+#undef PK_STORE
+#undef PK_AT
+    }
+    /* scales and biases, 16 groups at a time: a 16 x 16 transpose of
+     * (row, group) widened to dwords, narrowed back for 2-byte dtypes */
+    for (int gs = g0; gs < g1; gs += 16) {
+        int m = g1 - gs < 16 ? g1 - gs : 16;
+        for (int pass = 0; pass < 2; pass++) {
+            const uint8_t *src = pass ? w->biases : w->scales;
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int l = 0; l < NL; l++) {
+                const uint8_t *sp = src + ((size_t)rows[l] * (size_t)ng + (size_t)gs) * ss;
+                __mmask16 k = l < n ? (__mmask16)((1u << m) - 1) : 0;
+                v[l] = ss == 4 ? _mm512_maskz_loadu_epi32(k, sp) : _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, sp));
             }
-            uint8_t *os = o + pk_gdata(w), *ob = os + NL * ss;
-            memset(os, 0, 2 * NL * ss);
-            for (int l = 0; l < n; l++) {
-                size_t si = (size_t)(i * NL + l) * (size_t)ng + (size_t)gi;
-                memcpy(os + l * ss, (const uint8_t *)w->scales + si * ss, ss);
-                memcpy(ob + l * ss, (const uint8_t *)w->biases + si * ss, ss);
+            transpose16(v);
+            for (int i = 0; i < m; i++) {
+                uint8_t *d = o + (size_t)(gs + i - g0) * gbytes + gdata + (size_t)pass * NL * ss;
+                if (ss == 4) _mm512_store_si512((__m512i *)d, v[i]);
+                else _mm256_store_si256((__m256i *)d, _mm512_cvtepi32_epi16(v[i]));
             }
         }
     }
-    free(zero);
+}
+
+void *kn_vnni_pack(const kn_weight *w) {
+    int rows = w->rows, ng = w->cols / w->group_size, nt = (rows + NL - 1) / NL;
+    size_t rb = w->dtype == KN_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    size_t gbytes = pk_gbytes(w, w->dtype == KN_Q4), tbytes = (size_t)ng * gbytes;
+    uint8_t *out = aligned_alloc(64, (size_t)nt * tbytes);
+    if (!out) return NULL;
+    for (int i = 0; i < nt; i++) {
+        const uint8_t *p[NL];
+        int r[NL], n = rows - i * NL < NL ? rows - i * NL : NL; /* real rows in the tile */
+        for (int l = 0; l < NL; l++) {
+            r[l] = i * NL + (l < n ? l : 0);
+            p[l] = (const uint8_t *)w->data + (size_t)r[l] * rb; /* not read for l >= n */
+        }
+        pack_groups(w, p, r, n, 0, ng, w->dtype == KN_Q4, out + (size_t)i * tbytes);
+    }
     return out;
+}
+
+/* The 4 x bytes at p in every dword lane. */
+INL __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
 }
 
 /* 16 scales of dtype t at p (64-byte aligned for F32, 32 for the rest). */
@@ -547,9 +464,13 @@ INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
 }
 
 #define RC1 4 /* tiles per step at T = 1 (RC1 streams) */
+#define PRT 4 /* rows of x per register tile, T >= 2 (8 x 1 and 6 x 2 measured slower) */
+#define PRC 2 /* tiles per register tile, T >= 2 */
 
-/* acc[t][c] (t < rt) += x rows t0.. against packed tiles pt[c] (c < rc), for
- * the groups [g0, g1). q4: nibble tiles, x in layout 2. At rt == 1 each
+/* acc[t][c] (t < rt) += x rows t0.. against packed tiles (c < rc) for the
+ * groups [g0, g1); pt[c] points at tile c's record g0. q4: Q4 nibble
+ * records; else one byte per column (Q8, or Q4 unpacked: x in layout 2
+ * then meets the even / odd vectors in turn). At rt == 1 each
  * tile gets two integer accumulators (more independent chains); they are
  * added before the float step, which cannot change an exact integer. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
@@ -557,9 +478,9 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     const kn_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g;
-    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
+    size_t gbytes = pk_gbytes(w, q4), gdata = pk_gdata(w, q4), ss = kn_scale_size(w->scale_dtype);
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
-    __m512 fa[RT][RC1];
+    __m512 fa[PRT][RC1];
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
@@ -568,13 +489,13 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
         __m512 sv[RC1], bv[RC1];
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
-            const uint8_t *sp = pt[c] + (size_t)gi * gbytes + gdata;
+            const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
             sv[c] = ld_scales16(sp, w->scale_dtype);
             bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
         }
         for (int kb = 0; kb < bpg; kb++) {
             int k = gi * bpg + kb;
-            __m512i ia[RT][RC1][2];
+            __m512i ia[PRT][RC1][2];
 #pragma GCC unroll 4
             for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
@@ -585,7 +506,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                     __m512i wv[RC1];
 #pragma GCC unroll 4
                     for (int c = 0; c < rc; c++)
-                        wv[c] = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)gi * gbytes + (size_t)(kb * 8 + m) * 64));
+                        wv[c] = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)(kb * 8 + m) * 64));
 #pragma GCC unroll 4
                     for (int t = 0; t < rt; t++) {
                         __m512i xb = bcast4(qx->q + (size_t)(t0 + t) * qx->ldq + k * KN_QBLOCK + 4 * m);
@@ -602,7 +523,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                     __m512i lo[RC1], hi[RC1];
 #pragma GCC unroll 4
                     for (int c = 0; c < rc; c++) {
-                        __m512i z = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)gi * gbytes + (size_t)(kb * 4 + m) * 64));
+                        __m512i z = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)(kb * 4 + m) * 64));
                         lo[c] = _mm512_and_si512(z, lo4);
                         hi[c] = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
                     }
@@ -648,38 +569,41 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
         break
 static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                       float (*acc)[RC1][NL]) {
-    switch (rt * 8 + rc) {
+    switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);
         PT_CASE(2, 2); PT_CASE(3, 2); PT_CASE(4, 2);
     }
 }
 
+/* Groups per K block at T >= 2: about KB columns of RC tiles stay in L1
+ * while every row of x passes over them. */
+INL int kblock_groups(const kn_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
+
+/* Rows [r0, r1) from the packed copy (r0 is a multiple of KN_COL_TILE = NL,
+ * so the thread's tiles are whole). */
 static void packed_rows(const kn_job *job, int r0, int r1) {
     const kn_weight *w = job->w;
     int q4 = w->dtype == KN_Q4, ng = w->cols / w->group_size, T = job->T;
-    size_t tbytes = (size_t)ng * pk_gbytes(w);
+    size_t gbytes = pk_gbytes(w, q4), tbytes = (size_t)ng * gbytes;
     const uint8_t *base = w->packed;
-    int i0 = r0 / NL, nt = (r1 - r0 + NL - 1) / NL; /* r0 is a multiple of KN_COL_TILE = NL */
-    int rcmax = T == 1 ? RC1 : RC;
-    /* groups per K block (T >= 2): about KB columns of the tiles stay in L1
-     * while every row of x passes over them */
-    int gk = T == 1 ? ng : (KB / w->group_size > 0 ? KB / w->group_size : 1);
+    int i0 = r0 / NL, nt = (r1 - r0 + NL - 1) / NL;
+    int rcmax = T == 1 ? RC1 : PRC, gk = T == 1 ? ng : kblock_groups(w);
     _Alignas(64) float acc[KN_TBLOCK][RC1][NL];
-    /* tile groups of rcmax tiles from rcmax separate runs, as FOR_TILES */
+    /* groups of rcmax tiles from rcmax separate runs of tiles (FOR_TILES) */
     int q = nt / rcmax, ngrp = q + (nt % rcmax != 0);
     for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
         int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
         for (int j = 0; j < ngrp; j++) {
             int tiles[RC1], rc = j < q ? rcmax : nt % rcmax;
             for (int c = 0; c < rc; c++) tiles[c] = i0 + (j < q ? j + c * q : rcmax * q + c);
-            const uint8_t *pt[RC1];
-            for (int c = 0; c < rc; c++) pt[c] = base + (size_t)tiles[c] * tbytes;
             memset(acc, 0, sizeof acc[0] * (size_t)tn);
             for (int g0 = 0; g0 < ng; g0 += gk) {
                 int g1 = g0 + gk < ng ? g0 + gk : ng;
-                for (int t = 0; t < tn; t += RT)
-                    ptile_any(tn - t < RT ? tn - t : RT, rc, q4, job, pt, t0 + t, g0, g1, acc + t);
+                const uint8_t *pt[RC1];
+                for (int c = 0; c < rc; c++) pt[c] = base + (size_t)tiles[c] * tbytes + (size_t)g0 * gbytes;
+                for (int t = 0; t < tn; t += PRT)
+                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, q4, job, pt, t0 + t, g0, g1, acc + t);
             }
             for (int t = 0; t < tn; t++)
                 for (int c = 0; c < rc; c++)
@@ -687,6 +611,45 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
                         int r = tiles[c] * NL + l;
                         if (r < r1) job->y[(size_t)(t0 + t) * w->rows + r] = acc[t][c][l];
                     }
+        }
+    }
+}
+
+/* Rows [r0, r1) at T >= 2 without kn_pack: per tile and K block, the
+ * records are built into scratch (L1) once for all rows of x, Q4 unpacked
+ * to a byte per column (the nibbles are split once, not once per PRT rows
+ * of x). Tiles take their 16 rows from 16 separate runs (tile_rows). */
+static void tiled_rows(const kn_job *job, int r0, int r1) {
+    const kn_weight *w = job->w;
+    int q4 = w->dtype == KN_Q4, ng = w->cols / w->group_size, T = job->T, gk = kblock_groups(w);
+    size_t rb = q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    /* a K block: at most KN_KBLOCK columns (KB, or one group of up to 1024) */
+    _Alignas(64) uint8_t buf[PRC][KN_KBLOCK * NL + KN_KBLOCK / KN_QBLOCK * 2 * NL * 4];
+    _Alignas(64) float acc[KN_TBLOCK][RC1][NL];
+    int ntl = tile_count(r0, r1, PRC * NL);
+    for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
+        int tn = T - t0 < KN_TBLOCK ? T - t0 : KN_TBLOCK;
+        for (int i = 0; i < ntl; i++) {
+            int rows[PRC * NL], valid;
+            tile_rows(r0, r1, PRC * NL, i, rows, &valid);
+            int rc = (valid + NL - 1) / NL;
+            const uint8_t *p[PRC][NL];
+            for (int c = 0; c < rc; c++)
+                for (int l = 0; l < NL; l++) p[c][l] = (const uint8_t *)w->data + (size_t)rows[c * NL + l] * rb;
+            memset(acc, 0, sizeof acc[0] * (size_t)tn);
+            for (int g0 = 0; g0 < ng; g0 += gk) {
+                int g1 = g0 + gk < ng ? g0 + gk : ng;
+                const uint8_t *pt[RC1];
+                for (int c = 0; c < rc; c++) {
+                    pack_groups(w, p[c], rows + c * NL, NL, g0, g1, 0, buf[c]);
+                    pt[c] = buf[c];
+                }
+                for (int t = 0; t < tn; t += PRT)
+                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, 0, job, pt, t0 + t, g0, g1, acc + t);
+            }
+            for (int t = 0; t < tn; t++)
+                for (int j = 0; j < valid; j++)
+                    job->y[(size_t)(t0 + t) * w->rows + rows[j]] = acc[t][j / NL][j % NL];
         }
     }
 }
