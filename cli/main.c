@@ -38,7 +38,7 @@ typedef struct {
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
     const char *prompts, *quant, *plot;
-    int raw, max_prompts, reps, depth, json;
+    int raw, max_prompts, reps, depth, json, draft_vocab;
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -66,6 +66,8 @@ static const char *help_generate =
     "  -s, --seed S           sampling seed (default 0)\n"
     "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
     "      --draft-max N|auto most drafted tokens per round (default auto)\n"
+    "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
+    "                         tokens); default 32768 for vocabularies > 65536\n"
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
@@ -104,7 +106,7 @@ static const char *help_bench =
     "  -n, --n-predict N      tokens per prompt (default 128)\n"
     "      --reps N           repetitions (default 3; medians reported)\n"
     "      --depth N          context depth for the forward costs (default 256)\n"
-    "      --draft-max N|auto, --block-size B   as for generate\n"
+    "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
     "      --json             print one JSON object on stdout instead of the table\n"
@@ -214,6 +216,10 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--json", "--json")) o->json = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
         else if (IS("--plot", "--plot")) o->plot = VAL();
+        else if (IS("--draft-vocab", "--draft-vocab")) {
+            const char *v = VAL();
+            o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 1, INT_MAX);
+        }
         else usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
@@ -305,6 +311,7 @@ static dflash_gen gen_params(const opts *o) {
     g.seed = o->seed;
     g.block_size = o->block_size;
     g.draft_max = o->draft_max;
+    g.draft_vocab = o->draft_vocab;
     g.ignore_eos = o->ignore_eos;
     g.use_draft = !o->no_draft;
     return g;

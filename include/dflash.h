@@ -79,6 +79,10 @@ typedef struct {
     int use_draft;     /* DFlash if a draft is loaded (default 1) */
     int block_size;    /* 0 = the draft's block_size */
     int draft_max;     /* most drafts per round; -1 = auto (default) */
+    int draft_vocab;   /* the draft scores token ids 0..N-1 plus the stop tokens;
+                          0 = auto (32768 when the vocabulary is larger than
+                          65536), -1 = the whole vocabulary. Changes speed
+                          only: every token is still the target's choice. */
     int ignore_eos;
 } dflash_gen;
 

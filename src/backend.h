@@ -33,11 +33,16 @@ typedef struct {
  *               them to the draft's persistent context cache.
  *   block:      run the block (anchor + masks) at positions ctx_len..; it
  *               attends, without mask, to the whole context cache and the block;
- *               block K/V are never stored. Outputs logits for slots 1..B-1. */
+ *               block K/V are never stored. Outputs logits for slots 1..B-1,
+ *               optionally over a reduced vocabulary: a draft only proposes, so
+ *               scoring fewer tokens costs acceptance, never correctness. */
 typedef struct {
     int B;                  /* block length, >= 2 */
     const int32_t *tokens;  /* [B]: anchor, then mask ids */
-    float *logits;          /* [B-1][vocab] for slots 1..B-1 */
+    int n_vocab;            /* score lm_head rows 0..n_vocab-1 (0 = all) */
+    const int32_t *extra;   /* and these ids beyond n_vocab (stop tokens) */
+    int n_extra;
+    float *logits;          /* [B-1][n_vocab + n_extra] for slots 1..B-1 */
 } be_draft_block;
 
 typedef struct be_ops {

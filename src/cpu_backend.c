@@ -358,7 +358,30 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         mlp(s, L, c, B);
     }
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, B - 1, H, c->eps);
-    kn_matmul(b->logits, s->xn, &tg->lm_head, B - 1);
+    int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab, nx = b->n_extra;
+    if (nx == 0) {
+        kn_weight head = tg->lm_head; /* rows 0..nv-1: a prefix view of the row-major matrix */
+        head.rows = nv;
+        kn_matmul(b->logits, s->xn, &head, B - 1);
+        return 0;
+    }
+    /* prefix rows into a scratch layout, then the extra ids row by row */
+    float *tmp = dfl_malloc64(sizeof(float) * (size_t)(B - 1) * nv), *row = dfl_malloc64(sizeof(float) * H);
+    kn_weight head = tg->lm_head;
+    head.rows = nv;
+    kn_matmul(tmp, s->xn, &head, B - 1);
+    for (int i = 0; i < B - 1; i++) memcpy(b->logits + (size_t)i * (nv + nx), tmp + (size_t)i * nv, sizeof(float) * nv);
+    for (int e = 0; e < nx; e++) {
+        kn_get_row(row, &tg->lm_head, b->extra[e]);
+        for (int i = 0; i < B - 1; i++) {
+            const float *x = s->xn + (size_t)i * H;
+            float acc = 0.0f;
+            for (int d = 0; d < H; d++) acc += row[d] * x[d];
+            b->logits[(size_t)i * (nv + nx) + nv + e] = acc;
+        }
+    }
+    free(tmp);
+    free(row);
     return 0;
 }
 

@@ -47,6 +47,8 @@ struct dflash_model {
     int block_len;       /* verify rows of the last forward */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1];
+    int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
+    int32_t draft_extra[CFG_MAX_EOS + 1]; /* these stop ids beyond it */
     spec_auto ctl;       /* draft length control, kept across calls */
 };
 
@@ -64,6 +66,7 @@ dflash_gen dflash_default_gen(void) {
     g.top_p = 1.0f;
     g.use_draft = 1;
     g.draft_max = -1;
+    g.draft_vocab = 0;
     return g;
 }
 
@@ -296,9 +299,14 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     if (flush_pending(m) != 0) return -1;
     tok[0] = anchor;
     for (int i = 1; i <= k; i++) tok[i] = m->draft.cfg.mask_token_id;
-    be_draft_block b = {k + 1, tok, m->logits};
+    int nv = m->draft_nv, nx = m->draft_nx, w = nv + nx;
+    be_draft_block b = {k + 1, tok, nv, m->draft_extra, nx, m->logits};
     if (m->be->draft_block(m->dseq, &b) != 0) return -1;
-    for (int i = 0; i < k; i++) out[i] = smp_argmax(m->logits + (size_t)i * c->vocab, c->vocab);
+    for (int i = 0; i < k; i++) {
+        int j = smp_argmax(m->logits + (size_t)i * w, w);
+        out[i] = j < nv ? j : m->draft_extra[j - nv];
+    }
+    (void)c;
     return 0;
 }
 
@@ -369,6 +377,8 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         }
     }
     m->sp = (smp_params){g->temp, g->top_k, g->top_p, g->seed};
+    m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
+    if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
     m->n_stop = 0;
     if (!g->ignore_eos) {
         for (int i = 0; i < c->n_eos; i++) m->stop[m->n_stop++] = c->eos_ids[i];
@@ -377,6 +387,10 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         for (int i = 0; i < m->n_stop; i++) dup |= m->stop[i] == e;
         if (e >= 0 && !dup) m->stop[m->n_stop++] = e;
     }
+
+    m->draft_nx = 0;
+    for (int i = 0; i < m->n_stop; i++)
+        if (m->stop[i] >= m->draft_nv && m->stop[i] < c->vocab) m->draft_extra[m->draft_nx++] = m->stop[i];
 
     /* reuse the cached prefix */
     int len = m->be->length(m->seq), p = 0;

@@ -310,7 +310,7 @@ TEST(draft_forward_cached_equals_uncached) {
     be->draft_ctx_append(b, feats, 3);
     be->draft_ctx_append(b, feats + 3 * 2 * H, 1);
     be->draft_ctx_append(b, feats + 4 * 2 * H, N - 4);
-    be_draft_block q = {8, blk, l1};
+    be_draft_block q = {.B = 8, .tokens = blk, .logits = l1};
     CHECK(be->draft_block(a, &q) == 0, "block a");
     q.logits = l2;
     CHECK(be->draft_block(b, &q) == 0, "block b");

@@ -144,7 +144,7 @@ TEST(draft_forward_and_dflash_loop) {
         blk[0] = smp_argmax(logits, V);
         for (int k = 1; k < B; k++) blk[k] = mask;
         be->draft_ctx_append(ds, feats, T);
-        be_draft_block q = {B, blk, logits};
+        be_draft_block q = {.B = B, .tokens = blk, .logits = logits};
         CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
         float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
         worst = dd > worst ? dd : worst;
