@@ -254,7 +254,7 @@ static int generic_supported(void) { return 1; }
 /* q8 mode here is the portable reference, not a fast path: off by default */
 const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, generic_rows,
                                  generic_supported, 0,                 generic_quant, generic_rows_q8,
-                                 NULL};
+                                 NULL,              NULL,              NULL,          NULL};
 
 /* ===================================================================== */
 /* Dispatch                                                                */
@@ -274,13 +274,14 @@ static const kn_impl *kn_cur; /* NULL until kn_init */
 
 /* q8 mode (kernels.h): the request of kn_set_act_quant (-1: none), the
  * environment's DFLASH_ACT (-1: unset); whether the variant has it on this
- * CPU, and whether it is on by default. */
-static int act_req = -1, act_env = -1, act_avail, act_default;
+ * CPU for Q8/Q4 and for BF16 weights, and whether it is on by default. */
+static int act_req = -1, act_env = -1, act_q8, act_bf16, act_default;
 
 static void set_cur(const kn_impl *impl) {
     kn_cur = impl;
-    act_avail = impl->q8_supported && impl->q8_supported();
-    act_default = act_avail && impl->q8_default;
+    act_q8 = impl->q8_supported && impl->q8_supported();
+    act_bf16 = impl->bf16_supported && impl->bf16_supported();
+    act_default = (act_q8 || act_bf16) && impl->q8_default;
 }
 
 int kn_force_variant(const char *name) {
@@ -320,11 +321,19 @@ void kn_init(void) {
 
 void kn_set_act_quant(int on) { act_req = on < 0 ? -1 : on != 0; }
 
-int kn_act_quant(void) {
-    if (!kn_cur) kn_init();
-    if (!act_avail) return 0;
+static int act_on(void) {
     int m = act_req >= 0 ? act_req : act_env;
     return m >= 0 ? m : act_default;
+}
+
+int kn_act_quant(void) {
+    if (!kn_cur) kn_init();
+    return act_q8 && act_on();
+}
+
+int kn_act_bf16(void) {
+    if (!kn_cur) kn_init();
+    return act_bf16 && act_on();
 }
 
 const char *kn_variant(void) {
@@ -341,6 +350,7 @@ static void kn_matmul_chunk(void *ctx, int start, int end) {
     int r1 = end * KN_COL_TILE;
     if (r1 > job->w->rows) r1 = job->w->rows;
     if (job->qx) kn_cur->rows_q8(job, start * KN_COL_TILE, r1);
+    else if (job->xb) kn_cur->rows_bf16(job, start * KN_COL_TILE, r1);
     else kn_cur->rows(job, start * KN_COL_TILE, r1);
 }
 
@@ -381,13 +391,31 @@ static void matmul_q8(kn_job *job, const float *x) {
     free(buf);
 }
 
+/* q8 mode, BF16 weights: x rounded to bfloat16 once, then rows_bf16. */
+static void matmul_bf16(kn_job *job, const float *x) {
+    const kn_weight *w = job->w;
+    job->ldb = ((size_t)w->cols + 31) & ~(size_t)31;
+    uint16_t *xb = alloc64((size_t)job->T * job->ldb * sizeof *xb);
+    kn_cur->quant_bf16(xb, job->ldb, x, job->T, w->cols);
+    job->xb = xb;
+    int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
+    if ((double)w->rows * w->cols * job->T < KN_MIN_PARALLEL) kn_matmul_chunk(job, 0, tiles);
+    else tp_for(tiles, kn_matmul_chunk, job);
+    free(xb);
+}
+
 void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     if (T <= 0) return;
     if (!kn_cur) kn_init();
-    kn_job job = {y, x, w, T, NULL};
+    kn_job job = {y, x, w, T, NULL, NULL, 0};
     if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant()) {
         job.x = NULL;
         matmul_q8(&job, x);
+        return;
+    }
+    if (w->dtype == KN_BF16 && kn_act_bf16()) {
+        job.x = NULL;
+        matmul_bf16(&job, x);
         return;
     }
     /* The variants read x with 64-byte vector loads; a misaligned x costs

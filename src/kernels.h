@@ -1,8 +1,8 @@
 /* kernels.h - numeric kernels behind one dispatch point. Prefix: kn_.
  *
  * Weights stay in their on-disk dtype (mmap'd) and are converted inside the
- * kernels. Activations are f32; for MLX Q8/Q4 weights kn_matmul can round
- * them to int8 on the fly (see kn_set_act_quant).
+ * kernels. Activations are f32; for MLX Q8/Q4 and BF16 weights kn_matmul
+ * can round them to int8 / bfloat16 on the fly (see kn_set_act_quant).
  *
  * Batch invariance (the rule that makes DFlash exactly lossless): the value
  * kn_matmul writes for row t of the output depends only on row t of the input
@@ -63,7 +63,8 @@ size_t kn_weight_bytes(const kn_weight *w);
  * scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
 int kn_check_weight(const kn_weight *w, const char *name);
 
-/* Activation quantization for Q8/Q4 weights ("q8" mode).
+/* Activation quantization ("q8" mode): int8 activations for Q8/Q4 weights,
+ * bfloat16 ones for BF16 weights. F32/F16 weights always run in f32.
  *
  * Off ("f32"): x is used as given; the result is the f32 reference
  * arithmetic of the variant (kernels.c).
@@ -89,15 +90,21 @@ int kn_check_weight(const kn_weight *w, const char *name);
  * result that of one consistent input (MLX groups are centred, w = s*(q-z):
  * with the original sums the rounding error of x would meet |b| ~ z*s).
  * Error versus f32: |x_j - xdeq_j| <= d_k / 2 = amax_k / 254 per element.
+ * BF16 weights: x rounded to bfloat16 (|error| <= 2^-8 |x_j|), products
+ * summed in f32 by AVX512_BF16 vdpbf16ps (kernels_bf16.c gives the order).
  * Batch invariance holds in both modes; the two modes give different bits.
  *
  * on: 1 = q8, 0 = f32, -1 = the default. The default is the environment's
- * DFLASH_ACT=f32|q8 if set, else q8 when the selected variant has a fast
- * int8 path (avx512 on a CPU with AVX512_VNNI), else f32. A variant without
- * a q8 path (avx2) always runs f32; "generic" has the portable reference. */
+ * DFLASH_ACT=f32|q8 if set, else q8 when the selected variant has fast
+ * reduced-precision paths (avx512: int8 ones with AVX512_VNNI, bfloat16
+ * ones with AVX512_BF16), else f32. Where the variant or CPU lacks a path
+ * (avx2; avx512 without VNNI or BF16) those weights run f32; "generic" has
+ * the portable reference of the int8 path (off by default), none for BF16. */
 void kn_set_act_quant(int on);
 /* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
 int kn_act_quant(void);
+/* 1 if kn_matmul on BF16 weights uses bfloat16 activations now. */
+int kn_act_bf16(void);
 
 /* Q8/Q4 weights in q8 mode: copy w once (at load) into the layout the int8
  * kernels stream - 16-row tiles, 4-byte column runs interleaved, scales

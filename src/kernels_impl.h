@@ -50,6 +50,9 @@ typedef struct {
     const kn_weight *w; /* validated by kn_check_weight */
     int T;
     const kn_qx *qx;    /* q8 mode (Q8/Q4 weights): the quantized x; else NULL */
+    const uint16_t *xb; /* q8 mode, BF16 weights: x as bfloat16, [T][ldb], rows
+                         * 64-byte aligned and zero-padded; else NULL */
+    size_t ldb;
 } kn_job;
 
 typedef struct {
@@ -65,7 +68,8 @@ typedef struct {
     void (*permute_q4)(float *dst, const float *src, size_t n);
     void (*rows)(const kn_job *job, int r0, int r1);
     /* q8 mode. q8_supported: NULL if the variant has none, else 1 if this
-     * CPU can run it; q8_default: on unless asked otherwise (a fast path).
+     * CPU can run it; q8_default: the mode is on unless asked otherwise
+     * (the variant's reduced-precision paths are fast ones).
      * quant(qx, x, T, w) fills qx (buffers sized by kn_matmul) in the
      * layout rows_q8 reads for this T, with exactly kn_quant_row's values;
      * rows_q8 is rows() for a job with qx set. */
@@ -77,6 +81,11 @@ typedef struct {
      * released with free), NULL if out of memory; NULL pointer: the
      * variant has no packed layout. rows_q8 reads w->packed when set. */
     void *(*pack)(const kn_weight *w);
+    /* q8 mode for BF16 weights (bfloat16 activations); NULL: none.
+     * quant_bf16 fills xb [T][ldb] from x [T][cols]. */
+    int (*bf16_supported)(void);
+    void (*quant_bf16)(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
+    void (*rows_bf16)(const kn_job *job, int r0, int r1);
 } kn_impl;
 
 /* The reference quantizer of one row (kernels.h gives the rule): xq[cols]
@@ -91,6 +100,10 @@ int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
 void kn_vnni_rows(const kn_job *job, int r0, int r1);
 void *kn_vnni_pack(const kn_weight *w);
+/* kernels_bf16.c: the q8 mode of the avx512 variant for BF16 weights */
+int kn_bf16_supported(void);
+void kn_bf16_quant(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
+void kn_bf16_rows(const kn_job *job, int r0, int r1);
 #endif
 
 /* IEEE half -> float, exact (subnormals, inf, nan included). */

@@ -25,7 +25,11 @@
  *       sum_j |w_j| * amax_k * (1/254 + 2e-7) (|xdeq_j - x_j| <= d_k/2 plus
  *       the rounding of d_k and of x_j * 127/amax_k).
  * The q8 path of each SIMD variant must also give the same bits as the
- * generic C reference of the q8 mode. */
+ * generic C reference of the q8 mode.
+ *
+ * q8 mode on BF16 weights (bfloat16 activations, check_bf16): against the
+ * exact W . bf16(x) within the f32 bound above (cols/16 lane steps), and
+ * against W . x within that plus 2^-8 * sum |w_j x_j|. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -171,11 +175,12 @@ static int check_against_ref(const float *y, const float *x, const kn_weight *w,
 static const char *variants[] = {"generic", "avx2", "avx512"};
 #define N_VARIANTS 3
 
-static int vnni = 0; /* set by act_quant_mode, the first q8 test */
+static int vnni = 0, avx512bf16 = 0; /* CPU features, set by main */
 
-/* Whether variant v has a q8 mode on this CPU, and a packed layout. */
+/* Whether variant v has a q8 mode on this CPU, a packed layout, a bf16 mode. */
 static int has_q8(const char *v) { return strcmp(v, "generic") == 0 || (strcmp(v, "avx512") == 0 && vnni); }
 static int has_q8_pack(const char *v) { return strcmp(v, "avx512") == 0 && vnni; }
+static int has_bf16(const char *v) { return strcmp(v, "avx512") == 0 && avx512bf16; }
 
 static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
@@ -186,6 +191,7 @@ static void describe(char *buf, size_t n, const char *var, const kn_weight *w, i
     if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
     if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant())
         snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode%s)", w->packed ? ", packed" : "");
+    if (w->dtype == KN_BF16 && kn_act_bf16()) snprintf(buf + strlen(buf), n - strlen(buf), " (bf16 activations)");
 }
 
 /* Weight configurations: dtype, group size, scale dtype. */
@@ -383,9 +389,9 @@ TEST(batch_invariance) {
             if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
             for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
                 int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
-                if (q8 && !isq) continue;
+                if (q8 && !isq && !(c[k].dt == KN_BF16 && kn_act_bf16())) continue;
                 invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1, 0);
-                if (q8 && has_q8_pack(variants[vi])) invariance_case(variants[vi], &c[k], 70, 1152, 1, 1);
+                if (q8 && isq && has_q8_pack(variants[vi])) invariance_case(variants[vi], &c[k], 70, 1152, 1, 1);
             }
         }
     }
@@ -584,10 +590,14 @@ TEST(act_quant_mode) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         int avx512 = strcmp(variants[vi], "avx512") == 0;
         CHECK(kn_act_quant() == (avx512 && vnni), "%s: default q8 mode %d", variants[vi], kn_act_quant());
+        CHECK(kn_act_bf16() == has_bf16(variants[vi]) && (avx512bf16 || vnni || !avx512),
+              "%s: default bf16 activations %d", variants[vi], kn_act_bf16());
         kn_set_act_quant(1);
         CHECK(kn_act_quant() == has_q8(variants[vi]), "%s: q8 requested: %d", variants[vi], kn_act_quant());
+        CHECK(kn_act_bf16() == has_bf16(variants[vi]), "%s: q8 requested, bf16: %d", variants[vi], kn_act_bf16());
         kn_set_act_quant(0);
-        CHECK(kn_act_quant() == 0, "%s: f32 requested: %d", variants[vi], kn_act_quant());
+        CHECK(kn_act_quant() == 0 && kn_act_bf16() == 0, "%s: f32 requested: %d %d", variants[vi], kn_act_quant(),
+              kn_act_bf16());
         kn_set_act_quant(-1);
     }
     /* DFLASH_ACT, read by kn_init; an explicit request wins over it */
@@ -621,6 +631,65 @@ TEST(act_quant_mode) {
     kn_init();
 }
 
+/* Check a bf16-activation y[T][rows] as the header says; returns #failures. */
+static int check_bf16(const float *y, const float *x, const kn_weight *w, int T, const char *what) {
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < w->rows; r++) {
+            double ref_b = 0, ref_x = 0, mag = 0, s, q, b;
+            for (int j = 0; j < w->cols; j++) {
+                elem(w, r, j, &s, &q, &b);
+                float xv = x[(size_t)t * w->cols + j];
+                ref_b += q * dfl_bf16_to_f32(dfl_f32_to_bf16(xv));
+                ref_x += q * xv;
+                mag += fabs(q * xv);
+            }
+            double tol = (w->cols / 16 + 10) * ldexp(1.0, -24) * mag * 1.01, got = y[(size_t)t * w->rows + r];
+            if (!(fabs(got - ref_b) <= tol) || !(fabs(got - ref_x) <= tol + ldexp(1.0, -8) * mag)) {
+                if (bad < 3)
+                    CHECK(0, "%s: y[%d][%d] = %.9g, W.bf16(x) %.9g (tol %.3g), W.x %.9g", what, t, r, got, ref_b, tol,
+                          ref_x);
+                bad++;
+            }
+        }
+    return bad;
+}
+
+TEST(bf16_activations) {
+    int shapes[][2] = {{1, 1}, {5, 7}, {17, 33}, {37, 100}, {3, 1030}, {20, 2100}};
+    int Ts[] = {1, 3, 17};
+    kn_set_act_quant(1);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0 || !kn_act_bf16()) continue;
+        for (int si = 0; si < 6; si++) {
+            int rows = shapes[si][0], cols = shapes[si][1];
+            tweight tw = make_weight(KN_BF16, rows, cols, 0, KN_F32);
+            for (int ti = 0; ti < 3; ti++) {
+                int T = Ts[ti];
+                float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
+                float *yf = dfl_malloc(sizeof(float) * T * rows);
+                for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
+                kn_matmul(y, x, &tw.w, T);
+                char d[160];
+                describe(d, sizeof d, variants[vi], &tw.w, T);
+                check_bf16(y, x, &tw.w, T, d);
+                if (cols >= 100) { /* the mode is really on */
+                    kn_set_act_quant(0);
+                    kn_matmul(yf, x, &tw.w, T);
+                    kn_set_act_quant(1);
+                    CHECK(memcmp(y, yf, sizeof(float) * T * rows) != 0, "%s: same bits as f32 mode", d);
+                }
+                free(x);
+                free(y);
+                free(yf);
+            }
+            free_weight(&tw);
+        }
+    }
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
 /* A large T (several KN_TBLOCK passes) against T=1, one dtype per kind. */
 TEST(large_T) {
     int T = 150, rows = 20, cols = 256;
@@ -629,8 +698,9 @@ TEST(large_T) {
         kn_set_act_quant(q8);
         if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant()) || (pack && !has_q8_pack(variants[vi])))
             continue;
-        for (int k = q8; k < 3; k++) {
+        for (int k = q8 && !kn_act_bf16(); k < 3; k++) {
             kn_dtype dt = k == 0 ? KN_BF16 : k == 1 ? KN_Q8 : KN_Q4;
+            if (pack && dt == KN_BF16) continue;
             tweight tw = make_weight(dt, rows, cols, 64, KN_BF16);
             if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
             float *x = dfl_malloc(sizeof(float) * T * cols);
@@ -646,7 +716,8 @@ TEST(large_T) {
             char d[128];
             describe(d, sizeof d, variants[vi], &tw.w, T);
             CHECK(bad == 0, "%s: %d rows differ from T=1", d, bad);
-            if (q8) check_q8(y, x, &tw.w, T, d, NULL);
+            if (q8 && dt == KN_BF16) check_bf16(y, x, &tw.w, T, d);
+            else if (q8) check_q8(y, x, &tw.w, T, d, NULL);
             else check_against_ref(y, x, &tw.w, T, d);
             free(x);
             free(y);
@@ -789,6 +860,8 @@ int main(void) {
     __builtin_cpu_init();
     vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    avx512bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #endif
     RUN(names_and_bytes);
     RUN(variants);
@@ -798,6 +871,7 @@ int main(void) {
     RUN(act_quant_mode);
     RUN(q8_accuracy_and_reference_bits);
     RUN(q8_special_rows);
+    RUN(bf16_activations);
     RUN(batch_invariance);
     RUN(large_T);
     RUN(x_alignment);

@@ -1,7 +1,8 @@
-/* test_kernels_q8ref.c - the forward pass in q8 mode (int8 activations,
- * kernels.h kn_set_act_quant) against the PyTorch float32 fixtures of the
- * tiny MLX checkpoints (tests/fixtures/README.md). test_reference.c checks
- * the same fixtures in f32 mode with the tight bounds.
+/* test_kernels_q8ref.c - the forward pass in q8 mode (kernels.h
+ * kn_set_act_quant: int8 activations for Q8/Q4 weights, bfloat16 ones for
+ * BF16 weights) against the PyTorch float32 fixtures of the tiny checkpoints
+ * (tests/fixtures/README.md). test_reference.c checks the same fixtures in
+ * f32 mode with the tight bounds.
  *
  * q8 mode rounds every activation row entering a Q8/Q4 matmul to int8 per
  * 32 columns, so the logits move by far more than f32 rounding. Bound
@@ -151,6 +152,16 @@ TEST(tiny_qwen3_q4) {
     check_q8("tiny-qwen3-q4", 1);
 }
 
+/* BF16 weights: bfloat16 activations where the CPU has AVX512_BF16 */
+TEST(tiny_bf16) {
+    if (!kn_act_bf16()) {
+        fprintf(stderr, "  (no bfloat16 activation path here: skipped)\n");
+        return;
+    }
+    check_q8("tiny-qwen3", 0);
+    check_q8("tiny-llama3", 0);
+}
+
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
@@ -161,6 +172,7 @@ int main(void) {
     tp_init(2);
     RUN(tiny_qwen3_q8);
     RUN(tiny_qwen3_q4);
+    RUN(tiny_bf16);
     tp_shutdown();
     CHECK_DONE("test_kernels_q8ref");
 }
