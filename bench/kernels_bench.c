@@ -5,7 +5,7 @@
  *
  * Q8/Q4 run in both activation modes where the variant has the q8 one
  * (kn_set_act_quant): "f32 act" and "q8 act" rows, and "q8 act packed"
- * with kn_pack'ed weights. "quant" measures only the Q8/Q4 weights (and
+ * with kn_pack'ed weights; BF16 likewise "f32 act" and "bf16 act". "quant" measures only the Q8/Q4 weights (and
  * their LM heads).
  *
  * Cold (default): every call uses the next of several copies of the matrix,
@@ -191,6 +191,18 @@ static void bmat_free(bmat *m) {
     free(m->arena);
 }
 
+/* Activation modes to measure for dtype dt: 1 (f32), 2 (+ q8 / bf16), 3
+ * (+ q8 packed); and the label of mode a. */
+static int n_modes(kn_dtype dt, int has_q8, int has_bf16) {
+    if (dt == KN_Q8 || dt == KN_Q4) return has_q8 ? 3 : 1;
+    return dt == KN_BF16 && has_bf16 ? 2 : 1;
+}
+static const char *mode_name(kn_dtype dt, int a) {
+    if (dt == KN_Q8 || dt == KN_Q4) return a == 2 ? " q8 act packed" : a ? " q8 act" : " f32 act";
+    if (dt == KN_BF16) return a ? " bf16 act" : " f32 act";
+    return "";
+}
+
 /* ms per kn_matmul call: best over ROUNDS of the mean over >= ROUND_SECONDS. */
 static double time_matmul(const bmat *m, float *y, const float *x, int T) {
     kn_weight w0 = bmat_copy(m, 0);
@@ -224,7 +236,7 @@ int main(int argc, char **argv) {
     }
     kn_init();
     kn_set_act_quant(1);
-    int has_q8 = kn_act_quant();
+    int has_q8 = kn_act_quant(), has_bf16 = kn_act_bf16();
     kn_set_act_quant(-1);
     printf("kernels_bench: variant %s, %s weights (%s), physical cores %d\n", kn_variant(),
            hot ? "hot" : "cold", hot ? "one copy, cache-resident" : "rotating copies > 3 GiB",
@@ -255,16 +267,16 @@ int main(int argc, char **argv) {
             bmat m;
             bmat_init(&m, dts[d], shapes[s][0], shapes[s][1], hot);
             double gb = kn_weight_bytes(m.w) / 1e9;
-            for (int act = 0; act < (isq && has_q8 ? 3 : 1); act++) {
+            for (int act = 0; act < n_modes(dts[d], has_q8, has_bf16); act++) {
                 kn_set_act_quant(act > 0);
                 if (act == 2 && bmat_pack(&m) != 0) break;
                 for (int nt = 1; nt <= 2; nt++) {
                     tp_init(nt);
                     double ms[5];
                     for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
-                    printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
+                    printf("| %dx%d | %s%s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
                            shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
-                           !isq ? "" : act == 2 ? " g64 q8 act packed" : act ? " g64 q8 act" : " g64 f32 act", nt,
+                           isq ? " g64" : "", mode_name(dts[d], act), nt,
                            ms[0], ms[1], ms[2], ms[3],
                            ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
                     fflush(stdout);
@@ -278,19 +290,18 @@ int main(int argc, char **argv) {
     printf("\n| LM head 151936x1024 | dtype | thr | T=1 ms | T=16 ms | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|\n");
     kn_dtype lm[3] = {KN_BF16, KN_Q8, KN_Q4};
     for (int d = quant_only ? 1 : 0; d < 3; d++) {
-        int isq = lm[d] == KN_Q8 || lm[d] == KN_Q4;
         bmat m;
         bmat_init(&m, lm[d], 151936, 1024, 1);
         float *yl = dfl_malloc(sizeof(float) * 16 * 151936);
         double gb = kn_weight_bytes(m.w) / 1e9;
-        for (int act = 0; act < (isq && has_q8 ? 3 : 1); act++) {
+        for (int act = 0; act < n_modes(lm[d], has_q8, has_bf16); act++) {
             kn_set_act_quant(act > 0);
             if (act == 2 && bmat_pack(&m) != 0) break;
             for (int nt = 1; nt <= 2; nt++) {
                 tp_init(nt);
                 double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
                 printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]),
-                       !isq ? "" : act == 2 ? " q8 act packed" : act ? " q8 act" : " f32 act", nt, t1, t16,
+                       mode_name(lm[d], act), nt, t1, t16,
                        gb / (t1 * 1e-3), t16 / t1);
                 fflush(stdout);
             }

@@ -281,7 +281,7 @@ static void set_cur(const kn_impl *impl) {
     kn_cur = impl;
     act_q8 = impl->q8_supported && impl->q8_supported();
     act_bf16 = impl->bf16_supported && impl->bf16_supported();
-    act_default = (act_q8 || act_bf16) && impl->q8_default;
+    act_default = act_q8 && impl->q8_default;
 }
 
 int kn_force_variant(const char *name) {
@@ -331,9 +331,11 @@ int kn_act_quant(void) {
     return act_q8 && act_on();
 }
 
+/* bfloat16 activations only on request: on this project's Intel host
+ * vdpbf16ps gained nothing over the f32 FMA path at T = 16 (bench/NOTES.md) */
 int kn_act_bf16(void) {
     if (!kn_cur) kn_init();
-    return act_bf16 && act_on();
+    return act_bf16 && (act_req >= 0 ? act_req : act_env) == 1;
 }
 
 const char *kn_variant(void) {

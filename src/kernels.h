@@ -95,11 +95,13 @@ int kn_check_weight(const kn_weight *w, const char *name);
  * Batch invariance holds in both modes; the two modes give different bits.
  *
  * on: 1 = q8, 0 = f32, -1 = the default. The default is the environment's
- * DFLASH_ACT=f32|q8 if set, else q8 when the selected variant has fast
- * reduced-precision paths (avx512: int8 ones with AVX512_VNNI, bfloat16
- * ones with AVX512_BF16), else f32. Where the variant or CPU lacks a path
- * (avx2; avx512 without VNNI or BF16) those weights run f32; "generic" has
- * the portable reference of the int8 path (off by default), none for BF16. */
+ * DFLASH_ACT=f32|q8 if set, else q8 for Q8/Q4 weights when the selected
+ * variant has a fast int8 path (avx512 with AVX512_VNNI), else f32. BF16
+ * weights take bfloat16 activations (avx512 with AVX512_BF16) only when q8
+ * is asked for explicitly (here or by DFLASH_ACT), never by default. Where
+ * the variant or CPU lacks a path (avx2; avx512 without VNNI or BF16) those
+ * weights run f32; "generic" has the portable reference of the int8 path
+ * (off by default) and none for BF16. */
 void kn_set_act_quant(int on);
 /* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
 int kn_act_quant(void);
