@@ -451,6 +451,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     static const char *reasons[] = {"budget", "stop token", "context full", "callback"};
     st->stop_reason = reasons[ss.stopped_by];
     if (out) {
+        if (!e.out) e.out = dfl_malloc(sizeof(int32_t)); /* never NULL, even when empty */
         *out = e.out;
         if (n_out) *n_out = e.n_out;
     } else {
