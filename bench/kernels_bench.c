@@ -2,6 +2,7 @@
  * the machine's read bandwidth. Built and run by `make bench-kernels`.
  *
  *   kernels_bench [hot] [quant]   (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
+ *   kernels_bench model           (the Qwen3-0.6B matmuls, see model_bench)
  *
  * Q8/Q4 run in both activation modes where the variant has the q8 one
  * (kn_set_act_quant): "f32 act" and "q8 act" rows, and "q8 act packed"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels.h"
 #include "threads.h"
@@ -224,13 +226,96 @@ static double time_matmul(const bmat *m, float *y, const float *x, int T) {
     return best * 1e3;
 }
 
+/* ---- the matmuls of one Qwen3-0.6B forward ------------------------------ */
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Every matmul of a Qwen3-0.6B-shaped forward (28 layers of q, k, v, o,
+ * gate, up, down and the 151936-row LM head; MLX 8/4-bit, group 64, BF16
+ * scales: 0.63 / 0.34 GB, larger than the caches) on ONE thread, timed by
+ * the thread's CPU time: on a shared host that leaves out the time other
+ * jobs hold the core (wall clock there varied by 2x between runs). Best of
+ * 3 passes per T. Activation modes as above; "packed" = kn_pack. */
+static void model_bench(void) {
+    enum { NL = 28, NW = NL * 7 + 1 };
+    int shp[7][2] = {{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {3072, 1024}, {1024, 3072}};
+    int Ts[5] = {1, 2, 4, 8, 16};
+    float *x = dfl_malloc(sizeof(float) * 16 * 3072), *y = dfl_malloc(sizeof(float) * 16 * 151936);
+    for (int i = 0; i < 16 * 3072; i++) x[i] = rndf();
+    tp_init(1);
+    printf("\nQwen3-0.6B matmuls, 1 thread, thread CPU time (ms per forward)\n\n");
+    printf("| weights | activations | T=1 | T=2 | T=4 | T=8 | T=16 | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        bmat *m = dfl_malloc(sizeof(bmat) * NW);
+        double gb = 0;
+        for (int i = 0; i < NW; i++) {
+            int rows = i == NW - 1 ? 151936 : shp[i % 7][0], cols = i == NW - 1 ? 1024 : shp[i % 7][1];
+            bmat_init(&m[i], bits == 8 ? KN_Q8 : KN_Q4, rows, cols, 1);
+            gb += kn_weight_bytes(m[i].w) / 1e9;
+        }
+        kn_set_act_quant(1);
+        int nmode = kn_act_quant() ? 3 : 1;
+        for (int mode = 0; mode < nmode; mode++) {
+            kn_set_act_quant(mode > 0);
+            void **pk = NULL;
+            if (mode == 2) { /* packed copies, the originals stay */
+                pk = dfl_malloc(sizeof(void *) * NW);
+                for (int i = 0; i < NW; i++) {
+                    kn_weight w = bmat_copy(&m[i], 0);
+                    if (kn_pack(&w) != 0) {
+                        printf("kn_pack: %s\n", dfl_lasterr());
+                        return;
+                    }
+                    pk[i] = (void *)w.packed;
+                }
+            }
+            double ms[5];
+            for (int k = 0; k < 5; k++) {
+                ms[k] = 1e30;
+                for (int pass = 0; pass < 3; pass++) {
+                    double t0 = cpu_now();
+                    for (int i = 0; i < NW; i++) {
+                        kn_weight w = bmat_copy(&m[i], 0);
+                        if (pk) w.packed = pk[i];
+                        kn_matmul(y, x, &w, Ts[k]);
+                    }
+                    double t = (cpu_now() - t0) * 1e3;
+                    if (t < ms[k]) ms[k] = t;
+                }
+            }
+            printf("| Q%d g64 | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", bits,
+                   mode == 2 ? "q8, packed" : mode ? "q8" : "f32", ms[0], ms[1], ms[2], ms[3], ms[4],
+                   gb / (ms[0] * 1e-3), ms[4] / ms[0]);
+            fflush(stdout);
+            if (pk)
+                for (int i = 0; i < NW; i++) free(pk[i]);
+            free(pk);
+        }
+        kn_set_act_quant(-1);
+        for (int i = 0; i < NW; i++) bmat_free(&m[i]);
+        free(m);
+    }
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     int hot = 0, quant_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "hot") == 0) hot = 1;
         else if (strcmp(argv[i], "quant") == 0) quant_only = 1;
-        else {
-            fprintf(stderr, "usage: kernels_bench [hot] [quant]\n");
+        else if (strcmp(argv[i], "model") == 0) {
+            kn_init();
+            printf("kernels_bench: variant %s\n", kn_variant());
+            model_bench();
+            tp_shutdown();
+            return 0;
+        } else {
+            fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model\n");
             return 2;
         }
     }

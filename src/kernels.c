@@ -13,7 +13,13 @@
  *   sum rounded separately);
  *   y = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)).
  * The build uses -std=c11, which keeps GCC from contracting a*b+c into an
- * FMA, so the same source gives the same rounding in every loop. */
+ * FMA, so the same source gives the same rounding in every loop.
+ *
+ * q8 mode (kernels.h, kn_set_act_quant): kn_matmul quantizes x once per
+ * call (kn_quant_row's values, in the layout the variant asks for) and runs
+ * the variant's rows_q8 (Q8/Q4) or rows_bf16 (BF16). generic_rows_q8 below
+ * is the C reference of the int8 arithmetic; the SIMD q8 paths must give
+ * its bits exactly (tests/test_kernels.c checks it). */
 #include "kernels.h"
 
 #include <float.h>
