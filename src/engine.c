@@ -137,6 +137,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     dflash_params def = dflash_default_params();
     if (!p) p = &def;
     dflash_model *m = dfl_calloc(1, sizeof *m);
+    kn_init(); /* before loading: packing depends on the kernel mode */
     if (mdl_load(&m->target, target_dir) != 0) goto fail;
     m->has_target = 1;
     if (m->target.cfg.is_draft) {
@@ -156,6 +157,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     if (qt_parse(p->quant, &qk) != 0) goto fail;
     int qg = p->quant_group ? p->quant_group : 64;
     if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, qk, qg) != 0)) goto fail;
+    if (mdl_pack(&m->target) != 0 || (m->has_draft && mdl_pack(&m->draft) != 0)) goto fail;
     const cfg_model *c = &m->target.cfg;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     if (n_ctx > c->max_pos) {
@@ -167,7 +169,6 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         goto fail;
     }
     m->n_ctx = n_ctx;
-    kn_init();
     tp_init(p->n_threads);
     m->be = &be_cpu;
     m->seq = m->be->create(&m->target, n_ctx);

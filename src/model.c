@@ -200,7 +200,37 @@ fail:
     return -1;
 }
 
+/* Every distinct matrix of the model, once (a tied lm_head is the embedding). */
+static int matrices(mdl_model *m, kn_weight **out) {
+    int n = 0;
+    if (m->embed.rows) out[n++] = &m->embed;
+    if (m->lm_head.rows && m->lm_head.data != m->embed.data) out[n++] = &m->lm_head;
+    if (m->fc.rows) out[n++] = &m->fc;
+    for (int l = 0; l < m->cfg.n_layers && m->layers; l++) {
+        mdl_layer *L = &m->layers[l];
+        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < 7; i++) out[n++] = ws[i];
+    }
+    return n;
+}
+
+int mdl_pack(mdl_model *m) {
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
+    int n = matrices(m, ws), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (!ws[i]->packed) rc = kn_pack(ws[i]);
+    free(ws);
+    if (m->lm_head.data == m->embed.data) m->lm_head.packed = m->embed.packed;
+    return rc;
+}
+
 void mdl_free(mdl_model *m) {
+    if (m->layers || m->embed.rows) {
+        kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
+        int n = matrices(m, ws);
+        for (int i = 0; i < n; i++) kn_unpack(ws[i]);
+        free(ws);
+    }
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             mdl_layer *L = &m->layers[l];

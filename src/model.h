@@ -36,6 +36,10 @@ typedef struct {
 } mdl_model;
 
 int mdl_load(mdl_model *m, const char *dir);
+/* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the
+ * current kernel mode uses one; freed by mdl_free. Call after any
+ * conversion (qt_model). */
+int mdl_pack(mdl_model *m);
 void mdl_free(mdl_model *m);
 
 #endif
