@@ -5,12 +5,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-int smp_argmax(const float *x, int n) {
+static int argmax_generic(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#include <immintrin.h>
+/* The maximum with 16 lanes, then the first index holding it: the same
+ * answer as the scalar loop (NaN-free logits). */
+static int argmax_avx512(const float *x, int n) {
+    if (n < 64) return argmax_generic(x, n);
+    __m512 m = _mm512_loadu_ps(x);
+    int i = 16;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    float mx = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    __m512 vm = _mm512_set1_ps(mx);
+    for (i = 0; i + 16 <= n; i += 16) {
+        __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vm, _CMP_EQ_OQ);
+        if (k) return i + __builtin_ctz(k);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return argmax_generic(x, n); /* NaNs: fall back to the scalar rule */
+}
+#pragma GCC pop_options
+
+int smp_argmax(const float *x, int n) {
+    static int avx512 = -1;
+    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return avx512 ? argmax_avx512(x, n) : argmax_generic(x, n);
+}
+#else
+int smp_argmax(const float *x, int n) { return argmax_generic(x, n); }
+#endif
 
 static uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;

@@ -6,6 +6,7 @@
  * where the test says. Every case checks the output against plain decoding
  * (block size 1) and the stop/budget/context rules. */
 #include "check.h"
+#include "sample.h"
 #include "spec.h"
 
 #define SEQ_LEN 4096
@@ -209,8 +210,32 @@ TEST(mixed_acceptance_all_block_sizes) {
     }
 }
 
+/* smp_argmax (SIMD where available) = the first index of the maximum. */
+TEST(argmax_first_maximum) {
+    static float x[151936];
+    uint32_t r = 12345;
+    int sizes[] = {1, 2, 15, 16, 17, 63, 64, 65, 1000, 151936};
+    for (int si = 0; si < 10; si++) {
+        int n = sizes[si];
+        for (int rep = 0; rep < 20; rep++) {
+            for (int i = 0; i < n; i++) {
+                r = r * 1664525u + 1013904223u;
+                x[i] = (float)(r >> 8) / 65536.0f - 128.0f;
+            }
+            int want = 0;
+            if (rep % 3 == 1) { /* ties: the maximum several times */
+                for (int i = 0; i < n; i += 1 + n / 4) x[i] = 1000.0f;
+            }
+            for (int i = 1; i < n; i++)
+                if (x[i] > x[want]) want = i;
+            CHECK(smp_argmax(x, n) == want, "n %d rep %d: %d != %d", n, rep, smp_argmax(x, n), want);
+        }
+    }
+}
+
 int main(void) {
     init_seq();
+    RUN(argmax_first_maximum);
     RUN(plain_decoding);
     RUN(full_acceptance_plus_bonus);
     RUN(first_draft_rejected);
