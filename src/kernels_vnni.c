@@ -369,7 +369,7 @@ INL size_t pk_gbytes(const kn_weight *w, int nib) { return pk_gdata(w, nib) + 2 
  * with nib == 0: each 4-byte vector becomes two of one byte per column,
  * the low nibbles (even columns), then the high ones (odd columns). */
 static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
-                        int nib, uint8_t *o) {
+                        int nib, int pf, uint8_t *o) {
     int ng = w->cols / w->group_size, split = w->dtype == KN_Q4 && !nib;
     size_t gb = (w->dtype == KN_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
     size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w, nib), gdata = pk_gdata(w, nib);
@@ -384,6 +384,9 @@ static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *
         __m512i v[16];
 #pragma GCC unroll 16
         for (int l = 0; l < NL; l++) v[l] = _mm512_maskz_loadu_epi8(l < n ? m : 0, p[l] + off0 + j);
+        if (pf) /* the same bytes of the next K block, for the next call */
+#pragma GCC unroll 16
+            for (int l = 0; l < NL; l++) _mm_prefetch((const char *)p[l] + off0 + len + j, _MM_HINT_T0);
         transpose16(v);
         /* byte b of the range (gb is a power of two) goes to record b / gb */
 #define PK_AT(k) (o + ((j + 4 * (k)) >> gsh) * gbytes + ((j + 4 * (k)) & (gb - 1)) * (16 << split))
@@ -443,7 +446,7 @@ void *kn_vnni_pack(const kn_weight *w) {
             r[l] = i * NL + (l < n ? l : 0);
             p[l] = (const uint8_t *)w->data + (size_t)r[l] * rb; /* not read for l >= n */
         }
-        pack_groups(w, p, r, n, 0, ng, w->dtype == KN_Q4, out + (size_t)i * tbytes);
+        pack_groups(w, p, r, n, 0, ng, w->dtype == KN_Q4, 0, out + (size_t)i * tbytes);
     }
     return out;
 }
@@ -474,7 +477,7 @@ INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
  * tile gets two integer accumulators (more independent chains); they are
  * added before the float step, which cannot change an exact integer. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
-               int g0, int g1, float (*acc)[RC1][NL]) {
+               int g0, int g1, int pf, float (*acc)[RC1][NL]) {
     const kn_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g;
@@ -486,6 +489,15 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
+#ifndef NO_PF
+        /* pf > 0: fetch the record pf groups ahead (the next K block) into
+         * L1 while this one is computed; the prefetchers alone left T >= 2
+         * waiting for memory between K blocks */
+        if (pf)
+            for (int c = 0; c < rc; c++)
+                for (size_t o = 0; o < gbytes; o += 64)
+                    _mm_prefetch((const char *)pt[c] + (size_t)(gi - g0 + pf) * gbytes + o, _MM_HINT_T0);
+#endif
         __m512 sv[RC1], bv[RC1];
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
@@ -564,10 +576,10 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 
 #define PT_CASE(RT_, RC_)                                                       \
     case RT_ * 8 + RC_:                                                         \
-        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);                   \
-        else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, acc);                      \
+        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, pf, acc);               \
+        else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, pf, acc);                  \
         break
-static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
+static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1, int pf,
                       float (*acc)[RC1][NL]) {
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
@@ -603,7 +615,8 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
                 const uint8_t *pt[RC1];
                 for (int c = 0; c < rc; c++) pt[c] = base + (size_t)tiles[c] * tbytes + (size_t)g0 * gbytes;
                 for (int t = 0; t < tn; t += PRT)
-                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, q4, job, pt, t0 + t, g0, g1, acc + t);
+                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, q4, job, pt, t0 + t, g0, g1,
+                              T > 1 && t == 0 && g1 < ng ? g1 - g0 : 0, acc + t);
             }
             for (int t = 0; t < tn; t++)
                 for (int c = 0; c < rc; c++)
@@ -641,11 +654,11 @@ static void tiled_rows(const kn_job *job, int r0, int r1) {
                 int g1 = g0 + gk < ng ? g0 + gk : ng;
                 const uint8_t *pt[RC1];
                 for (int c = 0; c < rc; c++) {
-                    pack_groups(w, p[c], rows + c * NL, NL, g0, g1, 0, buf[c]);
+                    pack_groups(w, p[c], rows + c * NL, NL, g0, g1, 0, g1 + (g1 - g0) <= ng, buf[c]);
                     pt[c] = buf[c];
                 }
                 for (int t = 0; t < tn; t += PRT)
-                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, 0, job, pt, t0 + t, g0, g1, acc + t);
+                    ptile_any(tn - t < PRT ? tn - t : PRT, rc, 0, job, pt, t0 + t, g0, g1, 0, acc + t);
             }
             for (int t = 0; t < tn; t++)
                 for (int j = 0; j < valid; j++)
