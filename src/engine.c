@@ -222,7 +222,10 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->draft_layers = m->has_draft ? m->draft.cfg.n_layers : 0;
     in->block_size = m->has_draft ? m->draft.cfg.block_size : 0;
     in->backend = m->be->name;
-    in->kernels = kn_variant();
+    static _Thread_local char kern[64];
+    snprintf(kern, sizeof kern, "%s%s%s", kn_variant(), kn_act_quant() ? "+int8-act" : "",
+             kn_act_bf16() ? "+bf16-act" : "");
+    in->kernels = kern;
     in->n_threads = tp_threads();
 }
 
