@@ -625,8 +625,10 @@ static int cmd_bench(int argc, char **argv) {
                     ds[k].compared++;
                     ds[k].identical += same;
                     ds[k].n_prompts++;
-                    ds[k].tau_sum += st[1].tau;
-                    ds[k].tau_n++;
+                    if (st[1].rounds) { /* prompts that never drafted have no tau */
+                        ds[k].tau_sum += st[1].tau;
+                        ds[k].tau_n++;
+                    }
                 }
                 all_same &= same;
                 free(out[0]);
