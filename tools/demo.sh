@@ -1,11 +1,13 @@
 #!/bin/sh
 # make demo: answer a prompt with the shipped demo pair, plain greedy and
 # DFlash, then compare speed and check that the two outputs are identical.
+# DEMO_PROMPT and DEMO_TOKENS override the prompt (a maths one: the small demo
+# target imitates worked steps but not their arithmetic) and the length.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${DFLASH_BIN:-./dflash}
 T=models/demo/target D=models/demo/draft
-PROMPT=${DEMO_PROMPT:-"Write a Python function that returns the n-th Fibonacci number."}
+PROMPT=${DEMO_PROMPT:-"Solve for x: 3x + 5 = 20."}
 N=${DEMO_TOKENS:-128}
 if [ ! -f "$T/config.json" ] || [ ! -f "$D/config.json" ]; then
     echo "demo: the demo models are missing ($T, $D)" >&2; exit 1
