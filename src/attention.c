@@ -63,6 +63,57 @@ static void scale_avx512(float *y, float a, int n) {
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
     for (; i < n; i++) y[i] *= a;
 }
+
+/* e^x for x <= 0 (softmax arguments), about 2 ulp: x = n ln2 + r, |r| <= ln2/2,
+ * degree-6 Taylor polynomial for e^r, times 2^n. Lanes below -87 give 0. */
+static inline __m512 exp_avx512(__m512 x) {
+    const __m512 lim = _mm512_set1_ps(-87.0f);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, lim, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lim);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
+/* a[i] = 16 partial sums of key i -> one vector, lane i = the total of a[i]
+ * (a fixed tree of shuffles and adds, then the permutation that puts key i
+ * in lane i, found once by running the tree on a[i] = i). */
+static inline __m512 sum16_tree(__m512 *a) {
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[i], b[i + 4], 0x88), _mm512_shuffle_f32x4(b[i], b[i + 4], 0xDD));
+    for (int i = 0; i < 2; i++)
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[i], c[i + 2], 0x44), _mm512_shuffle_ps(c[i], c[i + 2], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+}
+
+static __m512i tree_perm;
+static _Alignas(64) const float zero_row[MAXHD]; /* lane i of the result <- lane tree_perm[i] of the tree's output */
+
+static void tree_init(void) {
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    float out[16];
+    int idx[16];
+    _mm512_storeu_ps(out, sum16_tree(a));
+    for (int l = 0; l < 16; l++) idx[(int)(out[l] / 16.0f + 0.5f)] = l;
+    tree_perm = _mm512_loadu_si512(idx);
+}
+
+/* The same job as rows() below, 16 keys at a time: scores of 16 keys by
+ * vertical FMAs over the head dimension and one shuffle tree, exponentials
+ * 16 at a time, and the V sum with the output kept in registers per 64
+ * dimensions. hd is a multiple of 16, at most MAXHD. */
 #pragma GCC pop_options
 #define HAVE_AVX512 1
 #endif
@@ -84,6 +135,7 @@ static vec_ops pick(void) {
 typedef struct {
     const at_job *J;
     vec_ops v;
+    int T;
 } ctx;
 
 static void rows(void *p, int start, int end) {
@@ -139,9 +191,149 @@ static void rows(void *p, int start, int end) {
     }
 }
 
+#ifdef HAVE_AVX512
+enum { RB = 8, FG = 4, FHD = 256 }; /* rows per job, most heads per kv head, most hd (fast path) */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+/* One row t, query heads q0[g*hd] (g < ng), keys [j0, j0 + nj) of the block
+ * (pointers kp/vp, padded to 16 with zero_row): scores, online-softmax
+ * update of m, l, acc. The same steps whatever other rows share the block. */
+static void block_avx512(const float *q0, int ng, int hd, int nj, const float *const *kp, const float *const *vp,
+                         float *m, float *l, float (*acc)[FHD]) {
+    int nc = hd / 16;
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hd));
+    _Alignas(64) float s[FG][BLK];
+    for (int g = 0; g < ng; g++) {
+        const float *qg = q0 + (size_t)g * hd;
+        __m512 bmv = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < nj; j += 16) {
+            int nk = nj - j < 16 ? nj - j : 16;
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+            for (int c = 0; c < nc; c++) { /* key i: sum over c in order, lanes = dimensions */
+                __m512 qv = _mm512_loadu_ps(qg + 16 * c);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[j + i] + 16 * c), a[i]);
+            }
+            __mmask16 mk = (__mmask16)((1u << nk) - 1);
+            __m512 sc = _mm512_mul_ps(_mm512_permutexvar_ps(tree_perm, sum16_tree(a)), scale);
+            _mm512_store_ps(s[g] + j, sc);
+            bmv = _mm512_mask_max_ps(bmv, mk, bmv, sc);
+        }
+        float bm = _mm512_reduce_max_ps(bmv);
+        if (bm > m[g]) {
+            float c = _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(m[g] - bm))); /* 0 on the first block */
+            l[g] *= c;
+            scale_avx512(acc[g], c, hd);
+            m[g] = bm;
+        }
+        __m512 mv = _mm512_set1_ps(m[g]), lv = _mm512_setzero_ps();
+        for (int j = 0; j < nj; j += 16) {
+            __mmask16 mk = (__mmask16)(nj - j < 16 ? (1u << (nj - j)) - 1 : 0xFFFFu);
+            __m512 e = _mm512_maskz_mov_ps(mk, exp_avx512(_mm512_sub_ps(_mm512_load_ps(s[g] + j), mv)));
+            _mm512_store_ps(s[g] + j, e);
+            lv = _mm512_add_ps(lv, e);
+        }
+        l[g] += _mm512_reduce_add_ps(lv);
+    }
+    for (int c0 = 0; c0 < nc; c0 += 4) /* acc += sum_j w_j v_j, 64 dimensions at a time */
+        for (int g = 0; g < ng; g++) {
+            float *o = acc[g] + 16 * c0;
+            if (nc - c0 >= 4) {
+                __m512 o0 = _mm512_load_ps(o), o1 = _mm512_load_ps(o + 16), o2 = _mm512_load_ps(o + 32),
+                       o3 = _mm512_load_ps(o + 48);
+                for (int j = 0; j < nj; j++) {
+                    __m512 w = _mm512_set1_ps(s[g][j]);
+                    const float *v = vp[j] + 16 * c0;
+                    o0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), o0);
+                    o1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16), o1);
+                    o2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 32), o2);
+                    o3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 48), o3);
+                }
+                _mm512_store_ps(o, o0);
+                _mm512_store_ps(o + 16, o1);
+                _mm512_store_ps(o + 32, o2);
+                _mm512_store_ps(o + 48, o3);
+            } else {
+                for (int c = c0; c < nc; c++) {
+                    __m512 oc = _mm512_load_ps(acc[g] + 16 * c);
+                    for (int j = 0; j < nj; j++)
+                        oc = _mm512_fmadd_ps(_mm512_set1_ps(s[g][j]), _mm512_loadu_ps(vp[j] + 16 * c), oc);
+                    _mm512_store_ps(acc[g] + 16 * c, oc);
+                }
+            }
+        }
+}
+
+/* Job = one kv head and up to RB query rows: the rows walk the keys together
+ * block by block, so a block of K/V is loaded from memory once for all of
+ * them; each row still visits its own keys in index order in blocks of 64
+ * (starting at key 0), so its result does not depend on the other rows. */
+static void rows_avx512(void *p, int start, int end) {
+    const ctx *C = p;
+    const at_job *J = C->J;
+    int hd = J->hd, kvd = J->nkv * hd, ng = J->nh / J->nkv;
+    _Alignas(64) float acc[RB][FG][FHD];
+    float m[RB][FG], l[RB][FG];
+    const float *kp[BLK], *vp[BLK];
+    for (int job = start; job < end; job++) {
+        int kh = job % J->nkv, t0 = job / J->nkv * RB, t1 = t0 + RB < C->T ? t0 + RB : C->T;
+        int nmax = 0;
+        for (int t = t0; t < t1; t++) {
+            int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
+            nmax = n > nmax ? n : nmax;
+            for (int g = 0; g < ng; g++) {
+                m[t - t0][g] = -INFINITY;
+                l[t - t0][g] = 0;
+                memset(acc[t - t0][g], 0, sizeof(float) * hd);
+            }
+        }
+        for (int j0 = 0; j0 < nmax; j0 += BLK) {
+            int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
+            for (int t = t0; t < t1; t++) {
+                int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
+                if (j0 >= n) continue;
+                int nj = n - j0 < jn ? n - j0 : jn;
+                for (int j = 0; j < nj; j++) {
+                    int jj = j0 + j;
+                    kp[j] = (jj < na ? J->Ka + (size_t)jj * kvd : J->Kb + (size_t)(jj - na) * kvd) + (size_t)kh * hd;
+                    vp[j] = (jj < na ? J->Va + (size_t)jj * kvd : J->Vb + (size_t)(jj - na) * kvd) + (size_t)kh * hd;
+                }
+                for (int j = nj; j < BLK && (j & 15); j++) kp[j] = zero_row; /* pad to 16 keys */
+                const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)kh * ng * hd;
+                block_avx512(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
+            }
+        }
+        for (int t = t0; t < t1; t++)
+            for (int g = 0; g < ng; g++) {
+                float *o = J->out + (size_t)t * J->nh * hd + (size_t)(kh * ng + g) * hd;
+                __m512 inv = _mm512_set1_ps(1.0f / l[t - t0][g]);
+                for (int c = 0; c < hd / 16; c++)
+                    _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc[t - t0][g] + 16 * c), inv));
+            }
+    }
+}
+#pragma GCC pop_options
+#endif
+
 void at_run(const at_job *J, int T) {
-    ctx C = {J, pick()};
+    ctx C = {J, pick(), T};
+    tp_fn fn = rows;
+    int jobs = T * J->nkv;
+#ifdef HAVE_AVX512
+    static int init;
+    if (!init) { /* first call: from the caller's thread, before any worker runs it */
+        tree_init();
+        init = 1;
+    }
+    if (C.v.dot == dot_avx512 && J->hd % 16 == 0 && J->hd <= FHD && J->nh / J->nkv <= FG) {
+        fn = rows_avx512;
+        jobs = (T + RB - 1) / RB * J->nkv;
+    }
+#endif
     int keys = J->na + J->nb + (J->causal ? T : 0);
-    if ((long)T * J->nh * keys * J->hd < (1L << 16)) rows(&C, 0, T * J->nkv);
-    else tp_for(T * J->nkv, rows, &C);
+    if ((long)T * J->nh * keys * J->hd < (1L << 16)) fn(&C, 0, jobs);
+    else tp_for(jobs, fn, &C);
 }

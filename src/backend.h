@@ -26,7 +26,11 @@ typedef struct {
     const int *tap_layers;  /* [n_taps] target layer ids, 0..n_layers-1 */
     float *taps;            /* [T][n_taps][hidden]: output of layer tap_layers[i]
                                (residual stream, before the final norm) */
+    int keep_rows;          /* keep all T rows' final-normed hidden states for
+                               logits() below (T <= BE_KEEP_ROWS) */
 } be_batch;
+
+enum { BE_KEEP_ROWS = 64 };
 
 /* DFlash draft work, all on the draft model:
  *   ctx_append: project n rows of target features to context K/V and append
@@ -42,7 +46,8 @@ typedef struct {
     int n_vocab;            /* score lm_head rows 0..n_vocab-1 (0 = all) */
     const int32_t *extra;   /* and these ids beyond n_vocab (stop tokens) */
     int n_extra;
-    float *logits;          /* [B-1][n_vocab + n_extra] for slots 1..B-1 */
+    float *logits;          /* [B-1][n_vocab] for slots 1..B-1 */
+    float *extra_logits;    /* [B-1][n_extra] */
 } be_draft_block;
 
 typedef struct be_ops {
@@ -63,6 +68,13 @@ typedef struct be_ops {
     int (*draft_ctx_length)(void *st);
     void (*draft_ctx_truncate)(void *st, int len);
     int (*draft_block)(void *st, const be_draft_block *b);
+
+    /* out[n][vocab] = lm_head logits of rows row..row+n-1 of the last forward,
+     * which must have set keep_rows; bit-identical to asking forward() for
+     * those rows' logits. Valid until the next forward. A verify asks for its
+     * rows a few at a time and stops at the first rejected draft, so the rows
+     * after it never pay for the vocabulary projection. */
+    int (*logits)(void *st, int row, int n, float *out);
 } be_ops;
 
 extern const be_ops be_cpu;

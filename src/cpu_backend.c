@@ -154,6 +154,8 @@ typedef struct {
     float *kc, *vc;  /* [n_layers][n_ctx][nkv*hd] */
     rope_table rope;
     scratch s;
+    float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
+    int n_kept;      /* rows in kept (0: the last forward kept none) */
 } cpu_seq;
 
 static void *cpu_create(const mdl_model *m, int n_ctx) {
@@ -166,12 +168,14 @@ static void *cpu_create(const mdl_model *m, int n_ctx) {
     q->vc = dfl_malloc64(sizeof(float) * kv);
     rope_init(&q->rope, c, n_ctx);
     scratch_init(&q->s, c, CHUNK);
+    q->kept = dfl_malloc64(sizeof(float) * BE_KEEP_ROWS * (size_t)c->hidden);
     return q;
 }
 
 static void cpu_destroy(void *st) {
     cpu_seq *q = st;
     if (!q) return;
+    free(q->kept);
     free(q->kc);
     free(q->vc);
     rope_free(&q->rope);
@@ -215,6 +219,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
                     memcpy(b->taps + ((size_t)(r0 + t) * b->n_taps + i) * H, s->x + (size_t)t * H,
                            sizeof(float) * H);
     }
+    if (b->keep_rows) rmsnorm_rows(q->kept + (size_t)r0 * H, s->x, m->final_norm, T, H, c->eps);
     /* logits for the rows of this chunk that are among the last n_logits */
     int first = b->T - b->n_logits; /* batch row of logits row 0 */
     int a = r0 > first ? r0 : first, e = r0 + T;
@@ -233,6 +238,10 @@ static int cpu_forward(void *st, const be_batch *b) {
         dfl_seterr("forward: bad batch (T=%d, n_logits=%d, n_taps=%d)", b->T, b->n_logits, b->n_taps);
         return -1;
     }
+    if (b->keep_rows && b->T > BE_KEEP_ROWS) {
+        dfl_seterr("forward: keep_rows with T=%d > %d rows", b->T, BE_KEEP_ROWS);
+        return -1;
+    }
     if (q->len + b->T > q->n_ctx) {
         dfl_seterr("context full: %d positions used + %d new > context size %d", q->len, b->T, q->n_ctx);
         return -1;
@@ -247,7 +256,20 @@ static int cpu_forward(void *st, const be_batch *b) {
             dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
             return -1;
         }
+    q->n_kept = 0;
     for (int r0 = 0; r0 < b->T; r0 += CHUNK) forward_chunk(q, b, r0, b->T - r0 < CHUNK ? b->T - r0 : CHUNK);
+    if (b->keep_rows) q->n_kept = b->T;
+    return 0;
+}
+
+/* The same rows and matmul as forward_chunk's logits, so the same bits. */
+static int cpu_logits(void *st, int row, int n, float *out) {
+    cpu_seq *q = st;
+    if (row < 0 || n < 1 || row + n > q->n_kept) {
+        dfl_seterr("logits: rows %d..%d not kept by the last forward (%d kept)", row, row + n - 1, q->n_kept);
+        return -1;
+    }
+    kn_matmul(out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
     return 0;
 }
 
@@ -358,30 +380,19 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         mlp(s, L, c, B);
     }
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, B - 1, H, c->eps);
-    int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab, nx = b->n_extra;
-    if (nx == 0) {
-        kn_weight head = tg->lm_head; /* rows 0..nv-1: a prefix view of the row-major matrix */
-        head.rows = nv;
-        kn_matmul(b->logits, s->xn, &head, B - 1);
-        return 0;
-    }
-    /* prefix rows into a scratch layout, then the extra ids row by row */
-    float *tmp = dfl_malloc64(sizeof(float) * (size_t)(B - 1) * nv), *row = dfl_malloc64(sizeof(float) * H);
-    kn_weight head = tg->lm_head;
+    int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
+    kn_weight head = tg->lm_head; /* rows 0..nv-1: a prefix view of the row-major matrix */
     head.rows = nv;
-    kn_matmul(tmp, s->xn, &head, B - 1);
-    for (int i = 0; i < B - 1; i++) memcpy(b->logits + (size_t)i * (nv + nx), tmp + (size_t)i * nv, sizeof(float) * nv);
-    for (int e = 0; e < nx; e++) {
-        kn_get_row(row, &tg->lm_head, b->extra[e]);
+    kn_matmul(b->logits, s->xn, &head, B - 1);
+    for (int e = 0; e < b->n_extra; e++) { /* a few ids beyond the prefix (stop tokens) */
+        kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
         for (int i = 0; i < B - 1; i++) {
             const float *x = s->xn + (size_t)i * H;
             float acc = 0.0f;
-            for (int d = 0; d < H; d++) acc += row[d] * x[d];
-            b->logits[(size_t)i * (nv + nx) + nv + e] = acc;
+            for (int d = 0; d < H; d++) acc += s->q[d] * x[d];
+            b->extra_logits[(size_t)i * b->n_extra + e] = acc;
         }
     }
-    free(tmp);
-    free(row);
     return 0;
 }
 
@@ -398,4 +409,5 @@ const be_ops be_cpu = {
     cpu_draft_ctx_length,
     cpu_draft_ctx_truncate,
     cpu_draft_block,
+    cpu_logits,
 };

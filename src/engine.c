@@ -25,6 +25,9 @@
 #include "util.h"
 
 enum { PREFILL_ROWS = 256 };
+/* Verify rows projected to logits per call: fewer waste less work past the
+ * first rejection, more share each pass over the lm_head (bench/NOTES.md). */
+enum { PREDICT_ROWS = 4 };
 
 struct dflash_model {
     mdl_model target, draft;
@@ -45,6 +48,8 @@ struct dflash_model {
     smp_params sp;
     int drafting;        /* this call computes taps and feeds the draft */
     int block_len;       /* verify rows of the last forward */
+    int verify_len;      /* committed length before the last verify */
+    int predict_rows;    /* verify rows projected to logits at a time */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1];
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
@@ -169,6 +174,9 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         goto fail;
     }
     m->n_ctx = n_ctx;
+    m->predict_rows = PREDICT_ROWS;
+    const char *pr = getenv("DFLASH_PREDICT_ROWS"); /* for benchmarking; 0 = all rows at once */
+    if (pr && *pr) m->predict_rows = atoi(pr);
     tp_init(p->n_threads);
     m->be = &be_cpu;
     m->seq = m->be->create(&m->target, n_ctx);
@@ -261,11 +269,10 @@ void dflash_reset(dflash_model *m) {
 
 /* ---- spec_iface callbacks ------------------------------------------------ */
 
-static int cb_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
+static int cb_verify(void *ud, const int32_t *tok, int T) {
     dflash_model *m = ud;
-    const cfg_model *c = &m->target.cfg;
     int len = m->be->length(m->seq);
-    be_batch b = {T, tok, T, m->logits, 0, NULL, NULL};
+    be_batch b = {T, tok, 0, NULL, 0, NULL, NULL, 1};
     if (m->drafting) {
         b.n_taps = m->draft.cfg.n_taps;
         b.tap_layers = m->draft.cfg.tap_layers;
@@ -273,9 +280,17 @@ static int cb_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
     }
     if (m->be->forward(m->seq, &b) != 0) return -1;
     memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T);
-    for (int i = 0; i < T; i++)
-        pred[i] = smp_pick(&m->sp, m->logits + (size_t)i * c->vocab, c->vocab, (int64_t)len + i + 1, m->smp_work);
     m->block_len = T;
+    m->verify_len = len;
+    return 0;
+}
+
+static int cb_predict(void *ud, int i, int n, int32_t *pred) {
+    dflash_model *m = ud;
+    int V = m->target.cfg.vocab;
+    if (m->be->logits(m->seq, i, n, m->logits) != 0) return -1;
+    for (int j = 0; j < n; j++)
+        pred[j] = smp_pick(&m->sp, m->logits + (size_t)j * V, V, (int64_t)m->verify_len + i + j + 1, m->smp_work);
     return 0;
 }
 
@@ -303,12 +318,19 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     if (flush_pending(m) != 0) return -1;
     tok[0] = anchor;
     for (int i = 1; i <= k; i++) tok[i] = m->draft.cfg.mask_token_id;
-    int nv = m->draft_nv, nx = m->draft_nx, w = nv + nx;
-    be_draft_block b = {k + 1, tok, nv, m->draft_extra, nx, m->logits};
+    int nv = m->draft_nv ? m->draft_nv : c->vocab, nx = m->draft_nx;
+    float *xl = m->logits + (size_t)k * nv; /* [k][nx] after the [k][nv] block */
+    be_draft_block b = {k + 1, tok, nv, m->draft_extra, nx, m->logits, xl};
     if (m->be->draft_block(m->dseq, &b) != 0) return -1;
-    for (int i = 0; i < k; i++) {
-        int j = smp_argmax(m->logits + (size_t)i * w, w);
-        out[i] = j < nv ? j : m->draft_extra[j - nv];
+    for (int i = 0; i < k; i++) { /* first maximum over ids 0..nv-1, then the extra ids */
+        const float *l = m->logits + (size_t)i * nv;
+        out[i] = smp_argmax(l, nv);
+        float best = l[out[i]];
+        for (int e = 0; e < nx; e++)
+            if (xl[(size_t)i * nx + e] > best) {
+                best = xl[(size_t)i * nx + e];
+                out[i] = m->draft_extra[e];
+            }
     }
     (void)c;
     return 0;
@@ -413,7 +435,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
         int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
         int last = r + (size_t)T == n_prompt;
-        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, NULL};
+        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, NULL, 0};
         if (m->drafting) {
             b.n_taps = m->draft.cfg.n_taps;
             b.tap_layers = m->draft.cfg.tap_layers;
@@ -427,9 +449,9 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
-    spec_iface it = {m, cb_verify, cb_accept, m->drafting ? cb_draft : NULL};
+    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL};
     spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
-                      m->n_stop, &m->ctl};
+                      m->n_stop, &m->ctl, m->predict_rows};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
@@ -495,12 +517,12 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     int rc = 0;
     for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {n, tok + r0, 0, m->logits, 0, NULL, NULL};
+        be_batch b = {n, tok + r0, 0, m->logits, 0, NULL, NULL, 0};
         rc = m->be->forward(m->seq, &b);
     }
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int r = 0; r <= reps && rc == 0; r++) {
-        be_batch b = {T, tok + depth, T, m->logits, 0, NULL, NULL};
+        be_batch b = {T, tok + depth, T, m->logits, 0, NULL, NULL, 0};
         double t0 = dfl_now();
         rc = m->be->forward(m->seq, &b);
         ts[r] = dfl_now() - t0;

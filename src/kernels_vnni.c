@@ -616,7 +616,7 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
                 for (int c = 0; c < rc; c++) pt[c] = base + (size_t)tiles[c] * tbytes + (size_t)g0 * gbytes;
                 for (int t = 0; t < tn; t += PRT)
                     ptile_any(tn - t < PRT ? tn - t : PRT, rc, q4, job, pt, t0 + t, g0, g1,
-                              T > 1 && t == 0 && g1 < ng ? g1 - g0 : 0, acc + t);
+                              T > 1 && t == 0 ? (g1 < ng ? g1 - g0 : ng - g0) : 0, acc + t);
             }
             for (int t = 0; t < tn; t++)
                 for (int c = 0; c < rc; c++)

@@ -114,10 +114,24 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
         double t1 = dfl_now();
-        if (it->verify(it->ud, tok, k + 1, pred) != 0) return -1;
-        double t2 = dfl_now();
+        if (it->verify(it->ud, tok, k + 1) != 0) return -1;
+        /* predictions a few rows at a time, up to the first rejection:
+         * row j predicts the position of tok[j + 1]; row k only the bonus */
         int a = 0;
-        while (a < k && tok[a + 1] == pred[a]) a++;
+        for (int i = 0, open = 1; open;) {
+            int n = p->predict_rows > 0 ? p->predict_rows : k + 1;
+            if (n > k + 1 - i) n = k + 1 - i;
+            if (it->predict(it->ud, i, n, pred + i) != 0) return -1;
+            st->predicted_rows += n;
+            for (int j = i; j < i + n && open; j++) {
+                if (j < k && tok[j + 1] == pred[j])
+                    a = j + 1;
+                else
+                    open = 0;
+            }
+            i += n;
+        }
+        double t2 = dfl_now();
         if (it->accept(it->ud, a + 1) != 0) return -1;
         double t3 = dfl_now();
         used += a + 1;

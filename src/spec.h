@@ -20,9 +20,12 @@ enum { SPEC_MAX_BLOCK = 64 };
 typedef struct {
     void *ud;
     /* Target forward on tok[0..T) at the next T positions (committed length
-     * len before the call); pred[i] = the target's token for position
-     * len + i + 1. */
-    int (*verify)(void *ud, const int32_t *tok, int T, int32_t *pred);
+     * len before the call), without the vocabulary projection. */
+    int (*verify)(void *ud, const int32_t *tok, int T);
+    /* pred[j] = the target's token for position len + i + j + 1, j < n, from
+     * rows i..i+n-1 of the last verify. The loop asks in increasing i and
+     * stops at the first rejected draft: later rows are never projected. */
+    int (*predict)(void *ud, int i, int n, int32_t *pred);
     /* Keep the first `keep` rows of the last verify as committed (rollback the
      * rest) and hand their hidden taps to the draft. */
     int (*accept)(void *ud, int keep);
@@ -52,6 +55,7 @@ typedef struct {
     const int32_t *stop;
     int n_stop;
     spec_auto *ctl;     /* auto state to use and update; NULL: a fresh one */
+    int predict_rows;   /* rows per predict call (0: the whole verify at once) */
 } spec_params;
 
 typedef struct {
@@ -59,6 +63,7 @@ typedef struct {
     int rounds;                         /* rounds that drafted (k > 0) */
     int plain_steps;                    /* rounds with k = 0 */
     long committed_in_rounds;           /* sum of a + 1 over drafting rounds */
+    long predicted_rows;                /* verify rows that were projected to logits */
     int tried[SPEC_MAX_BLOCK];          /* draft position i was verified */
     int accepted[SPEC_MAX_BLOCK];       /* ... and accepted */
     int width_hist[SPEC_MAX_BLOCK + 1]; /* verify widths used */

@@ -176,7 +176,7 @@ TEST(model_bad_checkpoints) {
 
 static int fwd(const be_ops *be, void *st, const int32_t *tok, int T, float *logits, int n_logits, const int *taps,
                int n_taps, float *tapbuf) {
-    be_batch b = {T, tok, n_logits, logits, n_taps, taps, tapbuf};
+    be_batch b = {T, tok, n_logits, logits, n_taps, taps, tapbuf, 0};
     return be->forward(st, &b);
 }
 

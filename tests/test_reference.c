@@ -72,7 +72,7 @@ static void check_target(const char *name) {
         const int32_t *tok = ids->data;
         void *st = be->create(&m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V), *tapbuf = malloc(sizeof(float) * (size_t)T * L * H);
-        be_batch b = {T, tok, T, logits, L, taps, tapbuf};
+        be_batch b = {T, tok, T, logits, L, taps, tapbuf, 0};
         CHECK(be->forward(st, &b) == 0, "%s p%d forward: %s", name, i, dfl_lasterr());
         /* logits of the last nl rows */
         float d = maxdiff(logits + (size_t)(T - nl) * V, lg->data, (size_t)nl * V);
@@ -97,7 +97,7 @@ static void check_target(const char *name) {
         int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
         for (int k = 0; k < n; k++) {
             same &= next == rg[k];
-            be_batch s1 = {1, &next, 1, logits, 0, NULL, NULL};
+            be_batch s1 = {1, &next, 1, logits, 0, NULL, NULL, 0};
             be->forward(st, &s1);
             next = smp_argmax(logits, V);
         }
@@ -138,7 +138,7 @@ TEST(draft_forward_and_dflash_loop) {
         const int32_t *tok = ids->data;
         void *st = be->create(&t, 256), *ds = be->draft_create(&d, &t, 256);
         float *logits = malloc(sizeof(float) * (size_t)(T + B) * V), *feats = malloc(sizeof(float) * (size_t)(T + B) * K * H);
-        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, feats};
+        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, feats, 0};
         be->forward(st, &pb);
         int32_t blk[16];
         blk[0] = smp_argmax(logits, V);
@@ -159,7 +159,7 @@ TEST(draft_forward_and_dflash_loop) {
         int32_t vt[16];
         vt[0] = blk[0];
         memcpy(vt + 1, a1, sizeof(int32_t) * (B - 1));
-        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, feats};
+        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, feats, 0};
         be->forward(st, &vb);
         int a = 0;
         while (a < B - 1 && vt[a + 1] == smp_argmax(logits + (size_t)a * V, V)) a++;

@@ -22,20 +22,44 @@ typedef struct {
     int all_wrong;
     int max_width;
     int verify_calls, draft_calls;
+    int next_row;           /* next verify row predict may ask for */
+    int rejected_at_verify; /* a predicted row rejected its draft */
+    int predict_rows;       /* spec_params.predict_rows for run() */
+    long rows_predicted, rows_wasted; /* rows projected; of them after a rejection in the same call */
 } mock;
 
-static int mock_verify(void *ud, const int32_t *tok, int T, int32_t *pred) {
+static int mock_verify(void *ud, const int32_t *tok, int T) {
     mock *m = ud;
-    int ok = 1;
-    for (int i = 0; i < T; i++) {
-        int pos = m->len + i; /* position of tok[i] */
-        ok = ok && tok[i] == seq[pos];
-        pred[i] = ok ? seq[pos + 1] : 90000 + (tok[i] * 31 + i) % 1000;
-        m->pending[i] = tok[i];
-    }
+    for (int i = 0; i < T; i++) m->pending[i] = tok[i];
     m->last_T = T;
+    m->next_row = 0;
+    m->rejected_at_verify = 0;
     if (T > m->max_width) m->max_width = T;
     m->verify_calls++;
+    return 0;
+}
+
+/* Rows must come in order, and never past a row whose prediction already
+ * rejected the draft that follows it. */
+static int mock_predict(void *ud, int i, int n, int32_t *pred) {
+    mock *m = ud;
+    CHECK(i == m->next_row && n >= 1 && i + n <= m->last_T, "predict rows %d+%d after %d of %d", i, n,
+          m->next_row, m->last_T);
+    CHECK(!m->rejected_at_verify, "rows asked for after a rejection");
+    int ok = 1;
+    for (int r = 0; r < i + n; r++) {
+        int pos = m->len + r; /* position of pending[r] */
+        ok = ok && m->pending[r] == seq[pos];
+        if (r >= i) pred[r - i] = ok ? seq[pos + 1] : 90000 + (m->pending[r] * 31 + r) % 1000;
+    }
+    for (int r = i; r < i + n; r++)
+        if (r + 1 == m->last_T || m->pending[r + 1] != pred[r - i]) { /* row r ends the round */
+            m->rejected_at_verify = 1;
+            m->rows_wasted += i + n - 1 - r;
+            break;
+        }
+    m->next_row = i + n;
+    m->rows_predicted += n;
     return 0;
 }
 
@@ -76,8 +100,9 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     int prompt = m->prompt;
     m->len = prompt;
     s->n = 0;
-    spec_iface it = {m, mock_verify, mock_accept, block > 1 ? mock_draft : NULL};
-    spec_params p = {n_predict, block, draft_max, room, stop, n_stop, NULL};
+    m->rows_predicted = m->rows_wasted = 0;
+    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL};
+    spec_params p = {n_predict, block, draft_max, room, stop, n_stop, NULL, m->predict_rows};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
 }
@@ -210,6 +235,31 @@ TEST(mixed_acceptance_all_block_sizes) {
     }
 }
 
+/* Predictions asked for a few rows at a time give the same output, stop at
+ * the first rejection, and project fewer rows than whole verifies. */
+TEST(predict_rows_stop_at_rejection) {
+    for (int every = 2; every <= 7; every++) {
+        mock m = {.prompt = 9, .wrong_every = every};
+        sink ref;
+        spec_stats st;
+        run(&m, &ref, 300, 16, 15, 3000, NULL, 0, &st);
+        long all_rows = m.rows_predicted;
+        CHECK(all_rows == st.predicted_rows, "stats count %ld rows, mock %ld", st.predicted_rows, all_rows);
+        for (int rows = 1; rows <= 5; rows++) {
+            sink s;
+            m.predict_rows = rows;
+            run(&m, &s, 300, 16, 15, 3000, NULL, 0, &st);
+            CHECK(same(&s, &ref), "every %d predict_rows %d differs", every, rows);
+            CHECK(m.rows_predicted < all_rows, "every %d rows %d: %ld rows projected, whole verifies %ld", every,
+                  rows, m.rows_predicted, all_rows);
+            if (rows == 1) CHECK(m.rows_wasted == 0, "one row at a time wasted %ld rows", m.rows_wasted);
+            /* rows past the first rejection: fewer than one call's worth per round */
+            CHECK(m.rows_wasted <= (long)(rows - 1) * st.rounds, "every %d rows %d wasted %ld", every, rows,
+                  m.rows_wasted);
+        }
+    }
+}
+
 /* smp_argmax (SIMD where available) = the first index of the maximum. */
 TEST(argmax_first_maximum) {
     static float x[151936];
@@ -246,5 +296,6 @@ int main(void) {
     RUN(context_end);
     RUN(block_length_one);
     RUN(mixed_acceptance_all_block_sizes);
+    RUN(predict_rows_stop_at_rejection);
     CHECK_DONE("test_spec");
 }

@@ -3,6 +3,8 @@
 #   sh tools/train/gpu.sh start [pipeline args]  copy code+data to $W, launch the
 #                                                pipeline in its own session, then wait
 #   sh tools/train/gpu.sh wait                   wait (<= ~9.5 min) for it
+# BUNDLE names the corpus bundle (default .dev/train_bundle/corpus.tar.xz; a
+# draft-only run can use the prompts-only bundle, see docs/demo-models.md).
 # Both end by printing the log tail; once the pipeline is done they pack the
 # results (models, logs) into $OUT. Stages resume, so `start` after a failure
 # continues where it stopped (delete $W/... outputs to redo a stage).
@@ -16,7 +18,7 @@ if [ "$1" = start ]; then
     cp -r models/qwen3-tokenizer "$W/src/models/"
     cp -r bench/prompts "$W/src/bench/"
     [ -d models/demo ] && cp -r models/demo "$W/src/models/"  # for --target-dir / --init-draft
-    [ -f "$W/corpus.tar.xz" ] || cp .dev/train_bundle/corpus.tar.xz "$W/corpus.tar.xz"
+    [ -f "$W/corpus.tar.xz" ] || cp "${BUNDLE:-.dev/train_bundle/corpus.tar.xz}" "$W/corpus.tar.xz"
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
     rm -f "$W/DONE" "$W/FAILED"
     (cd "$W/src" && PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true setsid python3 tools/train/pipeline.py \

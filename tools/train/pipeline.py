@@ -542,6 +542,7 @@ def stage_draft(a):
     wcsv = csv.writer(fcsv)
     wcsv.writerow(["step", "loss", "acc_k1", "acc_all", "lr", "seconds"])
     step, t_start = 0, time.time()
+    last_save = t_start
     warm = 100 if not a.tiny else 2
     budget = a.draft_seconds
     draft.train()
@@ -604,6 +605,9 @@ def stage_draft(a):
             if step % 250 == 0:
                 log(f"draft step {step} loss {loss.item():.3f} acc1 {acc1:.3f} acc {acca:.3f} {el:.0f}s")
         step += 1
+        if time.time() - last_save > 120:  # a usable draft even if the machine is lost mid-run
+            Q.export_draft(draft, os.path.join(a.work, "models", "draft_partial"))
+            last_save = time.time()
     fcsv.close()
     torch.save({"model": draft.state_dict(), "config": dc, "done": True, "steps": step,
                 "seconds": time.time() - t_start, "params": nparam}, ck)
@@ -719,8 +723,10 @@ def stage_pack(a):
     part = 15 * 1024 * 1024
     for i in range(0, len(data), part):
         open(os.path.join(a.out, f"target.st.part{i // part}"), "wb").write(data[i:i + part])
-    if os.path.exists(os.path.join(m, "draft", "model.safetensors")):
-        shutil.copy(os.path.join(m, "draft", "model.safetensors"), os.path.join(a.out, "draft.safetensors"))
+    for d in ("draft", "draft_partial"):  # the finished draft, else the latest partial export
+        if os.path.exists(os.path.join(m, d, "model.safetensors")):
+            shutil.copy(os.path.join(m, d, "model.safetensors"), os.path.join(a.out, "draft.safetensors"))
+            break
     with tarfile.open(os.path.join(a.out, "meta.tar.xz"), "w:xz") as tf:
         for rel in ("models/target/config.json", "models/target/generation_config.json",
                     "models/draft/config.json", "logs", "tok/stats.json"):

@@ -1,0 +1,142 @@
+/* test_attention.c - at_run against a double-precision softmax, and a row's
+ * bits independent of the other rows in the call (T), in every variant this
+ * CPU has: head dims on and off the AVX-512 fast path (multiples of 16 up to
+ * 256), GQA groups of 1..8 heads, depths across the 64-key blocks, causal
+ * target rows and non-causal draft blocks (context + block keys), 1 and 2
+ * threads. */
+#include <math.h>
+
+#include "attention.h"
+#include "check.h"
+#include "kernels.h"
+#include "threads.h"
+#include "util.h"
+
+static uint32_t rng = 2463534242u;
+static float rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+}
+
+typedef struct {
+    int nh, nkv, hd, na, nb, causal, T;
+    float *q, *Ka, *Va, *Kb, *Vb;
+} setup;
+
+static void fill(float *p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) p[i] = rnd() * scale;
+}
+
+static void make(setup *s, int nh, int nkv, int hd, int na, int nb, int causal, int T) {
+    *s = (setup){nh, nkv, hd, na, nb, causal, T, NULL, NULL, NULL, NULL, NULL};
+    int kvd = nkv * hd, rows_a = na + (causal ? T : 0);
+    s->q = dfl_malloc64(sizeof(float) * (size_t)T * nh * hd);
+    s->Ka = dfl_malloc64(sizeof(float) * (size_t)(rows_a + 1) * kvd);
+    s->Va = dfl_malloc64(sizeof(float) * (size_t)(rows_a + 1) * kvd);
+    s->Kb = dfl_malloc64(sizeof(float) * (size_t)(nb + 1) * kvd);
+    s->Vb = dfl_malloc64(sizeof(float) * (size_t)(nb + 1) * kvd);
+    fill(s->q, (size_t)T * nh * hd, 2.0f); /* scores up to ~|hd|/sqrt(hd): peaked and flat rows */
+    fill(s->Ka, (size_t)rows_a * kvd, 1.0f);
+    fill(s->Va, (size_t)rows_a * kvd, 1.0f);
+    fill(s->Kb, (size_t)nb * kvd, 1.0f);
+    fill(s->Vb, (size_t)nb * kvd, 1.0f);
+}
+
+static void drop(setup *s) {
+    free(s->q);
+    free(s->Ka);
+    free(s->Va);
+    free(s->Kb);
+    free(s->Vb);
+}
+
+/* rows [t0, t0 + T) of the setup, as one call */
+static void run_rows(const setup *s, int t0, int T, float *out) {
+    at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
+                s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd};
+    at_run(&J, T);
+}
+
+/* double-precision reference of row t, head h */
+static double ref_err(const setup *s, int t, const float *out) {
+    int hd = s->hd, kvd = s->nkv * hd, grp = s->nh / s->nkv;
+    int na = s->causal ? s->na + t + 1 : s->na, n = na + s->nb;
+    double worst = 0, *w = dfl_malloc(sizeof(double) * (size_t)n);
+    for (int h = 0; h < s->nh; h++) {
+        const float *q = s->q + ((size_t)t * s->nh + h) * hd;
+        int kh = h / grp;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n; j++) {
+            const float *k = (j < na ? s->Ka + (size_t)j * kvd : s->Kb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
+            w[j] = d / sqrt((double)hd);
+            mx = w[j] > mx ? w[j] : mx;
+        }
+        for (int j = 0; j < n; j++) sum += (w[j] = exp(w[j] - mx));
+        for (int i = 0; i < hd; i++) {
+            double o = 0;
+            for (int j = 0; j < n; j++) {
+                const float *v = (j < na ? s->Va + (size_t)j * kvd : s->Vb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+                o += w[j] / sum * v[i];
+            }
+            double e = fabs(o - out[(size_t)h * hd + i]);
+            worst = e > worst ? e : worst;
+        }
+    }
+    free(w);
+    return worst;
+}
+
+static void check_case(int nh, int nkv, int hd, int na, int nb, int causal, int T) {
+    setup s;
+    make(&s, nh, nkv, hd, na, nb, causal, T);
+    size_t row = (size_t)nh * hd;
+    float *all = dfl_malloc64(sizeof(float) * T * row), *one = dfl_malloc64(sizeof(float) * row);
+    run_rows(&s, 0, T, all);
+    for (int t = 0; t < T; t++) {
+        double e = ref_err(&s, t, all + t * row);
+        CHECK(e < 2e-5, "%s nh %d nkv %d hd %d na %d nb %d causal %d T %d row %d: |out - ref| %.2e", kn_variant(), nh,
+              nkv, hd, na, nb, causal, T, t, e);
+        run_rows(&s, t, 1, one); /* the same row alone: same bits */
+        CHECK(memcmp(one, all + t * row, sizeof(float) * row) == 0,
+              "%s nh %d nkv %d hd %d na %d nb %d causal %d: row %d of T=%d differs from T=1", kn_variant(), nh, nkv,
+              hd, na, nb, causal, t, T);
+    }
+    free(all);
+    free(one);
+    drop(&s);
+}
+
+static void all_cases(void) {
+    int hds[] = {16, 64, 128, 80, 256, 320};
+    int groups[][2] = {{2, 2}, {4, 2}, {8, 2}, {16, 2}, {4, 4}};
+    int depths[] = {0, 1, 63, 64, 65, 200};
+    for (int h = 0; h < 6; h++)
+        for (int g = 0; g < 5; g++)
+            for (int d = 0; d < 6; d++) {
+                if (hds[h] >= 256 && d % 2) continue; /* keep the run short */
+                check_case(groups[g][0], groups[g][1], hds[h], depths[d], 0, 1, d % 3 == 0 ? 16 : 9);
+                if (depths[d] > 0) check_case(groups[g][0], groups[g][1], hds[h], depths[d], 16, 0, 16);
+            }
+}
+
+TEST(attention_every_variant) {
+    const char *names[] = {"generic", "avx2", "avx512"};
+    for (int v = 0; v < 3; v++) {
+        if (kn_force_variant(names[v]) != 0) continue;
+        for (int th = 1; th <= 2; th++) {
+            tp_init(th);
+            all_cases();
+        }
+    }
+    kn_init();
+}
+
+int main(void) {
+    kn_init();
+    RUN(attention_every_variant);
+    CHECK_DONE("test_attention");
+}
