@@ -196,6 +196,50 @@ enum { RB = 8, FG = 4, FHD = 256 }; /* rows per job, most heads per kv head, mos
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+/* acc[g] += sum_j w[g][j] v_j over the block, 64 dimensions at a time (a
+ * tail of 16), keys in order: one chain per accumulator vector, and the NG
+ * heads' chains side by side so every V load feeds NG FMAs. */
+static inline __attribute__((always_inline)) void vsum_avx512(const int NG, int nc, int nj, const float *const *vp,
+                                                              float (*w)[BLK], float (*acc)[FHD]) {
+    int c0 = 0;
+    for (; c0 + 4 <= nc; c0 += 4) {
+        __m512 o[FG][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) o[g][k] = _mm512_load_ps(acc[g] + 16 * (c0 + k));
+        for (int j = 0; j < nj; j++) {
+            const float *v = vp[j] + 16 * c0;
+            __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32),
+                   v3 = _mm512_loadu_ps(v + 48);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                __m512 wg = _mm512_set1_ps(w[g][j]);
+                o[g][0] = _mm512_fmadd_ps(wg, v0, o[g][0]);
+                o[g][1] = _mm512_fmadd_ps(wg, v1, o[g][1]);
+                o[g][2] = _mm512_fmadd_ps(wg, v2, o[g][2]);
+                o[g][3] = _mm512_fmadd_ps(wg, v3, o[g][3]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) _mm512_store_ps(acc[g] + 16 * (c0 + k), o[g][k]);
+    }
+    for (; c0 < nc; c0++) {
+        __m512 o[FG];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) o[g] = _mm512_load_ps(acc[g] + 16 * c0);
+        for (int j = 0; j < nj; j++) {
+            __m512 v = _mm512_loadu_ps(vp[j] + 16 * c0);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(w[g][j]), v, o[g]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) _mm512_store_ps(acc[g] + 16 * c0, o[g]);
+    }
+}
+
 /* One row t, query heads q0[g*hd] (g < ng), keys [j0, j0 + nj) of the block
  * (pointers kp/vp, padded to 16 with zero_row): scores, online-softmax
  * update of m, l, acc. The same steps whatever other rows share the block. */
@@ -238,33 +282,12 @@ static void block_avx512(const float *q0, int ng, int hd, int nj, const float *c
         }
         l[g] += _mm512_reduce_add_ps(lv);
     }
-    for (int c0 = 0; c0 < nc; c0 += 4) /* acc += sum_j w_j v_j, 64 dimensions at a time */
-        for (int g = 0; g < ng; g++) {
-            float *o = acc[g] + 16 * c0;
-            if (nc - c0 >= 4) {
-                __m512 o0 = _mm512_load_ps(o), o1 = _mm512_load_ps(o + 16), o2 = _mm512_load_ps(o + 32),
-                       o3 = _mm512_load_ps(o + 48);
-                for (int j = 0; j < nj; j++) {
-                    __m512 w = _mm512_set1_ps(s[g][j]);
-                    const float *v = vp[j] + 16 * c0;
-                    o0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), o0);
-                    o1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16), o1);
-                    o2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 32), o2);
-                    o3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 48), o3);
-                }
-                _mm512_store_ps(o, o0);
-                _mm512_store_ps(o + 16, o1);
-                _mm512_store_ps(o + 32, o2);
-                _mm512_store_ps(o + 48, o3);
-            } else {
-                for (int c = c0; c < nc; c++) {
-                    __m512 oc = _mm512_load_ps(acc[g] + 16 * c);
-                    for (int j = 0; j < nj; j++)
-                        oc = _mm512_fmadd_ps(_mm512_set1_ps(s[g][j]), _mm512_loadu_ps(vp[j] + 16 * c), oc);
-                    _mm512_store_ps(acc[g] + 16 * c, oc);
-                }
-            }
-        }
+    switch (ng) { /* acc += sum_j w_j v_j: each V row loaded once for the group */
+    case 1: vsum_avx512(1, nc, nj, vp, s, acc); break;
+    case 2: vsum_avx512(2, nc, nj, vp, s, acc); break;
+    case 3: vsum_avx512(3, nc, nj, vp, s, acc); break;
+    default: vsum_avx512(4, nc, nj, vp, s, acc); break;
+    }
 }
 
 /* Job = one kv head and up to RB query rows: the rows walk the keys together

@@ -126,16 +126,35 @@ static void scratch_free(scratch *s) {
     free(s->u);
 }
 
+/* g = silu(g) * u elementwise, SWIGLU_PART elements per job (the last
+ * one shorter): each element's value depends on nothing else. */
+enum { SWIGLU_PART = 2048 };
+typedef struct {
+    float *g;
+    const float *u;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_part(void *p, int start, int end) {
+    swiglu_job *j = p;
+    size_t a = (size_t)start * SWIGLU_PART, e = (size_t)end * SWIGLU_PART;
+    if (e > j->n) e = j->n;
+    for (size_t i = a; i < e; i++) {
+        float g = j->g[i];
+        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
+    }
+}
+
 /* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. */
 static void mlp(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
     kn_matmul(s->g, s->xn, &L->wg, T);
     kn_matmul(s->u, s->xn, &L->wu, T);
-    for (size_t i = 0; i < (size_t)T * I; i++) {
-        float g = s->g[i];
-        s->g[i] = g / (1.0f + expf(-g)) * s->u[i];
-    }
+    size_t n = (size_t)T * I;
+    swiglu_job j = {s->g, s->u, n};
+    if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
+    else tp_for((int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
     kn_matmul(s->xn, s->g, &L->wd, T);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
 }
