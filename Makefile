@@ -59,3 +59,10 @@ clean:
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
+
+# prompt processing: our GEMM vs OpenBLAS sgemm (apt-get install libopenblas-dev)
+# on the matmuls of a model: make bench-prefill PREFILL_MODEL=DIR
+PREFILL_MODEL ?= models/demo/target
+bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
+	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
+	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)

@@ -142,7 +142,7 @@ static void rows(void *p, int start, int end) {
     const ctx *C = p;
     const at_job *J = C->J;
     const vec_ops *v = &C->v;
-    int hd = J->hd, kvd = J->nkv * hd, grp = J->nh / J->nkv;
+    int hd = J->hd, grp = J->nh / J->nkv;
     float scale = 1.0f / sqrtf((float)hd);
     float s[MAXG][BLK], m[MAXG], l[MAXG];
     float acc[MAXG][MAXHD];
@@ -160,7 +160,8 @@ static void rows(void *p, int start, int end) {
             for (int j0 = 0; j0 < n; j0 += BLK) {
                 int j1 = j0 + BLK < n ? j0 + BLK : n;
                 for (int j = j0; j < j1; j++) {
-                    const float *k = (j < na ? J->Ka + (size_t)j * kvd : J->Kb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)j * J->a_row
+                                            : J->Kb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) s[g][j - j0] = v->dot(q0 + (size_t)g * hd, k, hd) * scale;
                 }
                 for (int g = 0; g < ng; g++) {
@@ -178,7 +179,8 @@ static void rows(void *p, int start, int end) {
                     }
                 }
                 for (int j = j0; j < j1; j++) {
-                    const float *vv = (j < na ? J->Va + (size_t)j * kvd : J->Vb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)j * J->a_row
+                                             : J->Vb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) v->axpy(acc[g], s[g][j - j0], vv, hd);
                 }
             }
@@ -297,7 +299,7 @@ static void block_avx512(const float *q0, int ng, int hd, int nj, const float *c
 static void rows_avx512(void *p, int start, int end) {
     const ctx *C = p;
     const at_job *J = C->J;
-    int hd = J->hd, kvd = J->nkv * hd, ng = J->nh / J->nkv;
+    int hd = J->hd, ng = J->nh / J->nkv;
     _Alignas(64) float acc[RB][FG][FHD];
     float m[RB][FG], l[RB][FG];
     const float *kp[BLK], *vp[BLK];
@@ -321,8 +323,9 @@ static void rows_avx512(void *p, int start, int end) {
                 int nj = n - j0 < jn ? n - j0 : jn;
                 for (int j = 0; j < nj; j++) {
                     int jj = j0 + j;
-                    kp[j] = (jj < na ? J->Ka + (size_t)jj * kvd : J->Kb + (size_t)(jj - na) * kvd) + (size_t)kh * hd;
-                    vp[j] = (jj < na ? J->Va + (size_t)jj * kvd : J->Vb + (size_t)(jj - na) * kvd) + (size_t)kh * hd;
+                    size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+                    kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
+                    vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
                 }
                 for (int j = nj; j < BLK && (j & 15); j++) kp[j] = zero_row; /* pad to 16 keys */
                 const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)kh * ng * hd;

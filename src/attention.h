@@ -11,14 +11,18 @@
 #ifndef DFL_ATTENTION_H
 #define DFL_ATTENTION_H
 
+#include <stddef.h>
+
 typedef struct {
     float *out;            /* [T][nh*hd] */
     const float *q;        /* [T][nh*hd] */
-    const float *Ka, *Va;  /* [.][nkv*hd] */
-    const float *Kb, *Vb;  /* [nb][nkv*hd] or NULL */
+    const float *Ka, *Va;  /* key j, kv head h, dim d at [h * a_head + j * a_row + d] */
+    const float *Kb, *Vb;  /* likewise with b_head, b_row; NULL when nb = 0 */
     int na, nb, causal;
     int nh, nkv, hd;       /* hd <= 512 */
-} at_job;
+    size_t a_head, a_row;  /* strides in floats: a cache laid out [nkv][n_ctx][hd] */
+    size_t b_head, b_row;  /* has a_head = n_ctx * hd, a_row = hd (each head's keys */
+} at_job;                  /* contiguous); rows [nb][nkv*hd]: b_head = hd, b_row = nkv*hd */
 
 void at_run(const at_job *J, int T);
 

@@ -165,12 +165,24 @@ static void attn_out(scratch *s, const mdl_layer *L, const cfg_model *c, int T) 
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
+/* Rows t < T of s->k, s->v ([T][nkv*hd]) into a layer's cache at positions
+ * pos0.. . Cache layout (target and draft): [nkv][n_ctx][hd], so each kv
+ * head's keys are one contiguous run for attention to stream. */
+static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, int n_ctx, int nkv, int hd) {
+    for (int h = 0; h < nkv; h++)
+        for (int t = 0; t < T; t++) {
+            size_t dst = ((size_t)h * n_ctx + pos0 + t) * hd, src = ((size_t)t * nkv + h) * hd;
+            memcpy(kc + dst, s->k + src, sizeof(float) * hd);
+            memcpy(vc + dst, s->v + src, sizeof(float) * hd);
+        }
+}
+
 /* ---- target sequence state ----------------------------------------------- */
 
 typedef struct {
     const mdl_model *m;
     int n_ctx, len;
-    float *kc, *vc;  /* [n_layers][n_ctx][nkv*hd] */
+    float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] */
     rope_table rope;
     scratch s;
     float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
@@ -222,13 +234,14 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
         rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
         kn_matmul(s->q, s->xn, &L->wq, T);
-        kn_matmul(kc + (size_t)pos0 * kvd, s->xn, &L->wk, T); /* K, V straight into the cache */
-        kn_matmul(vc + (size_t)pos0 * kvd, s->xn, &L->wv, T);
+        kn_matmul(s->k, s->xn, &L->wk, T);
+        kn_matmul(s->v, s->xn, &L->wv, T);
         for (int t = 0; t < T; t++) {
             norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
-            norm_rope(kc + (size_t)(pos0 + t) * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
+            norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
         }
-        at_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd};
+        kv_store(kc, vc, s, T, pos0, q->n_ctx, nkv, hd);
+        at_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, 0, 0};
         at_run(&J, T);
         attn_out(s, L, c, T);
         mlp(s, L, c, T);
@@ -297,7 +310,7 @@ static int cpu_logits(void *st, int row, int n, float *out) {
 typedef struct {
     const mdl_model *d, *t; /* draft, target (embedding + lm_head) */
     int n_ctx, len, max_B;
-    float *kc, *vc;  /* [n_layers][n_ctx][nkv*hd] context K/V, post k_norm + RoPE */
+    float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] context K/V, post k_norm + RoPE */
     rope_table rope;
     scratch s;       /* max(CHUNK, max_B) rows */
     float *c;        /* [CHUNK][H] fused context rows */
@@ -353,11 +366,12 @@ static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
         rmsnorm_rows(q->c, q->s.xn, q->d->hidden_norm, T, H, c->eps);
         for (int l = 0; l < c->n_layers; l++) {
             const mdl_layer *L = &q->d->layers[l];
-            float *kc = q->kc + ((size_t)l * q->n_ctx + pos0) * kvd, *vc = q->vc + ((size_t)l * q->n_ctx + pos0) * kvd;
-            kn_matmul(kc, q->c, &L->wk, T);
-            kn_matmul(vc, q->c, &L->wv, T);
+            kn_matmul(q->s.k, q->c, &L->wk, T);
+            kn_matmul(q->s.v, q->c, &L->wv, T);
             for (int t = 0; t < T; t++)
-                norm_rope(kc + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
+                norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
+            kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, &q->s, T, pos0, q->n_ctx,
+                     nkv, hd);
         }
         q->len += T;
     }
@@ -392,8 +406,9 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
             norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
             norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);
         }
-        at_job J = {s->att, s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
-                     s->k, s->v, pos0, B, 0, nh, nkv, hd};
+        at_job J = {s->att,  s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
+                    s->k,    s->v, pos0, B, 0, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, (size_t)hd,
+                    (size_t)kvd};
         at_run(&J, B);
         attn_out(s, L, c, B);
         mlp(s, L, c, B);

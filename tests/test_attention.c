@@ -54,8 +54,11 @@ static void drop(setup *s) {
 
 /* rows [t0, t0 + T) of the setup, as one call */
 static void run_rows(const setup *s, int t0, int T, float *out) {
+    /* context keys as a cache [nkv][rows][hd], block keys as rows [nb][nkv*hd] */
+    size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
     at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
-                s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd};
+                s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd,
+                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd};
     at_run(&J, T);
 }
 
@@ -68,8 +71,9 @@ static double ref_err(const setup *s, int t, const float *out) {
         const float *q = s->q + ((size_t)t * s->nh + h) * hd;
         int kh = h / grp;
         double mx = -INFINITY, sum = 0;
+        size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
         for (int j = 0; j < n; j++) {
-            const float *k = (j < na ? s->Ka + (size_t)j * kvd : s->Kb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+            const float *k = j < na ? s->Ka + (kh * rows_a + j) * hd : s->Kb + (size_t)(j - na) * kvd + (size_t)kh * hd;
             double d = 0;
             for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
             w[j] = d / sqrt((double)hd);
@@ -79,7 +83,7 @@ static double ref_err(const setup *s, int t, const float *out) {
         for (int i = 0; i < hd; i++) {
             double o = 0;
             for (int j = 0; j < n; j++) {
-                const float *v = (j < na ? s->Va + (size_t)j * kvd : s->Vb + (size_t)(j - na) * kvd) + (size_t)kh * hd;
+                const float *v = j < na ? s->Va + (kh * rows_a + j) * hd : s->Vb + (size_t)(j - na) * kvd + (size_t)kh * hd;
                 o += w[j] / sum * v[i];
             }
             double e = fabs(o - out[(size_t)h * hd + i]);
