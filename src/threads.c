@@ -7,9 +7,14 @@
  * (one per matmul, hundreds per token) cost a few microseconds while an idle
  * process burns no CPU. The caller waits for the workers the same way.
  *
- * The split of [0, n) into chunks depends only on n and the thread count:
- * chunk i is [n*i/nt, n*(i+1)/nt). Callers that need a coarser grain (matmul
- * splits output columns in tiles of 16) pass the number of tiles as n.
+ * [0, n) is cut into up to TP_CHUNKS_PER_THREAD chunks per thread, which
+ * the threads claim in turn from an atomic counter, so a thread that starts
+ * late (a busy or oversubscribed machine) leaves its share to the others
+ * instead of holding the call up. Which thread runs a chunk, and where the
+ * chunks are cut, must never change a result: every fn computes each item
+ * the same way whatever range it is given (matmul tiles, attention jobs,
+ * elementwise parts). Callers that need a coarser grain (matmul splits output
+ * columns in tiles of 16) pass the number of tiles as n.
  *
  * tp_for from inside a chunk (or from a second application thread while the
  * pool is busy) does not deadlock: it runs the whole range on the calling
@@ -32,10 +37,11 @@
  * thread it waits for) until TP_YIELD_NS, then blocks. */
 #define TP_SPIN_NS 20000.0
 #define TP_YIELD_NS 200000.0
+#define TP_CHUNKS_PER_THREAD 4
 
 typedef struct {
     int n;                 /* threads including the caller; 0: no pool */
-    pthread_t *tids;       /* [n-1] workers; worker k does chunk k+1 */
+    pthread_t *tids;       /* [n-1] workers */
     pthread_mutex_t mu;    /* guards sleeping on go/done */
     pthread_cond_t go, done;
     atomic_uint gen;       /* bumped once per job (and at shutdown) */
@@ -47,7 +53,8 @@ typedef struct {
     /* the current job, written before the gen bump */
     tp_fn fn;
     void *ctx;
-    int items;
+    int items, chunk, n_chunks; /* chunk c = [c*chunk, min(items, (c+1)*chunk)) */
+    atomic_int next;            /* the next chunk to claim */
 } tp_pool;
 
 static tp_pool pool = {
@@ -66,10 +73,14 @@ static inline void tp_relax(void) {
 #endif
 }
 
-static void tp_run_chunk(int i, int nt) {
-    int start = (int)((long long)pool.items * i / nt);
-    int end = (int)((long long)pool.items * (i + 1) / nt);
-    if (start < end) pool.fn(pool.ctx, start, end);
+/* Claim and run chunks until none is left. */
+static void tp_run_chunks(void) {
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
+        if (c >= pool.n_chunks) return;
+        int start = c * pool.chunk, end = start + pool.chunk < pool.items ? start + pool.chunk : pool.items;
+        pool.fn(pool.ctx, start, end);
+    }
 }
 
 /* One step of a spin-wait that began at *t0 (0: not yet timed); i counts
@@ -106,13 +117,13 @@ static unsigned tp_wait_gen(unsigned seen) {
 }
 
 static void *tp_worker(void *arg) {
-    int chunk = (int)(intptr_t)arg;
+    (void)arg;
     unsigned seen = pool.gen0; /* written before pthread_create */
     tp_in_chunk = 1;
     for (;;) {
         seen = tp_wait_gen(seen);
         if (pool.quit) break;
-        tp_run_chunk(chunk, pool.n);
+        tp_run_chunks();
         if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
             /* last one out: wake the caller if it stopped spinning */
             pthread_mutex_lock(&pool.mu);
@@ -177,11 +188,15 @@ void tp_for(int n, tp_fn fn, void *ctx) {
     pool.fn = fn;
     pool.ctx = ctx;
     pool.items = n;
+    pool.n_chunks = n < pool.n * TP_CHUNKS_PER_THREAD ? n : pool.n * TP_CHUNKS_PER_THREAD;
+    pool.chunk = (n + pool.n_chunks - 1) / pool.n_chunks;
+    pool.n_chunks = (n + pool.chunk - 1) / pool.chunk;
+    atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
     atomic_store_explicit(&pool.pending, pool.n - 1, memory_order_relaxed);
-    tp_kick();
+    tp_kick(); /* the gen bump (release) publishes the job to the workers */
 
     tp_in_chunk = 1;
-    tp_run_chunk(0, pool.n);
+    tp_run_chunks();
     tp_in_chunk = 0;
 
     /* wait for the workers: spin, then sleep */

@@ -1,10 +1,12 @@
 /* threads.h - a persistent worker pool. Prefix: tp_.
  *
  * One pool per process, created by tp_init() and reused for every parallel
- * loop (no thread is created per token). tp_for(n, fn, ctx) splits [0, n)
- * into contiguous chunks, one per thread, calls fn(ctx, start, end) on each,
- * and returns when all are done. The split depends only on n and the thread
- * count, never on timing. Calls must not nest. */
+ * loop (no thread is created per token). tp_for(n, fn, ctx) cuts [0, n)
+ * into contiguous chunks (a few per thread; where depends only on n and the
+ * thread count), the threads take them in turn, each calling fn(ctx, start,
+ * end), and it returns when all are done. Which thread runs a chunk depends
+ * on timing, so fn's result for an item must not depend on its range.
+ * Calls must not nest. */
 #ifndef DFL_THREADS_H
 #define DFL_THREADS_H
 

@@ -29,7 +29,7 @@ def main():
             continue
         seen[dom] = seen.get(dom, 0) + 1
         r = subprocess.run([os.path.join(root, "dflash"), "generate", "-m", os.path.join(root, "models/demo/target"),
-                            "--draft", os.path.join(root, "models/demo/draft"), "--draft-max", "15", "--chat",
+                            "--draft", os.path.join(root, "models/demo/draft"), "--draft-max", "15", "--chat"] + os.environ.get("ENGINE_ARGS", "").split() + [
                             "-p", p["prompt"], "-n", str(ev["max_new"]), "--stats-json"],
                            capture_output=True, text=True, timeout=600)
         st = json.loads(r.stderr.strip().splitlines()[-1])
