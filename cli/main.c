@@ -37,7 +37,7 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
-    const char *prompts, *quant, *plot;
+    const char *prompts, *quant, *draft_quant, *plot;
     int raw, max_prompts, reps, depth, json, draft_vocab;
     float temp, top_p;
     int top_k;
@@ -72,6 +72,8 @@ static const char *help_generate =
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
     "      --quant bf16|q8|q4 convert the weights at load (MLX affine, group 64)\n"
+    "      --draft-quant keep|bf16|q8|q4  the draft's weights at load (default: as\n"
+    "                         --quant, else q8 for a float draft on int8 kernels)\n"
     "  -h, --help             this help\n";
 
 static const char *help_chat =
@@ -81,7 +83,8 @@ static const char *help_chat =
     "Type a message and press Enter; /reset clears the conversation, /exit or\n"
     "end-of-file quits. The KV cache of earlier turns is reused.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
-    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant).\n"
+    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
+    "--draft-quant).\n"
     "  -v, --verbose          print timing and DFlash statistics after each answer\n";
 
 static const char *help_tokenize =
@@ -109,6 +112,7 @@ static const char *help_bench =
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
+    "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
@@ -215,6 +219,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
         else if (IS("--json", "--json")) o->json = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
+        else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
         else if (IS("--plot", "--plot")) o->plot = VAL();
         else if (IS("--draft-vocab", "--draft-vocab")) {
             const char *v = VAL();
@@ -278,6 +283,7 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
     fprintf(stderr, "\n\nload: %.3f s | %s, %d layers, hidden %d, %s, %.1f MB | %s/%s, %d threads\n", in.load_s,
             in.arch, in.n_layers, in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels,
             in.n_threads);
+    if (in.has_draft) fprintf(stderr, "draft: %d layers, %s\n", in.draft_layers, in.draft_weight_format);
     fprintf(stderr, "prompt: %d tokens (%d reused), %.2f tok/s\n", st->n_prompt, st->n_reused, pt);
     fprintf(stderr, "decode: %d tokens, %.2f tok/s, %.2f ms/token (stopped: %s)\n", st->n_tokens, dt, ms,
             st->stop_reason);
@@ -297,6 +303,7 @@ static dflash_model *load(const opts *o) {
     p.n_threads = o->threads;
     p.n_ctx = o->ctx;
     p.quant = o->quant;
+    p.draft_quant = o->draft_quant;
     dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);
     if (!m) die("%s", dflash_error());
     return m;

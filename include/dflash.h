@@ -31,6 +31,12 @@ typedef struct {
     int n_ctx;         /* context positions; 0: min(max_position_embeddings, 4096) */
     const char *quant; /* NULL: weights as stored; "bf16", "q8", "q4": convert at load */
     int quant_group;   /* group size for q8/q4 at load (default 64) */
+    const char *draft_quant; /* the draft's weights: "keep" (as stored), "bf16",
+                                "q8", "q4"; NULL = auto: as quant when that is
+                                set, else q8 for a float draft when the kernels
+                                run int8 activations (a draft only proposes, so
+                                this changes speed and acceptance, never the
+                                output) */
 } dflash_params;
 
 dflash_params dflash_default_params(void);
@@ -52,6 +58,7 @@ typedef struct {
     int has_draft, draft_layers, block_size;
     const char *backend, *kernels;
     int n_threads;
+    const char *draft_weight_format; /* as weight_format, for the draft ("" without one) */
 } dflash_info;
 
 void dflash_get_info(const dflash_model *m, dflash_info *info);

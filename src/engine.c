@@ -43,7 +43,7 @@ struct dflash_model {
     int n_pend;
     void *smp_work;
     double load_s;
-    char format[96];
+    char format[96], draft_format[96];
     /* per-call state used by the spec_iface callbacks */
     smp_params sp;
     int drafting;        /* this call computes taps and feeds the draft */
@@ -60,7 +60,7 @@ struct dflash_model {
 const char *dflash_error(void) { return dfl_lasterr(); }
 
 dflash_params dflash_default_params(void) {
-    dflash_params p = {0, 0, NULL, 64};
+    dflash_params p = {0, 0, NULL, 64, NULL};
     return p;
 }
 
@@ -158,10 +158,19 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
             goto fail;
         }
     }
-    qt_kind qk;
+    qt_kind qk, dk = QT_KEEP;
     if (qt_parse(p->quant, &qk) != 0) goto fail;
     int qg = p->quant_group ? p->quant_group : 64;
-    if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, qk, qg) != 0)) goto fail;
+    if (p->draft_quant && strcmp(p->draft_quant, "keep") != 0) {
+        if (qt_parse(p->draft_quant, &dk) != 0) {
+            dfl_preferr("draft quantization");
+            goto fail;
+        }
+    } else if (!p->draft_quant) {
+        kn_dtype dt = m->draft.layers ? m->draft.layers[0].wq.dtype : KN_Q8;
+        dk = qk != QT_KEEP ? qk : (dt == KN_BF16 || dt == KN_F16 || dt == KN_F32) && kn_act_quant() ? QT_Q8 : QT_KEEP;
+    }
+    if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, dk, qg) != 0)) goto fail;
     if (mdl_pack(&m->target) != 0 || (m->has_draft && mdl_pack(&m->draft) != 0)) goto fail;
     const cfg_model *c = &m->target.cfg;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
@@ -189,6 +198,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     }
     m->smp_work = dfl_malloc(smp_work_size(c->vocab));
     weight_format(&m->target, m->format, sizeof m->format);
+    if (m->has_draft) weight_format(&m->draft, m->draft_format, sizeof m->draft_format);
     m->load_s = dfl_now() - t0;
     return m;
 fail:
@@ -235,6 +245,7 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
              kn_act_bf16() ? "+bf16-act" : "");
     in->kernels = kern;
     in->n_threads = tp_threads();
+    in->draft_weight_format = m->draft_format;
 }
 
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {

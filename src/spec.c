@@ -1,6 +1,8 @@
 /* spec.c - see spec.h. */
 #include "spec.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -13,15 +15,18 @@ static int is_stop(const spec_params *p, int32_t t) {
 
 /* --- draft length control ------------------------------------------------
  * Expected tokens from a round with k drafts: E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i,
- * p_i = acceptance rate of draft position i given i-1 accepted (Beta(1,1)
- * prior, counts decay so the estimate follows the text). Cost: draft(k) +
- * verify(k+1) from running averages; a width never measured is interpolated
- * linearly between measured neighbours, or extrapolated as half fixed cost,
- * half proportional to width. Pick the k with the best E(k)/cost(k). The
- * first drafting round uses k = min(cap, 3); when k = 0 keeps winning, a
- * probe with k = 2 runs after probe_gap plain rounds so the acceptance
- * estimates stay current; a probe that accepts nothing doubles the gap
- * (16 up to 256), so a useless draft costs almost nothing. */
+ * p_i = acceptance rate of draft position i given i-1 accepted, from decayed
+ * counts with a prior of weight 1 centred on p_{i-1} (p_1: on 1/2), so a
+ * position never tried inherits its predecessor's rate instead of a guess.
+ * Cost: draft(k) + verify(k+1) from running averages; a width never measured
+ * is interpolated linearly between measured neighbours, or extrapolated as
+ * half fixed cost, half proportional to width. Pick the k with the best
+ * E(k)/cost(k). Until both ends are measured the rounds explore: the first
+ * drafts the whole block (every position gets tried), the next one is plain.
+ * When k = 0 keeps winning, a probe with k = min(cap, 4) runs after
+ * probe_gap plain rounds so the acceptance estimates stay current; a probe
+ * that accepts nothing doubles the gap (16 up to 256), so a useless draft
+ * costs almost nothing. */
 static void ema(double *v, double x) { *v = *v == 0 ? x : 0.7 * *v + 0.3 * x; }
 
 static double est(const double *a, int w, int max) {
@@ -37,13 +42,14 @@ static double est(const double *a, int w, int max) {
 
 static int auto_pick(spec_auto *c, int cap) {
     if (cap <= 0) return 0;
-    if (est(c->verify, 1, SPEC_MAX_BLOCK) == 0 || est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0)
-        return cap < 3 ? cap : 3; /* nothing measured yet */
+    if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
+    if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
     int best = 0;
-    double best_rate = 0, e = 1, prod = 1;
+    double best_rate = 0, e = 1, prod = 1, p = 0.5;
     for (int k = 0; k <= cap; k++) {
         if (k > 0) {
-            prod *= (c->acc[k] + 1.0) / (c->tot[k] + 2.0);
+            p = (c->acc[k] + p) / (c->tot[k] + 1.0);
+            prod *= p;
             e += prod;
         }
         double cost = est(c->verify, k + 1, SPEC_MAX_BLOCK) + (k ? est(c->draft, k, SPEC_MAX_BLOCK - 1) : 0);
@@ -53,12 +59,19 @@ static int auto_pick(spec_auto *c, int cap) {
             best = k;
         }
     }
+    if (getenv("DFLASH_AUTO_DEBUG")) {
+        fprintf(stderr, "auto: best %d rate %.1f | v1 %.3f v4 %.3f v8 %.3f v16 %.3f | d4 %.3f d15 %.3f | p:", best, best_rate,
+                est(c->verify, 1, 64) * 1e3, est(c->verify, 4, 64) * 1e3, est(c->verify, 8, 64) * 1e3, est(c->verify, 16, 64) * 1e3,
+                est(c->draft, 4, 63) * 1e3, est(c->draft, 15, 63) * 1e3);
+        for (int i = 1; i <= 15; i++) fprintf(stderr, " %.2f/%.0f", c->tot[i] ? c->acc[i] / c->tot[i] : -1, c->tot[i]);
+        fprintf(stderr, "\n");
+    }
     if (c->probe_gap < 16) c->probe_gap = 16;
     if (best == 0) {
         if (++c->plain_run < c->probe_gap) return 0;
         c->plain_run = 0;
         c->probing = 1;
-        return cap < 2 ? cap : 2;
+        return cap < 4 ? cap : 4;
     }
     c->plain_run = 0;
     c->probe_gap = 16;
