@@ -43,11 +43,14 @@ enum { BE_KEEP_ROWS = 64 };
 typedef struct {
     int B;                  /* block length, >= 2 */
     const int32_t *tokens;  /* [B]: anchor, then mask ids */
+    int n_slots;            /* project slots 1..n_slots only (0: all B-1): the
+                               block can run at the trained length while fewer
+                               drafts are verified */
     int n_vocab;            /* score lm_head rows 0..n_vocab-1 (0 = all) */
     const int32_t *extra;   /* and these ids beyond n_vocab (stop tokens) */
     int n_extra;
-    float *logits;          /* [B-1][n_vocab] for slots 1..B-1 */
-    float *extra_logits;    /* [B-1][n_extra] */
+    float *logits;          /* [n_slots][n_vocab] for slots 1..n_slots */
+    float *extra_logits;    /* [n_slots][n_extra] */
 } be_draft_block;
 
 typedef struct be_ops {

@@ -326,7 +326,7 @@ static void *cpu_draft_create(const mdl_model *d, const mdl_model *t, int n_ctx)
     size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
     q->kc = dfl_malloc64(sizeof(float) * kv);
     q->vc = dfl_malloc64(sizeof(float) * kv);
-    rope_init(&q->rope, c, n_ctx + c->block_size);
+    rope_init(&q->rope, c, n_ctx + q->max_B); /* block rows sit past the context */
     scratch_init(&q->s, c, q->max_B);
     q->c = dfl_malloc64(sizeof(float) * CHUNK * (size_t)c->hidden);
     return q;
@@ -413,14 +413,15 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         attn_out(s, L, c, B);
         mlp(s, L, c, B);
     }
-    rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, B - 1, H, c->eps);
+    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
+    rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
     int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
     kn_weight head = tg->lm_head; /* rows 0..nv-1: a prefix view of the row-major matrix */
     head.rows = nv;
-    kn_matmul(b->logits, s->xn, &head, B - 1);
+    kn_matmul(b->logits, s->xn, &head, ns);
     for (int e = 0; e < b->n_extra; e++) { /* a few ids beyond the prefix (stop tokens) */
         kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
-        for (int i = 0; i < B - 1; i++) {
+        for (int i = 0; i < ns; i++) {
             const float *x = s->xn + (size_t)i * H;
             float acc = 0.0f;
             for (int d = 0; d < H; d++) acc += s->q[d] * x[d];

@@ -1,8 +1,6 @@
 /* spec.c - see spec.h. */
 #include "spec.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -18,15 +16,17 @@ static int is_stop(const spec_params *p, int32_t t) {
  * p_i = acceptance rate of draft position i given i-1 accepted, from decayed
  * counts with a prior of weight 1 centred on p_{i-1} (p_1: on 1/2), so a
  * position never tried inherits its predecessor's rate instead of a guess.
- * Cost: draft(k) + verify(k+1) from running averages; a width never measured
- * is interpolated linearly between measured neighbours, or extrapolated as
- * half fixed cost, half proportional to width. Pick the k with the best
+ * Cost: draft(k) + verify forward(k+1) + the expected cost of the predict
+ * calls (the call for rows r.. is made only when drafts 1..r were accepted),
+ * each from running averages; a width never measured is interpolated
+ * linearly between measured neighbours, or extrapolated as half fixed cost,
+ * half proportional to width. Pick the k with the best
  * E(k)/cost(k). Until both ends are measured the rounds explore: the first
  * drafts the whole block (every position gets tried), the next one is plain.
- * When k = 0 keeps winning, a probe with k = min(cap, 4) runs after
+ * When k = 0 keeps winning, a probe drafting the whole block runs after
  * probe_gap plain rounds so the acceptance estimates stay current; a probe
- * that accepts nothing doubles the gap (16 up to 256), so a useless draft
- * costs almost nothing. */
+ * that accepts nothing doubles the gap (4 up to 256), so a useless draft
+ * costs little. */
 static void ema(double *v, double x) { *v = *v == 0 ? x : 0.7 * *v + 0.3 * x; }
 
 static double est(const double *a, int w, int max) {
@@ -40,41 +40,50 @@ static double est(const double *a, int w, int max) {
     return a[n] * (0.5 + 0.5 * (double)w / n);
 }
 
-static int auto_pick(spec_auto *c, int cap) {
+/* Expected seconds of the predict calls of a verify of k drafts, rows asked
+ * for R at a time (R = 0: all at once): call c happens when the drafts
+ * before its first row were all accepted. p[i] = acceptance rate of draft i. */
+static double predict_cost(const spec_auto *c, const double *p, int k, int R) {
+    if (R <= 0 || R > k + 1) R = k + 1;
+    double cost = 0, reach = 1;
+    for (int r0 = 0; r0 <= k; r0 += R) {
+        int n = k + 1 - r0 < R ? k + 1 - r0 : R;
+        cost += reach * est(c->predict, n, SPEC_MAX_BLOCK);
+        for (int i = r0 + 1; i <= r0 + n && i <= k; i++) reach *= p[i];
+    }
+    return cost;
+}
+
+static int auto_pick(spec_auto *c, int cap, int R) {
     if (cap <= 0) return 0;
     if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
     if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
+    double p[SPEC_MAX_BLOCK + 1], prev = 0.5;
+    for (int i = 1; i <= cap; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
     int best = 0;
-    double best_rate = 0, e = 1, prod = 1, p = 0.5;
+    double best_rate = 0, e = 1, prod = 1;
     for (int k = 0; k <= cap; k++) {
         if (k > 0) {
-            p = (c->acc[k] + p) / (c->tot[k] + 1.0);
-            prod *= p;
+            prod *= p[k];
             e += prod;
         }
-        double cost = est(c->verify, k + 1, SPEC_MAX_BLOCK) + (k ? est(c->draft, k, SPEC_MAX_BLOCK - 1) : 0);
+        double cost = est(c->verify, k + 1, SPEC_MAX_BLOCK) + predict_cost(c, p, k, R) +
+                      (k ? est(c->draft, k, SPEC_MAX_BLOCK - 1) : 0);
         double rate = e / cost;
         if (rate > best_rate) {
             best_rate = rate;
             best = k;
         }
     }
-    if (getenv("DFLASH_AUTO_DEBUG")) {
-        fprintf(stderr, "auto: best %d rate %.1f | v1 %.3f v4 %.3f v8 %.3f v16 %.3f | d4 %.3f d15 %.3f | p:", best, best_rate,
-                est(c->verify, 1, 64) * 1e3, est(c->verify, 4, 64) * 1e3, est(c->verify, 8, 64) * 1e3, est(c->verify, 16, 64) * 1e3,
-                est(c->draft, 4, 63) * 1e3, est(c->draft, 15, 63) * 1e3);
-        for (int i = 1; i <= 15; i++) fprintf(stderr, " %.2f/%.0f", c->tot[i] ? c->acc[i] / c->tot[i] : -1, c->tot[i]);
-        fprintf(stderr, "\n");
-    }
-    if (c->probe_gap < 16) c->probe_gap = 16;
+    if (c->probe_gap < 4) c->probe_gap = 4;
     if (best == 0) {
         if (++c->plain_run < c->probe_gap) return 0;
         c->plain_run = 0;
         c->probing = 1;
-        return cap < 4 ? cap : 4;
+        return cap; /* the whole block: every position gets a new sample */
     }
     c->plain_run = 0;
-    c->probe_gap = 16;
+    c->probe_gap = 4;
     return best;
 }
 
@@ -122,19 +131,22 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         int cap = maxk;
         if (cap > left - 1) cap = left - 1;
         if (cap > room - 1) cap = room - 1;
-        int k = p->draft_max < 0 ? auto_pick(ctl, cap) : cap;
+        int k = p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows) : cap;
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
         double t1 = dfl_now();
         if (it->verify(it->ud, tok, k + 1) != 0) return -1;
+        ema(&ctl->verify[k + 1], dfl_now() - t1);
         /* predictions a few rows at a time, up to the first rejection:
          * row j predicts the position of tok[j + 1]; row k only the bonus */
         int a = 0;
         for (int i = 0, open = 1; open;) {
             int n = p->predict_rows > 0 ? p->predict_rows : k + 1;
             if (n > k + 1 - i) n = k + 1 - i;
+            double tp = dfl_now();
             if (it->predict(it->ud, i, n, pred + i) != 0) return -1;
+            ema(&ctl->predict[n], dfl_now() - tp);
             st->predicted_rows += n;
             for (int j = i; j < i + n && open; j++) {
                 if (j < k && tok[j + 1] == pred[j])
@@ -152,7 +164,6 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         st->verify_s += t2 - t1;
         st->other_s += t3 - t2;
         st->width_hist[k + 1]++;
-        ema(&ctl->verify[k + 1], t2 - t1);
         if (k > 0) {
             ema(&ctl->draft[k], t1 - t0);
             auto_update(ctl, k, a);

@@ -34,16 +34,18 @@ typedef struct {
 } spec_iface;
 
 /* Draft length control state (--draft-max auto). Running costs of a verify
- * of each width and of a draft of each length, and acceptance counts per
- * draft position. Kept by the caller across generations: costs are a
- * property of the machine and model, acceptance of the model pair. */
+ * forward of each width, of a predict call of each row count and of a draft
+ * of each length, and acceptance counts per draft position. Kept by the
+ * caller across generations: costs are a property of the machine and model,
+ * acceptance of the model pair. */
 typedef struct {
-    double verify[SPEC_MAX_BLOCK + 1]; /* seconds per verify of width w; 0 = unknown */
+    double verify[SPEC_MAX_BLOCK + 1]; /* seconds per verify forward of width w; 0 = unknown */
+    double predict[SPEC_MAX_BLOCK + 1]; /* seconds per predict call of n rows */
     double draft[SPEC_MAX_BLOCK + 1];  /* seconds per draft of k tokens */
     double acc[SPEC_MAX_BLOCK + 1];    /* decayed counts: position i accepted */
     double tot[SPEC_MAX_BLOCK + 1];    /* ... and tried */
     int plain_run;                     /* consecutive rounds that chose k = 0 */
-    int probe_gap;                     /* plain rounds between probes (16..256) */
+    int probe_gap;                     /* plain rounds between probes (4..256) */
     int probing;                       /* the current round is a probe */
 } spec_auto;
 

@@ -324,6 +324,25 @@ TEST(draft_forward_cached_equals_uncached) {
     be->draft_ctx_append(b, feats + 10 * 2 * H, N - 10);
     be->draft_block(b, &q);
     CHECK(memcmp(l1, l2, sizeof(float) * 7 * V) == 0, "draft rollback differs");
+    /* projecting only the first slots of the block: the same rows, bit for
+     * bit; a reduced vocabulary plus extra ids: the same values */
+    for (int ns = 1; ns < 7; ns++) {
+        be_draft_block r = {.B = 8, .tokens = blk, .n_slots = ns, .logits = l2};
+        memset(l2, 0, sizeof(float) * 7 * V);
+        CHECK(be->draft_block(b, &r) == 0, "block, %d slots", ns);
+        CHECK(memcmp(l1, l2, sizeof(float) * ns * V) == 0, "%d projected slots differ from the full block", ns);
+    }
+    int32_t extra[2] = {300, 511};
+    float xl[7 * 2];
+    be_draft_block r = {.B = 8, .tokens = blk, .n_slots = 4, .n_vocab = 256, .extra = extra, .n_extra = 2,
+                        .logits = l2, .extra_logits = xl};
+    CHECK(be->draft_block(b, &r) == 0, "block with a reduced vocabulary");
+    int same = 1;
+    for (int i = 0; i < 4; i++) {
+        same &= memcmp(l1 + (size_t)i * V, l2 + (size_t)i * 256, sizeof(float) * 256) == 0;
+        for (int e = 0; e < 2; e++) same &= fabsf(xl[i * 2 + e] - l1[(size_t)i * V + extra[e]]) <= 1e-3f * (1 + fabsf(l1[(size_t)i * V + extra[e]]));
+    }
+    CHECK(same, "reduced vocabulary logits differ from the full projection");
     be->draft_destroy(a);
     be->draft_destroy(b);
     free(feats);
