@@ -78,6 +78,10 @@ typedef struct be_ops {
      * rows a few at a time and stops at the first rejected draft, so the rows
      * after it never pay for the vocabulary projection. */
     int (*logits)(void *st, int row, int n, float *out);
+    /* out[j] = the first index of the maximum of the logits of kept row
+     * row+j: smp_argmax of logits() exactly, without writing the
+     * [n][vocab] logits (greedy decoding needs only the winner). */
+    int (*argmax)(void *st, int row, int n, int32_t *out);
 } be_ops;
 
 extern const be_ops be_cpu;

@@ -11,10 +11,12 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "sample.h"
 #include "threads.h"
 #include "util.h"
 
 enum { CHUNK = 32 }; /* rows per pass through the layers (prefill is chunked) */
+enum { ARGMAX_SLICE = 16384 }; /* lm_head rows per matmul in argmax (a multiple of 16) */
 
 /* ---- small row kernels --------------------------------------------------- */
 
@@ -187,6 +189,7 @@ typedef struct {
     scratch s;
     float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
     int n_kept;      /* rows in kept (0: the last forward kept none) */
+    float *slice;    /* [BE_KEEP_ROWS][ARGMAX_SLICE] logits of one vocabulary slice */
 } cpu_seq;
 
 static void *cpu_create(const mdl_model *m, int n_ctx) {
@@ -200,6 +203,7 @@ static void *cpu_create(const mdl_model *m, int n_ctx) {
     rope_init(&q->rope, c, n_ctx);
     scratch_init(&q->s, c, CHUNK);
     q->kept = dfl_malloc64(sizeof(float) * BE_KEEP_ROWS * (size_t)c->hidden);
+    q->slice = dfl_malloc64(sizeof(float) * BE_KEEP_ROWS * (size_t)ARGMAX_SLICE);
     return q;
 }
 
@@ -207,6 +211,7 @@ static void cpu_destroy(void *st) {
     cpu_seq *q = st;
     if (!q) return;
     free(q->kept);
+    free(q->slice);
     free(q->kc);
     free(q->vc);
     rope_free(&q->rope);
@@ -302,6 +307,33 @@ static int cpu_logits(void *st, int row, int n, float *out) {
         return -1;
     }
     kn_matmul(out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
+    return 0;
+}
+
+/* The lm_head a slice of rows at a time (the same bits per logit: a row
+ * view is the same rows), keeping each row's first maximum; the slice's
+ * logits stay in cache instead of [n][vocab] going out to memory. */
+static int cpu_argmax(void *st, int row, int n, int32_t *out) {
+    cpu_seq *q = st;
+    if (row < 0 || n < 1 || row + n > q->n_kept) {
+        dfl_seterr("argmax: rows %d..%d not kept by the last forward (%d kept)", row, row + n - 1, q->n_kept);
+        return -1;
+    }
+    const kn_weight *w = &q->m->lm_head;
+    float best[BE_KEEP_ROWS];
+    for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
+        int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
+        kn_weight v = kn_row_view(w, r0, nr);
+        kn_matmul(q->slice, q->kept + (size_t)row * q->m->cfg.hidden, &v, n);
+        for (int j = 0; j < n; j++) {
+            const float *l = q->slice + (size_t)j * nr;
+            int i = smp_argmax(l, nr);
+            if (r0 == 0 || l[i] > best[j]) { /* ties keep the earlier index */
+                best[j] = l[i];
+                out[j] = r0 + i;
+            }
+        }
+    }
     return 0;
 }
 
@@ -445,4 +477,5 @@ const be_ops be_cpu = {
     cpu_draft_ctx_truncate,
     cpu_draft_block,
     cpu_logits,
+    cpu_argmax,
 };

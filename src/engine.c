@@ -299,6 +299,7 @@ static int cb_verify(void *ud, const int32_t *tok, int T) {
 static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     dflash_model *m = ud;
     int V = m->target.cfg.vocab;
+    if (m->sp.temp <= 0) return m->be->argmax(m->seq, i, n, pred); /* greedy: no logits written */
     if (m->be->logits(m->seq, i, n, m->logits) != 0) return -1;
     for (int j = 0; j < n; j++)
         pred[j] = smp_pick(&m->sp, m->logits + (size_t)j * V, V, (int64_t)m->verify_len + i + j + 1, m->smp_work);

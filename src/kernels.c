@@ -260,7 +260,8 @@ static int generic_supported(void) { return 1; }
 /* q8 mode here is the portable reference, not a fast path: off by default */
 const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, generic_rows,
                                  generic_supported, 0,                 generic_quant, generic_rows_q8,
-                                 NULL,              NULL,              NULL,          NULL};
+                                 NULL,              NULL,              NULL,          NULL,
+                                 NULL};
 
 /* ===================================================================== */
 /* Dispatch                                                                */
@@ -461,6 +462,22 @@ int kn_pack(kn_weight *w) {
 void kn_unpack(kn_weight *w) {
     free((void *)w->packed);
     w->packed = NULL;
+}
+
+kn_weight kn_row_view(const kn_weight *w, int r0, int n) {
+    kn_weight v = *w;
+    size_t elem = w->dtype == KN_F32 ? 4 : w->dtype == KN_F16 || w->dtype == KN_BF16 ? 2 : 0;
+    v.rows = n;
+    if (elem) {
+        v.data = (const char *)w->data + (size_t)r0 * w->cols * elem;
+    } else {
+        size_t sg = (size_t)(w->cols / w->group_size) * kn_scale_size(w->scale_dtype);
+        v.data = (const char *)w->data + (size_t)r0 * w->cols * w->bits / 8;
+        v.scales = (const char *)w->scales + (size_t)r0 * sg;
+        v.biases = (const char *)w->biases + (size_t)r0 * sg;
+    }
+    if (w->packed) v.packed = (const char *)w->packed + (size_t)(r0 / KN_COL_TILE) * kn_cur->pack_tile_bytes(w);
+    return v;
 }
 
 void kn_get_row(float *out, const kn_weight *w, int row) {

@@ -58,6 +58,11 @@ void kn_get_row(float *out, const kn_weight *w, int row);
 /* Bytes of weight data (data + scales + biases) - for bandwidth reports. */
 size_t kn_weight_bytes(const kn_weight *w);
 
+/* Rows r0..r0+n-1 of w as a weight of its own (the packed copy too), for
+ * r0 a multiple of 16; each output row's bits are those of the same row of
+ * w. */
+kn_weight kn_row_view(const kn_weight *w, int r0, int n);
+
 /* Validate a weight once at load time (kernels never check): shape, data,
  * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols),
  * scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */

@@ -414,7 +414,7 @@ static int avx2_supported(void) {
 
 /* no q8 path: q8 mode runs f32 here (kernels.h) */
 const kn_impl kn_impl_avx2 = {"avx2", avx2_supported, 16, avx2_permute_q4, avx2_rows,
-                              NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+                              NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 #else
 typedef int kn_avx2_unused; /* ISO C wants a declaration in every file */

@@ -450,7 +450,8 @@ static int avx512_supported(void) {
 
 const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_permute_q4, avx512_rows,
                                   kn_vnni_supported, 1, kn_vnni_quant, kn_vnni_rows,
-                                  kn_vnni_pack, kn_bf16_supported, kn_bf16_quant, kn_bf16_rows};
+                                  kn_vnni_pack, kn_bf16_supported, kn_bf16_quant, kn_bf16_rows,
+                                  kn_vnni_pack_tile_bytes};
 
 #else
 typedef int kn_avx512_unused; /* ISO C wants a declaration in every file */

@@ -86,6 +86,9 @@ typedef struct {
     int (*bf16_supported)(void);
     void (*quant_bf16)(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
     void (*rows_bf16)(const kn_job *job, int r0, int r1);
+    /* Bytes of pack's copy per 16 rows (one tile), so a view of rows
+     * 16i.. starts i tiles in; NULL with pack. */
+    size_t (*pack_tile_bytes)(const kn_weight *w);
 } kn_impl;
 
 /* The reference quantizer of one row (kernels.h gives the rule): xq[cols]
@@ -100,6 +103,7 @@ int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
 void kn_vnni_rows(const kn_job *job, int r0, int r1);
 void *kn_vnni_pack(const kn_weight *w);
+size_t kn_vnni_pack_tile_bytes(const kn_weight *w);
 /* kernels_bf16.c: the q8 mode of the avx512 variant for BF16 weights */
 int kn_bf16_supported(void);
 void kn_bf16_quant(uint16_t *xb, size_t ldb, const float *x, int T, int cols);

@@ -433,6 +433,10 @@ static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *
     }
 }
 
+size_t kn_vnni_pack_tile_bytes(const kn_weight *w) {
+    return (size_t)(w->cols / w->group_size) * pk_gbytes(w, w->dtype == KN_Q4);
+}
+
 void *kn_vnni_pack(const kn_weight *w) {
     int rows = w->rows, ng = w->cols / w->group_size, nt = (rows + NL - 1) / NL;
     size_t rb = w->dtype == KN_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;

@@ -27,7 +27,9 @@ static int is_stop(const spec_params *p, int32_t t) {
  * probe_gap plain rounds so the acceptance estimates stay current; a probe
  * that accepts nothing doubles the gap (4 up to 256), so a useless draft
  * costs little. */
-static void ema(double *v, double x) { *v = *v == 0 ? x : 0.7 * *v + 0.3 * x; }
+/* Running cost: follows a drop at once and a rise slowly, so a round slowed
+ * by something else (another process, a cold cache) barely moves it. */
+static void ema(double *v, double x) { *v = *v == 0 ? x : x < *v ? 0.5 * *v + 0.5 * x : 0.9 * *v + 0.1 * x; }
 
 static double est(const double *a, int w, int max) {
     if (a[w] > 0) return a[w];

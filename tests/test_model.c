@@ -10,7 +10,9 @@
 
 #include "backend.h"
 #include "check.h"
+#include "kernels.h"
 #include "model.h"
+#include "sample.h"
 #include "safetensors.h"
 #include "synth.h"
 #include "threads.h"
@@ -352,6 +354,39 @@ TEST(draft_forward_cached_equals_uncached) {
     mdl_free(&dm);
 }
 
+/* backend.argmax (vocabulary slices, no logits written) = argmax of
+ * backend.logits, on the shipped demo target (151,936 rows: ten slices, the
+ * last one partial), for kept rows taken one and several at a time. */
+TEST(argmax_equals_logits_argmax) {
+    const char *root = getenv("DFLASH_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/demo/target", root ? root : ".");
+    mdl_model m;
+    if (mdl_load(&m, dir) != 0 || mdl_pack(&m) != 0) {
+        CHECK(0, "load %s: %s", dir, dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    void *st = be->create(&m, 128);
+    int V = m.cfg.vocab;
+    enum { T = 7 };
+    int32_t tok[T] = {151644, 872, 198, 3838, 374, 220, 17}, got[T], one;
+    float *lg = malloc(sizeof(float) * T * (size_t)V);
+    be_batch b = {T, tok, 0, NULL, 0, NULL, NULL, 1};
+    CHECK(be->forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+    CHECK(be->logits(st, 0, T, lg) == 0, "logits: %s", dfl_lasterr());
+    CHECK(be->argmax(st, 0, T, got) == 0, "argmax: %s", dfl_lasterr());
+    for (int t = 0; t < T; t++) {
+        CHECK(got[t] == smp_argmax(lg + (size_t)t * V, V), "row %d: argmax %d, logits say %d", t, got[t],
+              smp_argmax(lg + (size_t)t * V, V));
+        CHECK(be->argmax(st, t, 1, &one) == 0 && one == got[t], "row %d alone: %d vs %d", t, one, got[t]);
+    }
+    CHECK(be->argmax(st, 5, 3, got) != 0, "rows past the kept ones must be refused");
+    free(lg);
+    be->destroy(st);
+    mdl_free(&m);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-model-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -361,6 +396,7 @@ int main(void) {
     RUN(model_bad_checkpoints);
     RUN(batch_invariance_and_rollback);
     RUN(draft_forward_cached_equals_uncached);
+    RUN(argmax_equals_logits_argmax);
     tp_shutdown();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
