@@ -25,10 +25,27 @@ cp "$src/draft.safetensors" "$d/model.safetensors"
 cp "$tmp/models/draft/config.json" "$d/"
 chmod 644 "$t"/*.json "$t/model.safetensors" "$d"/*
 o="$root/docs/demo-models"
-for f in target_loss.csv draft_loss.csv gen_samples.txt train_info.json hf_parity.json; do
+for f in target_loss.csv draft_loss.csv gen_samples.txt hf_parity.json; do
     [ -f "$tmp/logs/$f" ] && cp "$tmp/logs/$f" "$o/"
 done
-cp "$tmp/tok/stats.json" "$o/token_counts.json"
+if grep -q '"target"' "$tmp/logs/train_info.json"; then # a run that trained the target
+    cp "$tmp/logs/train_info.json" "$o/"
+    cp "$tmp/tok/stats.json" "$o/token_counts.json"
+else # a draft-only run (--target-dir): keep the target's records, file the draft as a new stage
+    $py - "$tmp/logs/train_info.json" "$o/train_info.json" <<'EOF2'
+import json, os, sys
+new = json.load(open(sys.argv[1]))
+out = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {}
+n = 1
+while f"draft_stage{n}" in out:
+    n += 1
+if "draft" in out:
+    out[f"draft_stage{n}"] = out["draft"]
+out["draft"] = dict(new["draft"], note="continued from the previous stage (--target-dir, --init-draft)")
+out["sha_target"] = new["sha_target"]
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+EOF2
+fi
 $py - "$tmp/logs/eval.json" "$o/eval.json" <<'EOF'
 import json, sys
 e = json.load(open(sys.argv[1]))
