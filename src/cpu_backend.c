@@ -299,13 +299,17 @@ static int cpu_forward(void *st, const be_batch *b) {
     return 0;
 }
 
+/* 0 if rows row..row+n-1 were kept by the last forward, else -1 naming op. */
+static int check_kept(const cpu_seq *q, int row, int n, const char *op) {
+    if (row >= 0 && n >= 1 && row + n <= q->n_kept) return 0;
+    dfl_seterr("%s: rows %d..%d not kept by the last forward (%d kept)", op, row, row + n - 1, q->n_kept);
+    return -1;
+}
+
 /* The same rows and matmul as forward_chunk's logits, so the same bits. */
 static int cpu_logits(void *st, int row, int n, float *out) {
     cpu_seq *q = st;
-    if (row < 0 || n < 1 || row + n > q->n_kept) {
-        dfl_seterr("logits: rows %d..%d not kept by the last forward (%d kept)", row, row + n - 1, q->n_kept);
-        return -1;
-    }
+    if (check_kept(q, row, n, "logits") != 0) return -1;
     kn_matmul(out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
     return 0;
 }
@@ -315,10 +319,7 @@ static int cpu_logits(void *st, int row, int n, float *out) {
  * logits stay in cache instead of [n][vocab] going out to memory. */
 static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     cpu_seq *q = st;
-    if (row < 0 || n < 1 || row + n > q->n_kept) {
-        dfl_seterr("argmax: rows %d..%d not kept by the last forward (%d kept)", row, row + n - 1, q->n_kept);
-        return -1;
-    }
+    if (check_kept(q, row, n, "argmax") != 0) return -1;
     const kn_weight *w = &q->m->lm_head;
     float best[BE_KEEP_ROWS];
     for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
