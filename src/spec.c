@@ -29,6 +29,11 @@ static int is_stop(const spec_params *p, int32_t t) {
  * costs little. */
 /* Running cost: follows a drop at once and a rise slowly, so a round slowed
  * by something else (another process, a cold cache) barely moves it. */
+/* Draft only when the model expects at least this gain over plain decoding:
+ * near break-even the estimates' errors decide, and drafting also slows the
+ * plain steps around it (more memory touched). */
+#define DRAFT_MARGIN 1.05
+
 static void ema(double *v, double x) { *v = *v == 0 ? x : x < *v ? 0.5 * *v + 0.5 * x : 0.9 * *v + 0.1 * x; }
 
 static double est(const double *a, int w, int max) {
@@ -71,7 +76,7 @@ static int auto_pick(spec_auto *c, int cap, int R) {
         }
         double cost = est(c->verify, k + 1, SPEC_MAX_BLOCK) + predict_cost(c, p, k, R) +
                       (k ? est(c->draft, k, SPEC_MAX_BLOCK - 1) : 0);
-        double rate = e / cost;
+        double rate = k ? e / cost / DRAFT_MARGIN : e / cost;
         if (rate > best_rate) {
             best_rate = rate;
             best = k;
