@@ -596,6 +596,17 @@ static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *
  * while every row of x passes over them. */
 INL int kblock_groups(const kn_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
 
+/* y rows t0..t0+tn-1, the 16 outputs of each tile in one (masked) store. */
+static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *tiles, int rc, int t0, int tn, int r1) {
+    int rows = job->w->rows;
+    for (int c = 0; c < rc; c++) {
+        int r = tiles[c] * NL, n = r1 - r < NL ? r1 - r : NL;
+        __mmask16 mk = (__mmask16)(n >= NL ? 0xFFFFu : (1u << n) - 1);
+        for (int t = 0; t < tn; t++)
+            _mm512_mask_storeu_ps(job->y + (size_t)(t0 + t) * rows + r, mk, _mm512_load_ps(acc[t][c]));
+    }
+}
+
 /* Rows [r0, r1) from the packed copy (r0 is a multiple of KN_COL_TILE = NL,
  * so the thread's tiles are whole). */
 static void packed_rows(const kn_job *job, int r0, int r1) {
@@ -622,12 +633,7 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
                     ptile_any(tn - t < PRT ? tn - t : PRT, rc, q4, job, pt, t0 + t, g0, g1,
                               T > 1 && t == 0 ? (g1 < ng ? g1 - g0 : ng - g0) : 0, acc + t);
             }
-            for (int t = 0; t < tn; t++)
-                for (int c = 0; c < rc; c++)
-                    for (int l = 0; l < NL; l++) {
-                        int r = tiles[c] * NL + l;
-                        if (r < r1) job->y[(size_t)(t0 + t) * w->rows + r] = acc[t][c][l];
-                    }
+            store_tiles(job, acc, tiles, rc, t0, tn, r1);
         }
     }
 }
