@@ -151,14 +151,22 @@ static void swiglu_part(void *p, int start, int end) {
 static void mlp(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
-    kn_matmul(s->g, s->xn, &L->wg, T);
-    kn_matmul(s->u, s->xn, &L->wu, T);
+    float *ys[2] = {s->g, s->u};
+    const kn_weight *ws[2] = {&L->wg, &L->wu};
+    kn_matmul_n(ys, s->xn, ws, 2, T);
     size_t n = (size_t)T * I;
     swiglu_job j = {s->g, s->u, n};
     if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
     else tp_for((int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
     kn_matmul(s->xn, s->g, &L->wd, T);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
+}
+
+/* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). */
+static void qkv(scratch *s, const mdl_layer *L, int T) {
+    float *ys[3] = {s->q, s->k, s->v};
+    const kn_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
+    kn_matmul_n(ys, s->xn, ws, 3, T);
 }
 
 /* x += Wo att */
@@ -238,9 +246,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         const mdl_layer *L = &m->layers[l];
         float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
         rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
-        kn_matmul(s->q, s->xn, &L->wq, T);
-        kn_matmul(s->k, s->xn, &L->wk, T);
-        kn_matmul(s->v, s->xn, &L->wv, T);
+        qkv(s, L, T);
         for (int t = 0; t < T; t++) {
             norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
             norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
@@ -399,8 +405,9 @@ static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
         rmsnorm_rows(q->c, q->s.xn, q->d->hidden_norm, T, H, c->eps);
         for (int l = 0; l < c->n_layers; l++) {
             const mdl_layer *L = &q->d->layers[l];
-            kn_matmul(q->s.k, q->c, &L->wk, T);
-            kn_matmul(q->s.v, q->c, &L->wv, T);
+            float *ys[2] = {q->s.k, q->s.v};
+            const kn_weight *ws[2] = {&L->wk, &L->wv};
+            kn_matmul_n(ys, q->c, ws, 2, T);
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
             kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, &q->s, T, pos0, q->n_ctx,
@@ -432,9 +439,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &q->d->layers[l];
         rmsnorm_rows(s->xn, s->x, L->in_norm, B, H, c->eps);
-        kn_matmul(s->q, s->xn, &L->wq, B);
-        kn_matmul(s->k, s->xn, &L->wk, B);
-        kn_matmul(s->v, s->xn, &L->wv, B);
+        qkv(s, L, B);
         for (int i = 0; i < B; i++) {
             norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
             norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);

@@ -381,22 +381,48 @@ static void *alloc64(size_t n) {
     return p ? p : dfl_malloc(n); /* still correct, just slower */
 }
 
-/* q8 mode: quantize x once ([T][cols] -> qx), then the variant's rows_q8. */
-static void matmul_q8(kn_job *job, const float *x) {
-    const kn_weight *w = job->w;
-    size_t T = (size_t)job->T, nb = (size_t)w->cols / KN_QBLOCK, ng = (size_t)(w->cols / w->group_size);
+/* Several weights against one x in one parallel region: the union of their
+ * tiles, cut by the pool as one range. Each weight's tiles run exactly as in
+ * a call of its own, so the outputs are the same bits. */
+typedef struct {
+    kn_job jobs[KN_MAX_MULTI];
+    int first[KN_MAX_MULTI + 1]; /* tile range of weight i: [first[i], first[i+1]) */
+    int n;
+} kn_multi;
+
+static void kn_multi_chunk(void *ctx, int start, int end) {
+    kn_multi *m = ctx;
+    for (int i = 0; i < m->n; i++) {
+        int a = start > m->first[i] ? start : m->first[i], b = end < m->first[i + 1] ? end : m->first[i + 1];
+        if (a < b) kn_matmul_chunk(&m->jobs[i], a - m->first[i], b - m->first[i]);
+    }
+}
+
+/* q8 mode: quantize x once ([T][cols] -> qx, laid out for ws[0]; the
+ * caller checked that every weight shares dtype, cols, group size and
+ * packing), then the variant's rows_q8 for each weight. */
+static void matmul_q8(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
+    const kn_weight *w = ws[0];
+    size_t nb = (size_t)w->cols / KN_QBLOCK, ng = (size_t)(w->cols / w->group_size);
     kn_qx qx;
     qx.ldq = ((size_t)w->cols + 127) & ~(size_t)127;
-    size_t qb = (T * qx.ldq + 63) & ~(size_t)63, db = (T * nb * sizeof(float) + 63) & ~(size_t)63;
-    char *buf = alloc64(qb + db + T * ng * sizeof(float));
+    size_t qb = ((size_t)T * qx.ldq + 63) & ~(size_t)63, db = ((size_t)T * nb * sizeof(float) + 63) & ~(size_t)63;
+    char *buf = alloc64(qb + db + (size_t)T * ng * sizeof(float));
     qx.q = (int8_t *)buf;
     qx.d = (float *)(buf + qb);
     qx.xs = (float *)(buf + qb + db);
-    kn_cur->quant(&qx, x, job->T, w);
-    job->qx = &qx;
-    int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
-    if ((double)w->rows * w->cols * job->T < KN_MIN_PARALLEL) kn_matmul_chunk(job, 0, tiles);
-    else tp_for(tiles, kn_matmul_chunk, job);
+    kn_cur->quant(&qx, x, T, w);
+    kn_multi m;
+    double macs = 0;
+    m.n = n;
+    m.first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        m.jobs[i] = (kn_job){ys[i], NULL, ws[i], T, &qx, NULL, 0};
+        m.first[i + 1] = m.first[i] + (ws[i]->rows + KN_COL_TILE - 1) / KN_COL_TILE;
+        macs += (double)ws[i]->rows * ws[i]->cols * T;
+    }
+    if (macs < KN_MIN_PARALLEL) kn_multi_chunk(&m, 0, m.first[n]);
+    else tp_for(m.first[n], kn_multi_chunk, &m);
     free(buf);
 }
 
@@ -418,8 +444,7 @@ void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     if (!kn_cur) kn_init();
     kn_job job = {y, x, w, T, NULL, NULL, 0};
     if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant()) {
-        job.x = NULL;
-        matmul_q8(&job, x);
+        matmul_q8(&y, x, &w, 1, T);
         return;
     }
     if (w->dtype == KN_BF16 && kn_act_bf16()) {
@@ -446,6 +471,20 @@ void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     if ((double)w->rows * w->cols * T < KN_MIN_PARALLEL) kn_matmul_chunk(&job, 0, tiles);
     else tp_for(tiles, kn_matmul_chunk, &job);
     free(xp);
+}
+
+void kn_matmul_n(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
+    if (T <= 0 || n <= 0) return;
+    if (!kn_cur) kn_init();
+    int one_call = n <= KN_MAX_MULTI && kn_act_quant() && (ws[0]->dtype == KN_Q8 || ws[0]->dtype == KN_Q4);
+    for (int i = 1; i < n && one_call; i++)
+        one_call = ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols &&
+                   ws[i]->group_size == ws[0]->group_size && !ws[i]->packed == !ws[0]->packed;
+    if (one_call) {
+        matmul_q8(ys, x, ws, n, T);
+        return;
+    }
+    for (int i = 0; i < n; i++) kn_matmul(ys[i], x, ws[i], T);
 }
 
 int kn_pack(kn_weight *w) {

@@ -58,6 +58,12 @@ void kn_get_row(float *out, const kn_weight *w, int row);
 /* Bytes of weight data (data + scales + biases) - for bandwidth reports. */
 size_t kn_weight_bytes(const kn_weight *w);
 
+/* ys[i] = ws[i] . x for n <= KN_MAX_MULTI weights that read the same x
+ * (Q/K/V, gate/up): the same bits as n kn_matmul calls, in one parallel
+ * region with x quantized once when the weights allow it. */
+#define KN_MAX_MULTI 4
+void kn_matmul_n(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T);
+
 /* Rows r0..r0+n-1 of w as a weight of its own (the packed copy too), for
  * r0 a multiple of 16; each output row's bits are those of the same row of
  * w. */

@@ -760,6 +760,59 @@ TEST(x_alignment) {
     kn_init();
 }
 
+/* kn_matmul_n = separate kn_matmul calls, bit for bit: in both activation
+ * modes, packed and not, Q8/Q4/BF16, with rows that are not multiples of
+ * the tile, and with weights it cannot share x between (other cols). */
+TEST(matmul_n_equals_separate_calls) {
+    kn_dtype dts[] = {KN_Q8, KN_Q4, KN_BF16};
+    int rows[3] = {256, 128, 40}, Ts[] = {1, 3, 16};
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (kn_force_variant(variants[vi]) != 0) continue;
+        for (int mode = 0; mode < 2; mode++)
+            for (int pack = 0; pack < 2; pack++)
+                for (int di = 0; di < 3; di++) {
+                    kn_set_act_quant(mode);
+                    tweight tw[4];
+                    for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, 64, KN_BF16);
+                    tw[3] = make_weight(dts[di], 64, 128, 64, KN_BF16); /* other cols: separate calls */
+                    if (pack)
+                        for (int i = 0; i < 4; i++) CHECK(kn_pack(&tw[i].w) == 0, "pack");
+                    for (int ti = 0; ti < 3; ti++) {
+                        int T = Ts[ti];
+                        float *x = dfl_malloc64(sizeof(float) * T * 256), *ya[4], *yb[4];
+                        for (int i = 0; i < T * 256; i++) x[i] = rng_unit();
+                        const kn_weight *ws[4];
+                        for (int i = 0; i < 4; i++) {
+                            ws[i] = &tw[i].w;
+                            ya[i] = dfl_malloc(sizeof(float) * T * ws[i]->rows);
+                            yb[i] = dfl_malloc(sizeof(float) * T * ws[i]->rows);
+                        }
+                        kn_matmul_n(ya, x, ws, 3, T);
+                        for (int i = 0; i < 3; i++) kn_matmul(yb[i], x, ws[i], T);
+                        int same = 1;
+                        for (int i = 0; i < 3; i++) same &= memcmp(ya[i], yb[i], sizeof(float) * T * ws[i]->rows) == 0;
+                        CHECK(same, "%s mode %d pack %d %s T=%d: kn_matmul_n differs", variants[vi], mode, pack,
+                              kn_dtype_name(dts[di]), T);
+                        const kn_weight *mixed[2] = {ws[0], ws[3]};
+                        float *ym[2] = {ya[0], ya[3]};
+                        kn_matmul_n(ym, x, mixed, 2, T);
+                        kn_matmul(yb[3], x, ws[3], T);
+                        CHECK(memcmp(ya[3], yb[3], sizeof(float) * T * 64) == 0 &&
+                                  memcmp(ya[0], yb[0], sizeof(float) * T * 256) == 0,
+                              "%s mode %d: mixed shapes differ", variants[vi], mode);
+                        for (int i = 0; i < 4; i++) {
+                            free(ya[i]);
+                            free(yb[i]);
+                        }
+                        free(x);
+                    }
+                    for (int i = 0; i < 4; i++) free_weight(&tw[i]);
+                }
+    }
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
 /* ---- thread pool ------------------------------------------------------- */
 
 typedef struct {
@@ -876,5 +929,6 @@ int main(void) {
     RUN(batch_invariance);
     RUN(large_T);
     RUN(x_alignment);
+    RUN(matmul_n_equals_separate_calls);
     CHECK_DONE("test_kernels");
 }
