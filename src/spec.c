@@ -20,20 +20,20 @@ static int is_stop(const spec_params *p, int32_t t) {
  * calls (the call for rows r.. is made only when drafts 1..r were accepted),
  * each from running averages; a width never measured is interpolated
  * linearly between measured neighbours, or extrapolated as half fixed cost,
- * half proportional to width. Pick the k with the best
- * E(k)/cost(k). Until both ends are measured the rounds explore: the first
+ * half proportional to width. Pick the k with the best E(k)/cost(k), a
+ * k > 0 needing DRAFT_MARGIN over plain decoding. Until both ends are measured the rounds explore: the first
  * drafts the whole block (every position gets tried), the next one is plain.
  * When k = 0 keeps winning, a probe drafting the whole block runs after
  * probe_gap plain rounds so the acceptance estimates stay current; a probe
  * that accepts nothing doubles the gap (4 up to 256), so a useless draft
  * costs little. */
-/* Running cost: follows a drop at once and a rise slowly, so a round slowed
- * by something else (another process, a cold cache) barely moves it. */
 /* Draft only when the model expects at least this gain over plain decoding:
  * near break-even the estimates' errors decide, and drafting also slows the
  * plain steps around it (more memory touched). */
 #define DRAFT_MARGIN 1.05
 
+/* Running cost: follows a drop at once and a rise slowly, so a round slowed
+ * by something else (another process, a cold cache) barely moves it. */
 static void ema(double *v, double x) { *v = *v == 0 ? x : x < *v ? 0.5 * *v + 0.5 * x : 0.9 * *v + 0.1 * x; }
 
 static double est(const double *a, int w, int max) {
