@@ -454,8 +454,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
     int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
-    kn_weight head = tg->lm_head; /* rows 0..nv-1: a prefix view of the row-major matrix */
-    head.rows = nv;
+    kn_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
     kn_matmul(b->logits, s->xn, &head, ns);
     for (int e = 0; e < b->n_extra; e++) { /* a few ids beyond the prefix (stop tokens) */
         kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
