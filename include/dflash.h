@@ -37,6 +37,8 @@ typedef struct {
                                 run int8 activations (a draft only proposes, so
                                 this changes speed and acceptance, never the
                                 output) */
+    const char *backend; /* "cpu", "cuda", or NULL / "auto": CUDA when built in
+                            (make CUDA=1) and a device is present, else CPU */
 } dflash_params;
 
 dflash_params dflash_default_params(void);
@@ -56,7 +58,8 @@ typedef struct {
     size_t weight_bytes;
     double load_s;
     int has_draft, draft_layers, block_size;
-    const char *backend, *kernels;
+    const char *backend; /* "cpu", "cuda" */
+    const char *kernels; /* the backend's line: kernel variant, device */
     int n_threads;
     const char *draft_weight_format; /* as weight_format, for the draft ("" without one) */
 } dflash_info;
@@ -129,9 +132,11 @@ void dflash_reset(dflash_model *m);
 
 /* ---- benchmarking (dflash bench) ----------------------------------------- */
 
-/* Median seconds of one target forward of T tokens at context depth `depth`
- * (the cache is filled to depth first and rolled back after each run), over
- * `reps` runs after one warm-up. Resets the prompt cache. */
+/* Median seconds of one greedy step of T tokens at context depth `depth`:
+ * the target forward keeping its T rows plus the argmax of each (what a
+ * decode step or a greedy verify of T rows costs, no logits copied out; the
+ * cache is filled to depth first and rolled back after each run), over
+ * `reps` runs after one warm-up. Resets the prompt cache. T <= 64. */
 int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
 
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
@@ -144,8 +149,14 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
  * group 32/64/128), loadable by dflash and MLX. */
 int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
-/* Read bandwidth of this machine in GB/s: a parallel read of a 512 MiB
- * buffer with the library's worker threads (best of a few passes). */
+/* Bandwidth in GB/s of the memory the model's weights stream from, measured
+ * now by its backend: CPU, a parallel read of a 512 MiB buffer with the
+ * worker threads (best of a few passes); CUDA, a device-to-device copy
+ * (read + write bytes). -1 without a model (tokenizer only). */
+double dflash_bandwidth(dflash_model *m);
+
+/* The CPU's read bandwidth in GB/s, as dflash_bandwidth measures it for the
+ * CPU backend, whatever backend is in use. */
 double dflash_read_bandwidth(void);
 
 #ifdef __cplusplus

@@ -1,89 +1,146 @@
 /* backend.h - the interface every compute backend implements. Prefix: be_.
  *
- * A backend owns a sequence state: the KV cache, scratch activations and any
- * device copies of the weights. The engine and the DFlash loop only talk to
- * a backend through be_ops, so a CUDA backend slots in beside the CPU one.
+ * A backend instance (open/close) belongs to one dflash_model: the CPU
+ * backend sets its kernel mode and worker threads there, the CUDA backend its
+ * device and stream. prepare() makes a loaded model resident (CPU: the
+ * kernels' packed copies; CUDA: every weight uploaded once); after it the
+ * backend owns whatever it attached to mdl_model.be_data, released by
+ * release().
+ *
+ * Sequence states (create) hold the KV cache, scratch activations and the
+ * hidden taps of the last forward. Everything a DFlash round needs stays in
+ * the backend: forward keeps the taps, draft_feed hands committed rows of
+ * them to the draft's context, draft_block returns token ids, argmax returns
+ * token ids. Only ids and counts cross to the caller per round; logits(),
+ * taps() and draft_ctx_append() move floats and exist for sampling (temp > 0),
+ * tests and tools.
  *
  * KV cache rule (stated once, here): the cache holds rows 0..len-1, one per
  * committed position. forward() appends its T rows at positions len..len+T-1
  * (the caller never passes positions; they follow from len). truncate(m),
  * m <= len, forgets rows m..len-1 by moving the length; nothing is copied and
  * the next forward overwrites them. A rolled-back row never influences a
- * later result, so decode after truncate equals a fresh decode bit for bit. */
+ * later result, so decode after truncate equals a fresh decode bit for bit.
+ *
+ * Draft context rule: the draft's context holds one row per target position
+ * 0..ctx_len-1, fed from the target's taps (draft_feed) or from host floats
+ * (draft_ctx_append). A backend may keep fed rows pending and project them
+ * later (before the next draft_block); draft_ctx_length counts them.
+ * draft_ctx_truncate(m) forgets rows m.. (pending ones too).
+ *
+ * Batch invariance: a row's logits, taps and K/V depend only on its token and
+ * the committed rows before it, never on T or on the other rows of the batch. */
 #ifndef DFL_BACKEND_H
 #define DFL_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model.h"
 
+enum {
+    BE_MAX_ROWS = 256,  /* most rows of one forward() */
+    BE_KEEP_ROWS = 64,  /* most rows a forward may keep for logits/argmax */
+};
+
 typedef struct {
-    int T;                  /* number of new tokens */
+    int n_threads; /* CPU worker threads; 0 = physical cores */
+    int device;    /* GPU ordinal (CUDA) */
+} be_options;
+
+typedef struct {
+    int T;                  /* number of new tokens, 1..BE_MAX_ROWS */
     const int32_t *tokens;  /* [T], each < vocab */
-    int n_logits;           /* compute logits for the last n_logits rows, 0..T */
-    float *logits;          /* [n_logits][vocab] */
-    int n_taps;             /* number of hidden taps, 0..CFG_MAX_TAPS */
-    const int *tap_layers;  /* [n_taps] target layer ids, 0..n_layers-1 */
-    float *taps;            /* [T][n_taps][hidden]: output of layer tap_layers[i]
-                               (residual stream, before the final norm) */
+    int n_logits;           /* copy logits of the last n_logits rows to the host, 0..T */
+    float *logits;          /* [n_logits][vocab] (host) */
+    int n_taps;             /* hidden taps to keep, 0..CFG_MAX_TAPS */
+    const int *tap_layers;  /* [n_taps] target layer ids, 0..n_layers-1: the
+                               taps of row t are the outputs of these layers
+                               (residual stream, before the final norm), kept
+                               in the sequence state until the next forward */
     int keep_rows;          /* keep all T rows' final-normed hidden states for
-                               logits() below (T <= BE_KEEP_ROWS) */
+                               logits()/argmax() below (T <= BE_KEEP_ROWS) */
 } be_batch;
 
-enum { BE_KEEP_ROWS = 64 };
-
-/* DFlash draft work, all on the draft model:
- *   ctx_append: project n rows of target features to context K/V and append
- *               them to the draft's persistent context cache.
- *   block:      run the block (anchor + masks) at positions ctx_len..; it
- *               attends, without mask, to the whole context cache and the block;
- *               block K/V are never stored. Outputs logits for slots 1..B-1,
- *               optionally over a reduced vocabulary: a draft only proposes, so
- *               scoring fewer tokens costs acceptance, never correctness. */
+/* DFlash draft block on the draft model: the block (anchor + masks) runs at
+ * positions ctx_len..; it attends, without mask, to the whole context and the
+ * block; block K/V are never stored. Proposes one id per slot 1..n_slots: the
+ * first maximum of the slot's logits over ids 0..n_vocab-1, replaced by an
+ * extra id whose logit is strictly greater (extras in order). A draft only
+ * proposes, so scoring fewer ids costs acceptance, never correctness. */
 typedef struct {
     int B;                  /* block length, >= 2 */
     const int32_t *tokens;  /* [B]: anchor, then mask ids */
-    int n_slots;            /* project slots 1..n_slots only (0: all B-1): the
-                               block can run at the trained length while fewer
+    int n_slots;            /* slots 1..n_slots are proposed (0: all B-1): the
+                               block runs at the trained length while fewer
                                drafts are verified */
     int n_vocab;            /* score lm_head rows 0..n_vocab-1 (0 = all) */
     const int32_t *extra;   /* and these ids beyond n_vocab (stop tokens) */
     int n_extra;
-    float *logits;          /* [n_slots][n_vocab] for slots 1..n_slots */
-    float *extra_logits;    /* [n_slots][n_extra] */
+    int32_t *out;           /* [n_slots] proposed ids (may be NULL) */
+    float *logits;          /* optional (tests): [n_slots][n_vocab] */
+    float *extra_logits;    /* optional (tests): [n_slots][n_extra] */
 } be_draft_block;
 
 typedef struct be_ops {
     const char *name;
-    /* Sequence state for model m with room for n_ctx positions. */
-    void *(*create)(const mdl_model *m, int n_ctx);
+    int predict_rows; /* verify rows projected per predict call; 0 = all at once
+                         (the engine's default: fewer rows waste less work past
+                         the first rejected draft, more share each pass over
+                         the lm_head) */
+    /* 1 if the backend can run here, else 0 with a reason in why. */
+    int (*probe)(char *why, size_t n);
+    void *(*open)(const be_options *o);    /* NULL + error on failure */
+    void (*close)(void *be);
+    /* One line for the info line: kernel variant, device name. */
+    const char *(*describe)(void *be);
+    /* 1 if a float draft should become q8 at load (the kernels are faster on
+     * it); only speed and acceptance depend on it. */
+    int (*draft_q8)(void *be);
+    /* Make a loaded model resident (after any conversion at load). */
+    int (*prepare)(void *be, mdl_model *m);
+    void (*release)(void *be, mdl_model *m);
+    /* Memory bandwidth the backend's weights stream from, GB/s, measured now
+     * (CPU: parallel read; CUDA: device-to-device copy, read + write bytes). */
+    double (*bandwidth)(void *be);
+
+    /* ---- target sequence ---- */
+    void *(*create)(void *be, const mdl_model *m, int n_ctx);
     void (*destroy)(void *st);
     int (*forward)(void *st, const be_batch *b); /* -1 + error if len+T > n_ctx */
     int (*length)(void *st);
     void (*truncate)(void *st, int len);
+    /* out[n][vocab] (host) = lm_head logits of kept rows row..row+n-1 of the
+     * last forward; bit-identical to asking forward() for those rows. */
+    int (*logits)(void *st, int row, int n, float *out);
+    /* out[j] = the first index of the maximum of the logits of kept row
+     * row+j: smp_argmax of logits() exactly, without the logits crossing. */
+    int (*argmax)(void *st, int row, int n, int32_t *out);
+    /* out[n][n_taps][hidden] (host) = taps of rows row..row+n-1 of the last
+     * forward (tests and tools). */
+    int (*taps)(void *st, int row, int n, float *out);
 
-    /* Draft state: the draft model plus the target it reads its embedding and
-     * lm_head from. */
-    void *(*draft_create)(const mdl_model *draft, const mdl_model *target, int n_ctx);
+    /* ---- DFlash draft: the draft model plus the target it reads its
+     * embedding and lm_head from ---- */
+    void *(*draft_create)(void *be, const mdl_model *draft, const mdl_model *target, int n_ctx);
     void (*draft_destroy)(void *st);
-    /* feats: [n][n_taps*hidden] as produced by forward's taps. */
+    /* Append taps rows row..row+n-1 of target sequence `seq`'s last forward
+     * to the draft context (the rows the target committed). */
+    int (*draft_feed)(void *st, void *seq, int row, int n);
+    /* feats: host [n][n_taps*hidden], as taps() gives them. */
     int (*draft_ctx_append)(void *st, const float *feats, int n);
     int (*draft_ctx_length)(void *st);
     void (*draft_ctx_truncate)(void *st, int len);
     int (*draft_block)(void *st, const be_draft_block *b);
-
-    /* out[n][vocab] = lm_head logits of rows row..row+n-1 of the last forward,
-     * which must have set keep_rows; bit-identical to asking forward() for
-     * those rows' logits. Valid until the next forward. A verify asks for its
-     * rows a few at a time and stops at the first rejected draft, so the rows
-     * after it never pay for the vocabulary projection. */
-    int (*logits)(void *st, int row, int n, float *out);
-    /* out[j] = the first index of the maximum of the logits of kept row
-     * row+j: smp_argmax of logits() exactly, without writing the
-     * [n][vocab] logits (greedy decoding needs only the winner). */
-    int (*argmax)(void *st, int row, int n, int32_t *out);
 } be_ops;
 
 extern const be_ops be_cpu;
+#ifdef DFLASH_CUDA
+extern const be_ops be_cuda;
+#endif
+
+/* "auto" (or NULL): CUDA when built in and a device is present, else CPU;
+ * "cpu"; "cuda". NULL + error naming the choice otherwise. */
+const be_ops *be_select(const char *name);
 
 #endif

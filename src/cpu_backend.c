@@ -1,11 +1,17 @@
 /* cpu_backend.c - the CPU backend: Qwen3/Llama forward with a KV cache and
  * hidden taps, and the DFlash draft forward. Implements be_ops (backend.h).
  *
+ * The instance (open) sets the kernel mode (kn_init) and the worker pool
+ * (tp_init), both process-wide; prepare() gives the model's Q8/Q4 matrices
+ * the kernels' packed copies (mdl_pack), release() frees them (mdl_unpack).
+ * Weights stay where mdl_load put them: be_data is not used.
+ *
  * Every step works row by row with a fixed reduction order (kn_matmul is
  * batch-invariant; norms, RoPE and attention below loop over one row's data
  * in an order that does not depend on how many rows are in the batch), so a
  * row's logits and taps are bit-identical for T = 1 and for any T > 1. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +23,9 @@
 
 enum { CHUNK = 32 }; /* rows per pass through the layers (prefill is chunked) */
 enum { ARGMAX_SLICE = 16384 }; /* lm_head rows per matmul in argmax (a multiple of 16) */
+/* Committed rows a draft keeps pending before projecting them (>= BE_MAX_ROWS,
+ * so one draft_feed always fits after a flush). */
+enum { PEND_ROWS = BE_MAX_ROWS };
 
 /* ---- small row kernels --------------------------------------------------- */
 
@@ -198,9 +207,15 @@ typedef struct {
     float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
     int n_kept;      /* rows in kept (0: the last forward kept none) */
     float *slice;    /* [BE_KEEP_ROWS][ARGMAX_SLICE] logits of one vocabulary slice */
+    float *taps;     /* [BE_MAX_ROWS][cap_taps][H]; rows 0..tap_rows-1 hold the last
+                        forward's taps as [tap_rows][n_taps][H] */
+    int cap_taps;    /* taps per row the buffer has room for (grown on demand) */
+    int tap_rows;    /* rows of taps the last forward left (0: it tapped none) */
+    int n_taps;      /* taps per row of the last forward, layers tap_layers[] */
+    int tap_layers[CFG_MAX_TAPS];
 } cpu_seq;
 
-static void *cpu_create(const mdl_model *m, int n_ctx) {
+static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     const cfg_model *c = &m->cfg;
     cpu_seq *q = dfl_calloc(1, sizeof *q);
     q->m = m;
@@ -220,6 +235,7 @@ static void cpu_destroy(void *st) {
     if (!q) return;
     free(q->kept);
     free(q->slice);
+    free(q->taps);
     free(q->kc);
     free(q->vc);
     rope_free(&q->rope);
@@ -259,7 +275,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
-                    memcpy(b->taps + ((size_t)(r0 + t) * b->n_taps + i) * H, s->x + (size_t)t * H,
+                    memcpy(q->taps + ((size_t)(r0 + t) * b->n_taps + i) * H, s->x + (size_t)t * H,
                            sizeof(float) * H);
     }
     if (b->keep_rows) rmsnorm_rows(q->kept + (size_t)r0 * H, s->x, m->final_norm, T, H, c->eps);
@@ -277,8 +293,10 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
 static int cpu_forward(void *st, const be_batch *b) {
     cpu_seq *q = st;
     const cfg_model *c = &q->m->cfg;
-    if (b->T < 1 || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 || b->n_taps > CFG_MAX_TAPS) {
-        dfl_seterr("forward: bad batch (T=%d, n_logits=%d, n_taps=%d)", b->T, b->n_logits, b->n_taps);
+    if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
+        b->n_taps > CFG_MAX_TAPS || (b->n_logits && !b->logits)) {
+        dfl_seterr("forward: bad batch (T=%d of at most %d, n_logits=%d, n_taps=%d)", b->T, BE_MAX_ROWS,
+                   b->n_logits, b->n_taps);
         return -1;
     }
     if (b->keep_rows && b->T > BE_KEEP_ROWS) {
@@ -299,7 +317,15 @@ static int cpu_forward(void *st, const be_batch *b) {
             dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
             return -1;
         }
+    if (b->n_taps > q->cap_taps) {
+        free(q->taps);
+        q->taps = dfl_malloc64(sizeof(float) * BE_MAX_ROWS * (size_t)b->n_taps * c->hidden);
+        q->cap_taps = b->n_taps;
+    }
     q->n_kept = 0;
+    q->tap_rows = b->n_taps ? b->T : 0;
+    q->n_taps = b->n_taps;
+    for (int i = 0; i < b->n_taps; i++) q->tap_layers[i] = b->tap_layers[i];
     for (int r0 = 0; r0 < b->T; r0 += CHUNK) forward_chunk(q, b, r0, b->T - r0 < CHUNK ? b->T - r0 : CHUNK);
     if (b->keep_rows) q->n_kept = b->T;
     return 0;
@@ -344,8 +370,24 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     return 0;
 }
 
+static int cpu_taps(void *st, int row, int n, float *out) {
+    cpu_seq *q = st;
+    if (row < 0 || n < 1 || row + n > q->tap_rows) {
+        dfl_seterr("taps: rows %d..%d not tapped by the last forward (%d rows)", row, row + n - 1, q->tap_rows);
+        return -1;
+    }
+    size_t r = (size_t)q->n_taps * q->m->cfg.hidden;
+    memcpy(out, q->taps + (size_t)row * r, sizeof(float) * r * n);
+    return 0;
+}
+
 /* ---- DFlash draft -------------------------------------------------------- */
 
+/* Context positions 0..len-1 are projected into kc/vc; positions
+ * len..len+n_pend-1 are fed rows still waiting in pend (projected in one
+ * batch by the next draft_block or draft_ctx_append, or when pend is full).
+ * A row's K/V depend only on that row, so when rows are projected never
+ * changes a bit. */
 typedef struct {
     const mdl_model *d, *t; /* draft, target (embedding + lm_head) */
     int n_ctx, len, max_B;
@@ -353,9 +395,13 @@ typedef struct {
     rope_table rope;
     scratch s;       /* max(CHUNK, max_B) rows */
     float *c;        /* [CHUNK][H] fused context rows */
+    float *pend;     /* [PEND_ROWS][n_taps][H] fed rows not yet projected */
+    int n_pend;
+    float *lg, *xl;  /* draft_block's logits when the caller passes none: */
+    size_t cap_lg, cap_xl; /* [n_slots][n_vocab], [n_slots][n_extra] (floats allocated) */
 } cpu_draft;
 
-static void *cpu_draft_create(const mdl_model *d, const mdl_model *t, int n_ctx) {
+static void *cpu_draft_create(void *be, const mdl_model *d, const mdl_model *t, int n_ctx) {
     const cfg_model *c = &d->cfg;
     cpu_draft *q = dfl_calloc(1, sizeof *q);
     q->d = d;
@@ -368,6 +414,7 @@ static void *cpu_draft_create(const mdl_model *d, const mdl_model *t, int n_ctx)
     rope_init(&q->rope, c, n_ctx + q->max_B); /* block rows sit past the context */
     scratch_init(&q->s, c, q->max_B);
     q->c = dfl_malloc64(sizeof(float) * CHUNK * (size_t)c->hidden);
+    q->pend = dfl_malloc64(sizeof(float) * PEND_ROWS * (size_t)c->n_taps * c->hidden);
     return q;
 }
 
@@ -377,28 +424,44 @@ static void cpu_draft_destroy(void *st) {
     free(q->kc);
     free(q->vc);
     free(q->c);
+    free(q->pend);
+    free(q->lg);
+    free(q->xl);
     rope_free(&q->rope);
     scratch_free(&q->s);
     free(q);
 }
 
-static int cpu_draft_ctx_length(void *st) { return ((cpu_draft *)st)->len; }
-
-static void cpu_draft_ctx_truncate(void *st, int len) {
+static int cpu_draft_ctx_length(void *st) {
     cpu_draft *q = st;
-    if (len >= 0 && len < q->len) q->len = len;
+    return q->len + q->n_pend;
 }
 
-/* c = hidden_norm(fc . f) for each feature row, then per layer
- * K = RoPE(k_norm(Wk c)), V = Wv c appended at positions len.. */
-static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
+/* Forget positions len.. : pending rows first, then projected ones. */
+static void cpu_draft_ctx_truncate(void *st, int len) {
     cpu_draft *q = st;
+    if (len < 0 || len >= q->len + q->n_pend) return;
+    if (len >= q->len) {
+        q->n_pend = len - q->len;
+    } else {
+        q->len = len;
+        q->n_pend = 0;
+    }
+}
+
+/* 0, or -1 + error if n more rows do not fit the context. */
+static int draft_room(const cpu_draft *q, int n) {
+    if (q->len + q->n_pend + n <= q->n_ctx) return 0;
+    dfl_seterr("draft context full: %d + %d > %d", q->len + q->n_pend, n, q->n_ctx);
+    return -1;
+}
+
+/* c = hidden_norm(fc . f) for each feature row (feats: [n][n_taps][H]), then
+ * per layer K = RoPE(k_norm(Wk c)), V = Wv c stored at positions len.. .
+ * Nothing may be pending (the rows land at len). */
+static void draft_project(cpu_draft *q, const float *feats, int n) {
     const cfg_model *c = &q->d->cfg;
     int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
-    if (q->len + n > q->n_ctx) {
-        dfl_seterr("draft context full: %d + %d > %d", q->len, n, q->n_ctx);
-        return -1;
-    }
     for (int r0 = 0; r0 < n; r0 += CHUNK) {
         int T = n - r0 < CHUNK ? n - r0 : CHUNK, pos0 = q->len;
         kn_matmul(q->s.xn, feats + (size_t)r0 * c->n_taps * H, &q->d->fc, T);
@@ -415,11 +478,60 @@ static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
         }
         q->len += T;
     }
+}
+
+/* Project the pending rows (positions len..len+n_pend-1), in one batch. */
+static void flush_pending(cpu_draft *q) {
+    int n = q->n_pend;
+    q->n_pend = 0;
+    if (n) draft_project(q, q->pend, n);
+}
+
+static int cpu_draft_ctx_append(void *st, const float *feats, int n) {
+    cpu_draft *q = st;
+    if (n < 0 || draft_room(q, n) != 0) return -1;
+    flush_pending(q);
+    draft_project(q, feats, n);
     return 0;
+}
+
+/* Taps rows row..row+n-1 of the target's last forward join the pending rows;
+ * a full buffer is projected first. */
+static int cpu_draft_feed(void *st, void *seq, int row, int n) {
+    cpu_draft *q = st;
+    const cpu_seq *t = seq;
+    const cfg_model *c = &q->d->cfg;
+    int same = t->n_taps == c->n_taps && t->m->cfg.hidden == c->hidden;
+    for (int i = 0; same && i < c->n_taps; i++) same = t->tap_layers[i] == c->tap_layers[i];
+    if (!same) {
+        dfl_seterr("draft_feed: the last forward tapped %d layers, not the %d the draft reads", t->n_taps, c->n_taps);
+        return -1;
+    }
+    if (row < 0 || n < 0 || row + n > t->tap_rows) {
+        dfl_seterr("draft_feed: rows %d..%d not tapped by the last forward (%d rows)", row, row + n - 1, t->tap_rows);
+        return -1;
+    }
+    if (draft_room(q, n) != 0) return -1;
+    if (q->n_pend + n > PEND_ROWS) flush_pending(q);
+    size_t r = (size_t)c->n_taps * c->hidden;
+    memcpy(q->pend + (size_t)q->n_pend * r, t->taps + (size_t)row * r, sizeof(float) * r * n);
+    q->n_pend += n;
+    return 0;
+}
+
+/* *buf holds at least n floats afterwards (old contents dropped). */
+static float *grow(float **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        free(*buf);
+        *buf = dfl_malloc64(sizeof(float) * n);
+        *cap = n;
+    }
+    return *buf;
 }
 
 static int cpu_draft_block(void *st, const be_draft_block *b) {
     cpu_draft *q = st;
+    flush_pending(q);
     const cfg_model *c = &q->d->cfg;
     const mdl_model *tg = q->t;
     int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd, B = b->B;
@@ -454,33 +566,139 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
     int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
+    int nx = b->n_extra;
+    float *lg = b->logits ? b->logits : grow(&q->lg, &q->cap_lg, (size_t)ns * nv);         /* [ns][nv] */
+    float *xl = b->extra_logits ? b->extra_logits : grow(&q->xl, &q->cap_xl, (size_t)ns * nx + 1); /* [ns][nx] */
     kn_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
-    kn_matmul(b->logits, s->xn, &head, ns);
-    for (int e = 0; e < b->n_extra; e++) { /* a few ids beyond the prefix (stop tokens) */
+    kn_matmul(lg, s->xn, &head, ns);
+    for (int e = 0; e < nx; e++) { /* a few ids beyond the prefix (stop tokens) */
         kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
         for (int i = 0; i < ns; i++) {
             const float *x = s->xn + (size_t)i * H;
             float acc = 0.0f;
             for (int d = 0; d < H; d++) acc += s->q[d] * x[d];
-            b->extra_logits[(size_t)i * b->n_extra + e] = acc;
+            xl[(size_t)i * nx + e] = acc;
         }
     }
+    if (b->out)
+        for (int i = 0; i < ns; i++) { /* first maximum over ids 0..nv-1, then the extra ids */
+            const float *l = lg + (size_t)i * nv;
+            int32_t id = smp_argmax(l, nv);
+            float best = l[id];
+            for (int e = 0; e < nx; e++)
+                if (xl[(size_t)i * nx + e] > best) {
+                    best = xl[(size_t)i * nx + e];
+                    id = b->extra[e];
+                }
+            b->out[i] = id;
+        }
     return 0;
 }
 
+/* ---- the backend instance ------------------------------------------------- */
+
+typedef struct {
+    char desc[64]; /* describe()'s line */
+} cpu_be;
+
+static int cpu_probe(char *why, size_t n) {
+    if (why && n) why[0] = 0;
+    return 1;
+}
+
+static void *cpu_open(const be_options *o) {
+    kn_init(); /* before prepare: packing depends on the kernel mode */
+    tp_init(o ? o->n_threads : 0);
+    return dfl_calloc(1, sizeof(cpu_be));
+}
+
+static void cpu_close(void *be) { free(be); }
+
+/* The kernel variant and the activation modes now in force. */
+static const char *cpu_describe(void *be) {
+    static _Thread_local char fallback[64];
+    char *d = be ? ((cpu_be *)be)->desc : fallback;
+    snprintf(d, 64, "%s%s%s", kn_variant(), kn_act_quant() ? "+int8-act" : "", kn_act_bf16() ? "+bf16-act" : "");
+    return d;
+}
+
+static int cpu_draft_q8(void *be) { return kn_act_quant(); }
+
+static int cpu_prepare(void *be, mdl_model *m) { return mdl_pack(m); }
+
+static void cpu_release(void *be, mdl_model *m) { mdl_unpack(m); }
+
+/* Each chunk of the buffer is read as 8 sequential streams side by side
+ * (one stream per core leaves bandwidth unused), summed in 32-byte vectors. */
+typedef struct {
+    const uint64_t *buf;
+    size_t words_per_item;
+    uint64_t out[256];
+} bw_job;
+
+enum { BW_STREAMS = 8 };
+
+static void bw_part(void *ctx, int start, int end) {
+    typedef unsigned long long v4 __attribute__((vector_size(32)));
+    typedef unsigned long long v4u __attribute__((vector_size(32), aligned(8)));
+    bw_job *j = ctx;
+    size_t q = (size_t)(end - start) * j->words_per_item / BW_STREAMS;
+    const uint64_t *p = j->buf + (size_t)start * j->words_per_item;
+    v4 a[BW_STREAMS] = {{0}};
+    for (size_t i = 0; i + 4 <= q; i += 4)
+        for (int s = 0; s < BW_STREAMS; s++) a[s] += *(const v4u *)(p + s * q + i);
+    v4 t = a[0];
+    for (int s = 1; s < BW_STREAMS; s++) t ^= a[s];
+    j->out[start % 256] += t[0] ^ t[1] ^ t[2] ^ t[3];
+}
+
+/* Read bandwidth: a parallel read of a 512 MiB buffer with the worker
+ * threads, best of 5 passes (be may be NULL). */
+static double cpu_bandwidth(void *be) {
+    size_t bytes = (size_t)512 << 20;
+    bw_job j;
+    memset(&j, 0, sizeof j);
+    j.words_per_item = bytes / 8 / 256;
+    uint64_t *buf = dfl_malloc64(bytes);
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    j.buf = buf;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = dfl_now();
+        tp_for(256, bw_part, &j);
+        double dt = dfl_now() - t0;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    volatile uint64_t sink = j.out[0];
+    (void)sink;
+    free(buf);
+    return best;
+}
+
 const be_ops be_cpu = {
-    "cpu",
-    cpu_create,
-    cpu_destroy,
-    cpu_forward,
-    cpu_length,
-    cpu_truncate,
-    cpu_draft_create,
-    cpu_draft_destroy,
-    cpu_draft_ctx_append,
-    cpu_draft_ctx_length,
-    cpu_draft_ctx_truncate,
-    cpu_draft_block,
-    cpu_logits,
-    cpu_argmax,
+    .name = "cpu",
+    .predict_rows = 4, /* bench/NOTES.md */
+    .probe = cpu_probe,
+    .open = cpu_open,
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .draft_q8 = cpu_draft_q8,
+    .prepare = cpu_prepare,
+    .release = cpu_release,
+    .bandwidth = cpu_bandwidth,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .forward = cpu_forward,
+    .length = cpu_length,
+    .truncate = cpu_truncate,
+    .logits = cpu_logits,
+    .argmax = cpu_argmax,
+    .taps = cpu_taps,
+    .draft_create = cpu_draft_create,
+    .draft_destroy = cpu_draft_destroy,
+    .draft_feed = cpu_draft_feed,
+    .draft_ctx_append = cpu_draft_ctx_append,
+    .draft_ctx_length = cpu_draft_ctx_length,
+    .draft_ctx_truncate = cpu_draft_ctx_truncate,
+    .draft_block = cpu_draft_block,
 };

@@ -3,12 +3,15 @@
  * backend (backend.h).
  *
  * Cache rule: m->cache_tok[0..target length) are the tokens whose K/V the
- * target cache holds. When a draft is in use, the draft's context cache plus
- * the pending feature rows (m->pend, pushed in one batch just before the next
- * draft, or when full) hold exactly the same positions; between calls nothing
- * is pending. A call that runs without the draft leaves the draft context at
- * min(its length, the common prefix); the next drafting call prefills from
- * the shorter of the two. */
+ * target cache holds. When a draft is in use, the draft's context (its
+ * draft_ctx_length, which counts rows the backend keeps pending) holds
+ * exactly the same positions after every round. A call that runs without the
+ * draft leaves the draft context at min(its length, the common prefix); the
+ * next drafting call prefills from the shorter of the two.
+ *
+ * Per round only ids cross from the backend (argmax, draft_block's out);
+ * the hidden taps stay in the target's sequence state and reach the draft
+ * through draft_feed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,23 +27,19 @@
 #include "tokenizer.h"
 #include "util.h"
 
-enum { PREFILL_ROWS = 256 };
-/* Verify rows projected to logits per call: fewer waste less work past the
- * first rejection, more share each pass over the lm_head (bench/NOTES.md). */
-enum { PREDICT_ROWS = 4 };
+enum { PREFILL_ROWS = BE_MAX_ROWS };
 
 struct dflash_model {
     mdl_model target, draft;
     int has_target, has_draft;
     tok_tokenizer *tok;
-    const be_ops *be;
+    const be_ops *be;    /* the backend's table */
+    void *bi;            /* its instance (be->open) */
+    int prepared, dprepared; /* be->prepare ran on target, draft */
     void *seq, *dseq;
     int n_ctx;
     int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
-    float *logits;       /* [SPEC_MAX_BLOCK][vocab] */
-    float *taps;         /* [PREFILL_ROWS][n_taps][hidden] taps of the last forward */
-    float *pend;         /* [PREFILL_ROWS][n_taps][hidden] committed rows not yet in the draft */
-    int n_pend;
+    float *logits;       /* [SPEC_MAX_BLOCK][vocab]: prefill's last row, sampling */
     void *smp_work;
     double load_s;
     char format[96], draft_format[96];
@@ -60,7 +59,7 @@ struct dflash_model {
 const char *dflash_error(void) { return dfl_lasterr(); }
 
 dflash_params dflash_default_params(void) {
-    dflash_params p = {0, 0, NULL, 64, NULL};
+    dflash_params p = {0, 0, NULL, 64, NULL, NULL};
     return p;
 }
 
@@ -142,7 +141,12 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     dflash_params def = dflash_default_params();
     if (!p) p = &def;
     dflash_model *m = dfl_calloc(1, sizeof *m);
-    kn_init(); /* before loading: packing depends on the kernel mode */
+    if (!(m->be = be_select(p->backend))) goto fail;
+    be_options bo = {p->n_threads, 0};
+    if (!(m->bi = m->be->open(&bo))) {
+        dfl_preferr("backend %s", m->be->name);
+        goto fail;
+    }
     if (mdl_load(&m->target, target_dir) != 0) goto fail;
     m->has_target = 1;
     if (m->target.cfg.is_draft) {
@@ -168,10 +172,16 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         }
     } else if (!p->draft_quant) {
         kn_dtype dt = m->draft.layers ? m->draft.layers[0].wq.dtype : KN_Q8;
-        dk = qk != QT_KEEP ? qk : (dt == KN_BF16 || dt == KN_F16 || dt == KN_F32) && kn_act_quant() ? QT_Q8 : QT_KEEP;
+        int fl = dt == KN_BF16 || dt == KN_F16 || dt == KN_F32;
+        dk = qk != QT_KEEP ? qk : fl && m->be->draft_q8(m->bi) ? QT_Q8 : QT_KEEP;
     }
     if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, dk, qg) != 0)) goto fail;
-    if (mdl_pack(&m->target) != 0 || (m->has_draft && mdl_pack(&m->draft) != 0)) goto fail;
+    if (m->be->prepare(m->bi, &m->target) != 0) goto fail;
+    m->prepared = 1;
+    if (m->has_draft) {
+        if (m->be->prepare(m->bi, &m->draft) != 0) goto fail;
+        m->dprepared = 1;
+    }
     const cfg_model *c = &m->target.cfg;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     if (n_ctx > c->max_pos) {
@@ -183,19 +193,13 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         goto fail;
     }
     m->n_ctx = n_ctx;
-    m->predict_rows = PREDICT_ROWS;
+    m->predict_rows = m->be->predict_rows;
     const char *pr = getenv("DFLASH_PREDICT_ROWS"); /* for benchmarking; 0 = all rows at once */
     if (pr && *pr) m->predict_rows = atoi(pr);
-    tp_init(p->n_threads);
-    m->be = &be_cpu;
-    m->seq = m->be->create(&m->target, n_ctx);
-    if (m->has_draft) m->dseq = m->be->draft_create(&m->draft, &m->target, n_ctx);
+    if (!(m->seq = m->be->create(m->bi, &m->target, n_ctx))) goto fail;
+    if (m->has_draft && !(m->dseq = m->be->draft_create(m->bi, &m->draft, &m->target, n_ctx))) goto fail;
     m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
     m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
-    if (m->has_draft) {
-        m->taps = dfl_malloc64(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
-        m->pend = dfl_malloc64(sizeof(float) * PREFILL_ROWS * (size_t)m->draft.cfg.n_taps * c->hidden);
-    }
     m->smp_work = dfl_malloc(smp_work_size(c->vocab));
     weight_format(&m->target, m->format, sizeof m->format);
     if (m->has_draft) weight_format(&m->draft, m->draft_format, sizeof m->draft_format);
@@ -210,13 +214,14 @@ void dflash_free(dflash_model *m) {
     if (!m) return;
     if (m->seq) m->be->destroy(m->seq);
     if (m->dseq) m->be->draft_destroy(m->dseq);
+    if (m->prepared) m->be->release(m->bi, &m->target);
+    if (m->dprepared) m->be->release(m->bi, &m->draft);
     if (m->has_target) mdl_free(&m->target);
     if (m->has_draft) mdl_free(&m->draft);
+    if (m->bi) m->be->close(m->bi);
     tok_free(m->tok);
     free(m->cache_tok);
     free(m->logits);
-    free(m->taps);
-    free(m->pend);
     free(m->smp_work);
     free(m);
 }
@@ -240,10 +245,7 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->draft_layers = m->has_draft ? m->draft.cfg.n_layers : 0;
     in->block_size = m->has_draft ? m->draft.cfg.block_size : 0;
     in->backend = m->be->name;
-    static _Thread_local char kern[64];
-    snprintf(kern, sizeof kern, "%s%s%s", kn_variant(), kn_act_quant() ? "+int8-act" : "",
-             kn_act_bf16() ? "+bf16-act" : "");
-    in->kernels = kern;
+    in->kernels = m->be->describe(m->bi);
     in->n_threads = tp_threads();
     in->draft_weight_format = m->draft_format;
 }
@@ -283,11 +285,10 @@ void dflash_reset(dflash_model *m) {
 static int cb_verify(void *ud, const int32_t *tok, int T) {
     dflash_model *m = ud;
     int len = m->be->length(m->seq);
-    be_batch b = {T, tok, 0, NULL, 0, NULL, NULL, 1};
-    if (m->drafting) {
+    be_batch b = {T, tok, 0, NULL, 0, NULL, 1};
+    if (m->drafting) { /* taps stay in the sequence state for cb_accept's draft_feed */
         b.n_taps = m->draft.cfg.n_taps;
         b.tap_layers = m->draft.cfg.tap_layers;
-        b.taps = m->taps;
     }
     if (m->be->forward(m->seq, &b) != 0) return -1;
     memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T);
@@ -306,28 +307,21 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     return 0;
 }
 
-static int flush_pending(dflash_model *m) {
-    int n = m->n_pend;
-    m->n_pend = 0;
-    return n ? m->be->draft_ctx_append(m->dseq, m->pend, n) : 0;
-}
-
+/* The first `keep` verify rows are committed: the target forgets the rest,
+ * the draft's context gets their taps (the backend may keep them pending
+ * until the next draft block). */
 static int cb_accept(void *ud, int keep) {
     dflash_model *m = ud;
     int len = m->be->length(m->seq) - m->block_len + keep;
     m->be->truncate(m->seq, len);
     if (!m->drafting) return 0;
-    size_t row = (size_t)m->draft.cfg.n_taps * m->target.cfg.hidden;
-    memcpy(m->pend + row * m->n_pend, m->taps, sizeof(float) * row * keep);
-    m->n_pend += keep;
-    return m->n_pend + SPEC_MAX_BLOCK > PREFILL_ROWS ? flush_pending(m) : 0;
+    return m->be->draft_feed(m->dseq, m->seq, 0, keep);
 }
 
 static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     dflash_model *m = ud;
     const cfg_model *c = &m->target.cfg;
     int32_t tok[SPEC_MAX_BLOCK];
-    if (flush_pending(m) != 0) return -1;
     /* the block runs at the length the draft was trained on (a shorter block
      * of masks changes what the draft predicts, measured: far worse); only
      * the k slots to verify are projected */
@@ -335,22 +329,10 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     if (B > SPEC_MAX_BLOCK) B = SPEC_MAX_BLOCK;
     tok[0] = anchor;
     for (int i = 1; i < B; i++) tok[i] = m->draft.cfg.mask_token_id;
-    int nv = m->draft_nv ? m->draft_nv : c->vocab, nx = m->draft_nx;
-    float *xl = m->logits + (size_t)k * nv; /* [k][nx] after the [k][nv] block */
-    be_draft_block b = {B, tok, k, nv, m->draft_extra, nx, m->logits, xl};
-    if (m->be->draft_block(m->dseq, &b) != 0) return -1;
-    for (int i = 0; i < k; i++) { /* first maximum over ids 0..nv-1, then the extra ids */
-        const float *l = m->logits + (size_t)i * nv;
-        out[i] = smp_argmax(l, nv);
-        float best = l[out[i]];
-        for (int e = 0; e < nx; e++)
-            if (xl[(size_t)i * nx + e] > best) {
-                best = xl[(size_t)i * nx + e];
-                out[i] = m->draft_extra[e];
-            }
-    }
-    (void)c;
-    return 0;
+    int nv = m->draft_nv ? m->draft_nv : c->vocab;
+    /* the backend proposes: first maximum over ids 0..nv-1, then the extra ids */
+    be_draft_block b = {B, tok, k, nv, m->draft_extra, m->draft_nx, out, NULL, NULL};
+    return m->be->draft_block(m->dseq, &b);
 }
 
 /* ---- generation ---------------------------------------------------------- */
@@ -452,15 +434,14 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
         int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
         int last = r + (size_t)T == n_prompt;
-        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, NULL, 0};
+        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, 0};
         if (m->drafting) {
             b.n_taps = m->draft.cfg.n_taps;
             b.tap_layers = m->draft.cfg.tap_layers;
-            b.taps = m->taps;
         }
         if (m->be->forward(m->seq, &b) != 0) return -1;
         memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
-        if (m->drafting && m->be->draft_ctx_append(m->dseq, m->taps, T) != 0) return -1;
+        if (m->drafting && m->be->draft_feed(m->dseq, m->seq, 0, T) != 0) return -1;
     }
     int32_t first = smp_pick(&m->sp, m->logits, c->vocab, (int64_t)n_prompt, m->smp_work);
     double t1 = dfl_now();
@@ -472,9 +453,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
-    m->n_pend = 0;
     int rc = spec_run(&it, &sp, first, on_emit, &e, &ss);
-    if (m->drafting && flush_pending(m) != 0) rc = -1;
     if (cb && m->tok) {
         size_t n = tok_decode_flush(&e.dec, e.piece, tok_max_piece(m->tok) + 8);
         if (n) cb(ud, -1, e.piece, n);
@@ -530,18 +509,21 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)(depth + T));
     for (int i = 0; i < depth + T; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
     m->be->truncate(m->seq, 0);
-    m->be->truncate(m->seq, 0);
     int rc = 0;
     for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {n, tok + r0, 0, m->logits, 0, NULL, NULL, 0};
+        be_batch b = {n, tok + r0, 0, NULL, 0, NULL, 0};
         rc = m->be->forward(m->seq, &b);
     }
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
+    int32_t ids[SPEC_MAX_BLOCK];
     for (int r = 0; r <= reps && rc == 0; r++) {
-        be_batch b = {T, tok + depth, T, m->logits, 0, NULL, NULL, 0};
+        /* a greedy step: the forward keeps its rows, argmax of each (ids
+         * cross, not [T][vocab] logits) */
+        be_batch b = {T, tok + depth, 0, NULL, 0, NULL, 1};
         double t0 = dfl_now();
         rc = m->be->forward(m->seq, &b);
+        if (rc == 0) rc = m->be->argmax(m->seq, 0, T, ids);
         ts[r] = dfl_now() - t0;
         m->be->truncate(m->seq, depth);
     }
@@ -556,47 +538,13 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     return rc;
 }
 
-/* Each chunk of the buffer is read as 8 sequential streams side by side
- * (one stream per core leaves bandwidth unused), summed in 32-byte vectors. */
-typedef struct {
-    const uint64_t *buf;
-    size_t words_per_item;
-    uint64_t out[256];
-} bw_job;
-
-enum { BW_STREAMS = 8 };
-
-static void bw_part(void *ctx, int start, int end) {
-    typedef unsigned long long v4 __attribute__((vector_size(32)));
-    typedef unsigned long long v4u __attribute__((vector_size(32), aligned(8)));
-    bw_job *j = ctx;
-    size_t q = (size_t)(end - start) * j->words_per_item / BW_STREAMS;
-    const uint64_t *p = j->buf + (size_t)start * j->words_per_item;
-    v4 a[BW_STREAMS] = {{0}};
-    for (size_t i = 0; i + 4 <= q; i += 4)
-        for (int s = 0; s < BW_STREAMS; s++) a[s] += *(const v4u *)(p + s * q + i);
-    v4 t = a[0];
-    for (int s = 1; s < BW_STREAMS; s++) t ^= a[s];
-    j->out[start % 256] += t[0] ^ t[1] ^ t[2] ^ t[3];
-}
-
-double dflash_read_bandwidth(void) {
-    size_t bytes = (size_t)512 << 20;
-    bw_job j;
-    memset(&j, 0, sizeof j);
-    j.words_per_item = bytes / 8 / 256;
-    uint64_t *buf = dfl_malloc64(bytes);
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
-    j.buf = buf;
-    double best = 0;
-    for (int r = 0; r < 5; r++) {
-        double t0 = dfl_now();
-        tp_for(256, bw_part, &j);
-        double dt = dfl_now() - t0;
-        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+double dflash_bandwidth(dflash_model *m) {
+    if (!m->bi) {
+        dfl_seterr("no backend (tokenizer only)");
+        return -1;
     }
-    volatile uint64_t sink = j.out[0];
-    (void)sink;
-    free(buf);
-    return best;
+    return m->be->bandwidth(m->bi);
 }
+
+/* The CPU's read bandwidth, whatever backend a model uses. */
+double dflash_read_bandwidth(void) { return be_cpu.bandwidth(NULL); }

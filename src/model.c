@@ -224,13 +224,17 @@ int mdl_pack(mdl_model *m) {
     return rc;
 }
 
+void mdl_unpack(mdl_model *m) {
+    if (!m->layers && !m->embed.rows) return;
+    if (m->lm_head.data == m->embed.data) m->lm_head.packed = NULL; /* shares the embedding's copy */
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
+    int n = matrices(m, ws);
+    for (int i = 0; i < n; i++) kn_unpack(ws[i]);
+    free(ws);
+}
+
 void mdl_free(mdl_model *m) {
-    if (m->layers || m->embed.rows) {
-        kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
-        int n = matrices(m, ws);
-        for (int i = 0; i < n; i++) kn_unpack(ws[i]);
-        free(ws);
-    }
+    mdl_unpack(m);
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             mdl_layer *L = &m->layers[l];

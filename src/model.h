@@ -33,13 +33,17 @@ typedef struct {
     size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
     void **owned;        /* buffers made at load (qt_model), freed with the model */
     int n_owned;
+    void *be_data;       /* a backend's resident copy of the model (backend.h:
+                            set by prepare, freed by release); NULL on the CPU */
 } mdl_model;
 
 int mdl_load(mdl_model *m, const char *dir);
 /* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the
- * current kernel mode uses one; freed by mdl_free. Call after any
- * conversion (qt_model). */
+ * current kernel mode uses one; freed by mdl_unpack (or mdl_free). Call
+ * after any conversion (qt_model). */
 int mdl_pack(mdl_model *m);
+/* Free the packed copies mdl_pack made (a model never packed: nothing). */
+void mdl_unpack(mdl_model *m);
 void mdl_free(mdl_model *m);
 
 #endif

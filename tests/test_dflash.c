@@ -386,6 +386,34 @@ TEST(bad_drafts) {
     dflash_free(m);
 }
 
+/* dflash_params.backend: a named backend or a clear error, before any
+ * weights are read. */
+TEST(backend_choice) {
+    char t[512];
+    snprintf(t, sizeof t, "%s", tpath("target"));
+    dflash_params pp = dflash_default_params();
+    CHECK(pp.backend == NULL, "the default backend is auto (NULL)");
+    pp.backend = "nonsense";
+    CHECK(dflash_load(t, NULL, &pp) == NULL && strstr(dflash_error(), "unknown backend 'nonsense'"), "nonsense: %s",
+          dflash_error());
+#ifndef DFLASH_CUDA
+    pp.backend = "cuda";
+    CHECK(dflash_load(t, NULL, &pp) == NULL && strstr(dflash_error(), "not built in (rebuild with make CUDA=1)"),
+          "cuda: %s", dflash_error());
+#endif
+    pp.backend = "cpu";
+    dflash_model *m = dflash_load(t, tpath("draft"), &pp);
+    CHECK(m != NULL, "cpu: %s", dflash_error());
+    if (!m) return;
+    dflash_info in;
+    dflash_get_info(m, &in);
+    CHECK(!strcmp(in.backend, "cpu") && in.kernels && in.kernels[0], "info: backend %s, kernels %s", in.backend,
+          in.kernels ? in.kernels : "(null)");
+    double s;
+    CHECK(dflash_time_forward(m, 4, 8, 2, &s) == 0 && s > 0, "time_forward: %s", dflash_error());
+    dflash_free(m);
+}
+
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
@@ -397,6 +425,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     RUN(lossless_random_pair);
     RUN(bad_drafts);
+    RUN(backend_choice);
     RUN(stop_token_end_to_end);
     RUN(lossless_tiny_pair);
     RUN(lossless_demo_pair);

@@ -32,6 +32,7 @@
 #define LOGIT_BOUND 1.5f
 
 static const char *root = ".";
+static void *bi; /* the CPU backend instance (main) */
 
 static const st_tensor *get(const st_set *s, int i, const char *key) {
     char name[64];
@@ -82,9 +83,9 @@ static void check_q8(const char *name, int pack) {
         const st_tensor *ids = get(&fx, i, "ids"), *lg = get(&fx, i, "logits"), *am = get(&fx, i, "argmax"),
                         *gr = get(&fx, i, "greedy");
         int T = (int)ids->shape[0], nl = (int)lg->shape[0];
-        void *st = be->create(&m, 256);
+        void *st = be->create(bi, &m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V);
-        be_batch b = {T, ids->data, T, logits, 0, NULL, NULL, 0};
+        be_batch b = {T, ids->data, T, logits, 0, NULL, 0};
         CHECK(be->forward(st, &b) == 0, "%s p%d forward: %s", name, i, dfl_lasterr());
         /* the bound, on the rows the fixture has */
         const float *ref = lg->data;
@@ -119,7 +120,7 @@ static void check_q8(const char *name, int pack) {
             }
             steps_checked++;
             if (gap < min_gap_ok) min_gap_ok = gap;
-            be_batch s1 = {1, &next, 1, last, 0, NULL, NULL, 0};
+            be_batch s1 = {1, &next, 1, last, 0, NULL, 0};
             be->forward(st, &s1);
         }
         free(logits);
@@ -165,14 +166,15 @@ TEST(tiny_bf16) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    kn_init();
+    be_options bo = {2, 0};
+    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
     kn_set_act_quant(1);
     if (!kn_act_quant()) kn_force_variant("generic"); /* no fast q8 path: the C reference */
     fprintf(stderr, "  q8 mode with the %s variant\n", kn_variant());
-    tp_init(2);
     RUN(tiny_qwen3_q8);
     RUN(tiny_qwen3_q4);
     RUN(tiny_bf16);
+    be_cpu.close(bi);
     tp_shutdown();
     CHECK_DONE("test_kernels_q8ref");
 }

@@ -19,6 +19,7 @@
 #include "util.h"
 
 static char tmpdir[256];
+static void *bi; /* the CPU backend instance (main) */
 
 static char *path(const char *a, const char *b) {
     static char buf[4][512];
@@ -176,10 +177,13 @@ TEST(model_bad_checkpoints) {
 
 /* ---- forward: batch invariance and rollback ------------------------------ */
 
+/* A forward; with n_taps, the taps it kept are read back into tapbuf
+ * ([T][n_taps][H]). */
 static int fwd(const be_ops *be, void *st, const int32_t *tok, int T, float *logits, int n_logits, const int *taps,
                int n_taps, float *tapbuf) {
-    be_batch b = {T, tok, n_logits, logits, n_taps, taps, tapbuf, 0};
-    return be->forward(st, &b);
+    be_batch b = {T, tok, n_logits, logits, n_taps, taps, 0};
+    if (be->forward(st, &b) != 0) return -1;
+    return n_taps ? be->taps(st, 0, T, tapbuf) : 0;
 }
 
 static void check_invariance(const char *name, syn_spec s) {
@@ -199,7 +203,7 @@ static void check_invariance(const char *name, syn_spec s) {
     float *ref_l = malloc(sizeof(float) * N * V), *ref_t = malloc(sizeof(float) * N * 2 * H);
     float *got_l = malloc(sizeof(float) * N * V), *got_t = malloc(sizeof(float) * N * 2 * H);
     /* reference: one token at a time */
-    void *st = be->create(&m, 64);
+    void *st = be->create(bi, &m, 64);
     for (int i = 0; i < N; i++) fwd(be, st, tok + i, 1, ref_l + (size_t)i * V, 1, taps, 2, ref_t + (size_t)i * 2 * H);
     int finite = 1;
     for (size_t i = 0; i < (size_t)N * V; i++) finite &= isfinite(ref_l[i]) != 0;
@@ -279,7 +283,9 @@ TEST(batch_invariance_and_rollback) {
 
 /* ---- draft validation ----------------------------------------------------- */
 
-TEST(draft_forward_cached_equals_uncached) {
+/* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
+ * layers 0 and 1 (block 8, mask id 500). 0, or -1 with a failed CHECK. */
+static int draft_pair(mdl_model *tm, mdl_model *dm) {
     syn_spec t = small();
     char *td = path("d_target", NULL);
     syn_write(td, &t);
@@ -294,11 +300,21 @@ TEST(draft_forward_cached_equals_uncached) {
     d.seed = 9;
     char *dd = path("d_draft", NULL);
     CHECK(syn_write(dd, &d) == 0, "synth draft: %s", dfl_lasterr());
-    mdl_model tm, dm;
-    if (mdl_load(&tm, td) || mdl_load(&dm, dd)) {
+    if (mdl_load(tm, td) != 0) {
         CHECK(0, "load: %s", dfl_lasterr());
-        return;
+        return -1;
     }
+    if (mdl_load(dm, dd) != 0) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        mdl_free(tm);
+        return -1;
+    }
+    return 0;
+}
+
+TEST(draft_forward_cached_equals_uncached) {
+    mdl_model tm, dm;
+    if (draft_pair(&tm, &dm) != 0) return;
     const be_ops *be = &be_cpu;
     int H = 64, V = 512;
     enum { N = 20 };
@@ -307,7 +323,7 @@ TEST(draft_forward_cached_equals_uncached) {
     for (int i = 0; i < N * 2 * H; i++) feats[i] = sinf((float)i * 0.37f);
     int32_t blk[8] = {5, 500, 500, 500, 500, 500, 500, 500};
     /* context pushed in one go vs in pieces (the persistent cache path) */
-    void *a = be->draft_create(&dm, &tm, 64), *b = be->draft_create(&dm, &tm, 64);
+    void *a = be->draft_create(bi, &dm, &tm, 64), *b = be->draft_create(bi, &dm, &tm, 64);
     be->draft_ctx_append(a, feats, N);
     be->draft_ctx_append(b, feats, 3);
     be->draft_ctx_append(b, feats + 3 * 2 * H, 1);
@@ -354,6 +370,203 @@ TEST(draft_forward_cached_equals_uncached) {
     mdl_free(&dm);
 }
 
+/* A draft block's proposals and logits (all 7 slots, full vocabulary). */
+static void block_of(void *ds, int32_t anchor, int32_t *ids, float *logits) {
+    int32_t blk[8] = {anchor, 500, 500, 500, 500, 500, 500, 500};
+    be_draft_block q = {.B = 8, .tokens = blk, .out = ids, .logits = logits};
+    CHECK(be_cpu.draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
+}
+
+/* draft_feed (taps that never leave the backend, kept pending) gives the
+ * draft context the same bits as draft_ctx_append of the same rows read
+ * out with taps(): prefill, a verify with rollback, pieces, and more rows
+ * than the pending buffer holds. */
+TEST(draft_feed_equals_ctx_append) {
+    mdl_model tm, dm;
+    if (draft_pair(&tm, &dm) != 0) return;
+    const be_ops *be = &be_cpu;
+    int H = 64, V = 512, K = 2;
+    enum { N = 300, CTX = 640 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 53 + 7) % V);
+    void *st = be->create(bi, &tm, CTX);
+    void *fa = be->draft_create(bi, &dm, &tm, CTX), *ap = be->draft_create(bi, &dm, &tm, CTX);
+    float *taps = malloc(sizeof(float) * BE_MAX_ROWS * K * H);
+    float *l1 = malloc(sizeof(float) * 7 * V), *l2 = malloc(sizeof(float) * 7 * V);
+    int32_t i1[7], i2[7];
+    /* prefill in two forwards of 200 and 100 rows: fed as 3 + 197 rows, then 100 */
+    int ok = 1, at = 0, widths[2] = {200, 100};
+    for (int w = 0; w < 2; w++) {
+        be_batch b = {widths[w], tok + at, 0, NULL, K, dm.cfg.tap_layers, 0};
+        ok &= be->forward(st, &b) == 0 && be->taps(st, 0, widths[w], taps) == 0;
+        if (w == 0) ok &= be->draft_feed(fa, st, 0, 3) == 0 && be->draft_feed(fa, st, 3, 197) == 0;
+        else ok &= be->draft_feed(fa, st, 0, 100) == 0;
+        ok &= be->draft_ctx_append(ap, taps, widths[w]) == 0;
+        at += widths[w];
+    }
+    CHECK(ok, "prefill: %s", dfl_lasterr());
+    CHECK(be->draft_ctx_length(fa) == N && be->draft_ctx_length(ap) == N, "context lengths %d, %d",
+          be->draft_ctx_length(fa), be->draft_ctx_length(ap));
+    block_of(fa, 5, i1, l1);
+    block_of(ap, 5, i2, l2);
+    CHECK(memcmp(i1, i2, sizeof i1) == 0 && memcmp(l1, l2, sizeof(float) * 7 * V) == 0,
+          "fed context differs from the appended one");
+    /* a verify round: 6 rows, 4 accepted */
+    int32_t vt[6] = {5, i1[0], i1[1], i1[2], i1[3], i1[4]};
+    be_batch vb = {6, vt, 0, NULL, K, dm.cfg.tap_layers, 1};
+    CHECK(be->forward(st, &vb) == 0 && be->taps(st, 0, 6, taps) == 0, "verify: %s", dfl_lasterr());
+    be->truncate(st, N + 4);
+    CHECK(be->draft_feed(fa, st, 0, 4) == 0, "feed after verify: %s", dfl_lasterr());
+    CHECK(be->draft_ctx_append(ap, taps, 4) == 0, "append after verify");
+    CHECK(be->draft_ctx_length(fa) == N + 4, "pending rows count: %d", be->draft_ctx_length(fa));
+    block_of(fa, 9, i1, l1);
+    block_of(ap, 9, i2, l2);
+    CHECK(memcmp(i1, i2, sizeof i1) == 0 && memcmp(l1, l2, sizeof(float) * 7 * V) == 0,
+          "after a verify: fed context differs from the appended one");
+    /* refused: rows the last forward did not produce, and a forward without taps */
+    CHECK(be->draft_feed(fa, st, 4, 3) != 0 && err_has("not tapped"), "feed past the tapped rows");
+    CHECK(be->taps(st, 6, 1, taps) != 0, "taps past the last forward's rows");
+    be_batch nb = {1, tok, 0, NULL, 0, NULL, 0};
+    be->forward(st, &nb);
+    CHECK(be->draft_feed(fa, st, 0, 1) != 0 && err_has("draft_feed"), "feed after a forward without taps");
+    CHECK(be->draft_ctx_length(fa) == N + 4, "a refused feed changed the context");
+    free(taps);
+    free(l1);
+    free(l2);
+    be->draft_destroy(fa);
+    be->draft_destroy(ap);
+    be->destroy(st);
+    mdl_free(&tm);
+    mdl_free(&dm);
+}
+
+/* draft_ctx_truncate forgets pending rows, projected rows, or both: the
+ * result equals a context that only ever had the kept rows. */
+TEST(draft_truncate_with_pending_rows) {
+    mdl_model tm, dm;
+    if (draft_pair(&tm, &dm) != 0) return;
+    const be_ops *be = &be_cpu;
+    int H = 64, V = 512, K = 2;
+    enum { N = 24 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 29 + 3) % V);
+    void *st = be->create(bi, &tm, 64), *ds = be->draft_create(bi, &dm, &tm, 64);
+    float *taps = malloc(sizeof(float) * N * K * H);
+    float *l1 = malloc(sizeof(float) * 7 * V), *l2 = malloc(sizeof(float) * 7 * V);
+    int32_t i1[7], i2[7];
+    be_batch b = {N, tok, 0, NULL, K, dm.cfg.tap_layers, 0};
+    CHECK(be->forward(st, &b) == 0 && be->taps(st, 0, N, taps) == 0, "forward: %s", dfl_lasterr());
+    /* cases: {rows projected (fed, then a block), rows pending on top, keep} */
+    int cases[4][3] = {{0, 20, 17}, {12, 8, 15}, {12, 8, 7}, {12, 8, 12}};
+    for (int c = 0; c < 4; c++) {
+        int proj = cases[c][0], pend = cases[c][1], keep = cases[c][2];
+        void *ref = be->draft_create(bi, &dm, &tm, 64);
+        be->draft_ctx_truncate(ds, 0);
+        CHECK(be->draft_ctx_length(ds) == 0, "case %d: truncate to 0", c);
+        if (proj) {
+            be->draft_feed(ds, st, 0, proj);
+            block_of(ds, 5, i1, l1); /* projects the pending rows */
+        }
+        be->draft_feed(ds, st, proj, pend);
+        CHECK(be->draft_ctx_length(ds) == proj + pend, "case %d: length %d with pending rows", c,
+              be->draft_ctx_length(ds));
+        be->draft_ctx_truncate(ds, keep);
+        CHECK(be->draft_ctx_length(ds) == keep, "case %d: length %d after truncate to %d", c,
+              be->draft_ctx_length(ds), keep);
+        be->draft_ctx_append(ref, taps, keep);
+        block_of(ds, 11, i1, l1);
+        block_of(ref, 11, i2, l2);
+        CHECK(memcmp(i1, i2, sizeof i1) == 0 && memcmp(l1, l2, sizeof(float) * 7 * V) == 0,
+              "case %d (%d projected + %d pending, keep %d): differs from a fresh context", c, proj, pend, keep);
+        /* growing again after the truncate: the rows land at the right positions */
+        be->draft_feed(ds, st, keep, N - keep);
+        be->draft_ctx_append(ref, taps + (size_t)keep * K * H, N - keep);
+        block_of(ds, 13, i1, l1);
+        block_of(ref, 13, i2, l2);
+        CHECK(memcmp(l1, l2, sizeof(float) * 7 * V) == 0, "case %d: refilled context differs", c);
+        be->draft_destroy(ref);
+    }
+    be->draft_ctx_truncate(ds, N + 5); /* beyond the length: nothing happens */
+    CHECK(be->draft_ctx_length(ds) == N, "truncate beyond the length changed it");
+    free(taps);
+    free(l1);
+    free(l2);
+    be->draft_destroy(ds);
+    be->destroy(st);
+    mdl_free(&tm);
+    mdl_free(&dm);
+}
+
+/* draft_block's ids: per slot the first maximum over ids < n_vocab, replaced
+ * by an extra id whose logit is strictly greater - the rule applied to the
+ * logits it returns; the same ids without logits requested. */
+TEST(draft_block_ids_follow_the_rule) {
+    mdl_model tm, dm;
+    if (draft_pair(&tm, &dm) != 0) return;
+    const be_ops *be = &be_cpu;
+    int V = 512, K = 2;
+    enum { N = 12, NV = 16 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 31 + 1) % V);
+    void *st = be->create(bi, &tm, 64), *ds = be->draft_create(bi, &dm, &tm, 64);
+    be_batch b = {N, tok, 0, NULL, K, dm.cfg.tap_layers, 0};
+    CHECK(be->forward(st, &b) == 0 && be->draft_feed(ds, st, 0, N) == 0, "prefill: %s", dfl_lasterr());
+    float *full = malloc(sizeof(float) * 7 * V), lg[7 * NV], xl[7 * 3];
+    int32_t ids[7], blk[8] = {5, 500, 500, 500, 500, 500, 500, 500};
+    block_of(ds, 5, ids, full);
+    for (int i = 0; i < 7; i++) /* the full vocabulary: plain argmax */
+        CHECK(ids[i] == smp_argmax(full + (size_t)i * V, V), "slot %d: %d is not the argmax", i + 1, ids[i]);
+    /* extras: the best id >= NV of slots 1 and 2 (so they win there) and one
+     * that loses */
+    int32_t extra[3];
+    for (int e = 0; e < 2; e++) extra[e] = NV + smp_argmax(full + (size_t)e * V + NV, V - NV);
+    extra[2] = extra[0] == V - 1 ? V - 2 : V - 1;
+    for (int ns = 1; ns <= 7; ns += 3) {
+        int32_t got[7], again[7];
+        be_draft_block q = {.B = 8, .tokens = blk, .n_slots = ns, .n_vocab = NV, .extra = extra, .n_extra = 3,
+                            .out = got, .logits = lg, .extra_logits = xl};
+        CHECK(be->draft_block(ds, &q) == 0, "block: %s", dfl_lasterr());
+        int extras_won = 0;
+        for (int i = 0; i < ns; i++) {
+            int32_t want = smp_argmax(lg + (size_t)i * NV, NV);
+            float best = lg[(size_t)i * NV + want];
+            for (int e = 0; e < 3; e++)
+                if (xl[i * 3 + e] > best) best = xl[i * 3 + e], want = extra[e];
+            CHECK(got[i] == want, "%d slots: slot %d proposed %d, the rule says %d", ns, i + 1, got[i], want);
+            extras_won += want >= NV;
+        }
+        CHECK(extras_won >= 1, "%d slots: no extra id won (the test's extras should)", ns);
+        q.logits = NULL;
+        q.extra_logits = NULL;
+        q.out = again;
+        CHECK(be->draft_block(ds, &q) == 0 && memcmp(got, again, sizeof(int32_t) * ns) == 0,
+              "%d slots: ids differ without logits requested", ns);
+    }
+    free(full);
+    be->draft_destroy(ds);
+    be->destroy(st);
+    mdl_free(&tm);
+    mdl_free(&dm);
+}
+
+/* be_select: the registry's names and its errors. */
+TEST(backend_select) {
+    CHECK(be_select(NULL) != NULL && be_select("auto") != NULL, "auto: %s", dfl_lasterr());
+#ifndef DFLASH_CUDA
+    CHECK(be_select(NULL) == &be_cpu && be_select("auto") == &be_cpu, "auto without CUDA must be cpu");
+    CHECK(be_select("cuda") == NULL && err_has("backend cuda: not built in (rebuild with make CUDA=1)"),
+          "cuda without CUDA");
+#else
+    const be_ops *cu = be_select("cuda");
+    CHECK(cu == &be_cuda || err_has("backend cuda"), "cuda: neither the backend nor a reason");
+    if (cu) CHECK(be_select(NULL) == &be_cuda, "auto with a usable GPU must be cuda");
+#endif
+    CHECK(be_select("cpu") == &be_cpu, "cpu");
+    CHECK(be_select("nonsense") == NULL && err_has("unknown backend 'nonsense'"), "an unknown name");
+    CHECK(be_select("") == NULL && err_has("unknown backend ''"), "an empty name");
+    CHECK(be_cpu.predict_rows == 4, "the CPU verify projects 4 rows per call");
+}
+
 /* backend.argmax (vocabulary slices, no logits written) = argmax of
  * backend.logits, on the shipped demo target (151,936 rows: ten slices, the
  * last one partial), for kept rows taken one and several at a time. */
@@ -362,17 +575,17 @@ TEST(argmax_equals_logits_argmax) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/models/demo/target", root ? root : ".");
     mdl_model m;
-    if (mdl_load(&m, dir) != 0 || mdl_pack(&m) != 0) {
+    const be_ops *be = &be_cpu;
+    if (mdl_load(&m, dir) != 0 || be->prepare(bi, &m) != 0) {
         CHECK(0, "load %s: %s", dir, dfl_lasterr());
         return;
     }
-    const be_ops *be = &be_cpu;
-    void *st = be->create(&m, 128);
+    void *st = be->create(bi, &m, 128);
     int V = m.cfg.vocab;
     enum { T = 7 };
     int32_t tok[T] = {151644, 872, 198, 3838, 374, 220, 17}, got[T], one;
     float *lg = malloc(sizeof(float) * T * (size_t)V);
-    be_batch b = {T, tok, 0, NULL, 0, NULL, NULL, 1};
+    be_batch b = {T, tok, 0, NULL, 0, NULL, 1};
     CHECK(be->forward(st, &b) == 0, "forward: %s", dfl_lasterr());
     CHECK(be->logits(st, 0, T, lg) == 0, "logits: %s", dfl_lasterr());
     CHECK(be->argmax(st, 0, T, got) == 0, "argmax: %s", dfl_lasterr());
@@ -384,19 +597,25 @@ TEST(argmax_equals_logits_argmax) {
     CHECK(be->argmax(st, 5, 3, got) != 0, "rows past the kept ones must be refused");
     free(lg);
     be->destroy(st);
+    be->release(bi, &m);
     mdl_free(&m);
 }
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-model-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
-    kn_init();
-    tp_init(2);
+    be_options bo = {2, 0};
+    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
     RUN(safetensors_bad_files);
     RUN(model_bad_checkpoints);
     RUN(batch_invariance_and_rollback);
     RUN(draft_forward_cached_equals_uncached);
+    RUN(draft_feed_equals_ctx_append);
+    RUN(draft_truncate_with_pending_rows);
+    RUN(draft_block_ids_follow_the_rule);
     RUN(argmax_equals_logits_argmax);
+    RUN(backend_select);
+    be_cpu.close(bi);
     tp_shutdown();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -21,6 +21,7 @@
 #include "util.h"
 
 static const char *root = ".";
+static void *bi; /* the CPU backend instance (main) */
 
 static char *rp(const char *a, const char *b) {
     static char buf[4][600];
@@ -70,10 +71,11 @@ static void check_target(const char *name) {
                         *tp = get(&fx, i, "taps"), *gr = get(&fx, i, "greedy");
         int T = (int)ids->shape[0], nl = (int)lg->shape[0];
         const int32_t *tok = ids->data;
-        void *st = be->create(&m, 256);
+        void *st = be->create(bi, &m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V), *tapbuf = malloc(sizeof(float) * (size_t)T * L * H);
-        be_batch b = {T, tok, T, logits, L, taps, tapbuf, 0};
-        CHECK(be->forward(st, &b) == 0, "%s p%d forward: %s", name, i, dfl_lasterr());
+        be_batch b = {T, tok, T, logits, L, taps, 0};
+        CHECK(be->forward(st, &b) == 0 && be->taps(st, 0, T, tapbuf) == 0, "%s p%d forward: %s", name, i,
+              dfl_lasterr());
         /* logits of the last nl rows */
         float d = maxdiff(logits + (size_t)(T - nl) * V, lg->data, (size_t)nl * V);
         worst_l = d > worst_l ? d : worst_l;
@@ -97,7 +99,7 @@ static void check_target(const char *name) {
         int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
         for (int k = 0; k < n; k++) {
             same &= next == rg[k];
-            be_batch s1 = {1, &next, 1, logits, 0, NULL, NULL, 0};
+            be_batch s1 = {1, &next, 1, logits, 0, NULL, 0};
             be->forward(st, &s1);
             next = smp_argmax(logits, V);
         }
@@ -117,8 +119,9 @@ TEST(llama3_sharded_untied_rope_scaling) { check_target("tiny-llama3"); }
 TEST(qwen3_mlx_q8) { check_target("tiny-qwen3-q8"); }
 TEST(qwen3_mlx_q4) { check_target("tiny-qwen3-q4"); }
 
-/* Draft logits of round 1 and argmax of round 2 (cached context), and the
- * whole DFlash generation through the public API. */
+/* Draft logits of round 1 and argmax of round 2 (cached context, fed from
+ * the target's taps with draft_feed), and the whole DFlash generation
+ * through the public API. */
 TEST(draft_forward_and_dflash_loop) {
     mdl_model t, d;
     st_set fx;
@@ -128,7 +131,7 @@ TEST(draft_forward_and_dflash_loop) {
         return;
     }
     const be_ops *be = &be_cpu;
-    int V = t.cfg.vocab, H = t.cfg.hidden, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
+    int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
     dflash_model *api = dflash_load(rp("tests/models/tiny-qwen3", NULL), rp("tests/models/tiny-draft", NULL), NULL);
     CHECK(api != NULL, "load: %s", dflash_error());
     float worst = 0;
@@ -136,15 +139,15 @@ TEST(draft_forward_and_dflash_loop) {
         const st_tensor *ids = get(&fx, i, "ids");
         int T = (int)ids->shape[0];
         const int32_t *tok = ids->data;
-        void *st = be->create(&t, 256), *ds = be->draft_create(&d, &t, 256);
-        float *logits = malloc(sizeof(float) * (size_t)(T + B) * V), *feats = malloc(sizeof(float) * (size_t)(T + B) * K * H);
-        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, feats, 0};
+        void *st = be->create(bi, &t, 256), *ds = be->draft_create(bi, &d, &t, 256);
+        float *logits = malloc(sizeof(float) * (size_t)(T + B) * V);
+        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, 0};
         be->forward(st, &pb);
-        int32_t blk[16];
+        int32_t blk[16], prop[16];
         blk[0] = smp_argmax(logits, V);
         for (int k = 1; k < B; k++) blk[k] = mask;
-        be->draft_ctx_append(ds, feats, T);
-        be_draft_block q = {.B = B, .tokens = blk, .logits = logits};
+        CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
+        be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
         CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
         float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
         worst = dd > worst ? dd : worst;
@@ -154,12 +157,13 @@ TEST(draft_forward_and_dflash_loop) {
         for (int k = 0; k < B - 1; k++) {
             dr[k] = smp_argmax(logits + (size_t)k * V, V);
             CHECK(dr[k] == a1[k], "p%d: draft slot %d argmax %d != %d", i, k + 1, dr[k], a1[k]);
+            CHECK(prop[k] == a1[k], "p%d: draft slot %d proposed %d != %d", i, k + 1, prop[k], a1[k]);
         }
         /* verify round 1, accept, push the accepted rows, draft round 2 */
         int32_t vt[16];
         vt[0] = blk[0];
         memcpy(vt + 1, a1, sizeof(int32_t) * (B - 1));
-        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, feats, 0};
+        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, 0};
         be->forward(st, &vb);
         int a = 0;
         while (a < B - 1 && vt[a + 1] == smp_argmax(logits + (size_t)a * V, V)) a++;
@@ -168,7 +172,7 @@ TEST(draft_forward_and_dflash_loop) {
         CHECK(a + 1 == ((const int32_t *)acc->data)[0], "p%d: round 1 accepted %d, reference %d", i, a + 1,
               ((const int32_t *)acc->data)[0]);
         be->truncate(st, T + a + 1);
-        be->draft_ctx_append(ds, feats, a + 1);
+        CHECK(be->draft_feed(ds, st, 0, a + 1) == 0, "draft_feed: %s", dfl_lasterr());
         blk[0] = bonus;
         be->draft_block(ds, &q);
         const int32_t *a2 = get(&fx, i, "draft2_argmax")->data;
@@ -193,7 +197,6 @@ TEST(draft_forward_and_dflash_loop) {
             free(out);
         }
         free(logits);
-        free(feats);
         be->destroy(st);
         be->draft_destroy(ds);
     }
@@ -207,13 +210,14 @@ TEST(draft_forward_and_dflash_loop) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    kn_init();
+    be_options bo = {2, 0};
+    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
     kn_set_act_quant(0); /* exact f32 activations: int8 ones (q8 mode) are checked in test_kernels_q8ref.c */
-    tp_init(2);
     RUN(qwen3_bf16);
     RUN(llama3_sharded_untied_rope_scaling);
     RUN(qwen3_mlx_q8);
     RUN(qwen3_mlx_q4);
     RUN(draft_forward_and_dflash_loop);
+    be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }
