@@ -37,7 +37,7 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
-    const char *prompts, *quant, *draft_quant, *plot;
+    const char *prompts, *quant, *draft_quant, *plot, *backend;
     int raw, max_prompts, reps, depth, json, draft_vocab;
     float temp, top_p;
     int top_k;
@@ -60,6 +60,8 @@ static const char *help_generate =
     "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off)\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
+    "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
+    "                         built in with make CUDA=1 and a GPU is present)\n"
     "      --temp T           sampling temperature (default 0 = greedy)\n"
     "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
     "      --top-p P          nucleus sampling (default 1 = off)\n"
@@ -85,6 +87,8 @@ static const char *help_chat =
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
     "--draft-quant).\n"
+    "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
+    "                         built in with make CUDA=1 and a GPU is present)\n"
     "  -v, --verbose          print timing and DFlash statistics after each answer\n";
 
 static const char *help_tokenize =
@@ -96,10 +100,12 @@ static const char *help_tokenize =
 static const char *help_bench =
     "usage: dflash bench -m DIR [--draft DIR --prompts FILE.jsonl] [options]\n"
     "\n"
-    "Measure: the machine's read bandwidth; target forward cost at T = 1, 2, 4,\n"
-    "8, 16 (median of --reps runs after a warm-up, at context depth --depth);\n"
-    "decode tok/s and GB/s at T=1; and with a draft and a prompt file, greedy vs\n"
-    "DFlash tok/s, tau and speed-up per domain, checking the outputs are identical.\n"
+    "Measure: the memory bandwidth the backend's weights stream from (CPU: a\n"
+    "parallel read; CUDA: a device-to-device copy); the cost of a greedy step\n"
+    "(target forward + argmax of each row) at T = 1, 2, 4, 8, 16 (median of\n"
+    "--reps runs after a warm-up, at context depth --depth); decode tok/s and\n"
+    "GB/s at T=1; and with a draft and a prompt file, greedy vs DFlash tok/s,\n"
+    "tau and speed-up per domain, checking the outputs are identical.\n"
     "\n"
     "  -m, --model DIR        target model\n"
     "  -md, --draft DIR       DFlash draft\n"
@@ -111,6 +117,7 @@ static const char *help_bench =
     "      --depth N          context depth for the forward costs (default 256)\n"
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
+    "      --backend auto|cpu|cuda  where to compute (default auto)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
@@ -221,6 +228,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--quant", "--quant")) o->quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
         else if (IS("--plot", "--plot")) o->plot = VAL();
+        else if (IS("--backend", "--backend")) o->backend = VAL();
         else if (IS("--draft-vocab", "--draft-vocab")) {
             const char *v = VAL();
             o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 1, INT_MAX);
@@ -275,14 +283,14 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
         for (int i = 0; i < st->n_pos; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", st->accept_per_pos[i]);
         fprintf(stderr,
                 "], \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
-                "\"threads\": %d, \"kernels\": \"%s\"}\n",
+                "\"threads\": %d, \"backend\": \"%s\", \"kernels\": \"%s\"}\n",
                 1000 * st->draft_s, 1000 * st->verify_s, 1000 * st->other_s, st->stop_reason, in.n_threads,
-                in.kernels);
+                in.backend, in.kernels);
         return;
     }
-    fprintf(stderr, "\n\nload: %.3f s | %s, %d layers, hidden %d, %s, %.1f MB | %s/%s, %d threads\n", in.load_s,
-            in.arch, in.n_layers, in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels,
-            in.n_threads);
+    fprintf(stderr, "\n\nload: %.3f s | %s, %d layers, hidden %d, %s, %.1f MB | backend %s (%s), %d threads\n",
+            in.load_s, in.arch, in.n_layers, in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend,
+            in.kernels, in.n_threads);
     if (in.has_draft) fprintf(stderr, "draft: %d layers, %s\n", in.draft_layers, in.draft_weight_format);
     fprintf(stderr, "prompt: %d tokens (%d reused), %.2f tok/s\n", st->n_prompt, st->n_reused, pt);
     fprintf(stderr, "decode: %d tokens, %.2f tok/s, %.2f ms/token (stopped: %s)\n", st->n_tokens, dt, ms,
@@ -304,6 +312,7 @@ static dflash_model *load(const opts *o) {
     p.n_ctx = o->ctx;
     p.quant = o->quant;
     p.draft_quant = o->draft_quant;
+    p.backend = o->backend;
     dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);
     if (!m) die("%s", dflash_error());
     return m;
@@ -560,7 +569,11 @@ static int cmd_bench(int argc, char **argv) {
     dflash_model *m = load(&o);
     dflash_info in;
     dflash_get_info(m, &in);
-    double bw = dflash_read_bandwidth();
+    double bw = dflash_bandwidth(m);
+    /* what the backend measured (dflash_bandwidth) */
+    const char *bw_what = !strcmp(in.backend, "cpu")    ? "CPU read bandwidth (parallel read)"
+                          : !strcmp(in.backend, "cuda") ? "GPU memory bandwidth (device-to-device copy)"
+                                                        : "backend memory bandwidth";
     static const int widths[] = {1, 2, 4, 8, 16};
     double cost[5];
     int depth = o.depth + 16 < in.n_ctx ? o.depth : in.n_ctx - 17;
@@ -568,11 +581,11 @@ static int cmd_bench(int argc, char **argv) {
         if (dflash_time_forward(m, widths[i], depth, o.reps, &cost[i]) != 0) die("%s", dflash_error());
     double decode = 1.0 / cost[0], gbs = in.weight_bytes / cost[0] / 1e9;
     if (!o.json) {
-        printf("model: %s, %d layers, hidden %d, %s, %.1f MB | %s/%s, %d threads\n", in.arch, in.n_layers, in.hidden,
-               in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels, in.n_threads);
-        printf("read bandwidth: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, %.1f GB/s (%.0f%% of read bandwidth)\n", bw,
-               1e3 * cost[0], decode, gbs, 100 * gbs / bw);
-        printf("forward cost at depth %d:\n  T    ms      x T=1   ms/token\n", depth);
+        printf("model: %s, %d layers, hidden %d, %s, %.1f MB | backend %s (%s), %d threads\n", in.arch, in.n_layers,
+               in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels, in.n_threads);
+        printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, weights at %.1f GB/s (%.0f%% of it)\n", bw_what,
+               bw, 1e3 * cost[0], decode, gbs, 100 * gbs / bw);
+        printf("greedy step cost (forward + argmax) at depth %d:\n  T    ms      x T=1   ms/token\n", depth);
         for (int i = 0; i < 5; i++)
             printf("  %-3d %7.2f %6.2f %8.2f\n", widths[i], 1e3 * cost[i], cost[i] / cost[0], 1e3 * cost[i] / widths[i]);
     }
@@ -669,10 +682,10 @@ static int cmd_bench(int argc, char **argv) {
                    g_all > 0 ? d_all / g_all : 0, all_same ? "all" : "NOT ALL");
     }
     if (o.json) {
-        printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", "
-               "\"bandwidth_gb_s\": %.2f, \"decode_tok_s\": %.2f, \"decode_gb_s\": %.2f, \"depth\": %d, "
+        printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"backend\": \"%s\", "
+               "\"kernels\": \"%s\", \"bandwidth\": \"%s\", \"bandwidth_gb_s\": %.2f, \"decode_tok_s\": %.2f, \"decode_gb_s\": %.2f, \"depth\": %d, "
                "\"cost_ms\": {",
-               in.arch, in.weight_format, in.n_threads, in.kernels, bw, decode, gbs, depth);
+               in.arch, in.weight_format, in.n_threads, in.backend, in.kernels, bw_what, bw, decode, gbs, depth);
         for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], 1e3 * cost[i]);
         printf("}, \"cost_ratio\": {");
         for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], cost[i] / cost[0]);

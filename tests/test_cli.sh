@@ -93,6 +93,20 @@ cp "$T/trunc.st" "$T/trunc/model.safetensors"
 expect "truncated weights" 1 "model.safetensors" -- "$BIN" generate -m "$T/trunc" -p hi
 [ "$(wc -l <"$T/err")" -eq 1 ] && ok "truncated: one line" || bad "truncated: one line"
 
+# --backend: cpu by name, an unknown name or an absent CUDA a one-line error
+for c in generate chat bench; do
+    "$BIN" $c --help | grep -q -- "--backend auto|cpu|cuda" && ok "$c --help lists --backend" || bad "$c --help lists --backend"
+done
+expect "generate --backend cpu" 0 "backend cpu (" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 12 --ignore-eos --backend cpu
+cmp -s "$T/out" "$T/greedy.txt" && ok "--backend cpu equals the default" || bad "--backend cpu equals the default"
+expect "unknown backend" 1 "unknown backend 'tpu'" -- "$BIN" generate -m "$T/tgt" -p hi --backend tpu
+[ "$(wc -l <"$T/err")" -eq 1 ] && ok "unknown backend: one line" || bad "unknown backend: one line"
+"$BIN" generate -m "$T/tgt" -p hi -n 2 --backend cuda >"$T/out" 2>"$T/err"; rc=$?
+if [ "$rc" -eq 0 ] || { [ "$rc" -eq 1 ] && grep -q "error: backend cuda: " "$T/err"; }; then ok "--backend cuda: runs or says why"
+else bad "--backend cuda: runs or says why (exit $rc)"; fi
+expect "bench" 0 "" -- "$BIN" bench -m "$T/tgt" --reps 1 --depth 8
+grep -q "CPU read bandwidth (parallel read): " "$T/out" && ok "bench names what its bandwidth measured" || bad "bench bandwidth label"
+
 # the embedding example (examples/simple.c) through the public API
 if [ -n "${DFLASH_EXAMPLE:-}" ]; then
     expect "examples/simple" 0 "tokens" -- "$DFLASH_EXAMPLE" "$T/tgt" "$T/drf" "What is 2+2?"
