@@ -3,6 +3,8 @@
 #   make test     run the test suite (tests/run.sh)
 #   make demo     run DFlash on the shipped demo models
 #   make asan     build and test with AddressSanitizer + UBSan
+#   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
+#                 by default); make CUDA=1 test-cuda runs tests/cuda on the GPU
 CC      ?= cc
 WERROR  ?=
 OPT     ?= -O2 -g
@@ -11,14 +13,31 @@ CFLAGS  += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR
            $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
 BUILD   ?= build
+ifeq ($(CUDA),1)
+BUILD   := build-cuda
+endif
 BIN     ?= dflash
 
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
+
+# CUDA backend: objects in their own build directory (the registry in
+# backend.c is compiled with -DDFLASH_CUDA there), linked against cudart.
+CUDA      ?=
+NVCC      ?= nvcc
+CUDA_ARCH ?= sm_90
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo
+ifeq ($(CUDA),1)
+CFLAGS  += -DDFLASH_CUDA
+CU_SRC  := $(wildcard src/cuda/*.cu)
+LIB_OBJ += $(CU_SRC:src/cuda/%.cu=$(BUILD)/cuda_%.o)
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+endif
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
-.PHONY: all deps test demo asan clean
+.PHONY: all deps test demo asan clean test-cuda
 all: deps $(BIN) $(BUILD)/simple
 
 deps:
@@ -30,10 +49,16 @@ $(BUILD):
 $(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h include/*.h) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -Isrc -Iinclude -DDFLASH_CUDA -c $< -o $@
+
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BIN): cli/main.c $(BUILD)/libdflash.a
+# .dflash-build names the build directory ./dflash was last linked from, so
+# switching between make and make CUDA=1 relinks it.
+$(shell [ "$$(cat .dflash-build 2>/dev/null)" = "$(BUILD)" ] || echo "$(BUILD)" > .dflash-build)
+$(BIN): cli/main.c $(BUILD)/libdflash.a .dflash-build
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
@@ -54,8 +79,17 @@ asan:
 demo: deps $(BIN)
 	@sh tools/demo.sh
 
+# GPU tests (tests/cuda/*.c), built against the CUDA library; needs CUDA=1
+CUDA_TEST_BIN := $(patsubst tests/cuda/%.c,$(BUILD)/cuda_%,$(wildcard tests/cuda/test_*.c))
+$(BUILD)/cuda_test_%: tests/cuda/test_%.c tests/check.h $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+
+test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
+	@[ "$(CUDA)" = 1 ] || { echo "test-cuda: run as make CUDA=1 test-cuda" >&2; exit 1; }
+	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
+
 clean:
-	rm -rf build build-asan dflash
+	rm -rf build build-asan build-cuda dflash
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench

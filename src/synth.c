@@ -4,10 +4,12 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "quant.h"
 #include "safetensors.h"
@@ -79,33 +81,99 @@ static void put(kn_dtype k, void *arr, size_t i, float v) {
     else ((uint16_t *)arr)[i] = k == KN_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
 }
 
-/* A [rows, cols] matrix of N(0, std^2), plain or MLX-quantized. */
-static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int rows, int cols, float std) {
-    char name[256];
+/* Rows [a, b) of a [rows, cols] matrix of N(0, std^2), plain or
+ * MLX-quantized, each row from its own generator (seeded by the matrix seed
+ * and the row), so rows can be made in any order or in parallel. */
+typedef struct {
+    const syn_spec *s;
+    uint64_t seed;
+    int rows, cols;
+    float std;
+    uint32_t *pk;
+    void *sc, *bi, *w;
+    int next; /* next row block to claim (atomic) */
+} mrows;
+
+enum { MROWS_BLOCK = 64 };
+
+static void make_rows(mrows *m, int a, int b) {
+    const syn_spec *s = m->s;
+    int cols = m->cols;
     float *row = dfl_malloc(sizeof(float) * (size_t)cols);
-    if (s->c.q_bits) {
-        int b = s->c.q_bits, g = s->c.q_group;
-        uint32_t *pk = dfl_malloc(sizeof(uint32_t) * (size_t)rows * cols * b / 32);
-        void *sc = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
-        void *bi = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
-        for (int i = 0; i < rows; i++) {
-            for (int j = 0; j < cols; j++) row[j] = std * normal(r);
+    for (int i = a; i < b; i++) {
+        rng r = {(m->seed ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull)) | 1};
+        for (int k = 0; k < 4; k++) uniform(&r);
+        for (int j = 0; j < cols; j++) row[j] = m->std * normal(&r);
+        if (s->c.q_bits) {
+            int bits = s->c.q_bits, g = s->c.q_group;
             size_t so = size_of(s->scale_dtype) * (size_t)i * (cols / g);
-            qt_row(row, cols, b, g, s->scale_dtype, pk + (size_t)i * cols * b / 32, (char *)sc + so, (char *)bi + so);
+            qt_row(row, cols, bits, g, s->scale_dtype, m->pk + (size_t)i * cols * bits / 32, (char *)m->sc + so,
+                   (char *)m->bi + so);
+        } else {
+            for (int j = 0; j < cols; j++) put(s->dtype, m->w, (size_t)i * cols + j, row[j]);
         }
-        snprintf(name, sizeof name, "%s.weight", base);
-        add(ts, name, ST_U32, 2, rows, (int64_t)cols * b / 32, pk);
-        snprintf(name, sizeof name, "%s.scales", base);
-        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, sc);
-        snprintf(name, sizeof name, "%s.biases", base);
-        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, bi);
-    } else {
-        void *w = dfl_malloc(size_of(s->dtype) * (size_t)rows * cols);
-        for (size_t i = 0; i < (size_t)rows * cols; i++) put(s->dtype, w, i, std * normal(r));
-        snprintf(name, sizeof name, "%s.weight", base);
-        add(ts, name, st_of(s->dtype), 2, rows, cols, w);
     }
     free(row);
+}
+
+static void *mrows_worker(void *p) {
+    mrows *m = p;
+    for (;;) {
+        int blk = __atomic_fetch_add(&m->next, 1, __ATOMIC_RELAXED);
+        int a = blk * MROWS_BLOCK;
+        if (a >= m->rows) return NULL;
+        make_rows(m, a, a + MROWS_BLOCK < m->rows ? a + MROWS_BLOCK : m->rows);
+    }
+}
+
+/* A [rows, cols] matrix of N(0, std^2), plain or MLX-quantized. Small ones
+ * draw from the model's generator in order; large ones (real model shapes)
+ * are made in parallel, one generator per row. */
+static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int rows, int cols, float std) {
+    char name[256];
+    mrows m = {s, 0, rows, cols, std, NULL, NULL, NULL, NULL, 0};
+    int b = s->c.q_bits, g = s->c.q_group;
+    if (b) {
+        m.pk = dfl_malloc(sizeof(uint32_t) * (size_t)rows * cols * b / 32);
+        m.sc = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
+        m.bi = dfl_malloc(size_of(s->scale_dtype) * (size_t)rows * (cols / g));
+    } else {
+        m.w = dfl_malloc(size_of(s->dtype) * (size_t)rows * cols);
+    }
+    if ((size_t)rows * cols < ((size_t)1 << 22)) {
+        float *row = dfl_malloc(sizeof(float) * (size_t)cols);
+        for (int i = 0; i < rows; i++) {
+            for (int j = 0; j < cols; j++) row[j] = std * normal(r);
+            if (b) {
+                size_t so = size_of(s->scale_dtype) * (size_t)i * (cols / g);
+                qt_row(row, cols, b, g, s->scale_dtype, m.pk + (size_t)i * cols * b / 32, (char *)m.sc + so,
+                       (char *)m.bi + so);
+            } else {
+                for (int j = 0; j < cols; j++) put(s->dtype, m.w, (size_t)i * cols + j, row[j]);
+            }
+        }
+        free(row);
+    } else {
+        m.seed = r->s;
+        uniform(r);
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        int nt = n < 1 ? 1 : n > 64 ? 64 : (int)n;
+        pthread_t th[64];
+        int started = 0;
+        for (int i = 0; i < nt; i++) started += pthread_create(&th[started], NULL, mrows_worker, &m) == 0;
+        mrows_worker(&m);
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    }
+    snprintf(name, sizeof name, "%s.weight", base);
+    if (b) {
+        add(ts, name, ST_U32, 2, rows, (int64_t)cols * b / 32, m.pk);
+        snprintf(name, sizeof name, "%s.scales", base);
+        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, m.sc);
+        snprintf(name, sizeof name, "%s.biases", base);
+        add(ts, name, st_of(s->scale_dtype), 2, rows, cols / g, m.bi);
+    } else {
+        add(ts, name, st_of(s->dtype), 2, rows, cols, m.w);
+    }
 }
 
 static void vec(tensors *ts, const syn_spec *s, rng *r, const char *name, int n) {

@@ -1,6 +1,9 @@
 #!/bin/sh
 # Install the Debian -dev packages dflash builds against, if missing.
 # As root it runs apt-get; otherwise it prints the command to run.
+# DFLASH_NO_DEPS=1: skip (the libraries come from elsewhere, e.g. the GPU
+# machine, which has no package registry).
+[ -n "${DFLASH_NO_DEPS:-}" ] && exit 0
 need=""
 for p in libcjson-dev libpcre2-dev libutf8proc-dev pkg-config; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"

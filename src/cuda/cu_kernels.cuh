@@ -1,0 +1,499 @@
+/* cu_kernels.cuh - the CUDA backend's device code. Prefix: cu_ / k_.
+ *
+ * Exactness rule (the GPU form of kernels.h's batch invariance): every value
+ * a kernel writes for token row t depends only on row t's inputs and on the
+ * weights, through one fixed order of operations that does not depend on how
+ * many rows the launch covers:
+ *   - k_gemm: a warp owns 16 weight rows and a fixed slice of K (the slices
+ *     depend on the weight's shape only, cw_weight.split); it walks its slice
+ *     in ascending k with tensor-core MMAs (m16n8k16, bf16 in, f32
+ *     accumulate), each output element of an MMA computed from its own row,
+ *     column and accumulator only; the slices' partial sums are then added in
+ *     slice order. Token rows are the MMA's n columns: a row's result is the
+ *     same whether its 8-column tile holds 1 token or 8, and whether the launch
+ *     has 1 tile or 4 (T up to 32; wider batches are cut into launches of 32).
+ *   - row kernels (RMSNorm, q/k norm + RoPE, SwiGLU, embedding) work on one
+ *     row with one block-level reduction tree;
+ *   - attention: one block per (row, query head); keys in chunks of 32, chunk
+ *     c handled by warp c % 4, each warp an online softmax over its chunks in
+ *     ascending order, the 4 warps merged in warp order. Which keys a row sees
+ *     depends on its position only.
+ *
+ * Numerics: weights are streamed as stored (BF16, or MLX affine 8/4-bit
+ * dequantized in registers to bfloat16: w = s*q + b in f32, rounded once);
+ * activations enter a matmul as bfloat16 (rounded once from f32) and every
+ * sum is f32. The residual stream, norms, RoPE, softmax and K/V stay f32. */
+#ifndef DFL_CU_KERNELS_CUH
+#define DFL_CU_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+enum { CW_BF16 = 0, CW_Q8 = 1, CW_Q4 = 2 };   /* weight kinds on the device */
+enum { SC_BF16 = 0, SC_F16 = 1, SC_F32 = 2 }; /* scale/bias storage */
+enum { CW_ROW_ALIGN = 16, CW_COL_ALIGN = 128 };
+
+/* A weight matrix W[rows][cols] resident on the device.
+ *   data: rows_p rows of row_bytes each: BF16 [cols_p] bf16; Q8 [cols_p] u8;
+ *         Q4 [cols_p/2] bytes, element k in nibble k%2 of byte k/2 (low first)
+ *         - the MLX packing read as bytes.
+ *   sb:   Q8/Q4 only: [rows_p][cols_p/group] (scale, bias) pairs, 2 x 16-bit
+ *         (SC_BF16/SC_F16) or 2 x f32 (SC_F32).
+ * rows_p and cols_p are padded (16 rows + one spare tile, 128 columns) with
+ * zeros: a padded weight is 0 (scale 0, bias 0), and activation buffers keep
+ * their padding columns at 0, so padding adds exact zeros.
+ * split: K slices per 16-row tile (1..8), fixed at upload from the shape;
+ * row views keep it, so a row's bits never depend on the view. */
+typedef struct {
+    int kind, rows, cols, rows_p, cols_p, group, sdt, split;
+    size_t row_bytes, sb_row_bytes;
+    uint8_t *data, *sb;
+} cw_weight;
+
+__device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ void cu_load_sb(const cw_weight &w, int r, int grp, float *s, float *b) {
+    const uint8_t *p = w.sb + (size_t)r * w.sb_row_bytes;
+    if (w.sdt == SC_F32) {
+        float2 v = ((const float2 *)p)[grp];
+        *s = v.x;
+        *b = v.y;
+    } else {
+        uint32_t v = ((const uint32_t *)p)[grp];
+        if (w.sdt == SC_BF16) {
+            *s = cu_bf2f((uint16_t)(v & 0xffff));
+            *b = cu_bf2f((uint16_t)(v >> 16));
+        } else {
+            *s = __half2float(__ushort_as_half((unsigned short)(v & 0xffff)));
+            *b = __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+        }
+    }
+}
+
+/* W[r][k] as f32 (embedding rows, extra logits). */
+__device__ __forceinline__ float cu_get(const cw_weight &w, int r, int k) {
+    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+    if (w.kind == CW_BF16) return cu_bf2f(((const uint16_t *)row)[k]);
+    int q = w.kind == CW_Q8 ? row[k] : (row[k >> 1] >> ((k & 1) * 4)) & 15;
+    float s, b;
+    cu_load_sb(w, r, k / w.group, &s, &b);
+    return fmaf(s, (float)q, b);
+}
+
+/* ---- skinny GEMM ---------------------------------------------------------- */
+
+__device__ __forceinline__ uint4 cu_ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void cu_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t cu_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* u8 value as float exactly: 2^23 + q as bits, minus 2^23. */
+__device__ __forceinline__ float cu_u2f(uint32_t q) { return __uint_as_float(0x4B000000u | q) - 8388608.0f; }
+
+/* Real k values per thread per step: one 16-byte load of a row. */
+template <int KIND> struct cu_ck { enum { CK = KIND == CW_BF16 ? 8 : KIND == CW_Q8 ? 16 : 32 }; };
+
+/* One row's 16 bytes -> CK bf16 values as CK/2 packed pairs (pair i holds
+ * elements 2i, 2i+1 of the thread's chunk). */
+template <int KIND>
+__device__ __forceinline__ void cu_dequant(uint4 raw, float s, float b, uint32_t *out) {
+    uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (KIND == CW_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[i] = wv[i];
+    } else if (KIND == CW_Q8) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float e0 = fmaf(s, cu_u2f(wv[i] & 0xff), b), e1 = fmaf(s, cu_u2f((wv[i] >> 8) & 0xff), b);
+            float e2 = fmaf(s, cu_u2f((wv[i] >> 16) & 0xff), b), e3 = fmaf(s, cu_u2f(wv[i] >> 24), b);
+            out[2 * i] = cu_pack_bf16(e0, e1);
+            out[2 * i + 1] = cu_pack_bf16(e2, e3);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float e0 = fmaf(s, cu_u2f((wv[i] >> (8 * j)) & 15), b);
+                float e1 = fmaf(s, cu_u2f((wv[i] >> (8 * j + 4)) & 15), b);
+                out[4 * i + j] = cu_pack_bf16(e0, e1);
+            }
+    }
+}
+
+enum { GEMM_MAX_SPLIT = 8, GEMM_MAX_NT = 4, GEMM_UNROLL = 4 };
+
+/* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T (T <= 8*NT).
+ * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
+ * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split). */
+template <int KIND, int NT>
+__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
+                                                                int ldx, int T, float *__restrict__ y, int ldy,
+                                                                int accumulate) {
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
+    __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3, S = w.split;
+    const int r0 = blockIdx.x * 16;
+    const int ns = w.cols_p / STEP;
+    const int s0 = warp * ns / S, s1 = (warp + 1) * ns / S;
+    const uint8_t *wa = w.data + (size_t)(r0 + g) * w.row_bytes, *wb = wa + 8 * w.row_bytes;
+    const uint8_t *sa = KIND == CW_BF16 ? nullptr : w.sb + (size_t)(r0 + g) * w.sb_row_bytes;
+    const uint8_t *sbp = KIND == CW_BF16 ? nullptr : sa + 8 * w.sb_row_bytes;
+    const int ebytes_num = KIND == CW_BF16 ? 2 : 1, ebytes_den = KIND == CW_Q4 ? 2 : 1;
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    const __nv_bfloat16 *xr[NT];
+    bool xv[NT];
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        int tok = n * 8 + g;
+        xv[n] = tok < T;
+        xr[n] = x + (size_t)(xv[n] ? tok : 0) * ldx;
+    }
+    for (int s = s0; s < s1; s += GEMM_UNROLL) {
+        uint4 ra[GEMM_UNROLL], rb[GEMM_UNROLL];
+        float sca[GEMM_UNROLL], bia[GEMM_UNROLL], scb[GEMM_UNROLL], bib[GEMM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMM_UNROLL; u++) {
+            if (s + u < s1) {
+                int kb = (s + u) * STEP + t * CK;
+                size_t off = (size_t)kb * ebytes_num / ebytes_den;
+                ra[u] = cu_ld_stream(wa + off);
+                rb[u] = cu_ld_stream(wb + off);
+                if (KIND != CW_BF16) {
+                    int grp = kb / w.group;
+                    cw_weight ww = w;
+                    (void)ww;
+                    if (w.sdt == SC_F32) {
+                        float2 pa = ((const float2 *)sa)[grp], pb = ((const float2 *)sbp)[grp];
+                        sca[u] = pa.x, bia[u] = pa.y, scb[u] = pb.x, bib[u] = pb.y;
+                    } else {
+                        uint32_t pa = ((const uint32_t *)sa)[grp], pb = ((const uint32_t *)sbp)[grp];
+                        if (w.sdt == SC_BF16) {
+                            sca[u] = cu_bf2f(pa & 0xffff), bia[u] = cu_bf2f(pa >> 16);
+                            scb[u] = cu_bf2f(pb & 0xffff), bib[u] = cu_bf2f(pb >> 16);
+                        } else {
+                            sca[u] = __half2float(__ushort_as_half((unsigned short)(pa & 0xffff)));
+                            bia[u] = __half2float(__ushort_as_half((unsigned short)(pa >> 16)));
+                            scb[u] = __half2float(__ushort_as_half((unsigned short)(pb & 0xffff)));
+                            bib[u] = __half2float(__ushort_as_half((unsigned short)(pb >> 16)));
+                        }
+                    }
+                } else {
+                    sca[u] = bia[u] = scb[u] = bib[u] = 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMM_UNROLL; u++) {
+            if (s + u >= s1) break;
+            int kb = (s + u) * STEP + t * CK;
+            uint32_t A[CK / 2], B[CK / 2];
+            cu_dequant<KIND>(ra[u], sca[u], bia[u], A);
+            cu_dequant<KIND>(rb[u], scb[u], bib[u], B);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t X[CK / 2];
+                if (xv[n]) {
+#pragma unroll
+                    for (int i = 0; i < CK / 8; i++) {
+                        uint4 v = *(const uint4 *)(xr[n] + kb + 8 * i);
+                        X[4 * i] = v.x, X[4 * i + 1] = v.y, X[4 * i + 2] = v.z, X[4 * i + 3] = v.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < CK / 2; i++) X[i] = 0;
+                }
+                /* MMA m takes elements 4m..4m+3 of the chunk as its virtual
+                 * k = 2t, 2t+1, 2t+8, 2t+9, in A (rows g, g+8) and B alike */
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+                    cu_mma(acc[n], A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], X[2 * m], X[2 * m + 1]);
+            }
+        }
+    }
+    /* C fragment: acc[n][0..1] = row g, tokens n*8+2t, +1; acc[n][2..3] = row g+8 */
+    if (S == 1) {
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = r0 + g + (i >> 1) * 8, tok = n * 8 + 2 * t + (i & 1);
+                if (row < N && tok < T) {
+                    float *p = y + (size_t)tok * ldy + row;
+                    *p = accumulate ? *p + acc[n][i] : acc[n][i];
+                }
+            }
+        return;
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][g + (i >> 1) * 8][n * 8 + 2 * t + (i & 1)] = acc[n][i];
+    __syncthreads();
+    for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+        int rr = e / (8 * NT), tok = e % (8 * NT), row = r0 + rr;
+        if (row >= N || tok >= T) continue;
+        float v = red[0][rr][tok];
+        for (int q = 1; q < S; q++) v += red[q][rr][tok];
+        float *p = y + (size_t)tok * ldy + row;
+        *p = accumulate ? *p + v : v;
+    }
+}
+
+/* ---- row kernels ---------------------------------------------------------- */
+
+/* Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads in one
+ * fixed tree; every thread gets the result. */
+__device__ __forceinline__ float cu_block_sum(float v, float *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* x[t][k] = embed[tok[t]][k] */
+__global__ void k_embed(cw_weight e, const int32_t *tok, float *x, int H) {
+    int t = blockIdx.x, r = tok[t];
+    for (int k = threadIdx.x; k < H; k += blockDim.x) x[(size_t)t * H + k] = cu_get(e, r, k);
+}
+
+/* Row t of x [.][ldx] f32 -> RMSNorm with weight w [n] -> ob (bf16 [.][ldo])
+ * and/or of (f32 [.][ldof]). */
+__global__ void k_rmsnorm(const float *x, int ldx, const float *w, int n, float eps, __nv_bfloat16 *ob, int ldo,
+                          float *of, int ldof) {
+    __shared__ float sh[32];
+    const float *r = x + (size_t)blockIdx.x * ldx;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += r[i] * r[i];
+    ss = cu_block_sum(ss, sh);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = r[i] * inv * w[i];
+        if (ob) ob[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(v);
+        if (of) of[(size_t)blockIdx.x * ldof + i] = v;
+    }
+}
+
+/* f32 [rows][n] (stride ldx) -> bf16 [rows][ldo] */
+__global__ void k_to_bf16(const float *x, int ldx, int n, __nv_bfloat16 *o, int ldo) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        o[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(x[(size_t)blockIdx.x * ldx + i]);
+}
+
+/* One warp per (row t, head): optional per-head RMSNorm, then RoPE (neox
+ * pairing d, d + hd/2) at position pos0 + t, in place on buf [T][ldb];
+ * heads 0..nq-1 at column q_off (weight qn), then nk key heads at k_off
+ * (weight kn). With kc != NULL the key head and the value head at v_off are
+ * stored into the caches [nk][n_ctx][hd] at the row's position. */
+__global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
+                            const float *kn, int hd, float eps, const float *cos_t, const float *sin_t, int pos0,
+                            float *kc, float *vc, int n_ctx) {
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = hd / 2, pos = pos0 + t;
+    int is_k = h >= nq, hh = is_k ? h - nq : h;
+    float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * hd;
+    const float *nw = is_k ? kn : qn;
+    if (nw) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) ss += v[i] * v[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32) v[i] = v[i] * inv * nw[i];
+        __syncwarp();
+    }
+    const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
+    for (int i = lane; i < half; i += 32) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+    }
+    if (is_k && kc) {
+        __syncwarp();
+        size_t dst = ((size_t)hh * n_ctx + pos) * hd;
+        const float *vv = buf + (size_t)t * ldb + v_off + (size_t)hh * hd;
+        for (int i = lane; i < hd; i += 32) {
+            kc[dst + i] = v[i];
+            vc[dst + i] = vv[i];
+        }
+    }
+}
+
+/* h[t][i] = silu(g) * u, g = gu[t][i], u = gu[t][I + i]; bf16 out [T][ldo] */
+__global__ void k_swiglu(const float *gu, int I, __nv_bfloat16 *h, int ldo) {
+    const float *r = gu + (size_t)blockIdx.x * 2 * I;
+    for (int i = threadIdx.x; i < I; i += blockDim.x) {
+        float g = r[i];
+        h[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * r[I + i]);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+enum { ATT_WARPS = 4, ATT_MAX_HD = 256 };
+
+/* Block (row t, query head h). Keys: cache rows 0..nc-1 of kv head h/(nq/nkv)
+ * (kc/vc [nkv][n_ctx][hd]), nc = causal ? pos0 + t + 1 : n_cache, then
+ * n_blk block rows (kb/vb, row stride ldkb, head at kv*hd) when not causal.
+ * q: [T][ldq] at column h*hd; out: bf16 [T][ldo] at column h*hd. */
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    k_attention(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, int pos0, int n_cache,
+                const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, int hd,
+                __nv_bfloat16 *out, int ldo) {
+    __shared__ float qs[ATT_MAX_HD];
+    __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
+    __shared__ float wacc[ATT_WARPS][ATT_MAX_HD];
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int kvh = h / (nq / nkv);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[(size_t)t * ldq + (size_t)h * hd + i] * scale;
+    __syncthreads();
+    int nc = causal ? pos0 + t + 1 : n_cache;
+    int n = nc + (causal ? 0 : n_blk);
+    const float *kh = kc + (size_t)kvh * n_ctx * hd, *vh = vc + (size_t)kvh * n_ctx * hd;
+    float m = -INFINITY, l = 0.0f, acc[ATT_MAX_HD / 32];
+#pragma unroll
+    for (int i = 0; i < ATT_MAX_HD / 32; i++) acc[i] = 0.0f;
+    int nd = (hd + 31) / 32;
+    for (int c = warp; c * 32 < n; c += ATT_WARPS) {
+        int j = c * 32 + lane;
+        float s = -INFINITY;
+        if (j < n) {
+            const float *k = j < nc ? kh + (size_t)j * hd : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * hd;
+            float d = 0.0f;
+            for (int i = 0; i < hd; i += 4) {
+                float4 kv = *(const float4 *)(k + i);
+                d = fmaf(qs[i], kv.x, d);
+                d = fmaf(qs[i + 1], kv.y, d);
+                d = fmaf(qs[i + 2], kv.z, d);
+                d = fmaf(qs[i + 3], kv.w, d);
+            }
+            s = d;
+        }
+        float cm = s;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        float nm = fmaxf(m, cm);
+        float corr = expf(m - nm), p = j < n ? expf(s - nm) : 0.0f;
+        float ps = p;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        l = l * corr + ps;
+        for (int i = 0; i < nd; i++) acc[i] *= corr;
+        int jn = n - c * 32 < 32 ? n - c * 32 : 32;
+        for (int jj = 0; jj < jn; jj++) {
+            float pj = __shfl_sync(0xffffffffu, p, jj);
+            int key = c * 32 + jj;
+            const float *v = key < nc ? vh + (size_t)key * hd : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * hd;
+            for (int i = 0; i < nd; i++) {
+                int d = lane + 32 * i;
+                if (d < hd) acc[i] = fmaf(pj, v[d], acc[i]);
+            }
+        }
+        m = nm;
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+    for (int i = 0; i < nd; i++) {
+        int d = lane + 32 * i;
+        if (d < hd) wacc[warp][d] = acc[i];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    float M = wm[0];
+    for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.0f, f[ATT_WARPS];
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
+        L += wl[w] * f[w];
+    }
+    for (int d = lane; d < hd; d += 32) {
+        float o = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) o += wacc[w][d] * f[w];
+        out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+    }
+}
+
+/* ---- argmax --------------------------------------------------------------- */
+
+/* out[row] = first index of the maximum of l[row][0..n) (stride ld); NaNs
+ * never win. */
+__global__ void k_argmax(const float *l, int ld, int n, int32_t *out, float *best_out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *r = l + (size_t)blockIdx.x * ld;
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = r[i];
+        if (v > bv || (bi < 0 && v == bv)) bv = v, bi = i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+    }
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if ((threadIdx.x & 31) == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < nw; i++)
+            if (si[i] >= 0 && (bi < 0 || sv[i] > bv || (sv[i] == bv && si[i] < bi))) bv = sv[i], bi = si[i];
+        out[blockIdx.x] = bi < 0 ? 0 : bi;
+        if (best_out) best_out[blockIdx.x] = bv;
+    }
+}
+
+/* Extra logits: xl[i][e] = lm_head[extra[e]] . x[i] (x bf16 [.][ldx], H
+ * columns); one warp per (i, e), lanes in a fixed order then a fixed tree. */
+__global__ void k_extra_logits(cw_weight head, const int32_t *extra, int n_extra, const __nv_bfloat16 *x, int ldx,
+                               int H, float *xl) {
+    int i = blockIdx.x, e = blockIdx.y, lane = threadIdx.x;
+    float s = 0.0f;
+    for (int k = lane; k < H; k += 32) s = fmaf(cu_get(head, extra[e], k), __bfloat162float(x[(size_t)i * ldx + k]), s);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) xl[(size_t)i * n_extra + e] = s;
+}
+
+/* ids[i]: the argmax over the prefix unless an extra id's logit is strictly
+ * greater (extras in order). */
+__global__ void k_pick_extra(int32_t *ids, const float *best, const float *xl, const int32_t *extra, int n_extra,
+                             int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float b = best[i];
+    for (int e = 0; e < n_extra; e++)
+        if (xl[(size_t)i * n_extra + e] > b) {
+            b = xl[(size_t)i * n_extra + e];
+            ids[i] = extra[e];
+        }
+}
+
+#endif

@@ -1,0 +1,931 @@
+/* cuda_backend.cu - the CUDA backend (be_cuda): Qwen3/Llama forward with a
+ * KV cache and hidden taps, and the DFlash draft, resident on one GPU.
+ * Implements be_ops (backend.h); the device code and its exactness rule are
+ * in cu_kernels.cuh.
+ *
+ * Residency: prepare() uploads every weight once (cw_weight; Q/K/V and
+ * gate/up concatenated by rows so each is one matmul) and the norm vectors.
+ * A sequence's KV cache, activations, hidden taps and kept rows live on the
+ * device; per round only token ids (in), ids and counts (out) cross, plus
+ * logits when sampling at temp > 0. Kernels run on the backend's stream in
+ * order; the calls that return ids (argmax, draft_block) wait for it.
+ *
+ * Buffers (rows = BE_MAX_ROWS; *p = padded to CW_COL_ALIGN, zero padding):
+ *   x    f32  [rows][H]        residual stream
+ *   xb   bf16 [rows][Hp]       normed x, matmul input
+ *   qkv  f32  [rows][Q+2KV]    q | k | v (q, k normed and rotated in place)
+ *   att  bf16 [rows][Qp]       attention output
+ *   gu   f32  [rows][2I]       gate | up
+ *   hb   bf16 [rows][Ip]       silu(gate) * up
+ *   taps f32  [rows][n_taps][H]
+ *   kept bf16 [BE_KEEP_ROWS][Hp] final-normed rows kept for logits/argmax
+ *   lg   f32  [BE_KEEP_ROWS][V]  logits of kept rows */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_kernels.cuh"
+
+extern "C" {
+#include "backend.h"
+#include "rope.h"
+#include "util.h"
+#include "cuda_backend.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+#define CUCHK(call)                                                                                  \
+    do {                                                                                             \
+        cudaError_t e_ = (call);                                                                     \
+        if (e_ != cudaSuccess) {                                                                     \
+            dfl_seterr("cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+            return -1;                                                                               \
+        }                                                                                            \
+    } while (0)
+
+static int cu_alloc(void *p, size_t n) {
+    void **pp = (void **)p;
+    *pp = NULL;
+    cudaError_t e = cudaMalloc(pp, n ? n : 1);
+    if (e != cudaSuccess) {
+        dfl_seterr("cuda: cannot allocate %zu bytes of device memory: %s", n, cudaGetErrorString(e));
+        return -1;
+    }
+    cudaMemset(*pp, 0, n ? n : 1);
+    return 0;
+}
+
+static int pad(int n, int a) { return (n + a - 1) / a * a; }
+
+/* ---- backend instance ------------------------------------------------------ */
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cudaDeviceProp prop;
+    char desc[192];
+} cu_be;
+
+static int cu_probe(char *why, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(why, n, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    return 1;
+}
+
+static void *cu_open(const be_options *o) {
+    char why[160];
+    if (!cu_probe(why, sizeof why)) {
+        dfl_seterr("backend cuda: %s", why);
+        return NULL;
+    }
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    int dev = o ? o->device : 0;
+    if (dev < 0 || dev >= count) {
+        dfl_seterr("backend cuda: device %d does not exist (%d devices)", dev, count);
+        return NULL;
+    }
+    cu_be *be = (cu_be *)dfl_calloc(1, sizeof *be);
+    be->device = dev;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(&be->prop, dev) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        dfl_seterr("backend cuda: cannot open device %d: %s", dev, cudaGetErrorString(cudaGetLastError()));
+        free(be);
+        return NULL;
+    }
+    if (be->prop.major < 8) {
+        dfl_seterr("backend cuda: %s is compute capability %d.%d; the kernels need 8.0 or newer (bf16 tensor cores)",
+                   be->prop.name, be->prop.major, be->prop.minor);
+        cudaStreamDestroy(be->stream);
+        free(be);
+        return NULL;
+    }
+    snprintf(be->desc, sizeof be->desc, "%s sm_%d%d, %d SMs, bf16 tensor-core matmuls", be->prop.name,
+             be->prop.major, be->prop.minor, be->prop.multiProcessorCount);
+    return be;
+}
+
+static void cu_close(void *p) {
+    cu_be *be = (cu_be *)p;
+    if (!be) return;
+    cudaStreamDestroy(be->stream);
+    free(be);
+}
+
+static const char *cu_describe(void *p) { return ((cu_be *)p)->desc; }
+static int cu_draft_q8(void *p) { return 0; } /* the draft is cheap on a GPU: keep its weights */
+
+/* Device-to-device copy of 1 GiB, best of 5: bytes read + written / time. */
+static double cu_bandwidth(void *p) {
+    cu_be *be = (cu_be *)p;
+    size_t n = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) {
+        cudaFree(a);
+        return 0;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int r = 0; r < 6; r++) {
+        cudaEventRecord(e0, be->stream);
+        cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, be->stream);
+        cudaEventRecord(e1, be->stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)n / (best * 1e-3) / 1e9;
+}
+
+/* ---- weights ----------------------------------------------------------------- */
+
+/* K slices per tile: enough warps to cover the GPU (about 16 per SM on a
+ * 132-SM part) while each warp keeps >= 4 unrolled steps. A function of the
+ * shape only. */
+static int cw_split(int rows, int cols_p, int kind) {
+    int step = kind == CW_BF16 ? 32 : kind == CW_Q8 ? 64 : 128;
+    int ns = cols_p / step, tiles = (rows + 15) / 16, s = 1;
+    while (s < GEMM_MAX_SPLIT && tiles * s < 2048 && ns / (2 * s) >= 4) s *= 2;
+    return s;
+}
+
+static void cw_free(cw_weight *w) {
+    cudaFree(w->data);
+    cudaFree(w->sb);
+    memset(w, 0, sizeof *w);
+}
+
+static size_t cw_bytes(const cw_weight *w) {
+    return (size_t)w->rows * w->row_bytes + (w->sb ? (size_t)w->rows * w->sb_row_bytes : 0);
+}
+
+/* Upload the row-concatenation of ws[0..n) as one device weight. MLX Q8/Q4
+ * pieces that agree on bits, group and scale dtype stay quantized; anything
+ * else becomes bfloat16 (kn_get_row's f32 values rounded once). */
+static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char *name) {
+    memset(o, 0, sizeof *o);
+    int rows = 0, cols = ws[0]->cols;
+    kn_dtype d0 = ws[0]->dtype;
+    int quant = d0 == KN_Q8 || d0 == KN_Q4;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->cols != cols) {
+            dfl_seterr("cuda upload %s: pieces have %d and %d columns", name, cols, ws[i]->cols);
+            return -1;
+        }
+        rows += ws[i]->rows;
+        if (ws[i]->dtype != d0 || (quant && (ws[i]->group_size != ws[0]->group_size ||
+                                             ws[i]->scale_dtype != ws[0]->scale_dtype)))
+            quant = 0;
+    }
+    if (quant && ws[0]->group_size % 32 != 0) quant = 0;
+    o->kind = !quant ? CW_BF16 : d0 == KN_Q8 ? CW_Q8 : CW_Q4;
+    o->rows = rows;
+    o->cols = cols;
+    o->cols_p = pad(cols, CW_COL_ALIGN);
+    o->rows_p = pad(rows, CW_ROW_ALIGN) + CW_ROW_ALIGN; /* a spare tile: row views may overrun by < 16 rows */
+    o->row_bytes = o->kind == CW_BF16 ? (size_t)o->cols_p * 2 : o->kind == CW_Q8 ? (size_t)o->cols_p
+                                                                                 : (size_t)o->cols_p / 2;
+    o->split = cw_split(rows, o->cols_p, o->kind);
+    if (cu_alloc(&o->data, o->row_bytes * o->rows_p) != 0) return -1;
+    if (o->kind == CW_BF16) {
+        int chunk = 1024;
+        float *f = (float *)dfl_malloc(sizeof(float) * (size_t)cols);
+        uint16_t *h = (uint16_t *)dfl_malloc(sizeof(uint16_t) * (size_t)cols * chunk);
+        int r0 = 0;
+        for (int i = 0; i < n; i++) {
+            const kn_weight *w = ws[i];
+            for (int a = 0; a < w->rows; a += chunk) {
+                int m = w->rows - a < chunk ? w->rows - a : chunk;
+                const void *src = NULL;
+                if (w->dtype == KN_BF16) {
+                    src = (const uint16_t *)w->data + (size_t)a * cols;
+                } else {
+                    for (int r = 0; r < m; r++) {
+                        kn_get_row(f, w, a + r);
+                        for (int k = 0; k < cols; k++) h[(size_t)r * cols + k] = dfl_f32_to_bf16(f[k]);
+                    }
+                    src = h;
+                }
+                cudaError_t e = cudaMemcpy2D(o->data + (size_t)(r0 + a) * o->row_bytes, o->row_bytes, src,
+                                             (size_t)cols * 2, (size_t)cols * 2, m, cudaMemcpyHostToDevice);
+                if (e != cudaSuccess) {
+                    free(f);
+                    free(h);
+                    dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
+                    return -1;
+                }
+            }
+            r0 += w->rows;
+        }
+        free(f);
+        free(h);
+        return 0;
+    }
+    o->group = ws[0]->group_size;
+    o->sdt = ws[0]->scale_dtype == KN_F32 ? SC_F32 : ws[0]->scale_dtype == KN_F16 ? SC_F16 : SC_BF16;
+    int ng = o->cols_p / o->group, ngs = cols / o->group, es = o->sdt == SC_F32 ? 4 : 2;
+    o->sb_row_bytes = (size_t)ng * 2 * es;
+    if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) return -1;
+    size_t src_row = o->kind == CW_Q8 ? (size_t)cols : (size_t)cols / 2;
+    uint8_t *sbh = (uint8_t *)dfl_calloc((size_t)o->rows_p, o->sb_row_bytes);
+    int r0 = 0;
+    for (int i = 0; i < n; i++) {
+        const kn_weight *w = ws[i];
+        if (cudaMemcpy2D(o->data + (size_t)r0 * o->row_bytes, o->row_bytes, w->data, src_row, src_row, w->rows,
+                         cudaMemcpyHostToDevice) != cudaSuccess) {
+            free(sbh);
+            dfl_seterr("cuda upload %s: copy failed", name);
+            return -1;
+        }
+        for (int r = 0; r < w->rows; r++)
+            for (int gi = 0; gi < ngs; gi++) {
+                uint8_t *dst = sbh + (size_t)(r0 + r) * o->sb_row_bytes + (size_t)gi * 2 * es;
+                memcpy(dst, (const uint8_t *)w->scales + ((size_t)r * ngs + gi) * es, es);
+                memcpy(dst + es, (const uint8_t *)w->biases + ((size_t)r * ngs + gi) * es, es);
+            }
+        r0 += w->rows;
+    }
+    cudaError_t e = cudaMemcpy(o->sb, sbh, o->sb_row_bytes * o->rows_p, cudaMemcpyHostToDevice);
+    free(sbh);
+    if (e != cudaSuccess) {
+        dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* Rows r0..r0+n-1 of w (same split, so the same bits per row). */
+static cw_weight cw_rows(const cw_weight *w, int r0, int n) {
+    cw_weight v = *w;
+    v.data += (size_t)r0 * w->row_bytes;
+    if (v.sb) v.sb += (size_t)r0 * w->sb_row_bytes;
+    v.rows = n;
+    return v;
+}
+
+static int upload_vec(float **d, const float *h, int n) {
+    if (!h) {
+        *d = NULL;
+        return 0;
+    }
+    if (cu_alloc(d, sizeof(float) * n) != 0) return -1;
+    CUCHK(cudaMemcpy(*d, h, sizeof(float) * n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+typedef struct {
+    cw_weight wqkv, wo, wgu, wd;
+    float *in_norm, *post_norm, *q_norm, *k_norm;
+} cu_layer;
+
+typedef struct {
+    int n_layers;
+    cu_layer *layers;
+    cw_weight embed, lm_head, fc;
+    int head_is_embed;
+    float *final_norm, *hidden_norm;
+    size_t bytes;
+} cu_model;
+
+static void cu_release(void *p, mdl_model *m) {
+    cu_model *cm = (cu_model *)m->be_data;
+    if (!cm) return;
+    for (int l = 0; l < cm->n_layers; l++) {
+        cu_layer *L = &cm->layers[l];
+        cw_free(&L->wqkv);
+        cw_free(&L->wo);
+        cw_free(&L->wgu);
+        cw_free(&L->wd);
+        cudaFree(L->in_norm);
+        cudaFree(L->post_norm);
+        cudaFree(L->q_norm);
+        cudaFree(L->k_norm);
+    }
+    free(cm->layers);
+    if (!cm->head_is_embed) cw_free(&cm->lm_head);
+    cw_free(&cm->embed);
+    cw_free(&cm->fc);
+    cudaFree(cm->final_norm);
+    cudaFree(cm->hidden_norm);
+    free(cm);
+    m->be_data = NULL;
+}
+
+static int cu_prepare(void *p, mdl_model *m) {
+    cu_be *be = (cu_be *)p;
+    cudaSetDevice(be->device);
+    const cfg_model *c = &m->cfg;
+    cu_model *cm = (cu_model *)dfl_calloc(1, sizeof *cm);
+    m->be_data = cm;
+    cm->n_layers = c->n_layers;
+    cm->layers = (cu_layer *)dfl_calloc((size_t)c->n_layers, sizeof(cu_layer));
+    char name[64];
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        cu_layer *D = &cm->layers[l];
+        const kn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
+                        *d[1] = {&L->wd};
+        snprintf(name, sizeof name, "layer %d", l);
+        if (cw_upload(&D->wqkv, qkv, 3, name) != 0 || cw_upload(&D->wo, o, 1, name) != 0 ||
+            cw_upload(&D->wgu, gu, 2, name) != 0 || cw_upload(&D->wd, d, 1, name) != 0)
+            goto fail;
+        if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
+            upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
+            upload_vec(&D->q_norm, L->q_norm, c->head_dim) != 0 || upload_vec(&D->k_norm, L->k_norm, c->head_dim) != 0)
+            goto fail;
+        cm->bytes += cw_bytes(&D->wqkv) + cw_bytes(&D->wo) + cw_bytes(&D->wgu) + cw_bytes(&D->wd);
+    }
+    if (m->embed.rows > 0) {
+        const kn_weight *e[1] = {&m->embed}, *h[1] = {&m->lm_head};
+        if (cw_upload(&cm->embed, e, 1, "embed_tokens") != 0) goto fail;
+        cm->head_is_embed = m->lm_head.data == m->embed.data;
+        if (cm->head_is_embed)
+            cm->lm_head = cm->embed;
+        else if (cw_upload(&cm->lm_head, h, 1, "lm_head") != 0)
+            goto fail;
+        cm->bytes += cw_bytes(&cm->lm_head);
+    }
+    if (c->is_draft) {
+        const kn_weight *f[1] = {&m->fc};
+        if (cw_upload(&cm->fc, f, 1, "fc") != 0 || upload_vec(&cm->hidden_norm, m->hidden_norm, c->hidden) != 0)
+            goto fail;
+        cm->bytes += cw_bytes(&cm->fc);
+    }
+    if (upload_vec(&cm->final_norm, m->final_norm, c->hidden) != 0) goto fail;
+    return 0;
+fail:
+    dfl_preferr("cuda: loading weights");
+    cu_release(p, m);
+    return -1;
+}
+
+/* ---- launches ------------------------------------------------------------------ */
+
+template <int KIND>
+static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
+                      int acc) {
+    dim3 grid((N + 15) / 16), block(32 * w.split);
+    for (int t0 = 0; t0 < T; t0 += 32) {
+        int tn = T - t0 < 32 ? T - t0 : 32;
+        const bf16 *xx = x + (size_t)t0 * ldx;
+        float *yy = y + (size_t)t0 * ldy;
+        switch ((tn + 7) / 8) {
+        case 1: k_gemm<KIND, 1><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
+        case 2: k_gemm<KIND, 2><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
+        case 3: k_gemm<KIND, 3><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
+        default: k_gemm<KIND, 4><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
+        }
+    }
+}
+
+/* y[T][ldy] (+)= x[T][ldx] . W^T for output rows 0..N-1 of w. */
+static void gemm(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy, int acc) {
+    if (w.kind == CW_BF16) gemm_kind<CW_BF16>(s, w, N, x, ldx, T, y, ldy, acc);
+    else if (w.kind == CW_Q8) gemm_kind<CW_Q8>(s, w, N, x, ldx, T, y, ldy, acc);
+    else gemm_kind<CW_Q4>(s, w, N, x, ldx, T, y, ldy, acc);
+}
+
+static void rmsnorm(cudaStream_t s, const float *x, int ldx, const float *w, int n, float eps, int rows, bf16 *ob,
+                    int ldo) {
+    k_rmsnorm<<<rows, 256, 0, s>>>(x, ldx, w, n, eps, ob, ldo, NULL, 0);
+}
+
+/* ---- shared layer shapes ------------------------------------------------------------ */
+
+typedef struct {
+    int H, Hp, hd, nh, nkv, Q, KV, Qp, I, Ip, V, L;
+    float eps;
+} cu_dims;
+
+static cu_dims dims_of(const cfg_model *c, int vocab) {
+    cu_dims d;
+    d.H = c->hidden;
+    d.Hp = pad(d.H, CW_COL_ALIGN);
+    d.hd = c->head_dim;
+    d.nh = c->n_heads;
+    d.nkv = c->n_kv_heads;
+    d.Q = d.nh * d.hd;
+    d.KV = d.nkv * d.hd;
+    d.Qp = pad(d.Q, CW_COL_ALIGN);
+    d.I = c->inter;
+    d.Ip = pad(d.I, CW_COL_ALIGN);
+    d.V = vocab;
+    d.L = c->n_layers;
+    d.eps = c->eps;
+    return d;
+}
+
+/* Activations for `rows` rows of one model. */
+typedef struct {
+    float *x, *qkv, *gu;
+    bf16 *xb, *att, *hb;
+} cu_act;
+
+static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
+    if (cu_alloc(&a->x, sizeof(float) * rows * d->H) || cu_alloc(&a->xb, sizeof(bf16) * rows * d->Hp) ||
+        cu_alloc(&a->qkv, sizeof(float) * rows * (d->Q + 2 * d->KV)) ||
+        cu_alloc(&a->att, sizeof(bf16) * rows * d->Qp) || cu_alloc(&a->gu, sizeof(float) * rows * 2 * d->I) ||
+        cu_alloc(&a->hb, sizeof(bf16) * rows * d->Ip))
+        return -1;
+    return 0;
+}
+
+static void act_free(cu_act *a) {
+    cudaFree(a->x);
+    cudaFree(a->xb);
+    cudaFree(a->qkv);
+    cudaFree(a->att);
+    cudaFree(a->gu);
+    cudaFree(a->hb);
+}
+
+/* One transformer layer on rows 0..T-1 of a at positions pos0... Target
+ * (causal): K/V of the rows are stored into kc/vc first and each row attends
+ * to cache rows 0..pos0+t. Draft block (causal = 0): the rows attend,
+ * without mask, to cache rows 0..n_cache-1 and to every row of the block;
+ * nothing is stored. */
+static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, int pos0, float *kc,
+                  float *vc, int n_ctx, const float *cos_t, const float *sin_t, int causal, int n_cache) {
+    int ldq = d->Q + 2 * d->KV;
+    rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
+    gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, a->qkv, ldq, 0);
+    k_norm_rope<<<dim3(T, d->nh + d->nkv), 32, 0, s>>>(a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv,
+                                                       L->k_norm, d->hd, d->eps, cos_t, sin_t, pos0,
+                                                       causal ? kc : NULL, causal ? vc : NULL, n_ctx);
+    k_attention<<<dim3(T, d->nh), 32 * ATT_WARPS, 0, s>>>(a->qkv, ldq, kc, vc, n_ctx, causal, pos0, n_cache,
+                                                          a->qkv + d->Q, a->qkv + d->Q + d->KV, ldq, T, d->nh, d->nkv,
+                                                          d->hd, a->att, d->Qp);
+    gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+    rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
+    gemm(s, L->wgu, 2 * d->I, a->xb, d->Hp, T, a->gu, 2 * d->I, 0);
+    k_swiglu<<<T, 256, 0, s>>>(a->gu, d->I, a->hb, d->Ip);
+    gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
+}
+
+static int rope_upload(float **cos_d, float **sin_d, const cfg_model *c, int n) {
+    size_t half = (size_t)c->head_dim / 2;
+    float *cs = (float *)dfl_malloc(sizeof(float) * n * half), *sn = (float *)dfl_malloc(sizeof(float) * n * half);
+    rope_fill(c, n, cs, sn);
+    int rc = upload_vec(cos_d, cs, (int)(n * half)) || upload_vec(sin_d, sn, (int)(n * half)) ? -1 : 0;
+    free(cs);
+    free(sn);
+    return rc;
+}
+
+/* ---- target sequence ---------------------------------------------------------- */
+
+typedef struct {
+    cu_be *be;
+    const mdl_model *m;
+    const cu_model *cm;
+    cu_dims d;
+    int n_ctx, len;
+    int n_kept, last_T, last_taps;
+    float *kc, *vc;         /* [L][nkv][n_ctx][hd] */
+    float *cos_t, *sin_t;   /* [n_ctx][hd/2] */
+    cu_act a;               /* BE_MAX_ROWS rows */
+    float *taps;            /* [BE_MAX_ROWS][taps_cap][H] */
+    int taps_cap;
+    bf16 *kept;             /* [BE_KEEP_ROWS][Hp] */
+    float *lg;              /* [BE_KEEP_ROWS][V] */
+    int32_t *d_tok, *d_ids; /* [BE_MAX_ROWS], [BE_KEEP_ROWS] */
+    int32_t *h_tok, *h_ids; /* pinned copies */
+} cu_seq;
+
+static void cu_destroy(void *p) {
+    cu_seq *q = (cu_seq *)p;
+    if (!q) return;
+    cudaFree(q->kc);
+    cudaFree(q->vc);
+    cudaFree(q->cos_t);
+    cudaFree(q->sin_t);
+    act_free(&q->a);
+    cudaFree(q->taps);
+    cudaFree(q->kept);
+    cudaFree(q->lg);
+    cudaFree(q->d_tok);
+    cudaFree(q->d_ids);
+    cudaFreeHost(q->h_tok);
+    cudaFreeHost(q->h_ids);
+    free(q);
+}
+
+static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
+    cu_be *be = (cu_be *)p;
+    if (!m->be_data) {
+        dfl_seterr("cuda: model not prepared");
+        return NULL;
+    }
+    cu_seq *q = (cu_seq *)dfl_calloc(1, sizeof *q);
+    q->be = be;
+    q->m = m;
+    q->cm = (const cu_model *)m->be_data;
+    q->d = dims_of(&m->cfg, m->cfg.vocab);
+    q->n_ctx = n_ctx;
+    const cu_dims *d = &q->d;
+    size_t kv = (size_t)d->L * d->nkv * n_ctx * d->hd;
+    if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
+        rope_upload(&q->cos_t, &q->sin_t, &m->cfg, n_ctx) || act_alloc(&q->a, d, BE_MAX_ROWS) ||
+        cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
+        cu_alloc(&q->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) ||
+        cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
+        cudaMallocHost(&q->h_tok, sizeof(int32_t) * BE_MAX_ROWS) != cudaSuccess ||
+        cudaMallocHost(&q->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess) {
+        if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the sequence state");
+        cu_destroy(q);
+        return NULL;
+    }
+    return q;
+}
+
+static int cu_length(void *p) { return ((cu_seq *)p)->len; }
+
+static void cu_truncate(void *p, int len) {
+    cu_seq *q = (cu_seq *)p;
+    if (len >= 0 && len < q->len) q->len = len;
+}
+
+static int check_tokens(const int32_t *tok, int n, int vocab) {
+    for (int t = 0; t < n; t++)
+        if (tok[t] < 0 || tok[t] >= vocab) {
+            dfl_seterr("token id %d is outside the model's vocabulary (vocab_size %d)", tok[t], vocab);
+            return -1;
+        }
+    return 0;
+}
+
+static int cu_forward(void *p, const be_batch *b) {
+    cu_seq *q = (cu_seq *)p;
+    const cfg_model *c = &q->m->cfg;
+    const cu_dims *d = &q->d;
+    const cu_model *cm = q->cm;
+    cudaStream_t s = q->be->stream;
+    if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
+        b->n_taps > CFG_MAX_TAPS) {
+        dfl_seterr("forward: bad batch (T=%d, n_logits=%d, n_taps=%d)", b->T, b->n_logits, b->n_taps);
+        return -1;
+    }
+    if (b->keep_rows && b->T > BE_KEEP_ROWS) {
+        dfl_seterr("forward: keep_rows with T=%d > %d rows", b->T, BE_KEEP_ROWS);
+        return -1;
+    }
+    if (q->len + b->T > q->n_ctx) {
+        dfl_seterr("context full: %d positions used + %d new > context size %d", q->len, b->T, q->n_ctx);
+        return -1;
+    }
+    if (check_tokens(b->tokens, b->T, c->vocab) != 0) return -1;
+    for (int i = 0; i < b->n_taps; i++)
+        if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
+            dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
+            return -1;
+        }
+    if (b->n_taps > q->taps_cap) {
+        cudaFree(q->taps);
+        q->taps_cap = 0;
+        if (cu_alloc(&q->taps, sizeof(float) * BE_MAX_ROWS * b->n_taps * d->H) != 0) return -1;
+        q->taps_cap = b->n_taps;
+    }
+    int T = b->T, pos0 = q->len;
+    q->n_kept = 0;
+    memcpy(q->h_tok, b->tokens, sizeof(int32_t) * T);
+    CUCHK(cudaMemcpyAsync(q->d_tok, q->h_tok, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
+    k_embed<<<T, 256, 0, s>>>(cm->embed, q->d_tok, q->a.x, d->H);
+    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    for (int l = 0; l < d->L; l++) {
+        layer(s, d, &cm->layers[l], &q->a, T, pos0, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t, 1,
+              0);
+        for (int i = 0; i < b->n_taps; i++)
+            if (b->tap_layers[i] == l)
+                CUCHK(cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
+                                        sizeof(float) * d->H, sizeof(float) * d->H, T, cudaMemcpyDeviceToDevice, s));
+    }
+    if (b->keep_rows) rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
+    /* host logits for the last n_logits rows, BE_KEEP_ROWS at a time */
+    for (int r = T - b->n_logits; r < T; r += BE_KEEP_ROWS) {
+        int n = T - r < BE_KEEP_ROWS ? T - r : BE_KEEP_ROWS;
+        rmsnorm(s, q->a.x + (size_t)r * d->H, d->H, cm->final_norm, d->H, d->eps, n, q->a.xb, d->Hp);
+        gemm(s, cm->lm_head, d->V, q->a.xb, d->Hp, n, q->lg, d->V, 0);
+        CUCHK(cudaMemcpyAsync(b->logits + (size_t)(r - (T - b->n_logits)) * d->V, q->lg, sizeof(float) * n * d->V,
+                              cudaMemcpyDeviceToHost, s));
+    }
+    if (b->n_logits) CUCHK(cudaStreamSynchronize(s));
+    CUCHK(cudaGetLastError());
+    q->len += T;
+    q->last_T = T;
+    q->last_taps = b->n_taps;
+    if (b->keep_rows) q->n_kept = T;
+    return 0;
+}
+
+static int check_kept(const cu_seq *q, int row, int n, const char *op) {
+    if (row >= 0 && n >= 1 && row + n <= q->n_kept) return 0;
+    dfl_seterr("%s: rows %d..%d not kept by the last forward (%d kept)", op, row, row + n - 1, q->n_kept);
+    return -1;
+}
+
+static int cu_logits(void *p, int row, int n, float *out) {
+    cu_seq *q = (cu_seq *)p;
+    cudaStream_t s = q->be->stream;
+    if (check_kept(q, row, n, "logits") != 0) return -1;
+    gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
+    CUCHK(cudaMemcpyAsync(out, q->lg, sizeof(float) * n * q->d.V, cudaMemcpyDeviceToHost, s));
+    CUCHK(cudaStreamSynchronize(s));
+    return 0;
+}
+
+static int cu_argmax(void *p, int row, int n, int32_t *out) {
+    cu_seq *q = (cu_seq *)p;
+    cudaStream_t s = q->be->stream;
+    if (check_kept(q, row, n, "argmax") != 0) return -1;
+    gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
+    k_argmax<<<n, 1024, 0, s>>>(q->lg, q->d.V, q->d.V, q->d_ids, NULL);
+    CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, s));
+    CUCHK(cudaStreamSynchronize(s));
+    CUCHK(cudaGetLastError());
+    memcpy(out, q->h_ids, sizeof(int32_t) * n);
+    return 0;
+}
+
+static int cu_taps(void *p, int row, int n, float *out) {
+    cu_seq *q = (cu_seq *)p;
+    if (row < 0 || n < 1 || row + n > q->last_T || q->last_taps == 0) {
+        dfl_seterr("taps: rows %d..%d not in the last forward (%d rows, %d taps)", row, row + n - 1, q->last_T,
+                   q->last_taps);
+        return -1;
+    }
+    size_t r = (size_t)q->last_taps * q->d.H;
+    CUCHK(cudaMemcpyAsync(out, q->taps + row * r, sizeof(float) * n * r, cudaMemcpyDeviceToHost, q->be->stream));
+    CUCHK(cudaStreamSynchronize(q->be->stream));
+    return 0;
+}
+
+/* Test hook (cuda_backend.h). */
+extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
+    cu_seq *q = (cu_seq *)p;
+    const cu_dims *d = &q->d;
+    if (layer < 0 || layer >= d->L || pos < 0 || pos >= q->len) {
+        dfl_seterr("cu_read_kv: layer %d, position %d out of range", layer, pos);
+        return -1;
+    }
+    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    for (int h = 0; h < d->nkv; h++) {
+        size_t off = layer * lkv + ((size_t)h * q->n_ctx + pos) * d->hd;
+        CUCHK(cudaMemcpy(k + (size_t)h * d->hd, q->kc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
+        CUCHK(cudaMemcpy(v + (size_t)h * d->hd, q->vc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
+    }
+    return 0;
+}
+
+/* ---- DFlash draft --------------------------------------------------------------- */
+
+enum { PEND_ROWS = BE_MAX_ROWS };
+
+typedef struct {
+    cu_be *be;
+    const mdl_model *dm, *tm;
+    const cu_model *dc, *tc;
+    cu_dims d;
+    int n_ctx, len, n_pend, max_B, F, Fp, n_taps;
+    float *kc, *vc;          /* [L][nkv][n_ctx][hd] context K/V */
+    float *cos_t, *sin_t;    /* [n_ctx + max_B][hd/2] */
+    float *pend;             /* [PEND_ROWS][F] fed rows not yet projected */
+    bf16 *fb;                /* [PEND_ROWS][Fp] */
+    cu_act a;                /* PEND_ROWS rows */
+    float *lg;               /* [max_B][V] */
+    float *best, *xl;        /* [max_B], [max_B][CFG_MAX_EOS + 1] */
+    int32_t *d_tok, *d_ids, *d_extra;
+    int32_t *h_tok, *h_ids;  /* pinned */
+} cu_draft;
+
+static void cu_draft_destroy(void *p) {
+    cu_draft *q = (cu_draft *)p;
+    if (!q) return;
+    cudaFree(q->kc);
+    cudaFree(q->vc);
+    cudaFree(q->cos_t);
+    cudaFree(q->sin_t);
+    cudaFree(q->pend);
+    cudaFree(q->fb);
+    act_free(&q->a);
+    cudaFree(q->lg);
+    cudaFree(q->best);
+    cudaFree(q->xl);
+    cudaFree(q->d_tok);
+    cudaFree(q->d_ids);
+    cudaFree(q->d_extra);
+    cudaFreeHost(q->h_tok);
+    cudaFreeHost(q->h_ids);
+    free(q);
+}
+
+static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, int n_ctx) {
+    cu_be *be = (cu_be *)p;
+    if (!dm->be_data || !tm->be_data) {
+        dfl_seterr("cuda: draft or target not prepared");
+        return NULL;
+    }
+    cu_draft *q = (cu_draft *)dfl_calloc(1, sizeof *q);
+    q->be = be;
+    q->dm = dm;
+    q->tm = tm;
+    q->dc = (const cu_model *)dm->be_data;
+    q->tc = (const cu_model *)tm->be_data;
+    q->d = dims_of(&dm->cfg, tm->cfg.vocab);
+    q->n_ctx = n_ctx;
+    q->max_B = dm->cfg.block_size > 32 ? dm->cfg.block_size : 32;
+    if (q->max_B > BE_KEEP_ROWS) q->max_B = BE_KEEP_ROWS;
+    q->n_taps = dm->cfg.n_taps;
+    q->F = q->n_taps * q->d.H;
+    q->Fp = q->dc->fc.cols_p;
+    const cu_dims *d = &q->d;
+    size_t kv = (size_t)d->L * d->nkv * n_ctx * d->hd;
+    if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
+        rope_upload(&q->cos_t, &q->sin_t, &dm->cfg, n_ctx + q->max_B) ||
+        cu_alloc(&q->pend, sizeof(float) * PEND_ROWS * q->F) || cu_alloc(&q->fb, sizeof(bf16) * PEND_ROWS * q->Fp) ||
+        act_alloc(&q->a, d, PEND_ROWS) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
+        cu_alloc(&q->best, sizeof(float) * q->max_B) ||
+        cu_alloc(&q->xl, sizeof(float) * q->max_B * (CFG_MAX_EOS + 1)) ||
+        cu_alloc(&q->d_tok, sizeof(int32_t) * q->max_B) || cu_alloc(&q->d_ids, sizeof(int32_t) * q->max_B) ||
+        cu_alloc(&q->d_extra, sizeof(int32_t) * (CFG_MAX_EOS + 1)) ||
+        cudaMallocHost(&q->h_tok, sizeof(int32_t) * (q->max_B + CFG_MAX_EOS + 1)) != cudaSuccess ||
+        cudaMallocHost(&q->h_ids, sizeof(int32_t) * q->max_B) != cudaSuccess) {
+        if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the draft state");
+        cu_draft_destroy(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* Project the pending rows: c = hidden_norm(fc . f), then per layer
+ * K = RoPE(k_norm(Wk c)), V = Wv c stored at positions len.. */
+static int flush(cu_draft *q) {
+    int n = q->n_pend;
+    if (!n) return 0;
+    const cu_dims *d = &q->d;
+    cudaStream_t s = q->be->stream;
+    k_to_bf16<<<n, 256, 0, s>>>(q->pend, q->F, q->F, q->fb, q->Fp);
+    gemm(s, q->dc->fc, d->H, q->fb, q->Fp, n, q->a.x, d->H, 0);
+    rmsnorm(s, q->a.x, d->H, q->dc->hidden_norm, d->H, d->eps, n, q->a.xb, d->Hp);
+    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    for (int l = 0; l < d->L; l++) {
+        const cu_layer *L = &q->dc->layers[l];
+        cw_weight kvw = cw_rows(&L->wqkv, d->Q, 2 * d->KV);
+        gemm(s, kvw, 2 * d->KV, q->a.xb, d->Hp, n, q->a.qkv, 2 * d->KV, 0);
+        k_norm_rope<<<dim3(n, d->nkv), 32, 0, s>>>(q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd,
+                                                   d->eps, q->cos_t, q->sin_t, q->len, q->kc + l * lkv,
+                                                   q->vc + l * lkv, q->n_ctx);
+    }
+    CUCHK(cudaGetLastError());
+    q->len += n;
+    q->n_pend = 0;
+    return 0;
+}
+
+static int pend_room(cu_draft *q, int n) {
+    if (q->len + q->n_pend + n > q->n_ctx) {
+        dfl_seterr("draft context full: %d + %d > %d", q->len + q->n_pend, n, q->n_ctx);
+        return -1;
+    }
+    return q->n_pend + n > PEND_ROWS ? flush(q) : 0;
+}
+
+static int cu_draft_feed(void *p, void *seq, int row, int n) {
+    cu_draft *q = (cu_draft *)p;
+    cu_seq *t = (cu_seq *)seq;
+    if (t->last_taps != q->n_taps || row < 0 || n < 0 || row + n > t->last_T) {
+        dfl_seterr("draft_feed: rows %d..%d with %d taps, the last forward has %d rows with %d taps", row,
+                   row + n - 1, q->n_taps, t->last_T, t->last_taps);
+        return -1;
+    }
+    if (n == 0) return 0;
+    if (pend_room(q, n) != 0) return -1;
+    CUCHK(cudaMemcpyAsync(q->pend + (size_t)q->n_pend * q->F, t->taps + (size_t)row * q->F,
+                          sizeof(float) * n * q->F, cudaMemcpyDeviceToDevice, q->be->stream));
+    q->n_pend += n;
+    return 0;
+}
+
+static int cu_draft_ctx_append(void *p, const float *feats, int n) {
+    cu_draft *q = (cu_draft *)p;
+    for (int r = 0; r < n;) {
+        int c = n - r < PEND_ROWS ? n - r : PEND_ROWS;
+        if (pend_room(q, c) != 0) return -1;
+        CUCHK(cudaMemcpyAsync(q->pend + (size_t)q->n_pend * q->F, feats + (size_t)r * q->F, sizeof(float) * c * q->F,
+                              cudaMemcpyHostToDevice, q->be->stream));
+        CUCHK(cudaStreamSynchronize(q->be->stream));
+        q->n_pend += c;
+        r += c;
+    }
+    return 0;
+}
+
+static int cu_draft_ctx_length(void *p) {
+    cu_draft *q = (cu_draft *)p;
+    return q->len + q->n_pend;
+}
+
+static void cu_draft_ctx_truncate(void *p, int len) {
+    cu_draft *q = (cu_draft *)p;
+    if (len < 0 || len >= q->len + q->n_pend) return;
+    if (len >= q->len) {
+        q->n_pend = len - q->len;
+    } else {
+        q->len = len;
+        q->n_pend = 0;
+    }
+}
+
+static int cu_draft_block(void *p, const be_draft_block *b) {
+    cu_draft *q = (cu_draft *)p;
+    const cu_dims *d = &q->d;
+    cudaStream_t s = q->be->stream;
+    int B = b->B;
+    if (B < 2 || B > q->max_B) {
+        dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
+        return -1;
+    }
+    if (b->n_extra < 0 || b->n_extra > CFG_MAX_EOS + 1) {
+        dfl_seterr("draft block: %d extra ids (at most %d)", b->n_extra, CFG_MAX_EOS + 1);
+        return -1;
+    }
+    if (check_tokens(b->tokens, B, d->V) != 0 || check_tokens(b->extra, b->n_extra, d->V) != 0) return -1;
+    if (q->len + q->n_pend + B > q->n_ctx + q->max_B) {
+        dfl_seterr("draft block at position %d past the context", q->len + q->n_pend);
+        return -1;
+    }
+    if (flush(q) != 0) return -1;
+    memcpy(q->h_tok, b->tokens, sizeof(int32_t) * B);
+    memcpy(q->h_tok + q->max_B, b->extra, sizeof(int32_t) * b->n_extra);
+    CUCHK(cudaMemcpyAsync(q->d_tok, q->h_tok, sizeof(int32_t) * B, cudaMemcpyHostToDevice, s));
+    if (b->n_extra)
+        CUCHK(cudaMemcpyAsync(q->d_extra, q->h_tok + q->max_B, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
+    k_embed<<<B, 256, 0, s>>>(q->tc->embed, q->d_tok, q->a.x, d->H);
+    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    for (int l = 0; l < d->L; l++)
+        layer(s, d, &q->dc->layers[l], &q->a, B, q->len, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
+              q->sin_t, 0, q->len);
+    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
+    int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
+    rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
+    gemm(s, q->tc->lm_head, nv, q->a.xb, d->Hp, ns, q->lg, nv, 0);
+    k_argmax<<<ns, 1024, 0, s>>>(q->lg, nv, nv, q->d_ids, q->best);
+    if (b->n_extra) {
+        k_extra_logits<<<dim3(ns, b->n_extra), 32, 0, s>>>(q->tc->lm_head, q->d_extra, b->n_extra, q->a.xb, d->Hp,
+                                                           d->H, q->xl);
+        k_pick_extra<<<1, 64, 0, s>>>(q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
+    }
+    CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * ns, cudaMemcpyDeviceToHost, s));
+    if (b->logits) CUCHK(cudaMemcpyAsync(b->logits, q->lg, sizeof(float) * ns * nv, cudaMemcpyDeviceToHost, s));
+    if (b->extra_logits && b->n_extra)
+        CUCHK(cudaMemcpyAsync(b->extra_logits, q->xl, sizeof(float) * ns * b->n_extra, cudaMemcpyDeviceToHost, s));
+    CUCHK(cudaStreamSynchronize(s));
+    CUCHK(cudaGetLastError());
+    if (b->out) memcpy(b->out, q->h_ids, sizeof(int32_t) * ns);
+    return 0;
+}
+
+static be_ops make_ops(void) {
+    be_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.predict_rows = 0; /* every verify row at once: the lm_head pass is memory-bound */
+    o.probe = cu_probe;
+    o.open = cu_open;
+    o.close = cu_close;
+    o.describe = cu_describe;
+    o.draft_q8 = cu_draft_q8;
+    o.prepare = cu_prepare;
+    o.release = cu_release;
+    o.bandwidth = cu_bandwidth;
+    o.create = cu_create;
+    o.destroy = cu_destroy;
+    o.forward = cu_forward;
+    o.length = cu_length;
+    o.truncate = cu_truncate;
+    o.logits = cu_logits;
+    o.argmax = cu_argmax;
+    o.taps = cu_taps;
+    o.draft_create = cu_draft_create;
+    o.draft_destroy = cu_draft_destroy;
+    o.draft_feed = cu_draft_feed;
+    o.draft_ctx_append = cu_draft_ctx_append;
+    o.draft_ctx_length = cu_draft_ctx_length;
+    o.draft_ctx_truncate = cu_draft_ctx_truncate;
+    o.draft_block = cu_draft_block;
+    return o;
+}
+
+extern "C" const be_ops be_cuda = make_ops();

@@ -1,0 +1,36 @@
+/* rope.c - see rope.h. */
+#include "rope.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t) {
+    int hd = c->head_dim, half = hd / 2;
+    float *inv = dfl_malloc(sizeof(float) * half);
+    for (int i = 0; i < half; i++) {
+        inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)hd);
+        if (c->rope_llama3) {
+            const double pi = 3.14159265358979323846;
+            double lo_wl = c->rope_orig_max_pos / c->rope_low_freq;
+            double hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
+            double wl = 2 * pi / inv[i];
+            float f = inv[i];
+            if (wl > lo_wl) {
+                f = (float)(inv[i] / c->rope_factor);
+            } else if (wl >= hi_wl) { /* medium band: smooth interpolation */
+                double s = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f = (float)((1 - s) * inv[i] / c->rope_factor + s * inv[i]);
+            }
+            inv[i] = f;
+        }
+    }
+    for (int p = 0; p < n_ctx; p++)
+        for (int i = 0; i < half; i++) {
+            float a = (float)p * inv[i];
+            cos_t[(size_t)p * half + i] = cosf(a);
+            sin_t[(size_t)p * half + i] = sinf(a);
+        }
+    free(inv);
+}

@@ -1,0 +1,14 @@
+/* rope.h - rotary position tables, shared by every backend. Prefix: rope_.
+ *
+ * cos/sin [n_ctx][head_dim/2] for the neox pairing (d with d + hd/2), with
+ * the inverse frequencies computed as Hugging Face does (1 / theta^(2i/hd)
+ * in float, llama3 rope_scaling applied when configured), so every backend
+ * rotates by the same float values. */
+#ifndef DFL_ROPE_H
+#define DFL_ROPE_H
+
+#include "config.h"
+
+void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);
+
+#endif

@@ -1,0 +1,60 @@
+#!/bin/sh
+# tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
+# backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench
+#   (default: all of them, in that order). Logs and results go to $OUT.
+# The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
+# Debian libraries in .devdeps/root here, and the call carries that folder.
+set -u
+OUT=${OUT:-/tmp/dflash-gpu}
+mkdir -p "$OUT"
+R=$(pwd)
+steps=${*:-build test sanitize demo synth bench}
+log() { echo "### $* ($(date +%T))"; }
+if [ -d .devdeps/root ]; then
+    D=$R/.devdeps/root
+    L=$D/usr/lib/x86_64-linux-gnu
+    export C_INCLUDE_PATH=$D/usr/include LIBRARY_PATH=$L LD_LIBRARY_PATH=$L DFLASH_NO_DEPS=1
+    mkdir -p /tmp/pcshim
+    printf '#!/bin/sh\ncase "$*" in *--cflags*) echo "-I%s/usr/include/cjson";; *--libs*) echo "-lcjson -lpcre2-8";; esac\nexit 0\n' \
+        "$D" > /tmp/pcshim/pkg-config
+    chmod +x /tmp/pcshim/pkg-config
+    export PATH=/tmp/pcshim:$PATH
+fi
+J=$(nproc)
+for s in $steps; do
+    case $s in
+    build)
+        log build
+        nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
+        nvcc --version | tail -2
+        make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error" ;;
+    test)
+        log test-cuda
+        make CUDA=1 test-cuda 2>&1 | tee "$OUT/test-cuda.log" | tail -40 ;;
+    sanitize)
+        log compute-sanitizer
+        DFLASH_CUDA_QUICK=1 DFLASH_ROOT=$R timeout 300 compute-sanitizer --tool memcheck --leak-check full \
+            --error-exitcode 9 build-cuda/cuda_test_cuda > "$OUT/sanitizer.log" 2>&1
+        echo "compute-sanitizer exit $?"
+        tail -8 "$OUT/sanitizer.log" ;;
+    demo)
+        log demo pair
+        cat bench/prompts/*.jsonl > /tmp/all.jsonl
+        ./dflash bench -m models/demo/target -md models/demo/draft --backend cuda --prompts /tmp/all.jsonl \
+            -n 128 --reps 3 2>&1 | tee "$OUT/bench-demo.txt" | tail -20 ;;
+    synth)
+        log synth 4B shapes
+        [ -d /tmp/s4b-0 ] || ./dflash synth --shape qwen3-4b -o /tmp/s4b-0 2>&1 | tail -1
+        for b in 8 4; do
+            [ -d /tmp/s4b-$b ] || ./dflash synth --shape qwen3-4b --bits $b -o /tmp/s4b-$b 2>&1 | tail -1
+        done
+        [ -d /tmp/s4b-draft ] || ./dflash synth --shape qwen3-4b --draft -o /tmp/s4b-draft 2>&1 | tail -1 ;;
+    bench)
+        log bench 4B shapes
+        for b in 0 8 4; do
+            ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps 20 2>&1 | tee "$OUT/bench-4b-$b.txt"
+        done ;;
+    *) echo "unknown step $s" ;;
+    esac
+done
