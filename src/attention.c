@@ -33,9 +33,16 @@ static void scale_generic(float *y, float a, int n) {
 
 /* ---- AVX-512 ------------------------------------------------------------- */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* Every function from here to the matching pop is compiled for AVX-512F
+ * (at_run calls them only when the CPU has it): clang takes a target
+ * attribute per function, gcc a target pragma. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-#include <immintrin.h>
+#endif
 static float dot_avx512(const float *a, const float *b, int n) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
@@ -114,7 +121,11 @@ static void tree_init(void) {
  * vertical FMAs over the head dimension and one shuffle tree, exponentials
  * 16 at a time, and the V sum with the output kept in registers per 64
  * dimensions. hd is a multiple of 16, at most MAXHD. */
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #define HAVE_AVX512 1
 #endif
 
@@ -196,8 +207,12 @@ static void rows(void *p, int start, int end) {
 #ifdef HAVE_AVX512
 enum { RB = 8, FG = 4, FHD = 256 }; /* rows per job, most heads per kv head, most hd (fast path) */
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 /* acc[g] += sum_j w[g][j] v_j over the block, 64 dimensions at a time (a
  * tail of 16), keys in order: one chain per accumulator vector, and the NG
  * heads' chains side by side so every V load feeds NG FMAs. */
@@ -341,7 +356,11 @@ static void rows_avx512(void *p, int start, int end) {
             }
     }
 }
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 void at_run(const at_job *J, int T) {

@@ -267,6 +267,14 @@ const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, 
 /* Dispatch                                                                */
 /* ===================================================================== */
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+int kn_cpu_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 /* Best first. */
 static const kn_impl *const kn_impls[] = {
 #if defined(__x86_64__)

@@ -409,7 +409,7 @@ static void avx2_rows(const kn_job *job, int r0, int r1) {
 
 static int avx2_supported(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kn_cpu_f16c();
 }
 
 /* no q8 path: q8 mode runs f32 here (kernels.h) */

@@ -445,7 +445,7 @@ static int avx512_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("fma") && kn_cpu_f16c();
 }
 
 const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_permute_q4, avx512_rows,

@@ -98,6 +98,9 @@ void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *
 extern const kn_impl kn_impl_generic;
 #if defined(__x86_64__)
 extern const kn_impl kn_impl_avx2, kn_impl_avx512;
+/* kernels.c: 1 if the CPU has F16C (CPUID.1:ECX bit 29); gcc's
+ * __builtin_cpu_supports knows "f16c", clang's does not. */
+int kn_cpu_f16c(void);
 /* kernels_vnni.c: the q8 mode of the avx512 variant (AVX512_VNNI) */
 int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);

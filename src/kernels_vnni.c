@@ -697,7 +697,7 @@ int kn_vnni_supported(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           kn_cpu_f16c();
 }
 
 
