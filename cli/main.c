@@ -574,11 +574,18 @@ static int cmd_bench(int argc, char **argv) {
     const char *bw_what = !strcmp(in.backend, "cpu")    ? "CPU read bandwidth (parallel read)"
                           : !strcmp(in.backend, "cuda") ? "GPU memory bandwidth (device-to-device copy)"
                                                         : "backend memory bandwidth";
-    static const int widths[] = {1, 2, 4, 8, 16};
-    double cost[5];
+    enum { NW = 16 };
+    static const int widths[NW] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    double cost[NW];
     int depth = o.depth + 16 < in.n_ctx ? o.depth : in.n_ctx - 17;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NW; i++)
         if (dflash_time_forward(m, widths[i], depth, o.reps, &cost[i]) != 0) die("%s", dflash_error());
+    /* the draft block and what DFlash would gain at a given acceptance:
+     * tau tokens per round for one draft block and one verify of the block */
+    double draft_s = 0;
+    int B = in.has_draft ? in.block_size : 0;
+    if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft(m, depth, o.reps, &draft_s) != 0) die("%s", dflash_error());
+    static const double taus[] = {3.0, 5.0, 6.5, 8.0};
     double decode = 1.0 / cost[0], gbs = in.weight_bytes / cost[0] / 1e9;
     if (!o.json) {
         printf("model: %s, %d layers, hidden %d, %s, %.1f MB | backend %s (%s), %d threads\n", in.arch, in.n_layers,
@@ -586,8 +593,16 @@ static int cmd_bench(int argc, char **argv) {
         printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, weights at %.1f GB/s (%.0f%% of it)\n", bw_what,
                bw, 1e3 * cost[0], decode, gbs, 100 * gbs / bw);
         printf("greedy step cost (forward + argmax) at depth %d:\n  T    ms      x T=1   ms/token\n", depth);
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < NW; i++)
             printf("  %-3d %7.2f %6.2f %8.2f\n", widths[i], 1e3 * cost[i], cost[i] / cost[0], 1e3 * cost[i] / widths[i]);
+        if (draft_s > 0) {
+            double round = draft_s + cost[B - 1];
+            printf("draft block (B=%d, %d slots): %.2f ms | a round (draft + verify T=%d): %.2f ms = %.2f decode steps\n",
+                   B, B - 1, 1e3 * draft_s, B, 1e3 * round, round / cost[0]);
+            printf("projected DFlash speed-up at acceptance tau (tau * step / round):");
+            for (int i = 0; i < 4; i++) printf("  tau %.1f: %.2fx", taus[i], taus[i] * cost[0] / round);
+            printf("\n");
+        }
     }
     domain_stats ds[32];
     int nd = 0;
@@ -686,10 +701,17 @@ static int cmd_bench(int argc, char **argv) {
                "\"kernels\": \"%s\", \"bandwidth\": \"%s\", \"bandwidth_gb_s\": %.2f, \"decode_tok_s\": %.2f, \"decode_gb_s\": %.2f, \"depth\": %d, "
                "\"cost_ms\": {",
                in.arch, in.weight_format, in.n_threads, in.backend, in.kernels, bw_what, bw, decode, gbs, depth);
-        for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], 1e3 * cost[i]);
+        for (int i = 0; i < NW; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], 1e3 * cost[i]);
         printf("}, \"cost_ratio\": {");
-        for (int i = 0; i < 5; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], cost[i] / cost[0]);
+        for (int i = 0; i < NW; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], cost[i] / cost[0]);
         printf("}");
+        if (draft_s > 0) {
+            double round = draft_s + cost[B - 1];
+            printf(", \"draft_block_ms\": %.4f, \"round_ms\": %.4f, \"projected_speedup\": {", 1e3 * draft_s,
+                   1e3 * round);
+            for (int i = 0; i < 4; i++) printf("%s\"%.1f\": %.4f", i ? ", " : "", taus[i], taus[i] * cost[0] / round);
+            printf("}");
+        }
         if (have_spec) {
             printf(", \"greedy_tok_s\": %.2f, \"dflash_tok_s\": %.2f, \"tau\": %.4f, \"speedup\": %.4f, "
                    "\"identical\": %s, \"domains\": {",
@@ -711,7 +733,7 @@ static int cmd_bench(int argc, char **argv) {
             double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
             sp[k] = gm > 0 ? dm / gm : 0;
         }
-        write_plot(o.plot, widths, cost, 5, ds, sp, nd);
+        write_plot(o.plot, widths, cost, NW, ds, sp, nd);
     }
     for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
     dflash_free(m);

@@ -139,6 +139,11 @@ void dflash_reset(dflash_model *m);
  * `reps` runs after one warm-up. Resets the prompt cache. T <= 64. */
 int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
 
+/* Median seconds of one draft block at the draft's block_size (all slots
+ * proposed, ids returned) over a context of `depth` target rows. Resets the
+ * prompt cache. */
+int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s);
+
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
  * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b" or "tiny"; draft != 0 writes
  * the matching 5-layer DFlash draft instead; bits 0 (bf16), 4 or 8 (MLX,

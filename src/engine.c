@@ -28,6 +28,9 @@
 #include "util.h"
 
 enum { PREFILL_ROWS = BE_MAX_ROWS };
+/* Verify rows projected per predict call when sampling on a backend that
+ * otherwise takes every row at once. */
+enum { PREDICT_ROWS = 4 };
 
 struct dflash_model {
     mdl_model target, draft;
@@ -448,8 +451,12 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     st->prompt_s = t1 - t0;
 
     spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL};
+    /* sampling reads each row's logits on the host and sorts candidates: a
+     * few rows at a time, stopping at the first rejection, even where greedy
+     * takes every row at once */
+    int rows = m->sp.temp > 0 && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
     spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
-                      m->n_stop, &m->ctl, m->predict_rows};
+                      m->n_stop, &m->ctl, rows};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
@@ -533,6 +540,50 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     }
     m->be->truncate(m->seq, 0);
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    free(ts);
+    free(tok);
+    return rc;
+}
+
+int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
+    const cfg_model *c = &m->target.cfg;
+    if (!m->has_draft) {
+        dfl_seterr("time_draft: no draft loaded");
+        return -1;
+    }
+    int B = m->draft.cfg.block_size;
+    if (B < 2 || B > SPEC_MAX_BLOCK || depth < 1 || depth + B > m->n_ctx || reps < 1) {
+        dfl_seterr("time_draft: block %d at depth %d does not fit (context %d)", B, depth, m->n_ctx);
+        return -1;
+    }
+    int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)depth);
+    for (int i = 0; i < depth; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+    m->be->truncate(m->seq, 0);
+    m->be->draft_ctx_truncate(m->dseq, 0);
+    int rc = 0;
+    for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
+        int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
+        be_batch b = {n, tok + r0, 0, NULL, m->draft.cfg.n_taps, m->draft.cfg.tap_layers, 0};
+        rc = m->be->forward(m->seq, &b);
+        if (rc == 0) rc = m->be->draft_feed(m->dseq, m->seq, 0, n);
+    }
+    int32_t blk[SPEC_MAX_BLOCK], out[SPEC_MAX_BLOCK];
+    blk[0] = tok[depth - 1];
+    for (int i = 1; i < B; i++) blk[i] = m->draft.cfg.mask_token_id;
+    int nv = c->vocab <= 65536 ? c->vocab : 32768; /* the default --draft-vocab */
+    double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
+    for (int r = 0; r <= reps && rc == 0; r++) {
+        be_draft_block q = {B, blk, B - 1, nv, NULL, 0, out, NULL, NULL};
+        double t0 = dfl_now();
+        rc = m->be->draft_block(m->dseq, &q); /* returns the ids: the work is done */
+        ts[r] = dfl_now() - t0;
+    }
+    if (rc == 0) {
+        qsort(ts + 1, (size_t)reps, sizeof(double), cmp_double);
+        *median_s = ts[1 + reps / 2];
+    }
+    m->be->truncate(m->seq, 0);
+    m->be->draft_ctx_truncate(m->dseq, 0);
     free(ts);
     free(tok);
     return rc;

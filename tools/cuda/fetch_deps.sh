@@ -9,4 +9,5 @@ mkdir -p .devdeps/debs
 (cd .devdeps/debs && apt-get download libcjson-dev libcjson1 libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2)
 for f in .devdeps/debs/*.deb; do dpkg -x "$f" .devdeps/root; done
 rm -rf .devdeps/debs
+find .devdeps/root -name "*.a" -delete; rm -rf .devdeps/root/usr/share
 du -sh .devdeps/root

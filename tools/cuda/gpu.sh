@@ -28,32 +28,43 @@ for s in $steps; do
         log build
         nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
         nvcc --version | tail -2
-        make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error" ;;
+        make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error"
+        # the 4B-shape checkpoints for the benchmarks, made on the CPUs meanwhile
+        case " $steps " in *" bench "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac ;;
     test)
         log test-cuda
-        make CUDA=1 test-cuda 2>&1 | tee "$OUT/test-cuda.log" | tail -40 ;;
+        timeout ${TEST_TIMEOUT:-300} make CUDA=1 test-cuda > "$OUT/test-cuda.log" 2>&1
+        echo "test-cuda exit $?"
+        tail -30 "$OUT/test-cuda.log" ;;
     sanitize)
         log compute-sanitizer
-        DFLASH_CUDA_QUICK=1 DFLASH_ROOT=$R timeout 300 compute-sanitizer --tool memcheck --leak-check full \
+        DFLASH_CUDA_QUICK=1 DFLASH_ROOT=$R timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 9 build-cuda/cuda_test_cuda > "$OUT/sanitizer.log" 2>&1
         echo "compute-sanitizer exit $?"
         tail -8 "$OUT/sanitizer.log" ;;
     demo)
         log demo pair
         cat bench/prompts/*.jsonl > /tmp/all.jsonl
-        ./dflash bench -m models/demo/target -md models/demo/draft --backend cuda --prompts /tmp/all.jsonl \
-            -n 128 --reps 3 2>&1 | tee "$OUT/bench-demo.txt" | tail -20 ;;
+        timeout ${DEMO_TIMEOUT:-200} ./dflash bench -m models/demo/target -md models/demo/draft --backend cuda \
+            --prompts /tmp/all.jsonl -n 128 --reps ${DEMO_REPS:-3} > "$OUT/bench-demo.txt" 2>&1
+        cat "$OUT/bench-demo.txt" ;;
     synth)
         log synth 4B shapes
+        mkdir /tmp/synth.lock 2>/dev/null || { while [ ! -f /tmp/synth.done ]; do sleep 2; done; continue; }
         [ -d /tmp/s4b-0 ] || ./dflash synth --shape qwen3-4b -o /tmp/s4b-0 2>&1 | tail -1
         for b in 8 4; do
             [ -d /tmp/s4b-$b ] || ./dflash synth --shape qwen3-4b --bits $b -o /tmp/s4b-$b 2>&1 | tail -1
         done
-        [ -d /tmp/s4b-draft ] || ./dflash synth --shape qwen3-4b --draft -o /tmp/s4b-draft 2>&1 | tail -1 ;;
+        [ -d /tmp/s4b-draft ] || ./dflash synth --shape qwen3-4b --draft -o /tmp/s4b-draft 2>&1 | tail -1
+        touch /tmp/synth.done ;;
     bench)
         log bench 4B shapes
+        [ -f /tmp/synth.done ] || { echo "waiting for synth"; sh "$0" synth; }
+        cat "$OUT/synth.log" 2>/dev/null
         for b in 0 8 4; do
-            ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps 20 2>&1 | tee "$OUT/bench-4b-$b.txt"
+            timeout 120 ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps ${BENCH_REPS:-20} \
+                > "$OUT/bench-4b-$b.txt" 2>&1
+            cat "$OUT/bench-4b-$b.txt"
         done ;;
     *) echo "unknown step $s" ;;
     esac
