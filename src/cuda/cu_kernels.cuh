@@ -307,14 +307,14 @@ __global__ void k_to_bf16(const float *x, int ldx, int n, __nv_bfloat16 *o, int 
 }
 
 /* One warp per (row t, head): optional per-head RMSNorm, then RoPE (neox
- * pairing d, d + hd/2) at position pos0 + t, in place on buf [T][ldb];
+ * pairing d, d + hd/2) at position *pos_p + t, in place on buf [T][ldb];
  * heads 0..nq-1 at column q_off (weight qn), then nk key heads at k_off
  * (weight kn). With kc != NULL the key head and the value head at v_off are
  * stored into the caches [nk][n_ctx][hd] at the row's position. */
 __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
-                            const float *kn, int hd, float eps, const float *cos_t, const float *sin_t, int pos0,
-                            float *kc, float *vc, int n_ctx) {
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = hd / 2, pos = pos0 + t;
+                            const float *kn, int hd, float eps, const float *cos_t, const float *sin_t,
+                            const int *pos_p, float *kc, float *vc, int n_ctx) {
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = hd / 2, pos = *pos_p + t;
     int is_k = h >= nq, hh = is_k ? h - nq : h;
     float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * hd;
     const float *nw = is_k ? kn : qn;
@@ -356,38 +356,44 @@ __global__ void k_swiglu(const float *gu, int I, __nv_bfloat16 *h, int ldo) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-enum { ATT_WARPS = 4, ATT_MAX_HD = 256 };
+enum { ATT_WARPS = 8 };
 
-/* Block (row t, query head h). Keys: cache rows 0..nc-1 of kv head h/(nq/nkv)
- * (kc/vc [nkv][n_ctx][hd]), nc = causal ? pos0 + t + 1 : n_cache, then
- * n_blk block rows (kb/vb, row stride ldkb, head at kv*hd) when not causal.
- * q: [T][ldq] at column h*hd; out: bf16 [T][ldo] at column h*hd. */
+/* Block (row t, query head h), HD = head_dim. pos0 = *pos (device memory,
+ * so a captured graph replays at any position). Keys: cache rows of kv head
+ * h/(nq/nkv) (kc/vc [nkv][n_ctx][HD]): causal rows see cache rows
+ * 0..pos0+t; otherwise (draft block) every row sees cache rows 0..pos0-1
+ * and then the n_blk block rows (kb/vb, row stride ldkb, head at kv*HD).
+ * Keys go in chunks of 32, chunk c to warp c % ATT_WARPS; a lane scores its
+ * key (full unrolled dot), then the warp adds the chunk's V rows in key
+ * order with lanes over dimensions; warps merge in warp order.
+ * q: [T][ldq] at column h*HD; out: bf16 [T][ldo] at column h*HD. */
+template <int HD>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
-    k_attention(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, int pos0, int n_cache,
-                const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, int hd,
-                __nv_bfloat16 *out, int ldo) {
-    __shared__ float qs[ATT_MAX_HD];
+    k_attention(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+                const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out, int ldo) {
+    constexpr int ND = (HD + 31) / 32;
+    __shared__ __align__(16) float qs[HD];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
-    __shared__ float wacc[ATT_WARPS][ATT_MAX_HD];
+    __shared__ float wacc[ATT_WARPS][HD];
     int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int kvh = h / (nq / nkv);
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[(size_t)t * ldq + (size_t)h * hd + i] * scale;
+    int kvh = h / (nq / nkv), pos0 = *pos;
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) qs[i] = q[(size_t)t * ldq + (size_t)h * HD + i] * scale;
     __syncthreads();
-    int nc = causal ? pos0 + t + 1 : n_cache;
+    int nc = causal ? pos0 + t + 1 : pos0;
     int n = nc + (causal ? 0 : n_blk);
-    const float *kh = kc + (size_t)kvh * n_ctx * hd, *vh = vc + (size_t)kvh * n_ctx * hd;
-    float m = -INFINITY, l = 0.0f, acc[ATT_MAX_HD / 32];
+    const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
+    float m = -INFINITY, l = 0.0f, acc[ND];
 #pragma unroll
-    for (int i = 0; i < ATT_MAX_HD / 32; i++) acc[i] = 0.0f;
-    int nd = (hd + 31) / 32;
+    for (int i = 0; i < ND; i++) acc[i] = 0.0f;
     for (int c = warp; c * 32 < n; c += ATT_WARPS) {
         int j = c * 32 + lane;
         float s = -INFINITY;
         if (j < n) {
-            const float *k = j < nc ? kh + (size_t)j * hd : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * hd;
+            const float *k = j < nc ? kh + (size_t)j * HD : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * HD;
             float d = 0.0f;
-            for (int i = 0; i < hd; i += 4) {
+#pragma unroll
+            for (int i = 0; i < HD; i += 4) {
                 float4 kv = *(const float4 *)(k + i);
                 d = fmaf(qs[i], kv.x, d);
                 d = fmaf(qs[i + 1], kv.y, d);
@@ -405,24 +411,25 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
         l = l * corr + ps;
-        for (int i = 0; i < nd; i++) acc[i] *= corr;
-        int jn = n - c * 32 < 32 ? n - c * 32 : 32;
-        for (int jj = 0; jj < jn; jj++) {
+#pragma unroll
+        for (int i = 0; i < ND; i++) acc[i] *= corr;
+#pragma unroll 8
+        for (int jj = 0; jj < 32; jj++) {
             float pj = __shfl_sync(0xffffffffu, p, jj);
             int key = c * 32 + jj;
-            const float *v = key < nc ? vh + (size_t)key * hd : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * hd;
-            for (int i = 0; i < nd; i++) {
-                int d = lane + 32 * i;
-                if (d < hd) acc[i] = fmaf(pj, v[d], acc[i]);
+            if (key < n) {
+                const float *v = key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * HD;
+#pragma unroll
+                for (int i = 0; i < ND; i++)
+                    if (HD % 32 == 0 || lane + 32 * i < HD) acc[i] = fmaf(pj, v[lane + 32 * i], acc[i]);
             }
         }
         m = nm;
     }
     if (lane == 0) wm[warp] = m, wl[warp] = l;
-    for (int i = 0; i < nd; i++) {
-        int d = lane + 32 * i;
-        if (d < hd) wacc[warp][d] = acc[i];
-    }
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (HD % 32 == 0 || lane + 32 * i < HD) wacc[warp][lane + 32 * i] = acc[i];
     __syncthreads();
     if (warp != 0) return;
     float M = wm[0];
@@ -432,10 +439,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
         L += wl[w] * f[w];
     }
-    for (int d = lane; d < hd; d += 32) {
+    for (int d = lane; d < HD; d += 32) {
         float o = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) o += wacc[w][d] * f[w];
-        out[(size_t)t * ldo + (size_t)h * hd + d] = __float2bfloat16_rn(o / L);
+        out[(size_t)t * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(o / L);
     }
 }
 

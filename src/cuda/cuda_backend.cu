@@ -452,22 +452,43 @@ static void act_free(cu_act *a) {
     cudaFree(a->hb);
 }
 
-/* One transformer layer on rows 0..T-1 of a at positions pos0... Target
- * (causal): K/V of the rows are stored into kc/vc first and each row attends
- * to cache rows 0..pos0+t. Draft block (causal = 0): the rows attend,
- * without mask, to cache rows 0..n_cache-1 and to every row of the block;
- * nothing is stored. */
-static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, int pos0, float *kc,
-                  float *vc, int n_ctx, const float *cos_t, const float *sin_t, int causal, int n_cache) {
+static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+
+template <int HD>
+static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc, const float *vc,
+                         int n_ctx, int causal, const int *pos, const float *kb, const float *vb, int n_blk,
+                         bf16 *out) {
+    k_attention<HD><<<dim3(n_blk, d->nh), 32 * ATT_WARPS, 0, s>>>(q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, ldq,
+                                                                  n_blk, d->nh, d->nkv, out, d->Qp);
+}
+
+/* Attention of T rows (att_supported(hd) was checked at create). */
+static void attention(cudaStream_t s, const cu_dims *d, const float *qkv, int ldq, const float *kc, const float *vc,
+                      int n_ctx, int causal, const int *pos, int T, bf16 *out) {
+    const float *kb = qkv + d->Q, *vb = qkv + d->Q + d->KV;
+    switch (d->hd) {
+    case 16: attention_hd<16>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+    case 32: attention_hd<32>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+    case 64: attention_hd<64>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+    case 128: attention_hd<128>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+    default: attention_hd<256>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+    }
+}
+
+/* One transformer layer on rows 0..T-1 of a at positions *pos.. (device
+ * memory: the launches can be captured once and replayed). Target (causal):
+ * K/V of the rows are stored into kc/vc first and row t attends to cache rows
+ * 0..*pos+t. Draft block (causal = 0): the rows attend, without mask, to
+ * cache rows 0..*pos-1 and to every row of the block; nothing is stored. */
+static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, const int *pos, float *kc,
+                  float *vc, int n_ctx, const float *cos_t, const float *sin_t, int causal) {
     int ldq = d->Q + 2 * d->KV;
     rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
     gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, a->qkv, ldq, 0);
     k_norm_rope<<<dim3(T, d->nh + d->nkv), 32, 0, s>>>(a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv,
-                                                       L->k_norm, d->hd, d->eps, cos_t, sin_t, pos0,
+                                                       L->k_norm, d->hd, d->eps, cos_t, sin_t, pos,
                                                        causal ? kc : NULL, causal ? vc : NULL, n_ctx);
-    k_attention<<<dim3(T, d->nh), 32 * ATT_WARPS, 0, s>>>(a->qkv, ldq, kc, vc, n_ctx, causal, pos0, n_cache,
-                                                          a->qkv + d->Q, a->qkv + d->Q + d->KV, ldq, T, d->nh, d->nkv,
-                                                          d->hd, a->att, d->Qp);
+    attention(s, d, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
     gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     gemm(s, L->wgu, 2 * d->I, a->xb, d->Hp, T, a->gu, 2 * d->I, 0);
@@ -487,6 +508,8 @@ static int rope_upload(float **cos_d, float **sin_d, const cfg_model *c, int n) 
 
 /* ---- target sequence ---------------------------------------------------------- */
 
+enum { GRAPH_MAX_T = 16 };
+
 typedef struct {
     cu_be *be;
     const mdl_model *m;
@@ -502,7 +525,14 @@ typedef struct {
     bf16 *kept;             /* [BE_KEEP_ROWS][Hp] */
     float *lg;              /* [BE_KEEP_ROWS][V] */
     int32_t *d_tok, *d_ids; /* [BE_MAX_ROWS], [BE_KEEP_ROWS] */
-    int32_t *h_tok, *h_ids; /* pinned copies */
+    int32_t *h_ids;         /* pinned copy */
+    int *d_pos;             /* position of the forward's first row */
+    /* One captured forward per (T <= GRAPH_MAX_T, keep_rows), replayed with
+     * new tokens and position; sig says which taps it copies (n_taps, layers,
+     * buffer) and is checked before each replay. */
+    cudaGraphExec_t graph[GRAPH_MAX_T + 1][2];
+    uint64_t graph_sig[GRAPH_MAX_T + 1][2];
+    int use_graphs;
 } cu_seq;
 
 static void cu_destroy(void *p) {
@@ -518,8 +548,11 @@ static void cu_destroy(void *p) {
     cudaFree(q->lg);
     cudaFree(q->d_tok);
     cudaFree(q->d_ids);
-    cudaFreeHost(q->h_tok);
+    cudaFree(q->d_pos);
     cudaFreeHost(q->h_ids);
+    for (int t = 0; t <= GRAPH_MAX_T; t++)
+        for (int k = 0; k < 2; k++)
+            if (q->graph[t][k]) cudaGraphExecDestroy(q->graph[t][k]);
     free(q);
 }
 
@@ -529,9 +562,15 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         dfl_seterr("cuda: model not prepared");
         return NULL;
     }
+    if (!att_supported(m->cfg.head_dim)) {
+        dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256)", m->cfg.head_dim);
+        return NULL;
+    }
     cu_seq *q = (cu_seq *)dfl_calloc(1, sizeof *q);
     q->be = be;
     q->m = m;
+    const char *ng = getenv("DFLASH_CUDA_GRAPHS"); /* 0: launch every kernel each time (for comparison) */
+    q->use_graphs = !(ng && *ng == '0');
     q->cm = (const cu_model *)m->be_data;
     q->d = dims_of(&m->cfg, m->cfg.vocab);
     q->n_ctx = n_ctx;
@@ -542,7 +581,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
         cu_alloc(&q->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
-        cudaMallocHost(&q->h_tok, sizeof(int32_t) * BE_MAX_ROWS) != cudaSuccess ||
+        cu_alloc(&q->d_pos, sizeof(int)) ||
         cudaMallocHost(&q->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the sequence state");
         cu_destroy(q);
@@ -565,6 +604,26 @@ static int check_tokens(const int32_t *tok, int n, int vocab) {
             return -1;
         }
     return 0;
+}
+
+/* The forward's kernels on rows 0..T-1 at position *d_pos: embedding, the
+ * layers, the taps it keeps, the final norm of kept rows. */
+static void enqueue_forward(cu_seq *q, const be_batch *b) {
+    const cu_dims *d = &q->d;
+    const cu_model *cm = q->cm;
+    cudaStream_t s = q->be->stream;
+    int T = b->T;
+    k_embed<<<T, 256, 0, s>>>(cm->embed, q->d_tok, q->a.x, d->H);
+    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    for (int l = 0; l < d->L; l++) {
+        layer(s, d, &cm->layers[l], &q->a, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
+              q->sin_t, 1);
+        for (int i = 0; i < b->n_taps; i++)
+            if (b->tap_layers[i] == l)
+                cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
+                                  sizeof(float) * d->H, sizeof(float) * d->H, T, cudaMemcpyDeviceToDevice, s);
+    }
+    if (b->keep_rows) rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
 }
 
 static int cu_forward(void *p, const be_batch *b) {
@@ -600,19 +659,37 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
-    memcpy(q->h_tok, b->tokens, sizeof(int32_t) * T);
-    CUCHK(cudaMemcpyAsync(q->d_tok, q->h_tok, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
-    k_embed<<<T, 256, 0, s>>>(cm->embed, q->d_tok, q->a.x, d->H);
-    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
-    for (int l = 0; l < d->L; l++) {
-        layer(s, d, &cm->layers[l], &q->a, T, pos0, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t, 1,
-              0);
-        for (int i = 0; i < b->n_taps; i++)
-            if (b->tap_layers[i] == l)
-                CUCHK(cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
-                                        sizeof(float) * d->H, sizeof(float) * d->H, T, cudaMemcpyDeviceToDevice, s));
+    /* tokens and position from pageable memory: the copies are staged before
+     * the calls return, so the caller's buffers are free at once */
+    CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
+    CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
+    if (q->use_graphs && T <= GRAPH_MAX_T && b->n_logits == 0) {
+        uint64_t sig = (uint64_t)(uintptr_t)q->taps * 31 + (uint64_t)b->n_taps;
+        for (int i = 0; i < b->n_taps; i++) sig = sig * 131 + (uint64_t)b->tap_layers[i] + 1;
+        int k = b->keep_rows != 0;
+        cudaGraphExec_t *g = &q->graph[T][k];
+        if (*g && q->graph_sig[T][k] != sig) {
+            cudaGraphExecDestroy(*g);
+            *g = NULL;
+        }
+        if (!*g) {
+            cudaGraph_t graph;
+            CUCHK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            enqueue_forward(q, b);
+            CUCHK(cudaStreamEndCapture(s, &graph));
+            cudaError_t ge = cudaGraphInstantiate(g, graph, 0);
+            cudaGraphDestroy(graph);
+            if (ge != cudaSuccess) {
+                *g = NULL;
+                dfl_seterr("cuda: graph of a %d-row forward: %s", T, cudaGetErrorString(ge));
+                return -1;
+            }
+            q->graph_sig[T][k] = sig;
+        }
+        CUCHK(cudaGraphLaunch(*g, s));
+    } else {
+        enqueue_forward(q, b);
     }
-    if (b->keep_rows) rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
     /* host logits for the last n_logits rows, BE_KEEP_ROWS at a time */
     for (int r = T - b->n_logits; r < T; r += BE_KEEP_ROWS) {
         int n = T - r < BE_KEEP_ROWS ? T - r : BE_KEEP_ROWS;
@@ -707,7 +784,8 @@ typedef struct {
     float *lg;               /* [max_B][V] */
     float *best, *xl;        /* [max_B], [max_B][CFG_MAX_EOS + 1] */
     int32_t *d_tok, *d_ids, *d_extra;
-    int32_t *h_tok, *h_ids;  /* pinned */
+    int32_t *h_ids;          /* pinned */
+    int *d_pos;              /* position of the rows being projected or drafted */
 } cu_draft;
 
 static void cu_draft_destroy(void *p) {
@@ -726,7 +804,7 @@ static void cu_draft_destroy(void *p) {
     cudaFree(q->d_tok);
     cudaFree(q->d_ids);
     cudaFree(q->d_extra);
-    cudaFreeHost(q->h_tok);
+    cudaFree(q->d_pos);
     cudaFreeHost(q->h_ids);
     free(q);
 }
@@ -735,6 +813,10 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
     cu_be *be = (cu_be *)p;
     if (!dm->be_data || !tm->be_data) {
         dfl_seterr("cuda: draft or target not prepared");
+        return NULL;
+    }
+    if (!att_supported(dm->cfg.head_dim)) {
+        dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256)", dm->cfg.head_dim);
         return NULL;
     }
     cu_draft *q = (cu_draft *)dfl_calloc(1, sizeof *q);
@@ -760,8 +842,7 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
         cu_alloc(&q->xl, sizeof(float) * q->max_B * (CFG_MAX_EOS + 1)) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * q->max_B) || cu_alloc(&q->d_ids, sizeof(int32_t) * q->max_B) ||
         cu_alloc(&q->d_extra, sizeof(int32_t) * (CFG_MAX_EOS + 1)) ||
-        cudaMallocHost(&q->h_tok, sizeof(int32_t) * (q->max_B + CFG_MAX_EOS + 1)) != cudaSuccess ||
-        cudaMallocHost(&q->h_ids, sizeof(int32_t) * q->max_B) != cudaSuccess) {
+        cu_alloc(&q->d_pos, sizeof(int)) || cudaMallocHost(&q->h_ids, sizeof(int32_t) * q->max_B) != cudaSuccess) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the draft state");
         cu_draft_destroy(q);
         return NULL;
@@ -776,6 +857,8 @@ static int flush(cu_draft *q) {
     if (!n) return 0;
     const cu_dims *d = &q->d;
     cudaStream_t s = q->be->stream;
+    int pos0 = q->len;
+    CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
     k_to_bf16<<<n, 256, 0, s>>>(q->pend, q->F, q->F, q->fb, q->Fp);
     gemm(s, q->dc->fc, d->H, q->fb, q->Fp, n, q->a.x, d->H, 0);
     rmsnorm(s, q->a.x, d->H, q->dc->hidden_norm, d->H, d->eps, n, q->a.xb, d->Hp);
@@ -785,7 +868,7 @@ static int flush(cu_draft *q) {
         cw_weight kvw = cw_rows(&L->wqkv, d->Q, 2 * d->KV);
         gemm(s, kvw, 2 * d->KV, q->a.xb, d->Hp, n, q->a.qkv, 2 * d->KV, 0);
         k_norm_rope<<<dim3(n, d->nkv), 32, 0, s>>>(q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd,
-                                                   d->eps, q->cos_t, q->sin_t, q->len, q->kc + l * lkv,
+                                                   d->eps, q->cos_t, q->sin_t, q->d_pos, q->kc + l * lkv,
                                                    q->vc + l * lkv, q->n_ctx);
     }
     CUCHK(cudaGetLastError());
@@ -867,16 +950,16 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         return -1;
     }
     if (flush(q) != 0) return -1;
-    memcpy(q->h_tok, b->tokens, sizeof(int32_t) * B);
-    memcpy(q->h_tok + q->max_B, b->extra, sizeof(int32_t) * b->n_extra);
-    CUCHK(cudaMemcpyAsync(q->d_tok, q->h_tok, sizeof(int32_t) * B, cudaMemcpyHostToDevice, s));
+    int pos0 = q->len;
+    CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
+    CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * B, cudaMemcpyHostToDevice, s));
     if (b->n_extra)
-        CUCHK(cudaMemcpyAsync(q->d_extra, q->h_tok + q->max_B, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
+        CUCHK(cudaMemcpyAsync(q->d_extra, b->extra, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
     k_embed<<<B, 256, 0, s>>>(q->tc->embed, q->d_tok, q->a.x, d->H);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
-        layer(s, d, &q->dc->layers[l], &q->a, B, q->len, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 0, q->len);
+        layer(s, d, &q->dc->layers[l], &q->a, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
+              q->sin_t, 0);
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);

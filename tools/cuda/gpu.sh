@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench nographs
 #   (default: all of them, in that order). Logs and results go to $OUT.
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
@@ -65,6 +65,11 @@ for s in $steps; do
             timeout 120 ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps ${BENCH_REPS:-20} \
                 > "$OUT/bench-4b-$b.txt" 2>&1
             cat "$OUT/bench-4b-$b.txt"
+        done ;;
+    nographs)
+        log without CUDA graphs
+        for mdl in models/demo/target /tmp/s4b-0; do
+            [ -d $mdl ] && DFLASH_CUDA_GRAPHS=0 timeout 60 ./dflash bench -m $mdl --backend cuda --reps 10 2>&1 | sed -n 1,8p
         done ;;
     *) echo "unknown step $s" ;;
     esac
