@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -117,21 +119,23 @@ static const char *help_bench =
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
 static const char *help_synth =
-    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] -o DIR\n"
+    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching 5-layer\n"
     "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
     "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
-    "models/qwen3-tokenizer when it exists).\n";
+    "models/qwen3-tokenizer when it exists). An existing non-empty DIR is\n"
+    "refused unless --force (its model files are then replaced).\n";
 
 static const char *help_quantize =
-    "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] -o OUT\n"
+    "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] [--force] -o OUT\n"
     "\n"
     "Write IN (BF16/F16/F32 safetensors) to OUT in the MLX affine layout used by\n"
     "mlx-community checkpoints (packed uint32 weights + bf16 scales and biases;\n"
     "config.json gets \"quantization\"). Embeddings and every projection are\n"
-    "quantized; norms are copied. Default group size 64.\n";
+    "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
+    "existing non-empty OUT is refused unless --force.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -705,9 +709,36 @@ static int cmd_bench(int argc, char **argv) {
     return have_spec && !all_same ? 1 : 0;
 }
 
+/* synth/quantize -o OUT: never overwrite silently. OUT may be new or an empty
+ * directory; an existing model needs --force; OUT == IN (by device and
+ * inode, so symlinks and relative paths count) is always refused. */
+static void check_out_dir(const char *cmd, const char *out, const char *in, int force) {
+    struct stat so, si;
+    if (stat(out, &so) != 0) return; /* created by the library */
+    if (in && stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {
+        fprintf(stderr, "%s %s: error: output directory %s is the input directory %s: choose another -o\n", prog,
+                cmd, out, in);
+        exit(1);
+    }
+    if (!S_ISDIR(so.st_mode)) {
+        fprintf(stderr, "%s %s: error: %s exists and is not a directory\n", prog, cmd, out);
+        exit(1);
+    }
+    DIR *d = opendir(out);
+    int empty = 1;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+    if (d) closedir(d);
+    if (!empty && !force) {
+        fprintf(stderr, "%s %s: error: %s already exists and is not empty; pass --force to overwrite the model files "
+                        "in it\n", prog, cmd, out);
+        exit(1);
+    }
+}
+
 static int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *out = NULL, *tokdir = NULL;
-    int draft = 0, bits = 0;
+    int draft = 0, bits = 0, force = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -715,6 +746,7 @@ static int cmd_synth(int argc, char **argv) {
             fputs(help_synth, stdout);
             return 0;
         } else if (!strcmp(a, "--draft")) draft = 1;
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--shape") && v) shape = argv[++i];
         else if (!strcmp(a, "-o") && v) out = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) tokdir = argv[++i];
@@ -723,6 +755,7 @@ static int cmd_synth(int argc, char **argv) {
     }
     if (!shape || !out) usage_err("synth", "need --shape and -o", NULL);
     if (!tokdir && access("models/qwen3-tokenizer/tokenizer.json", R_OK) == 0) tokdir = "models/qwen3-tokenizer";
+    check_out_dir("synth", out, draft ? NULL : tokdir, force);
     if (dflash_synth(shape, draft, bits, tokdir, out) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s %s%s to %s\n", shape, draft ? "draft" : "target", bits == 4 ? " (MLX 4-bit)" : bits == 8 ? " (MLX 8-bit)" : "", out);
     return 0;
@@ -730,7 +763,7 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int bits = 0, group = 64;
+    int bits = 0, group = 64, force = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -739,11 +772,13 @@ static int cmd_quantize(int argc, char **argv) {
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--bits") && has) bits = (int)parse_int("quantize", a, argv[++i], 4, 8);
         else if (!strcmp(a, "--group-size") && has) group = (int)parse_int("quantize", a, argv[++i], 32, 128);
         else usage_err("quantize", "unknown or incomplete option", a);
     }
     if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
+    check_out_dir("quantize", out, in, force);
     if (dflash_quantize(in, out, bits, group) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s (MLX %d-bit, group %d)\n", out, bits, group);
     return 0;

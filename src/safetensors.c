@@ -295,10 +295,10 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
     char *hdr = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     size_t hlen = strlen(hdr), pad = (8 - hlen % 8) % 8;
-    FILE *f = fopen(path, "wb");
+    char *tmp;
+    FILE *f = dfl_create_tmp(path, &tmp); /* renamed to path once complete */
     if (!f) {
         free(hdr);
-        dfl_seterr("%s: cannot create", path);
         return -1;
     }
     uint8_t len8[8];
@@ -314,10 +314,5 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
         size_t nb = numel * st_dtype_size(t[i].dtype);
         ok = fwrite(t[i].data, 1, nb, f) == nb && fwrite(zeros, 1, (8 - nb % 8) % 8, f) == (8 - nb % 8) % 8;
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        dfl_seterr("%s: write error", path);
-        return -1;
-    }
-    return 0;
+    return dfl_commit_tmp(f, tmp, path, ok);
 }

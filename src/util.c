@@ -152,6 +152,46 @@ int dfl_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int dfl_same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+FILE *dfl_create_tmp(const char *path, char **tmp) {
+    static const char sfx[] = ".tmp-dflash";
+    size_t n = strlen(path);
+    *tmp = dfl_malloc(n + sizeof sfx);
+    memcpy(*tmp, path, n);
+    memcpy(*tmp + n, sfx, sizeof sfx);
+    unlink(*tmp); /* a leftover (or a symlink planted there) is replaced, never written through */
+    int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        dfl_seterr("%s: cannot create: %s", *tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return f;
+}
+
+int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok) {
+    if (fflush(f) != 0) ok = 0;
+    if (fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) {
+        dfl_seterr("%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (!ok) {
+        dfl_seterr("%s: write error", path);
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
 double dfl_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
