@@ -471,6 +471,38 @@ TEST(long_runs) {
     free(s);
 }
 
+/* A long run of combining marks of four classes in descending class order
+ * (U+0301 230, U+0316 220, U+05B0 10, U+0334 1) after 'a': NFC sorts the run
+ * stably by class and composes a + U+0301 into U+00E1. utf8proc's own
+ * ordering (an adjacent-swap sort) is quadratic in the run: this input
+ * (96000 marks, 192 KB) took it about a minute; the tokenizer's linear
+ * ordering well under a second (docs/reliability.md). The check is the
+ * output, exactly: ids decode to the NFC text and equal the NFC text's ids. */
+TEST(nfc_long_mark_run) {
+    enum { N = 24000 };
+    static const char mark[4][3] = {"\xcc\x81", "\xcc\x96", "\xd6\xb0", "\xcc\xb4"};
+    char *in = dfl_malloc(1 + 8 * (size_t)N + 1), *want = dfl_malloc(2 + 8 * (size_t)N + 1);
+    size_t n = 0, w = 0;
+    in[n++] = 'a';
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < 4; k++, n += 2) memcpy(in + n, mark[k], 2);
+    memcpy(want, "\xc3\xa1", 2); /* a + U+0301 composed */
+    w = 2;
+    for (int k = 3; k >= 0; k--)
+        for (int i = 0; i < N - (k == 0); i++, w += 2) memcpy(want + w, mark[k], 2);
+    size_t m1, m2, k;
+    int32_t *ids = enc(in, n, &m1), *ids2 = enc(want, w, &m2);
+    CHECK(ids && ids2, "encode");
+    char *back = ids ? decode_all(ids, m1, &k) : NULL;
+    CHECK(back && k == w && memcmp(back, want, w) == 0, "decoded text is the NFC form (%zu bytes, want %zu)", k, w);
+    CHECK(ids && ids2 && ids_equal(ids, m1, ids2, m2), "ids equal the NFC text's ids");
+    free(back);
+    free(ids);
+    free(ids2);
+    free(in);
+    free(want);
+}
+
 static void write_file(const char *path, const char *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -630,6 +662,7 @@ int main(void) {
     RUN(stream_decode_utf8);
     RUN(invalid_utf8);
     RUN(long_runs);
+    RUN(nfc_long_mark_run);
     RUN(bad_files);
     RUN(string_merges);
     tok_free(T);
