@@ -503,6 +503,38 @@ TEST(nfc_long_mark_run) {
     free(want);
 }
 
+/* Random mixes of starters, composing letters, Hangul jamo and marks of
+ * many classes: the tokenizer's text after NFC (decode of the ids) equals
+ * utf8proc_map's NFC, the implementation it replaced. */
+TEST(nfc_matches_utf8proc) {
+    static const int32_t cps[] = {'a', 'e', 'o', 'A', ' ', 0x00E1, 0x0301, 0x0300, 0x0316, 0x0327, 0x0334, 0x0345,
+                                  0x05B0, 0x05B8, 0x0653, 0x0654, 0x0655, 0x093C, 0x0CBC, 0x1100, 0x1161, 0x11A8,
+                                  0xAC00, 0x1E0D, 0x0307, 0x0323, 0x031B, 0x0F71, 0x0F72, 0x0F80, 0x3099, 0x304B,
+                                  0x0915, 0x0B47, 0x0B3E, 0x0B57, 0x1025, 0x102E, 0x212B, 0x2126, 0x0344, 0x1D15E};
+    uint64_t r = 12345;
+    int bad = 0;
+    for (int it = 0; it < 3000; it++) {
+        char s[400];
+        size_t n = 0;
+        int len = 1 + (int)(r % 40);
+        for (int i = 0; i < len; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            n += (size_t)utf8proc_encode_char(cps[(r >> 33) % (sizeof cps / sizeof cps[0])], (utf8proc_uint8_t *)s + n);
+        }
+        unsigned char *want = NULL;
+        utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &want,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        size_t m, k;
+        int32_t *ids = enc(s, n, &m);
+        char *back = ids ? decode_all(ids, m, &k) : NULL;
+        if (wn < 0 || !back || (size_t)wn != k || memcmp(back, want, k)) bad++;
+        free(back);
+        free(ids);
+        free(want);
+    }
+    CHECK(bad == 0, "%d of 3000 texts differ from utf8proc_map's NFC", bad);
+}
+
 static void write_file(const char *path, const char *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -663,6 +695,7 @@ int main(void) {
     RUN(invalid_utf8);
     RUN(long_runs);
     RUN(nfc_long_mark_run);
+    RUN(nfc_matches_utf8proc);
     RUN(bad_files);
     RUN(string_merges);
     tok_free(T);
