@@ -18,28 +18,39 @@ LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
-.PHONY: all deps test demo asan clean
+# chat line editing when libedit is there (tools/deps.sh installs libedit-dev);
+# expanded when used, i.e. after the dependency step
+EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_LIBEDIT)
+EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
+
+.PHONY: all deps test demo asan clean fuzz
 all: deps $(BIN) $(BUILD)/simple
 
-deps:
-	@sh tools/deps.sh
+# The dependency step runs once, before any compile: every object waits for
+# the stamp (order-only), so make -j cannot race apt-get. DFLASH_NO_DEPS=1
+# skips it (tools/deps.sh).
+DEPS_SH ?= sh tools/deps.sh
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(DEPS_STAMP): tools/deps.sh | $(BUILD)
+	@$(DEPS_SH) && touch $@
+deps: $(DEPS_STAMP)
 
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD)
+$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD) $(DEPS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BIN): cli/main.c $(BUILD)/libdflash.a
-	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(EDIT_CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) $(EDIT_LIBS) -o $@
 
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
+$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 tests: $(TEST_BIN)
