@@ -22,6 +22,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 # expanded when used, i.e. after the dependency step
 EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_LIBEDIT)
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
+GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
 .PHONY: all deps test demo asan clean fuzz
 all: deps $(BIN) $(BUILD)/simple
@@ -45,7 +46,7 @@ $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BIN): cli/main.c $(BUILD)/libdflash.a
-	$(CC) $(CFLAGS) $(EDIT_CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) $(EDIT_LIBS) -o $@
+	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -DDFLASH_GIT_REV='"$(GIT_REV)"' $< $(BUILD)/libdflash.a $(LDLIBS) $(EDIT_LIBS) -o $@
 
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
