@@ -67,7 +67,7 @@ demo: deps $(BIN)
 	@sh tools/demo.sh
 
 clean:
-	rm -rf build build-asan dflash
+	rm -rf build build-asan build-fuzz dflash
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
@@ -78,3 +78,40 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# ---- fuzzing: libFuzzer harnesses in tests/fuzz/ (clang, ASan + UBSan) ------
+#   make fuzz                 each harness for FUZZ_SECONDS (default 60); fails on a crash
+#   make fuzz FUZZ_SECONDS=600 FUZZ_ONLY="tokenizer chat"
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
+FUZZ_CC ?= clang
+FUZZ_ONLY ?= safetensors model tokenizer chat
+FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+              -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
+              $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
+# the library files the harnesses reach: instrumented
+FUZZ_LIB := util safetensors config model kernels threads tokenizer chat
+# SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
+# harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
+# feature name they test)
+FUZZ_PLAIN := kernels_avx2 kernels_avx512 kernels_vnni kernels_bf16
+FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/%.o)
+
+$(FUZZ_BUILD)/.deps-ok:
+	@mkdir -p $(FUZZ_BUILD)/lib $(FUZZ_BUILD)/plain
+	@$(DEPS_SH) && sh tools/deps.sh clang && touch $@
+
+$(FUZZ_BUILD)/lib/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/plain/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzzdeps.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/libfuzzdeps.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_BUILD)/libfuzzdeps.a $(LDLIBS) -o $@
+
+fuzz: $(FUZZ_ONLY:%=$(FUZZ_BUILD)/fuzz_%)
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_ONLY)

@@ -15,8 +15,12 @@ static int argmax_generic(const float *x, int n) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 #include <immintrin.h>
 /* The maximum with 16 lanes, then the first index holding it: the same
  * answer as the scalar loop (NaN-free logits). */
@@ -36,7 +40,11 @@ static int argmax_avx512(const float *x, int n) {
         if (x[i] == mx) return i;
     return argmax_generic(x, n); /* NaNs: fall back to the scalar rule */
 }
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 int smp_argmax(const float *x, int n) {
     return __builtin_cpu_supports("avx512f") ? argmax_avx512(x, n) : argmax_generic(x, n);
