@@ -61,7 +61,9 @@ typedef struct {
 
 int cfg_load(cfg_model *c, const char *dir);
 
-/* The default target_layer_ids rule of spec 2.2. */
+/* The default target_layer_ids when a draft's config has none (z-lab's
+ * DFlash rule): nd ids spread evenly over target layers 1..nt-3, rounded as
+ * Python rounds (ties to even); one draft layer taps layer nt/2. */
 void cfg_default_taps(int n_target_layers, int n_draft_layers, int *ids);
 
 #endif

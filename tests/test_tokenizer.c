@@ -114,7 +114,8 @@ TEST(load) {
     tok_free(t);
 }
 
-/* logistics.md 1.3: @lenml/tokenizers and a Python BPE agree on these */
+/* ids that two other implementations (@lenml/tokenizers and a Python BPE)
+ * agree on for these strings */
 TEST(logistics_cases) {
     CHECK_IDS("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
               151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271);
