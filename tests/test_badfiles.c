@@ -282,6 +282,45 @@ TEST(output_dirs) {
     CHECK(dfl_file_exists(path(strrchr(inp, '/') + 1, "tokenizer.json")), "tokenizer kept");
 }
 
+static int on_text(void *ud, int32_t id, const char *text, size_t len) {
+    (void)id;
+    (void)text;
+    *(size_t *)ud += len;
+    return 0;
+}
+
+/* A model whose final norm is NaN: sampling must fail with a message, not
+ * emit an id made of a float's bits. */
+TEST(nan_logits_generate) {
+    const char *d = clone("tiny-qwen3");
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s", d);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    st_set s;
+    CHECK(st_open_file(&s, p) == 0, "%s", dfl_lasterr());
+    const st_tensor *t = st_find(&s, "model.norm.weight");
+    CHECK(t && t->dtype == ST_BF16, "model.norm.weight");
+    long off = t ? (long)((const uint8_t *)t->data - s.maps[0].data) : 0;
+    size_t nb = t ? t->nbytes : 0;
+    st_close(&s);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f && fseek(f, off, SEEK_SET) == 0, "open");
+    for (size_t i = 0; f && i < nb / 2; i++) fwrite("\xc0\x7f", 1, 2, f); /* bf16 NaN */
+    if (f) fclose(f);
+    dflash_model *m = dflash_load(dir, NULL, NULL);
+    CHECK(m != NULL, "%s", dflash_error());
+    if (!m) return;
+    dflash_gen g = dflash_default_gen();
+    g.temp = 0.8f;
+    g.n_predict = 4;
+    size_t got = 0;
+    dflash_stats st;
+    int rc = dflash_generate_text(m, "Hello", &g, on_text, &got, &st);
+    CHECK(rc != 0 && strstr(dflash_error(), "not finite"), "rc %d, %zu bytes out: %s", rc, got, dflash_error());
+    CHECK(got == 0, "%zu bytes of text from NaN logits", got);
+    dflash_free(m);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-badfiles-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -292,6 +331,7 @@ int main(void) {
     RUN(fifo_and_directories);
     RUN(good_models_still_load);
     RUN(output_dirs);
+    RUN(nan_logits_generate);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
