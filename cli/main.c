@@ -629,6 +629,7 @@ static int cmd_chat(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* a write to stdout blocked on a full pipe resumes */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     fprintf(stderr, "dflash chat: type a message; /help lists commands, Ctrl-C stops an answer, /exit quits.\n");
