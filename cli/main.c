@@ -688,7 +688,12 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!m) die("%s", dflash_error());
     int32_t *ids;
     size_t n;
-    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("prompt: %s", dflash_error());
+    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) {
+        fprintf(stderr, "%s: error: prompt: %s\n", prog, dflash_error());
+        free(text);
+        dflash_free(m);
+        return 1;
+    }
     for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
     printf("\n");
     free(ids);
