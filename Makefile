@@ -37,19 +37,31 @@ endif
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
-.PHONY: all deps test demo asan clean test-cuda
+# chat line editing when libedit is there (tools/deps.sh installs libedit-dev);
+# expanded when used, i.e. after the dependency step
+EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_LIBEDIT)
+EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
+GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
+
+.PHONY: all deps test demo asan clean fuzz test-cuda
 all: deps $(BIN) $(BUILD)/simple
 
-deps:
-	@sh tools/deps.sh
+# The dependency step runs once, before any compile: every object waits for
+# the stamp (order-only), so make -j cannot race apt-get. DFLASH_NO_DEPS=1
+# skips it (tools/deps.sh).
+DEPS_SH ?= sh tools/deps.sh
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(DEPS_STAMP): tools/deps.sh | $(BUILD)
+	@$(DEPS_SH) && touch $@
+deps: $(DEPS_STAMP)
 
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD)
+$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD) $(DEPS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h include/*.h) | $(BUILD)
+$(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h include/*.h) | $(BUILD) $(DEPS_STAMP)
 	$(NVCC) $(NVCCFLAGS) -Isrc -Iinclude -DDFLASH_CUDA -c $< -o $@
 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
@@ -59,12 +71,12 @@ $(BUILD)/libdflash.a: $(LIB_OBJ)
 # switching between make and make CUDA=1 relinks it.
 $(shell [ "$$(cat .dflash-build 2>/dev/null)" = "$(BUILD)" ] || echo "$(BUILD)" > .dflash-build)
 $(BIN): cli/main.c $(BUILD)/libdflash.a .dflash-build
-	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -DDFLASH_GIT_REV='"$(GIT_REV)"' $< $(BUILD)/libdflash.a $(LDLIBS) $(EDIT_LIBS) -o $@
 
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a
+$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 tests: $(TEST_BIN)
@@ -89,7 +101,7 @@ test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
 	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
 
 clean:
-	rm -rf build build-asan build-cuda dflash
+	rm -rf build build-asan build-cuda build-fuzz dflash
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
@@ -100,3 +112,40 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# ---- fuzzing: libFuzzer harnesses in tests/fuzz/ (clang, ASan + UBSan) ------
+#   make fuzz                 each harness for FUZZ_SECONDS (default 60); fails on a crash
+#   make fuzz FUZZ_SECONDS=600 FUZZ_ONLY="tokenizer chat"
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
+FUZZ_CC ?= clang
+FUZZ_ONLY ?= safetensors model tokenizer chat
+FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+              -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
+              $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
+# the library files the harnesses reach: instrumented
+FUZZ_LIB := util safetensors config model kernels threads tokenizer chat
+# SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
+# harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
+# feature name they test)
+FUZZ_PLAIN := kernels_avx2 kernels_avx512 kernels_vnni kernels_bf16
+FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/%.o)
+
+$(FUZZ_BUILD)/.deps-ok:
+	@mkdir -p $(FUZZ_BUILD)/lib $(FUZZ_BUILD)/plain
+	@$(DEPS_SH) && sh tools/deps.sh clang && touch $@
+
+$(FUZZ_BUILD)/lib/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/plain/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzzdeps.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/libfuzzdeps.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_BUILD)/libfuzzdeps.a $(LDLIBS) -o $@
+
+fuzz: $(FUZZ_ONLY:%=$(FUZZ_BUILD)/fuzz_%)
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_ONLY)

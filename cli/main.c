@@ -12,13 +12,51 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
+#ifdef DFLASH_LIBEDIT
+#include <editline/readline.h>
+#endif
 
 #include "dflash.h"
 
 static const char *prog = "dflash";
+
+#ifndef DFLASH_VERSION
+#define DFLASH_VERSION "0.1.0"
+#endif
+#ifndef DFLASH_GIT_REV
+#define DFLASH_GIT_REV ""
+#endif
+
+/* ---- stdout: write errors are failures (dflash generate >/dev/full) ------ */
+
+static int stdout_errno; /* first failed write to stdout */
+
+static int out_write(const char *text, size_t len) {
+    if (stdout_errno) return -1;
+    if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+        stdout_errno = errno ? errno : EIO;
+        return -1;
+    }
+    return 0;
+}
+
+/* atexit: flush stdout; a failed write anywhere makes the exit status 1. */
+static void check_stdout(void) {
+    if (fflush(stdout) != 0 && !stdout_errno) stdout_errno = errno ? errno : EIO;
+    if (ferror(stdout) && !stdout_errno) stdout_errno = EIO;
+    if (stdout_errno) {
+        fprintf(stderr, "%s: error: writing to stdout: %s\n", prog, strerror(stdout_errno));
+        _exit(1);
+    }
+}
 
 static void die(const char *fmt, const char *a) {
     fprintf(stderr, "%s: error: ", prog);
@@ -42,6 +80,7 @@ typedef struct {
     float temp, top_p;
     int top_k;
     unsigned long long seed;
+    int seed_given; /* -s N with N >= 0; otherwise a random seed */
 } opts;
 
 static const char *help_generate =
@@ -54,7 +93,8 @@ static const char *help_generate =
     "  -md, --draft DIR       DFlash draft model directory: speculative decoding\n"
     "  -p, --prompt TEXT      prompt text\n"
     "  -f, --file FILE        read the prompt from FILE\n"
-    "  -n, --n-predict N      generate at most N tokens (default 256)\n"
+    "  -n, --n-predict N      generate at most N tokens (default 256; -1 = until a stop\n"
+    "                         token or the context is full)\n"
     "      --chat             wrap the prompt in the model's chat template\n"
     "      --system TEXT      system message (with --chat)\n"
     "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off)\n"
@@ -65,7 +105,7 @@ static const char *help_generate =
     "      --temp T           sampling temperature (default 0 = greedy)\n"
     "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
     "      --top-p P          nucleus sampling (default 1 = off)\n"
-    "  -s, --seed S           sampling seed (default 0)\n"
+    "  -s, --seed S           sampling seed (default -1 = random, printed on stderr)\n"
     "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
     "      --draft-max N|auto most drafted tokens per round (default auto)\n"
     "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
@@ -82,8 +122,12 @@ static const char *help_chat =
     "usage: dflash chat -m DIR [options]\n"
     "\n"
     "Interactive multi-turn chat on stdin/stdout with the model's chat template.\n"
-    "Type a message and press Enter; /reset clears the conversation, /exit or\n"
-    "end-of-file quits. The KV cache of earlier turns is reused.\n"
+    "Type a message and press Enter; /reset clears the conversation, /help lists\n"
+    "the commands, /exit or end-of-file quits. Ctrl-C stops an answer (the\n"
+    "conversation stays); at the prompt it quits. The KV cache of earlier turns is\n"
+    "reused; when the conversation outgrows the context the oldest turns are\n"
+    "dropped (and said so). On a terminal, lines can be edited and recalled\n"
+    "(arrow keys) when dflash was built with libedit.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
     "--draft-quant).\n"
@@ -124,21 +168,23 @@ static const char *help_bench =
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
 static const char *help_synth =
-    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] -o DIR\n"
+    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching 5-layer\n"
     "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
     "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
-    "models/qwen3-tokenizer when it exists).\n";
+    "models/qwen3-tokenizer when it exists). An existing non-empty DIR is\n"
+    "refused unless --force (its model files are then replaced).\n";
 
 static const char *help_quantize =
-    "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] -o OUT\n"
+    "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] [--force] -o OUT\n"
     "\n"
     "Write IN (BF16/F16/F32 safetensors) to OUT in the MLX affine layout used by\n"
     "mlx-community checkpoints (packed uint32 weights + bf16 scales and biases;\n"
     "config.json gets \"quantization\"). Embeddings and every projection are\n"
-    "quantized; norms are copied. Default group size 64.\n";
+    "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
+    "existing non-empty OUT is refused unless --force.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -153,7 +199,7 @@ static const char *help_main =
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
     "\n"
-    "'dflash COMMAND --help' describes each command.\n";
+    "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
 static long parse_int(const char *cmd, const char *flag, const char *v, long lo, long hi) {
     char *end;
@@ -179,6 +225,65 @@ static float parse_float(const char *cmd, const char *flag, const char *v, float
     return x;
 }
 
+/* Which command takes which option (parse_opts reads them all into one
+ * struct): an option of another command is an error, not silently ignored.
+ * G generate, C chat, T tokenize, B bench. */
+static const struct {
+    const char *s, *l;
+    int value;
+    const char *cmds;
+} known_opts[] = {
+    {"-m", "--model", 1, "GCTB"},          {"-md", "--draft", 1, "GCB"},
+    {"-p", "--prompt", 1, "GT"},           {"-f", "--file", 1, "GT"},
+    {"-n", "--n-predict", 1, "GCB"},       {"-t", "--threads", 1, "GCB"},
+    {"-c", "--ctx-size", 1, "GCB"},        {NULL, "--chat", 0, "G"},
+    {NULL, "--system", 1, "GC"},           {NULL, "--think", 0, "GCB"},
+    {NULL, "--no-think", 0, "GCB"},        {NULL, "--temp", 1, "GC"},
+    {NULL, "--temperature", 1, "GC"},      {NULL, "--top-k", 1, "GC"},
+    {NULL, "--top-p", 1, "GC"},            {"-s", "--seed", 1, "GC"},
+    {NULL, "--block-size", 1, "GCB"},      {NULL, "--draft-max", 1, "GCB"},
+    {NULL, "--draft-vocab", 1, "GCB"},     {NULL, "--no-draft", 0, "GC"},
+    {NULL, "--ignore-eos", 0, "G"},        {NULL, "--stats-json", 0, "G"},
+    {"-v", "--verbose", 0, "C"},           {NULL, "--prompts", 1, "B"},
+    {NULL, "--raw", 0, "B"},               {NULL, "--max-prompts", 1, "B"},
+    {NULL, "--reps", 1, "B"},              {NULL, "--depth", 1, "B"},
+    {NULL, "--json", 0, "B"},              {NULL, "--plot", 1, "B"},
+    {NULL, "--quant", 1, "GCB"},           {NULL, "--draft-quant", 1, "GCB"},
+};
+
+static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
+    char c = !strcmp(cmd, "generate") ? 'G' : !strcmp(cmd, "chat") ? 'C' : !strcmp(cmd, "tokenize") ? 'T' : 'B';
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return; /* help wins */
+        for (size_t k = 0; k < sizeof known_opts / sizeof known_opts[0]; k++) {
+            if (strcmp(a, known_opts[k].l) && !(known_opts[k].s && !strcmp(a, known_opts[k].s))) continue;
+            if (!strchr(known_opts[k].cmds, c)) {
+                fprintf(stderr, "%s %s: option %s is not used by '%s' (it belongs to other commands)\n", prog, cmd,
+                        a, cmd);
+                fprintf(stderr, "Try '%s %s --help'.\n", prog, cmd);
+                exit(2);
+            }
+            i += known_opts[k].value; /* skip its value */
+            break;
+        }
+    }
+}
+
+/* -m/-md must name a model directory; say what to do with a file. */
+static void check_model_path(const char *cmd, const char *flag, const char *path) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) return; /* missing: the loader says so */
+    size_t n = strlen(path);
+    const char *why = n >= 5 && !strcmp(path + n - 5, ".gguf")
+                          ? "GGUF files are not supported yet; pass a Hugging Face model directory (config.json + "
+                            "*.safetensors + tokenizer.json)"
+                          : "is a file; pass the model directory that holds it (config.json, *.safetensors, "
+                            "tokenizer.json)";
+    fprintf(stderr, "%s %s: error: %s %s: %s\n", prog, cmd, flag, path, why);
+    exit(1);
+}
+
 static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     memset(o, 0, sizeof *o);
     o->cmd = argv[1];
@@ -200,7 +305,10 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("-md", "--draft")) o->draft = VAL();
         else if (IS("-p", "--prompt")) o->prompt = VAL();
         else if (IS("-f", "--file")) o->file = VAL();
-        else if (IS("-n", "--n-predict")) o->n_predict = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
+        else if (IS("-n", "--n-predict")) {
+            o->n_predict = (int)parse_int(o->cmd, a, VAL(), -1, INT_MAX);
+            if (o->n_predict < 0) o->n_predict = INT_MAX; /* -1: until a stop token or the context is full */
+        }
         else if (IS("-t", "--threads")) o->threads = (int)parse_int(o->cmd, a, VAL(), 1, 1024);
         else if (IS("-c", "--ctx-size")) o->ctx = (int)parse_int(o->cmd, a, VAL(), 2, 1 << 24);
         else if (IS("--chat", "--chat")) o->chat = 1;
@@ -210,7 +318,11 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--temp", "--temperature")) o->temp = parse_float(o->cmd, a, VAL(), 0, 100);
         else if (IS("--top-k", "--top-k")) o->top_k = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
         else if (IS("--top-p", "--top-p")) o->top_p = parse_float(o->cmd, a, VAL(), 1e-6f, 1);
-        else if (IS("-s", "--seed")) o->seed = (unsigned long long)parse_int(o->cmd, a, VAL(), 0, LONG_MAX);
+        else if (IS("-s", "--seed")) {
+            long v = parse_int(o->cmd, a, VAL(), -1, LONG_MAX);
+            o->seed_given = v >= 0;
+            o->seed = v >= 0 ? (unsigned long long)v : 0;
+        }
         else if (IS("--block-size", "--block-size")) o->block_size = (int)parse_int(o->cmd, a, VAL(), 1, 64);
         else if (IS("--draft-max", "--draft-max")) {
             const char *v = VAL();
@@ -239,6 +351,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     }
     if (!o->model) usage_err(o->cmd, "missing -m DIR", NULL);
     if (o->prompt && o->file) usage_err(o->cmd, "give -p or -f, not both", NULL);
+    reject_foreign_opts(o->cmd, argc, argv);
+    check_model_path(o->cmd, "-m", o->model);
+    check_model_path(o->cmd, "--draft", o->draft);
 }
 
 static char *read_prompt(const opts *o) {
@@ -260,12 +375,13 @@ static char *read_prompt(const opts *o) {
     return s;
 }
 
+static char last_out = '\n'; /* last byte written by on_token */
+
 static int on_token(void *ud, int32_t id, const char *text, size_t len) {
     (void)ud;
     (void)id;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    return 0;
+    if (len) last_out = text[len - 1];
+    return out_write(text, len) != 0; /* stdout failed: stop generating */
 }
 
 static void print_stats(const dflash_model *m, const dflash_stats *st, int json) {
@@ -318,13 +434,30 @@ static dflash_model *load(const opts *o) {
     return m;
 }
 
+/* A seed for when none is given (llama.cpp's default): 63 bits, so that
+ * --seed takes it back. */
+static unsigned long long random_seed(void) {
+    unsigned long long x = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &x, sizeof x) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (unsigned long long)ts.tv_sec ^
+            ((unsigned long long)getpid() << 32);
+    }
+    if (fd >= 0) close(fd);
+    return x & 0x7fffffffffffffffull;
+}
+
 static dflash_gen gen_params(const opts *o) {
     dflash_gen g = dflash_default_gen();
     g.n_predict = o->n_predict;
     g.temp = o->temp;
     g.top_k = o->top_k;
     g.top_p = o->top_p;
-    g.seed = o->seed;
+    g.seed = o->seed_given ? o->seed : random_seed();
+    if (!o->seed_given && o->temp > 0) fprintf(stderr, "seed: %llu (--seed %llu repeats this run)\n",
+                                               (unsigned long long)g.seed, (unsigned long long)g.seed);
     g.block_size = o->block_size;
     g.draft_max = o->draft_max;
     g.draft_vocab = o->draft_vocab;
@@ -352,6 +485,7 @@ static int cmd_generate(int argc, char **argv) {
     dflash_stats st;
     int rc = dflash_generate_text(m, text, &g, on_token, NULL, &st);
     free(text);
+    if (last_out != '\n' && isatty(STDOUT_FILENO)) out_write("\n", 1); /* the shell prompt on its own line */
     if (rc != 0) {
         fflush(stdout);
         fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
@@ -368,6 +502,20 @@ typedef struct {
     size_t n, cap;
 } strbuf;
 
+/* ---- chat ------------------------------------------------------------------ */
+
+/* Ctrl-C while an answer streams stops the answer; at the prompt it quits. */
+static volatile sig_atomic_t chat_answering, chat_interrupted;
+
+static void on_sigint(int sig) {
+    if (chat_answering) {
+        chat_interrupted = 1;
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
     strbuf *b = ud;
     (void)id;
@@ -379,9 +527,100 @@ static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
     memcpy(b->buf + b->n, text, len);
     b->n += len;
     b->buf[b->n] = 0;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    return 0;
+    if (out_write(text, len) != 0) return 1;
+    return chat_interrupted != 0;
+}
+
+/* One line of any length without its line end, malloc'd; NULL at EOF. On a
+ * terminal with libedit: line editing and history. */
+static char *chat_read_line(int tty) {
+#ifdef DFLASH_LIBEDIT
+    if (tty) {
+        rl_outstream = stderr; /* stdout carries only the answers */
+        char *l = readline("> ");
+        if (l && *l) add_history(l);
+        return l;
+    }
+#endif
+    (void)tty;
+    fprintf(stderr, "> ");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    line[strcspn(line, "\r\n")] = 0;
+    return line;
+}
+
+static const char *chat_help =
+    "commands:\n"
+    "  /reset   forget the conversation (the system message stays)\n"
+    "  /help    this list\n"
+    "  /exit    quit (also /quit, or end-of-file: Ctrl-D)\n"
+    "Ctrl-C stops an answer; the conversation keeps what was said.\n";
+
+typedef struct {
+    dflash_message *msgs;
+    char **owned;
+    int n, cap, first; /* first: index of the first droppable message (after the system one) */
+} chat_hist;
+
+static void hist_add(chat_hist *h, const char *role, char *text) {
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 16;
+        h->msgs = realloc(h->msgs, sizeof *h->msgs * (size_t)h->cap);
+        h->owned = realloc(h->owned, sizeof(char *) * (size_t)h->cap);
+        if (!h->msgs || !h->owned) die("%s", "out of memory");
+    }
+    h->owned[h->n] = text;
+    h->msgs[h->n++] = (dflash_message){role, text};
+}
+
+static void hist_drop(chat_hist *h, int i, int count) {
+    for (int k = i; k < i + count; k++) free(h->owned[k]);
+    memmove(h->msgs + i, h->msgs + i + count, sizeof *h->msgs * (size_t)(h->n - i - count));
+    memmove(h->owned + i, h->owned + i + count, sizeof(char *) * (size_t)(h->n - i - count));
+    h->n -= count;
+}
+
+/* The prompt for the history, dropping the oldest user/assistant pairs
+ * while it leaves less than `room` positions of the context for the answer.
+ * NULL when even the last message alone does not fit (it is removed). */
+static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
+    dflash_info in;
+    dflash_get_info(m, &in);
+    int dropped = 0;
+    for (;;) {
+        char *prompt = dflash_chat_prompt(m, h->msgs, h->n, 1, think);
+        if (!prompt) die("%s", dflash_error());
+        int32_t *ids;
+        size_t n;
+        if (dflash_tokenize(m, prompt, strlen(prompt), &ids, &n) != 0) {
+            fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
+            free(prompt);
+            hist_drop(h, h->n - 1, 1);
+            return NULL;
+        }
+        free(ids);
+        if ((long)n + room <= in.n_ctx) {
+            if (dropped)
+                fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
+                                "message%s; /reset starts over)\n", in.n_ctx, dropped, dropped > 1 ? "s" : "");
+            return prompt;
+        }
+        free(prompt);
+        if (h->n - h->first < 3) { /* only the new message left */
+            fprintf(stderr, "%s: error: the message is %zu tokens with the template; the context holds %d "
+                            "(leaving %d for the answer): shorten it, or use a larger -c\n", prog, n, in.n_ctx, room);
+            hist_drop(h, h->n - 1, 1);
+            return NULL;
+        }
+        hist_drop(h, h->first, 2);
+        dropped += 2;
+    }
 }
 
 static int cmd_chat(int argc, char **argv) {
@@ -389,56 +628,63 @@ static int cmd_chat(int argc, char **argv) {
     parse_opts(&o, argc, argv, help_chat);
     dflash_model *m = load(&o);
     dflash_gen g = gen_params(&o);
-    int cap = 16, n = 0;
-    dflash_message *msgs = malloc(sizeof *msgs * (size_t)cap);
-    char **owned = malloc(sizeof(char *) * (size_t)cap);
-    if (o.system) msgs[n] = (dflash_message){"system", o.system}, owned[n++] = NULL;
-    char line[65536];
-    fprintf(stderr, "dflash chat: type a message; /reset clears, /exit quits.\n");
-    for (;;) {
-        fprintf(stderr, "> ");
-        if (!fgets(line, sizeof line, stdin)) break;
-        line[strcspn(line, "\r\n")] = 0;
-        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/reset")) {
-            for (int i = 0; i < n; i++) free(owned[i]);
-            n = 0;
-            if (o.system) msgs[n] = (dflash_message){"system", o.system}, owned[n++] = NULL;
+    dflash_info in;
+    dflash_get_info(m, &in);
+    int room = g.n_predict < in.n_ctx / 4 ? g.n_predict : in.n_ctx / 4; /* kept free for an answer */
+    chat_hist h = {NULL, NULL, 0, 0, 0};
+    if (o.system) hist_add(&h, "system", strdup(o.system));
+    h.first = h.n;
+    int tty = isatty(STDIN_FILENO);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART; /* a write to stdout blocked on a full pipe resumes */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    fprintf(stderr, "dflash chat: type a message; /help lists commands, Ctrl-C stops an answer, /exit quits.\n");
+    for (char *line; (line = chat_read_line(tty)) != NULL;) {
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) {
+            free(line);
+            break;
+        }
+        if (!strcmp(line, "/reset") || !strcmp(line, "/help") || !line[0]) {
+            if (!strcmp(line, "/reset")) {
+                hist_drop(&h, h.first, h.n - h.first);
+                fprintf(stderr, "(conversation cleared)\n");
+            } else if (line[0]) {
+                fputs(chat_help, stderr);
+            }
+            free(line);
             continue;
         }
-        if (!line[0]) continue;
-        if (n + 2 > cap) {
-            cap *= 2;
-            msgs = realloc(msgs, sizeof *msgs * (size_t)cap);
-            owned = realloc(owned, sizeof(char *) * (size_t)cap);
-            if (!msgs || !owned) die("%s", "out of memory");
-        }
-        owned[n] = strdup(line);
-        msgs[n] = (dflash_message){"user", owned[n]};
-        n++;
-        char *prompt = dflash_chat_prompt(m, msgs, n, 1, o.think);
-        if (!prompt) die("%s", dflash_error());
+        hist_add(&h, "user", line);
+        char *prompt = chat_fit(m, &h, o.think, room);
+        if (!prompt) continue;
         strbuf reply = {NULL, 0, 0};
         dflash_stats st;
+        chat_interrupted = 0;
+        chat_answering = 1;
         int rc = dflash_generate_text(m, prompt, &g, on_chat_token, &reply, &st);
+        chat_answering = 0;
         free(prompt);
         if (rc != 0) {
             fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());
             free(reply.buf);
-            n--;
-            free(owned[n]);
+            hist_drop(&h, h.n - 1, 1);
             continue;
         }
-        fputc('\n', stdout);
-        fflush(stdout);
+        out_write("\n", 1);
+        if (stdout_errno) break;
+        if (chat_interrupted) fprintf(stderr, "(answer stopped)\n");
+        else if (st.stop_reason && !strcmp(st.stop_reason, "context full"))
+            fprintf(stderr, "(the context is full: the answer was cut; the oldest turns will be dropped next, "
+                            "or /reset starts over)\n");
         if (o.verbose) print_stats(m, &st, 0);
-        owned[n] = reply.buf ? reply.buf : strdup("");
-        msgs[n] = (dflash_message){"assistant", owned[n]};
-        n++;
+        hist_add(&h, "assistant", reply.buf ? reply.buf : strdup(""));
     }
-    for (int i = 0; i < n; i++) free(owned[i]);
-    free(owned);
-    free(msgs);
+    hist_drop(&h, 0, h.n);
+    free(h.msgs);
+    free(h.owned);
     dflash_free(m);
     return 0;
 }
@@ -451,7 +697,12 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!m) die("%s", dflash_error());
     int32_t *ids;
     size_t n;
-    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("prompt: %s", dflash_error());
+    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) {
+        fprintf(stderr, "%s: error: prompt: %s\n", prog, dflash_error());
+        free(text);
+        dflash_free(m);
+        return 1;
+    }
     for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
     printf("\n");
     free(ids);
@@ -740,9 +991,36 @@ static int cmd_bench(int argc, char **argv) {
     return have_spec && !all_same ? 1 : 0;
 }
 
+/* synth/quantize -o OUT: never overwrite silently. OUT may be new or an empty
+ * directory; an existing model needs --force; OUT == IN (by device and
+ * inode, so symlinks and relative paths count) is always refused. */
+static void check_out_dir(const char *cmd, const char *out, const char *in, int force) {
+    struct stat so, si;
+    if (stat(out, &so) != 0) return; /* created by the library */
+    if (in && stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {
+        fprintf(stderr, "%s %s: error: output directory %s is the input directory %s: choose another -o\n", prog,
+                cmd, out, in);
+        exit(1);
+    }
+    if (!S_ISDIR(so.st_mode)) {
+        fprintf(stderr, "%s %s: error: %s exists and is not a directory\n", prog, cmd, out);
+        exit(1);
+    }
+    DIR *d = opendir(out);
+    int empty = 1;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+    if (d) closedir(d);
+    if (!empty && !force) {
+        fprintf(stderr, "%s %s: error: %s already exists and is not empty; pass --force to overwrite the model files "
+                        "in it\n", prog, cmd, out);
+        exit(1);
+    }
+}
+
 static int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *out = NULL, *tokdir = NULL;
-    int draft = 0, bits = 0;
+    int draft = 0, bits = 0, force = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -750,6 +1028,7 @@ static int cmd_synth(int argc, char **argv) {
             fputs(help_synth, stdout);
             return 0;
         } else if (!strcmp(a, "--draft")) draft = 1;
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--shape") && v) shape = argv[++i];
         else if (!strcmp(a, "-o") && v) out = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) tokdir = argv[++i];
@@ -758,6 +1037,7 @@ static int cmd_synth(int argc, char **argv) {
     }
     if (!shape || !out) usage_err("synth", "need --shape and -o", NULL);
     if (!tokdir && access("models/qwen3-tokenizer/tokenizer.json", R_OK) == 0) tokdir = "models/qwen3-tokenizer";
+    check_out_dir("synth", out, draft ? NULL : tokdir, force);
     if (dflash_synth(shape, draft, bits, tokdir, out) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s %s%s to %s\n", shape, draft ? "draft" : "target", bits == 4 ? " (MLX 4-bit)" : bits == 8 ? " (MLX 8-bit)" : "", out);
     return 0;
@@ -765,7 +1045,7 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int bits = 0, group = 64;
+    int bits = 0, group = 64, force = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -774,17 +1054,25 @@ static int cmd_quantize(int argc, char **argv) {
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--bits") && has) bits = (int)parse_int("quantize", a, argv[++i], 4, 8);
         else if (!strcmp(a, "--group-size") && has) group = (int)parse_int("quantize", a, argv[++i], 32, 128);
         else usage_err("quantize", "unknown or incomplete option", a);
     }
     if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
+    check_model_path("quantize", "-m", in);
+    check_out_dir("quantize", out, in, force);
     if (dflash_quantize(in, out, bits, group) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s (MLX %d-bit, group %d)\n", out, bits, group);
     return 0;
 }
 
 int main(int argc, char **argv) {
+    atexit(check_stdout);
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
+        printf("dflash %s%s%s\n", DFLASH_VERSION, DFLASH_GIT_REV[0] ? " git " : "", DFLASH_GIT_REV);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         fputs(help_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -1,7 +1,7 @@
 /* chat.c - chat templates written out in C (see chat.h).
  *
  * CHAT_QWEN3 follows the Qwen3 template in models/qwen3-tokenizer/
- * tokenizer_config.json (the launch version; logistics.md 1.4) as jinja2
+ * tokenizer_config.json (the version Qwen3 was released with) as jinja2
  * renders it with trim_blocks and lstrip_blocks, the way transformers does:
  *   - a first "system" message opens the prompt; later ones are ordinary turns;
  *   - last_query_index: the last "user" message whose content is not wrapped

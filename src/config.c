@@ -2,14 +2,17 @@
 #include "config.h"
 
 #include <cJSON.h>
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
 
-static const char *cur_path;
+static _Thread_local const char *cur_path; /* for messages during one cfg_load */
 
 static int get_int(const cJSON *o, const char *key, int *out, int required, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -21,7 +24,8 @@ static int get_int(const cJSON *o, const char *key, int *out, int required, int 
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2e9) {
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
+        fabs(v->valuedouble) > 2e9) {
         dfl_seterr("%s: field \"%s\" must be an integer", cur_path, key);
         return -1;
     }
@@ -39,8 +43,8 @@ static int get_num(const cJSON *o, const char *key, double *out, int required, d
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v)) {
-        dfl_seterr("%s: field \"%s\" must be a number", cur_path, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        dfl_seterr("%s: field \"%s\" must be a finite number", cur_path, key);
         return -1;
     }
     *out = v->valuedouble;
@@ -86,8 +90,8 @@ static int parse_rope(cfg_model *c, const cJSON *root) {
     if (get_num(root, "rope_theta", &c->rope_theta, 0, -1) != 0) return -1;
     if (c->rope_theta < 0 && rp && get_num(rp, "rope_theta", &c->rope_theta, 0, -1) != 0) return -1;
     if (c->rope_theta < 0) c->rope_theta = def_theta;
-    if (!(c->rope_theta > 1.0)) {
-        dfl_seterr("%s: rope_theta %g must be > 1", cur_path, c->rope_theta);
+    if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta)) {
+        dfl_seterr("%s: rope_theta %g must be finite and > 1", cur_path, c->rope_theta);
         return -1;
     }
     const cJSON *sc = rs ? rs : rp;
@@ -113,10 +117,24 @@ static int parse_rope(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* A JSON number that is an integer in lo..hi (checked as a double: no cast
+ * of an out-of-range value). */
+static int int_in(const cJSON *v, double lo, double hi, int *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) ||
+        v->valuedouble != floor(v->valuedouble))
+        return 0;
+    *out = (int)v->valuedouble;
+    return 1;
+}
+
 static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
     if (!v || cJSON_IsNull(v)) return 0;
     if (cJSON_IsNumber(v)) {
-        c->eos_ids[c->n_eos++] = (int)v->valuedouble;
+        if (!int_in(v, 0, INT_MAX, &c->eos_ids[0])) {
+            dfl_seterr("%s: eos_token_id %g is not a token id (an integer in 0..%d)", path, v->valuedouble, INT_MAX);
+            return -1;
+        }
+        c->n_eos = 1;
         return 0;
     }
     if (!cJSON_IsArray(v)) {
@@ -128,7 +146,11 @@ static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
             dfl_seterr("%s: eos_token_id list must hold at most %d integers", path, CFG_MAX_EOS);
             return -1;
         }
-        c->eos_ids[c->n_eos++] = (int)e->valuedouble;
+        if (!int_in(e, 0, INT_MAX, &c->eos_ids[c->n_eos])) {
+            dfl_seterr("%s: eos_token_id %g is not a token id (an integer in 0..%d)", path, e->valuedouble, INT_MAX);
+            return -1;
+        }
+        c->n_eos++;
     }
     return 0;
 }
@@ -182,9 +204,37 @@ int cfg_load(cfg_model *c, const char *dir) {
                    "num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings)", path);
         goto out;
     }
+    /* Upper bounds well above any real model, so that every size product
+     * below fits an int and no bad file makes us allocate before the tensors
+     * are checked against the file's size. */
+    static const struct {
+        const char *name;
+        size_t off;
+        int max;
+    } lim[] = {
+        {"hidden_size", offsetof(cfg_model, hidden), CFG_MAX_HIDDEN},
+        {"intermediate_size", offsetof(cfg_model, inter), CFG_MAX_INTER},
+        {"num_hidden_layers", offsetof(cfg_model, n_layers), CFG_MAX_LAYERS},
+        {"num_attention_heads", offsetof(cfg_model, n_heads), CFG_MAX_HEADS},
+        {"num_key_value_heads", offsetof(cfg_model, n_kv_heads), CFG_MAX_HEADS},
+        {"vocab_size", offsetof(cfg_model, vocab), CFG_MAX_VOCAB},
+        {"max_position_embeddings", offsetof(cfg_model, max_pos), CFG_MAX_POS},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        int v = *(const int *)((const char *)c + lim[i].off);
+        if (v > lim[i].max) {
+            dfl_seterr("%s: %s %d is larger than dflash supports (%d)", path, lim[i].name, v, lim[i].max);
+            goto out;
+        }
+    }
     if (get_int(root, "head_dim", &c->head_dim, 0, c->hidden / c->n_heads)) goto out;
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 512) {
         dfl_seterr("%s: head_dim %d must be even and in 2..512", path, c->head_dim);
+        goto out;
+    }
+    if ((int64_t)c->n_heads * c->head_dim > CFG_MAX_HIDDEN) { /* rows of q_proj, columns of o_proj */
+        dfl_seterr("%s: num_attention_heads * head_dim = %lld is larger than dflash supports (%d)", path,
+                   (long long)c->n_heads * c->head_dim, CFG_MAX_HIDDEN);
         goto out;
     }
     if (c->n_heads % c->n_kv_heads) {
@@ -238,6 +288,11 @@ int cfg_load(cfg_model *c, const char *dir) {
             get_int(dc, "mask_token_id", &c->mask_token_id, 1, 0) ||
             get_int(root, "num_target_layers", &c->n_target_layers, 0, 0))
             goto out;
+        if (c->mask_token_id < 0 || c->n_target_layers < 0 || c->n_target_layers > CFG_MAX_LAYERS) {
+            dfl_seterr("%s: mask_token_id %d / num_target_layers %d out of range", path, c->mask_token_id,
+                       c->n_target_layers);
+            goto out;
+        }
         if (c->block_size < 2 || c->block_size > 64) {
             dfl_seterr("%s: block_size %d must be in 2..64", path, c->block_size);
             goto out;
@@ -250,11 +305,12 @@ int cfg_load(cfg_model *c, const char *dir) {
                 goto out;
             }
             for (const cJSON *e = ids->child; e; e = e->next) {
-                if (!cJSON_IsNumber(e)) {
-                    dfl_seterr("%s: dflash_config.target_layer_ids must hold integers", path);
+                if (!int_in(e, 0, CFG_MAX_LAYERS - 1, &c->tap_layers[c->n_taps])) {
+                    dfl_seterr("%s: dflash_config.target_layer_ids must hold layer ids (integers in 0..%d)", path,
+                               CFG_MAX_LAYERS - 1);
                     goto out;
                 }
-                c->tap_layers[c->n_taps++] = (int)e->valuedouble;
+                c->n_taps++;
             }
         } else {
             if (c->n_target_layers <= 0) {
@@ -268,12 +324,21 @@ int cfg_load(cfg_model *c, const char *dir) {
             c->n_taps = c->n_layers;
             cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
         }
+        if ((int64_t)c->n_taps * c->hidden > CFG_MAX_INTER) { /* columns of fc */
+            dfl_seterr("%s: %d target layers * hidden_size %d = %lld features is larger than dflash supports (%d)",
+                       path, c->n_taps, c->hidden, (long long)c->n_taps * c->hidden, CFG_MAX_INTER);
+            goto out;
+        }
     }
     /* generation_config.json: stop tokens (optional file) */
     char *gpath = dfl_path_join(dir, "generation_config.json");
     if (dfl_file_exists(gpath)) {
         char *gt = dfl_read_file(gpath, NULL);
-        gen = gt ? cJSON_Parse(gt) : NULL;
+        if (!gt) { /* the read error says why */
+            free(gpath);
+            goto out;
+        }
+        gen = cJSON_Parse(gt);
         free(gt);
         if (!cJSON_IsObject(gen)) {
             dfl_seterr("%s: not a valid JSON object", gpath);

@@ -10,6 +10,20 @@
 
 enum { CFG_MAX_TAPS = 32, CFG_MAX_EOS = 8 };
 
+/* Limits checked at load, far above real models (Llama-3.1-405B: hidden
+ * 16384, intermediate 53248, 126 layers, 128 heads; vocabularies ~256k), so
+ * that size products fit an int and a bad config.json fails before any
+ * allocation. n_heads * head_dim <= CFG_MAX_HIDDEN; n_taps * hidden <=
+ * CFG_MAX_INTER. */
+enum {
+    CFG_MAX_HIDDEN = 1 << 16,
+    CFG_MAX_INTER = 1 << 20,
+    CFG_MAX_LAYERS = 1024,
+    CFG_MAX_HEADS = 1024,
+    CFG_MAX_VOCAB = 1 << 22,
+    CFG_MAX_POS = 1 << 30,
+};
+
 typedef enum { CFG_QWEN3 = 0, CFG_LLAMA } cfg_arch;
 
 typedef struct {
@@ -47,7 +61,9 @@ typedef struct {
 
 int cfg_load(cfg_model *c, const char *dir);
 
-/* The default target_layer_ids rule of spec 2.2. */
+/* The default target_layer_ids when a draft's config has none (z-lab's
+ * DFlash rule): nd ids spread evenly over target layers 1..nt-3, rounded as
+ * Python rounds (ties to even); one draft layer taps layer nt/2. */
 void cfg_default_taps(int n_target_layers, int n_draft_layers, int *ids);
 
 #endif

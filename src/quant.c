@@ -41,6 +41,7 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 
@@ -139,12 +140,11 @@ static int copy_file(const char *src, const char *dst) {
     size_t n;
     char *b = dfl_read_file(src, &n);
     if (!b) return -1;
-    FILE *f = fopen(dst, "wb");
-    int ok = f && fwrite(b, 1, n, f) == n;
-    if (f && fclose(f) != 0) ok = 0;
+    char *tmp;
+    FILE *f = dfl_create_tmp(dst, &tmp);
+    int rc = f ? dfl_commit_tmp(f, tmp, dst, fwrite(b, 1, n, f) == n) : -1;
     free(b);
-    if (!ok) dfl_seterr("%s: cannot write", dst);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 static int quantizable(const st_tensor *t, int group) {
@@ -162,6 +162,10 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     }
     if (group != 32 && group != 64 && group != 128) {
         dfl_seterr("--group-size must be 32, 64 or 128, not %d", group);
+        return -1;
+    }
+    if (dfl_same_file(in, out)) { /* writing into IN would replace the weights being read */
+        dfl_seterr("output directory %s is the input directory %s: choose another -o", out, in);
         return -1;
     }
     mdl_model m; /* validates the input fully before anything is written */
@@ -212,6 +216,9 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     char *p = dfl_path_join(out, "model.safetensors");
     int rc = st_write(p, ts, n, "{\"format\": \"mlx\"}");
     free(p);
+    p = dfl_path_join(out, "model.safetensors.index.json"); /* a stale index would win over the new file */
+    if (rc == 0) unlink(p);
+    free(p);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(bufs);
     free(ts);
@@ -232,10 +239,9 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     cJSON_AddItemToObject(j, "quantization_config", cJSON_Duplicate(q, 1));
     char *s = cJSON_Print(j), *cout = dfl_path_join(out, "config.json");
     cJSON_Delete(j);
-    FILE *f = fopen(cout, "w");
-    rc = f && fputs(s, f) >= 0 ? 0 : -1;
-    if (f && fclose(f) != 0) rc = -1;
-    if (rc) dfl_seterr("%s: cannot write", cout);
+    char *tmp;
+    FILE *f = dfl_create_tmp(cout, &tmp);
+    rc = f ? dfl_commit_tmp(f, tmp, cout, fputs(s, f) >= 0) : -1;
     free(s);
     free(cout);
     static const char *extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};

@@ -2,6 +2,7 @@
 #include "safetensors.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,28 +107,38 @@ static int add_file(st_set *s, const char *path) {
             dfl_seterr("%s: tensor '%s': %d dimensions (at most 4 supported)", path, e->string, t.ndim);
             goto out;
         }
+        /* every number is range-checked as a double before any cast, and the
+         * element count is checked before each multiplication (no wrap) */
+        const uint64_t max_numel = (uint64_t)1 << 46;
         uint64_t numel = 1;
         for (int i = 0; i < t.ndim; i++) {
             cJSON *d = cJSON_GetArrayItem(sh, i);
-            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12) {
+            if (!cJSON_IsNumber(d) || !(d->valuedouble >= 0 && d->valuedouble <= (double)max_numel) ||
+                d->valuedouble != floor(d->valuedouble)) {
                 dfl_seterr("%s: tensor '%s': bad shape entry %d", path, e->string, i);
                 goto out;
             }
             t.shape[i] = (int64_t)d->valuedouble;
-            numel *= (uint64_t)t.shape[i];
-            if (numel > ((uint64_t)1 << 46)) {
+            if (t.shape[i] && numel > max_numel / (uint64_t)t.shape[i]) {
                 dfl_seterr("%s: tensor '%s': shape too large", path, e->string);
                 goto out;
             }
+            numel *= (uint64_t)t.shape[i];
         }
         cJSON *b0 = cJSON_GetArrayItem(off, 0), *b1 = cJSON_GetArrayItem(off, 1);
-        if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || b0->valuedouble < 0 ||
-            b1->valuedouble < b0->valuedouble) {
+        if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || !(b0->valuedouble >= 0) ||
+            !(b1->valuedouble >= b0->valuedouble) || b0->valuedouble != floor(b0->valuedouble) ||
+            b1->valuedouble != floor(b1->valuedouble)) {
             dfl_seterr("%s: tensor '%s': bad data_offsets", path, e->string);
             goto out;
         }
+        if (b1->valuedouble > (double)data_size) {
+            dfl_seterr("%s: tensor '%s': data_offsets [%.0f, %.0f) beyond the data section (%zu bytes)", path,
+                       e->string, b0->valuedouble, b1->valuedouble, data_size);
+            goto out;
+        }
         size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
-        if (end > data_size) {
+        if (end > data_size) { /* (double)data_size rounded up */
             dfl_seterr("%s: tensor '%s': data_offsets [%zu, %zu) beyond the data section (%zu bytes)",
                        path, e->string, begin, end, data_size);
             goto out;
@@ -295,10 +306,10 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
     char *hdr = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     size_t hlen = strlen(hdr), pad = (8 - hlen % 8) % 8;
-    FILE *f = fopen(path, "wb");
+    char *tmp;
+    FILE *f = dfl_create_tmp(path, &tmp); /* renamed to path once complete */
     if (!f) {
         free(hdr);
-        dfl_seterr("%s: cannot create", path);
         return -1;
     }
     uint8_t len8[8];
@@ -314,10 +325,5 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
         size_t nb = numel * st_dtype_size(t[i].dtype);
         ok = fwrite(t[i].data, 1, nb, f) == nb && fwrite(zeros, 1, (8 - nb % 8) % 8, f) == (8 - nb % 8) % 8;
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        dfl_seterr("%s: write error", path);
-        return -1;
-    }
-    return 0;
+    return dfl_commit_tmp(f, tmp, path, ok);
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 static int argmax_generic(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -45,9 +47,7 @@ static int argmax_avx512(const float *x, int n) {
 #endif
 
 int smp_argmax(const float *x, int n) {
-    static int avx512 = -1;
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    return avx512 ? argmax_avx512(x, n) : argmax_generic(x, n);
+    return __builtin_cpu_supports("avx512f") ? argmax_avx512(x, n) : argmax_generic(x, n);
 }
 #else
 int smp_argmax(const float *x, int n) { return argmax_generic(x, n); }
@@ -67,49 +67,135 @@ double smp_uniform(uint64_t seed, int64_t pos) {
 
 size_t smp_work_size(int n) { return (size_t)n * (sizeof(float) + sizeof(int)); }
 
-/* sort candidate ids by logit, descending; ties by id */
-static const float *sort_logits;
-static int cmp_desc(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (sort_logits[i] != sort_logits[j]) return sort_logits[i] > sort_logits[j] ? -1 : 1;
-    return i - j;
+/* Candidate order: logit descending, ties by id ascending - a strict total
+ * order on the (NaN-free) candidates, so a partial selection puts exactly
+ * the ids a full sort would put in each place. The logits travel as an
+ * argument: no shared state, two models may sample at once. */
+static inline int before(const float *l, int i, int j) { return l[i] > l[j] || (l[i] == l[j] && i < j); }
+
+static void swap_int(int *a, int *b) {
+    int t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void insertion_sort(const float *l, int *v, int n) {
+    for (int i = 1; i < n; i++) {
+        int x = v[i], j = i;
+        for (; j > 0 && before(l, x, v[j - 1]); j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+/* Median of three as the pivot; moves it to v[hi]. Lomuto partition:
+ * returns p with v[lo..p) before v[p] before v[p+1..hi]. */
+static int partition(const float *l, int *v, int lo, int hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (before(l, v[mid], v[lo])) swap_int(&v[mid], &v[lo]);
+    if (before(l, v[hi], v[lo])) swap_int(&v[hi], &v[lo]);
+    if (before(l, v[mid], v[hi])) swap_int(&v[mid], &v[hi]);
+    int pv = v[hi], p = lo;
+    for (int i = lo; i < hi; i++)
+        if (before(l, v[i], pv)) swap_int(&v[i], &v[p++]);
+    swap_int(&v[p], &v[hi]);
+    return p;
+}
+
+static void sort_ids(const float *l, int *v, int n) {
+    while (n > 16) {
+        int p = partition(l, v, 0, n - 1);
+        if (p < n - 1 - p) { /* recurse into the smaller side */
+            sort_ids(l, v, p);
+            v += p + 1;
+            n -= p + 1;
+        } else {
+            sort_ids(l, v + p + 1, n - p - 1);
+            n = p;
+        }
+    }
+    insertion_sort(l, v, n);
+}
+
+/* Rearrange v[0..n) so that v[0..m) are the m first in candidate order (in
+ * any order among themselves). */
+static void select_first(const float *l, int *v, int n, int m) {
+    int lo = 0, hi = n - 1;
+    while (m > lo && m <= hi && hi - lo > 16) {
+        int p = partition(l, v, lo, hi);
+        if (p < m) lo = p + 1;
+        else hi = p - 1;
+    }
+    if (m > lo && m <= hi) insertion_sort(l, v + lo, hi - lo + 1);
+}
+
+/* The sorted prefix idx[0..*done) grows to idx[0..want) (want <= k) and
+ * prob[] gets the new positions' weights. */
+typedef struct {
+    const float *logits;
+    int *idx;
+    float *prob;
+    int k, done;
+    float mx, temp;
+} order;
+
+static void grow(order *o, int want) {
+    if (want > o->k) want = o->k;
+    if (want <= o->done) return;
+    select_first(o->logits, o->idx + o->done, o->k - o->done, want - o->done);
+    sort_ids(o->logits, o->idx + o->done, want - o->done);
+    for (int i = o->done; i < want; i++) o->prob[i] = expf((o->logits[o->idx[i]] - o->mx) / o->temp);
+    o->done = want;
 }
 
 /* Candidates are the tokens whose probability is within exp(-30) of the
  * best one (the rest carry less than ~1e-13 of the mass each and are
- * dropped), sorted by logit; then top-k, then top-p, then one draw. */
+ * dropped), in order of logit; then top-k, then top-p, then one draw that
+ * walks the candidates in that order. Only the part of the order a draw
+ * needs is sorted (a partial selection growing in doubling chunks; the walk
+ * usually stops within the first few dozen tokens), so the results are the
+ * full sort's (tests/test_sample.c). The one difference: without top-k the
+ * total mass is summed in id order rather than logit order (rounding of the
+ * last bits of a double). */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work) {
-    if (p->temp <= 0.0f) return smp_argmax(logits, n);
-    float *prob = work;
-    int *idx = (int *)(prob + n);
-    float mx = logits[smp_argmax(logits, n)];
-    int k = 0;
+    if (!(p->temp > 0.0f)) return smp_argmax(logits, n);
+    order o = {logits, (int *)((float *)work + n), work, 0, 0, -INFINITY, p->temp};
+    for (int i = 0; i < n; i++) /* NaNs never compare greater: the largest number */
+        if (logits[i] > o.mx) o.mx = logits[i];
+    if (!isfinite(o.mx)) {
+        dfl_seterr("sampling at position %lld: the logits are %s, not finite numbers (the model's activations "
+                   "overflowed)", (long long)pos, o.mx > 0 ? "infinite" : "all NaN or -inf");
+        return -1;
+    }
     for (int i = 0; i < n; i++)
-        if ((logits[i] - mx) / p->temp > -30.0f) idx[k++] = i;
-    sort_logits = logits;
-    qsort(idx, (size_t)k, sizeof(int), cmp_desc);
-    if (p->top_k > 0 && p->top_k < k) k = p->top_k;
+        if ((logits[i] - o.mx) / p->temp > -30.0f) o.idx[o.k++] = i;
     double sum = 0;
-    for (int i = 0; i < k; i++) {
-        prob[i] = expf((logits[idx[i]] - mx) / p->temp);
-        sum += prob[i];
+    if (p->top_k > 0 && p->top_k < o.k) {
+        grow(&o, p->top_k);
+        o.k = p->top_k;
+        for (int i = 0; i < o.k; i++) sum += o.prob[i];
+    } else {
+        for (int i = 0; i < o.k; i++) sum += expf((logits[o.idx[i]] - o.mx) / p->temp);
     }
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
         double c = 0;
-        for (int i = 0; i < k; i++) {
-            c += prob[i] / sum;
+        for (int i = 0; i < o.k; i++) {
+            if (i == o.done) grow(&o, 2 * o.done + 64);
+            c += o.prob[i] / sum;
             if (c >= p->top_p) {
-                k = i + 1;
+                o.k = i + 1;
                 break;
             }
         }
+        grow(&o, o.k);
         sum = 0;
-        for (int i = 0; i < k; i++) sum += prob[i];
+        for (int i = 0; i < o.k; i++) sum += o.prob[i];
     }
     double u = smp_uniform(p->seed, pos) * sum, c = 0;
-    for (int i = 0; i < k; i++) {
-        c += prob[i];
-        if (u < c) return idx[i];
+    for (int i = 0; i < o.k; i++) {
+        if (i == o.done) grow(&o, 2 * o.done + 64);
+        c += o.prob[i];
+        if (u < c) return o.idx[i];
     }
-    return idx[k - 1];
+    grow(&o, o.k);
+    return o.idx[o.k - 1];
 }

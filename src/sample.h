@@ -22,7 +22,9 @@ typedef struct {
 /* First index of the maximum (as torch.argmax). */
 int smp_argmax(const float *logits, int n);
 
-/* Token for absolute position pos. work: scratch of n floats + n ints. */
+/* Token for absolute position pos. work: scratch of n floats + n ints (the
+ * caller's: reentrant). -1 with a message when temp > 0 and no logit is a
+ * finite number (all NaN, or +inf): never a made-up id. */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work);
 size_t smp_work_size(int n);
 

@@ -119,6 +119,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
     int32_t anchor = first;
     int used = 0; /* positions committed since the prompt */
     if (p->n_predict <= 0) return 0;
+    if (anchor < 0) return -1; /* the sampler failed (non-finite logits) and said why */
     if (is_stop(p, anchor)) {
         st->stopped_by = 1;
         return 0;
@@ -156,6 +157,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             ema(&ctl->predict[n], dfl_now() - tp);
             st->predicted_rows += n;
             for (int j = i; j < i + n && open; j++) {
+                if (pred[j] < 0) return -1; /* the sampler failed on a row plain decoding uses too */
                 if (j < k && tok[j + 1] == pred[j])
                     a = j + 1;
                 else

@@ -24,7 +24,9 @@ typedef struct {
     int (*verify)(void *ud, const int32_t *tok, int T);
     /* pred[j] = the target's token for position len + i + j + 1, j < n, from
      * rows i..i+n-1 of the last verify. The loop asks in increasing i and
-     * stops at the first rejected draft: later rows are never projected. */
+     * stops at the first rejected draft: later rows are never projected.
+     * A negative token in a row the loop uses is an error (message set, as
+     * smp_pick does for non-finite logits): spec_run returns -1. */
     int (*predict)(void *ud, int i, int n, int32_t *pred);
     /* Keep the first `keep` rows of the last verify as committed (rollback the
      * rest) and hand their hidden taps to the draft. */
@@ -76,8 +78,9 @@ typedef struct {
 /* Emit callback: return non-zero to stop. */
 typedef int (*spec_emit_fn)(void *ud, int32_t tok);
 
-/* first: the token the prefill chose (the first anchor). Returns 0 or -1 on
- * a model error (message set). */
+/* first: the token the prefill chose (the first anchor; negative = the
+ * sampler failed, message set). Returns 0 or -1 on a model error (message
+ * set). */
 int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
              spec_stats *st);
 

@@ -183,14 +183,12 @@ static void vec(tensors *ts, const syn_spec *s, rng *r, const char *name, int n)
 }
 
 static int write_json(const char *dir, const char *file, cJSON *j) {
-    char *path = dfl_path_join(dir, file), *txt = cJSON_Print(j);
-    FILE *f = fopen(path, "w");
-    int ok = f && fputs(txt, f) >= 0;
-    if (f && fclose(f) != 0) ok = 0;
-    if (!ok) dfl_seterr("%s: cannot write", path);
+    char *path = dfl_path_join(dir, file), *txt = cJSON_Print(j), *tmp;
+    FILE *f = dfl_create_tmp(path, &tmp);
+    int rc = f ? dfl_commit_tmp(f, tmp, path, fputs(txt, f) >= 0) : -1;
     free(path);
     free(txt);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 static int write_config(const char *dir, const syn_spec *s) {
@@ -286,6 +284,9 @@ int syn_write(const char *dir, const syn_spec *s) {
         char *p = dfl_path_join(dir, "model.safetensors");
         rc = st_write(p, ts.t, ts.n, "{\"format\": \"pt\"}");
         free(p);
+        p = dfl_path_join(dir, "model.safetensors.index.json"); /* a stale index would win */
+        if (rc == 0) unlink(p);
+        free(p);
     } else { /* two shards: first half of the tensors, second half */
         cJSON *idx = cJSON_CreateObject(), *wm = cJSON_AddObjectToObject(idx, "weight_map");
         int half = ts.n / 2;
@@ -312,7 +313,6 @@ int syn_write(const char *dir, const syn_spec *s) {
 
 /* ---- dflash_synth (public API) ------------------------------------------- */
 #include <limits.h>
-#include <unistd.h>
 
 #include "dflash.h"
 
@@ -362,6 +362,10 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
         c->tie_embeddings = 0;
         s.seed = 2;
+    }
+    if (!draft && tokenizer_dir && dfl_same_file(tokenizer_dir, out_dir)) { /* would replace the tokenizer */
+        dfl_seterr("output directory %s is the tokenizer directory %s: choose another -o", out_dir, tokenizer_dir);
+        return -1;
     }
     if (syn_write(out_dir, &s) != 0) return -1;
     if (!draft && tokenizer_dir) {

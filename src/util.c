@@ -76,10 +76,40 @@ char *dfl_strdup(const char *s) {
     return p;
 }
 
-char *dfl_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+/* Open a regular file for reading. O_NONBLOCK: opening a FIFO must not wait
+ * for a writer; anything but a regular file (FIFO, device, directory) is
+ * refused before a byte is read. */
+static int open_regular(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         dfl_seterr("%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        dfl_seterr("%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        dfl_seterr("%s: not a regular file (%s)", path,
+                   S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+char *dfl_read_file(const char *path, size_t *len) {
+    int fd = open_regular(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) {
+            dfl_seterr("%s: %s", path, strerror(errno));
+            close(fd);
+        }
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -105,11 +135,8 @@ char *dfl_read_file(const char *path, size_t *len) {
 int dfl_map_file(const char *path, dfl_map *m) {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        dfl_seterr("%s: %s", path, strerror(errno));
-        return -1;
-    }
+    int fd = open_regular(path);
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         dfl_seterr("%s: %s", path, strerror(errno));
@@ -150,6 +177,46 @@ char *dfl_path_join(const char *dir, const char *name) {
 int dfl_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+int dfl_same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+FILE *dfl_create_tmp(const char *path, char **tmp) {
+    static const char sfx[] = ".tmp-dflash";
+    size_t n = strlen(path);
+    *tmp = dfl_malloc(n + sizeof sfx);
+    memcpy(*tmp, path, n);
+    memcpy(*tmp + n, sfx, sizeof sfx);
+    unlink(*tmp); /* a leftover (or a symlink planted there) is replaced, never written through */
+    int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        dfl_seterr("%s: cannot create: %s", *tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return f;
+}
+
+int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok) {
+    if (fflush(f) != 0) ok = 0;
+    if (fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) {
+        dfl_seterr("%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (!ok) {
+        dfl_seterr("%s: write error", path);
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
 }
 
 double dfl_now(void) {

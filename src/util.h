@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #if defined(__GNUC__)
 #define DFL_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -46,6 +47,18 @@ void dfl_unmap(dfl_map *m);
 /* "dir/name" in a malloc'd string. */
 char *dfl_path_join(const char *dir, const char *name);
 int dfl_file_exists(const char *path);
+
+/* 1 if a and b name the same file or directory (same device and inode, so
+ * symlinks, "..", relative paths are seen through), 0 if not or if either
+ * does not exist. */
+int dfl_same_file(const char *a, const char *b);
+
+/* Writing a file without ever leaving a half-written one under its name:
+ * dfl_create_tmp opens "PATH.tmp-dflash" (*tmp, malloc'd) for writing;
+ * dfl_commit_tmp closes it and, when ok and the close succeeded, renames it
+ * to PATH, else removes it. Returns 0 or -1 with "PATH: write error". */
+FILE *dfl_create_tmp(const char *path, char **tmp);
+int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok);
 
 /* Monotonic clock in seconds. */
 double dfl_now(void);

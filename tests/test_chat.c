@@ -59,7 +59,7 @@ TEST(fixture_cases) {
     }
 }
 
-/* logistics.md 2: the prompt format the engine relies on, spelled out */
+/* the Qwen3 prompt format the engine relies on, spelled out */
 TEST(known_prompts) {
     chat_message one[] = {{"user", "Hello", NULL}};
     char *s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_OFF);
@@ -77,7 +77,7 @@ TEST(known_prompts) {
     free(s);
 }
 
-/* the rendered no-think prompt tokenizes to the ids of logistics.md 1.3 */
+/* the rendered no-think prompt tokenizes to the ids other tokenizers give */
 TEST(render_then_tokenize) {
     char *dir = dfl_path_join(ROOT, "models/qwen3-tokenizer");
     tok_tokenizer *t = tok_load(dir);

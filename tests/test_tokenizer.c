@@ -114,7 +114,8 @@ TEST(load) {
     tok_free(t);
 }
 
-/* logistics.md 1.3: @lenml/tokenizers and a Python BPE agree on these */
+/* ids that two other implementations (@lenml/tokenizers and a Python BPE)
+ * agree on for these strings */
 TEST(logistics_cases) {
     CHECK_IDS("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
               151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271);
@@ -471,6 +472,70 @@ TEST(long_runs) {
     free(s);
 }
 
+/* A long run of combining marks of four classes in descending class order
+ * (U+0301 230, U+0316 220, U+05B0 10, U+0334 1) after 'a': NFC sorts the run
+ * stably by class and composes a + U+0301 into U+00E1. utf8proc's own
+ * ordering (an adjacent-swap sort) is quadratic in the run: this input
+ * (96000 marks, 192 KB) took it about a minute; the tokenizer's linear
+ * ordering well under a second (docs/reliability.md). The check is the
+ * output, exactly: ids decode to the NFC text and equal the NFC text's ids. */
+TEST(nfc_long_mark_run) {
+    enum { N = 24000 };
+    static const char mark[4][3] = {"\xcc\x81", "\xcc\x96", "\xd6\xb0", "\xcc\xb4"};
+    char *in = dfl_malloc(1 + 8 * (size_t)N + 1), *want = dfl_malloc(2 + 8 * (size_t)N + 1);
+    size_t n = 0, w = 0;
+    in[n++] = 'a';
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < 4; k++, n += 2) memcpy(in + n, mark[k], 2);
+    memcpy(want, "\xc3\xa1", 2); /* a + U+0301 composed */
+    w = 2;
+    for (int k = 3; k >= 0; k--)
+        for (int i = 0; i < N - (k == 0); i++, w += 2) memcpy(want + w, mark[k], 2);
+    size_t m1, m2, k;
+    int32_t *ids = enc(in, n, &m1), *ids2 = enc(want, w, &m2);
+    CHECK(ids && ids2, "encode");
+    char *back = ids ? decode_all(ids, m1, &k) : NULL;
+    CHECK(back && k == w && memcmp(back, want, w) == 0, "decoded text is the NFC form (%zu bytes, want %zu)", k, w);
+    CHECK(ids && ids2 && ids_equal(ids, m1, ids2, m2), "ids equal the NFC text's ids");
+    free(back);
+    free(ids);
+    free(ids2);
+    free(in);
+    free(want);
+}
+
+/* Random mixes of starters, composing letters, Hangul jamo and marks of
+ * many classes: the tokenizer's text after NFC (decode of the ids) equals
+ * utf8proc_map's NFC, the implementation it replaced. */
+TEST(nfc_matches_utf8proc) {
+    static const int32_t cps[] = {'a', 'e', 'o', 'A', ' ', 0x00E1, 0x0301, 0x0300, 0x0316, 0x0327, 0x0334, 0x0345,
+                                  0x05B0, 0x05B8, 0x0653, 0x0654, 0x0655, 0x093C, 0x0CBC, 0x1100, 0x1161, 0x11A8,
+                                  0xAC00, 0x1E0D, 0x0307, 0x0323, 0x031B, 0x0F71, 0x0F72, 0x0F80, 0x3099, 0x304B,
+                                  0x0915, 0x0B47, 0x0B3E, 0x0B57, 0x1025, 0x102E, 0x212B, 0x2126, 0x0344, 0x1D15E};
+    uint64_t r = 12345;
+    int bad = 0;
+    for (int it = 0; it < 3000; it++) {
+        char s[400];
+        size_t n = 0;
+        int len = 1 + (int)(r % 40);
+        for (int i = 0; i < len; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            n += (size_t)utf8proc_encode_char(cps[(r >> 33) % (sizeof cps / sizeof cps[0])], (utf8proc_uint8_t *)s + n);
+        }
+        unsigned char *want = NULL;
+        utf8proc_ssize_t wn = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &want,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        size_t m, k;
+        int32_t *ids = enc(s, n, &m);
+        char *back = ids ? decode_all(ids, m, &k) : NULL;
+        if (wn < 0 || !back || (size_t)wn != k || memcmp(back, want, k)) bad++;
+        free(back);
+        free(ids);
+        free(want);
+    }
+    CHECK(bad == 0, "%d of 3000 texts differ from utf8proc_map's NFC", bad);
+}
+
 static void write_file(const char *path, const char *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -630,6 +695,8 @@ int main(void) {
     RUN(stream_decode_utf8);
     RUN(invalid_utf8);
     RUN(long_runs);
+    RUN(nfc_long_mark_run);
+    RUN(nfc_matches_utf8proc);
     RUN(bad_files);
     RUN(string_merges);
     tok_free(T);

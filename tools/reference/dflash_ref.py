@@ -1,5 +1,5 @@
 """Reference DFlash speculative decoding in plain PyTorch, written from
-docs/dflash-spec.md sections 1-3 (not from any other implementation).
+the DFlash design (draft, taps, block decoding) (not from any other implementation).
 
 Importable:
     import sys; sys.path.insert(0, "tools/reference")

@@ -41,7 +41,7 @@ SENTENCES = [
     "The cat sat on the mat and looked at the door.",
     "It is a good day to write some code.",
 ]
-SENTENCE_FALLBACK = [9707, 11, 1879, 0, 1084, 594]   # "Hello, world! It's" (docs/logistics.md 1.3)
+SENTENCE_FALLBACK = [9707, 11, 1879, 0, 1084, 594]   # "Hello, world! It's" (ids other tokenizers agree on)
 TARGETS = ["tiny-qwen3", "tiny-llama3", "tiny-qwen3-q8", "tiny-qwen3-q4"]
 
 

@@ -3,7 +3,7 @@
 The target's module tree copies HF `Qwen3ForCausalLM` (same parameter names,
 same maths: fp32 RMSNorm, q/k-norm per head before neox RoPE, GQA, SiLU MLP,
 tied lm_head), so its state_dict is an HF checkpoint. The draft follows
-docs/dflash-spec.md section 1 and carries z-lab's bare tensor names.
+the DFlash design (draft architecture) and carries z-lab's bare tensor names.
 Runs on torch 1.13 (CPU, for tests) and torch 2.x (GPU).
 """
 import json

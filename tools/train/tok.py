@@ -51,7 +51,7 @@ class Tok:
                 bs += bytes(self.u2b[ch] for ch in t)
         return bs.decode("utf-8", "replace")
 
-    # slow path (logistics.md section 6 reference BPE)
+    # slow path (a plain reference BPE)
     def _slow_init(self, path):
         import regex
         t = json.load(open(path))

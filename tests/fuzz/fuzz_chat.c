@@ -1,0 +1,55 @@
+/* fuzz_chat.c - the chat templates (chat_render, chat_detect) on arbitrary
+ * messages. Byte 0 picks the format, the generation prompt and thinking;
+ * the rest is records separated by 0x1E, each starting with a role byte;
+ * an 0x1F inside a record starts its reasoning_content. The whole input is
+ * also given to chat_detect as template text. Oracle: no crash or sanitizer
+ * report; an unknown role is refused (Qwen3); with valid UTF-8
+ * messages the output is valid UTF-8 and (Qwen3, which does not trim) holds
+ * every user message. */
+#include "chat.h"
+#include "fuzz_common.h"
+#include "util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    char *txt = dfl_malloc(size + 1);
+    memcpy(txt, data, size);
+    txt[size] = 0;
+    chat_detect(txt);
+    free(txt);
+    static const char *roles[] = {"system", "user", "assistant", "tool", "bogus"};
+    chat_format f = data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
+    int gen = (data[0] >> 1) & 1;
+    chat_think think = (chat_think)((int)((data[0] >> 2) % 3) - 1);
+    char *buf = dfl_malloc(size + 1);
+    memcpy(buf, data + 1, size - 1);
+    buf[size - 1] = 0;
+    chat_message msgs[64];
+    int n = 0, bad_role = 0;
+    for (char *p = buf, *end = buf + size - 1; p < end && n < 64;) {
+        char *e = memchr(p, 0x1e, (size_t)(end - p));
+        if (!e) e = end;
+        *e = 0;
+        int r = e > p ? (unsigned char)*p % 5 : 1;
+        char *content = e > p ? p + 1 : p, *reason = strchr(content, 0x1f);
+        if (reason) *reason++ = 0;
+        bad_role |= r == 4;
+        msgs[n++] = (chat_message){roles[r], content, reason};
+        p = e + 1;
+    }
+    char *out = chat_render(f, msgs, n, gen, think);
+    if (bad_role && out && f == CHAT_QWEN3) abort(); /* Llama-3 renders any role name, as its template does */
+    if (out) {
+        int utf8 = 1;
+        for (int i = 0; i < n; i++)
+            utf8 &= dfl_utf8_invalid_at(msgs[i].content, strlen(msgs[i].content)) < 0 &&
+                    (!msgs[i].reasoning_content ||
+                     dfl_utf8_invalid_at(msgs[i].reasoning_content, strlen(msgs[i].reasoning_content)) < 0);
+        if (utf8 && dfl_utf8_invalid_at(out, strlen(out)) >= 0) abort();
+        for (int i = 0; i < n; i++)
+            if (f == CHAT_QWEN3 && !strcmp(msgs[i].role, "user") && !strstr(out, msgs[i].content)) abort();
+        free(out);
+    }
+    free(buf);
+    return 0;
+}

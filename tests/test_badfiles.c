@@ -1,0 +1,339 @@
+/* test_badfiles.c - hostile model directories: sizes whose products wrap,
+ * counts too large to allocate, JSON numbers outside the range of the C type
+ * they end up in, shapes whose element count wraps uint64, non-finite
+ * floats, FIFOs and directories where files should be. Each case is made
+ * here from the tiny models in tests/models and must fail with a one-line
+ * message naming the problem - never a crash, an abort, UB or a hang. Also
+ * the library side of the output-directory rules (quantize/synth). */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "check.h"
+#include "config.h"
+#include "dflash.h"
+#include "model.h"
+#include "safetensors.h"
+#include "synth.h"
+#include "util.h"
+
+static char tmpdir[256];
+static int n_dirs;
+
+static char *path(const char *a, const char *b) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    if (b) snprintf(buf[k], sizeof buf[k], "%s/%s/%s", tmpdir, a, b);
+    else snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, a);
+    return buf[k];
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", p);
+        exit(1);
+    }
+}
+
+static void copy(const char *src, const char *dst) {
+    size_t n;
+    char *b = dfl_read_file(src, &n);
+    if (!b) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+    write_file(dst, b, n);
+    free(b);
+}
+
+/* A fresh copy of tests/models/NAME; returns its path (static buffer). */
+static const char *clone(const char *name) {
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s/m%d", tmpdir, n_dirs++);
+    mkdir(dir, 0777);
+    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                  "tokenizer_config.json"};
+    for (int i = 0; i < 5; i++) {
+        char src[512], dst[600];
+        snprintf(src, sizeof src, "tests/models/%s/%s", name, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        if (access(src, R_OK) == 0) copy(src, dst);
+    }
+    return dir;
+}
+
+/* Replace the raw JSON text of KEY's value in DIR/FILE (top level or inside
+ * the object OBJ when not NULL). The value is spliced in as text so that
+ * numbers such as 1e30 or 1e999 reach the parser exactly as written. */
+static void set_raw(const char *dir, const char *file, const char *obj, const char *key, const char *value) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    char *txt = dfl_read_file(p, NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : cJSON_CreateObject();
+    free(txt);
+    cJSON *o = obj ? cJSON_GetObjectItemCaseSensitive(j, obj) : j;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddStringToObject(o, key, "@@VALUE@@");
+    char *s = cJSON_PrintUnformatted(j), *at = strstr(s, "\"@@VALUE@@\"");
+    cJSON_Delete(j);
+    size_t n = strlen(s) + strlen(value) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - s), s, value, at + strlen("\"@@VALUE@@\""));
+    write_file(p, out, strlen(out));
+    free(out);
+    free(s);
+}
+
+static int err_has(const char *needle) {
+    const char *e = dfl_lasterr();
+    if (strstr(e, needle) && !strchr(e, '\n')) return 1;
+    fprintf(stderr, "  error was: %s\n", e);
+    return 0;
+}
+
+/* mdl_load of DIR must fail with NEEDLE in the message. */
+static int load_fails(const char *dir, const char *needle) {
+    mdl_model m;
+    dfl_seterr("(none)");
+    if (mdl_load(&m, dir) == 0) {
+        mdl_free(&m);
+        fprintf(stderr, "  %s loaded\n", dir);
+        return 0;
+    }
+    return err_has(needle);
+}
+
+#define CFG_CASE(model, file, obj, key, value, needle)                                         \
+    do {                                                                                        \
+        const char *d_ = clone(model);                                                          \
+        set_raw(d_, file, obj, key, value);                                                     \
+        CHECK(load_fails(d_, needle), "%s %s = %s", file, key, value);                          \
+    } while (0)
+
+TEST(size_products) {
+    /* heads * head_dim = 2^32 wrapped to 0 in int before */
+    const char *d = clone("tiny-qwen3");
+    set_raw(d, "config.json", NULL, "num_attention_heads", "1024");
+    set_raw(d, "config.json", NULL, "num_key_value_heads", "1024");
+    set_raw(d, "config.json", NULL, "head_dim", "512");
+    CHECK(load_fails(d, "num_attention_heads * head_dim"), "heads * head_dim");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "num_attention_heads", "8388608", "num_attention_heads");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "hidden_size", "1073741824", "hidden_size");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "intermediate_size", "2000000000", "intermediate_size");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "vocab_size", "2000000000", "vocab_size");
+    /* draft: n_taps * hidden (fc columns) */
+    d = clone("tiny-draft");
+    set_raw(d, "config.json", NULL, "hidden_size", "65536");
+    set_raw(d, "config.json", NULL, "num_attention_heads", "128");
+    set_raw(d, "config.json", NULL, "num_key_value_heads", "128");
+    set_raw(d, "config.json", NULL, "head_dim", "512");
+    set_raw(d, "config.json", "dflash_config", "target_layer_ids",
+            "[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31]");
+    CHECK(load_fails(d, "features is larger than dflash supports"), "n_taps * hidden");
+}
+
+TEST(counts_before_allocation) {
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "num_hidden_layers", "2000000000", "num_hidden_layers");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "num_hidden_layers", "-3", "positive");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "max_position_embeddings", "1999999999", "max_position_embeddings");
+    CFG_CASE("tiny-draft", "config.json", NULL, "num_target_layers", "1e9", "num_target_layers");
+}
+
+TEST(json_numbers_out_of_range) {
+    CFG_CASE("tiny-qwen3", "generation_config.json", NULL, "eos_token_id", "1e30", "eos_token_id");
+    CFG_CASE("tiny-qwen3", "generation_config.json", NULL, "eos_token_id", "[151645, -1e30]", "eos_token_id");
+    CFG_CASE("tiny-qwen3", "generation_config.json", NULL, "eos_token_id", "2.5", "eos_token_id");
+    CFG_CASE("tiny-draft", "config.json", "dflash_config", "target_layer_ids", "[1, 1e30]", "target_layer_ids");
+    CFG_CASE("tiny-draft", "config.json", "dflash_config", "target_layer_ids", "[-1e30]", "target_layer_ids");
+    CFG_CASE("tiny-draft", "config.json", "dflash_config", "mask_token_id", "1e30", "mask_token_id");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "hidden_size", "1e999", "hidden_size");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "rope_theta", "1e999", "rope_theta");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "rope_theta", "-1e999", "rope_theta");
+    CFG_CASE("tiny-qwen3", "config.json", NULL, "rms_norm_eps", "1e999", "rms_norm_eps");
+}
+
+/* A raw safetensors file with the given header and ndata zero bytes. */
+static void raw_st(const char *p, const char *hdr, size_t ndata) {
+    size_t h = strlen(hdr);
+    uint8_t *b = calloc(1, 8 + h + ndata);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, hdr, h);
+    write_file(p, b, 8 + h + ndata);
+    free(b);
+}
+
+static int st_fails(const char *hdr, size_t ndata, const char *needle) {
+    char *p = path("raw.safetensors", NULL);
+    raw_st(p, hdr, ndata);
+    st_set s;
+    if (st_open_file(&s, p) == 0) {
+        st_close(&s);
+        fprintf(stderr, "  accepted: %s\n", hdr);
+        return 0;
+    }
+    return err_has(needle);
+}
+
+TEST(safetensors_numbers) {
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[0,1e20]}}", 16, "beyond"), "end 1e20");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[0,18446744073709551616]}}", 16,
+                   "beyond"), "end 2^64");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[1e300,1e301]}}", 16, "beyond"),
+          "begin 1e300");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[-1e30,16]}}", 16, "data_offsets"),
+          "begin -1e30");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[0.5,16]}}", 16, "data_offsets"),
+          "begin 0.5");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[1e30],\"data_offsets\":[0,16]}}", 16, "shape"), "dim 1e30");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[2.5],\"data_offsets\":[0,16]}}", 16, "shape"), "dim 2.5");
+    /* 2^32 * 2^32 * 16 wraps uint64 to 0 = the byte count of an empty range */
+    CHECK(st_fails("{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}}", 16,
+                   "shape too large"), "wrapping product");
+    CHECK(st_fails("{\"a\":{\"dtype\":\"F32\",\"shape\":[65536,65536,65536,65536],\"data_offsets\":[0,0]}}", 16,
+                   "shape too large"), "wrapping product 4d");
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "  FAIL: a FIFO in the model directory hung the load\n"
+                              "test_badfiles: 0 passed, 1 failed\n";
+    write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+TEST(fifo_and_directories) {
+    signal(SIGALRM, on_alarm);
+    alarm(120); /* a hang guard for the old behaviour, not a timing check */
+    const char *files[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 4; i++) {
+        const char *d = clone("tiny-qwen3");
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", d, files[i]);
+        unlink(p);
+        CHECK(mkfifo(p, 0666) == 0, "mkfifo %s", p);
+        dfl_seterr("(none)");
+        dflash_model *m = i == 3 ? dflash_load_tokenizer(d) : dflash_load(d, NULL, NULL);
+        CHECK(!m && err_has("a FIFO"), "FIFO %s", files[i]);
+        if (m) dflash_free(m);
+        d = clone("tiny-qwen3");
+        snprintf(p, sizeof p, "%s/%s", d, files[i]);
+        unlink(p);
+        mkdir(p, 0777);
+        dfl_seterr("(none)");
+        m = i == 3 ? dflash_load_tokenizer(d) : dflash_load(d, NULL, NULL);
+        CHECK(!m && err_has("a directory"), "directory %s", files[i]);
+        if (m) dflash_free(m);
+    }
+    alarm(0);
+}
+
+TEST(good_models_still_load) {
+    mdl_model m;
+    CHECK(mdl_load(&m, "tests/models/tiny-qwen3") == 0, "%s", dfl_lasterr());
+    mdl_free(&m);
+    CHECK(mdl_load(&m, "tests/models/tiny-draft") == 0, "%s", dfl_lasterr());
+    mdl_free(&m);
+    const char *d = clone("tiny-qwen3");
+    set_raw(d, "generation_config.json", NULL, "eos_token_id", "[151645, 151643]");
+    CHECK(mdl_load(&m, d) == 0, "%s", dfl_lasterr());
+    CHECK(m.cfg.n_eos == 2 && m.cfg.eos_ids[1] == 151643, "eos");
+    mdl_free(&m);
+}
+
+TEST(output_dirs) {
+    const char *in = clone("tiny-qwen3");
+    char inp[600];
+    snprintf(inp, sizeof inp, "%s", in);
+    char *st = dfl_path_join(inp, "model.safetensors");
+    size_t n0, n1;
+    char *before = dfl_read_file(st, &n0);
+    dfl_seterr("(none)");
+    CHECK(dflash_quantize(inp, inp, 8, 64) != 0 && err_has("is the input directory"), "quantize IN IN");
+    char rel[700];
+    snprintf(rel, sizeof rel, "%s/../%s", inp, strrchr(inp, '/') + 1);
+    CHECK(dflash_quantize(inp, rel, 4, 64) != 0 && err_has("is the input directory"), "quantize IN IN/../IN");
+    char *after = dfl_read_file(st, &n1);
+    CHECK(after && n0 == n1 && !memcmp(before, after, n0), "input unchanged");
+    free(before);
+    free(after);
+    free(st);
+    /* a stale sharded model in OUT must not shadow the new single file */
+    syn_spec s = syn_default();
+    s.sharded = 1;
+    char *out = path("stale", NULL);
+    CHECK(syn_write(out, &s) == 0, "synth: %s", dfl_lasterr());
+    CHECK(dflash_quantize(inp, out, 8, 32) == 0, "%s", dfl_lasterr());
+    mdl_model m;
+    CHECK(mdl_load(&m, out) == 0, "quantized output: %s", dfl_lasterr());
+    CHECK(m.cfg.q_bits == 8 && m.layers && m.layers[0].wq.dtype == KN_Q8, "quantized output: bits %d",
+          m.cfg.q_bits);
+    mdl_free(&m);
+    /* synth -o the tokenizer directory would unlink the tokenizer */
+    dfl_seterr("(none)");
+    CHECK(dflash_synth("tiny", 0, 0, inp, inp) != 0 && err_has("tokenizer directory"), "synth -o tokenizer dir");
+    CHECK(dfl_file_exists(path(strrchr(inp, '/') + 1, "tokenizer.json")), "tokenizer kept");
+}
+
+static int on_text(void *ud, int32_t id, const char *text, size_t len) {
+    (void)id;
+    (void)text;
+    *(size_t *)ud += len;
+    return 0;
+}
+
+/* A model whose final norm is NaN: sampling must fail with a message, not
+ * emit an id made of a float's bits. */
+TEST(nan_logits_generate) {
+    const char *d = clone("tiny-qwen3");
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s", d);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    st_set s;
+    CHECK(st_open_file(&s, p) == 0, "%s", dfl_lasterr());
+    const st_tensor *t = st_find(&s, "model.norm.weight");
+    CHECK(t && t->dtype == ST_BF16, "model.norm.weight");
+    long off = t ? (long)((const uint8_t *)t->data - s.maps[0].data) : 0;
+    size_t nb = t ? t->nbytes : 0;
+    st_close(&s);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f && fseek(f, off, SEEK_SET) == 0, "open");
+    for (size_t i = 0; f && i < nb / 2; i++) fwrite("\xc0\x7f", 1, 2, f); /* bf16 NaN */
+    if (f) fclose(f);
+    dflash_model *m = dflash_load(dir, NULL, NULL);
+    CHECK(m != NULL, "%s", dflash_error());
+    if (!m) return;
+    dflash_gen g = dflash_default_gen();
+    g.temp = 0.8f;
+    g.n_predict = 4;
+    size_t got = 0;
+    dflash_stats st;
+    int rc = dflash_generate_text(m, "Hello", &g, on_text, &got, &st);
+    CHECK(rc != 0 && strstr(dflash_error(), "not finite"), "rc %d, %zu bytes out: %s", rc, got, dflash_error());
+    CHECK(got == 0, "%zu bytes of text from NaN logits", got);
+    dflash_free(m);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-badfiles-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN(size_products);
+    RUN(counts_before_allocation);
+    RUN(json_numbers_out_of_range);
+    RUN(safetensors_numbers);
+    RUN(fifo_and_directories);
+    RUN(good_models_still_load);
+    RUN(output_dirs);
+    RUN(nan_logits_generate);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    CHECK_DONE("test_badfiles");
+}

@@ -1,0 +1,113 @@
+#!/bin/sh
+# test_cli_user.sh - the command line as a llama.cpp user expects it: write
+# errors on stdout fail the run, a final newline on a terminal, options of
+# other commands rejected, -m FILE explained, --version, random default seed
+# (printed, and --seed takes it back), -n -1, and the chat: /help, a long
+# line is one turn, a conversation longer than the context keeps answering,
+# Ctrl-C stops an answer but not the chat.
+BIN=${DFLASH_BIN:-./dflash}
+ROOT=${DFLASH_ROOT:-.}
+cd "$ROOT" || exit 1
+T=$(mktemp -d /tmp/dflash-user-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
+expect() {
+    name=$1 want=$2 needle=$3; shift 4
+    "$@" >"$T/out" 2>"$T/err"; rc=$?
+    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
+    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
+    if grep -qiE 'AddressSanitizer|runtime error|Segmentation' "$T/err"; then bad "$name (crash)"; return; fi
+    ok "$name"
+}
+M="$T/tgt"
+"$BIN" synth --shape tiny -o "$M" 2>/dev/null || { echo "synth failed"; exit 1; }
+
+# stdout write errors
+expect "generate >/dev/full" 1 "writing to stdout" -- sh -c "\"$BIN\" generate -m \"$M\" -p Hello -n 8 --ignore-eos >/dev/full"
+expect "tokenize >/dev/full" 1 "writing to stdout" -- sh -c "\"$BIN\" tokenize -m \"$M\" -p Hello >/dev/full"
+expect "--help >/dev/full" 1 "writing to stdout" -- sh -c "\"$BIN\" generate --help >/dev/full"
+expect "generate to a pipe" 0 "" -- "$BIN" generate -m "$M" -p Hello -n 4 --ignore-eos
+
+# a terminal gets a final newline (script(1) provides the pty)
+if command -v script >/dev/null 2>&1; then
+    script -qec "\"$BIN\" generate -m \"$M\" -p Hello -n 6 --ignore-eos 2>/dev/null" /dev/null >"$T/tty" 2>&1
+    last=$(tail -c 2 "$T/tty" | od -An -c | tr -d ' ')
+    [ "$last" = '\r\n' ] && ok "tty: output ends with a newline" || bad "tty: output ends with a newline (last bytes: $last)"
+    "$BIN" generate -m "$M" -p Hello -n 6 --ignore-eos >"$T/pipe" 2>/dev/null
+    [ "$(tail -c 1 "$T/pipe" | od -An -c | tr -d ' ')" != '\n' ] && ok "pipe: text unchanged (no newline added)" ||
+        echo "ok - pipe: (the text itself ended with a newline)"
+fi
+
+# options of other commands, model files
+expect "tokenize --temp" 2 "not used by 'tokenize'" -- "$BIN" tokenize -m "$M" -p hi --temp 0.5
+expect "generate --prompts" 2 "not used by 'generate'" -- "$BIN" generate -m "$M" -p hi --prompts x.jsonl
+expect "bench --chat" 2 "not used by 'bench'" -- "$BIN" bench -m "$M" --chat
+expect "chat -p" 2 "not used by 'chat'" -- "$BIN" chat -m "$M" -p hi
+expect "a value that looks like an option" 0 "" -- "$BIN" tokenize -m "$M" -p --temp
+: >"$T/model.gguf"
+expect "-m file.gguf" 1 "GGUF files are not supported yet" -- "$BIN" generate -m "$T/model.gguf" -p hi
+expect "-m model.safetensors" 1 "pass the model directory" -- "$BIN" generate -m "$M/model.safetensors" -p hi
+expect "--draft model.safetensors" 1 "pass the model directory" -- "$BIN" generate -m "$M" --draft "$M/config.json" -p hi
+expect "--version" 0 "" -- "$BIN" --version
+grep -q "^dflash [0-9]" "$T/out" && ok "--version prints the version" || bad "--version prints the version"
+
+# seeds and -n -1
+expect "random seed" 0 "seed: " -- "$BIN" generate -m "$M" -p Hello -n 12 --temp 0.9 --ignore-eos
+cp "$T/out" "$T/s1"
+seed=$(sed -n 's/^seed: \([0-9]*\).*/\1/p' "$T/err")
+expect "--seed takes the printed seed back" 0 "" -- "$BIN" generate -m "$M" -p Hello -n 12 --temp 0.9 --ignore-eos --seed "$seed"
+cmp -s "$T/out" "$T/s1" && ok "same seed, same text" || bad "same seed, same text"
+grep -q "seed:" "$T/err" && bad "an explicit seed is not announced" || ok "an explicit seed is not announced"
+expect "--seed -1" 0 "seed: " -- "$BIN" generate -m "$M" -p Hello -n 4 --temp 0.9 --seed -1
+expect "greedy run" 0 "" -- "$BIN" generate -m "$M" -p Hello -n 4
+grep -q "seed:" "$T/err" && bad "greedy: no seed line" || ok "greedy: no seed line"
+expect "-n -1 runs to the end of the context" 0 "stopped: context full" -- "$BIN" generate -m "$M" -c 48 -p Hello -n -1 --ignore-eos
+expect "-n -2" 2 "expects an integer" -- "$BIN" generate -m "$M" -p Hello -n -2
+
+# chat
+printf '/help\nHello\n/exit\n' | "$BIN" chat -m "$M" -n 4 -v >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "/reset" "$T/err" && ok "chat /help" || bad "chat /help (exit $rc)"
+[ "$(grep -c '^decode:' "$T/err")" -eq 1 ] && ok "chat: /help is not a turn" || bad "chat: /help is not a turn"
+# a 70000-byte line is one message (fgets split it into two turns of 64 KB)
+awk 'BEGIN { for (i = 0; i < 7000; i++) printf "0123456789"; printf "\n" }' >"$T/long.txt"
+"$BIN" chat -m "$M" -n 2 -v <"$T/long.txt" >"$T/out" 2>"$T/err"
+n_err=$(grep -c "error" "$T/err")
+[ "$n_err" -eq 1 ] && grep -q "the message is" "$T/err" && ok "chat: a 70 KB line is one message" ||
+    bad "chat: a 70 KB line is one message ($n_err errors)"
+# more turns than the context holds: old turns are dropped, every turn answers
+for i in 1 2 3 4 5 6 7 8; do echo "Tell me about the number $i and its friends"; done >"$T/turns.txt"
+"$BIN" chat -m "$M" -c 96 -n 8 -v <"$T/turns.txt" >"$T/out" 2>"$T/err"
+rc=$?
+answers=$(grep -c '^decode:' "$T/err")
+[ $rc -eq 0 ] && [ "$answers" -eq 8 ] && ok "chat past the context: 8 of 8 turns answered" ||
+    bad "chat past the context: $answers of 8 turns answered (exit $rc)"
+grep -q "dropped the" "$T/err" && ok "chat says it dropped old turns" || bad "chat says it dropped old turns"
+grep -q "error" "$T/err" && bad "chat past the context: no errors" || ok "chat past the context: no errors"
+
+# Ctrl-C during an answer: the answer stops (its statistics are printed, so
+# the chat handled it), the chat goes on and quits normally at /exit. stdout
+# is a FIFO the test does not read until the signal is sent, so the answer
+# cannot run ahead more than a pipe buffer (no timing involved).
+mkfifo "$T/in" "$T/outp"
+sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$T/pid" "$BIN" chat -m "$M" -c 40000 -n -1 -v \
+    <"$T/in" >"$T/outp" 2>"$T/err" &
+exec 7>"$T/in" 8<"$T/outp"
+echo "Hello" >&7
+dd bs=1 count=1 <&8 >/dev/null 2>&1 # the answer has started
+kill -INT "$(cat "$T/pid")"
+cat <&8 >"$T/out" 7>&- &
+printf '/help\n/exit\n' >&7
+exec 7>&-
+wait %1
+rc=$?
+exec 8<&-
+[ $rc -eq 0 ] && ok "chat survives Ctrl-C" || bad "chat survives Ctrl-C (exit $rc)"
+grep -q "(answer stopped)" "$T/err" && ok "Ctrl-C stops the answer" || bad "Ctrl-C stops the answer"
+grep -q "stopped: callback" "$T/err" && ok "the stopped answer is accounted" || bad "the stopped answer is accounted"
+grep -q "/reset" "$T/err" && ok "the chat reads on after Ctrl-C (/help)" || bad "the chat reads on after Ctrl-C (/help)"
+
+echo "test_cli_user: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

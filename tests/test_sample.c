@@ -1,0 +1,202 @@
+/* test_sample.c - the sampler (src/sample.c) against a reference that fully
+ * sorts the candidates (the sampler as it was before the partial selection):
+ * same token for random logits with and without ties, every top-k / top-p /
+ * temperature combination; reentrant (two threads sampling different logits
+ * at once get their single-thread answers); non-finite logits give an error,
+ * never an id. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "sample.h"
+#include "util.h"
+
+/* ---- reference: full qsort of the candidates (single-threaded test use) -- */
+static const float *ref_logits;
+static int ref_cmp(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (ref_logits[i] != ref_logits[j]) return ref_logits[i] > ref_logits[j] ? -1 : 1;
+    return i - j;
+}
+
+static int ref_pick(const smp_params *p, const float *logits, int n, int64_t pos) {
+    float *prob = malloc(sizeof(float) * (size_t)n);
+    int *idx = malloc(sizeof(int) * (size_t)n);
+    float mx = logits[0];
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if ((logits[i] - mx) / p->temp > -30.0f) idx[k++] = i;
+    ref_logits = logits;
+    qsort(idx, (size_t)k, sizeof(int), ref_cmp);
+    if (p->top_k > 0 && p->top_k < k) k = p->top_k;
+    double sum = 0;
+    for (int i = 0; i < k; i++) {
+        prob[i] = expf((logits[idx[i]] - mx) / p->temp);
+        sum += prob[i];
+    }
+    if (p->top_p > 0.0f && p->top_p < 1.0f) {
+        double c = 0;
+        for (int i = 0; i < k; i++) {
+            c += prob[i] / sum;
+            if (c >= p->top_p) {
+                k = i + 1;
+                break;
+            }
+        }
+        sum = 0;
+        for (int i = 0; i < k; i++) sum += prob[i];
+    }
+    double u = smp_uniform(p->seed, pos) * sum, c = 0;
+    int r = idx[k - 1];
+    for (int i = 0; i < k; i++) {
+        c += prob[i];
+        if (u < c) {
+            r = idx[i];
+            break;
+        }
+    }
+    free(prob);
+    free(idx);
+    return r;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static double rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+static float gauss(void) { return (float)(sqrt(-2 * log(rnd() + 1e-300)) * cos(6.283185307179586 * rnd())); }
+
+/* kind 0: smooth; 1: coarse (many exact ties); 2: a few dominant tokens; 3: flat */
+static void fill(float *l, int n, int kind) {
+    for (int i = 0; i < n; i++) {
+        float g = gauss();
+        if (kind == 0) l[i] = 3 * g;
+        else if (kind == 1) l[i] = roundf(4 * g) / 2;
+        else if (kind == 2) l[i] = g + (rnd() < 0.001 ? 15 : 0);
+        else l[i] = 0.01f * g;
+    }
+}
+
+TEST(matches_full_sort) {
+    static const int ns[] = {7, 1000, 151936};
+    static const float temps[] = {0.2f, 0.8f, 1.5f};
+    static const int topk[] = {0, 1, 3, 40, 1000};
+    static const float topp[] = {1.0f, 0.95f, 0.5f, 0.02f};
+    int checked = 0, differ = 0;
+    for (int a = 0; a < 3; a++) {
+        int n = ns[a];
+        float *l = malloc(sizeof(float) * (size_t)n);
+        void *work = malloc(smp_work_size(n));
+        for (int kind = 0; kind < 4; kind++) {
+            if (n > 100000 && (kind == 0 || kind == 2)) continue; /* the reference's full sort is slow */
+            fill(l, n, kind);
+            for (int t = 0; t < 3; t++)
+                for (int k = 0; k < 5; k++)
+                    for (int q = 0; q < 4; q++) {
+                        int reps = n > 100000 ? 1 : 6;
+                        for (int r = 0; r < reps; r++) {
+                            smp_params p = {temps[t], topk[k], topp[q], 1234 + (uint64_t)r};
+                            int64_t pos = 17 * r + k;
+                            int got = smp_pick(&p, l, n, pos, work), want = ref_pick(&p, l, n, pos);
+                            checked++;
+                            if (got != want && differ++ < 5)
+                                fprintf(stderr, "  n %d kind %d temp %g top_k %d top_p %g: %d, reference %d\n", n,
+                                        kind, temps[t], topk[k], topp[q], got, want);
+                        }
+                    }
+        }
+        free(l);
+        free(work);
+    }
+    CHECK(differ == 0, "%d of %d picks differ from the full sort", differ, checked);
+    fprintf(stderr, "  %d picks equal to the full-sort reference\n", checked);
+}
+
+TEST(greedy_unchanged) {
+    float l[300];
+    fill(l, 300, 1);
+    void *work = malloc(smp_work_size(300));
+    smp_params p = {0, 0, 1, 0};
+    CHECK(smp_pick(&p, l, 300, 5, work) == smp_argmax(l, 300), "temp 0 is argmax");
+    free(work);
+}
+
+TEST(non_finite_logits) {
+    enum { N = 4096 };
+    float *l = malloc(sizeof(float) * N);
+    void *work = malloc(smp_work_size(N));
+    smp_params p = {0.8f, 0, 0.9f, 7};
+    for (int i = 0; i < N; i++) l[i] = NAN;
+    dfl_seterr("(none)");
+    CHECK(smp_pick(&p, l, N, 3, work) == -1 && strstr(dfl_lasterr(), "not finite"), "all NaN: %s", dfl_lasterr());
+    for (int i = 0; i < N; i++) l[i] = i == 9 ? INFINITY : 0.5f;
+    CHECK(smp_pick(&p, l, N, 3, work) == -1, "+inf");
+    for (int i = 0; i < N; i++) l[i] = -INFINITY;
+    CHECK(smp_pick(&p, l, N, 3, work) == -1, "all -inf");
+    p.top_k = 40;
+    for (int i = 0; i < N; i++) l[i] = NAN;
+    CHECK(smp_pick(&p, l, N, 3, work) == -1, "all NaN, top-k");
+    /* some NaNs, the rest finite: a finite token */
+    for (int i = 0; i < N; i++) l[i] = i % 3 ? (float)(i % 17) : NAN;
+    for (int pos = 0; pos < 50; pos++) {
+        int id = smp_pick(&p, l, N, pos, work);
+        CHECK(id >= 0 && id < N && !isnan(l[id]), "partial NaN: id %d", id);
+    }
+    for (int i = 0; i < N; i++) l[i] = i == 1234 ? 1.0f : -INFINITY;
+    p.top_k = 0;
+    CHECK(smp_pick(&p, l, N, 3, work) == 1234, "one finite logit");
+    free(l);
+    free(work);
+}
+
+/* ---- two threads at once ------------------------------------------------ */
+enum { TN = 30000, TPICKS = 300 };
+typedef struct {
+    float *l;
+    int want[TPICKS], got[TPICKS];
+} job;
+
+static void *sampler(void *arg) {
+    job *j = arg;
+    void *work = malloc(smp_work_size(TN));
+    smp_params p = {1.0f, 0, 1.0f, 99};
+    for (int r = 0; r < TPICKS; r++) j->got[r] = smp_pick(&p, j->l, TN, r, work);
+    free(work);
+    return NULL;
+}
+
+TEST(reentrant) {
+    job jobs[2];
+    void *work = malloc(smp_work_size(TN));
+    smp_params p = {1.0f, 0, 1.0f, 99};
+    for (int t = 0; t < 2; t++) {
+        jobs[t].l = malloc(sizeof(float) * TN);
+        fill(jobs[t].l, TN, t ? 1 : 3); /* coarse vs flat: a shared order would mix them up */
+        for (int r = 0; r < TPICKS; r++) jobs[t].want[r] = smp_pick(&p, jobs[t].l, TN, r, work);
+    }
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, sampler, &jobs[t]);
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    int bad = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < TPICKS; r++) bad += jobs[t].got[r] != jobs[t].want[r];
+    CHECK(bad == 0, "%d of %d concurrent picks differ from the single-thread ones", bad, 2 * TPICKS);
+    for (int t = 0; t < 2; t++) free(jobs[t].l);
+    free(work);
+}
+
+int main(void) {
+    RUN(matches_full_sort);
+    RUN(greedy_unchanged);
+    RUN(non_finite_logits);
+    RUN(reentrant);
+    CHECK_DONE("test_sample");
+}
