@@ -2,7 +2,7 @@
 # Install the Debian -dev packages dflash builds against, if missing.
 # As root it runs apt-get; otherwise it prints the command to run.
 need=""
-for p in libcjson-dev libpcre2-dev libutf8proc-dev pkg-config; do
+for p in libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev pkg-config; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0
