@@ -96,8 +96,9 @@ static const char *help_serve =
     "\n"
     "Request fields: messages, prompt, max_tokens / max_completion_tokens,\n"
     "temperature, top_p, seed, stop (string or array), stream,\n"
-    "stream_options.include_usage, n (1 only); extensions: top_k, draft_max (0 =\n"
-    "plain decoding, N, or \"auto\"), think or chat_template_kwargs.enable_thinking.\n"
+    "stream_options.include_usage, n (1 only); extensions: top_k, ignore_eos,\n"
+    "draft_max (0 = plain decoding, N, or \"auto\"), think or\n"
+    "chat_template_kwargs.enable_thinking.\n"
     "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
     "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
     "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
@@ -694,6 +695,7 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     else if ((r = get_int(o, "draft_max", -1, 63, &v, e)) < 0) return fail(e, 400, "invalid_value", "draft_max", "'draft_max' must be \"auto\" or an integer in -1..63");
     else if (r) g->draft_max = (int)v;
     if (g->draft_max == 0) g->use_draft = 0; /* plain decoding */
+    if (get_bool(o, "ignore_eos", &g->ignore_eos, e) < 0) return -1;
     if (get_bool(o, "stream", &j->stream, e) < 0) return -1;
     cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {
