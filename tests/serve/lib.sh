@@ -79,7 +79,7 @@ start_server() {
 # stop_server: SIGTERM, then it must exit 0 within 30 s with a clean log
 stop_server() {
     [ -n "$SV_PID" ] || return 0
-    kill -TERM "$SV_PID"
+    kill -TERM "$SV_PID" 2>/dev/null
     i=0
     while kill -0 "$SV_PID" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
     if kill -0 "$SV_PID" 2>/dev/null; then
