@@ -3,6 +3,7 @@
  *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
  *   dflash chat -m DIR [options]                           interactive chat
  *   dflash tokenize -m DIR (-p TEXT | -f FILE)             print token ids
+ *   dflash serve -m DIR [options]                          OpenAI-compatible server (cli/serve.c)
  *
  * stdout carries only generated text (or ids for tokenize); everything else
  * goes to stderr. Exit status: 0 ok, 1 error, 2 bad usage. */

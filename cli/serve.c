@@ -1429,7 +1429,7 @@ int cmd_serve(int argc, char **argv) {
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SV_IDLE_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_END);
     char hostbuf[INET6_ADDRSTRLEN + 2];
-    snprintf(hostbuf, sizeof hostbuf, ai->ai_family == AF_INET6 ? "[%s]" : "%s", host);
+    snprintf(hostbuf, sizeof hostbuf, strchr(host, ':') ? "[%.*s]" : "%.*s", INET6_ADDRSTRLEN - 1, host);
     freeaddrinfo(ai);
     int rc = 0;
     if (!d) {

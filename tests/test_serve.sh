@@ -27,6 +27,16 @@ fi
 export API_KEY=test-key-123
 if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_KEY" --queue 1 --ctx-size 1024; then
     run_node 300 tests/serve/api.js
+    # the README's curl examples
+    command -v curl >/dev/null 2>&1 || apt_install curl
+    if curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Solve for x: 3x + 5 = 20."}], "max_tokens": 64}' \
+        -o "$T/curl.json" -w '%{http_code}' >"$T/curl.code" 2>"$T/err" && [ "$(cat "$T/curl.code")" = 200 ] &&
+        grep -q '"finish_reason"' "$T/curl.json"; then ok "curl: chat completion"; else bad "curl: chat completion"; fi
+    if curl -sSN "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" \
+        -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "stream": true}' >"$T/curl.sse" 2>"$T/err" &&
+        [ "$(grep -c '^data: ' "$T/curl.sse")" -ge 3 ] && tail -n 2 "$T/curl.sse" | grep -qx 'data: \[DONE\]'; then
+        ok "curl -N: streamed events ending with [DONE]"; else bad "curl -N: streamed events"; fi
     # the port is taken: a second server must fail cleanly
     expect_exit "port in use" 1 "cannot listen" -- "$BIN" serve -m models/demo/target --port "$PORT"
     stop_server

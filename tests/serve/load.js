@@ -34,7 +34,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 function body(p, variant, stream) {
   const b = { messages: [{ role: 'user', content: PROMPTS[p] }], max_tokens: MAX_TOKENS };
   if (variant === 'plain') b.draft_max = 0;
-  if (variant === 'sampled') Object.assign(b, { temperature: 0.8, seed: 1000 + p });
+  if (variant === 'sampled') Object.assign(b, { temperature: 0.5, seed: 1000 + p });
   if (stream) Object.assign(b, { stream: true, stream_options: { include_usage: true } });
   return b;
 }
