@@ -1352,10 +1352,13 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
     }
     if (!model) usage_err("missing -m DIR", NULL);
-    if (parallel != 1)
-        usage_err("--parallel N > 1 is not supported: the engine holds one sequence, so requests queue and run one at "
-                  "a time; got",
-                  argv[argc - 1]);
+    if (parallel != 1) {
+        char n[32];
+        snprintf(n, sizeof n, "%d", parallel);
+        usage_err("--parallel N > 1 is not supported (the engine holds one sequence: requests queue and run one at "
+                  "a time); got",
+                  n);
+    }
     if (api_key && !*api_key) usage_err("--api-key must not be empty", NULL);
 
     /* the address first: a bad --host fails before the model loads */
