@@ -1196,9 +1196,9 @@ static int early_check(struct MHD_Connection *c, sv_server *s, const char *url, 
         return fail(e, 405, "method_not_allowed", NULL, "%.200s takes %s, not %s", url, post ? "POST" : "GET", method);
     if (strcmp(name, "page") && strcmp(name, "health") && !authorized(c, s))
         return fail(e, 401, "invalid_api_key", NULL, "missing or wrong API key (send \"Authorization: Bearer KEY\")");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > SV_MAX_BODY)
-        return fail(e, 413, "request_too_large", NULL, "the request body is larger than %d bytes", SV_MAX_BODY);
+    /* a body over the limit is read and dropped, then answered 413: answering
+     * before it is read makes the connection close under a client still
+     * sending, which then sees a reset instead of the 413 */
     pthread_mutex_lock(&s->mu);
     int stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);
