@@ -10,8 +10,9 @@ WERROR  ?=
 OPT     ?= -O2 -g
 CFLAGS  += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
            -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
-           $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
+           $(shell pkg-config --cflags libcjson libpcre2-8 libmicrohttpd 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
+SERVE_LIBS = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 BUILD   ?= build
 ifeq ($(CUDA),1)
 BUILD   := build-cuda
@@ -67,11 +68,19 @@ $(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+CLI_SRC := cli/main.c cli/serve.c
 # .dflash-build names the build directory ./dflash was last linked from, so
 # switching between make and make CUDA=1 relinks it.
 $(shell [ "$$(cat .dflash-build 2>/dev/null)" = "$(BUILD)" ] || echo "$(BUILD)" > .dflash-build)
-$(BIN): cli/main.c $(BUILD)/libdflash.a .dflash-build
-	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -DDFLASH_GIT_REV='"$(GIT_REV)"' $< $(BUILD)/libdflash.a $(LDLIBS) $(EDIT_LIBS) -o $@
+$(BIN): $(CLI_SRC) cli/serve.h $(BUILD)/serve_page.h $(BUILD)/libdflash.a .dflash-build
+	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -DDFLASH_GIT_REV='"$(GIT_REV)"' -I$(BUILD) $(CLI_SRC) $(BUILD)/libdflash.a $(LDLIBS) $(SERVE_LIBS) $(EDIT_LIBS) -o $@
+
+# the chat page of `dflash serve`, compiled in as a C array (tools/embed.c: no xxd needed)
+$(BUILD)/embed: tools/embed.c | $(BUILD)
+	$(CC) $(CFLAGS) $< -o $@
+
+$(BUILD)/serve_page.h: cli/serve_page.html $(BUILD)/embed
+	$(BUILD)/embed serve_page_html <cli/serve_page.html >$@.tmp && mv $@.tmp $@
 
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@

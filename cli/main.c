@@ -3,6 +3,7 @@
  *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
  *   dflash chat -m DIR [options]                           interactive chat
  *   dflash tokenize -m DIR (-p TEXT | -f FILE)             print token ids
+ *   dflash serve -m DIR [options]                          OpenAI-compatible server (cli/serve.c)
  *
  * stdout carries only generated text (or ids for tokenize); everything else
  * goes to stderr. Exit status: 0 ok, 1 error, 2 bad usage. */
@@ -25,6 +26,7 @@
 #endif
 
 #include "dflash.h"
+#include "serve.h"
 
 static const char *prog = "dflash";
 
@@ -194,6 +196,7 @@ static const char *help_main =
     "commands:\n"
     "  generate   generate text from a prompt (plain or with a DFlash draft)\n"
     "  chat       interactive chat\n"
+    "  serve      OpenAI-compatible HTTP server with a chat page\n"
     "  tokenize   print the token ids of a text\n"
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
@@ -1079,6 +1082,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc, argv);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);

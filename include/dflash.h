@@ -12,7 +12,9 @@
  *   dflash_free(m);
  *
  * A model holds one sequence (its KV caches); calls on one model must not
- * overlap. Errors: functions return NULL or -1 and dflash_error() says why
+ * overlap, except that dflash_tokenize, dflash_detokenize, dflash_chat_prompt
+ * and dflash_get_info only read the loaded model and may run on any number
+ * of threads at once, also while a generation runs. Errors: functions return NULL or -1 and dflash_error() says why
  * (thread-local, one line). */
 #ifndef DFLASH_H
 #define DFLASH_H
@@ -70,6 +72,12 @@ void dflash_get_info(const dflash_model *m, dflash_info *info);
  * *ids is malloc'd. -1 on invalid UTF-8 (message names the offset). */
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
 
+/* Text of token ids (special tokens as their text; an invalid UTF-8
+ * sequence becomes U+FFFD). Returns a malloc'd NUL-terminated string, its
+ * length in *len if len is not NULL; NULL if an id is outside the
+ * tokenizer's vocabulary. */
+char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len);
+
 typedef struct {
     const char *role;    /* "system", "user", "assistant" */
     const char *content;
@@ -111,6 +119,9 @@ typedef struct {
     double accept_per_pos[64];
     double draft_s, verify_s, other_s;
     const char *stop_reason; /* "budget", "stop token", "context full", "callback" */
+    int n_drafted;       /* tokens the draft proposed (k summed over drafting rounds) */
+    int n_accepted;      /* ... and the target accepted (tokens committed in rounds - rounds) */
+    int accepted_at_pos[64]; /* drafts accepted at position i (accept_per_pos is the rate) */
 } dflash_stats;
 
 /* Called with each piece of text as it is decoded (never half a UTF-8

@@ -257,6 +257,25 @@ int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t
     return tok_encode(m->tok, text, len, ids, n);
 }
 
+char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len) {
+    int nv = tok_n_vocab(m->tok);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= nv) {
+            dfl_seterr("token %zu has id %d, outside the vocabulary (0..%d)", i, ids[i], nv - 1);
+            return NULL;
+        }
+    size_t piece = tok_max_piece(m->tok) + 8, cap = piece + 1, k = 0;
+    char *s = dfl_malloc(cap);
+    tok_decoder d = {{0}, 0};
+    for (size_t i = 0; i <= n; i++) {
+        if (k + piece + 1 > cap) s = dfl_realloc(s, cap = 2 * (k + piece + 1));
+        k += i < n ? tok_decode(m->tok, &d, ids[i], s + k, piece) : tok_decode_flush(&d, s + k, piece);
+    }
+    s[k] = 0;
+    if (len) *len = k;
+    return s;
+}
+
 char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n, int add_generation_prompt,
                          int think) {
     const char *tmpl = tok_chat_template(m->tok);
@@ -474,6 +493,9 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     st->tau = ss.rounds ? (double)ss.committed_in_rounds / ss.rounds : 0;
     st->n_pos = block - 1 < 64 ? block - 1 : 64;
     for (int i = 0; i < st->n_pos; i++) st->accept_per_pos[i] = ss.tried[i] ? (double)ss.accepted[i] / ss.tried[i] : 0;
+    for (int i = 0; i < st->n_pos; i++) st->accepted_at_pos[i] = ss.accepted[i];
+    for (int w = 2; w <= SPEC_MAX_BLOCK; w++) st->n_drafted += ss.width_hist[w] * (w - 1);
+    st->n_accepted = (int)(ss.committed_in_rounds - ss.rounds);
     st->draft_s = ss.draft_s;
     st->verify_s = ss.verify_s;
     st->other_s = ss.other_s;

@@ -6,18 +6,18 @@
 # Without dpkg (not Debian) it only checks with pkg-config that the libraries
 # are there and says what is missing.
 [ "${DFLASH_NO_DEPS:-0}" = 1 ] && exit 0
-pkgs="libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev pkg-config"
+pkgs="libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev pkg-config"
 [ "${1:-}" = clang ] && pkgs="clang"
 if ! command -v dpkg >/dev/null 2>&1; then
     [ "${1:-}" = clang ] && { command -v clang >/dev/null 2>&1 && exit 0; echo "deps: clang not found" >&2; exit 1; }
     missing=""
-    for m in libcjson libpcre2-8 libutf8proc; do
+    for m in libcjson libpcre2-8 libutf8proc libmicrohttpd; do
         pkg-config --exists "$m" 2>/dev/null || missing="$missing $m"
     done
     pkg-config --exists libedit 2>/dev/null || echo "deps: libedit not found: chat builds without line editing" >&2
     [ -z "$missing" ] && exit 0
     echo "deps: no dpkg, and pkg-config cannot find:$missing" >&2
-    echo "deps: install them (cJSON, PCRE2, utf8proc development files) or set DFLASH_NO_DEPS=1" >&2
+    echo "deps: install them (cJSON, PCRE2, utf8proc, libmicrohttpd development files) or set DFLASH_NO_DEPS=1" >&2
     exit 1
 fi
 need=""

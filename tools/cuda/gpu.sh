@@ -16,8 +16,22 @@ if [ -d .devdeps/root ]; then
     L=$D/usr/lib/x86_64-linux-gnu
     export C_INCLUDE_PATH=$D/usr/include LIBRARY_PATH=$L LD_LIBRARY_PATH=$L DFLASH_NO_DEPS=1
     mkdir -p /tmp/pcshim
-    printf '#!/bin/sh\ncase "$*" in *--cflags*) echo "-I%s/usr/include/cjson";; *--libs*) echo "-lcjson -lpcre2-8";; esac\nexit 0\n' \
-        "$D" > /tmp/pcshim/pkg-config
+    # a pkg-config for the carried libraries only (libedit is not carried:
+    # chat builds without line editing there)
+    cat > /tmp/pcshim/pkg-config <<EOF
+#!/bin/sh
+fl=""; libs=""
+for a in "\$@"; do case \$a in
+  --*) fl="\$fl \$a" ;;
+  libcjson) libs="\$libs -lcjson" ;;
+  libpcre2-8) libs="\$libs -lpcre2-8" ;;
+  libutf8proc) libs="\$libs -lutf8proc" ;;
+  libmicrohttpd) libs="\$libs -lmicrohttpd" ;;
+  *) exit 1 ;;
+esac; done
+case "\$fl" in *--cflags*) echo "-I$D/usr/include/cjson" ;; *--libs*) echo "\$libs" ;; esac
+exit 0
+EOF
     chmod +x /tmp/pcshim/pkg-config
     export PATH=/tmp/pcshim:$PATH
 fi

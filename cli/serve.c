@@ -1,0 +1,1486 @@
+/* serve.c - `dflash serve`: an OpenAI-compatible HTTP server on libmicrohttpd.
+ * Talks to the library through dflash.h only (plus the stop-string matcher,
+ * src/stopstr.h). Prefix: sv_.
+ *
+ *   GET  /                       the chat page (cli/serve_page.html, compiled in)
+ *   GET  /health                 {"status":"ok"}
+ *   GET  /v1/models              the one model
+ *   GET  /metrics                Prometheus text
+ *   POST /v1/chat/completions    OpenAI chat, "stream": true for SSE
+ *   POST /v1/completions         OpenAI text completion
+ *   POST /tokenize, /detokenize  llama-server style
+ *
+ * Threads: libmicrohttpd runs one thread per connection; they parse, check
+ * and tokenize requests (tokenizing only reads the model, dflash.h allows it
+ * beside a generation) and queue a job. One worker thread runs the jobs in
+ * arrival order: a model holds one sequence and calls on it must not
+ * overlap. The worker writes a job's output into the job (under srv->mu) and
+ * signals job->cv; the connection thread sends it: the whole reply at the
+ * end, or SSE events as they come. A connection thread that finds its client
+ * gone marks the job cancelled and the worker stops it at the next token.
+ *
+ * A job is shared by its connection and the worker: refs counts the holders
+ * (2 once queued) and the last release frees it. */
+#include "serve.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
+#include <cJSON.h>
+#include <microhttpd.h>
+
+#include "dflash.h"
+#include "serve_page.h"
+#include "stopstr.h"
+
+enum {
+    SV_MAX_BODY = 1 << 20,  /* request bodies larger than this get 413 */
+    SV_MAX_STOPS = 16,      /* stop strings per request */
+    SV_MAX_STOP_LEN = 256,  /* bytes per stop string */
+    SV_MAX_CONNS = 256,     /* open connections (one thread each) */
+    SV_IDLE_S = 120,        /* an idle connection is closed after this */
+    SV_POLL_MS = 50,        /* how often a waiting connection checks its client */
+    SV_DRAIN_S = 20,        /* on SIGTERM: how long accepted requests may finish */
+};
+
+static const char *help_serve =
+    "usage: dflash serve -m DIR [--draft DIR] [options]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server with DFlash speculative decoding:\n"
+    "  POST /v1/chat/completions, /v1/completions  (\"stream\": true for SSE)\n"
+    "  POST /tokenize, /detokenize                  (llama-server style)\n"
+    "  GET  /v1/models, /health, /metrics (Prometheus), and a chat page at /\n"
+    "Requests run one at a time, in arrival order, on the one loaded model; the\n"
+    "KV cache of the previous request is reused for the longest common prefix\n"
+    "(a multi-turn chat pays only for the new turn). SIGTERM or SIGINT: stop\n"
+    "accepting, let accepted requests finish (at most 20 s), exit 0.\n"
+    "\n"
+    "  -m, --model DIR        target model directory (Hugging Face layout)\n"
+    "  -md, --draft DIR       DFlash draft model directory: speculative decoding\n"
+    "      --host ADDR        address to listen on (default 127.0.0.1)\n"
+    "      --port N           port (default 8080; 0 = a free port, printed at start)\n"
+    "      --api-key KEY      require \"Authorization: Bearer KEY\" (or X-Api-Key)\n"
+    "                         on everything but / and /health\n"
+    "      --alias NAME       the model id in the API (default: the target\n"
+    "                         directory's name); requests may name it or omit it\n"
+    "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
+    "      --parallel N       sequences decoded at once: only 1 (requests queue)\n"
+    "      --queue N          requests waiting at most; more get 503 (default 64)\n"
+    "  -n, --n-predict N      max_tokens of a request that gives none (default:\n"
+    "                         until the context is full)\n"
+    "      --temp T           temperature of a request that gives none (default 0)\n"
+    "      --draft-max N|auto draft_max of a request that gives none (default auto)\n"
+    "      --think            thinking on for requests that do not say (default off)\n"
+    "  -t, --threads N        worker threads (default: physical cores)\n"
+    "      --quant bf16|q8|q4 convert the weights at load\n"
+    "      --draft-quant keep|bf16|q8|q4  the draft's weights at load\n"
+    "  -h, --help             this help\n"
+    "\n"
+    "Request fields: messages, prompt, max_tokens / max_completion_tokens,\n"
+    "temperature, top_p, seed, stop (string or array), stream,\n"
+    "stream_options.include_usage, n (1 only); extensions: top_k, ignore_eos,\n"
+    "draft_max (0 = plain decoding, N, or \"auto\"), think or\n"
+    "chat_template_kwargs.enable_thinking.\n"
+    "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
+    "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
+    "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static void *xrealloc(void *p, size_t n) {
+    p = realloc(p, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "dflash serve: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "dflash serve: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+/* Growable byte buffer: p[0..n) with a NUL at p[n] once anything was added. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = 2 * (b->n + n + 1) + 64;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) {
+        sb_add(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = xrealloc(NULL, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_add(b, big, (size_t)n);
+    free(big);
+}
+
+/* A JSON string literal of s[0..n) (valid UTF-8; NUL bytes allowed). */
+static void sb_json_str(sbuf *b, const char *s, size_t n) {
+    sb_add(b, "\"", 1);
+    size_t run = 0; /* bytes s[i - run .. i) need no escape */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            run++;
+            continue;
+        }
+        sb_add(b, s + i - run, run);
+        run = 0;
+        char e[8];
+        switch (c) {
+        case '"': sb_add(b, "\\\"", 2); break;
+        case '\\': sb_add(b, "\\\\", 2); break;
+        case '\n': sb_add(b, "\\n", 2); break;
+        case '\r': sb_add(b, "\\r", 2); break;
+        case '\t': sb_add(b, "\\t", 2); break;
+        default:
+            snprintf(e, sizeof e, "\\u%04x", c);
+            sb_add(b, e, 6);
+        }
+    }
+    sb_add(b, s + n - run, run);
+    sb_add(b, "\"", 1);
+}
+
+/* cJSON node holding the string s[0..n) exactly (cJSON strings stop at NUL). */
+static cJSON *json_text(const char *s, size_t n) {
+    sbuf b = {0};
+    sb_json_str(&b, s, n);
+    cJSON *r = cJSON_CreateRaw(b.p);
+    free(b.p);
+    return r;
+}
+
+static int utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n) return 0;
+        unsigned cp = k == 1 ? c : c & (0x7F >> k);
+        for (size_t j = 1; j < k; j++) {
+            if ((u[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (u[i + j] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x80) || (k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Deadline ms from now on CLOCK_MONOTONIC (the clock of every cond var here). */
+static struct timespec deadline_ms(int ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    return t;
+}
+
+static void cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* The client closed its end (or the socket failed). Peeks; never consumes. */
+static int peer_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    if (!(p.revents & POLLIN)) return 0;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* ---- errors in OpenAI's shape --------------------------------------------- */
+
+typedef struct {
+    int status;
+    const char *type;  /* invalid_request_error, authentication_error, ... */
+    const char *code;  /* NULL or a machine-readable code */
+    char param[64];    /* "" = null */
+    char msg[320];
+} sv_err;
+
+static int fail(sv_err *e, int status, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = status == 401   ? "authentication_error"
+              : status == 404 && (!code || strcmp(code, "model_not_found")) ? "not_found_error"
+              : status == 503 ? "unavailable_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static cJSON *err_json(const sv_err *e) {
+    cJSON *o = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(in, "message", e->msg);
+    cJSON_AddStringToObject(in, "type", e->type);
+    if (e->param[0]) cJSON_AddStringToObject(in, "param", e->param);
+    else cJSON_AddNullToObject(in, "param");
+    if (e->code) cJSON_AddStringToObject(in, "code", e->code);
+    else cJSON_AddNullToObject(in, "code");
+    return o;
+}
+
+/* ---- server and job state -------------------------------------------------- */
+
+enum { JOB_CHAT, JOB_COMPLETION };
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+typedef struct sv_server sv_server;
+
+typedef struct sv_job {
+    /* the request: set before queueing, read-only afterwards */
+    sv_server *srv;
+    int kind;
+    int32_t *ids;
+    size_t n_ids;
+    dflash_gen gen;
+    ss_matcher *stop;          /* the worker's alone */
+    int stream, include_usage;
+    char id[48];
+    long created;
+    struct sv_job *next;       /* queue link */
+    /* shared: under srv->mu */
+    int refs;
+    int state;
+    int cancelled;             /* client gone or shutting down: stop at the next token */
+    sbuf out;                  /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
+    size_t sent;
+    int rc;                    /* dflash_generate's result; err says why when -1 */
+    char err[256];
+    dflash_stats st;
+    const char *finish;        /* "stop" or "length" */
+    pthread_cond_t cv;         /* out grew or state changed */
+} sv_job;
+
+/* Counters for /metrics, under srv->mu. */
+typedef struct {
+    long codes[16], code_n[16]; /* HTTP status -> responses */
+    int n_codes;
+    long gens, cancelled, prompt_tokens, cached_tokens, gen_tokens;
+    long drafts, draft_tokens, accepted, acc_pos[64];
+    double prompt_s, decode_s;
+} sv_metrics;
+
+struct sv_server {
+    dflash_model *m;
+    dflash_info info;
+    const char *alias, *model_path, *api_key;
+    int queue_max, n_predict, think, draft_max;
+    float temp;
+    long created;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;    /* a job was queued, or the worker should exit */
+    sv_job *head, *tail;       /* waiting jobs, oldest first */
+    int n_queued;
+    sv_job *running;
+    int stopping;              /* refuse new requests */
+    int worker_exit;           /* the worker ends when the queue is empty */
+    unsigned long next_id;
+    sv_metrics mt;
+};
+
+static void job_release(sv_job *j) { /* srv->mu held */
+    if (--j->refs > 0) return;
+    free(j->ids);
+    ss_free(j->stop);
+    free(j->out.p);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void count_status(sv_server *s, int status) {
+    pthread_mutex_lock(&s->mu);
+    sv_metrics *m = &s->mt;
+    int i = 0;
+    while (i < m->n_codes && m->codes[i] != status) i++;
+    if (i == m->n_codes && i < 16) m->codes[m->n_codes++] = status;
+    if (i < 16) m->code_n[i]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- response JSON pieces --------------------------------------------------- */
+
+static cJSON *usage_json(const dflash_stats *st) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", st->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", st->n_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", st->n_prompt + st->n_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", st->n_reused);
+    return u;
+}
+
+/* llama-server's timings: prompt_n counts the prompt tokens computed (the
+ * cached ones are cache_n); draft_n / draft_n_accepted count draft tokens. */
+static cJSON *timings_json(const dflash_stats *st) {
+    cJSON *t = cJSON_CreateObject();
+    int pn = st->n_prompt - st->n_reused;
+    double pms = 1e3 * st->prompt_s, dms = 1e3 * st->decode_s;
+    cJSON_AddNumberToObject(t, "cache_n", st->n_reused);
+    cJSON_AddNumberToObject(t, "prompt_n", pn);
+    cJSON_AddNumberToObject(t, "prompt_ms", pms);
+    cJSON_AddNumberToObject(t, "prompt_per_token_ms", pn ? pms / pn : 0);
+    cJSON_AddNumberToObject(t, "prompt_per_second", pms > 0 ? 1e3 * pn / pms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", st->n_tokens);
+    cJSON_AddNumberToObject(t, "predicted_ms", dms);
+    cJSON_AddNumberToObject(t, "predicted_per_token_ms", st->n_tokens ? dms / st->n_tokens : 0);
+    cJSON_AddNumberToObject(t, "predicted_per_second", dms > 0 ? 1e3 * st->n_tokens / dms : 0);
+    cJSON_AddNumberToObject(t, "draft_n", st->n_drafted);
+    cJSON_AddNumberToObject(t, "draft_n_accepted", st->n_accepted);
+    cJSON_AddNumberToObject(t, "draft_rounds", st->rounds);
+    cJSON_AddNumberToObject(t, "tau", st->tau);
+    return t;
+}
+
+/* {"id", "object", "created", "model"} of a reply or chunk. */
+static cJSON *reply_head(const sv_job *j, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", j->kind == JOB_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                             : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", j->srv->alias);
+    return o;
+}
+
+/* One choice: a chat message / delta or a completion text. text NULL: no
+ * content (a finish or role-only chunk). */
+static cJSON *choice_json(const sv_job *j, int chunk, const char *role, const char *text, size_t len,
+                          const char *finish) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (j->kind == JOB_CHAT) {
+        cJSON *msg = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (role) cJSON_AddStringToObject(msg, "role", role);
+        if (text) cJSON_AddItemToObject(msg, "content", json_text(text, len));
+    } else {
+        cJSON_AddItemToObject(c, "text", text ? json_text(text, len) : cJSON_CreateString(""));
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+static void sse_event(sbuf *b, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    sb_str(b, "data: ");
+    sb_str(b, s);
+    sb_str(b, "\n\n");
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* A streamed chunk with one choice (choice may be NULL: "choices": []). */
+static void sse_chunk(sv_job *j, cJSON *choice, cJSON *usage, cJSON *timings) {
+    cJSON *o = reply_head(j, 1);
+    cJSON *arr = cJSON_AddArrayToObject(o, "choices");
+    if (choice) cJSON_AddItemToArray(arr, choice);
+    if (usage) cJSON_AddItemToObject(o, "usage", usage);
+    else if (j->include_usage) cJSON_AddNullToObject(o, "usage");
+    if (timings) cJSON_AddItemToObject(o, "timings", timings);
+    sse_event(&j->out, o);
+}
+
+/* ---- the worker ------------------------------------------------------------ */
+
+/* ss_out_fn: text that is final goes to the client (srv->mu held). */
+static void job_text(void *ud, const char *text, size_t len) {
+    sv_job *j = ud;
+    if (!len) return;
+    if (j->stream) sse_chunk(j, choice_json(j, 1, NULL, text, len, NULL), NULL, NULL);
+    else sb_add(&j->out, text, len);
+}
+
+static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
+    sv_job *j = ud;
+    (void)id;
+    pthread_mutex_lock(&j->srv->mu);
+    int stop = j->cancelled;
+    if (!stop) {
+        stop = ss_feed(j->stop, text, len, job_text, j);
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->srv->mu);
+    return stop;
+}
+
+static void run_job(sv_server *s, sv_job *j) {
+    dflash_stats st;
+    int rc = dflash_generate(s->m, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st);
+    pthread_mutex_lock(&s->mu);
+    j->rc = rc;
+    j->st = st;
+    if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
+    int cancelled = j->cancelled;
+    if (rc == 0 && !cancelled) ss_finish(j->stop, job_text, j);
+    j->finish = ss_matched(j->stop) || !strcmp(st.stop_reason, "stop token") ? "stop"
+                : !strcmp(st.stop_reason, "callback")                       ? "stop"
+                                                                            : "length";
+    if (j->stream) {
+        if (rc != 0) {
+            sv_err e;
+            fail(&e, 500, NULL, NULL, "generation failed: %s", j->err);
+            sse_event(&j->out, err_json(&e));
+        } else {
+            sse_chunk(j, choice_json(j, 1, NULL, NULL, 0, j->finish), NULL, timings_json(&st));
+            if (j->include_usage) sse_chunk(j, NULL, usage_json(&st), NULL);
+            sb_str(&j->out, "data: [DONE]\n\n");
+        }
+    }
+    sv_metrics *m = &s->mt;
+    if (rc == 0) {
+        m->gens++;
+        m->cancelled += cancelled;
+        m->prompt_tokens += st.n_prompt;
+        m->cached_tokens += st.n_reused;
+        m->gen_tokens += st.n_tokens;
+        m->prompt_s += st.prompt_s;
+        m->decode_s += st.decode_s;
+        m->drafts += st.rounds;
+        m->draft_tokens += st.n_drafted;
+        m->accepted += st.n_accepted;
+        for (int i = 0; i < st.n_pos && i < 64; i++) m->acc_pos[i] += st.accepted_at_pos[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc == 0)
+        fprintf(stderr, "%s: prompt %d tokens (%d cached) %.1f ms, %d tokens %.1f tok/s, tau %.2f, %s%s\n", j->id,
+                st.n_prompt, st.n_reused, 1e3 * st.prompt_s, st.n_tokens,
+                st.decode_s > 0 ? st.n_tokens / st.decode_s : 0.0, st.tau, j->finish,
+                cancelled ? " (client gone)" : "");
+    else
+        fprintf(stderr, "%s: error: %s\n", j->id, j->err);
+}
+
+static void *worker_main(void *arg) {
+    sv_server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->worker_exit) pthread_cond_wait(&s->work_cv, &s->mu);
+        sv_job *j = s->head;
+        if (!j) break;
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        s->n_queued--;
+        if (!j->cancelled) {
+            j->state = JOB_RUNNING;
+            s->running = j;
+            pthread_mutex_unlock(&s->mu);
+            run_job(s, j);
+            pthread_mutex_lock(&s->mu);
+            s->running = NULL;
+        } else {
+            j->rc = -1;
+            snprintf(j->err, sizeof j->err, "cancelled before it started");
+            s->mt.cancelled++;
+        }
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&j->cv);
+        job_release(j);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- request parsing --------------------------------------------------------- */
+
+/* Field helpers: 0 = absent or null, 1 = set, -1 = wrong type (e filled). */
+static int get_num(cJSON *o, const char *k, double lo, double hi, double *v, sv_err *e) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi))
+        return fail(e, 400, "invalid_value", k, "'%s' must be a number in %g..%g", k, lo, hi);
+    *v = x->valuedouble;
+    return 1;
+}
+
+static int get_int(cJSON *o, const char *k, double lo, double hi, long long *v, sv_err *e) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || !(x->valuedouble >= lo && x->valuedouble <= hi))
+        return fail(e, 400, "invalid_value", k, "'%s' must be an integer in %.0f..%.0f", k, lo, hi);
+    *v = (long long)x->valuedouble;
+    return 1;
+}
+
+static int get_bool(cJSON *o, const char *k, int *v, sv_err *e) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsBool(x)) return fail(e, 400, "invalid_type", k, "'%s' must be true or false", k);
+    *v = cJSON_IsTrue(x);
+    return 1;
+}
+
+/* Parameters OpenAI defines that this server does not implement: accepted
+ * only at their "off" values. */
+static int check_unsupported(cJSON *o, sv_err *e) {
+    static const char *zero[] = {"frequency_penalty", "presence_penalty"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *x = cJSON_GetObjectItemCaseSensitive(o, zero[i]);
+        if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
+            return fail(e, 400, "unsupported_parameter", zero[i], "'%s' is not supported (only 0)", zero[i]);
+    }
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+    if (x && !cJSON_IsNull(x) && !cJSON_IsFalse(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
+        return fail(e, 400, "unsupported_parameter", "logprobs", "'logprobs' is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "top_logprobs");
+    if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
+        return fail(e, 400, "unsupported_parameter", "top_logprobs", "'top_logprobs' is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (x && !cJSON_IsNull(x) && !(cJSON_IsArray(x) && cJSON_GetArraySize(x) == 0))
+        return fail(e, 400, "unsupported_parameter", "tools", "'tools' (function calling) is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "functions");
+    if (x && !cJSON_IsNull(x))
+        return fail(e, 400, "unsupported_parameter", "functions", "'functions' is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
+    if (x && !cJSON_IsNull(x) && !(cJSON_IsObject(x) && !x->child))
+        return fail(e, 400, "unsupported_parameter", "logit_bias", "'logit_bias' is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (x && !cJSON_IsNull(x)) {
+        cJSON *t = cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
+            return fail(e, 400, "unsupported_parameter", "response_format",
+                        "'response_format' other than {\"type\": \"text\"} is not supported");
+    }
+    x = cJSON_GetObjectItemCaseSensitive(o, "echo");
+    if (x && !cJSON_IsNull(x) && !cJSON_IsFalse(x))
+        return fail(e, 400, "unsupported_parameter", "echo", "'echo' is not supported");
+    x = cJSON_GetObjectItemCaseSensitive(o, "suffix");
+    if (x && !cJSON_IsNull(x)) return fail(e, 400, "unsupported_parameter", "suffix", "'suffix' is not supported");
+    long long v;
+    if (get_int(o, "best_of", 1, 1, &v, e) < 0)
+        return fail(e, 400, "unsupported_parameter", "best_of", "'best_of' must be 1");
+    x = cJSON_GetObjectItemCaseSensitive(o, "n");
+    if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 1))
+        return fail(e, 400, "unsupported_parameter", "n", "only n = 1 is supported (one choice per request)");
+    return 0;
+}
+
+/* The stop strings: a string, an array of strings, or null. */
+static int parse_stop(cJSON *o, ss_matcher **out, sv_err *e) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    const char *list[SV_MAX_STOPS];
+    int n = 0;
+    if (x && cJSON_IsString(x)) {
+        list[n++] = x->valuestring;
+    } else if (x && cJSON_IsArray(x)) {
+        cJSON *it;
+        cJSON_ArrayForEach(it, x) {
+            if (!cJSON_IsString(it)) return fail(e, 400, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+            if (n == SV_MAX_STOPS) return fail(e, 400, "invalid_value", "stop", "at most %d stop strings", SV_MAX_STOPS);
+            list[n++] = it->valuestring;
+        }
+    } else if (x && !cJSON_IsNull(x)) {
+        return fail(e, 400, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+    }
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(list[i]);
+        if (l > SV_MAX_STOP_LEN)
+            return fail(e, 400, "invalid_value", "stop", "a stop string is longer than %d bytes", SV_MAX_STOP_LEN);
+        if (!utf8_valid(list[i], l)) return fail(e, 400, "invalid_value", "stop", "a stop string is not valid UTF-8");
+    }
+    *out = ss_new(list, n);
+    if (!*out) return fail(e, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+/* Fields shared by both endpoints into j->gen, j->stop, j->stream... */
+static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
+    if (check_unsupported(o, e) < 0) return -1;
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) return fail(e, 400, "invalid_type", "model", "'model' must be a string");
+        if (strcmp(model->valuestring, s->alias) && strcmp(model->valuestring, s->model_path))
+            return fail(e, 404, "model_not_found", "model", "The model '%.100s' does not exist (this server has '%.100s')",
+                        model->valuestring, s->alias);
+    }
+    dflash_gen *g = &j->gen;
+    *g = dflash_default_gen();
+    g->n_predict = s->n_predict > 0 ? s->n_predict : s->info.n_ctx;
+    g->temp = s->temp;
+    g->draft_max = s->draft_max;
+    long long v;
+    double d;
+    int r;
+    if ((r = get_int(o, "max_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
+    if (r) g->n_predict = (int)v;
+    if ((r = get_int(o, "max_completion_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
+    if (r) g->n_predict = (int)v;
+    if ((r = get_num(o, "temperature", 0, 2, &d, e)) < 0) return -1;
+    if (r) g->temp = (float)d;
+    if ((r = get_num(o, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (r && d <= 0) return fail(e, 400, "invalid_value", "top_p", "'top_p' must be in (0, 1]");
+    if (r) g->top_p = (float)d;
+    if ((r = get_int(o, "top_k", 0, INT_MAX, &v, e)) < 0) return -1;
+    if (r) g->top_k = (int)v;
+    if ((r = get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &v, e)) < 0) return -1;
+    if (r) {
+        g->seed = (uint64_t)v;
+    } else { /* no seed: a different one per request, as OpenAI does */
+        pthread_mutex_lock(&s->mu);
+        g->seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(s->next_id * 0xBF58476D1CE4E5B9ull);
+        pthread_mutex_unlock(&s->mu);
+    }
+    cJSON *dm = cJSON_GetObjectItemCaseSensitive(o, "draft_max");
+    if (cJSON_IsString(dm) && !strcmp(dm->valuestring, "auto")) g->draft_max = -1;
+    else if ((r = get_int(o, "draft_max", -1, 63, &v, e)) < 0) return fail(e, 400, "invalid_value", "draft_max", "'draft_max' must be \"auto\" or an integer in -1..63");
+    else if (r) g->draft_max = (int)v;
+    if (g->draft_max == 0) g->use_draft = 0; /* plain decoding */
+    if (get_bool(o, "ignore_eos", &g->ignore_eos, e) < 0) return -1;
+    if (get_bool(o, "stream", &j->stream, e) < 0) return -1;
+    cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return fail(e, 400, "invalid_type", "stream_options", "'stream_options' must be an object");
+        if (get_bool(so, "include_usage", &j->include_usage, e) < 0) return -1;
+    }
+    if (!j->stream) j->include_usage = 0;
+    return parse_stop(o, &j->stop, e);
+}
+
+/* messages -> the chat prompt text (malloc'd). */
+static char *chat_prompt(sv_server *s, cJSON *o, sv_err *e) {
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (!msgs || cJSON_IsNull(msgs)) {
+        fail(e, 400, "missing_required_parameter", "messages", "'messages' is required");
+        return NULL;
+    }
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        fail(e, 400, "invalid_type", "messages", "'messages' must be a non-empty array");
+        return NULL;
+    }
+    int n = cJSON_GetArraySize(msgs), i = 0;
+    dflash_message *dm = xcalloc((size_t)n, sizeof *dm);
+    char **owned = xcalloc((size_t)n, sizeof *owned); /* joined content parts */
+    char *prompt = NULL;
+    cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+        if (!cJSON_IsString(role)) {
+            fail(e, 400, "invalid_type", param, "%s must be an object with a string 'role'", param);
+            goto out;
+        }
+        const char *r = role->valuestring;
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            fail(e, 400, "invalid_value", param, "%s has an unknown role '%.40s'", param, role->valuestring);
+            goto out;
+        }
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *text = "";
+        if (cJSON_IsString(c)) {
+            text = c->valuestring;
+        } else if (cJSON_IsArray(c)) { /* content parts: text only */
+            sbuf b = {0};
+            sb_add(&b, "", 0);
+            cJSON *part;
+            cJSON_ArrayForEach(part, c) {
+                cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+                cJSON *t = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+                    free(b.p);
+                    fail(e, 400, "unsupported_content", param,
+                         "%s: only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", param);
+                    goto out;
+                }
+                sb_str(&b, t->valuestring);
+            }
+            owned[i] = b.p;
+            text = b.p;
+        } else if (c && !cJSON_IsNull(c)) {
+            fail(e, 400, "invalid_type", param, "%s.content must be a string or an array of text parts", param);
+            goto out;
+        } else if (strcmp(r, "assistant")) {
+            fail(e, 400, "missing_required_parameter", param, "%s.content is required", param);
+            goto out;
+        }
+        dm[i].role = r;
+        dm[i].content = text;
+        i++;
+    }
+    int think = s->think;
+    cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw)) {
+            fail(e, 400, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            goto out;
+        }
+        if (get_bool(kw, "enable_thinking", &think, e) < 0) goto out;
+    }
+    if (get_bool(o, "think", &think, e) < 0) goto out;
+    prompt = dflash_chat_prompt(s->m, dm, n, 1, think);
+    if (!prompt) fail(e, 400, "invalid_value", "messages", "%s", dflash_error());
+out:
+    for (int k = 0; k < n; k++) free(owned[k]);
+    free(owned);
+    free(dm);
+    return prompt;
+}
+
+/* Tokenize into j->ids and check the context. */
+static int job_tokens(sv_server *s, sv_job *j, const char *text, const char *param, sv_err *e) {
+    if (!utf8_valid(text, strlen(text))) return fail(e, 400, "invalid_value", param, "'%s' is not valid UTF-8", param);
+    if (dflash_tokenize(s->m, text, strlen(text), &j->ids, &j->n_ids) != 0)
+        return fail(e, 400, "invalid_value", param, "%s", dflash_error());
+    return 0;
+}
+
+static int check_ctx(sv_server *s, sv_job *j, const char *param, sv_err *e) {
+    if (j->n_ids == 0) return fail(e, 400, "invalid_value", param, "the prompt is empty");
+    if (j->n_ids >= (size_t)s->info.n_ctx)
+        return fail(e, 400, "context_length_exceeded", param,
+                    "the prompt has %zu tokens; this server's context holds %d (start it with a larger --ctx-size)",
+                    j->n_ids, s->info.n_ctx);
+    return 0;
+}
+
+/* /v1/completions: prompt is a string, an array of one string, or token ids. */
+static int completion_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!p || cJSON_IsNull(p)) return fail(e, 400, "missing_required_parameter", "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
+    if (cJSON_IsString(p)) return job_tokens(s, j, p->valuestring, "prompt", e);
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+        return fail(e, 400, "invalid_type", "prompt", "'prompt' must be a string, one string in an array, or token ids");
+    int n = cJSON_GetArraySize(p), i = 0;
+    j->ids = xcalloc((size_t)n, sizeof *j->ids);
+    cJSON *x;
+    cJSON_ArrayForEach(x, p) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+            x->valuedouble >= s->info.vocab)
+            return fail(e, 400, "invalid_value", "prompt", "token ids in 'prompt' must be integers in 0..%d (one prompt per request)",
+                        s->info.vocab - 1);
+        j->ids[i++] = (int32_t)x->valuedouble;
+    }
+    j->n_ids = (size_t)n;
+    return 0;
+}
+
+/* ---- HTTP ------------------------------------------------------------------- */
+
+typedef struct {
+    sbuf body;
+    int too_big;
+} sv_req;
+
+static enum MHD_Result queue(struct MHD_Connection *c, sv_server *s, int status, const char *type, const char *body,
+                             size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    count_status(s, status);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, sv_server *s, int status, cJSON *o) {
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!txt) return MHD_NO;
+    enum MHD_Result ok = queue(c, s, status, "application/json", txt, strlen(txt));
+    free(txt);
+    return ok;
+}
+
+static enum MHD_Result send_err(struct MHD_Connection *c, sv_server *s, const sv_err *e) {
+    return send_json(c, s, e->status, err_json(e));
+}
+
+/* Streaming: the connection thread's side of one SSE response. */
+typedef struct {
+    sv_server *srv;
+    sv_job *job;
+    int fd;
+} sv_stream;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sv_stream *t = cls;
+    sv_job *j = t->job;
+    (void)pos;
+    pthread_mutex_lock(&t->srv->mu);
+    while (j->sent == j->out.n && j->state != JOB_DONE) {
+        if (peer_gone(t->fd)) {
+            j->cancelled = 1;
+            pthread_mutex_unlock(&t->srv->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        struct timespec dl = deadline_ms(SV_POLL_MS);
+        pthread_cond_timedwait(&j->cv, &t->srv->mu, &dl);
+    }
+    size_t n = j->out.n - j->sent;
+    if (n > max) n = max;
+    if (n) memcpy(buf, j->out.p + j->sent, n);
+    j->sent += n;
+    if (j->sent == j->out.n) j->sent = j->out.n = 0; /* all sent: reuse the buffer */
+    pthread_mutex_unlock(&t->srv->mu);
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void stream_free(void *cls) {
+    sv_stream *t = cls;
+    pthread_mutex_lock(&t->srv->mu);
+    if (t->job->state != JOB_DONE) t->job->cancelled = 1; /* the connection went away */
+    job_release(t->job);
+    pthread_mutex_unlock(&t->srv->mu);
+    free(t);
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+/* Queue the job (refs: the connection's and the worker's), or 503. */
+static int submit(sv_server *s, sv_job *j, sv_err *e) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return fail(e, 503, "shutting_down", NULL, "the server is shutting down");
+    }
+    if (s->n_queued >= s->queue_max) {
+        pthread_mutex_unlock(&s->mu);
+        return fail(e, 503, "queue_full", NULL, "server busy: %d requests are waiting (--queue); retry later",
+                    s->n_queued);
+    }
+    j->refs = 2;
+    j->state = JOB_QUEUED;
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    s->n_queued++;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, cJSON *o, int kind) {
+    sv_err e;
+    sv_job *j = xcalloc(1, sizeof *j);
+    j->srv = s;
+    j->kind = kind;
+    j->refs = 1;
+    cond_init(&j->cv);
+    char *prompt = NULL;
+    int bad = parse_common(s, o, j, &e) < 0;
+    if (!bad && kind == JOB_CHAT) {
+        prompt = chat_prompt(s, o, &e);
+        bad = !prompt || job_tokens(s, j, prompt, "messages", &e) < 0;
+    } else if (!bad) {
+        bad = completion_prompt(s, o, j, &e) < 0;
+    }
+    free(prompt);
+    if (!bad) bad = check_ctx(s, j, kind == JOB_CHAT ? "messages" : "prompt", &e) < 0;
+    if (!bad) {
+        pthread_mutex_lock(&s->mu);
+        snprintf(j->id, sizeof j->id, "%s-%lx%04lx", kind == JOB_CHAT ? "chatcmpl" : "cmpl", (unsigned long)s->created,
+                 ++s->next_id);
+        pthread_mutex_unlock(&s->mu);
+        j->created = (long)time(NULL);
+        if (j->stream && kind == JOB_CHAT) /* the role chunk goes out at once */
+            sse_chunk(j, choice_json(j, 1, "assistant", "", 0, NULL), NULL, NULL);
+        bad = submit(s, j, &e) < 0;
+    }
+    if (bad) {
+        pthread_mutex_lock(&s->mu);
+        job_release(j);
+        pthread_mutex_unlock(&s->mu);
+        return send_err(c, s, &e);
+    }
+    int fd = conn_fd(c);
+    if (j->stream) {
+        sv_stream *t = xcalloc(1, sizeof *t);
+        *t = (sv_stream){s, j, fd};
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, t, stream_free);
+        if (!r) {
+            stream_free(t);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        count_status(s, 200);
+        return ok;
+    }
+    /* whole reply: wait for the job, watching the client */
+    pthread_mutex_lock(&s->mu);
+    while (j->state != JOB_DONE) {
+        if (peer_gone(fd)) {
+            j->cancelled = 1;
+            job_release(j);
+            pthread_mutex_unlock(&s->mu);
+            return MHD_NO; /* close the connection */
+        }
+        struct timespec dl = deadline_ms(SV_POLL_MS);
+        pthread_cond_timedwait(&j->cv, &s->mu, &dl);
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* DONE: the worker no longer writes the job */
+    enum MHD_Result ok;
+    if (j->rc != 0) {
+        fail(&e, j->cancelled ? 503 : 500, NULL, NULL, "generation failed: %s", j->err);
+        ok = send_err(c, s, &e);
+    } else {
+        cJSON *r = reply_head(j, 0);
+        cJSON *arr = cJSON_AddArrayToObject(r, "choices");
+        cJSON_AddItemToArray(arr, choice_json(j, 0, "assistant", j->out.p ? j->out.p : "", j->out.n, j->finish));
+        cJSON_AddItemToObject(r, "usage", usage_json(&j->st));
+        cJSON_AddItemToObject(r, "timings", timings_json(&j->st));
+        ok = send_json(c, s, 200, r);
+    }
+    pthread_mutex_lock(&s->mu);
+    job_release(j);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+static enum MHD_Result handle_tokenize(struct MHD_Connection *c, sv_server *s, cJSON *o) {
+    sv_err e;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "content");
+    if (!t || cJSON_IsNull(t)) {
+        fail(&e, 400, "missing_required_parameter", "content", "'content' is required");
+        return send_err(c, s, &e);
+    }
+    if (!cJSON_IsString(t)) {
+        fail(&e, 400, "invalid_type", "content", "'content' must be a string");
+        return send_err(c, s, &e);
+    }
+    int pieces = 0;
+    if (get_bool(o, "with_pieces", &pieces, &e) < 0) return send_err(c, s, &e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!utf8_valid(t->valuestring, strlen(t->valuestring)) ||
+        dflash_tokenize(s->m, t->valuestring, strlen(t->valuestring), &ids, &n) != 0) {
+        fail(&e, 400, "invalid_value", "content", "'content' is not valid UTF-8");
+        return send_err(c, s, &e);
+    }
+    cJSON *r = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(r, "tokens");
+    for (size_t i = 0; i < n; i++) {
+        if (!pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        size_t len = 0;
+        char *p = dflash_detokenize(s->m, ids + i, 1, &len);
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "id", ids[i]);
+        cJSON_AddItemToObject(x, "piece", json_text(p ? p : "", p ? len : 0));
+        cJSON_AddItemToArray(arr, x);
+        free(p);
+    }
+    free(ids);
+    return send_json(c, s, 200, r);
+}
+
+static enum MHD_Result handle_detokenize(struct MHD_Connection *c, sv_server *s, cJSON *o) {
+    sv_err e;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    if (!t || cJSON_IsNull(t)) {
+        fail(&e, 400, "missing_required_parameter", "tokens", "'tokens' is required");
+        return send_err(c, s, &e);
+    }
+    if (!cJSON_IsArray(t)) {
+        fail(&e, 400, "invalid_type", "tokens", "'tokens' must be an array of token ids");
+        return send_err(c, s, &e);
+    }
+    int n = cJSON_GetArraySize(t), i = 0;
+    int32_t *ids = xcalloc((size_t)n, sizeof *ids);
+    cJSON *x;
+    cJSON_ArrayForEach(x, t) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+            x->valuedouble >= s->info.vocab) {
+            free(ids);
+            fail(&e, 400, "invalid_value", "tokens", "'tokens' must hold integers in 0..%d", s->info.vocab - 1);
+            return send_err(c, s, &e);
+        }
+        ids[i++] = (int32_t)x->valuedouble;
+    }
+    size_t len = 0;
+    char *txt = dflash_detokenize(s->m, ids, (size_t)n, &len);
+    free(ids);
+    if (!txt) {
+        fail(&e, 400, "invalid_value", "tokens", "%s", dflash_error());
+        return send_err(c, s, &e);
+    }
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddItemToObject(r, "content", json_text(txt, len));
+    free(txt);
+    return send_json(c, s, 200, r);
+}
+
+static enum MHD_Result handle_models(struct MHD_Connection *c, sv_server *s) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(r, "data"), m);
+    cJSON_AddStringToObject(m, "id", s->alias);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "dflash");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddStringToObject(meta, "arch", s->info.arch ? s->info.arch : "");
+    cJSON_AddNumberToObject(meta, "n_ctx", s->info.n_ctx);
+    cJSON_AddNumberToObject(meta, "n_vocab", s->info.vocab);
+    cJSON_AddNumberToObject(meta, "n_layers", s->info.n_layers);
+    cJSON_AddStringToObject(meta, "weight_format", s->info.weight_format ? s->info.weight_format : "");
+    cJSON_AddBoolToObject(meta, "draft", s->info.has_draft);
+    cJSON_AddNumberToObject(meta, "block_size", s->info.block_size);
+    return send_json(c, s, 200, r);
+}
+
+static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
+    sbuf b = {0};
+    pthread_mutex_lock(&s->mu);
+    sv_metrics m = s->mt;
+    int queued = s->n_queued, running = s->running != NULL;
+    pthread_mutex_unlock(&s->mu);
+    const char *P = "dflash:";
+#define METRIC(name, kind, help, fmt, val)                                                     \
+    sb_printf(&b, "# HELP %s%s %s\n# TYPE %s%s %s\n%s%s " fmt "\n", P, name, help, P, name, kind, P, name, val)
+    sb_printf(&b, "# HELP %srequests_total HTTP responses by status code.\n# TYPE %srequests_total counter\n", P, P);
+    for (int i = 0; i < m.n_codes; i++) sb_printf(&b, "%srequests_total{code=\"%ld\"} %ld\n", P, m.codes[i], m.code_n[i]);
+    METRIC("requests_processing", "gauge", "Generations running now.", "%d", running);
+    METRIC("requests_deferred", "gauge", "Generations waiting in the queue.", "%d", queued);
+    METRIC("generations_total", "counter", "Generations finished.", "%ld", m.gens);
+    METRIC("generations_cancelled_total", "counter", "Generations stopped because the client went away.", "%ld",
+           m.cancelled);
+    METRIC("prompt_tokens_total", "counter", "Prompt tokens (cached ones included).", "%ld", m.prompt_tokens);
+    METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens whose KV was reused from the previous request.",
+           "%ld", m.cached_tokens);
+    METRIC("generation_tokens_total", "counter", "Generated tokens.", "%ld", m.gen_tokens);
+    METRIC("prompt_seconds_total", "counter", "Prefill time.", "%.6f", m.prompt_s);
+    METRIC("generation_seconds_total", "counter", "Decode time.", "%.6f", m.decode_s);
+    METRIC("spec_decode_num_drafts_total", "counter", "DFlash rounds that drafted.", "%ld", m.drafts);
+    METRIC("spec_decode_num_draft_tokens_total", "counter", "Tokens the draft proposed.", "%ld", m.draft_tokens);
+    METRIC("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the target accepted.", "%ld", m.accepted);
+#undef METRIC
+    sb_printf(&b,
+              "# HELP %sspec_decode_num_accepted_tokens_per_pos Draft tokens accepted at each draft position.\n"
+              "# TYPE %sspec_decode_num_accepted_tokens_per_pos counter\n",
+              P, P);
+    int np = s->info.block_size > 1 ? s->info.block_size - 1 : 0;
+    for (int i = 0; i < np && i < 64; i++)
+        sb_printf(&b, "%sspec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %ld\n", P, i, m.acc_pos[i]);
+    enum MHD_Result ok = queue(c, s, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
+    free(b.p);
+    return ok;
+}
+
+/* Paths: NULL if unknown; *post says whether it takes POST (else GET). */
+static const char *route(const char *url, int *post) {
+    static const struct {
+        const char *path, *name;
+        int post;
+    } r[] = {
+        {"/", "page", 0},
+        {"/index.html", "page", 0},
+        {"/health", "health", 0},
+        {"/v1/health", "health", 0},
+        {"/v1/models", "models", 0},
+        {"/models", "models", 0},
+        {"/metrics", "metrics", 0},
+        {"/v1/chat/completions", "chat", 1},
+        {"/chat/completions", "chat", 1},
+        {"/v1/completions", "completions", 1},
+        {"/completions", "completions", 1},
+        {"/tokenize", "tokenize", 1},
+        {"/detokenize", "detokenize", 1},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        if (!strcmp(url, r[i].path)) {
+            *post = r[i].post;
+            return r[i].name;
+        }
+    return NULL;
+}
+
+/* Constant-time comparison of a presented key with the configured one. */
+static int key_ok(const char *want, const char *got) {
+    if (!got) return 0;
+    size_t a = strlen(want), b = strlen(got);
+    unsigned char d = a != b;
+    for (size_t i = 0; i < a; i++) d |= (unsigned char)(want[i] ^ got[i < b ? i : 0]);
+    return d == 0;
+}
+
+static int authorized(struct MHD_Connection *c, sv_server *s) {
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+        if (key_ok(s->api_key, h)) return 1;
+    }
+    return key_ok(s->api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"));
+}
+
+/* Checks that need only the request line and headers; 0 = go on. */
+static int early_check(struct MHD_Connection *c, sv_server *s, const char *url, const char *method, sv_err *e) {
+    int post = 0;
+    const char *name = route(url, &post);
+    if (!name) return fail(e, 404, "not_found", NULL, "no such endpoint: %s %.200s", method, url);
+    if (strcmp(method, post ? "POST" : "GET") && !(!post && !strcmp(method, "HEAD")))
+        return fail(e, 405, "method_not_allowed", NULL, "%.200s takes %s, not %s", url, post ? "POST" : "GET", method);
+    if (strcmp(name, "page") && strcmp(name, "health") && !authorized(c, s))
+        return fail(e, 401, "invalid_api_key", NULL, "missing or wrong API key (send \"Authorization: Bearer KEY\")");
+    /* a body over the limit is read and dropped, then answered 413: answering
+     * before it is read makes the connection close under a client still
+     * sending, which then sees a reset instead of the 413 */
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (stopping && post) return fail(e, 503, "shutting_down", NULL, "the server is shutting down");
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    sv_server *s = cls;
+    sv_req *q = *con_cls;
+    (void)version;
+    sv_err e;
+    if (!q) { /* headers are in: answer at once what needs no body */
+        if (!strcmp(method, "OPTIONS")) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+            MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+            enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+            MHD_destroy_response(r);
+            count_status(s, 204);
+            return ok;
+        }
+        if (early_check(c, s, url, method, &e) < 0) return send_err(c, s, &e);
+        *con_cls = xcalloc(1, sizeof(sv_req));
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        if (!q->too_big && q->body.n + *upload_size > SV_MAX_BODY) {
+            q->too_big = 1;
+            free(q->body.p);
+            q->body = (sbuf){0};
+        }
+        if (!q->too_big) sb_add(&q->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (q->too_big) {
+        fail(&e, 413, "request_too_large", NULL, "the request body is larger than %d bytes", SV_MAX_BODY);
+        return send_err(c, s, &e);
+    }
+    int post = 0;
+    const char *name = route(url, &post);
+    if (!post) {
+        if (!strcmp(name, "page"))
+            return queue(c, s, 200, "text/html; charset=utf-8", (const char *)serve_page_html, serve_page_html_len);
+        if (!strcmp(name, "health")) return queue(c, s, 200, "application/json", "{\"status\":\"ok\"}", 15);
+        if (!strcmp(name, "models")) return handle_models(c, s);
+        return handle_metrics(c, s);
+    }
+    cJSON *o = q->body.n ? cJSON_ParseWithLength(q->body.p, q->body.n) : NULL;
+    if (!o) {
+        if (q->body.n) fail(&e, 400, "invalid_json", NULL, "the request body is not valid JSON");
+        else fail(&e, 400, "invalid_json", NULL, "the request needs a JSON body");
+        return send_err(c, s, &e);
+    }
+    enum MHD_Result ok;
+    if (!cJSON_IsObject(o)) {
+        fail(&e, 400, "invalid_json", NULL, "the request body must be a JSON object");
+        ok = send_err(c, s, &e);
+    } else if (!strcmp(name, "chat")) {
+        ok = handle_generate(c, s, o, JOB_CHAT);
+    } else if (!strcmp(name, "completions")) {
+        ok = handle_generate(c, s, o, JOB_COMPLETION);
+    } else if (!strcmp(name, "tokenize")) {
+        ok = handle_tokenize(c, s, o);
+    } else {
+        ok = handle_detokenize(c, s, o);
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    sv_req *q = *con_cls;
+    if (!q) return;
+    free(q->body.p);
+    free(q);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    fprintf(stderr, "dflash serve: http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* ---- command line and main loop --------------------------------------------- */
+
+static void usage_err(const char *msg, const char *arg) {
+    fprintf(stderr, "dflash serve: %s%s%s\nTry 'dflash serve --help'.\n", msg, arg ? " " : "", arg ? arg : "");
+    exit(2);
+}
+
+static long arg_int(const char *flag, const char *v, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s expects an integer in %ld..%ld, got", flag, lo, hi);
+        usage_err(msg, v);
+    }
+    return x;
+}
+
+/* Wait for SIGINT/SIGTERM (blocked in every thread) up to ms; 1 if one came. */
+static int wait_signal(const sigset_t *set, int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    return sigtimedwait(set, NULL, ms < 0 ? NULL : &t) > 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
+    const char *quant = NULL, *draft_quant = NULL;
+    int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
+    float temp = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+#define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
+#define VAL() (i + 1 < argc ? argv[++i] : (usage_err("missing value for", a), ""))
+        if (IS("-h", "--help")) {
+            fputs(help_serve, stdout);
+            return 0;
+        } else if (IS("-m", "--model")) model = VAL();
+        else if (IS("-md", "--draft")) draft = VAL();
+        else if (IS("--host", "--host")) host = VAL();
+        else if (IS("--port", "--port")) port = (int)arg_int(a, VAL(), 0, 65535);
+        else if (IS("--api-key", "--api-key")) api_key = VAL();
+        else if (IS("--alias", "--alias")) alias = VAL();
+        else if (IS("-c", "--ctx-size")) ctx = (int)arg_int(a, VAL(), 2, 1 << 24);
+        else if (IS("--parallel", "-np")) parallel = (int)arg_int(a, VAL(), 1, 1024);
+        else if (IS("--queue", "--queue")) queue_max = (int)arg_int(a, VAL(), 1, 1 << 20);
+        else if (IS("-n", "--n-predict")) n_predict = (int)arg_int(a, VAL(), 1, INT_MAX);
+        else if (IS("--temp", "--temperature")) {
+            const char *v = VAL();
+            char *end;
+            temp = strtof(v, &end);
+            if (*end || end == v || !(temp >= 0 && temp <= 2)) usage_err("--temp expects a number in 0..2, got", v);
+        } else if (IS("--draft-max", "--draft-max")) {
+            const char *v = VAL();
+            draft_max = strcmp(v, "auto") == 0 ? -1 : (int)arg_int(a, v, 0, 63);
+        } else if (IS("--think", "--think")) think = 1;
+        else if (IS("-t", "--threads")) threads = (int)arg_int(a, VAL(), 1, 1024);
+        else if (IS("--quant", "--quant")) quant = VAL();
+        else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
+        else usage_err("unknown option", a);
+#undef IS
+#undef VAL
+    }
+    if (!model) usage_err("missing -m DIR", NULL);
+    if (parallel != 1) {
+        char n[32];
+        snprintf(n, sizeof n, "%d", parallel);
+        usage_err("--parallel N > 1 is not supported (the engine holds one sequence: requests queue and run one at "
+                  "a time); got",
+                  n);
+    }
+    if (api_key && !*api_key) usage_err("--api-key must not be empty", NULL);
+
+    /* the address first: a bad --host fails before the model loads */
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int gai = getaddrinfo(host, portstr, &hints, &ai);
+    if (gai != 0) {
+        fprintf(stderr, "dflash serve: error: cannot resolve --host %s: %s\n", host, gai_strerror(gai));
+        return 1;
+    }
+
+    /* SIGINT/SIGTERM are taken by sigtimedwait in this thread only: block them
+     * before any thread starts (threads inherit the mask) */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    dflash_params p = dflash_default_params();
+    p.n_threads = threads;
+    p.n_ctx = ctx;
+    p.quant = quant;
+    p.draft_quant = draft_quant;
+    dflash_model *m = dflash_load(model, draft, &p);
+    if (!m) {
+        fprintf(stderr, "dflash serve: error: %s\n", dflash_error());
+        freeaddrinfo(ai);
+        return 1;
+    }
+    sv_server *s = xcalloc(1, sizeof *s);
+    s->m = m;
+    dflash_get_info(m, &s->info);
+    s->model_path = model;
+    if (!alias) { /* the directory's name */
+        size_t n = strlen(model);
+        while (n > 1 && model[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && model[b - 1] != '/') b--;
+        static char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(n - b), model + b);
+        alias = name;
+    }
+    s->alias = alias;
+    s->api_key = api_key;
+    s->queue_max = queue_max;
+    s->n_predict = n_predict;
+    s->think = think;
+    s->temp = temp;
+    s->draft_max = draft_max;
+    s->created = (long)time(NULL);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, worker_main, s) != 0) {
+        fprintf(stderr, "dflash serve: error: cannot start the worker thread\n");
+        return 1;
+    }
+
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SV_MAX_CONNS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SV_IDLE_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
+    char hostbuf[INET6_ADDRSTRLEN + 2];
+    snprintf(hostbuf, sizeof hostbuf, strchr(host, ':') ? "[%.*s]" : "%.*s", INET6_ADDRSTRLEN - 1, host);
+    freeaddrinfo(ai);
+    int rc = 0;
+    if (!d) {
+        fprintf(stderr, "dflash serve: error: cannot listen on %s:%d (%s)\n", hostbuf, port,
+                errno ? strerror(errno) : "libmicrohttpd failed");
+        rc = 1;
+    } else {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        int bound = di ? (int)di->port : port;
+        fprintf(stderr,
+                "dflash serve: model '%s' (%s, %s%s), context %d, queue %d\n"
+                "dflash serve: listening on http://%s:%d (chat page at /, API at /v1)\n",
+                s->alias, s->info.arch, s->info.weight_format, s->info.has_draft ? ", DFlash draft" : "",
+                s->info.n_ctx, queue_max, hostbuf, bound);
+        fflush(stderr);
+        wait_signal(&sigs, -1);
+        fprintf(stderr, "dflash serve: shutting down: finishing accepted requests\n");
+        MHD_socket ls = MHD_quiesce_daemon(d); /* no new connections */
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_mutex_unlock(&s->mu);
+        /* let accepted requests finish; a second signal or the deadline cancels them */
+        double t_end = now_s() + SV_DRAIN_S;
+        for (;;) {
+            pthread_mutex_lock(&s->mu);
+            int busy = s->head || s->running;
+            pthread_mutex_unlock(&s->mu);
+            if (!busy) break;
+            if (wait_signal(&sigs, 50) || now_s() > t_end) {
+                fprintf(stderr, "dflash serve: cancelling the requests still running\n");
+                break;
+            }
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    s->worker_exit = 1;
+    for (sv_job *j = s->head; j; j = j->next) j->cancelled = 1;
+    if (s->running) s->running->cancelled = 1;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(worker, NULL);
+    if (d) MHD_stop_daemon(d); /* closes connections, joins their threads (jobs are all done) */
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->mu);
+    dflash_free(m);
+    free(s);
+    if (!rc) fprintf(stderr, "dflash serve: stopped\n");
+    return rc;
+}

@@ -1,0 +1,45 @@
+#!/bin/sh
+# test_serve.sh - `dflash serve` on a free loopback port with the demo pair,
+# driven by the official openai npm client and raw HTTP (tests/serve/api.js):
+# chat, streaming, stop strings, seeds, usage, DFlash == plain, prompt-cache
+# reuse, metrics, every error case with its status and type, the queue limit,
+# clients that go away; then SIGTERM must give a clean exit 0 (under ASan: no
+# leaks). Also: the command line's own errors.
+. "$(dirname "$0")/serve/lib.sh"
+
+expect_exit() { # NAME STATUS NEEDLE -- command...
+    name=$1 want=$2 needle=$3; shift 4
+    "$@" >"$T/out" 2>"$T/err"; rc=$?
+    if [ "$rc" -eq "$want" ] && grep -qF -- "$needle" "$T/err" "$T/out"; then ok "$name"
+    else bad "$name (exit $rc, want $want; '$needle')"; head -3 "$T/err"; fi
+}
+expect_exit "serve --help" 0 "--api-key" -- "$BIN" serve --help
+expect_exit "serve without -m" 2 "missing -m" -- "$BIN" serve
+expect_exit "serve --parallel 2" 2 "not supported" -- "$BIN" serve -m models/demo/target --parallel 2
+expect_exit "serve bad --port" 2 "expects an integer" -- "$BIN" serve -m models/demo/target --port 70000
+expect_exit "serve bad --host" 1 "cannot resolve" -- "$BIN" serve -m models/demo/target --host no.such.host.invalid
+expect_exit "serve missing model" 1 "error" -- "$BIN" serve -m "$T/nowhere" --port 0
+
+if ! need_node; then
+    bad "node, npm and the npm packages ($NODE_PKGS) are available"
+    echo "test_serve: $pass passed, $fail failed"; exit 1
+fi
+export API_KEY=test-key-123
+if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_KEY" --queue 1 --ctx-size 1024; then
+    run_node 300 tests/serve/api.js
+    # the README's curl examples
+    command -v curl >/dev/null 2>&1 || apt_install curl
+    if curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Solve for x: 3x + 5 = 20."}], "max_tokens": 64}' \
+        -o "$T/curl.json" -w '%{http_code}' >"$T/curl.code" 2>"$T/err" && [ "$(cat "$T/curl.code")" = 200 ] &&
+        grep -q '"finish_reason"' "$T/curl.json"; then ok "curl: chat completion"; else bad "curl: chat completion"; fi
+    if curl -sSN "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" \
+        -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "stream": true}' >"$T/curl.sse" 2>"$T/err" &&
+        [ "$(grep -c '^data: ' "$T/curl.sse")" -ge 3 ] && tail -n 2 "$T/curl.sse" | grep -qx 'data: \[DONE\]'; then
+        ok "curl -N: streamed events ending with [DONE]"; else bad "curl -N: streamed events"; fi
+    # the port is taken: a second server must fail cleanly
+    expect_exit "port in use" 1 "cannot listen" -- "$BIN" serve -m models/demo/target --port "$PORT"
+    stop_server
+fi
+echo "test_serve: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
