@@ -59,6 +59,83 @@ static int cu_alloc(void *p, size_t n) {
 
 static int pad(int n, int a) { return (n + a - 1) / a * a; }
 
+/* ---- profile (DFLASH_CUDA_PROFILE=1) ------------------------------------------
+ * A tool for finding where a forward's time goes: kernels are launched one by
+ * one (no graphs), an event is recorded after each, and at the end of each
+ * forward / draft block the stream is synchronised and the time between
+ * consecutive events is added to the kernel's row (so a row includes the gap
+ * before the kernel). The table goes to stderr when the backend closes. One
+ * process-wide table: profile one model at a time. */
+enum { PROF_EV = 4096, PROF_ROWS = 48 };
+static struct {
+    int on, n;
+    cudaEvent_t ev[PROF_EV + 1];
+    const char *name[PROF_EV + 1];
+    double bytes[PROF_EV + 1];
+    struct {
+        const char *name;
+        double ms, bytes;
+        long calls;
+    } row[PROF_ROWS];
+    int nrows;
+} prof;
+
+static void prof_init(void) {
+    const char *e = getenv("DFLASH_CUDA_PROFILE");
+    if (!e || *e != '1' || prof.on) return;
+    for (int i = 0; i <= PROF_EV; i++) cudaEventCreate(&prof.ev[i]);
+    prof.on = 1;
+}
+
+static void prof_begin(cudaStream_t s) {
+    if (!prof.on) return;
+    prof.n = 0;
+    cudaEventRecord(prof.ev[0], s);
+}
+
+/* after a launch: its name and the bytes of weights it streamed */
+static void prof_mark(cudaStream_t s, const char *name, double bytes) {
+    if (!prof.on || prof.n >= PROF_EV) return;
+    prof.n++;
+    prof.name[prof.n] = name;
+    prof.bytes[prof.n] = bytes;
+    cudaEventRecord(prof.ev[prof.n], s);
+}
+
+static void prof_end(cudaStream_t s) {
+    if (!prof.on || prof.n == 0) return;
+    cudaStreamSynchronize(s);
+    for (int i = 1; i <= prof.n; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, prof.ev[i - 1], prof.ev[i]);
+        int r = 0;
+        while (r < prof.nrows && strcmp(prof.row[r].name, prof.name[i]) != 0) r++;
+        if (r == prof.nrows) {
+            if (r == PROF_ROWS) continue;
+            prof.nrows++;
+            prof.row[r].name = prof.name[i];
+        }
+        prof.row[r].ms += ms;
+        prof.row[r].bytes += prof.bytes[i];
+        prof.row[r].calls++;
+    }
+    prof.n = 0;
+}
+
+static void prof_report(void) {
+    if (!prof.on || !prof.nrows) return;
+    double tot = 0;
+    for (int r = 0; r < prof.nrows; r++) tot += prof.row[r].ms;
+    fprintf(stderr, "cuda profile (kernel time incl. the gap before it):\n  %-18s %9s %10s %9s %8s %9s\n", "kernel",
+            "calls", "total ms", "us/call", "share", "GB/s");
+    for (int r = 0; r < prof.nrows; r++) {
+        double ms = prof.row[r].ms;
+        fprintf(stderr, "  %-18s %9ld %10.2f %9.2f %7.1f%% %9.0f\n", prof.row[r].name, prof.row[r].calls, ms,
+                1e3 * ms / prof.row[r].calls, 100 * ms / tot, ms > 0 ? prof.row[r].bytes / (ms * 1e-3) / 1e9 : 0.0);
+    }
+    prof.nrows = 0;
+}
+
 /* ---- backend instance ------------------------------------------------------ */
 
 typedef struct {
@@ -106,6 +183,7 @@ static void *cu_open(const be_options *o) {
         free(be);
         return NULL;
     }
+    prof_init();
     snprintf(be->desc, sizeof be->desc, "%s sm_%d%d, %d SMs, bf16 tensor-core matmuls", be->prop.name,
              be->prop.major, be->prop.minor, be->prop.multiProcessorCount);
     return be;
@@ -114,6 +192,7 @@ static void *cu_open(const be_options *o) {
 static void cu_close(void *p) {
     cu_be *be = (cu_be *)p;
     if (!be) return;
+    prof_report();
     cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -484,16 +563,25 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
                   float *vc, int n_ctx, const float *cos_t, const float *sin_t, int causal) {
     int ldq = d->Q + 2 * d->KV;
     rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
+    prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
     gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, a->qkv, ldq, 0);
+    prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
     k_norm_rope<<<dim3(T, d->nh + d->nkv), 32, 0, s>>>(a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv,
                                                        L->k_norm, d->hd, d->eps, cos_t, sin_t, pos,
                                                        causal ? kc : NULL, causal ? vc : NULL, n_ctx);
+    prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
     attention(s, d, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
+    prof_mark(s, causal ? "attention" : "draft attention", 0);
     gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+    prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
+    prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
     gemm(s, L->wgu, 2 * d->I, a->xb, d->Hp, T, a->gu, 2 * d->I, 0);
+    prof_mark(s, causal ? "gemm gate_up" : "draft gemm gate_up", cw_bytes(&L->wgu));
     k_swiglu<<<T, 256, 0, s>>>(a->gu, d->I, a->hb, d->Ip);
+    prof_mark(s, causal ? "swiglu" : "draft swiglu", 0);
     gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
+    prof_mark(s, causal ? "gemm down" : "draft gemm down", cw_bytes(&L->wd));
 }
 
 static int rope_upload(float **cos_d, float **sin_d, const cfg_model *c, int n) {
@@ -570,7 +658,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
     q->be = be;
     q->m = m;
     const char *ng = getenv("DFLASH_CUDA_GRAPHS"); /* 0: launch every kernel each time (for comparison) */
-    q->use_graphs = !(ng && *ng == '0');
+    q->use_graphs = !(ng && *ng == '0') && !prof.on;
     q->cm = (const cu_model *)m->be_data;
     q->d = dims_of(&m->cfg, m->cfg.vocab);
     q->n_ctx = n_ctx;
@@ -614,6 +702,7 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     cudaStream_t s = q->be->stream;
     int T = b->T;
     k_embed<<<T, 256, 0, s>>>(cm->embed, q->d_tok, q->a.x, d->H);
+    prof_mark(s, "embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++) {
         layer(s, d, &cm->layers[l], &q->a, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
@@ -622,8 +711,10 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
                                   sizeof(float) * d->H, sizeof(float) * d->H, T, cudaMemcpyDeviceToDevice, s);
+        if (b->n_taps) prof_mark(s, "taps copy", 0);
     }
     if (b->keep_rows) rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
+    prof_mark(s, "final norm", 0);
 }
 
 static int cu_forward(void *p, const be_batch *b) {
@@ -659,6 +750,7 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
+    prof_begin(s);
     /* tokens and position from pageable memory: the copies are staged before
      * the calls return, so the caller's buffers are free at once */
     CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
@@ -699,6 +791,7 @@ static int cu_forward(void *p, const be_batch *b) {
                               cudaMemcpyDeviceToHost, s));
     }
     if (b->n_logits) CUCHK(cudaStreamSynchronize(s));
+    prof_end(s);
     CUCHK(cudaGetLastError());
     q->len += T;
     q->last_T = T;
@@ -727,8 +820,12 @@ static int cu_argmax(void *p, int row, int n, int32_t *out) {
     cu_seq *q = (cu_seq *)p;
     cudaStream_t s = q->be->stream;
     if (check_kept(q, row, n, "argmax") != 0) return -1;
+    prof_begin(s);
     gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
+    prof_mark(s, "gemm lm_head", cw_bytes(&q->cm->lm_head));
     k_argmax<<<n, 1024, 0, s>>>(q->lg, q->d.V, q->d.V, q->d_ids, NULL);
+    prof_mark(s, "argmax", 0);
+    prof_end(s);
     CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, s));
     CUCHK(cudaStreamSynchronize(s));
     CUCHK(cudaGetLastError());
@@ -859,6 +956,7 @@ static int flush(cu_draft *q) {
     cudaStream_t s = q->be->stream;
     int pos0 = q->len;
     CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
+    prof_begin(s);
     k_to_bf16<<<n, 256, 0, s>>>(q->pend, q->F, q->F, q->fb, q->Fp);
     gemm(s, q->dc->fc, d->H, q->fb, q->Fp, n, q->a.x, d->H, 0);
     rmsnorm(s, q->a.x, d->H, q->dc->hidden_norm, d->H, d->eps, n, q->a.xb, d->Hp);
@@ -871,6 +969,8 @@ static int flush(cu_draft *q) {
                                                    d->eps, q->cos_t, q->sin_t, q->d_pos, q->kc + l * lkv,
                                                    q->vc + l * lkv, q->n_ctx);
     }
+    prof_mark(s, "draft ctx project", 0);
+    prof_end(s);
     CUCHK(cudaGetLastError());
     q->len += n;
     q->n_pend = 0;
@@ -955,7 +1055,9 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * B, cudaMemcpyHostToDevice, s));
     if (b->n_extra)
         CUCHK(cudaMemcpyAsync(q->d_extra, b->extra, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
+    prof_begin(s);
     k_embed<<<B, 256, 0, s>>>(q->tc->embed, q->d_tok, q->a.x, d->H);
+    prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
         layer(s, d, &q->dc->layers[l], &q->a, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
@@ -963,13 +1065,18 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
+    prof_mark(s, "draft final norm", 0);
     gemm(s, q->tc->lm_head, nv, q->a.xb, d->Hp, ns, q->lg, nv, 0);
+    prof_mark(s, "draft lm_head", (double)nv * q->tc->lm_head.row_bytes);
     k_argmax<<<ns, 1024, 0, s>>>(q->lg, nv, nv, q->d_ids, q->best);
+    prof_mark(s, "draft argmax", 0);
     if (b->n_extra) {
         k_extra_logits<<<dim3(ns, b->n_extra), 32, 0, s>>>(q->tc->lm_head, q->d_extra, b->n_extra, q->a.xb, d->Hp,
                                                            d->H, q->xl);
         k_pick_extra<<<1, 64, 0, s>>>(q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
+        prof_mark(s, "draft extra ids", 0);
     }
+    prof_end(s);
     CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * ns, cudaMemcpyDeviceToHost, s));
     if (b->logits) CUCHK(cudaMemcpyAsync(b->logits, q->lg, sizeof(float) * ns * nv, cudaMemcpyDeviceToHost, s));
     if (b->extra_logits && b->n_extra)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench nographs
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench nographs profile
 #   (default: all of them, in that order). Logs and results go to $OUT.
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
@@ -79,6 +79,17 @@ for s in $steps; do
             timeout 120 ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps ${BENCH_REPS:-20} \
                 > "$OUT/bench-4b-$b.txt" 2>&1
             cat "$OUT/bench-4b-$b.txt"
+        done ;;
+    profile)
+        log profile: time per kernel
+        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
+        for mdl in models/demo/target /tmp/s4b-0 /tmp/s4b-4; do
+            [ -d $mdl ] || continue
+            dr=models/demo/draft; [ $mdl = models/demo/target ] || dr=/tmp/s4b-draft
+            echo "== $mdl, plain greedy, 64 tokens"
+            DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | tail -24
+            echo "== $mdl + draft, DFlash, 64 tokens"
+            DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl -md $dr --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | grep -i "draft\|verify\|tau\|tok/s" | head -24
         done ;;
     nographs)
         log without CUDA graphs
