@@ -38,7 +38,12 @@ enum { CW_ROW_ALIGN = 16, CW_COL_ALIGN = 128 };
 /* A weight matrix W[rows][cols] resident on the device.
  *   data: rows_p rows of row_bytes each: BF16 [cols_p] bf16; Q8 [cols_p] u8;
  *         Q4 [cols_p/2] bytes, element k in nibble k%2 of byte k/2 (low first)
- *         - the MLX packing read as bytes.
+ *         - the MLX packing read as bytes - stored in the order k_gemm
+ *         reads them ("tiled"): 16-row tiles one after the other; inside a
+ *         tile, 64-byte column steps; inside a step 1024 bytes: rows 0-7
+ *         then rows 8-15, each half as 32 lanes x 16 bytes, lane l = row%8*4
+ *         + (16-byte quarter of the step). A warp's load of one step is then
+ *         512 contiguous bytes. Byte b of row r lives at cu_tiled(r, b).
  *   sb:   Q8/Q4 only: [rows_p][cols_p/group] (scale, bias) pairs, 2 x 16-bit
  *         (SC_BF16/SC_F16) or 2 x f32 (SC_F32).
  * rows_p and cols_p are padded (16 rows + one spare tile, 128 columns) with
@@ -72,14 +77,67 @@ __device__ __forceinline__ void cu_load_sb(const cw_weight &w, int r, int grp, f
     }
 }
 
+/* Offset in data of byte b of row r (row-major byte b = k * element size). */
+__host__ __device__ __forceinline__ size_t cu_tiled(size_t row_bytes, int r, size_t b) {
+    return (size_t)(r >> 4) * 16 * row_bytes + (b >> 6) * 1024 + (size_t)((r >> 3) & 1) * 512 +
+           (size_t)(((r & 7) << 2) | ((b >> 4) & 3)) * 16 + (b & 15);
+}
+
 /* W[r][k] as f32 (embedding rows, extra logits). */
 __device__ __forceinline__ float cu_get(const cw_weight &w, int r, int k) {
-    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
-    if (w.kind == CW_BF16) return cu_bf2f(((const uint16_t *)row)[k]);
-    int q = w.kind == CW_Q8 ? row[k] : (row[k >> 1] >> ((k & 1) * 4)) & 15;
+    const uint8_t *d = w.data;
+    if (w.kind == CW_BF16) {
+        uint16_t h;
+        memcpy(&h, d + cu_tiled(w.row_bytes, r, (size_t)k * 2), 2);
+        return cu_bf2f(h);
+    }
+    int q = w.kind == CW_Q8 ? d[cu_tiled(w.row_bytes, r, k)] : (d[cu_tiled(w.row_bytes, r, k >> 1)] >> ((k & 1) * 4)) & 15;
     float s, b;
     cu_load_sb(w, r, k / w.group, &s, &b);
     return fmaf(s, (float)q, b);
+}
+
+/* Programmatic dependent launch (sm_90): kernels of a forward are launched
+ * so that the next one may start while this one runs (cuda_backend.cu
+ * launch()). Every kernel calls cu_pdl_wait() before it reads anything an
+ * earlier kernel wrote or writes anything at all - the wait returns once the
+ * previous kernel has finished and its writes are visible, and so, by
+ * induction, every earlier one - and cu_pdl_trigger() to let the next kernel
+ * start its own prologue. Before the wait only immutable data (weights) may
+ * be touched. Both are no-ops without the launch attribute or below sm_90. */
+__device__ __forceinline__ void cu_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cu_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* dst row r = src row of r under interleave8 (gate rows 0..I-1, up rows
+ * I..2I-1 -> tile j holds gate 8j..8j+7, up 8j..8j+7), or zeros past I;
+ * rows of rb bytes, 4-byte words. */
+__global__ void k_interleave8(const uint32_t *src, uint32_t *dst, size_t rb4, int I, int rows) {
+    int r = blockIdx.y;
+    int i = ((r >> 4) << 3) + (r & 7), sr = i + ((r >> 3) & 1) * I;
+    if (r >= rows) return;
+    for (size_t c = blockIdx.x * blockDim.x + threadIdx.x; c < rb4; c += (size_t)gridDim.x * blockDim.x)
+        dst[(size_t)r * rb4 + c] = i < I ? src[(size_t)sr * rb4 + c] : 0u;
+}
+
+/* Row-major src [rows_p][row_bytes] -> tiled dst, one 16-byte piece per
+ * thread (rows_p % 16 == 0, row_bytes % 64 == 0). */
+__global__ void k_tile(const uint8_t *src, uint8_t *dst, size_t row_bytes, size_t n16) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n16) return;
+    size_t tile_b = 16 * row_bytes, tile = c * 16 / tile_b, rem = c * 16 % tile_b;
+    size_t step = rem / 1024, within = rem % 1024;
+    int half = (int)(within / 512), lane = (int)(within % 512) / 16;
+    size_t r = tile * 16 + half * 8 + (lane >> 2);
+    *(uint4 *)(dst + c * 16) = *(const uint4 *)(src + r * row_bytes + step * 64 + (lane & 3) * 16);
 }
 
 /* ---- skinny GEMM ---------------------------------------------------------- */
@@ -139,15 +197,26 @@ __device__ __forceinline__ void cu_dequant(uint4 raw, float s, float b, uint32_t
     }
 }
 
-enum { GEMM_MAX_SPLIT = 8, GEMM_MAX_NT = 4, GEMM_UNROLL = 4 };
+enum { GEMM_MAX_SPLIT = 8, GEMM_MAX_NT = 4 };
 
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T (T <= 8*NT).
  * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
- * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split). */
-template <int KIND, int NT>
+ * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
+ * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
+ * schedule, not the order of the sums). */
+/* SwiGLU epilogue (SWIGLU = 1): w holds gate and up rows interleaved by
+ * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
+ * interleave8), and instead of y the kernel writes h[t][8j + i] =
+ * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
+__device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
+    return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+}
+
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU>
 __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
                                                                 int ldx, int T, float *__restrict__ y, int ldy,
-                                                                int accumulate) {
+                                                                int accumulate, __nv_bfloat16 *__restrict__ h,
+                                                                int ldh) {
     constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
     __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -155,10 +224,19 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
     const int r0 = blockIdx.x * 16;
     const int ns = w.cols_p / STEP;
     const int s0 = warp * ns / S, s1 = (warp + 1) * ns / S;
-    const uint8_t *wa = w.data + (size_t)(r0 + g) * w.row_bytes, *wb = wa + 8 * w.row_bytes;
+    const uint8_t *wa = w.data + (size_t)r0 * w.row_bytes + lane * 16, *wb = wa + 512; /* tiled layout */
     const uint8_t *sa = KIND == CW_BF16 ? nullptr : w.sb + (size_t)(r0 + g) * w.sb_row_bytes;
     const uint8_t *sbp = KIND == CW_BF16 ? nullptr : sa + 8 * w.sb_row_bytes;
-    const int ebytes_num = KIND == CW_BF16 ? 2 : 1, ebytes_den = KIND == CW_Q4 ? 2 : 1;
+    /* weights are immutable: the first round goes to L2 while the previous
+     * kernel finishes */
+#pragma unroll
+    for (int u = 0; u < GEMM_UNROLL; u++)
+        if (s0 + u < s1) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)(s0 + u) * 1024));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (size_t)(s0 + u) * 1024));
+        }
+    cu_pdl_wait();
+    cu_pdl_trigger();
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -177,7 +255,7 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
         for (int u = 0; u < GEMM_UNROLL; u++) {
             if (s + u < s1) {
                 int kb = (s + u) * STEP + t * CK;
-                size_t off = (size_t)kb * ebytes_num / ebytes_den;
+                size_t off = (size_t)(s + u) * 1024;
                 ra[u] = cu_ld_stream(wa + off);
                 rb[u] = cu_ld_stream(wb + off);
                 if (KIND != CW_BF16) {
@@ -233,6 +311,16 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
         }
     }
     /* C fragment: acc[n][0..1] = row g, tokens n*8+2t, +1; acc[n][2..3] = row g+8 */
+    if (S == 1 && SWIGLU) {
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int col = r0 / 2 + g, tok = n * 8 + 2 * t + i;
+                if (r0 + g < N && tok < T) h[(size_t)tok * ldh + col] = cu_swiglu(acc[n][i], acc[n][2 + i]);
+            }
+        return;
+    }
     if (S == 1) {
 #pragma unroll
         for (int n = 0; n < NT; n++)
@@ -251,13 +339,23 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
 #pragma unroll
         for (int i = 0; i < 4; i++) red[warp][g + (i >> 1) * 8][n * 8 + 2 * t + (i & 1)] = acc[n][i];
     __syncthreads();
-    for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
-        int rr = e / (8 * NT), tok = e % (8 * NT), row = r0 + rr;
-        if (row >= N || tok >= T) continue;
-        float v = red[0][rr][tok];
-        for (int q = 1; q < S; q++) v += red[q][rr][tok];
-        float *p = y + (size_t)tok * ldy + row;
-        *p = accumulate ? *p + v : v;
+    if constexpr (SWIGLU) {
+        for (int e = threadIdx.x; e < 8 * 8 * NT; e += blockDim.x) {
+            int rr = e / (8 * NT), tok = e % (8 * NT);
+            if (r0 + rr >= N || tok >= T) continue;
+            float gs = red[0][rr][tok], us = red[0][rr + 8][tok];
+            for (int q = 1; q < S; q++) gs += red[q][rr][tok], us += red[q][rr + 8][tok];
+            h[(size_t)tok * ldh + r0 / 2 + rr] = cu_swiglu(gs, us);
+        }
+    } else {
+        for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+            int rr = e / (8 * NT), tok = e % (8 * NT), row = r0 + rr;
+            if (row >= N || tok >= T) continue;
+            float v = red[0][rr][tok];
+            for (int q = 1; q < S; q++) v += red[q][rr][tok];
+            float *p = y + (size_t)tok * ldy + row;
+            *p = accumulate ? *p + v : v;
+        }
     }
 }
 
@@ -277,43 +375,146 @@ __device__ __forceinline__ float cu_block_sum(float v, float *sh) {
     return s;
 }
 
-/* x[t][k] = embed[tok[t]][k] */
+/* Row kernels spread each row over many threads and read it once: a decode
+ * step has one row, and a loop of dependent loads in one block costs more than
+ * the work (a single-block SwiGLU took 20 us for 9728 values). */
+
+/* x[t][k] = embed[tok[t]][k]; grid (T, ceil(H/256)) */
 __global__ void k_embed(cw_weight e, const int32_t *tok, float *x, int H) {
-    int t = blockIdx.x, r = tok[t];
-    for (int k = threadIdx.x; k < H; k += blockDim.x) x[(size_t)t * H + k] = cu_get(e, r, k);
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int t = blockIdx.x, r = tok[t], k = blockIdx.y * blockDim.x + threadIdx.x;
+    if (k < H) x[(size_t)t * H + k] = cu_get(e, r, k);
 }
 
-/* Row t of x [.][ldx] f32 -> RMSNorm with weight w [n] -> ob (bf16 [.][ldo])
- * and/or of (f32 [.][ldof]). */
-__global__ void k_rmsnorm(const float *x, int ldx, const float *w, int n, float eps, __nv_bfloat16 *ob, int ldo,
-                          float *of, int ldof) {
+enum { RN_THREADS = 256, RN_PER = 8 }; /* k_rmsnorm4: rows of up to 256*4*8 = 8192 values */
+
+/* Row blockIdx.x of x [.][ldx] f32 -> RMSNorm with weight w [n] -> ob (bf16
+ * [.][ldo]). n % 4 == 0, n <= RN_THREADS*4*RN_PER, ldx % 4 == 0: thread i holds
+ * float4s i, i + 256, ... in registers; its sum of squares runs over them in
+ * that order, then one block tree (fixed by n alone). */
+__global__ void __launch_bounds__(RN_THREADS) k_rmsnorm4(const float *x, int ldx, const float *w, int n, float eps,
+                                                          __nv_bfloat16 *ob, int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    __shared__ float sh[32];
+    const float4 *r = (const float4 *)(x + (size_t)blockIdx.x * ldx);
+    const float4 *w4 = (const float4 *)w;
+    int n4 = n / 4;
+    float4 v[RN_PER];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < RN_PER; i++) {
+        int k = threadIdx.x + i * RN_THREADS;
+        if (k < n4) {
+            v[i] = r[k];
+            ss += v[i].x * v[i].x;
+            ss += v[i].y * v[i].y;
+            ss += v[i].z * v[i].z;
+            ss += v[i].w * v[i].w;
+        }
+    }
+    ss = cu_block_sum(ss, sh);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    __nv_bfloat162 *o = (__nv_bfloat162 *)(ob + (size_t)blockIdx.x * ldo);
+#pragma unroll
+    for (int i = 0; i < RN_PER; i++) {
+        int k = threadIdx.x + i * RN_THREADS;
+        if (k < n4) {
+            float4 g = w4[k];
+            o[2 * k] = __floats2bfloat162_rn(v[i].x * inv * g.x, v[i].y * inv * g.y);
+            o[2 * k + 1] = __floats2bfloat162_rn(v[i].z * inv * g.z, v[i].w * inv * g.w);
+        }
+    }
+}
+
+/* Any n: one block per row, strided loops. */
+__global__ void k_rmsnorm(const float *x, int ldx, const float *w, int n, float eps, __nv_bfloat16 *ob, int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     __shared__ float sh[32];
     const float *r = x + (size_t)blockIdx.x * ldx;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += r[i] * r[i];
     ss = cu_block_sum(ss, sh);
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = r[i] * inv * w[i];
-        if (ob) ob[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(v);
-        if (of) of[(size_t)blockIdx.x * ldof + i] = v;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        ob[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(r[i] * inv * w[i]);
+}
+
+/* f32 [rows][n] (stride ldx) -> bf16 [rows][ldo]; grid (rows, ceil(n/256)) */
+__global__ void k_to_bf16(const float *x, int ldx, int n, __nv_bfloat16 *o, int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i < n) o[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(x[(size_t)blockIdx.x * ldx + i]);
+}
+
+/* One warp per (row t, head), HD = head_dim >= 64: optional per-head RMSNorm,
+ * then RoPE (neox pairing d, d + HD/2) at position *pos_p + t, in place on buf
+ * [T][ldb]; heads 0..nq-1 at column q_off (weight qn), then nk key heads at
+ * k_off (weight kn). Lane l holds elements l + 32 i, so both halves of each
+ * RoPE pair are in one lane. With kc != NULL the key head and the value head
+ * at v_off are stored into the caches [nk][n_ctx][HD] at the row's position.
+ * The sum of squares runs over i in order, then the xor tree; the products
+ * are (v * inv) * w as in the strided form below. */
+template <int HD>
+__global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
+                              const float *kn, float eps, const float *cos_t, const float *sin_t, const int *pos_p,
+                              float *kc, float *vc, int n_ctx) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    constexpr int NE = HD / 32, HP = NE / 2;
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, pos = *pos_p + t;
+    int is_k = h >= nq, hh = is_k ? h - nq : h;
+    float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * HD;
+    const float *nw = is_k ? kn : qn;
+    const float *cs = cos_t + (size_t)pos * (HD / 2), *sn = sin_t + (size_t)pos * (HD / 2);
+    float x[NE], c[HP], sv[HP], vv[NE];
+    bool store = is_k && kc;
+    const float *vsrc = buf + (size_t)t * ldb + v_off + (size_t)hh * HD;
+#pragma unroll
+    for (int i = 0; i < NE; i++) x[i] = v[lane + 32 * i];
+#pragma unroll
+    for (int i = 0; i < HP; i++) c[i] = cs[lane + 32 * i], sv[i] = sn[lane + 32 * i];
+    if (store) {
+#pragma unroll
+        for (int i = 0; i < NE; i++) vv[i] = vsrc[lane + 32 * i];
+    }
+    if (nw) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NE; i++) ss += x[i] * x[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = 1.0f / sqrtf(ss / (float)HD + eps);
+#pragma unroll
+        for (int i = 0; i < NE; i++) x[i] = x[i] * inv * nw[lane + 32 * i];
+    }
+#pragma unroll
+    for (int i = 0; i < HP; i++) {
+        float a = x[i], b = x[i + HP];
+        x[i] = a * c[i] - b * sv[i];
+        x[i + HP] = b * c[i] + a * sv[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NE; i++) v[lane + 32 * i] = x[i];
+    if (store) {
+        size_t dst = ((size_t)hh * n_ctx + pos) * HD;
+#pragma unroll
+        for (int i = 0; i < NE; i++) {
+            kc[dst + lane + 32 * i] = x[i];
+            vc[dst + lane + 32 * i] = vv[i];
+        }
     }
 }
 
-/* f32 [rows][n] (stride ldx) -> bf16 [rows][ldo] */
-__global__ void k_to_bf16(const float *x, int ldx, int n, __nv_bfloat16 *o, int ldo) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        o[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(x[(size_t)blockIdx.x * ldx + i]);
-}
-
-/* One warp per (row t, head): optional per-head RMSNorm, then RoPE (neox
- * pairing d, d + hd/2) at position *pos_p + t, in place on buf [T][ldb];
- * heads 0..nq-1 at column q_off (weight qn), then nk key heads at k_off
- * (weight kn). With kc != NULL the key head and the value head at v_off are
- * stored into the caches [nk][n_ctx][hd] at the row's position. */
+/* The same for any head_dim (16 and 32 here). */
 __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
                             const float *kn, int hd, float eps, const float *cos_t, const float *sin_t,
                             const int *pos_p, float *kc, float *vc, int n_ctx) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = hd / 2, pos = *pos_p + t;
     int is_k = h >= nq, hh = is_k ? h - nq : h;
     float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * hd;
@@ -345,15 +546,6 @@ __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float 
     }
 }
 
-/* h[t][i] = silu(g) * u, g = gu[t][i], u = gu[t][I + i]; bf16 out [T][ldo] */
-__global__ void k_swiglu(const float *gu, int I, __nv_bfloat16 *h, int ldo) {
-    const float *r = gu + (size_t)blockIdx.x * 2 * I;
-    for (int i = threadIdx.x; i < I; i += blockDim.x) {
-        float g = r[i];
-        h[(size_t)blockIdx.x * ldo + i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * r[I + i]);
-    }
-}
-
 /* ---- attention ------------------------------------------------------------ */
 
 enum { ATT_WARPS = 8 };
@@ -371,6 +563,8 @@ template <int HD>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     k_attention(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
                 const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out, int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     constexpr int ND = (HD + 31) / 32;
     __shared__ __align__(16) float qs[HD];
     __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
@@ -446,17 +640,143 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     }
 }
 
+/* The same contract for HD = 64 or 128, keys in chunks of 16 (chunk c
+ * to warp c % ATT_WARPS) so that every load of a chunk is in flight at once:
+ * scoring, lanes 2kk and 2kk+1 hold key kk's halves of the dot product (each
+ * in ascending dimension order, then added); the V rows, lane l holds float4
+ * column l + 32 i of each of the 16 rows and adds them in key order. */
+template <int HD>
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    k_attention16(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+                  const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out,
+                  int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    constexpr int CH = 16, HH = HD / 2, NV = HD / 4 >= 32 ? HD / 128 : 1; /* float4 columns per lane */
+    constexpr int VL = HD / 4 < 32 ? HD / 4 : 32;                          /* lanes holding V columns */
+    __shared__ __align__(16) float qs[HD];
+    __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
+    __shared__ __align__(16) float wacc[ATT_WARPS][HD];
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int kvh = h / (nq / nkv), pos0 = *pos;
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) qs[i] = q[(size_t)t * ldq + (size_t)h * HD + i] * scale;
+    __syncthreads();
+    int nc = causal ? pos0 + t + 1 : pos0;
+    int n = nc + (causal ? 0 : n_blk);
+    const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
+    const int kk = lane >> 1, half = lane & 1;
+    float m = -INFINITY, l = 0.0f;
+    float4 acc[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = warp; c * CH < n; c += ATT_WARPS) {
+        int j = c * CH + kk;
+        float d = 0.0f;
+        if (j < n) {
+            const float *k = (j < nc ? kh + (size_t)j * HD : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * HD) + half * HH;
+            const float *qh = qs + half * HH;
+            float4 kv[HH / 4];
+#pragma unroll
+            for (int i = 0; i < HH / 4; i++) kv[i] = ((const float4 *)k)[i];
+#pragma unroll
+            for (int i = 0; i < HH / 4; i++) {
+                d = fmaf(qh[4 * i], kv[i].x, d);
+                d = fmaf(qh[4 * i + 1], kv[i].y, d);
+                d = fmaf(qh[4 * i + 2], kv[i].z, d);
+                d = fmaf(qh[4 * i + 3], kv[i].w, d);
+            }
+        }
+        float o = __shfl_xor_sync(0xffffffffu, d, 1);
+        float s = j < n ? (half ? o + d : d + o) : -INFINITY;
+        /* V rows of the chunk, all loads issued before the softmax */
+        float4 vr[CH][NV];
+#pragma unroll
+        for (int r = 0; r < CH; r++) {
+            int key = c * CH + r;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                vr[r][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (key < n && lane < VL) {
+                    const float *v =
+                        key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * HD;
+                    vr[r][i] = ((const float4 *)v)[lane + 32 * i];
+                }
+            }
+        }
+        float cm = s;
+#pragma unroll
+        for (int o = 16; o > 1; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        float nm = fmaxf(m, cm);
+        float corr = expf(m - nm), p = j < n ? expf(s - nm) : 0.0f;
+        float ps = half ? 0.0f : p;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        l = l * corr + ps;
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
+#pragma unroll
+        for (int r = 0; r < CH; r++) {
+            float pr = __shfl_sync(0xffffffffu, p, 2 * r);
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                acc[i].x = fmaf(pr, vr[r][i].x, acc[i].x);
+                acc[i].y = fmaf(pr, vr[r][i].y, acc[i].y);
+                acc[i].z = fmaf(pr, vr[r][i].z, acc[i].z);
+                acc[i].w = fmaf(pr, vr[r][i].w, acc[i].w);
+            }
+        }
+        m = nm;
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+    if (lane < VL) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) ((float4 *)wacc[warp])[lane + 32 * i] = acc[i];
+    }
+    __syncthreads();
+    /* merge: every thread, one output dimension at a time, warps in order */
+    float M = wm[0];
+    for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.0f, f[ATT_WARPS];
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
+        L += wl[w] * f[w];
+    }
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) o += wacc[w][d] * f[w];
+        out[(size_t)t * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(o / L);
+    }
+}
+
 /* ---- argmax --------------------------------------------------------------- */
 
-/* out[row] = first index of the maximum of l[row][0..n) (stride ld); NaNs
- * never win. */
-__global__ void k_argmax(const float *l, int ld, int n, int32_t *out, float *best_out) {
+/* ---- argmax: out[row] = first index of the maximum of l[row][0..n) (stride
+ * ld); NaNs never win. */
+
+/* Two launches: part p of row r scans
+ * elements [p*len, (p+1)*len) (len = ceil(n / AMX_PARTS)) into pv/pi
+ * [rows][AMX_PARTS]; one warp per row then merges the parts. The first index
+ * of the maximum is a total order (value, then lower index), so the split
+ * cannot change the answer. */
+enum { AMX_PARTS = 64 };
+
+__device__ __forceinline__ void cu_amx_take(float *bv, int *bi, float ov, int oi) {
+    if (oi >= 0 && (*bi < 0 || ov > *bv || (ov == *bv && oi < *bi))) *bv = ov, *bi = oi;
+}
+
+__global__ void k_argmax_part(const float *l, int ld, int n, float *pv, int *pi) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float *r = l + (size_t)blockIdx.x * ld;
+    int len = (n + AMX_PARTS - 1) / AMX_PARTS, b = blockIdx.x * len, e = b + len < n ? b + len : n;
+    const float *r = l + (size_t)blockIdx.y * ld;
     float bv = -INFINITY;
     int bi = -1;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = b + threadIdx.x; i < e; i += blockDim.x) {
         float v = r[i];
         if (v > bv || (bi < 0 && v == bv)) bv = v, bi = i;
     }
@@ -464,14 +784,34 @@ __global__ void k_argmax(const float *l, int ld, int n, int32_t *out, float *bes
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+        cu_amx_take(&bv, &bi, ov, oi);
     }
     int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     if ((threadIdx.x & 31) == 0) sv[w] = bv, si[w] = bi;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int i = 1; i < nw; i++)
-            if (si[i] >= 0 && (bi < 0 || sv[i] > bv || (sv[i] == bv && si[i] < bi))) bv = sv[i], bi = si[i];
+        for (int i = 1; i < nw; i++) cu_amx_take(&bv, &bi, sv[i], si[i]);
+        pv[(size_t)blockIdx.y * AMX_PARTS + blockIdx.x] = bv;
+        pi[(size_t)blockIdx.y * AMX_PARTS + blockIdx.x] = bi;
+    }
+}
+
+__global__ void k_argmax_merge(const float *pv, const int *pi, int32_t *out, float *best_out) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int lane = threadIdx.x;
+    const float *v = pv + (size_t)blockIdx.x * AMX_PARTS;
+    const int *ix = pi + (size_t)blockIdx.x * AMX_PARTS;
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int p = lane; p < AMX_PARTS; p += 32) cu_amx_take(&bv, &bi, v[p], ix[p]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        cu_amx_take(&bv, &bi, ov, oi);
+    }
+    if (lane == 0) {
         out[blockIdx.x] = bi < 0 ? 0 : bi;
         if (best_out) best_out[blockIdx.x] = bv;
     }
@@ -481,6 +821,8 @@ __global__ void k_argmax(const float *l, int ld, int n, int32_t *out, float *bes
  * columns); one warp per (i, e), lanes in a fixed order then a fixed tree. */
 __global__ void k_extra_logits(cw_weight head, const int32_t *extra, int n_extra, const __nv_bfloat16 *x, int ldx,
                                int H, float *xl) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     int i = blockIdx.x, e = blockIdx.y, lane = threadIdx.x;
     float s = 0.0f;
     for (int k = lane; k < H; k += 32) s = fmaf(cu_get(head, extra[e], k), __bfloat162float(x[(size_t)i * ldx + k]), s);
@@ -493,6 +835,8 @@ __global__ void k_extra_logits(cw_weight head, const int32_t *extra, int n_extra
  * greater (extras in order). */
 __global__ void k_pick_extra(int32_t *ids, const float *best, const float *xl, const int32_t *extra, int n_extra,
                              int n) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float b = best[i];

@@ -80,6 +80,10 @@ static struct {
     int nrows;
 } prof;
 
+static void tuning_init(void);
+static void pdl_init(const cudaDeviceProp *p);
+static int use_pdl = 0; /* launch(): programmatic dependent launch */
+
 static void prof_init(void) {
     const char *e = getenv("DFLASH_CUDA_PROFILE");
     if (!e || *e != '1' || prof.on) return;
@@ -184,6 +188,8 @@ static void *cu_open(const be_options *o) {
         return NULL;
     }
     prof_init();
+    tuning_init();
+    pdl_init(&be->prop);
     snprintf(be->desc, sizeof be->desc, "%s sm_%d%d, %d SMs, bf16 tensor-core matmuls", be->prop.name,
              be->prop.major, be->prop.minor, be->prop.multiProcessorCount);
     return be;
@@ -231,14 +237,27 @@ static double cu_bandwidth(void *p) {
 
 /* ---- weights ----------------------------------------------------------------- */
 
-/* K slices per tile: enough warps to cover the GPU (about 16 per SM on a
- * 132-SM part) while each warp keeps >= 4 unrolled steps. A function of the
- * shape only. */
+/* K slices per tile, a function of the shape only: enough warps to cover
+ * the GPU (about 16 per SM on a 132-SM part) while each warp keeps >= 4
+ * steps. */
 static int cw_split(int rows, int cols_p, int kind) {
     int step = kind == CW_BF16 ? 32 : kind == CW_Q8 ? 64 : 128;
     int ns = cols_p / step, tiles = (rows + 15) / 16, s = 1;
     while (s < GEMM_MAX_SPLIT && tiles * s < 2048 && ns / (2 * s) >= 4) s *= 2;
     return s;
+}
+
+static int gemm_unroll = 4; /* DFLASH_CUDA_GEMM_UNROLL=8: timing only (the sums do not change) */
+
+/* Timing knobs, read once when the backend opens. */
+static void tuning_init(void) {
+    const char *e = getenv("DFLASH_CUDA_GEMM_UNROLL");
+    gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
+}
+
+static void pdl_init(const cudaDeviceProp *p) {
+    const char *e = getenv("DFLASH_CUDA_PDL");
+    use_pdl = p->major >= 9 && !(e && *e == '0');
 }
 
 static void cw_free(cw_weight *w) {
@@ -251,10 +270,54 @@ static size_t cw_bytes(const cw_weight *w) {
     return (size_t)w->rows * w->row_bytes + (w->sb ? (size_t)w->rows * w->sb_row_bytes : 0);
 }
 
+/* Reorder o->data from row-major to the tiled layout k_gemm streams
+ * (cu_kernels.cuh, cw_weight). */
+static int cw_tile(cw_weight *o, const char *name) {
+    size_t bytes = o->row_bytes * o->rows_p, n16 = bytes / 16;
+    uint8_t *t;
+    if (cu_alloc(&t, bytes) != 0) return -1;
+    k_tile<<<(unsigned)((n16 + 255) / 256), 256>>>(o->data, t, o->row_bytes, n16);
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaFree(o->data);
+    o->data = t;
+    if (e != cudaSuccess) {
+        dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* o's rows (gate rows 0..I-1, then up rows I..2I-1) -> interleave8 order
+ * (cu_kernels.cuh, k_gemm's SwiGLU epilogue), 2 * pad8(I) rows. */
+static int cw_interleave8(cw_weight *o, const char *name) {
+    int I = o->rows / 2, R = 2 * pad(I, 8), rows_p = pad(R, CW_ROW_ALIGN) + CW_ROW_ALIGN;
+    uint8_t *d, *sb = NULL;
+    if (cu_alloc(&d, o->row_bytes * rows_p) != 0) return -1;
+    if (o->sb && cu_alloc(&sb, o->sb_row_bytes * rows_p) != 0) {
+        cudaFree(d);
+        return -1;
+    }
+    k_interleave8<<<dim3(4, R), 256>>>((const uint32_t *)o->data, (uint32_t *)d, o->row_bytes / 4, I, R);
+    if (o->sb) k_interleave8<<<dim3(1, R), 256>>>((const uint32_t *)o->sb, (uint32_t *)sb, o->sb_row_bytes / 4, I, R);
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaFree(o->data);
+    cudaFree(o->sb);
+    o->data = d;
+    o->sb = sb;
+    o->rows = R;
+    o->rows_p = rows_p;
+    o->split = cw_split(R, o->cols_p, o->kind);
+    if (e != cudaSuccess) {
+        dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
 /* Upload the row-concatenation of ws[0..n) as one device weight. MLX Q8/Q4
  * pieces that agree on bits, group and scale dtype stay quantized; anything
  * else becomes bfloat16 (kn_get_row's f32 values rounded once). */
-static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char *name) {
+static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char *name, int interleave8) {
     memset(o, 0, sizeof *o);
     int rows = 0, cols = ws[0]->cols;
     kn_dtype d0 = ws[0]->dtype;
@@ -311,7 +374,8 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
         }
         free(f);
         free(h);
-        return 0;
+        if (interleave8 && cw_interleave8(o, name) != 0) return -1;
+        return cw_tile(o, name);
     }
     o->group = ws[0]->group_size;
     o->sdt = ws[0]->scale_dtype == KN_F32 ? SC_F32 : ws[0]->scale_dtype == KN_F16 ? SC_F16 : SC_BF16;
@@ -343,10 +407,14 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
         dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
         return -1;
     }
-    return 0;
+    if (interleave8 && cw_interleave8(o, name) != 0) return -1;
+    return cw_tile(o, name);
 }
 
 /* Rows r0..r0+n-1 of w (same split, so the same bits per row). */
+/* Rows r0..r0+n-1 of w as a weight of their own; r0 % 16 == 0 (whole tiles
+ * of the tiled layout: callers pass q_dim = heads * head_dim, head_dim a
+ * multiple of 16). */
 static cw_weight cw_rows(const cw_weight *w, int r0, int n) {
     cw_weight v = *w;
     v.data += (size_t)r0 * w->row_bytes;
@@ -418,8 +486,8 @@ static int cu_prepare(void *p, mdl_model *m) {
         const kn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
                         *d[1] = {&L->wd};
         snprintf(name, sizeof name, "layer %d", l);
-        if (cw_upload(&D->wqkv, qkv, 3, name) != 0 || cw_upload(&D->wo, o, 1, name) != 0 ||
-            cw_upload(&D->wgu, gu, 2, name) != 0 || cw_upload(&D->wd, d, 1, name) != 0)
+        if (cw_upload(&D->wqkv, qkv, 3, name, 0) != 0 || cw_upload(&D->wo, o, 1, name, 0) != 0 ||
+            cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0)
             goto fail;
         if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
@@ -429,17 +497,17 @@ static int cu_prepare(void *p, mdl_model *m) {
     }
     if (m->embed.rows > 0) {
         const kn_weight *e[1] = {&m->embed}, *h[1] = {&m->lm_head};
-        if (cw_upload(&cm->embed, e, 1, "embed_tokens") != 0) goto fail;
+        if (cw_upload(&cm->embed, e, 1, "embed_tokens", 0) != 0) goto fail;
         cm->head_is_embed = m->lm_head.data == m->embed.data;
         if (cm->head_is_embed)
             cm->lm_head = cm->embed;
-        else if (cw_upload(&cm->lm_head, h, 1, "lm_head") != 0)
+        else if (cw_upload(&cm->lm_head, h, 1, "lm_head", 0) != 0)
             goto fail;
         cm->bytes += cw_bytes(&cm->lm_head);
     }
     if (c->is_draft) {
         const kn_weight *f[1] = {&m->fc};
-        if (cw_upload(&cm->fc, f, 1, "fc") != 0 || upload_vec(&cm->hidden_norm, m->hidden_norm, c->hidden) != 0)
+        if (cw_upload(&cm->fc, f, 1, "fc", 0) != 0 || upload_vec(&cm->hidden_norm, m->hidden_norm, c->hidden) != 0)
             goto fail;
         cm->bytes += cw_bytes(&cm->fc);
     }
@@ -451,35 +519,114 @@ fail:
     return -1;
 }
 
+/* Launch a kernel of a forward: with programmatic dependent launch where
+ * the GPU has it (sm_90+; DFLASH_CUDA_PDL=0 turns it off for comparison),
+ * so that it may start while the previous kernel drains; the kernels' side
+ * of the contract is cu_pdl_wait / cu_pdl_trigger (cu_kernels.cuh). */
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = use_pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
+
 /* ---- launches ------------------------------------------------------------------ */
 
-template <int KIND>
-static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
-                      int acc) {
+/* Launches of up to 32 rows. The unroll is picked per (kind, tile count) to
+ * stay within 128 registers (quantized weights hold scales per step); it
+ * changes the schedule only, so it may depend on T. */
+template <int KIND, int U, int SW>
+static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int tn, float *y, int ldy,
+                        int acc, bf16 *h, int ldh) {
     dim3 grid((N + 15) / 16), block(32 * w.split);
+    constexpr int UQ = KIND == CW_BF16 ? U : 4;
+    switch ((tn + 7) / 8) {
+    case 1: launch(k_gemm<KIND, 1, U, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
+    case 2: launch(k_gemm<KIND, 2, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
+    case 3: launch(k_gemm<KIND, 3, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
+    default: launch(k_gemm<KIND, 4, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
+    }
+}
+
+template <int KIND, int SW>
+static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
+                      int acc, bf16 *h, int ldh) {
     for (int t0 = 0; t0 < T; t0 += 32) {
         int tn = T - t0 < 32 ? T - t0 : 32;
         const bf16 *xx = x + (size_t)t0 * ldx;
-        float *yy = y + (size_t)t0 * ldy;
-        switch ((tn + 7) / 8) {
-        case 1: k_gemm<KIND, 1><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
-        case 2: k_gemm<KIND, 2><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
-        case 3: k_gemm<KIND, 3><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
-        default: k_gemm<KIND, 4><<<grid, block, 0, s>>>(w, N, xx, ldx, tn, yy, ldy, acc); break;
-        }
+        float *yy = y ? y + (size_t)t0 * ldy : NULL;
+        bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
+        if (gemm_unroll == 8) gemm_launch<KIND, 8, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
+        else gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
     }
+}
+
+template <int SW>
+static void gemm_any(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
+                     int acc, bf16 *h, int ldh) {
+    if (w.kind == CW_BF16) gemm_kind<CW_BF16, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
+    else if (w.kind == CW_Q8) gemm_kind<CW_Q8, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
+    else gemm_kind<CW_Q4, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
 }
 
 /* y[T][ldy] (+)= x[T][ldx] . W^T for output rows 0..N-1 of w. */
 static void gemm(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy, int acc) {
-    if (w.kind == CW_BF16) gemm_kind<CW_BF16>(s, w, N, x, ldx, T, y, ldy, acc);
-    else if (w.kind == CW_Q8) gemm_kind<CW_Q8>(s, w, N, x, ldx, T, y, ldy, acc);
-    else gemm_kind<CW_Q4>(s, w, N, x, ldx, T, y, ldy, acc);
+    gemm_any<0>(s, w, N, x, ldx, T, y, ldy, acc, NULL, 0);
+}
+
+/* h[T][ldh] = bf16(silu(gate) * up) with w the gate/up weight uploaded with
+ * interleave8 (w.rows = 2 * pad8(I) rows): the SwiGLU in the GEMM's epilogue. */
+static void gemm_swiglu(cudaStream_t s, const cw_weight &w, const bf16 *x, int ldx, int T, bf16 *h, int ldh) {
+    gemm_any<1>(s, w, w.rows, x, ldx, T, NULL, 0, 0, h, ldh);
 }
 
 static void rmsnorm(cudaStream_t s, const float *x, int ldx, const float *w, int n, float eps, int rows, bf16 *ob,
                     int ldo) {
-    k_rmsnorm<<<rows, 256, 0, s>>>(x, ldx, w, n, eps, ob, ldo, NULL, 0);
+    if (n % 4 == 0 && n <= RN_THREADS * 4 * RN_PER && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0)
+        launch(k_rmsnorm4, rows, RN_THREADS, s, x, ldx, w, n, eps, ob, ldo);
+    else
+        launch(k_rmsnorm, rows, 256, s, x, ldx, w, n, eps, ob, ldo);
+}
+
+/* out[r] = first index of the maximum of l[r][0..n), r < rows (stride ld);
+ * pv/pi: scratch [rows][AMX_PARTS]. */
+static void argmax(cudaStream_t s, const float *l, int ld, int n, int rows, float *pv, int *pi, int32_t *out,
+                   float *best) {
+    launch(k_argmax_part, dim3(AMX_PARTS, rows), 256, s, l, ld, n, pv, pi);
+    launch(k_argmax_merge, rows, 32, s, pv, pi, out, best);
+}
+
+/* Per-head RMSNorm + RoPE (+ K/V cache store) over grid (T, nq + nk), one
+ * warp per head; the register form for the usual head sizes. */
+static void norm_rope(cudaStream_t s, float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off,
+                      int nk, const float *kn, int hd, float eps, const float *cos_t, const float *sin_t,
+                      const int *pos, float *kc, float *vc, int n_ctx, int T) {
+    dim3 g(T, nq + nk);
+    switch (hd) {
+    case 64:
+        launch(k_norm_rope_r<64>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
+                                           vc, n_ctx);
+        break;
+    case 128:
+        launch(k_norm_rope_r<128>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
+                                            vc, n_ctx);
+        break;
+    case 256:
+        launch(k_norm_rope_r<256>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
+                                            vc, n_ctx);
+        break;
+    default:
+        launch(k_norm_rope, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, hd, eps, cos_t, sin_t, pos, kc, vc,
+                                     n_ctx);
+    }
 }
 
 /* ---- shared layer shapes ------------------------------------------------------------ */
@@ -509,14 +656,14 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
 
 /* Activations for `rows` rows of one model. */
 typedef struct {
-    float *x, *qkv, *gu;
+    float *x, *qkv;
     bf16 *xb, *att, *hb;
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
     if (cu_alloc(&a->x, sizeof(float) * rows * d->H) || cu_alloc(&a->xb, sizeof(bf16) * rows * d->Hp) ||
         cu_alloc(&a->qkv, sizeof(float) * rows * (d->Q + 2 * d->KV)) ||
-        cu_alloc(&a->att, sizeof(bf16) * rows * d->Qp) || cu_alloc(&a->gu, sizeof(float) * rows * 2 * d->I) ||
+        cu_alloc(&a->att, sizeof(bf16) * rows * d->Qp) ||
         cu_alloc(&a->hb, sizeof(bf16) * rows * d->Ip))
         return -1;
     return 0;
@@ -527,7 +674,6 @@ static void act_free(cu_act *a) {
     cudaFree(a->xb);
     cudaFree(a->qkv);
     cudaFree(a->att);
-    cudaFree(a->gu);
     cudaFree(a->hb);
 }
 
@@ -537,8 +683,12 @@ template <int HD>
 static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc, const float *vc,
                          int n_ctx, int causal, const int *pos, const float *kb, const float *vb, int n_blk,
                          bf16 *out) {
-    k_attention<HD><<<dim3(n_blk, d->nh), 32 * ATT_WARPS, 0, s>>>(q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, ldq,
-                                                                  n_blk, d->nh, d->nkv, out, d->Qp);
+    if constexpr (HD == 64 || HD == 128)
+        launch(k_attention16<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
+                                                                        ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+    else
+        launch(k_attention<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
+                                                                      ldq, n_blk, d->nh, d->nkv, out, d->Qp);
 }
 
 /* Attention of T rows (att_supported(hd) was checked at create). */
@@ -566,9 +716,8 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
     gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, a->qkv, ldq, 0);
     prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
-    k_norm_rope<<<dim3(T, d->nh + d->nkv), 32, 0, s>>>(a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv,
-                                                       L->k_norm, d->hd, d->eps, cos_t, sin_t, pos,
-                                                       causal ? kc : NULL, causal ? vc : NULL, n_ctx);
+    norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->eps, cos_t, sin_t,
+              pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
     prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
     attention(s, d, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
     prof_mark(s, causal ? "attention" : "draft attention", 0);
@@ -576,10 +725,8 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
     prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
-    gemm(s, L->wgu, 2 * d->I, a->xb, d->Hp, T, a->gu, 2 * d->I, 0);
-    prof_mark(s, causal ? "gemm gate_up" : "draft gemm gate_up", cw_bytes(&L->wgu));
-    k_swiglu<<<T, 256, 0, s>>>(a->gu, d->I, a->hb, d->Ip);
-    prof_mark(s, causal ? "swiglu" : "draft swiglu", 0);
+    gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
+    prof_mark(s, causal ? "gemm gate_up+swiglu" : "draft gemm gate_up+swiglu", cw_bytes(&L->wgu));
     gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
     prof_mark(s, causal ? "gemm down" : "draft gemm down", cw_bytes(&L->wd));
 }
@@ -612,6 +759,8 @@ typedef struct {
     int taps_cap;
     bf16 *kept;             /* [BE_KEEP_ROWS][Hp] */
     float *lg;              /* [BE_KEEP_ROWS][V] */
+    float *amx_v;           /* [BE_KEEP_ROWS][AMX_PARTS] argmax scratch */
+    int *amx_i;             /* [BE_KEEP_ROWS][AMX_PARTS] */
     int32_t *d_tok, *d_ids; /* [BE_MAX_ROWS], [BE_KEEP_ROWS] */
     int32_t *h_ids;         /* pinned copy */
     int *d_pos;             /* position of the forward's first row */
@@ -634,6 +783,8 @@ static void cu_destroy(void *p) {
     cudaFree(q->taps);
     cudaFree(q->kept);
     cudaFree(q->lg);
+    cudaFree(q->amx_v);
+    cudaFree(q->amx_i);
     cudaFree(q->d_tok);
     cudaFree(q->d_ids);
     cudaFree(q->d_pos);
@@ -669,7 +820,8 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
         cu_alloc(&q->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
-        cu_alloc(&q->d_pos, sizeof(int)) ||
+        cu_alloc(&q->d_pos, sizeof(int)) || cu_alloc(&q->amx_v, sizeof(float) * BE_KEEP_ROWS * AMX_PARTS) ||
+        cu_alloc(&q->amx_i, sizeof(int) * BE_KEEP_ROWS * AMX_PARTS) ||
         cudaMallocHost(&q->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the sequence state");
         cu_destroy(q);
@@ -701,7 +853,7 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     const cu_model *cm = q->cm;
     cudaStream_t s = q->be->stream;
     int T = b->T;
-    k_embed<<<T, 256, 0, s>>>(cm->embed, q->d_tok, q->a.x, d->H);
+    launch(k_embed, dim3(T, (d->H + 255) / 256), 256, s, cm->embed, q->d_tok, q->a.x, d->H);
     prof_mark(s, "embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++) {
@@ -823,7 +975,7 @@ static int cu_argmax(void *p, int row, int n, int32_t *out) {
     prof_begin(s);
     gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
     prof_mark(s, "gemm lm_head", cw_bytes(&q->cm->lm_head));
-    k_argmax<<<n, 1024, 0, s>>>(q->lg, q->d.V, q->d.V, q->d_ids, NULL);
+    argmax(s, q->lg, q->d.V, q->d.V, n, q->amx_v, q->amx_i, q->d_ids, NULL);
     prof_mark(s, "argmax", 0);
     prof_end(s);
     CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, s));
@@ -880,6 +1032,8 @@ typedef struct {
     cu_act a;                /* PEND_ROWS rows */
     float *lg;               /* [max_B][V] */
     float *best, *xl;        /* [max_B], [max_B][CFG_MAX_EOS + 1] */
+    float *amx_v;            /* [max_B][AMX_PARTS] argmax scratch */
+    int *amx_i;              /* [max_B][AMX_PARTS] */
     int32_t *d_tok, *d_ids, *d_extra;
     int32_t *h_ids;          /* pinned */
     int *d_pos;              /* position of the rows being projected or drafted */
@@ -898,6 +1052,8 @@ static void cu_draft_destroy(void *p) {
     cudaFree(q->lg);
     cudaFree(q->best);
     cudaFree(q->xl);
+    cudaFree(q->amx_v);
+    cudaFree(q->amx_i);
     cudaFree(q->d_tok);
     cudaFree(q->d_ids);
     cudaFree(q->d_extra);
@@ -936,6 +1092,8 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
         cu_alloc(&q->pend, sizeof(float) * PEND_ROWS * q->F) || cu_alloc(&q->fb, sizeof(bf16) * PEND_ROWS * q->Fp) ||
         act_alloc(&q->a, d, PEND_ROWS) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
         cu_alloc(&q->best, sizeof(float) * q->max_B) ||
+        cu_alloc(&q->amx_v, sizeof(float) * q->max_B * AMX_PARTS) ||
+        cu_alloc(&q->amx_i, sizeof(int) * q->max_B * AMX_PARTS) ||
         cu_alloc(&q->xl, sizeof(float) * q->max_B * (CFG_MAX_EOS + 1)) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * q->max_B) || cu_alloc(&q->d_ids, sizeof(int32_t) * q->max_B) ||
         cu_alloc(&q->d_extra, sizeof(int32_t) * (CFG_MAX_EOS + 1)) ||
@@ -957,7 +1115,7 @@ static int flush(cu_draft *q) {
     int pos0 = q->len;
     CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
     prof_begin(s);
-    k_to_bf16<<<n, 256, 0, s>>>(q->pend, q->F, q->F, q->fb, q->Fp);
+    launch(k_to_bf16, dim3(n, (q->F + 255) / 256), 256, s, q->pend, q->F, q->F, q->fb, q->Fp);
     gemm(s, q->dc->fc, d->H, q->fb, q->Fp, n, q->a.x, d->H, 0);
     rmsnorm(s, q->a.x, d->H, q->dc->hidden_norm, d->H, d->eps, n, q->a.xb, d->Hp);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
@@ -965,9 +1123,8 @@ static int flush(cu_draft *q) {
         const cu_layer *L = &q->dc->layers[l];
         cw_weight kvw = cw_rows(&L->wqkv, d->Q, 2 * d->KV);
         gemm(s, kvw, 2 * d->KV, q->a.xb, d->Hp, n, q->a.qkv, 2 * d->KV, 0);
-        k_norm_rope<<<dim3(n, d->nkv), 32, 0, s>>>(q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd,
-                                                   d->eps, q->cos_t, q->sin_t, q->d_pos, q->kc + l * lkv,
-                                                   q->vc + l * lkv, q->n_ctx);
+        norm_rope(s, q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd, d->eps, q->cos_t, q->sin_t,
+                  q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, n);
     }
     prof_mark(s, "draft ctx project", 0);
     prof_end(s);
@@ -1056,7 +1213,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     if (b->n_extra)
         CUCHK(cudaMemcpyAsync(q->d_extra, b->extra, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
     prof_begin(s);
-    k_embed<<<B, 256, 0, s>>>(q->tc->embed, q->d_tok, q->a.x, d->H);
+    launch(k_embed, dim3(B, (d->H + 255) / 256), 256, s, q->tc->embed, q->d_tok, q->a.x, d->H);
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
@@ -1068,12 +1225,12 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     prof_mark(s, "draft final norm", 0);
     gemm(s, q->tc->lm_head, nv, q->a.xb, d->Hp, ns, q->lg, nv, 0);
     prof_mark(s, "draft lm_head", (double)nv * q->tc->lm_head.row_bytes);
-    k_argmax<<<ns, 1024, 0, s>>>(q->lg, nv, nv, q->d_ids, q->best);
+    argmax(s, q->lg, nv, nv, ns, q->amx_v, q->amx_i, q->d_ids, q->best);
     prof_mark(s, "draft argmax", 0);
     if (b->n_extra) {
-        k_extra_logits<<<dim3(ns, b->n_extra), 32, 0, s>>>(q->tc->lm_head, q->d_extra, b->n_extra, q->a.xb, d->Hp,
+        launch(k_extra_logits, dim3(ns, b->n_extra), 32, s, q->tc->lm_head, q->d_extra, b->n_extra, q->a.xb, d->Hp,
                                                            d->H, q->xl);
-        k_pick_extra<<<1, 64, 0, s>>>(q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
+        launch(k_pick_extra, 1, 64, s, q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
         prof_mark(s, "draft extra ids", 0);
     }
     prof_end(s);

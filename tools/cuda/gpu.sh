@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench nographs profile
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants nographs profile
 #   (default: all of them, in that order). Logs and results go to $OUT.
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
@@ -83,13 +83,25 @@ for s in $steps; do
     profile)
         log profile: time per kernel
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
-        for mdl in models/demo/target /tmp/s4b-0 /tmp/s4b-4; do
+        for mdl in ${PROFILE_MODELS:-models/demo/target /tmp/s4b-0 /tmp/s4b-4}; do
             [ -d $mdl ] || continue
             dr=models/demo/draft; [ $mdl = models/demo/target ] || dr=/tmp/s4b-draft
             echo "== $mdl, plain greedy, 64 tokens"
             DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | tail -24
             echo "== $mdl + draft, DFlash, 64 tokens"
             DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl -md $dr --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | tail -45
+        done ;;
+    variants)
+        # timing knobs that leave every sum unchanged (cuda_backend.cu:
+        # tuning_init, pdl_init): the GEMM unroll, programmatic dependent launch;
+        # and the same without CUDA graphs
+        log variants: PDL, graphs, GEMM unroll
+        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
+        for b in ${VARIANT_BITS:-0 8}; do
+            for v in "" "DFLASH_CUDA_PDL=0" "DFLASH_CUDA_GRAPHS=0" "DFLASH_CUDA_GEMM_UNROLL=8"; do
+                echo "== /tmp/s4b-$b ${v:-default}"
+                env $v timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-10} 2>&1 | grep -E "decode T=1|^  16 " | head -3
+            done
         done ;;
     nographs)
         log without CUDA graphs
