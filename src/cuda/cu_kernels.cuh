@@ -753,6 +753,138 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 
 /* ---- argmax --------------------------------------------------------------- */
 
+/* The same as k_attention16 for the G query heads that share key/value head
+ * kvh = blockIdx.y (G = nq / nkv): the block reads each K and V row once and
+ * uses it for all G queries (a verify of T rows over a context of n keys
+ * reads n*T*nkv rows instead of n*T*nq). Each query's arithmetic - the dot
+ * halves, the chunk maxima and sums, the V sums in key order, the warp merge
+ * - is exactly k_attention16's, so the two give the same bits. */
+template <int HD, int G>
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    k_attention_gqa(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+                    const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out,
+                    int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    constexpr int CH = 16, HH = HD / 2, NV = HD / 4 >= 32 ? HD / 128 : 1;
+    constexpr int VL = HD / 4 < 32 ? HD / 4 : 32;
+    __shared__ __align__(16) float qs[G][HD];
+    __shared__ float wm[ATT_WARPS][G], wl[ATT_WARPS][G];
+    __shared__ __align__(16) float wacc[ATT_WARPS][G][HD];
+    int t = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pos0 = *pos;
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
+        qs[i / HD][i % HD] = q[(size_t)t * ldq + (size_t)(kvh * G + i / HD) * HD + i % HD] * scale;
+    __syncthreads();
+    int nc = causal ? pos0 + t + 1 : pos0;
+    int n = nc + (causal ? 0 : n_blk);
+    const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
+    const int kk = lane >> 1, half = lane & 1;
+    float m[G], l[G];
+    float4 acc[G][NV];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[g][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int c = warp; c * CH < n; c += ATT_WARPS) {
+        int j = c * CH + kk;
+        float sc[G];
+        {
+            float d[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) d[g] = 0.0f;
+            if (j < n) {
+                const float *k =
+                    (j < nc ? kh + (size_t)j * HD : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * HD) + half * HH;
+                float4 kv[HH / 4];
+#pragma unroll
+                for (int i = 0; i < HH / 4; i++) kv[i] = ((const float4 *)k)[i];
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float *qh = qs[g] + half * HH;
+#pragma unroll
+                    for (int i = 0; i < HH / 4; i++) {
+                        d[g] = fmaf(qh[4 * i], kv[i].x, d[g]);
+                        d[g] = fmaf(qh[4 * i + 1], kv[i].y, d[g]);
+                        d[g] = fmaf(qh[4 * i + 2], kv[i].z, d[g]);
+                        d[g] = fmaf(qh[4 * i + 3], kv[i].w, d[g]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float o = __shfl_xor_sync(0xffffffffu, d[g], 1);
+                sc[g] = j < n ? (half ? o + d[g] : d[g] + o) : -INFINITY;
+            }
+        }
+        float4 vr[CH][NV];
+#pragma unroll
+        for (int r = 0; r < CH; r++) {
+            int key = c * CH + r;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                vr[r][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (key < n && lane < VL) {
+                    const float *v =
+                        key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * HD;
+                    vr[r][i] = ((const float4 *)v)[lane + 32 * i];
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float cm = sc[g];
+#pragma unroll
+            for (int o = 16; o > 1; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+            float nm = fmaxf(m[g], cm);
+            float corr = expf(m[g] - nm), p = j < n ? expf(sc[g] - nm) : 0.0f;
+            float ps = half ? 0.0f : p;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l[g] = l[g] * corr + ps;
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                acc[g][i].x *= corr, acc[g][i].y *= corr, acc[g][i].z *= corr, acc[g][i].w *= corr;
+#pragma unroll
+            for (int r = 0; r < CH; r++) {
+                float pr = __shfl_sync(0xffffffffu, p, 2 * r);
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    acc[g][i].x = fmaf(pr, vr[r][i].x, acc[g][i].x);
+                    acc[g][i].y = fmaf(pr, vr[r][i].y, acc[g][i].y);
+                    acc[g][i].z = fmaf(pr, vr[r][i].z, acc[g][i].z);
+                    acc[g][i].w = fmaf(pr, vr[r][i].w, acc[g][i].w);
+                }
+            }
+            m[g] = nm;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+        if (lane < VL) {
+#pragma unroll
+            for (int i = 0; i < NV; i++) ((float4 *)wacc[warp][g])[lane + 32 * i] = acc[g][i];
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+        int g = e / HD, d = e % HD;
+        float M = wm[0][g];
+        for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, wm[w][g]);
+        float L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) {
+            float f = wl[w][g] > 0.0f ? expf(wm[w][g] - M) : 0.0f;
+            L += wl[w][g] * f;
+            o += wacc[w][g][d] * f;
+        }
+        out[(size_t)t * ldo + (size_t)(kvh * G + g) * HD + d] = __float2bfloat16_rn(o / L);
+    }
+}
+
 /* ---- argmax: out[row] = first index of the maximum of l[row][0..n) (stride
  * ld); NaNs never win. */
 

@@ -68,7 +68,7 @@ static int pad(int n, int a) { return (n + a - 1) / a * a; }
  * process-wide table: profile one model at a time. */
 enum { PROF_EV = 4096, PROF_ROWS = 48 };
 static struct {
-    int on, n;
+    int on, n, only_T, skip; /* only_T: DFLASH_CUDA_PROFILE_T=N records target forwards of N rows only */
     cudaEvent_t ev[PROF_EV + 1];
     const char *name[PROF_EV + 1];
     double bytes[PROF_EV + 1];
@@ -83,23 +83,29 @@ static struct {
 static void tuning_init(void);
 static void pdl_init(const cudaDeviceProp *p);
 static int use_pdl = 0; /* launch(): programmatic dependent launch */
+static int att_per_head;
 
 static void prof_init(void) {
     const char *e = getenv("DFLASH_CUDA_PROFILE");
     if (!e || *e != '1' || prof.on) return;
     for (int i = 0; i <= PROF_EV; i++) cudaEventCreate(&prof.ev[i]);
     prof.on = 1;
+    const char *t = getenv("DFLASH_CUDA_PROFILE_T");
+    prof.only_T = t ? atoi(t) : 0;
 }
 
-static void prof_begin(cudaStream_t s) {
+/* T: rows of a target forward; -1 for anything else */
+static void prof_begin(cudaStream_t s, int T) {
     if (!prof.on) return;
     prof.n = 0;
+    prof.skip = prof.only_T > 0 && T != prof.only_T;
+    if (prof.skip) return;
     cudaEventRecord(prof.ev[0], s);
 }
 
 /* after a launch: its name and the bytes of weights it streamed */
 static void prof_mark(cudaStream_t s, const char *name, double bytes) {
-    if (!prof.on || prof.n >= PROF_EV) return;
+    if (!prof.on || prof.skip || prof.n >= PROF_EV) return;
     prof.n++;
     prof.name[prof.n] = name;
     prof.bytes[prof.n] = bytes;
@@ -247,12 +253,17 @@ static int cw_split(int rows, int cols_p, int kind) {
     return s;
 }
 
-static int gemm_unroll = 4; /* DFLASH_CUDA_GEMM_UNROLL=8: timing only (the sums do not change) */
+/* GEMM steps whose loads are issued together: 4; DFLASH_CUDA_GEMM_UNROLL=8
+ * everywhere, =auto 8 for shapes with 8 K slices (few tiles). Timing only:
+ * the unroll changes the schedule, not the sums. */
+static int gemm_unroll = 4;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
     const char *e = getenv("DFLASH_CUDA_GEMM_UNROLL");
-    gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
+    gemm_unroll = !e ? 4 : strcmp(e, "8") == 0 ? 8 : strcmp(e, "auto") == 0 ? 0 : 4;
+    e = getenv("DFLASH_CUDA_ATT");
+    att_per_head = e && strcmp(e, "head") == 0;
 }
 
 static void pdl_init(const cudaDeviceProp *p) {
@@ -564,7 +575,8 @@ static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, 
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
-        if (gemm_unroll == 8) gemm_launch<KIND, 8, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
+        if (gemm_unroll == 8 || (gemm_unroll == 0 && w.split >= 8))
+            gemm_launch<KIND, 8, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
         else gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
     }
 }
@@ -679,16 +691,32 @@ static void act_free(cu_act *a) {
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
 
+/* DFLASH_CUDA_ATT=head: one block per query head even where heads share K/V
+ * (for comparison: the same bits, more K/V reads). att_per_head is set in
+ * tuning_init. */
+
+template <int HD, int G>
+static void attention_gqa(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc,
+                          const float *vc, int n_ctx, int causal, const int *pos, const float *kb, const float *vb,
+                          int n_blk, bf16 *out) {
+    launch(k_attention_gqa<HD, G>, dim3(n_blk, d->nkv), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
+           ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+}
+
 template <int HD>
 static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc, const float *vc,
                          int n_ctx, int causal, const int *pos, const float *kb, const float *vb, int n_blk,
                          bf16 *out) {
-    if constexpr (HD == 64 || HD == 128)
+    if constexpr (HD == 64 || HD == 128) {
+        int G = d->nh / d->nkv;
+        if (!att_per_head && G == 2) return attention_gqa<HD, 2>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
+        if (!att_per_head && G == 4) return attention_gqa<HD, 4>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
         launch(k_attention16<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
-                                                                        ldq, n_blk, d->nh, d->nkv, out, d->Qp);
-    else
+               ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+    } else {
         launch(k_attention<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
-                                                                      ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+               ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+    }
 }
 
 /* Attention of T rows (att_supported(hd) was checked at create). */
@@ -902,7 +930,7 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
-    prof_begin(s);
+    prof_begin(s, T);
     /* tokens and position from pageable memory: the copies are staged before
      * the calls return, so the caller's buffers are free at once */
     CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
@@ -972,7 +1000,7 @@ static int cu_argmax(void *p, int row, int n, int32_t *out) {
     cu_seq *q = (cu_seq *)p;
     cudaStream_t s = q->be->stream;
     if (check_kept(q, row, n, "argmax") != 0) return -1;
-    prof_begin(s);
+    prof_begin(s, -1);
     gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
     prof_mark(s, "gemm lm_head", cw_bytes(&q->cm->lm_head));
     argmax(s, q->lg, q->d.V, q->d.V, n, q->amx_v, q->amx_i, q->d_ids, NULL);
@@ -1114,7 +1142,7 @@ static int flush(cu_draft *q) {
     cudaStream_t s = q->be->stream;
     int pos0 = q->len;
     CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
-    prof_begin(s);
+    prof_begin(s, -1);
     launch(k_to_bf16, dim3(n, (q->F + 255) / 256), 256, s, q->pend, q->F, q->F, q->fb, q->Fp);
     gemm(s, q->dc->fc, d->H, q->fb, q->Fp, n, q->a.x, d->H, 0);
     rmsnorm(s, q->a.x, d->H, q->dc->hidden_norm, d->H, d->eps, n, q->a.xb, d->Hp);
@@ -1212,7 +1240,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * B, cudaMemcpyHostToDevice, s));
     if (b->n_extra)
         CUCHK(cudaMemcpyAsync(q->d_extra, b->extra, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
-    prof_begin(s);
+    prof_begin(s, -1);
     launch(k_embed, dim3(B, (d->H + 255) / 256), 256, s, q->tc->embed, q->d_tok, q->a.x, d->H);
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;

@@ -241,6 +241,55 @@ TEST(invariance) {
     }
 }
 
+/* The timing knobs (DFLASH_CUDA_ATT=head, DFLASH_CUDA_PDL=0,
+ * DFLASH_CUDA_GEMM_UNROLL=8) change schedules only: rows must be the same
+ * bits as with the defaults. The demo target has key/value heads shared by
+ * two query heads, so the default runs the grouped attention kernel and the
+ * knob the per-head one. */
+static void knob_run(const char *rel, rec *r, int *V, int *H, int *kvd) {
+    memset(r, 0, sizeof *r);
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* reads the knobs */
+    loaded g;
+    if (!bi || load(&g, &be_cuda, bi, rel) != 0) {
+        CHECK(0, "open/load %s: %s", rel, dfl_lasterr());
+        if (bi) be_cuda.close(bi);
+        return;
+    }
+    const mdl_model *m = &g.m;
+    *V = m->cfg.vocab, *H = m->cfg.hidden, *kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+    rec_init(r, *V, *H, *kvd);
+    int32_t tok[NI];
+    for (int i = 0; i < NI; i++) tok[i] = (int32_t)((i * 101 + 7) % *V);
+    void *st = be_cuda.create(bi, m, 128);
+    step(st, m, tok, 0, 16, r);
+    for (int i = 16; i < 24; i++) step(st, m, tok, i, 1, r);
+    step(st, m, tok, 24, 16, r);
+    be_cuda.destroy(st);
+    unload(&g);
+    be_cuda.close(bi);
+}
+
+TEST(knobs) {
+    const char *rel = "models/demo/target";
+    rec a, b;
+    int V, H, kvd;
+    knob_run(rel, &a, &V, &H, &kvd);
+    setenv("DFLASH_CUDA_ATT", "head", 1);
+    setenv("DFLASH_CUDA_PDL", "0", 1);
+    setenv("DFLASH_CUDA_GEMM_UNROLL", "8", 1);
+    knob_run(rel, &b, &V, &H, &kvd);
+    unsetenv("DFLASH_CUDA_ATT");
+    unsetenv("DFLASH_CUDA_PDL");
+    unsetenv("DFLASH_CUDA_GEMM_UNROLL");
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
+    if (bi) be_cuda.close(bi);
+    CHECK(a.l && b.l && rec_equal(&a, &b, V, H, kvd, 0), "%s: the timing knobs changed the results", rel);
+    rec_free(&a);
+    rec_free(&b);
+}
+
 /* ---- the draft ---------------------------------------------------------------- */
 
 static void draft_case(const char *trel, const char *drel) {
@@ -466,6 +515,7 @@ int main(void) {
     fprintf(stderr, "  device: %s\n", be_cuda.describe(gpu_bi));
     RUN(vs_cpu);
     RUN(invariance);
+    RUN(knobs);
     RUN(draft);
     RUN(dflash);
     RUN(errors);
