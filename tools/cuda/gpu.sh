@@ -90,6 +90,8 @@ for s in $steps; do
             DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | tail -24
             echo "== $mdl + draft, DFlash, 64 tokens"
             DFLASH_CUDA_PROFILE=1 timeout 60 ./dflash generate -m $mdl -md $dr --backend cuda -p "The history of" -n 64 --temp 0 2>&1 >/dev/null | tail -45
+            echo "== $mdl, verify forwards of 16 rows (bench)"
+            DFLASH_CUDA_PROFILE=1 DFLASH_CUDA_PROFILE_T=16 timeout 60 ./dflash bench -m $mdl --backend cuda --reps 3 2>&1 | sed -n '/cuda profile/,$p'
         done ;;
     variants)
         # timing knobs that leave every sum unchanged (cuda_backend.cu:
@@ -98,7 +100,7 @@ for s in $steps; do
         log variants: PDL, graphs, GEMM unroll
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
         for b in ${VARIANT_BITS:-0 8}; do
-            for v in "" "DFLASH_CUDA_PDL=0" "DFLASH_CUDA_GRAPHS=0" "DFLASH_CUDA_GEMM_UNROLL=8"; do
+            for v in "" ${VARIANTS:-DFLASH_CUDA_PDL=0 DFLASH_CUDA_GRAPHS=0 DFLASH_CUDA_GEMM_UNROLL=8}; do
                 echo "== /tmp/s4b-$b ${v:-default}"
                 env $v timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-10} 2>&1 | grep -E "decode T=1|^  16 " | head -3
             done
