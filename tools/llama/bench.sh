@@ -56,6 +56,7 @@ do_build() {
             { echo "llama: cannot unpack $SRC"; touch "$LW/build.failed"; return 1; }
     fi
     cat "$LW/llama.cpp/DFLASH-SOURCE"
+    commit=$(sed -n 's/.*(commit \([0-9a-f]\{8\}\).*/\1/p' "$LW/llama.cpp/DFLASH-SOURCE")
     gen=""; command -v ninja > /dev/null 2>&1 && gen="-G Ninja"
     cuda="-DGGML_CUDA=OFF"
     if [ "${LLAMA_CUDA:-1}" != 0 ]; then
@@ -65,7 +66,7 @@ do_build() {
         fi
     fi
     # shellcheck disable=SC2086 # $gen and $cuda are lists of words
-    if cmake -S "$LW/llama.cpp" -B "$LW/build" $gen $cuda -DCMAKE_BUILD_TYPE=Release \
+    if cmake -S "$LW/llama.cpp" -B "$LW/build" $gen $cuda -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_COMMIT="${commit:-unknown}" \
         -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
         > "$LW/configure.log" 2>&1 &&
@@ -146,7 +147,7 @@ lbench() {
 }
 
 summary() {
-    python3 - "$RES/llama-bench.jsonl" <<'EOF'
+    python3 - "$RES/llama-bench.jsonl" "$REPS" <<'EOF'
 import json, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -157,12 +158,16 @@ def fa(r):
     return {True: "on", False: "off", 1: "on", 0: "off"}.get(v, str(v))
 def key(r):
     return (r.get("type_k", ""), r.get("model_type", ""), r.get("model_filename", ""))
-print("llama.cpp %s (%s), %s" % (rows[0].get("build_commit", "?"), rows[0].get("gpu_info", rows[0].get("backends", "?")), rows[0].get("model_type", "")) if rows else "no llama-bench results")
+if rows:
+    r0 = rows[0]
+    print("llama.cpp %s, %s %s, %d reps; time per call in ms" % (r0.get("build_commit", "?"), r0.get("backends", "?"), r0.get("gpu_info") or r0.get("cpu_info", ""), int(sys.argv[2])))
+else:
+    print("no llama-bench results")
 seen = []
 for r in rows:
     m = r.get("model_filename", "?")
     if m not in seen: seen.append(m)
-print("%-28s %-3s %10s %9s %9s %8s %8s" % ("model", "fa", "tg128 t/s", "ms/token", "pp1 ms", "pp16 ms", "pp16/pp1"))
+print("%-20s %-3s %10s %9s %9s %8s %8s" % ("model", "fa", "tg128 t/s", "ms/token", "pp1 ms", "pp16 ms", "pp16/pp1"))
 for m in seen:
     for f in ("off", "on"):
         rs = [r for r in rows if r.get("model_filename") == m and fa(r) == f]
@@ -173,7 +178,7 @@ for m in seen:
         ms = lambda r: r["avg_ns"] / 1e6
         p1 = ms(pp[1]) if 1 in pp else float("nan")
         p16 = ms(pp[16]) if 16 in pp else float("nan")
-        print("%-28s %-3s %10.1f %9.3f %9.3f %8.3f %8.2f" % (m.split("/")[-1], f, ts, 1000.0 / ts if ts == ts and ts else float("nan"), p1, p16, p16 / p1 if p1 == p1 and p1 else float("nan")))
+        print("%-20s %-3s %10.1f %9.3f %9.3f %8.3f %8.2f" % (m.split("/")[-1], f, ts, 1000.0 / ts if ts == ts and ts else float("nan"), p1, p16, p16 / p1 if p1 == p1 and p1 else float("nan")))
         if pp:
             print("    pp T: ms per call " + "  ".join("%d:%.3f" % (t, ms(pp[t])) for t in sorted(pp)))
 EOF
@@ -196,8 +201,8 @@ do_run() {
     for ty in $TYPES; do
         f=$(gguf_name "$ty")
         [ -s "$f" ] || { echo "llama: no $f, skipped"; continue; }
-        lbench "$ty decode" -m "$f" -ngl $ngl -p 0 -n 128 -fa 0,1
-        lbench "$ty T=1..16 forward" -m "$f" -ngl $ngl -p 1,2,4,8,16 -n 0 -fa 0,1
+        # one load: pp1..pp16 (a forward over T tokens) and tg128 (decode), FA off and on
+        lbench "$ty: decode and T=1..16 forwards" -m "$f" -ngl $ngl -p 1,2,4,8,16 -n 128 -fa 0,1
     done
     log summary
     summary | tee -a "$RES/llama-bench.md"

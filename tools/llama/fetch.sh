@@ -23,6 +23,7 @@ fi
 tar -xzf "$W/pkg.tgz" -C "$W" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
 git clone -q "$W/package/llama/gitRelease.bundle" "$W/src" 2>/dev/null
 commit=$(git -C "$W/src" rev-parse HEAD)
+when=$(git -C "$W/src" log -1 --format=%ct)
 tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$W/package/llama/llama.cpp.info.json")
 
 # what the build and the converter need; everything else (tests, docs,
@@ -65,7 +66,7 @@ EOF
 printf 'llama.cpp %s (commit %s) from npm %s llama/gitRelease.bundle, trimmed by dflash tools/llama/fetch.sh\n' \
     "$tag" "$commit" "$PKG" > "$S/DFLASH-SOURCE"
 
-(cd "$W" && tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - llama.cpp) |
+(cd "$W" && tar --sort=name --mtime="@$when" --owner=0 --group=0 --numeric-owner -cf - llama.cpp) |
     xz -9e -T1 > "$OUTF.tmp"
 mv "$OUTF.tmp" "$OUTF"
 echo "llama.cpp $tag ($commit): $(du -sh "$S" | cut -f1) unpacked, $(wc -c < "$OUTF") bytes in $OUTF"
