@@ -71,6 +71,7 @@ do_build() {
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
         > "$LW/configure.log" 2>&1 &&
        cmake --build "$LW/build" --target llama-bench llama-quantize -j "$JOBS" > "$LW/build.log" 2>&1; then
+        grep -E "CUDA compiler identification|Using CMAKE_CUDA_ARCHITECTURES" "$LW/configure.log"
         echo $(($(now) - t0)) > "$LW/build.done"
         echo "llama: built llama-bench and llama-quantize in $(cat "$LW/build.done") s ($JOBS jobs)"
     else
