@@ -1,8 +1,13 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants nographs profile
-#   (default: all of them, in that order). Logs and results go to $OUT.
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants nographs profile llama
+#   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
+# llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
+# with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
+# CPU work (build, GGUF conversion, quantization) starts at once in the
+# background, nice'd, unless LLAMA_BG=0; the step itself, best put last, runs
+# llama-bench on the GPU once that work is done.
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
 set -u
@@ -36,6 +41,12 @@ EOF
     export PATH=/tmp/pcshim:$PATH
 fi
 J=$(nproc)
+case " $steps " in *" llama "*)
+    if [ "${LLAMA_BG:-1}" != 0 ]; then
+        mkdir -p "${LLAMA_WORK:-/tmp/llama}"
+        (nice -n 19 sh tools/llama/bench.sh prep > "${LLAMA_WORK:-/tmp/llama}/prep.log" 2>&1 &)
+    fi ;;
+esac
 for s in $steps; do
     case $s in
     build)
@@ -44,7 +55,7 @@ for s in $steps; do
         nvcc --version | tail -2
         make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error"
         # the 4B-shape checkpoints for the benchmarks, made on the CPUs meanwhile
-        case " $steps " in *" bench "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac ;;
+        case " $steps " in *" bench "*|*" llama "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac ;;
     test)
         log test-cuda
         timeout ${TEST_TIMEOUT:-300} make CUDA=1 test-cuda > "$OUT/test-cuda.log" 2>&1
@@ -110,6 +121,10 @@ for s in $steps; do
         for mdl in models/demo/target /tmp/s4b-0; do
             [ -d $mdl ] && DFLASH_CUDA_GRAPHS=0 timeout 60 ./dflash bench -m $mdl --backend cuda --reps 10 2>&1 | sed -n 1,8p
         done ;;
+    llama)
+        log llama.cpp side by side
+        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
+        sh tools/llama/bench.sh run ;;
     *) echo "unknown step $s" ;;
     esac
 done

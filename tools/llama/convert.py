@@ -1,0 +1,58 @@
+"""tools/llama/convert.py - llama.cpp's convert_hf_to_gguf.py for dflash synth checkpoints.
+
+    python3 tools/llama/convert.py LLAMA_CPP_DIR [convert_hf_to_gguf.py arguments...]
+
+Runs the converter shipped in the trimmed llama.cpp source (its gguf-py, no
+pip install) with two fallbacks that only matter for timing runs, where
+llama-bench feeds random token ids and never tokenizes text:
+- a tokenizer whose pre-tokenizer hash the converter does not know is written
+  as "qwen2" (the Qwen3 tokenizer's pre-tokenizer) instead of stopping;
+- if the tokenizer cannot be read at all, the GGUF gets no tokenizer
+  ("none") and vocab_size dummy tokens, which llama.cpp loads.
+Both print a warning naming what was done.
+"""
+import logging
+import os
+import sys
+
+
+def main() -> None:
+    llama_dir = os.path.abspath(sys.argv[1])
+    sys.path.insert(0, llama_dir)
+    sys.path.insert(1, os.path.join(llama_dir, "gguf-py"))
+    import conversion.base as base  # noqa: E402 (the path is set above)
+
+    log = logging.getLogger("dflash-convert")
+    pre_orig = base.TextModel.get_vocab_base_pre
+
+    def vocab_base_pre(self, tokenizer):
+        try:
+            return pre_orig(self, tokenizer)
+        except NotImplementedError:
+            log.warning("dflash: pre-tokenizer hash not known: written as qwen2")
+            return "qwen2"
+
+    base.TextModel.get_vocab_base_pre = vocab_base_pre
+
+    from conversion import get_model_class  # noqa: E402
+    import convert_hf_to_gguf  # noqa: E402
+
+    cls = get_model_class("Qwen3ForCausalLM")
+    set_vocab_orig = cls.set_vocab
+
+    def set_vocab(self):
+        try:
+            set_vocab_orig(self)
+        except Exception as e:  # the tokenizer could not be read: timing needs none
+            log.warning("dflash: tokenizer not converted (%s: %s): vocab 'none' with %d dummy tokens",
+                        type(e).__name__, e, self.hparams["vocab_size"])
+            self.gguf_writer.add_tokenizer_model("none")
+            self.gguf_writer.add_vocab_size(self.hparams["vocab_size"])
+
+    cls.set_vocab = set_vocab
+    sys.argv = [os.path.join(llama_dir, "convert_hf_to_gguf.py")] + sys.argv[2:]
+    convert_hf_to_gguf.main()
+
+
+if __name__ == "__main__":
+    main()
