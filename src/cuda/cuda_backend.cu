@@ -83,7 +83,8 @@ static struct {
 static void tuning_init(void);
 static void pdl_init(const cudaDeviceProp *p);
 static int use_pdl = 0; /* launch(): programmatic dependent launch */
-static int att_per_head;
+enum { ATT_AUTO, ATT_HEAD, ATT_GQA };
+static int att_mode;
 
 static void prof_init(void) {
     const char *e = getenv("DFLASH_CUDA_PROFILE");
@@ -263,7 +264,7 @@ static void tuning_init(void) {
     const char *e = getenv("DFLASH_CUDA_GEMM_UNROLL");
     gemm_unroll = !e ? 4 : strcmp(e, "8") == 0 ? 8 : strcmp(e, "auto") == 0 ? 0 : 4;
     e = getenv("DFLASH_CUDA_ATT");
-    att_per_head = e && strcmp(e, "head") == 0;
+    att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
 }
 
 static void pdl_init(const cudaDeviceProp *p) {
@@ -691,9 +692,9 @@ static void act_free(cu_act *a) {
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
 
-/* DFLASH_CUDA_ATT=head: one block per query head even where heads share K/V
- * (for comparison: the same bits, more K/V reads). att_per_head is set in
- * tuning_init. */
+/* Attention kernel: ATT_AUTO picks by width (below); DFLASH_CUDA_ATT=head
+ * or =gqa forces one (for comparison: the two give the same bits). att_mode
+ * is set in tuning_init. */
 
 template <int HD, int G>
 static void attention_gqa(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc,
@@ -708,9 +709,12 @@ static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int l
                          int n_ctx, int causal, const int *pos, const float *kb, const float *vb, int n_blk,
                          bf16 *out) {
     if constexpr (HD == 64 || HD == 128) {
+        /* grouped when it still gives >= 32 blocks (a verify): fewer K/V
+         * reads; per head for a decode step: more SMs at work */
         int G = d->nh / d->nkv;
-        if (!att_per_head && G == 2) return attention_gqa<HD, 2>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
-        if (!att_per_head && G == 4) return attention_gqa<HD, 4>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
+        int grouped = att_mode == ATT_GQA || (att_mode == ATT_AUTO && n_blk * d->nkv >= 32);
+        if (grouped && G == 2) return attention_gqa<HD, 2>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
+        if (grouped && G == 4) return attention_gqa<HD, 4>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
         launch(k_attention16<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
                ldq, n_blk, d->nh, d->nkv, out, d->Qp);
     } else {

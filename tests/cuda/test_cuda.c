@@ -241,11 +241,12 @@ TEST(invariance) {
     }
 }
 
-/* The timing knobs (DFLASH_CUDA_ATT=head, DFLASH_CUDA_PDL=0,
+/* The timing knobs (DFLASH_CUDA_ATT=head|gqa, DFLASH_CUDA_PDL=0,
  * DFLASH_CUDA_GEMM_UNROLL=8) change schedules only: rows must be the same
  * bits as with the defaults. The demo target has key/value heads shared by
- * two query heads, so the default runs the grouped attention kernel and the
- * knob the per-head one. */
+ * two query heads: by default its 16-row forwards run the grouped attention
+ * kernel and its 1-row forwards the per-head one; the knobs force one or the
+ * other everywhere. */
 static void knob_run(const char *rel, rec *r, int *V, int *H, int *kvd) {
     memset(r, 0, sizeof *r);
     be_options o = {2, 0};
@@ -279,6 +280,11 @@ TEST(knobs) {
     setenv("DFLASH_CUDA_PDL", "0", 1);
     setenv("DFLASH_CUDA_GEMM_UNROLL", "8", 1);
     knob_run(rel, &b, &V, &H, &kvd);
+    rec c;
+    setenv("DFLASH_CUDA_ATT", "gqa", 1);
+    knob_run(rel, &c, &V, &H, &kvd);
+    CHECK(a.l && c.l && rec_equal(&a, &c, V, H, kvd, 0), "%s: grouped attention everywhere changed the results", rel);
+    rec_free(&c);
     unsetenv("DFLASH_CUDA_ATT");
     unsetenv("DFLASH_CUDA_PDL");
     unsetenv("DFLASH_CUDA_GEMM_UNROLL");

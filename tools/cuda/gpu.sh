@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants nographs profile llama
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants attcheck nographs profile llama
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
 # with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
@@ -116,6 +116,15 @@ for s in $steps; do
                 env $v timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-10} 2>&1 | grep -E "decode T=1|^  16 " | head -3
             done
         done ;;
+    attcheck)
+        # the 4B shape's grouped (4 query heads per K/V head, head_dim 128)
+        # and per-head attention kernels must give the same text
+        log attention kernels: same output
+        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
+        for a in head gqa; do
+            DFLASH_CUDA_ATT=$a timeout 60 ./dflash generate -m /tmp/s4b-0 --backend cuda -p "The history of" -n 200 --temp 0 --ignore-eos 2>/dev/null > /tmp/att-$a.txt
+        done
+        if cmp -s /tmp/att-head.txt /tmp/att-gqa.txt && [ -s /tmp/att-head.txt ]; then echo "attcheck: identical ($(wc -c < /tmp/att-head.txt) bytes)"; else echo "attcheck: DIFFERENT"; fi ;;
     nographs)
         log without CUDA graphs
         for mdl in models/demo/target /tmp/s4b-0; do
