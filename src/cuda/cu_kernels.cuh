@@ -12,12 +12,16 @@
  *     slice order. Token rows are the MMA's n columns: a row's result is the
  *     same whether its 8-column tile holds 1 token or 8, and whether the launch
  *     has 1 tile or 4 (T up to 32; wider batches are cut into launches of 32).
- *   - row kernels (RMSNorm, q/k norm + RoPE, SwiGLU, embedding) work on one
- *     row with one block-level reduction tree;
- *   - attention: one block per (row, query head); keys in chunks of 32, chunk
- *     c handled by warp c % 4, each warp an online softmax over its chunks in
- *     ascending order, the 4 warps merged in warp order. Which keys a row sees
- *     depends on its position only.
+ *   - row kernels (RMSNorm, q/k norm + RoPE, embedding) reduce one row in
+ *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue;
+ *   - attention: each (row, query head) walks its keys in chunks (16 keys for
+ *     head_dim 64/128, 32 otherwise), chunk c handled by warp c % 8, each
+ *     warp an online softmax over its chunks in ascending order, the 8 warps
+ *     merged in warp order; a block may serve the query heads that share a
+ *     K/V head without changing any of that. Which keys a row sees depends
+ *     on its position only;
+ *   - argmax: the first index of the maximum (a total order: any split gives
+ *     the same answer).
  *
  * Numerics: weights are streamed as stored (BF16, or MLX affine 8/4-bit
  * dequantized in registers to bfloat16: w = s*q + b in f32, rounded once);
@@ -640,128 +644,19 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     }
 }
 
-/* The same contract for HD = 64 or 128, keys in chunks of 16 (chunk c
- * to warp c % ATT_WARPS) so that every load of a chunk is in flight at once:
+/* The same contract for HD = 64 or 128, keys in chunks of 16 (chunk c to
+ * warp c % ATT_WARPS) so that every load of a chunk is in flight at once:
  * scoring, lanes 2kk and 2kk+1 hold key kk's halves of the dot product (each
  * in ascending dimension order, then added); the V rows, lane l holds float4
- * column l + 32 i of each of the 16 rows and adds them in key order. */
-template <int HD>
-__global__ void __launch_bounds__(32 * ATT_WARPS)
-    k_attention16(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
-                  const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out,
-                  int ldo) {
-    cu_pdl_wait();
-    cu_pdl_trigger();
-    constexpr int CH = 16, HH = HD / 2, NV = HD / 4 >= 32 ? HD / 128 : 1; /* float4 columns per lane */
-    constexpr int VL = HD / 4 < 32 ? HD / 4 : 32;                          /* lanes holding V columns */
-    __shared__ __align__(16) float qs[HD];
-    __shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
-    __shared__ __align__(16) float wacc[ATT_WARPS][HD];
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int kvh = h / (nq / nkv), pos0 = *pos;
-    const float scale = 1.0f / sqrtf((float)HD);
-    for (int i = threadIdx.x; i < HD; i += blockDim.x) qs[i] = q[(size_t)t * ldq + (size_t)h * HD + i] * scale;
-    __syncthreads();
-    int nc = causal ? pos0 + t + 1 : pos0;
-    int n = nc + (causal ? 0 : n_blk);
-    const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
-    const int kk = lane >> 1, half = lane & 1;
-    float m = -INFINITY, l = 0.0f;
-    float4 acc[NV];
-#pragma unroll
-    for (int i = 0; i < NV; i++) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int c = warp; c * CH < n; c += ATT_WARPS) {
-        int j = c * CH + kk;
-        float d = 0.0f;
-        if (j < n) {
-            const float *k = (j < nc ? kh + (size_t)j * HD : kb + (size_t)(j - nc) * ldkb + (size_t)kvh * HD) + half * HH;
-            const float *qh = qs + half * HH;
-            float4 kv[HH / 4];
-#pragma unroll
-            for (int i = 0; i < HH / 4; i++) kv[i] = ((const float4 *)k)[i];
-#pragma unroll
-            for (int i = 0; i < HH / 4; i++) {
-                d = fmaf(qh[4 * i], kv[i].x, d);
-                d = fmaf(qh[4 * i + 1], kv[i].y, d);
-                d = fmaf(qh[4 * i + 2], kv[i].z, d);
-                d = fmaf(qh[4 * i + 3], kv[i].w, d);
-            }
-        }
-        float o = __shfl_xor_sync(0xffffffffu, d, 1);
-        float s = j < n ? (half ? o + d : d + o) : -INFINITY;
-        /* V rows of the chunk, all loads issued before the softmax */
-        float4 vr[CH][NV];
-#pragma unroll
-        for (int r = 0; r < CH; r++) {
-            int key = c * CH + r;
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                vr[r][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (key < n && lane < VL) {
-                    const float *v =
-                        key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb + (size_t)kvh * HD;
-                    vr[r][i] = ((const float4 *)v)[lane + 32 * i];
-                }
-            }
-        }
-        float cm = s;
-#pragma unroll
-        for (int o = 16; o > 1; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-        float nm = fmaxf(m, cm);
-        float corr = expf(m - nm), p = j < n ? expf(s - nm) : 0.0f;
-        float ps = half ? 0.0f : p;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-        l = l * corr + ps;
-#pragma unroll
-        for (int i = 0; i < NV; i++) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
-#pragma unroll
-        for (int r = 0; r < CH; r++) {
-            float pr = __shfl_sync(0xffffffffu, p, 2 * r);
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                acc[i].x = fmaf(pr, vr[r][i].x, acc[i].x);
-                acc[i].y = fmaf(pr, vr[r][i].y, acc[i].y);
-                acc[i].z = fmaf(pr, vr[r][i].z, acc[i].z);
-                acc[i].w = fmaf(pr, vr[r][i].w, acc[i].w);
-            }
-        }
-        m = nm;
-    }
-    if (lane == 0) wm[warp] = m, wl[warp] = l;
-    if (lane < VL) {
-#pragma unroll
-        for (int i = 0; i < NV; i++) ((float4 *)wacc[warp])[lane + 32 * i] = acc[i];
-    }
-    __syncthreads();
-    /* merge: every thread, one output dimension at a time, warps in order */
-    float M = wm[0];
-    for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, wm[w]);
-    float L = 0.0f, f[ATT_WARPS];
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
-        L += wl[w] * f[w];
-    }
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) o += wacc[w][d] * f[w];
-        out[(size_t)t * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(o / L);
-    }
-}
-
-/* ---- argmax --------------------------------------------------------------- */
-
-/* The same as k_attention16 for the G query heads that share key/value head
- * kvh = blockIdx.y (G = nq / nkv): the block reads each K and V row once and
- * uses it for all G queries (a verify of T rows over a context of n keys
- * reads n*T*nkv rows instead of n*T*nq). Each query's arithmetic - the dot
- * halves, the chunk maxima and sums, the V sums in key order, the warp merge
- * - is exactly k_attention16's, so the two give the same bits. */
+ * column l + 32 i of each of the 16 rows and adds them in key order; warps
+ * merge in warp order. Block (row t, query heads blockIdx.y*G .. +G-1), all
+ * of one K/V head: G = 1 is one block per query head (more blocks: a decode
+ * step), G = nq / nkv reads each K/V row once for every query head sharing
+ * it (a verify of T rows reads n*T*nkv rows instead of n*T*nq). Each query's
+ * arithmetic is the same for every G, so G cannot change a bit. */
 template <int HD, int G>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
-    k_attention_gqa(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+    k_attention16(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
                     const float *kb, const float *vb, int ldkb, int n_blk, int nq, int nkv, __nv_bfloat16 *out,
                     int ldo) {
     cu_pdl_wait();
@@ -771,10 +666,11 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ __align__(16) float qs[G][HD];
     __shared__ float wm[ATT_WARPS][G], wl[ATT_WARPS][G];
     __shared__ __align__(16) float wacc[ATT_WARPS][G][HD];
-    int t = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pos0 = *pos;
+    int t = blockIdx.x, h0 = blockIdx.y * G, kvh = h0 / (nq / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int pos0 = *pos;
     const float scale = 1.0f / sqrtf((float)HD);
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
-        qs[i / HD][i % HD] = q[(size_t)t * ldq + (size_t)(kvh * G + i / HD) * HD + i % HD] * scale;
+        qs[i / HD][i % HD] = q[(size_t)t * ldq + (size_t)(h0 + i / HD) * HD + i % HD] * scale;
     __syncthreads();
     int nc = causal ? pos0 + t + 1 : pos0;
     int n = nc + (causal ? 0 : n_blk);
@@ -881,7 +777,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
             L += wl[w][g] * f;
             o += wacc[w][g][d] * f;
         }
-        out[(size_t)t * ldo + (size_t)(kvh * G + g) * HD + d] = __float2bfloat16_rn(o / L);
+        out[(size_t)t * ldo + (size_t)(h0 + g) * HD + d] = __float2bfloat16_rn(o / L);
     }
 }
 

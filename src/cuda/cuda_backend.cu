@@ -692,16 +692,15 @@ static void act_free(cu_act *a) {
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
 
-/* Attention kernel: ATT_AUTO picks by width (below); DFLASH_CUDA_ATT=head
- * or =gqa forces one (for comparison: the two give the same bits). att_mode
- * is set in tuning_init. */
-
+/* Attention kernel for head_dim 64/128: ATT_AUTO picks by width (below);
+ * DFLASH_CUDA_ATT=head or =gqa forces one grouping (for comparison: the same
+ * bits). att_mode is set in tuning_init. */
 template <int HD, int G>
-static void attention_gqa(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc,
-                          const float *vc, int n_ctx, int causal, const int *pos, const float *kb, const float *vb,
-                          int n_blk, bf16 *out) {
-    launch(k_attention_gqa<HD, G>, dim3(n_blk, d->nkv), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
-           ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+static void attention16(cudaStream_t s, const cu_dims *d, const float *q, int ldq, const float *kc, const float *vc,
+                        int n_ctx, int causal, const int *pos, const float *kb, const float *vb, int n_blk,
+                        bf16 *out) {
+    launch(k_attention16<HD, G>, dim3(n_blk, d->nh / G), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb,
+           vb, ldq, n_blk, d->nh, d->nkv, out, d->Qp);
 }
 
 template <int HD>
@@ -713,10 +712,9 @@ static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int l
          * reads; per head for a decode step: more SMs at work */
         int G = d->nh / d->nkv;
         int grouped = att_mode == ATT_GQA || (att_mode == ATT_AUTO && n_blk * d->nkv >= 32);
-        if (grouped && G == 2) return attention_gqa<HD, 2>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
-        if (grouped && G == 4) return attention_gqa<HD, 4>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
-        launch(k_attention16<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
-               ldq, n_blk, d->nh, d->nkv, out, d->Qp);
+        if (grouped && G == 2) attention16<HD, 2>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
+        else if (grouped && G == 4) attention16<HD, 4>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
+        else attention16<HD, 1>(s, d, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb, n_blk, out);
     } else {
         launch(k_attention<HD>, dim3(n_blk, d->nh), 32 * ATT_WARPS, s, q, ldq, kc, vc, n_ctx, causal, pos, kb, vb,
                ldq, n_blk, d->nh, d->nkv, out, d->Qp);
