@@ -23,7 +23,6 @@
 #include "quant.h"
 #include "sample.h"
 #include "spec.h"
-#include "threads.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -249,7 +248,7 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->block_size = m->has_draft ? m->draft.cfg.block_size : 0;
     in->backend = m->be->name;
     in->kernels = m->be->describe(m->bi);
-    in->n_threads = tp_threads();
+    in->n_threads = m->be->n_threads ? m->be->n_threads(m->bi) : 1;
     in->draft_weight_format = m->draft_format;
 }
 
