@@ -3,6 +3,7 @@
 #   make test     run the test suite (tests/run.sh)
 #   make demo     run DFlash on the shipped demo models
 #   make asan     build and test with AddressSanitizer + UBSan
+#   make tsan     the thread pool and two-models tests under ThreadSanitizer
 #   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
 #                 by default); make CUDA=1 test-cuda runs tests/cuda on the GPU
 CC      ?= cc
@@ -44,7 +45,7 @@ EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_L
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test demo asan clean fuzz test-cuda
+.PHONY: all deps test demo asan tsan clean fuzz test-cuda
 all: deps $(BIN) $(BUILD)/simple
 
 # The dependency step runs once, before any compile: every object waits for
@@ -97,6 +98,15 @@ asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \
 	    OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# ThreadSanitizer: the tests that run threads against each other (worker
+# pools; models on several threads); any report fails the test (exit 66)
+TSAN_TESTS ?= test_threads test_two_models
+tsan:
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
+	    build-tsan/.deps-ok $(TSAN_TESTS:%=build-tsan/%)
+	@TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)" DFLASH_ONLY="$(TSAN_TESTS:%=build-tsan/%)" \
+	    sh tests/run.sh build-tsan
+
 demo: deps $(BIN)
 	@sh tools/demo.sh
 
@@ -110,7 +120,7 @@ test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
 	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
 
 clean:
-	rm -rf build build-asan build-cuda build-fuzz dflash
+	rm -rf build build-asan build-tsan build-cuda build-fuzz dflash
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
