@@ -1,5 +1,7 @@
 # dflash - plain-C DFlash speculative decoding engine.
-#   make          build ./dflash and libdflash.a (installs missing Debian -dev packages as root)
+#   make          build ./dflash, libdflash.a and libdflash.so (installs missing Debian -dev
+#                 packages as root)
+#   make install  PREFIX=/usr/local DESTDIR=: dflash, dflash.h, the libraries, dflash.pc
 #   make test     run the test suite (tests/run.sh)
 #   make demo     run DFlash on the shipped demo models
 #   make asan     build and test with AddressSanitizer + UBSan
@@ -9,7 +11,9 @@
 CC      ?= cc
 WERROR  ?=
 OPT     ?= -O2 -g
-CFLAGS  += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
+# -fPIC for libdflash.so; -fvisibility=hidden: the .so exports the DFLASH_API
+# functions of dflash.h only (the tests link libdflash.a and see everything)
+CFLAGS  += $(OPT) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
            -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
            $(shell pkg-config --cflags libcjson libpcre2-8 libmicrohttpd 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
@@ -20,6 +24,16 @@ BUILD   := build-cuda
 endif
 BIN     ?= dflash
 
+# The version is dflash.h's (DFLASH_VERSION_STRING): the soname takes the major
+VERSION := $(shell sed -n 's/^\#define DFLASH_VERSION_STRING "\(.*\)"/\1/p' include/dflash.h)
+SONAME  := libdflash.so.$(firstword $(subst ., ,$(VERSION)))
+SHLIB   := libdflash.so.$(VERSION)
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
 
@@ -29,7 +43,7 @@ CUDA      ?=
 NVCC      ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
-NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo
+NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC
 ifeq ($(CUDA),1)
 CFLAGS  += -DDFLASH_CUDA
 CU_SRC  := $(wildcard src/cuda/*.cu)
@@ -45,8 +59,8 @@ EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_L
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test demo asan tsan clean fuzz test-cuda
-all: deps $(BIN) $(BUILD)/simple
+.PHONY: all deps test demo asan tsan clean fuzz test-cuda install uninstall
+all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
 # the stamp (order-only), so make -j cannot race apt-get. DFLASH_NO_DEPS=1
@@ -68,6 +82,45 @@ $(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h 
 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
+
+# libdflash.so.X.Y.Z with soname libdflash.so.X, and the two links to it
+$(BUILD)/$(SHLIB): $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) $^ $(LDLIBS) -o $@
+
+$(BUILD)/libdflash.so: $(BUILD)/$(SHLIB)
+	ln -sf $(SHLIB) $(BUILD)/$(SONAME) && ln -sf $(SONAME) $@
+
+# pkg-config file for PREFIX (written at install time: PREFIX may change)
+define DFLASH_PC
+prefix=$(PREFIX)
+libdir=$(LIBDIR)
+includedir=$(INCLUDEDIR)
+
+Name: dflash
+Description: LLM inference with DFlash speculative decoding (C library)
+Version: $(VERSION)
+Requires.private: libcjson libpcre2-8
+Libs: -L$${libdir} -ldflash
+Libs.private: -lutf8proc -lm -pthread
+Cflags: -I$${includedir}
+endef
+export DFLASH_PC
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/dflash
+	install -m 644 include/dflash.h $(DESTDIR)$(INCLUDEDIR)/dflash.h
+	install -m 644 $(BUILD)/libdflash.a $(DESTDIR)$(LIBDIR)/libdflash.a
+	install -m 755 $(BUILD)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB)
+	ln -sf $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdflash.so
+	printf '%s\n' "$$DFLASH_PC" >$(DESTDIR)$(PKGCONFIGDIR)/dflash.pc
+	@case "$(DESTDIR)$(LIBDIR)" in /usr/lib|/usr/local/lib) command -v ldconfig >/dev/null && [ -w /etc/ld.so.cache ] && ldconfig || true ;; esac
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/dflash $(DESTDIR)$(INCLUDEDIR)/dflash.h $(DESTDIR)$(LIBDIR)/libdflash.a \
+	    $(DESTDIR)$(LIBDIR)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdflash.so \
+	    $(DESTDIR)$(PKGCONFIGDIR)/dflash.pc
 
 CLI_SRC := cli/main.c cli/serve.c
 # .dflash-build names the build directory ./dflash was last linked from, so
@@ -91,8 +144,9 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAM
 
 tests: $(TEST_BIN)
 
-test: deps $(BIN) $(BUILD)/simple $(TEST_BIN)
-	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) sh tests/run.sh $(BUILD)
+test: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so $(TEST_BIN)
+	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) DFLASH_BUILD=$(BUILD) \
+	    DFLASH_OPT="$(OPT)" CC="$(CC)" sh tests/run.sh $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \

@@ -60,6 +60,8 @@ struct dflash_model {
 
 const char *dflash_error(void) { return dfl_lasterr(); }
 
+const char *dflash_version(void) { return DFLASH_VERSION_STRING; }
+
 dflash_params dflash_default_params(void) {
     dflash_params p = {0, 0, NULL, 64, NULL, NULL};
     return p;
@@ -254,6 +256,20 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
 
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {
     return tok_encode(m->tok, text, len, ids, n);
+}
+
+int dflash_token_piece(const dflash_model *m, int32_t id, char *buf, size_t size) {
+    size_t len;
+    const char *p = tok_piece(m->tok, id, &len);
+    if (!p) {
+        dfl_seterr("token id %d is outside the vocabulary (0..%d)", id, tok_n_vocab(m->tok) - 1);
+        return -1;
+    }
+    if (buf && size) {
+        memcpy(buf, p, len < size ? len : size);
+        if (size > len) buf[len] = 0;
+    }
+    return (int)len;
 }
 
 char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len) {
