@@ -12,9 +12,13 @@
  *   dflash_free(m);
  *
  * A model holds one sequence (its KV caches); calls on one model must not
- * overlap, except that dflash_tokenize, dflash_detokenize, dflash_chat_prompt
+ * overlap, except that dflash_tokenize, dflash_detokenize, dflash_token_piece,
+ * dflash_chat_prompt
  * and dflash_get_info only read the loaded model and may run on any number
- * of threads at once, also while a generation runs. Errors: functions return NULL or -1 and dflash_error() says why
+ * of threads at once, also while a generation runs. Different models are
+ * independent: they may be loaded, used and freed on different threads at
+ * the same time, each with its own worker threads (dflash_params.n_threads).
+ * Errors: functions return NULL or -1 and dflash_error() says why
  * (thread-local, one line). */
 #ifndef DFLASH_H
 #define DFLASH_H
