@@ -13,9 +13,8 @@
  *
  * A model holds one sequence (its KV caches); calls on one model must not
  * overlap, except that dflash_tokenize, dflash_detokenize, dflash_token_piece,
- * dflash_chat_prompt
- * and dflash_get_info only read the loaded model and may run on any number
- * of threads at once, also while a generation runs. Different models are
+ * dflash_chat_prompt and dflash_get_info only read the loaded model and may
+ * run on any number of threads at once, also while a generation runs. Different models are
  * independent: they may be loaded, used and freed on different threads at
  * the same time, each with its own worker threads (dflash_params.n_threads).
  * Errors: functions return NULL or -1 and dflash_error() says why
