@@ -1,14 +1,19 @@
 # dflash - plain-C DFlash speculative decoding engine.
-#   make          build ./dflash and libdflash.a (installs missing Debian -dev packages as root)
+#   make          build ./dflash, libdflash.a and libdflash.so (installs missing Debian -dev
+#                 packages as root)
+#   make install  PREFIX=/usr/local DESTDIR=: dflash, dflash.h, the libraries, dflash.pc
 #   make test     run the test suite (tests/run.sh)
 #   make demo     run DFlash on the shipped demo models
 #   make asan     build and test with AddressSanitizer + UBSan
+#   make tsan     the thread pool and two-models tests under ThreadSanitizer
 #   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
 #                 by default); make CUDA=1 test-cuda runs tests/cuda on the GPU
 CC      ?= cc
 WERROR  ?=
 OPT     ?= -O2 -g
-CFLAGS  += $(OPT) -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
+# -fPIC for libdflash.so; -fvisibility=hidden: the .so exports the DFLASH_API
+# functions of dflash.h only (the tests link libdflash.a and see everything)
+CFLAGS  += $(OPT) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
            -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
            $(shell pkg-config --cflags libcjson libpcre2-8 libmicrohttpd 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
@@ -19,6 +24,16 @@ BUILD   := build-cuda
 endif
 BIN     ?= dflash
 
+# The version is dflash.h's (DFLASH_VERSION_STRING): the soname takes the major
+VERSION := $(shell sed -n 's/^\#define DFLASH_VERSION_STRING "\(.*\)"/\1/p' include/dflash.h)
+SONAME  := libdflash.so.$(firstword $(subst ., ,$(VERSION)))
+SHLIB   := libdflash.so.$(VERSION)
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
 
@@ -28,7 +43,7 @@ CUDA      ?=
 NVCC      ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
-NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo
+NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC
 ifeq ($(CUDA),1)
 CFLAGS  += -DDFLASH_CUDA
 CU_SRC  := $(wildcard src/cuda/*.cu)
@@ -44,8 +59,8 @@ EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_L
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test demo asan clean fuzz test-cuda
-all: deps $(BIN) $(BUILD)/simple
+.PHONY: all deps test demo asan tsan clean fuzz test-cuda install uninstall
+all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
 # the stamp (order-only), so make -j cannot race apt-get. DFLASH_NO_DEPS=1
@@ -67,6 +82,45 @@ $(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h 
 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
+
+# libdflash.so.X.Y.Z with soname libdflash.so.X, and the two links to it
+$(BUILD)/$(SHLIB): $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) $^ $(LDLIBS) -o $@
+
+$(BUILD)/libdflash.so: $(BUILD)/$(SHLIB)
+	ln -sf $(SHLIB) $(BUILD)/$(SONAME) && ln -sf $(SONAME) $@
+
+# pkg-config file for PREFIX (written at install time: PREFIX may change)
+define DFLASH_PC
+prefix=$(PREFIX)
+libdir=$(LIBDIR)
+includedir=$(INCLUDEDIR)
+
+Name: dflash
+Description: LLM inference with DFlash speculative decoding (C library)
+Version: $(VERSION)
+Requires.private: libcjson libpcre2-8
+Libs: -L$${libdir} -ldflash
+Libs.private: -lutf8proc -lm -pthread
+Cflags: -I$${includedir}
+endef
+export DFLASH_PC
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/dflash
+	install -m 644 include/dflash.h $(DESTDIR)$(INCLUDEDIR)/dflash.h
+	install -m 644 $(BUILD)/libdflash.a $(DESTDIR)$(LIBDIR)/libdflash.a
+	install -m 755 $(BUILD)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB)
+	ln -sf $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdflash.so
+	printf '%s\n' "$$DFLASH_PC" >$(DESTDIR)$(PKGCONFIGDIR)/dflash.pc
+	@case "$(DESTDIR)$(LIBDIR)" in /usr/lib|/usr/local/lib) command -v ldconfig >/dev/null && [ -w /etc/ld.so.cache ] && ldconfig || true ;; esac
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/dflash $(DESTDIR)$(INCLUDEDIR)/dflash.h $(DESTDIR)$(LIBDIR)/libdflash.a \
+	    $(DESTDIR)$(LIBDIR)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdflash.so \
+	    $(DESTDIR)$(PKGCONFIGDIR)/dflash.pc
 
 CLI_SRC := cli/main.c cli/serve.c
 # .dflash-build names the build directory ./dflash was last linked from, so
@@ -90,12 +144,22 @@ $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAM
 
 tests: $(TEST_BIN)
 
-test: deps $(BIN) $(BUILD)/simple $(TEST_BIN)
-	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) sh tests/run.sh $(BUILD)
+test: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so $(TEST_BIN)
+	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) DFLASH_BUILD=$(BUILD) \
+	    DFLASH_OPT="$(OPT)" CC="$(CC)" sh tests/run.sh $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \
 	    OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+# ThreadSanitizer: the tests that run threads against each other (worker
+# pools; models on several threads); any report fails the test (exit 66)
+TSAN_TESTS ?= test_threads test_two_models
+tsan:
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
+	    build-tsan/.deps-ok $(TSAN_TESTS:%=build-tsan/%)
+	@TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)" DFLASH_ONLY="$(TSAN_TESTS:%=build-tsan/%)" \
+	    sh tests/run.sh build-tsan
 
 demo: deps $(BIN)
 	@sh tools/demo.sh
@@ -110,7 +174,7 @@ test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
 	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
 
 clean:
-	rm -rf build build-asan build-cuda build-fuzz dflash
+	rm -rf build build-asan build-tsan build-cuda build-fuzz dflash
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench

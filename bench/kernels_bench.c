@@ -23,6 +23,13 @@
 #include "threads.h"
 #include "util.h"
 
+/* The pool the timed calls run on (NULL: the calling thread only). */
+static tp_pool *pool;
+static void bench_threads(int n) {
+    tp_destroy(pool);
+    pool = n == 1 ? NULL : tp_create(n);
+}
+
 #define COLD_BYTES (3072.0 * 1024 * 1024)
 #define ROUNDS 5
 #define ROUND_SECONDS 0.05
@@ -90,7 +97,7 @@ static double read_bandwidth(const uint64_t *buf, size_t bytes) {
     double best = 0;
     for (int r = 0; r < ROUNDS; r++) {
         double t = dfl_now();
-        tp_for(1024, read_chunk, &c);
+        tp_for(pool, 1024, read_chunk, &c);
         t = dfl_now() - t;
         if (bytes / t / 1e9 > best) best = bytes / t / 1e9;
     }
@@ -208,7 +215,7 @@ static const char *mode_name(kn_dtype dt, int a) {
 /* ms per kn_matmul call: best over ROUNDS of the mean over >= ROUND_SECONDS. */
 static double time_matmul(const bmat *m, float *y, const float *x, int T) {
     kn_weight w0 = bmat_copy(m, 0);
-    kn_matmul(y, x, &w0, T); /* warm up: pool, page faults of y */
+    kn_matmul(pool, y, x, &w0, T); /* warm up: pool, page faults of y */
     double best = 1e30;
     int k = 0;
     for (int r = 0; r < ROUNDS; r++) {
@@ -217,7 +224,7 @@ static double time_matmul(const bmat *m, float *y, const float *x, int T) {
         do {
             kn_weight w = bmat_copy(m, k);
             k = (k + 1) % m->n_copies;
-            kn_matmul(y, x, &w, T);
+            kn_matmul(pool, y, x, &w, T);
             calls++;
             t = dfl_now() - t0;
         } while (t < ROUND_SECONDS || calls < 3);
@@ -246,7 +253,7 @@ static void model_bench(void) {
     int Ts[5] = {1, 2, 4, 8, 16};
     float *x = dfl_malloc(sizeof(float) * 16 * 3072), *y = dfl_malloc(sizeof(float) * 16 * 151936);
     for (int i = 0; i < 16 * 3072; i++) x[i] = rndf();
-    tp_init(1);
+    bench_threads(1);
     printf("\nQwen3-0.6B matmuls, 1 thread, thread CPU time (ms per forward)\n\n");
     printf("| weights | activations | T=1 | T=2 | T=4 | T=8 | T=16 | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int bits = 8; bits >= 4; bits -= 4) {
@@ -281,7 +288,7 @@ static void model_bench(void) {
                     for (int i = 0; i < NW; i++) {
                         kn_weight w = bmat_copy(&m[i], 0);
                         if (pk) w.packed = pk[i];
-                        kn_matmul(y, x, &w, Ts[k]);
+                        kn_matmul(pool, y, x, &w, Ts[k]);
                     }
                     double t = (cpu_now() - t0) * 1e3;
                     if (t < ms[k]) ms[k] = t;
@@ -312,7 +319,7 @@ int main(int argc, char **argv) {
             kn_init();
             printf("kernels_bench: variant %s\n", kn_variant());
             model_bench();
-            tp_shutdown();
+            bench_threads(1);
             return 0;
         } else {
             fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model\n");
@@ -332,7 +339,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < rb / 8; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
     double peak[3] = {0};
     for (int nt = 1; nt <= 2; nt++) {
-        tp_init(nt);
+        bench_threads(nt);
         peak[nt] = read_bandwidth(buf, rb);
         printf("peak read bandwidth, %d thread%s: %.1f GB/s\n", nt, nt > 1 ? "s" : "", peak[nt]);
     }
@@ -356,7 +363,7 @@ int main(int argc, char **argv) {
                 kn_set_act_quant(act > 0);
                 if (act == 2 && bmat_pack(&m) != 0) break;
                 for (int nt = 1; nt <= 2; nt++) {
-                    tp_init(nt);
+                    bench_threads(nt);
                     double ms[5];
                     for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
                     printf("| %dx%d | %s%s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
@@ -383,7 +390,7 @@ int main(int argc, char **argv) {
             kn_set_act_quant(act > 0);
             if (act == 2 && bmat_pack(&m) != 0) break;
             for (int nt = 1; nt <= 2; nt++) {
-                tp_init(nt);
+                bench_threads(nt);
                 double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
                 printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]),
                        mode_name(lm[d], act), nt, t1, t16,
@@ -395,7 +402,7 @@ int main(int argc, char **argv) {
         free(yl);
         bmat_free(&m);
     }
-    tp_shutdown();
+    bench_threads(1);
     free(x);
     free(y);
     return 0;

@@ -21,6 +21,13 @@
 #include "threads.h"
 #include "util.h"
 
+/* The pool the timed calls run on (NULL: the calling thread only). */
+static tp_pool *pool;
+static void bench_threads(int n) {
+    tp_destroy(pool);
+    pool = n == 1 ? NULL : tp_create(n);
+}
+
 void openblas_set_num_threads(int n);
 
 typedef struct {
@@ -43,7 +50,7 @@ static double best_of(int rounds, int reps, void (*fn)(const mat *, int, float *
     return best;
 }
 
-static void run_ours(const mat *m, int T, float *x, float *y) { kn_matmul(y, x, m->w, T); }
+static void run_ours(const mat *m, int T, float *x, float *y) { kn_matmul(pool, y, x, m->w, T); }
 
 static void run_blas(const mat *m, int T, float *x, float *y) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, m->w->rows, m->w->cols, 1.0f, x, m->w->cols, m->f32,
@@ -62,8 +69,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prefill_bench: %s\n", dfl_lasterr());
         return 1;
     }
-    tp_init(threads);
-    openblas_set_num_threads(tp_threads());
+    bench_threads(threads);
+    openblas_set_num_threads(tp_threads(pool));
     const mdl_layer *L = &md.layers[0];
     mat ms[] = {{"q", &L->wq, NULL, md.cfg.n_layers}, {"k", &L->wk, NULL, md.cfg.n_layers},
                 {"v", &L->wv, NULL, md.cfg.n_layers}, {"o", &L->wo, NULL, md.cfg.n_layers},
@@ -82,7 +89,7 @@ int main(int argc, char **argv) {
     float *x = dfl_malloc64(sizeof(float) * 256 * maxc), *y = dfl_malloc64(sizeof(float) * 256 * maxr);
     for (size_t i = 0; i < 256 * maxc; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     printf("prefill matmuls of %s: %d layers, hidden %d, weights %s; %d threads, kernels %s%s\n", argv[1],
-           md.cfg.n_layers, md.cfg.hidden, kn_dtype_name(L->wq.dtype), tp_threads(), kn_variant(),
+           md.cfg.n_layers, md.cfg.hidden, kn_dtype_name(L->wq.dtype), tp_threads(pool), kn_variant(),
            kn_act_quant() ? "+int8-act" : "");
     printf("(layer 0 timed, x the layer count; no LM head: a prompt needs logits for its last row only)\n\n");
     printf("| T rows | ours ms/forward | OpenBLAS sgemm ms | ours tok/s | OpenBLAS tok/s | ours GMAC/s | OpenBLAS GMAC/s |\n");

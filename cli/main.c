@@ -30,9 +30,6 @@
 
 static const char *prog = "dflash";
 
-#ifndef DFLASH_VERSION
-#define DFLASH_VERSION "0.1.0"
-#endif
 #ifndef DFLASH_GIT_REV
 #define DFLASH_GIT_REV ""
 #endif
@@ -1073,7 +1070,7 @@ static int cmd_quantize(int argc, char **argv) {
 int main(int argc, char **argv) {
     atexit(check_stdout);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
-        printf("dflash %s%s%s\n", DFLASH_VERSION, DFLASH_GIT_REV[0] ? " git " : "", DFLASH_GIT_REV);
+        printf("dflash %s%s%s\n", dflash_version(), DFLASH_GIT_REV[0] ? " git " : "", DFLASH_GIT_REV);
         return 0;
     }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {

@@ -1,6 +1,7 @@
 /* simple.c - embedding libdflash: load a target (and optionally a DFlash
  * draft), render a chat prompt, stream the answer, print the statistics.
  *
+ *   cc examples/simple.c $(pkg-config --cflags --libs dflash) -o simple     (after make install)
  *   cc -Iinclude examples/simple.c build/libdflash.a $(pkg-config --libs libcjson libpcre2-8) -lutf8proc -lm -pthread
  *   ./simple MODEL_DIR [DRAFT_DIR] "question"
  */

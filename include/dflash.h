@@ -12,15 +12,35 @@
  *   dflash_free(m);
  *
  * A model holds one sequence (its KV caches); calls on one model must not
- * overlap, except that dflash_tokenize, dflash_detokenize, dflash_chat_prompt
- * and dflash_get_info only read the loaded model and may run on any number
- * of threads at once, also while a generation runs. Errors: functions return NULL or -1 and dflash_error() says why
+ * overlap, except that dflash_tokenize, dflash_detokenize, dflash_token_piece,
+ * dflash_chat_prompt and dflash_get_info only read the loaded model and may
+ * run on any number of threads at once, also while a generation runs. Different models are
+ * independent: they may be loaded, used and freed on different threads at
+ * the same time, each with its own worker threads (dflash_params.n_threads).
+ * Errors: functions return NULL or -1 and dflash_error() says why
  * (thread-local, one line). */
 #ifndef DFLASH_H
 #define DFLASH_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The version of this header; dflash_version() is the library's, and
+ * `dflash --version` prints the same string. */
+#define DFLASH_VERSION_MAJOR 0
+#define DFLASH_VERSION_MINOR 1
+#define DFLASH_VERSION_PATCH 0
+#define DFLASH_VERSION_STRING "0.1.0"
+/* For #if tests: DFLASH_VERSION_NUMBER >= DFLASH_MAKE_VERSION(0, 1, 0). */
+#define DFLASH_MAKE_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define DFLASH_VERSION_NUMBER DFLASH_MAKE_VERSION(DFLASH_VERSION_MAJOR, DFLASH_VERSION_MINOR, DFLASH_VERSION_PATCH)
+
+/* The library's exported functions (libdflash.so hides everything else). */
+#if defined(__GNUC__)
+#define DFLASH_API __attribute__((visibility("default")))
+#else
+#define DFLASH_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,15 +63,19 @@ typedef struct {
                             (make CUDA=1) and a device is present, else CPU */
 } dflash_params;
 
-dflash_params dflash_default_params(void);
+/* "0.1.0": the version the library was built as (DFLASH_VERSION_STRING of
+ * its header). */
+DFLASH_API const char *dflash_version(void);
+
+DFLASH_API dflash_params dflash_default_params(void);
 
 /* draft_dir may be NULL. */
-dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const dflash_params *p);
-void dflash_free(dflash_model *m);
-const char *dflash_error(void);
+DFLASH_API dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const dflash_params *p);
+DFLASH_API void dflash_free(dflash_model *m);
+DFLASH_API const char *dflash_error(void);
 
 /* Only the tokenizer (for `dflash tokenize`): no weights are read. */
-dflash_model *dflash_load_tokenizer(const char *dir);
+DFLASH_API dflash_model *dflash_load_tokenizer(const char *dir);
 
 typedef struct {
     const char *arch;     /* "Qwen3ForCausalLM", ... */
@@ -66,17 +90,26 @@ typedef struct {
     const char *draft_weight_format; /* as weight_format, for the draft ("" without one) */
 } dflash_info;
 
-void dflash_get_info(const dflash_model *m, dflash_info *info);
+DFLASH_API void dflash_get_info(const dflash_model *m, dflash_info *info);
 
 /* Tokenize (no special handling beyond the tokenizer's own added tokens).
  * *ids is malloc'd. -1 on invalid UTF-8 (message names the offset). */
-int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
+DFLASH_API int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
+
+/* The bytes of one token, as the tokenizer stores them (byte-level BPE:
+ * a token can hold part of a UTF-8 character, so pieces are bytes, not
+ * always text - for text use dflash_detokenize, or the streaming callback of
+ * dflash_generate, which never splits a character). Writes min(length,
+ * size) bytes to buf, and a NUL after them when size > length; returns the
+ * piece's length (so a return >= size means buf was too small), or -1 if
+ * id is outside the vocabulary. Special tokens give their text. */
+DFLASH_API int dflash_token_piece(const dflash_model *m, int32_t id, char *buf, size_t size);
 
 /* Text of token ids (special tokens as their text; an invalid UTF-8
  * sequence becomes U+FFFD). Returns a malloc'd NUL-terminated string, its
  * length in *len if len is not NULL; NULL if an id is outside the
  * tokenizer's vocabulary. */
-char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len);
+DFLASH_API char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len);
 
 typedef struct {
     const char *role;    /* "system", "user", "assistant" */
@@ -85,8 +118,8 @@ typedef struct {
 
 /* think: -1 = template default, 0 = thinking off (empty think block), 1 = on.
  * Returns a malloc'd prompt string. */
-char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n, int add_generation_prompt,
-                         int think);
+DFLASH_API char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n,
+                                    int add_generation_prompt, int think);
 
 typedef struct {
     int n_predict;     /* new tokens at most (default 256) */
@@ -104,7 +137,7 @@ typedef struct {
     int ignore_eos;
 } dflash_gen;
 
-dflash_gen dflash_default_gen(void);
+DFLASH_API dflash_gen dflash_default_gen(void);
 
 typedef struct {
     int n_prompt;        /* prompt tokens */
@@ -131,15 +164,15 @@ typedef int (*dflash_on_token)(void *ud, int32_t id, const char *text, size_t le
 /* Generate after prompt ids. The KV cache of a previous call is reused for
  * the longest common prefix. Generated ids are appended to *out if out is
  * not NULL (malloc'd, *n_out set). */
-int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
-                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
+DFLASH_API int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                               dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
 
 /* Tokenize text and generate. */
-int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb, void *ud,
-                         dflash_stats *st);
+DFLASH_API int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb,
+                                    void *ud, dflash_stats *st);
 
 /* Forget the cached sequence (next call prefills from scratch). */
-void dflash_reset(dflash_model *m);
+DFLASH_API void dflash_reset(dflash_model *m);
 
 /* ---- benchmarking (dflash bench) ----------------------------------------- */
 
@@ -148,32 +181,32 @@ void dflash_reset(dflash_model *m);
  * decode step or a greedy verify of T rows costs, no logits copied out; the
  * cache is filled to depth first and rolled back after each run), over
  * `reps` runs after one warm-up. Resets the prompt cache. T <= 64. */
-int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
+DFLASH_API int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
 
 /* Median seconds of one draft block at the draft's block_size (all slots
  * proposed, ids returned) over a context of `depth` target rows. Resets the
  * prompt cache. */
-int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s);
+DFLASH_API int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s);
 
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
  * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b" or "tiny"; draft != 0 writes
  * the matching 5-layer DFlash draft instead; bits 0 (bf16), 4 or 8 (MLX,
  * group 64). tokenizer_dir (may be NULL) gets symlinked into a target. */
-int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);
+DFLASH_API int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);
 
 /* Convert a BF16/F16/F32 checkpoint to the MLX affine layout (bits 4 or 8,
  * group 32/64/128), loadable by dflash and MLX. */
-int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
+DFLASH_API int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
 /* Bandwidth in GB/s of the memory the model's weights stream from, measured
  * now by its backend: CPU, a parallel read of a 512 MiB buffer with the
  * worker threads (best of a few passes); CUDA, a device-to-device copy
  * (read + write bytes). -1 without a model (tokenizer only). */
-double dflash_bandwidth(dflash_model *m);
+DFLASH_API double dflash_bandwidth(dflash_model *m);
 
 /* The CPU's read bandwidth in GB/s, as dflash_bandwidth measures it for the
  * CPU backend, whatever backend is in use. */
-double dflash_read_bandwidth(void);
+DFLASH_API double dflash_read_bandwidth(void);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include "attention.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -363,16 +364,13 @@ static void rows_avx512(void *p, int start, int end) {
 #endif
 #endif
 
-void at_run(const at_job *J, int T) {
+void at_run(tp_pool *tp, const at_job *J, int T) {
     ctx C = {J, pick(), T};
     tp_fn fn = rows;
     int jobs = T * J->nkv;
 #ifdef HAVE_AVX512
-    static int init;
-    if (!init) { /* first call: from the caller's thread, before any worker runs it */
-        tree_init();
-        init = 1;
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, tree_init); /* before any worker of this call reads tree_perm */
     if (C.v.dot == dot_avx512 && J->hd % 16 == 0 && J->hd <= FHD && J->nh / J->nkv <= FG) {
         fn = rows_avx512;
         jobs = (T + RB - 1) / RB * J->nkv;
@@ -380,5 +378,5 @@ void at_run(const at_job *J, int T) {
 #endif
     int keys = J->na + J->nb + (J->causal ? T : 0);
     if ((long)T * J->nh * keys * J->hd < (1L << 16)) fn(&C, 0, jobs);
-    else tp_for(jobs, fn, &C);
+    else tp_for(tp, jobs, fn, &C);
 }

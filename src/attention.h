@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "threads.h"
+
 typedef struct {
     float *out;            /* [T][nh*hd] */
     const float *q;        /* [T][nh*hd] */
@@ -24,6 +26,7 @@ typedef struct {
     size_t b_head, b_row;  /* has a_head = n_ctx * hd, a_row = hd (each head's keys */
 } at_job;                  /* contiguous); rows [nb][nkv*hd]: b_head = hd, b_row = nkv*hd */
 
-void at_run(const at_job *J, int T);
+/* Threaded over (row, kv head) jobs on tp (NULL: the calling thread). */
+void at_run(tp_pool *tp, const at_job *J, int T);
 
 #endif

@@ -94,6 +94,9 @@ typedef struct be_ops {
     void (*close)(void *be);
     /* One line for the info line: kernel variant, device name. */
     const char *(*describe)(void *be);
+    /* Host threads the instance computes with (its own worker pool; NULL:
+     * 1). Models never share or change each other's. */
+    int (*n_threads)(void *be);
     /* 1 if a float draft should become q8 at load (the kernels are faster on
      * it); only speed and acceptance depend on it. */
     int (*draft_q8)(void *be);

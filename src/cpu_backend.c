@@ -1,8 +1,11 @@
 /* cpu_backend.c - the CPU backend: Qwen3/Llama forward with a KV cache and
  * hidden taps, and the DFlash draft forward. Implements be_ops (backend.h).
  *
- * The instance (open) sets the kernel mode (kn_init) and the worker pool
- * (tp_init), both process-wide; prepare() gives the model's Q8/Q4 matrices
+ * The instance (open) owns a worker pool (tp_create with the model's thread
+ * count; every parallel step of its sequences runs on it, so models on
+ * different threads never share or restart each other's workers) and makes
+ * sure the kernel variant is chosen (kn_init_once: process-wide, chosen once
+ * from the CPU and the environment); prepare() gives the model's Q8/Q4 matrices
  * the kernels' packed copies (mdl_pack), release() frees them (mdl_unpack).
  * Weights stay where mdl_load put them: be_data is not used.
  *
@@ -26,6 +29,12 @@ enum { ARGMAX_SLICE = 16384 }; /* lm_head rows per matmul in argmax (a multiple 
 /* Committed rows a draft keeps pending before projecting them (>= BE_MAX_ROWS,
  * so one draft_feed always fits after a flush). */
 enum { PEND_ROWS = BE_MAX_ROWS };
+
+/* The instance: one per dflash_model. */
+typedef struct {
+    char desc[64]; /* describe()'s line */
+    tp_pool *tp;   /* its worker pool */
+} cpu_be;
 
 /* ---- small row kernels --------------------------------------------------- */
 
@@ -157,30 +166,30 @@ static void swiglu_part(void *p, int start, int end) {
 }
 
 /* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. */
-static void mlp(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
     float *ys[2] = {s->g, s->u};
     const kn_weight *ws[2] = {&L->wg, &L->wu};
-    kn_matmul_n(ys, s->xn, ws, 2, T);
+    kn_matmul_n(tp, ys, s->xn, ws, 2, T);
     size_t n = (size_t)T * I;
     swiglu_job j = {s->g, s->u, n};
     if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
-    else tp_for((int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
-    kn_matmul(s->xn, s->g, &L->wd, T);
+    else tp_for(tp, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
+    kn_matmul(tp, s->xn, s->g, &L->wd, T);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
 }
 
 /* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). */
-static void qkv(scratch *s, const mdl_layer *L, int T) {
+static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, int T) {
     float *ys[3] = {s->q, s->k, s->v};
     const kn_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
-    kn_matmul_n(ys, s->xn, ws, 3, T);
+    kn_matmul_n(tp, ys, s->xn, ws, 3, T);
 }
 
 /* x += Wo att */
-static void attn_out(scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
-    kn_matmul(s->xn, s->att, &L->wo, T);
+static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    kn_matmul(tp, s->xn, s->att, &L->wo, T);
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
@@ -200,6 +209,7 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
 
 typedef struct {
     const mdl_model *m;
+    tp_pool *tp;     /* the instance's workers */
     int n_ctx, len;
     float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] */
     rope_table rope;
@@ -219,6 +229,7 @@ static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     const cfg_model *c = &m->cfg;
     cpu_seq *q = dfl_calloc(1, sizeof *q);
     q->m = m;
+    q->tp = ((cpu_be *)be)->tp;
     q->n_ctx = n_ctx;
     size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
     q->kc = dfl_malloc64(sizeof(float) * kv);
@@ -262,16 +273,16 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         const mdl_layer *L = &m->layers[l];
         float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
         rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
-        qkv(s, L, T);
+        qkv(q->tp, s, L, T);
         for (int t = 0; t < T; t++) {
             norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
             norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
         }
         kv_store(kc, vc, s, T, pos0, q->n_ctx, nkv, hd);
         at_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, 0, 0};
-        at_run(&J, T);
-        attn_out(s, L, c, T);
-        mlp(s, L, c, T);
+        at_run(q->tp, &J, T);
+        attn_out(q->tp, s, L, c, T);
+        mlp(q->tp, s, L, c, T);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
@@ -285,7 +296,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     if (a < e) {
         int n = e - a;
         rmsnorm_rows(s->xn, s->x + (size_t)(a - r0) * H, m->final_norm, n, H, c->eps);
-        kn_matmul(b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
+        kn_matmul(q->tp, b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
     }
     q->len += T;
 }
@@ -342,7 +353,7 @@ static int check_kept(const cpu_seq *q, int row, int n, const char *op) {
 static int cpu_logits(void *st, int row, int n, float *out) {
     cpu_seq *q = st;
     if (check_kept(q, row, n, "logits") != 0) return -1;
-    kn_matmul(out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
+    kn_matmul(q->tp, out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
     return 0;
 }
 
@@ -357,7 +368,7 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
         int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
         kn_weight v = kn_row_view(w, r0, nr);
-        kn_matmul(q->slice, q->kept + (size_t)row * q->m->cfg.hidden, &v, n);
+        kn_matmul(q->tp, q->slice, q->kept + (size_t)row * q->m->cfg.hidden, &v, n);
         for (int j = 0; j < n; j++) {
             const float *l = q->slice + (size_t)j * nr;
             int i = smp_argmax(l, nr);
@@ -390,6 +401,7 @@ static int cpu_taps(void *st, int row, int n, float *out) {
  * changes a bit. */
 typedef struct {
     const mdl_model *d, *t; /* draft, target (embedding + lm_head) */
+    tp_pool *tp;            /* the instance's workers */
     int n_ctx, len, max_B;
     float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] context K/V, post k_norm + RoPE */
     rope_table rope;
@@ -406,6 +418,7 @@ static void *cpu_draft_create(void *be, const mdl_model *d, const mdl_model *t, 
     cpu_draft *q = dfl_calloc(1, sizeof *q);
     q->d = d;
     q->t = t;
+    q->tp = ((cpu_be *)be)->tp;
     q->n_ctx = n_ctx;
     q->max_B = c->block_size > CHUNK ? c->block_size : CHUNK;
     size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
@@ -464,13 +477,13 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
     int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
     for (int r0 = 0; r0 < n; r0 += CHUNK) {
         int T = n - r0 < CHUNK ? n - r0 : CHUNK, pos0 = q->len;
-        kn_matmul(q->s.xn, feats + (size_t)r0 * c->n_taps * H, &q->d->fc, T);
+        kn_matmul(q->tp, q->s.xn, feats + (size_t)r0 * c->n_taps * H, &q->d->fc, T);
         rmsnorm_rows(q->c, q->s.xn, q->d->hidden_norm, T, H, c->eps);
         for (int l = 0; l < c->n_layers; l++) {
             const mdl_layer *L = &q->d->layers[l];
             float *ys[2] = {q->s.k, q->s.v};
             const kn_weight *ws[2] = {&L->wk, &L->wv};
-            kn_matmul_n(ys, q->c, ws, 2, T);
+            kn_matmul_n(q->tp, ys, q->c, ws, 2, T);
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
             kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, &q->s, T, pos0, q->n_ctx,
@@ -551,7 +564,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &q->d->layers[l];
         rmsnorm_rows(s->xn, s->x, L->in_norm, B, H, c->eps);
-        qkv(s, L, B);
+        qkv(q->tp, s, L, B);
         for (int i = 0; i < B; i++) {
             norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
             norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);
@@ -559,9 +572,9 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         at_job J = {s->att,  s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
                     s->k,    s->v, pos0, B, 0, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, (size_t)hd,
                     (size_t)kvd};
-        at_run(&J, B);
-        attn_out(s, L, c, B);
-        mlp(s, L, c, B);
+        at_run(q->tp, &J, B);
+        attn_out(q->tp, s, L, c, B);
+        mlp(q->tp, s, L, c, B);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
@@ -570,7 +583,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     float *lg = b->logits ? b->logits : grow(&q->lg, &q->cap_lg, (size_t)ns * nv);         /* [ns][nv] */
     float *xl = b->extra_logits ? b->extra_logits : grow(&q->xl, &q->cap_xl, (size_t)ns * nx + 1); /* [ns][nx] */
     kn_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
-    kn_matmul(lg, s->xn, &head, ns);
+    kn_matmul(q->tp, lg, s->xn, &head, ns);
     for (int e = 0; e < nx; e++) { /* a few ids beyond the prefix (stop tokens) */
         kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
         for (int i = 0; i < ns; i++) {
@@ -597,9 +610,6 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
 
 /* ---- the backend instance ------------------------------------------------- */
 
-typedef struct {
-    char desc[64]; /* describe()'s line */
-} cpu_be;
 
 static int cpu_probe(char *why, size_t n) {
     if (why && n) why[0] = 0;
@@ -607,12 +617,20 @@ static int cpu_probe(char *why, size_t n) {
 }
 
 static void *cpu_open(const be_options *o) {
-    kn_init(); /* before prepare: packing depends on the kernel mode */
-    tp_init(o ? o->n_threads : 0);
-    return dfl_calloc(1, sizeof(cpu_be));
+    kn_init_once(); /* before prepare: packing depends on the kernel mode */
+    cpu_be *b = dfl_calloc(1, sizeof *b);
+    b->tp = tp_create(o ? o->n_threads : 0);
+    return b;
 }
 
-static void cpu_close(void *be) { free(be); }
+static void cpu_close(void *be) {
+    cpu_be *b = be;
+    if (!b) return;
+    tp_destroy(b->tp);
+    free(b);
+}
+
+static int cpu_n_threads(void *be) { return be ? tp_threads(((cpu_be *)be)->tp) : 1; }
 
 /* The kernel variant and the activation modes now in force. */
 static const char *cpu_describe(void *be) {
@@ -652,9 +670,11 @@ static void bw_part(void *ctx, int start, int end) {
     j->out[start % 256] += t[0] ^ t[1] ^ t[2] ^ t[3];
 }
 
-/* Read bandwidth: a parallel read of a 512 MiB buffer with the worker
- * threads, best of 5 passes (be may be NULL). */
+/* Read bandwidth: a parallel read of a 512 MiB buffer with the instance's
+ * worker threads, best of 5 passes (be NULL: a pool of the physical cores
+ * for the occasion). */
 static double cpu_bandwidth(void *be) {
+    tp_pool *tp = be ? ((cpu_be *)be)->tp : tp_create(0);
     size_t bytes = (size_t)512 << 20;
     bw_job j;
     memset(&j, 0, sizeof j);
@@ -665,13 +685,14 @@ static double cpu_bandwidth(void *be) {
     double best = 0;
     for (int r = 0; r < 5; r++) {
         double t0 = dfl_now();
-        tp_for(256, bw_part, &j);
+        tp_for(tp, 256, bw_part, &j);
         double dt = dfl_now() - t0;
         if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
     }
     volatile uint64_t sink = j.out[0];
     (void)sink;
     free(buf);
+    if (!be) tp_destroy(tp);
     return best;
 }
 
@@ -682,6 +703,7 @@ const be_ops be_cpu = {
     .open = cpu_open,
     .close = cpu_close,
     .describe = cpu_describe,
+    .n_threads = cpu_n_threads,
     .draft_q8 = cpu_draft_q8,
     .prepare = cpu_prepare,
     .release = cpu_release,

@@ -23,7 +23,6 @@
 #include "quant.h"
 #include "sample.h"
 #include "spec.h"
-#include "threads.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -60,6 +59,8 @@ struct dflash_model {
 };
 
 const char *dflash_error(void) { return dfl_lasterr(); }
+
+const char *dflash_version(void) { return DFLASH_VERSION_STRING; }
 
 dflash_params dflash_default_params(void) {
     dflash_params p = {0, 0, NULL, 64, NULL, NULL};
@@ -249,12 +250,26 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->block_size = m->has_draft ? m->draft.cfg.block_size : 0;
     in->backend = m->be->name;
     in->kernels = m->be->describe(m->bi);
-    in->n_threads = tp_threads();
+    in->n_threads = m->be->n_threads ? m->be->n_threads(m->bi) : 1;
     in->draft_weight_format = m->draft_format;
 }
 
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {
     return tok_encode(m->tok, text, len, ids, n);
+}
+
+int dflash_token_piece(const dflash_model *m, int32_t id, char *buf, size_t size) {
+    size_t len;
+    const char *p = tok_piece(m->tok, id, &len);
+    if (!p) {
+        dfl_seterr("token id %d is outside the vocabulary (0..%d)", id, tok_n_vocab(m->tok) - 1);
+        return -1;
+    }
+    if (buf && size) {
+        memcpy(buf, p, len < size ? len : size);
+        if (size > len) buf[len] = 0;
+    }
+    return (int)len;
 }
 
 char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, size_t *len) {

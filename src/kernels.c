@@ -24,6 +24,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +288,12 @@ static const kn_impl *const kn_impls[] = {
 #define KN_N_IMPLS (int)(sizeof kn_impls / sizeof kn_impls[0])
 
 static const kn_impl *kn_cur; /* NULL until kn_init */
+/* 1 once kn_cur is set (release): kn_init_once's fast path. kn_init and
+ * kn_force_variant rewrite the globals and are for one thread only (tests,
+ * benchmarks); library code calls kn_init_once, which several models on
+ * several threads may call at once. */
+static atomic_int kn_ready;
+static pthread_mutex_t kn_init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* q8 mode (kernels.h): the request of kn_set_act_quant (-1: none), the
  * environment's DFLASH_ACT (-1: unset); whether the variant has it on this
@@ -297,6 +305,14 @@ static void set_cur(const kn_impl *impl) {
     act_q8 = impl->q8_supported && impl->q8_supported();
     act_bf16 = impl->bf16_supported && impl->bf16_supported();
     act_default = act_q8 && impl->q8_default;
+    atomic_store_explicit(&kn_ready, 1, memory_order_release);
+}
+
+void kn_init_once(void) {
+    if (atomic_load_explicit(&kn_ready, memory_order_acquire)) return;
+    pthread_mutex_lock(&kn_init_mu);
+    if (!atomic_load_explicit(&kn_ready, memory_order_relaxed)) kn_init();
+    pthread_mutex_unlock(&kn_init_mu);
 }
 
 int kn_force_variant(const char *name) {
@@ -342,19 +358,19 @@ static int act_on(void) {
 }
 
 int kn_act_quant(void) {
-    if (!kn_cur) kn_init();
+    kn_init_once();
     return act_q8 && act_on();
 }
 
 /* bfloat16 activations only on request: on this project's Intel host
  * vdpbf16ps gained nothing over the f32 FMA path at T = 16 (bench/NOTES.md) */
 int kn_act_bf16(void) {
-    if (!kn_cur) kn_init();
+    kn_init_once();
     return act_bf16 && (act_req >= 0 ? act_req : act_env) == 1;
 }
 
 const char *kn_variant(void) {
-    if (!kn_cur) kn_init();
+    kn_init_once();
     return kn_cur->name;
 }
 
@@ -409,7 +425,7 @@ static void kn_multi_chunk(void *ctx, int start, int end) {
 /* q8 mode: quantize x once ([T][cols] -> qx, laid out for ws[0]; the
  * caller checked that every weight shares dtype, cols, group size and
  * packing), then the variant's rows_q8 for each weight. */
-static void matmul_q8(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
+static void matmul_q8(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
     const kn_weight *w = ws[0];
     size_t nb = (size_t)w->cols / KN_QBLOCK, ng = (size_t)(w->cols / w->group_size);
     kn_qx qx;
@@ -430,12 +446,12 @@ static void matmul_q8(float *const *ys, const float *x, const kn_weight *const *
         macs += (double)ws[i]->rows * ws[i]->cols * T;
     }
     if (macs < KN_MIN_PARALLEL) kn_multi_chunk(&m, 0, m.first[n]);
-    else tp_for(m.first[n], kn_multi_chunk, &m);
+    else tp_for(tp, m.first[n], kn_multi_chunk, &m);
     free(buf);
 }
 
 /* q8 mode, BF16 weights: x rounded to bfloat16 once, then rows_bf16. */
-static void matmul_bf16(kn_job *job, const float *x) {
+static void matmul_bf16(tp_pool *tp, kn_job *job, const float *x) {
     const kn_weight *w = job->w;
     job->ldb = ((size_t)w->cols + 31) & ~(size_t)31;
     uint16_t *xb = alloc64((size_t)job->T * job->ldb * sizeof *xb);
@@ -443,21 +459,21 @@ static void matmul_bf16(kn_job *job, const float *x) {
     job->xb = xb;
     int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
     if ((double)w->rows * w->cols * job->T < KN_MIN_PARALLEL) kn_matmul_chunk(job, 0, tiles);
-    else tp_for(tiles, kn_matmul_chunk, job);
+    else tp_for(tp, tiles, kn_matmul_chunk, job);
     free(xb);
 }
 
-void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
+void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T) {
     if (T <= 0) return;
-    if (!kn_cur) kn_init();
+    kn_init_once();
     kn_job job = {y, x, w, T, NULL, NULL, 0};
     if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant()) {
-        matmul_q8(&y, x, &w, 1, T);
+        matmul_q8(tp, &y, x, &w, 1, T);
         return;
     }
     if (w->dtype == KN_BF16 && kn_act_bf16()) {
         job.x = NULL;
-        matmul_bf16(&job, x);
+        matmul_bf16(tp, &job, x);
         return;
     }
     /* The variants read x with 64-byte vector loads; a misaligned x costs
@@ -477,26 +493,26 @@ void kn_matmul(float *y, const float *x, const kn_weight *w, int T) {
     }
     int tiles = (w->rows + KN_COL_TILE - 1) / KN_COL_TILE;
     if ((double)w->rows * w->cols * T < KN_MIN_PARALLEL) kn_matmul_chunk(&job, 0, tiles);
-    else tp_for(tiles, kn_matmul_chunk, &job);
+    else tp_for(tp, tiles, kn_matmul_chunk, &job);
     free(xp);
 }
 
-void kn_matmul_n(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
+void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
     if (T <= 0 || n <= 0) return;
-    if (!kn_cur) kn_init();
+    kn_init_once();
     int one_call = n <= KN_MAX_MULTI && kn_act_quant() && (ws[0]->dtype == KN_Q8 || ws[0]->dtype == KN_Q4);
     for (int i = 1; i < n && one_call; i++)
         one_call = ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols &&
                    ws[i]->group_size == ws[0]->group_size && !ws[i]->packed == !ws[0]->packed;
     if (one_call) {
-        matmul_q8(ys, x, ws, n, T);
+        matmul_q8(tp, ys, x, ws, n, T);
         return;
     }
-    for (int i = 0; i < n; i++) kn_matmul(ys[i], x, ws[i], T);
+    for (int i = 0; i < n; i++) kn_matmul(tp, ys[i], x, ws[i], T);
 }
 
 int kn_pack(kn_weight *w) {
-    if (!kn_cur) kn_init();
+    kn_init_once();
     if (w->packed || (w->dtype != KN_Q8 && w->dtype != KN_Q4) || !kn_act_quant() || !kn_cur->pack) return 0;
     w->packed = kn_cur->pack(w);
     if (!w->packed) {

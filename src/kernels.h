@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "threads.h"
+
 typedef enum {
     KN_F32 = 0,
     KN_F16,
@@ -44,13 +46,18 @@ typedef struct {
     const void *packed;
 } kn_weight;
 
-/* Pick the SIMD variant for this CPU (call once; tp_init separately).
- * DFLASH_KERNELS=generic|avx2|avx512 in the environment forces a path. */
+/* Pick the SIMD variant for this CPU and read the environment:
+ * DFLASH_KERNELS=generic|avx2|avx512 forces a path, DFLASH_ACT the
+ * activation mode. kn_init_once does it the first time only and may be
+ * called from any number of threads at once (the backends; every kernel
+ * entry calls it); kn_init redoes it, for single-threaded tests and
+ * benchmarks. */
+void kn_init_once(void);
 void kn_init(void);
 const char *kn_variant(void); /* "generic", "avx2", "avx512", ... */
 
 /* y[T][w->rows] = x[T][w->cols] . W^T, threaded over output columns. */
-void kn_matmul(float *y, const float *x, const kn_weight *w, int T);
+void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T);
 
 /* out[cols] = W[row] dequantized to f32. */
 void kn_get_row(float *out, const kn_weight *w, int row);
@@ -62,7 +69,7 @@ size_t kn_weight_bytes(const kn_weight *w);
  * (Q/K/V, gate/up): the same bits as n kn_matmul calls, in one parallel
  * region with x quantized once when the weights allow it. */
 #define KN_MAX_MULTI 4
-void kn_matmul_n(float *const *ys, const float *x, const kn_weight *const *ws, int n, int T);
+void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T);
 
 /* Rows r0..r0+n-1 of w as a weight of its own (the packed copy too), for
  * r0 a multiple of 16; each output row's bits are those of the same row of

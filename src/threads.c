@@ -1,11 +1,11 @@
-/* threads.c - the persistent worker pool behind tp_for. Prefix: tp_.
+/* threads.c - the persistent worker pools behind tp_for. Prefix: tp_.
  *
- * One pool per process: n_threads - 1 worker threads plus the caller, which
- * does chunk 0 itself. A tp_for call publishes (fn, ctx, n) and bumps a
+ * A pool is n_threads - 1 worker threads plus the caller, which does chunks
+ * itself. A tp_for call publishes (fn, ctx, n) and bumps the pool's
  * generation counter; workers spin on that counter for a short while
  * (TP_SPIN_NS) and then sleep on a condition variable, so back-to-back calls
  * (one per matmul, hundreds per token) cost a few microseconds while an idle
- * process burns no CPU. The caller waits for the workers the same way.
+ * pool burns no CPU. The caller waits for the workers the same way.
  *
  * [0, n) is cut into up to TP_CHUNKS_PER_THREAD chunks per thread, which
  * the threads claim in turn from an atomic counter, so a thread that starts
@@ -16,8 +16,11 @@
  * elementwise parts). Callers that need a coarser grain (matmul splits output
  * columns in tiles of 16) pass the number of tiles as n.
  *
- * tp_for from inside a chunk (or from a second application thread while the
- * pool is busy) does not deadlock: it runs the whole range on the calling
+ * Every pool is independent (nothing here is process-wide but the
+ * thread-local "inside a chunk" flag), so models with their own pools run
+ * side by side, and creating or destroying one never disturbs a job of
+ * another. tp_for from inside a chunk (of any pool), or on a pool another
+ * thread holds, does not deadlock: it runs the whole range on the calling
  * thread. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_SET */
 #include "threads.h"
@@ -25,6 +28,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +42,17 @@
 #define TP_SPIN_NS 20000.0
 #define TP_YIELD_NS 200000.0
 #define TP_CHUNKS_PER_THREAD 4
+#define TP_MAX_THREADS 1024
 
-typedef struct {
-    int n;                 /* threads including the caller; 0: no pool */
+struct tp_pool {
+    int n;                 /* threads including the caller (1: no workers) */
     pthread_t *tids;       /* [n-1] workers */
     pthread_mutex_t mu;    /* guards sleeping on go/done */
     pthread_cond_t go, done;
     atomic_uint gen;       /* bumped once per job (and at shutdown) */
     unsigned gen0;         /* gen when the workers were started */
     atomic_int pending;    /* workers still busy with the current job */
-    int quit;              /* read after a gen bump */
+    int quit;              /* written before a gen bump, read after it */
     int caller_sleeping;   /* guarded by mu */
     pthread_mutex_t call;  /* held by the thread inside tp_for */
     /* the current job, written before the gen bump */
@@ -55,15 +60,9 @@ typedef struct {
     void *ctx;
     int items, chunk, n_chunks; /* chunk c = [c*chunk, min(items, (c+1)*chunk)) */
     atomic_int next;            /* the next chunk to claim */
-} tp_pool;
-
-static tp_pool pool = {
-    .mu = PTHREAD_MUTEX_INITIALIZER,
-    .go = PTHREAD_COND_INITIALIZER,
-    .done = PTHREAD_COND_INITIALIZER,
-    .call = PTHREAD_MUTEX_INITIALIZER,
 };
-static _Thread_local int tp_in_chunk; /* this thread is running a chunk */
+
+static _Thread_local int tp_in_chunk; /* this thread is running a chunk (of any pool) */
 
 static inline void tp_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -73,13 +72,13 @@ static inline void tp_relax(void) {
 #endif
 }
 
-/* Claim and run chunks until none is left. */
-static void tp_run_chunks(void) {
+/* Claim and run chunks of p's current job until none is left. */
+static void tp_run_chunks(tp_pool *p) {
     for (;;) {
-        int c = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
-        if (c >= pool.n_chunks) return;
-        int start = c * pool.chunk, end = start + pool.chunk < pool.items ? start + pool.chunk : pool.items;
-        pool.fn(pool.ctx, start, end);
+        int c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (c >= p->n_chunks) return;
+        int start = c * p->chunk, end = start + p->chunk < p->items ? start + p->chunk : p->items;
+        p->fn(p->ctx, start, end);
     }
 }
 
@@ -100,119 +99,123 @@ static int tp_spin(int i, double *t0) {
     return 1;
 }
 
-/* Wait until pool.gen differs from seen; returns the new value. */
-static unsigned tp_wait_gen(unsigned seen) {
+/* Wait until p->gen differs from seen; returns the new value. */
+static unsigned tp_wait_gen(tp_pool *p, unsigned seen) {
     double t0 = 0;
     for (int i = 0;; i++) {
-        unsigned g = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen) return g;
         if (!tp_spin(i, &t0)) break;
     }
-    pthread_mutex_lock(&pool.mu);
+    pthread_mutex_lock(&p->mu);
     unsigned g;
-    while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen)
-        pthread_cond_wait(&pool.go, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) pthread_cond_wait(&p->go, &p->mu);
+    pthread_mutex_unlock(&p->mu);
     return g;
 }
 
 static void *tp_worker(void *arg) {
-    (void)arg;
-    unsigned seen = pool.gen0; /* written before pthread_create */
+    tp_pool *p = arg;
+    unsigned seen = p->gen0; /* written before pthread_create */
     tp_in_chunk = 1;
     for (;;) {
-        seen = tp_wait_gen(seen);
-        if (pool.quit) break;
-        tp_run_chunks();
-        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+        seen = tp_wait_gen(p, seen);
+        if (p->quit) break;
+        tp_run_chunks(p);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
             /* last one out: wake the caller if it stopped spinning */
-            pthread_mutex_lock(&pool.mu);
-            if (pool.caller_sleeping) pthread_cond_signal(&pool.done);
-            pthread_mutex_unlock(&pool.mu);
+            pthread_mutex_lock(&p->mu);
+            if (p->caller_sleeping) pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
         }
     }
     return NULL;
 }
 
-/* Publish the job already stored in pool (or quit) to the workers. */
-static void tp_kick(void) {
-    pthread_mutex_lock(&pool.mu);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-    pthread_cond_broadcast(&pool.go);
-    pthread_mutex_unlock(&pool.mu);
+/* Publish the job already stored in p (or quit) to its workers. */
+static void tp_kick(tp_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
 }
 
-void tp_shutdown(void) {
-    if (pool.n == 0) return;
-    pool.quit = 1;
-    tp_kick();
-    for (int i = 0; i < pool.n - 1; i++) pthread_join(pool.tids[i], NULL);
-    free(pool.tids);
-    pool.tids = NULL;
-    pool.n = 0;
-    pool.quit = 0;
-}
-
-void tp_init(int n_threads) {
-    tp_shutdown();
+tp_pool *tp_create(int n_threads) {
     if (n_threads <= 0) n_threads = tp_physical_cores();
-    if (n_threads > 1024) n_threads = 1024;
-    pool.tids = dfl_calloc((size_t)n_threads, sizeof(pthread_t));
-    pool.gen0 = atomic_load(&pool.gen);
-    pool.n = 1;
+    if (n_threads > TP_MAX_THREADS) n_threads = TP_MAX_THREADS;
+    tp_pool *p = dfl_calloc(1, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->call, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->next, 0);
+    p->gen0 = 0;
+    p->n = 1;
+    if (n_threads > 1) p->tids = dfl_calloc((size_t)n_threads - 1, sizeof(pthread_t));
     for (int i = 1; i < n_threads; i++) {
-        /* pool.n is read by workers only after a gen bump, which comes
-         * after this loop (the pthread_create barrier orders the rest). */
-        if (pthread_create(&pool.tids[i - 1], NULL, tp_worker, (void *)(intptr_t)i) != 0) {
-            fprintf(stderr, "dflash: warning: could not start thread %d of %d; using %d\n",
-                    i + 1, n_threads, i);
+        /* p->n is read only by the owner; workers read the job after a gen
+         * bump, which comes after this loop */
+        if (pthread_create(&p->tids[i - 1], NULL, tp_worker, p) != 0) {
+            fprintf(stderr, "dflash: warning: could not start thread %d of %d; using %d\n", i + 1, n_threads, i);
             break;
         }
-        pool.n++;
+        p->n++;
     }
-    if (pool.n == 1) { /* a pool of one is no pool */
-        free(pool.tids);
-        pool.tids = NULL;
-        pool.n = 0;
-    }
+    return p;
 }
 
-int tp_threads(void) { return pool.n > 0 ? pool.n : 1; }
+void tp_destroy(tp_pool *p) {
+    if (!p) return;
+    if (p->n > 1) {
+        p->quit = 1;
+        tp_kick(p);
+        for (int i = 0; i < p->n - 1; i++) pthread_join(p->tids[i], NULL);
+    }
+    free(p->tids);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->call);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    free(p);
+}
 
-void tp_for(int n, tp_fn fn, void *ctx) {
+int tp_threads(const tp_pool *p) { return p ? p->n : 1; }
+
+void tp_for(tp_pool *p, int n, tp_fn fn, void *ctx) {
     if (n <= 0) return;
-    if (pool.n <= 1 || n == 1 || tp_in_chunk || pthread_mutex_trylock(&pool.call) != 0) {
+    if (!p || p->n <= 1 || n == 1 || tp_in_chunk || pthread_mutex_trylock(&p->call) != 0) {
         fn(ctx, 0, n); /* no pool, nested, or the pool is busy: run inline */
         return;
     }
-    pool.fn = fn;
-    pool.ctx = ctx;
-    pool.items = n;
-    pool.n_chunks = n < pool.n * TP_CHUNKS_PER_THREAD ? n : pool.n * TP_CHUNKS_PER_THREAD;
-    pool.chunk = (n + pool.n_chunks - 1) / pool.n_chunks;
-    pool.n_chunks = (n + pool.chunk - 1) / pool.chunk;
-    atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool.pending, pool.n - 1, memory_order_relaxed);
-    tp_kick(); /* the gen bump (release) publishes the job to the workers */
+    p->fn = fn;
+    p->ctx = ctx;
+    p->items = n;
+    p->n_chunks = n < p->n * TP_CHUNKS_PER_THREAD ? n : p->n * TP_CHUNKS_PER_THREAD;
+    p->chunk = (n + p->n_chunks - 1) / p->n_chunks;
+    p->n_chunks = (n + p->chunk - 1) / p->chunk;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    tp_kick(p); /* the gen bump (release) publishes the job to the workers */
 
     tp_in_chunk = 1;
-    tp_run_chunks();
+    tp_run_chunks(p);
     tp_in_chunk = 0;
 
     /* wait for the workers: spin, then sleep */
     double t0 = 0;
-    for (int i = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) != 0; i++) {
+    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
         if (!tp_spin(i, &t0)) {
-            pthread_mutex_lock(&pool.mu);
-            pool.caller_sleeping = 1;
-            while (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0)
-                pthread_cond_wait(&pool.done, &pool.mu);
-            pool.caller_sleeping = 0;
-            pthread_mutex_unlock(&pool.mu);
+            pthread_mutex_lock(&p->mu);
+            p->caller_sleeping = 1;
+            while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) pthread_cond_wait(&p->done, &p->mu);
+            p->caller_sleeping = 0;
+            pthread_mutex_unlock(&p->mu);
             break;
         }
     }
-    pthread_mutex_unlock(&pool.call);
+    pthread_mutex_unlock(&p->call);
 }
 
 /* Count distinct cores among the CPUs this process may run on: CPUs that

@@ -1144,6 +1144,12 @@ size_t tok_decode(const tok_tokenizer *t, tok_decoder *d, int32_t id, char *out,
                         out, cap);
 }
 
+const char *tok_piece(const tok_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->n_vocab) return NULL;
+    *len = t->piece_len[id];
+    return t->pieces + t->piece_off[id];
+}
+
 size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap) {
     size_t w = 0;
     if (d->npend > 0) w = put_fffd(out, 0, cap); /* a held tail is always one valid prefix */

@@ -46,6 +46,9 @@ size_t tok_max_piece(const tok_tokenizer *t);
  * sequences come out as U+FFFD, as HF decode(errors="replace") does.
  * Special/added tokens decode to their text. Out-of-range ids write nothing. */
 size_t tok_decode(const tok_tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap);
+/* The raw bytes of token id (*len of them; not NUL-terminated, possibly
+ * part of a UTF-8 character), or NULL for an out-of-range id. */
+const char *tok_piece(const tok_tokenizer *t, int32_t id, size_t *len);
 /* End of stream: any held-back bytes come out as U+FFFD. */
 size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap);
 

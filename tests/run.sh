@@ -1,14 +1,14 @@
 #!/bin/sh
 # Run every test program (build/test_*) and shell test (tests/test_*.sh) from
 # the repository root and print the total as "N passed, N failed".
-# Usage: tests/run.sh [BUILD_DIR]
+# Usage: tests/run.sh [BUILD_DIR]; DFLASH_ONLY="PROG ..." runs only those.
 BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
 export DFLASH_ROOT="$PWD" DFLASH_BIN="${DFLASH_BIN:-$PWD/dflash}"
 pass=0 fail=0 broken=""
 log=$(mktemp)
 export DFLASH_EXAMPLE="${DFLASH_EXAMPLE:-$PWD/$BUILD/simple}"
-for t in "$BUILD"/test_* tests/test_*.sh; do
+for t in ${DFLASH_ONLY:-"$BUILD"/test_* tests/test_*.sh}; do
     [ -f "$t" ] || continue
     case "$t" in *.c|*.o|*.d) continue ;; esac
     echo "== $t"

@@ -12,6 +12,9 @@
 #include "threads.h"
 #include "util.h"
 
+/* The pool at_run uses (NULL: the calling thread). */
+static tp_pool *pool;
+
 static uint32_t rng = 2463534242u;
 static float rnd(void) {
     rng ^= rng << 13;
@@ -59,7 +62,7 @@ static void run_rows(const setup *s, int t0, int T, float *out) {
     at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
                 s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd,
                 rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd};
-    at_run(&J, T);
+    at_run(pool, &J, T);
 }
 
 /* double-precision reference of row t, head h */
@@ -132,8 +135,10 @@ TEST(attention_every_variant) {
     for (int v = 0; v < 3; v++) {
         if (kn_force_variant(names[v]) != 0) continue;
         for (int th = 1; th <= 2; th++) {
-            tp_init(th);
+            pool = th > 1 ? tp_create(th) : NULL;
             all_cases();
+            tp_destroy(pool);
+            pool = NULL;
         }
     }
     kn_init();

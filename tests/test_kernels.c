@@ -1,5 +1,5 @@
 /* test_kernels.c - kn_matmul / kn_get_row for every dtype and every SIMD
- * variant this CPU has, and the tp_ thread pool.
+ * variant this CPU has (the tp_ pools themselves: test_threads.c).
  *
  * Accuracy: each output is compared with a double-precision reference
  * ref = sum_j x_j * w_j (w_j dequantized exactly in double). The tolerance
@@ -31,10 +31,8 @@
  * exact W . bf16(x) within the f32 bound above (cols/16 lane steps), and
  * against W . x within that plus 2^-8 * sum |w_j x_j|. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
 #include "kernels.h"
@@ -43,6 +41,13 @@
 #include "util.h"
 
 /* ---- random numbers ---------------------------------------------------- */
+
+/* The pool the matmuls run on (NULL: the calling thread only). */
+static tp_pool *pool;
+static void use_threads(int n) {
+    tp_destroy(pool);
+    pool = n > 1 ? tp_create(n) : NULL;
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng_u64(void) { /* splitmix64 */
@@ -298,7 +303,7 @@ TEST(matmul_accuracy) {
                     float *x = dfl_malloc(sizeof(float) * T * cols);
                     float *y = dfl_malloc(sizeof(float) * T * rows);
                     for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
-                    kn_matmul(y, x, &tw.w, T);
+                    kn_matmul(pool, y, x, &tw.w, T);
                     char d[128];
                     describe(d, sizeof d, variants[vi], &tw.w, T);
                     check_against_ref(y, x, &tw.w, T, d);
@@ -336,12 +341,12 @@ static void invariance_case(const char *var, const wconf *c, int rows, int cols,
     char d[128];
     describe(d, sizeof d, var, &tw.w, 0);
 
-    tp_init(1);
-    for (int t = 0; t < TMAX; t++) kn_matmul(solo + (size_t)t * rows, x + (size_t)t * cols, &tw.w, 1);
+    use_threads(1);
+    for (int t = 0; t < TMAX; t++) kn_matmul(pool, solo + (size_t)t * rows, x + (size_t)t * cols, &tw.w, 1);
 
     /* T = 1..17 on one thread */
     for (int T = 1; T <= TMAX; T++) {
-        kn_matmul(y, x, &tw.w, T);
+        kn_matmul(pool, y, x, &tw.w, T);
         int bad = count_diff_rows(y, solo, T, rows, NULL);
         CHECK(bad == 0, "%s: T=%d: %d rows differ from T=1", d, T, bad);
     }
@@ -352,7 +357,7 @@ static void invariance_case(const char *var, const wconf *c, int rows, int cols,
             xg[i] = u == 0 ? NAN : u == 1 ? INFINITY : u == 2 ? -3e38f : rng_unit() * 1e30f;
         }
         memcpy(xg + (size_t)t * cols, x + (size_t)t * cols, sizeof(float) * cols);
-        kn_matmul(y, xg, &tw.w, 16);
+        kn_matmul(pool, y, xg, &tw.w, 16);
         int only[16] = {0};
         only[t] = 1;
         int bad = count_diff_rows(y, solo, 16, rows, only);
@@ -360,14 +365,14 @@ static void invariance_case(const char *var, const wconf *c, int rows, int cols,
     }
     /* thread counts */
     for (int nt = 2; nt <= 3 && threads_list; nt++) {
-        tp_init(nt);
+        use_threads(nt);
         for (int T = 1; T <= 16; T += 15) {
-            kn_matmul(y, x, &tw.w, T);
+            kn_matmul(pool, y, x, &tw.w, T);
             int bad = count_diff_rows(y, solo, T, rows, NULL);
             CHECK(bad == 0, "%s: T=%d with %d threads: %d rows differ", d, T, nt, bad);
         }
     }
-    tp_shutdown();
+    use_threads(1);
     free(x);
     free(xg);
     free(solo);
@@ -507,14 +512,14 @@ TEST(q8_accuracy_and_reference_bits) {
                 fill_x_q8(x, T, cols);
                 char d[160];
                 CHECK(kn_force_variant("generic") == 0 && kn_act_quant(), "generic has no q8 mode");
-                kn_matmul(y0, x, &tw.w, T);
+                kn_matmul(pool, y0, x, &tw.w, T);
                 describe(d, sizeof d, "generic", &tw.w, T);
                 check_q8(y0, x, &tw.w, T, d, &worst);
                 for (int vi = 1; vi < N_VARIANTS; vi++) {
                     if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
                     for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++) {
                         if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
-                        kn_matmul(y, x, &tw.w, T);
+                        kn_matmul(pool, y, x, &tw.w, T);
                         describe(d, sizeof d, variants[vi], &tw.w, T);
                         int diff = 0;
                         for (int i = 0; i < T * rows; i++) diff += memcmp(&y[i], &y0[i], 4) != 0;
@@ -552,11 +557,11 @@ TEST(q8_special_rows) {
         x[1 * cols + 200] = INFINITY;        /* row 1: an Inf */
         x[2 * cols + 5] = NAN;               /* row 2: a NaN */
         for (int t = 1; t <= 2; t++) { /* the T = 1 loop too */
-            kn_matmul(y, x + (size_t)t * cols, &tw.w, 1);
+            kn_matmul(pool, y, x + (size_t)t * cols, &tw.w, 1);
             CHECK(isnan(y[0]) && isnan(y[rows - 1]), "%s T=1: non-finite x row %d gives %g", variants[vi], t, y[0]);
         }
         for (int T1 = 1; T1 <= T; T1 += T - 1) {
-            kn_matmul(y, x, &tw.w, T1);
+            kn_matmul(pool, y, x, &tw.w, T1);
             int zero = 1, nan1 = 1, nan2 = 1, fin3 = 1;
             for (int r = 0; r < rows; r++) {
                 zero &= y[r] == 0.0f;
@@ -570,7 +575,7 @@ TEST(q8_special_rows) {
                   variants[vi], T1, zero, nan1, nan2, fin3);
         }
         kn_set_act_quant(0);
-        kn_matmul(yf, x, &tw.w, T);
+        kn_matmul(pool, yf, x, &tw.w, T);
         CHECK(kn_act_quant() == 0 && memcmp(yf + 3 * rows, y + 3 * rows, sizeof(float) * rows) != 0,
               "%s: f32 and q8 modes give the same bits", variants[vi]);
     }
@@ -670,13 +675,13 @@ TEST(bf16_activations) {
                 float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
                 float *yf = dfl_malloc(sizeof(float) * T * rows);
                 for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
-                kn_matmul(y, x, &tw.w, T);
+                kn_matmul(pool, y, x, &tw.w, T);
                 char d[160];
                 describe(d, sizeof d, variants[vi], &tw.w, T);
                 check_bf16(y, x, &tw.w, T, d);
                 if (cols >= 100) { /* the mode is really on */
                     kn_set_act_quant(0);
-                    kn_matmul(yf, x, &tw.w, T);
+                    kn_matmul(pool, yf, x, &tw.w, T);
                     kn_set_act_quant(1);
                     CHECK(memcmp(y, yf, sizeof(float) * T * rows) != 0, "%s: same bits as f32 mode", d);
                 }
@@ -708,10 +713,10 @@ TEST(large_T) {
             float *y = dfl_malloc(sizeof(float) * T * rows);
             float *y1 = dfl_malloc(sizeof(float) * rows);
             for (int i = 0; i < T * cols; i++) x[i] = rng_unit();
-            kn_matmul(y, x, &tw.w, T);
+            kn_matmul(pool, y, x, &tw.w, T);
             int bad = 0;
             for (int t = 0; t < T; t++) {
-                kn_matmul(y1, x + (size_t)t * cols, &tw.w, 1);
+                kn_matmul(pool, y1, x + (size_t)t * cols, &tw.w, 1);
                 bad += memcmp(y1, y + (size_t)t * rows, sizeof(float) * rows) != 0;
             }
             char d[128];
@@ -744,9 +749,9 @@ TEST(x_alignment) {
             kn_dtype dt = (kn_dtype)k;
             tweight tw = make_weight(dt, rows, cols, 64, KN_F16);
             for (int i = 0; i < T * cols; i++) buf[i] = rng_unit();
-            kn_matmul(y0, buf, &tw.w, T);
+            kn_matmul(pool, y0, buf, &tw.w, T);
             memmove(buf + 3, buf, sizeof(float) * T * cols);
-            kn_matmul(y1, buf + 3, &tw.w, T);
+            kn_matmul(pool, y1, buf + 3, &tw.w, T);
             char d[128];
             describe(d, sizeof d, variants[vi], &tw.w, T);
             CHECK(memcmp(y0, y1, sizeof(float) * T * rows) == 0, "%s: x at +12 bytes gives other bits", d);
@@ -787,16 +792,16 @@ TEST(matmul_n_equals_separate_calls) {
                             ya[i] = dfl_malloc(sizeof(float) * T * ws[i]->rows);
                             yb[i] = dfl_malloc(sizeof(float) * T * ws[i]->rows);
                         }
-                        kn_matmul_n(ya, x, ws, 3, T);
-                        for (int i = 0; i < 3; i++) kn_matmul(yb[i], x, ws[i], T);
+                        kn_matmul_n(pool, ya, x, ws, 3, T);
+                        for (int i = 0; i < 3; i++) kn_matmul(pool, yb[i], x, ws[i], T);
                         int same = 1;
                         for (int i = 0; i < 3; i++) same &= memcmp(ya[i], yb[i], sizeof(float) * T * ws[i]->rows) == 0;
                         CHECK(same, "%s mode %d pack %d %s T=%d: kn_matmul_n differs", variants[vi], mode, pack,
                               kn_dtype_name(dts[di]), T);
                         const kn_weight *mixed[2] = {ws[0], ws[3]};
                         float *ym[2] = {ya[0], ya[3]};
-                        kn_matmul_n(ym, x, mixed, 2, T);
-                        kn_matmul(yb[3], x, ws[3], T);
+                        kn_matmul_n(pool, ym, x, mixed, 2, T);
+                        kn_matmul(pool, yb[3], x, ws[3], T);
                         CHECK(memcmp(ya[3], yb[3], sizeof(float) * T * 64) == 0 &&
                                   memcmp(ya[0], yb[0], sizeof(float) * T * 256) == 0,
                               "%s mode %d: mixed shapes differ", variants[vi], mode);
@@ -813,102 +818,6 @@ TEST(matmul_n_equals_separate_calls) {
     kn_init();
 }
 
-/* ---- thread pool ------------------------------------------------------- */
-
-typedef struct {
-    int n;
-    atomic_int *hits;        /* [n] times each index was visited */
-    atomic_llong sum;
-    int nested;              /* call tp_for inside the chunk */
-    atomic_llong nested_sum;
-} pool_ctx;
-
-static void nested_fn(void *ctx, int start, int end) {
-    pool_ctx *c = ctx;
-    for (int i = start; i < end; i++) atomic_fetch_add(&c->nested_sum, i);
-}
-
-static void sum_fn(void *ctx, int start, int end) {
-    pool_ctx *c = ctx;
-    long long s = 0;
-    for (int i = start; i < end; i++) {
-        s += i;
-        if (c->hits) atomic_fetch_add(&c->hits[i], 1);
-    }
-    atomic_fetch_add(&c->sum, s);
-    if (c->nested) tp_for(10, nested_fn, ctx);
-}
-
-/* Records the chunk boundaries seen for one call. */
-static atomic_int starts_seen[64];
-static void bounds_fn(void *ctx, int start, int end) {
-    (void)ctx;
-    (void)end;
-    if (start < 64) atomic_fetch_add(&starts_seen[start], 1);
-}
-
-TEST(thread_pool) {
-    CHECK(tp_physical_cores() >= 1, "%d", tp_physical_cores());
-    CHECK(tp_threads() == 1, "no pool yet: %d", tp_threads());
-    pool_ctx c;
-    memset(&c, 0, sizeof c);
-    /* no pool: runs inline */
-    tp_for(100, sum_fn, &c);
-    CHECK(atomic_load(&c.sum) == 4950, "%lld", (long long)atomic_load(&c.sum));
-
-    int sizes[] = {2, 3, 1, 0, 4};
-    for (int si = 0; si < 5; si++) {
-        tp_init(sizes[si]);
-        int nt = tp_threads();
-        CHECK(sizes[si] <= 0 ? nt == tp_physical_cores() : nt == sizes[si], "tp_init(%d) gave %d",
-              sizes[si], nt);
-        /* many small calls: every index visited exactly once each time */
-        int n = 1000, calls = 3000;
-        memset(&c, 0, sizeof c);
-        c.hits = dfl_calloc((size_t)n, sizeof(atomic_int));
-        long long want = 0;
-        for (int k = 0; k < calls; k++) {
-            int m = 1 + k % n;
-            tp_for(m, sum_fn, &c);
-            want += (long long)m * (m - 1) / 2;
-        }
-        CHECK(atomic_load(&c.sum) == want, "threads=%d: sum %lld want %lld", nt,
-              (long long)atomic_load(&c.sum), want);
-        int bad = 0;
-        for (int i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != calls / n * (n - i); /* m > i in each cycle */
-        CHECK(bad == 0, "threads=%d: %d indices visited the wrong number of times", nt, bad);
-        free(c.hits);
-        c.hits = NULL;
-
-        /* the cut points depend on n and nt only: chunks of ceil(50 / min(50, 4 nt)) */
-        for (int i = 0; i < 64; i++) atomic_store(&starts_seen[i], 0);
-        for (int k = 0; k < 50; k++) tp_for(50, bounds_fn, NULL);
-        int ok = 1, step = nt > 1 ? (50 + 4 * nt - 1) / (4 * nt) : 50;
-        for (int i = 0; i < 50; i++) ok &= atomic_load(&starts_seen[i]) == (i % step == 0 ? 50 : 0);
-        CHECK(ok, "threads=%d: chunk starts are not the multiples of %d", nt, step);
-
-        /* nested tp_for runs inline instead of deadlocking */
-        memset(&c, 0, sizeof c);
-        c.nested = 1;
-        tp_for(8, sum_fn, &c);
-        CHECK(atomic_load(&c.sum) == 28, "%lld", (long long)atomic_load(&c.sum));
-        int chunks = nt > 1 ? (8 + (8 + 4 * nt - 1) / (4 * nt) - 1) / ((8 + 4 * nt - 1) / (4 * nt)) : 1;
-        CHECK(atomic_load(&c.nested_sum) == 45LL * chunks, "nested sum %lld",
-              (long long)atomic_load(&c.nested_sum));
-    }
-    /* sleep-then-wake path: workers block after their spin window */
-    tp_init(2);
-    memset(&c, 0, sizeof c);
-    for (int k = 0; k < 3; k++) {
-        struct timespec ts = {0, 3 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        tp_for(100, sum_fn, &c);
-    }
-    CHECK(atomic_load(&c.sum) == 3 * 4950, "%lld", (long long)atomic_load(&c.sum));
-    tp_shutdown();
-    CHECK(tp_threads() == 1, "after shutdown: %d", tp_threads());
-}
-
 int main(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -920,7 +829,6 @@ int main(void) {
     RUN(names_and_bytes);
     RUN(variants);
     RUN(get_row_exact);
-    RUN(thread_pool);
     RUN(matmul_accuracy);
     RUN(act_quant_mode);
     RUN(q8_accuracy_and_reference_bits);

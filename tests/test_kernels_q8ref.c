@@ -167,7 +167,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     be_options bo = {2, 0};
-    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
+    bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     kn_set_act_quant(1);
     if (!kn_act_quant()) kn_force_variant("generic"); /* no fast q8 path: the C reference */
     fprintf(stderr, "  q8 mode with the %s variant\n", kn_variant());
@@ -175,6 +175,5 @@ int main(void) {
     RUN(tiny_qwen3_q4);
     RUN(tiny_bf16);
     be_cpu.close(bi);
-    tp_shutdown();
     CHECK_DONE("test_kernels_q8ref");
 }

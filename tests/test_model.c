@@ -233,12 +233,15 @@ static void check_invariance(const char *name, syn_spec s) {
     CHECK(ok, "%s: decode after rollback differs from a fresh decode", name);
     /* threads: 1 vs 2 vs 3 */
     for (int th = 1; th <= 3; th++) {
-        tp_init(th);
-        be->truncate(st, 0);
-        fwd(be, st, tok, N, got_l, N, taps, 2, got_t);
+        be_options o = {th, 0};
+        void *bt = be->open(&o), *stt = be->create(bt, &m, 64);
+        CHECK(be->n_threads(bt) == th && be->n_threads(bi) == 2, "%s: instance threads %d, main %d", name,
+              be->n_threads(bt), be->n_threads(bi));
+        fwd(be, stt, tok, N, got_l, N, taps, 2, got_t);
         CHECK(memcmp(ref_l, got_l, sizeof(float) * N * V) == 0, "%s: %d threads change logits", name, th);
+        be->destroy(stt);
+        be->close(bt);
     }
-    tp_init(2);
     /* context full and bad token are errors, not crashes */
     be->truncate(st, 0);
     fwd(be, st, tok, N, got_l, 1, NULL, 0, NULL);
@@ -605,7 +608,7 @@ int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-model-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     be_options bo = {2, 0};
-    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
+    bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     RUN(safetensors_bad_files);
     RUN(model_bad_checkpoints);
     RUN(batch_invariance_and_rollback);
@@ -616,7 +619,6 @@ int main(void) {
     RUN(argmax_equals_logits_argmax);
     RUN(backend_select);
     be_cpu.close(bi);
-    tp_shutdown();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

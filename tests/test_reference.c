@@ -211,7 +211,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     be_options bo = {2, 0};
-    bi = be_cpu.open(&bo); /* kn_init, tp_init(2) */
+    bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     kn_set_act_quant(0); /* exact f32 activations: int8 ones (q8 mode) are checked in test_kernels_q8ref.c */
     RUN(qwen3_bf16);
     RUN(llama3_sharded_untied_rope_scaling);
