@@ -188,6 +188,15 @@ static const char *help_quantize =
     "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
     "existing non-empty OUT is refused unless --force.\n";
 
+static const char *help_convert =
+    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0] [--force]\n"
+    "\n"
+    "Write a Hugging Face / MLX target (qwen3 or llama) as one GGUF file the way\n"
+    "llama.cpp's converter does: its tensor names and metadata keys, the\n"
+    "tokenizer (tokenizer.ggml.*) and chat template inside. --type f16 (default)\n"
+    "or q8_0 (llama.cpp's Q8_0: blocks of 32 int8 with an f16 scale); norms stay\n"
+    "F32. OUT must not be the input; an existing OUT is refused unless --force.\n";
+
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
     "\n"
@@ -201,6 +210,7 @@ static const char *help_main =
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
+    "  convert    write a checkpoint as a GGUF file (f16 or q8_0)\n"
     "\n"
     "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
@@ -277,12 +287,12 @@ static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
 static void check_model_path(const char *cmd, const char *flag, const char *path) {
     struct stat st;
     if (!path || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) return; /* missing: the loader says so */
+    if (dflash_is_gguf(path)) return;
     size_t n = strlen(path);
     const char *why = n >= 5 && !strcmp(path + n - 5, ".gguf")
-                          ? "GGUF files are not supported yet; pass a Hugging Face model directory (config.json + "
-                            "*.safetensors + tokenizer.json)"
+                          ? "is not a GGUF file (no \"GGUF\" magic at its start)"
                           : "is a file; pass the model directory that holds it (config.json, *.safetensors, "
-                            "tokenizer.json)";
+                            "tokenizer.json) or a GGUF file";
     fprintf(stderr, "%s %s: error: %s %s: %s\n", prog, cmd, flag, path, why);
     exit(1);
 }
@@ -1070,6 +1080,44 @@ static int cmd_quantize(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *type = "f16";
+    int force = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_convert, stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
+        else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--type") && has) type = argv[++i];
+        else if (a[0] != '-' && !in) in = a;
+        else usage_err("convert", "unknown or incomplete option", a);
+    }
+    if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
+    if (strcmp(type, "f16") && strcmp(type, "q8_0")) usage_err("convert", "--type must be f16 or q8_0, got", type);
+    struct stat so, si;
+    if (stat(out, &so) == 0) {
+        if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {
+            fprintf(stderr, "%s convert: error: output %s is the input %s: choose another -o\n", prog, out, in);
+            return 1;
+        }
+        if (S_ISDIR(so.st_mode)) {
+            fprintf(stderr, "%s convert: error: %s is a directory; -o names the GGUF file to write\n", prog, out);
+            return 1;
+        }
+        if (!force) {
+            fprintf(stderr, "%s convert: error: %s already exists; pass --force to replace it\n", prog, out);
+            return 1;
+        }
+    }
+    if (dflash_convert(in, out, type) != 0) die("%s", dflash_error());
+    fprintf(stderr, "wrote %s (GGUF, %s)\n", out, type);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     atexit(check_stdout);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
@@ -1087,6 +1135,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
     if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);
+    if (!strcmp(argv[1], "convert")) return cmd_convert(argc, argv);
     fprintf(stderr, "%s: unknown command '%s'\n%s", prog, argv[1], help_main);
     return 2;
 }

@@ -165,6 +165,13 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
  * group 32/64/128), loadable by dflash and MLX. */
 int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
+/* Write a Hugging Face / MLX target directory as a GGUF file (llama.cpp's
+ * names and keys, tokenizer inside); type "f16" or "q8_0". Through a
+ * temporary file; OUT must not be the input. */
+int dflash_convert(const char *in_dir, const char *out_path, const char *type);
+/* 1 if PATH is a GGUF file (dflash_load takes it in place of a directory). */
+int dflash_is_gguf(const char *path);
+
 /* Bandwidth in GB/s of the memory the model's weights stream from, measured
  * now by its backend: CPU, a parallel read of a 512 MiB buffer with the
  * worker threads (best of a few passes); CUDA, a device-to-device copy

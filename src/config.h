@@ -60,6 +60,10 @@ typedef struct {
 } cfg_model;
 
 int cfg_load(cfg_model *c, const char *dir);
+/* The same checks on a config.json object built elsewhere (GGUF metadata);
+ * PATH names it in messages. eos_token_id is read from ROOT. */
+struct cJSON;
+int cfg_from_json(cfg_model *c, const struct cJSON *root, const char *path);
 
 /* The default target_layer_ids when a draft's config has none (z-lab's
  * DFlash rule): nd ids spread evenly over target layers 1..nt-3, rounded as

@@ -1,0 +1,46 @@
+/* gguf_model.h - models and tokenizers from GGUF files, and GGUF output.
+ * Prefix: ggm_.
+ *
+ * Reading (architectures qwen3 and llama, as llama.cpp's converter writes
+ * them): the metadata becomes a config.json object checked by cfg_from_json,
+ * the tokenizer.ggml.* arrays a tokenizer.json object for tok_from_json, and
+ * the tensors are bound to the model's matrices:
+ *   F32, F16, BF16       used in place (mapped);
+ *   Q8_0                 (f16 d, 32 x int8 q; w = d*q) becomes the MLX 8-bit
+ *                        layout with group 32: q+128, scale d, bias -128*d;
+ *   Q4_0                 (f16 d, 16 bytes of nibbles; w = d*(q-8)) becomes MLX
+ *                        4-bit, group 32: q, scale d, bias -8*d;
+ *   Q4_1                 (f16 d, f16 m; w = d*q + m): scale d, bias m.
+ * Each conversion is exact: every weight the kernels see equals the GGUF
+ * dequantized weight bit for bit (scales/biases in F16 when -128*d / -8*d is
+ * an f16, else F32). llama's Q and K rows, which llama.cpp's converter
+ * permutes for its interleaved RoPE, are put back in Hugging Face order.
+ *
+ * Writing (dflash convert): a Hugging Face / MLX directory to a qwen3 or
+ * llama GGUF with llama.cpp's tensor names and metadata keys, F16 or Q8_0
+ * (Q8_0 quantized as llama.cpp does: d = amax/127, q = round(x/d) away from
+ * zero, d stored as f16). */
+#ifndef DFL_GGUF_MODEL_H
+#define DFL_GGUF_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "tokenizer.h"
+
+/* Load PATH (a GGUF file) into m: config, weights, m->gguf. */
+int ggm_load(mdl_model *m, const char *path);
+tok_tokenizer *ggm_tokenizer(const char *path);
+
+/* Q8_0 blocks of one row x[n] (n % 32 == 0): n/32 * 34 bytes. */
+void ggm_quantize_q8_0(const float *x, int n, uint8_t *out);
+/* Rows of Q8_0 blocks ([rows][cols/32] blocks, row i taken from src row
+ * perm ? perm[i] : i) as an MLX Q8 group-32 kn_weight whose buffers are
+ * appended to m->owned. */
+int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w);
+
+/* dflash convert: IN_DIR -> OUT_PATH, type "f16" or "q8_0" (NULL = f16). */
+int ggm_convert(const char *in_dir, const char *out_path, const char *type);
+
+#endif
