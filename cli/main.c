@@ -115,7 +115,8 @@ static const char *help_generate =
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
-    "      --quant bf16|q8|q4 convert the weights at load (MLX affine, group 64)\n"
+    "      --quant bf16|q8|q4|q8_0 convert the weights at load (MLX affine, group 64;\n"
+    "                         q8_0: llama.cpp's Q8_0, as a Q8_0 GGUF loads)\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load (default: as\n"
     "                         --quant, else q8 for a float draft on int8 kernels)\n"
     "  -h, --help             this help\n";
@@ -164,7 +165,7 @@ static const char *help_bench =
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
-    "      --quant bf16|q8|q4 convert the weights at load\n"
+    "      --quant bf16|q8|q4|q8_0 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";

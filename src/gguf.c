@@ -67,6 +67,7 @@ typedef struct {
     const uint8_t *p;
     size_t n, off;
     const char *path;
+    char ctx[96]; /* "key 'K': " / "tensor 'T': " while reading one, for messages */
 } rd;
 
 static uint64_t le(const uint8_t *p, int n) {
@@ -77,7 +78,7 @@ static uint64_t le(const uint8_t *p, int n) {
 
 static int need(rd *r, uint64_t n, const char *what) {
     if (n > r->n - r->off) {
-        dfl_seterr("%s: truncated at byte %zu (%s needs %llu bytes, %zu left)", r->path, r->off, what,
+        dfl_seterr("%s: %struncated at byte %zu (%s needs %llu bytes, %zu left)", r->path, r->ctx, r->off, what,
                    (unsigned long long)n, r->n - r->off);
         return -1;
     }
@@ -169,10 +170,7 @@ static int parse_kv(rd *r, gguf_kv *kv) {
                 const char *s;
                 uint64_t n;
                 off[i] = (uint64_t)(r->p + r->off - kv->val);
-                if (rd_str(r, &s, &n, "array string")) {
-                    dfl_preferr("key '%s' element %llu", kv->key, (unsigned long long)i);
-                    return -1;
-                }
+                if (rd_str(r, &s, &n, "array string")) return -1;
             }
             return 0;
         }
@@ -189,16 +187,9 @@ static int parse_kv(rd *r, gguf_kv *kv) {
     if (t == GGUF_STRING) {
         const char *s;
         uint64_t n;
-        if (rd_str(r, &s, &n, "string value")) {
-            dfl_preferr("key '%s'", kv->key);
-            return -1;
-        }
-        return 0;
+        return rd_str(r, &s, &n, "string value");
     }
-    if (need(r, vsize(t), "value")) {
-        dfl_preferr("key '%s'", kv->key);
-        return -1;
-    }
+    if (need(r, vsize(t), "value")) return -1;
     if (t == GGUF_BOOL && r->p[r->off] > 1) {
         dfl_seterr("%s: key '%s': bool value %u is neither 0 nor 1", r->path, kv->key, r->p[r->off]);
         return -1;
@@ -211,7 +202,7 @@ int gguf_open(gguf_file *g, const char *path) {
     memset(g, 0, sizeof *g);
     if (dfl_map_file(path, &g->map) != 0) return -1;
     g->path = dfl_strdup(path);
-    rd r = {g->map.data, g->map.size, 0, path};
+    rd r = {g->map.data, g->map.size, 0, path, ""};
     uint32_t magic;
     uint64_t nt, nkv;
     if (g->map.size < 4 || memcmp(g->map.data, "GGUF", 4) != 0) {
@@ -240,7 +231,9 @@ int gguf_open(gguf_file *g, const char *path) {
         gguf_kv *kv = &g->kv[i];
         if (!(kv->key = rd_name(&r, "key", 65535))) goto fail;
         g->n_kv++;
+        snprintf(r.ctx, sizeof r.ctx, "key '%.64s': ", kv->key);
         if (parse_kv(&r, kv)) goto fail;
+        r.ctx[0] = 0;
     }
     /* unique keys */
     if (g->n_kv > 1) {
@@ -274,6 +267,7 @@ int gguf_open(gguf_file *g, const char *path) {
         uint32_t nd, ty;
         if (!(t->name = rd_name(&r, "tensor name", 4096))) goto fail;
         g->n_tensors++;
+        snprintf(r.ctx, sizeof r.ctx, "tensor '%.64s': ", t->name);
         if (rd_u32(&r, &nd, "n_dims")) goto fail;
         if (nd < 1 || nd > 4) {
             dfl_seterr("%s: tensor '%s': %u dimensions (1..4 supported)", path, t->name, nd);

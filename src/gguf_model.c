@@ -215,8 +215,7 @@ int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const 
 }
 
 /* Q4_0 / Q4_1 -> MLX Q4, group 32 */
-static void q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41,
-                      kn_weight *w) {
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {
     size_t nb = (size_t)cols / 32, n = nb * (size_t)rows, bs = q41 ? 20 : 18;
     uint8_t *q = own(m, (size_t)rows * (size_t)cols / 2);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
@@ -281,7 +280,7 @@ static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int perm
         break;
     case GGML_Q8_0: ggm_q8_0_weight(m, src, rows, cols, perm, w); break;
     case GGML_Q4_0:
-    case GGML_Q4_1: q4_weight(m, src, rows, cols, perm, t->type == GGML_Q4_1, w); break;
+    case GGML_Q4_1: ggm_q4_weight(m, src, rows, cols, perm, t->type == GGML_Q4_1, w); break;
     default:
         free(perm);
         dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", m->gguf->path, name,

@@ -40,6 +40,10 @@ void ggm_quantize_q8_0(const float *x, int n, uint8_t *out);
  * appended to m->owned. */
 int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w);
 
+/* The same for Q4_0 (q41 = 0: f16 d + 16 bytes) or Q4_1 (f16 d, f16 m + 16
+ * bytes) blocks as MLX Q4 group 32. */
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w);
+
 /* dflash convert: IN_DIR -> OUT_PATH, type "f16" or "q8_0" (NULL = f16). */
 int ggm_convert(const char *in_dir, const char *out_path, const char *type);
 

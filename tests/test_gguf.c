@@ -1,0 +1,531 @@
+/* test_gguf.c - the GGUF reader, writer and model loading.
+ *
+ *   - writer -> reader round trip of every value type and of tensors;
+ *   - hostile files (made here by editing a good one): each fails with one
+ *     line naming the file and the culprit, never a crash;
+ *   - dflash convert of the tiny test models: every weight of the F16 GGUF is
+ *     the f16 rounding of the checkpoint's; every weight of the Q8_0 GGUF is
+ *     bit-identical to the engine's own q8_0 quantization of the checkpoint
+ *     (--quant q8_0), so greedy tokens are equal too; llama's Q/K rows come
+ *     back in Hugging Face order after llama.cpp's permutation;
+ *   - Q4_0 / Q4_1 blocks convert exactly to the MLX 4-bit layout;
+ *   - the tokenizer from the GGUF gives the ids of tokenizer.json. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "check.h"
+#include "dflash.h"
+#include "gguf.h"
+#include "gguf_model.h"
+#include "model.h"
+#include "quant.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", p);
+        exit(1);
+    }
+}
+
+/* ----------------------------------------------------------- round trip */
+
+static float f32v[3] = {1.5f, -2.0f, 3.25f};
+static uint16_t f16data[64 * 2];
+
+static void write_sample(const char *p) {
+    gguf_writer *w = gguf_w_new();
+    gguf_w_str(w, "general.architecture", "test");
+    gguf_w_u32(w, "a.u32", 4000000000u);
+    gguf_w_i32(w, "a.i32", -7);
+    gguf_w_f32(w, "a.f32", 0.25f);
+    gguf_w_bool(w, "a.bool", 1);
+    const char *strs[] = {"x", "", "h\xc3\xa9llo"};
+    gguf_w_arr_str(w, "a.strs", strs, 3);
+    int32_t iv[4] = {1, -2, 3, -4};
+    gguf_w_arr_i32(w, "a.i32s", iv, 4);
+    gguf_w_arr_f32(w, "a.f32s", f32v, 3);
+    for (int i = 0; i < 128; i++) f16data[i] = dfl_f32_to_f16((float)i);
+    int64_t ne[2] = {64, 2}, ne1[1] = {3};
+    gguf_w_tensor(w, "t.f16", GGML_F16, 2, ne, f16data);
+    gguf_w_tensor(w, "t.f32", GGML_F32, 1, ne1, f32v);
+    if (gguf_w_write(w, p) != 0) fprintf(stderr, "write: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+}
+
+TEST(round_trip) {
+    const char *p = tpath("sample.gguf");
+    write_sample(p);
+    CHECK(gguf_is_gguf(p), "magic");
+    gguf_file g;
+    CHECK(gguf_open(&g, p) == 0, "open: %s", dfl_lasterr());
+    if (!g.path) return;
+    int64_t v;
+    double d;
+    int b;
+    const char *s;
+    size_t n;
+    CHECK(g.version == 3 && g.n_kv == 8 && g.n_tensors == 2, "counts %u %d %d", g.version, g.n_kv, g.n_tensors);
+    CHECK(gguf_get_int(&g, "a.u32", &v, 1) == 0 && v == 4000000000LL, "u32");
+    CHECK(gguf_get_int(&g, "a.i32", &v, 1) == 0 && v == -7, "i32");
+    CHECK(gguf_get_float(&g, "a.f32", &d, 1) == 0 && d == 0.25, "f32");
+    CHECK(gguf_get_bool(&g, "a.bool", &b, 1) == 0 && b == 1, "bool");
+    CHECK(gguf_get_str(&g, "general.architecture", &s, &n, 1) == 0 && n == 4 && !memcmp(s, "test", 4), "str");
+    CHECK(gguf_get_int(&g, "missing", &v, 0) == 1, "optional missing");
+    CHECK(gguf_get_int(&g, "missing", &v, 1) == -1 && strstr(dfl_lasterr(), "missing key 'missing'"), "required");
+    CHECK(gguf_get_int(&g, "a.f32", &v, 1) == -1 && strstr(dfl_lasterr(), "expected an integer"), "%s",
+          dfl_lasterr());
+    const gguf_kv *kv = gguf_find_kv(&g, "a.strs");
+    CHECK(kv && kv->type == GGUF_ARRAY && kv->atype == GGUF_STRING && kv->n == 3, "strs");
+    if (kv) {
+        s = gguf_arr_str(kv, 2, &n);
+        CHECK(n == 6 && !memcmp(s, "h\xc3\xa9llo", 6), "strs[2]");
+        s = gguf_arr_str(kv, 1, &n);
+        CHECK(n == 0, "strs[1]");
+    }
+    kv = gguf_find_kv(&g, "a.i32s");
+    CHECK(kv && kv->n == 4 && gguf_arr_int(kv, 3) == -4, "i32s");
+    kv = gguf_find_kv(&g, "a.f32s");
+    CHECK(kv && kv->n == 3 && gguf_arr_float(kv, 2) == 3.25, "f32s");
+    const gguf_tensor *t = gguf_find_tensor(&g, "t.f16");
+    CHECK(t && t->type == GGML_F16 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 2 && t->nbytes == 256,
+          "t.f16 info");
+    CHECK(t && !memcmp(t->data, f16data, 256), "t.f16 data");
+    CHECK(t && (t->offset % 32) == 0 && ((size_t)((const uint8_t *)t->data - g.map.data) % 32) == 0, "aligned");
+    t = gguf_find_tensor(&g, "t.f32");
+    CHECK(t && t->nbytes == 12 && !memcmp(t->data, f32v, 12), "t.f32");
+    gguf_close(&g);
+}
+
+/* ------------------------------------------------------------ bad files */
+
+/* Offsets of the fields of sample.gguf, found by walking it. */
+typedef struct {
+    size_t kv0_type;  /* u32 type of the first kv (general.architecture) */
+    size_t strs_len0; /* u64 length of a.strs element 0 */
+    size_t strs_count;
+    size_t arr_type;  /* u32 element type of a.strs */
+    size_t bool_val;
+    size_t t0_ndims, t0_ne0, t0_type, t0_off, t1_off;
+    size_t t0_name_len;
+    size_t key1_len; /* u64 length of the second key */
+} layout;
+
+static uint64_t rd(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void wr(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint8_t *find(uint8_t *b, size_t n, const char *s) {
+    size_t k = strlen(s);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(b + i, s, k)) return b + i;
+    return NULL;
+}
+
+static layout find_layout(const uint8_t *b) {
+    layout L = {0};
+    size_t o = 24;
+    for (int k = 0; k < 8; k++) {
+        if (k == 1) L.key1_len = o;
+        size_t kl = rd(b + o, 8);
+        char key[64] = {0};
+        memcpy(key, b + o + 8, kl < 63 ? kl : 63);
+        o += 8 + kl;
+        uint32_t ty = (uint32_t)rd(b + o, 4);
+        if (k == 0) L.kv0_type = o;
+        o += 4;
+        if (ty == GGUF_STRING) o += 8 + rd(b + o, 8);
+        else if (ty == GGUF_ARRAY) {
+            uint32_t at = (uint32_t)rd(b + o, 4);
+            uint64_t n = rd(b + o + 4, 8);
+            if (!strcmp(key, "a.strs")) {
+                L.arr_type = o;
+                L.strs_count = o + 4;
+                L.strs_len0 = o + 12;
+            }
+            o += 12;
+            for (uint64_t i = 0; i < n; i++) o += at == GGUF_STRING ? 8 + rd(b + o, 8) : 4;
+        } else {
+            if (ty == GGUF_BOOL) L.bool_val = o;
+            o += ty == GGUF_BOOL ? 1 : 4;
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        if (t == 0) L.t0_name_len = o;
+        o += 8 + rd(b + o, 8);
+        uint32_t nd = (uint32_t)rd(b + o, 4);
+        if (t == 0) {
+            L.t0_ndims = o;
+            L.t0_ne0 = o + 4;
+        }
+        o += 4 + 8 * nd;
+        if (t == 0) L.t0_type = o;
+        o += 4;
+        if (t == 0) L.t0_off = o;
+        else L.t1_off = o;
+        o += 8;
+    }
+    return L;
+}
+
+typedef struct {
+    const char *what;
+    size_t *at; /* field to patch (NULL: special) */
+    uint64_t val;
+    int width;
+    const char *expect;
+} bad_case;
+
+TEST(bad_files) {
+    const char *good = tpath("sample.gguf");
+    write_sample(good);
+    size_t n;
+    uint8_t *orig = (uint8_t *)dfl_read_file(good, &n);
+    if (!orig) return;
+    layout L = find_layout(orig);
+    size_t zero = 0, four = 4, eight = 8, sixteen = 16;
+    const bad_case cases[] = {
+        {"bad magic", &zero, 0x4655474B, 4, "not a GGUF file"},
+        {"version 1", &four, 1, 4, "version 1 not supported"},
+        {"big-endian version", &four, 0x03000000, 4, "not supported"},
+        {"huge tensor count", &eight, (uint64_t)1 << 60, 8, "tensor count"},
+        {"huge kv count", &sixteen, (uint64_t)1 << 40, 8, "key/value count"},
+        {"kv count past the end", &sixteen, 60, 8, "cannot fit"},
+        {"unknown value type", &L.kv0_type, 99, 4, "unknown value type 99"},
+        {"key length past the end", &L.key1_len, (uint64_t)1 << 62, 8, "truncated"},
+        {"empty key", &L.key1_len, 0, 8, "bad length 0"},
+        {"nested array", &L.arr_type, GGUF_ARRAY, 4, "array of arrays"},
+        {"array of unknown type", &L.arr_type, 77, 4, "unknown values"},
+        {"string count too large", &L.strs_count, (uint64_t)1 << 61, 8, "cannot fit"},
+        {"string length past the end", &L.strs_len0, (uint64_t)1 << 40, 8, "truncated"},
+        {"bool 2", &L.bool_val, 2, 1, "bool value 2"},
+        {"0 dims", &L.t0_ndims, 0, 4, "0 dimensions"},
+        {"5 dims", &L.t0_ndims, 5, 4, "5 dimensions"},
+        {"zero dimension", &L.t0_ne0, 0, 8, "is zero or too large"},
+        {"huge dimension", &L.t0_ne0, (uint64_t)1 << 63, 8, "is zero or too large"},
+        {"row not a block multiple", &L.t0_type, GGML_Q4_K, 4, "not a multiple of Q4_K's block"},
+        {"unknown tensor type", &L.t0_type, 99, 4, "unknown or unsupported ggml type 99"},
+        {"misaligned offset", &L.t0_off, 8, 8, "not a multiple of the alignment"},
+        {"offset past the end", &L.t1_off, (uint64_t)1 << 40, 8, "beyond the data section"},
+        {"offset wraps", &L.t1_off, UINT64_MAX - 31, 8, "beyond the data section"},
+        {"overlapping tensors", &L.t1_off, 0, 8, "overlap"},
+        {"tensor name past the end", &L.t0_name_len, (uint64_t)1 << 50, 8, "truncated"},
+    };
+    const char *bad = tpath("bad.gguf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *b = dfl_malloc(n);
+        memcpy(b, orig, n);
+        wr(b + *cases[i].at, cases[i].val, cases[i].width);
+        write_file(bad, b, n);
+        free(b);
+        gguf_file g;
+        int rc = gguf_open(&g, bad);
+        const char *e = dfl_lasterr();
+        CHECK(rc == -1, "%s: accepted", cases[i].what);
+        if (rc == 0) {
+            gguf_close(&g);
+            continue;
+        }
+        CHECK(strstr(e, bad) == e && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: message '%s'",
+              cases[i].what, e);
+    }
+    /* every truncation of the header and infos fails cleanly */
+    for (size_t cut = 0; cut < 420 && cut < n; cut += 7) {
+        write_file(bad, orig, cut);
+        gguf_file g;
+        int rc = gguf_open(&g, bad);
+        CHECK(rc == -1 && strstr(dfl_lasterr(), bad), "cut at %zu: rc %d '%s'", cut, rc, dfl_lasterr());
+        if (rc == 0) gguf_close(&g);
+    }
+    /* a duplicate key and a duplicate tensor name: rename a.i32 to a.u32, t.f32 to t.f16 */
+    {
+        uint8_t *b = dfl_malloc(n);
+        memcpy(b, orig, n);
+        uint8_t *k = find(b, n, "a.i32");
+        if (k) memcpy(k, "a.u32", 5);
+        write_file(bad, b, n);
+        gguf_file g;
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "key 'a.u32' appears twice"), "dup key: %s",
+              dfl_lasterr());
+        memcpy(b, orig, n);
+        k = find(b, n, "t.f32");
+        if (k) memcpy(k, "t.f16", 5);
+        write_file(bad, b, n);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "tensor 't.f16' appears twice"), "dup tensor: %s",
+              dfl_lasterr());
+        free(b);
+    }
+    free(orig);
+    /* bad general.alignment */
+    {
+        gguf_writer *w = gguf_w_new();
+        gguf_w_u32(w, "general.alignment", 24);
+        gguf_w_write(w, bad);
+        gguf_w_free(w);
+        gguf_file g;
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "not a power of two"), "%s", dfl_lasterr());
+        w = gguf_w_new();
+        gguf_w_str(w, "general.alignment", "32");
+        gguf_w_write(w, bad);
+        gguf_w_free(w);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "expected uint32"), "%s", dfl_lasterr());
+    }
+    /* not a file */
+    gguf_file g;
+    CHECK(gguf_open(&g, tmpdir) == -1 && strstr(dfl_lasterr(), tmpdir), "dir: %s", dfl_lasterr());
+}
+
+/* ----------------------------------------------------- model conversion */
+
+static char qwen_f16[512], qwen_q8[512];
+
+static int convert(const char *in, const char *out, const char *type) {
+    int rc = ggm_convert(in, out, type);
+    if (rc) fprintf(stderr, "  convert %s: %s\n", in, dfl_lasterr());
+    return rc;
+}
+
+/* Every matrix of a and b, row by row through kn_get_row, equal (b's row
+ * values passed through round() first when round is set). */
+static int same_weights(const mdl_model *a, const mdl_model *b, float (*round)(float), const char *what) {
+    const kn_weight *wa[8], *wb[8];
+    int bad = 0;
+    float *x = NULL, *y = NULL;
+    for (int l = -1; l < a->cfg.n_layers && !bad; l++) {
+        int k = 0;
+        if (l < 0) {
+            wa[k] = &a->embed, wb[k++] = &b->embed;
+            wa[k] = &a->lm_head, wb[k++] = &b->lm_head;
+        } else {
+            const mdl_layer *A = &a->layers[l], *B = &b->layers[l];
+            const kn_weight *xa[] = {&A->wq, &A->wk, &A->wv, &A->wo, &A->wg, &A->wu, &A->wd};
+            const kn_weight *xb[] = {&B->wq, &B->wk, &B->wv, &B->wo, &B->wg, &B->wu, &B->wd};
+            for (int i = 0; i < 7; i++) wa[k] = xa[i], wb[k++] = xb[i];
+            for (int i = 0; i < a->cfg.hidden; i++)
+                if (A->in_norm[i] != B->in_norm[i] || A->post_norm[i] != B->post_norm[i]) bad = 1;
+        }
+        for (int i = 0; i < k && !bad; i++) {
+            if (wa[i]->rows != wb[i]->rows || wa[i]->cols != wb[i]->cols) {
+                bad = 1;
+                break;
+            }
+            x = dfl_realloc(x, sizeof(float) * (size_t)wa[i]->cols);
+            y = dfl_realloc(y, sizeof(float) * (size_t)wa[i]->cols);
+            for (int r = 0; r < wa[i]->rows && !bad; r++) {
+                kn_get_row(x, wa[i], r);
+                kn_get_row(y, wb[i], r);
+                for (int j = 0; j < wa[i]->cols; j++) {
+                    float want = round ? round(y[j]) : y[j];
+                    if (memcmp(&x[j], &want, 4)) {
+                        fprintf(stderr, "  %s: layer %d matrix %d row %d col %d: %g vs %g\n", what, l, i, r, j, x[j],
+                                want);
+                        bad = 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    free(x);
+    free(y);
+    return !bad;
+}
+
+static float to_f16(float v) { return dfl_f16_to_f32(dfl_f32_to_f16(v)); }
+
+TEST(convert_qwen3) {
+    snprintf(qwen_f16, sizeof qwen_f16, "%s/qwen-f16.gguf", tmpdir);
+    snprintf(qwen_q8, sizeof qwen_q8, "%s/qwen-q8_0.gguf", tmpdir);
+    CHECK(convert("tests/models/tiny-qwen3", qwen_f16, "f16") == 0, "f16");
+    CHECK(convert("tests/models/tiny-qwen3", qwen_q8, "q8_0") == 0, "q8_0");
+    mdl_model hf, f16, q8;
+    if (mdl_load(&hf, "tests/models/tiny-qwen3") != 0) return;
+    CHECK(mdl_load(&f16, qwen_f16) == 0, "load f16: %s", dfl_lasterr());
+    CHECK(mdl_load(&q8, qwen_q8) == 0, "load q8: %s", dfl_lasterr());
+    const cfg_model *a = &hf.cfg, *b = &f16.cfg;
+    CHECK(a->hidden == b->hidden && a->inter == b->inter && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+              a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->vocab == b->vocab &&
+              a->eps == b->eps && a->rope_theta == b->rope_theta && a->max_pos == b->max_pos &&
+              a->tie_embeddings == b->tie_embeddings && b->qk_norm && b->arch == CFG_QWEN3,
+          "config differs");
+    CHECK(b->n_eos >= 1 && b->eos_ids[0] == 151645, "eos %d", b->eos_ids[0]);
+    CHECK(f16.layers[0].wq.dtype == KN_F16 && q8.layers[0].wq.dtype == KN_Q8 && q8.layers[0].wq.group_size == 32,
+          "dtypes");
+    CHECK(same_weights(&f16, &hf, to_f16, "f16"), "f16 weights are not the f16 rounding of the checkpoint's");
+    CHECK(qt_model(&hf, QT_Q8_0, 0) == 0, "qt_model");
+    CHECK(same_weights(&q8, &hf, NULL, "q8_0"), "q8_0 weights differ from --quant q8_0");
+    mdl_free(&hf);
+    mdl_free(&f16);
+    mdl_free(&q8);
+}
+
+static int32_t *greedy(const char *model, const char *quant, const char *text, size_t *n) {
+    dflash_params p = dflash_default_params();
+    p.n_threads = 2;
+    p.quant = quant;
+    dflash_model *m = dflash_load(model, NULL, &p);
+    if (!m) {
+        fprintf(stderr, "  load %s: %s\n", model, dflash_error());
+        return NULL;
+    }
+    int32_t *ids = NULL, *out = NULL;
+    size_t ni = 0;
+    *n = 0;
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 24;
+    g.ignore_eos = 1;
+    if (dflash_tokenize(m, text, strlen(text), &ids, &ni) == 0)
+        dflash_generate(m, ids, ni, &g, NULL, NULL, &out, n, NULL);
+    free(ids);
+    dflash_free(m);
+    return out;
+}
+
+TEST(q8_0_tokens_equal_engine_q8_0) {
+    const char *prompts[] = {"The quick brown", "Hello, world", "def f(x): return x"}; /* ids < 16384 */
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        int32_t *a = greedy("tests/models/tiny-qwen3", "q8_0", prompts[i], &na);
+        int32_t *b = greedy(qwen_q8, NULL, prompts[i], &nb);
+        CHECK(a && b && na == 24 && na == nb && !memcmp(a, b, na * 4), "prompt %d", i);
+        free(a);
+        free(b);
+    }
+}
+
+/* tiny-llama3 without its llama3 rope scaling (not in GGUF yet): the
+ * permuted Q/K rows must come back in HF order */
+TEST(convert_llama) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    mkdir(dir, 0777);
+    char *txt = dfl_read_file("tests/models/tiny-llama3/config.json", NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!j) return;
+    cJSON_DeleteItemFromObject(j, "rope_scaling");
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    write_file(p, s, strlen(s));
+    free(s);
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return;
+    const char *links[] = {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                           "model-00003-of-00003.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                           "tokenizer_config.json"};
+    for (int i = 0; i < 6; i++) {
+        char src[4200];
+        snprintf(src, sizeof src, "%s/tests/models/tiny-llama3/%s", cwd, links[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, links[i]);
+        if (symlink(src, p) != 0) fprintf(stderr, "symlink %s\n", p);
+    }
+    const char *out = tpath("llama-f16.gguf");
+    CHECK(convert(dir, out, "f16") == 0, "convert");
+    mdl_model hf, gg;
+    if (mdl_load(&hf, dir) != 0) {
+        fprintf(stderr, "  %s\n", dfl_lasterr());
+        return;
+    }
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    CHECK(gg.cfg.arch == CFG_LLAMA && !gg.cfg.qk_norm && !gg.cfg.tie_embeddings, "config");
+    CHECK(same_weights(&gg, &hf, to_f16, "llama f16"), "weights");
+    /* the file itself holds permuted rows: GGUF row 1 of attn_q is HF row hd/2 */
+    gguf_file g;
+    if (gguf_open(&g, out) == 0) {
+        const gguf_tensor *t = gguf_find_tensor(&g, "blk.0.attn_q.weight");
+        float x[64];
+        kn_get_row(x, &hf.layers[0].wq, hf.cfg.head_dim / 2);
+        const uint16_t *row1 = (const uint16_t *)t->data + t->ne[0];
+        CHECK(t && dfl_f16_to_f32(row1[0]) == to_f16(x[0]) && dfl_f16_to_f32(row1[5]) == to_f16(x[5]),
+              "row 1 is not HF row hd/2");
+        gguf_close(&g);
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* still refused with the llama3 rope scaling */
+    CHECK(ggm_convert("tests/models/tiny-llama3", tpath("x.gguf"), "f16") == -1 &&
+              strstr(dfl_lasterr(), "llama3 RoPE scaling"),
+          "%s", dfl_lasterr());
+}
+
+/* Q4_0 and Q4_1 blocks -> MLX Q4, exact; an unsupported type is named */
+TEST(q4_blocks) {
+    enum { R = 2, C = 64 };
+    uint8_t q40[R * C / 32 * 18], q41[R * C / 32 * 20];
+    float want0[R][C], want1[R][C];
+    uint32_t seed = 12345;
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < C / 32; b++) {
+            uint8_t *p0 = q40 + (r * (C / 32) + b) * 18, *p1 = q41 + (r * (C / 32) + b) * 20;
+            uint16_t d = dfl_f32_to_f16(0.01f * (float)(r + b + 1)), mn = dfl_f32_to_f16(-0.3f * (float)(b + 1));
+            wr(p0, d, 2);
+            wr(p1, d, 2);
+            wr(p1 + 2, mn, 2);
+            for (int i = 0; i < 16; i++) {
+                seed = seed * 1103515245u + 12345u;
+                uint8_t v = (uint8_t)(seed >> 16);
+                p0[2 + i] = v;
+                p1[4 + i] = v;
+                for (int h = 0; h < 2; h++) {
+                    int q = h ? v >> 4 : v & 15, j = b * 32 + i + 16 * h;
+                    want0[r][j] = dfl_f16_to_f32(d) * (float)(q - 8);
+                    want1[r][j] = dfl_f16_to_f32(d) * (float)q + dfl_f16_to_f32(mn);
+                }
+            }
+        }
+    for (int k = 0; k < 2; k++) {
+        mdl_model m;
+        memset(&m, 0, sizeof m);
+        kn_weight w = {.rows = R, .cols = C};
+        ggm_q4_weight(&m, k ? q41 : q40, R, C, NULL, k, &w);
+        CHECK(w.dtype == KN_Q4 && w.group_size == 32 && kn_check_weight(&w, "q4") == 0, "weight");
+        float x[C];
+        for (int r = 0; r < R; r++) {
+            kn_get_row(x, &w, r);
+            CHECK(!memcmp(x, k ? want1[r] : want0[r], sizeof x), "Q4_%d row %d differs", k, r);
+        }
+        mdl_free(&m);
+    }
+}
+
+int main(void) {
+    const char *env = getenv("DFLASH_ROOT");
+    if (env && *env && chdir(env) != 0) return 1;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-gguf-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN(round_trip);
+    RUN(bad_files);
+    RUN(convert_qwen3);
+    RUN(q8_0_tokens_equal_engine_q8_0);
+    RUN(convert_llama);
+    RUN(q4_blocks);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    CHECK_DONE("test_gguf");
+}
