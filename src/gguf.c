@@ -587,6 +587,20 @@ void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n)
     for (uint64_t i = 0; i < n; i++) put_le(w, f32_bits(v[i]), 4);
 }
 
+void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv) {
+    put_key(w, kv->key, kv->type);
+    size_t n;
+    if (kv->type == GGUF_ARRAY) {
+        put_le(w, (uint32_t)kv->atype, 4);
+        put_le(w, kv->n, 8);
+        if (kv->atype == GGUF_STRING) n = kv->n ? (size_t)(kv->soff[kv->n - 1] + 8 + le(kv->val + kv->soff[kv->n - 1], 8)) : 0;
+        else n = (size_t)kv->n * vsize(kv->atype);
+    } else {
+        n = kv->type == GGUF_STRING ? 8 + (size_t)le(kv->val, 8) : vsize(kv->type);
+    }
+    put(w, kv->val, n);
+}
+
 void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims, const int64_t *ne,
                    const void *data) {
     if (w->n_t == w->cap_t) {

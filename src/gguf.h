@@ -105,6 +105,8 @@ void gguf_w_bool(gguf_writer *w, const char *key, int v);
 void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
 void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
+/* A key/value of an open file, as it is. */
+void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
 /* A tensor; data (nbytes, as ggml_type_size says) must stay valid until
  * gguf_w_write. ne innermost first. */
 void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims, const int64_t *ne,

@@ -513,6 +513,112 @@ TEST(q4_blocks) {
     }
 }
 
+/* qwen_f16 rewritten: key DROP left out, key SET (type/value by kind) put
+ * in its place (or added), tensor RETYPE given type Q5_0 with fitting bytes,
+ * tensor DROPT left out. */
+static const char *rewrite(const char *drop, const char *set, int kind, const char *sval, double nval,
+                           const char *retype, const char *dropt) {
+    static char out[600];
+    snprintf(out, sizeof out, "%s/bad-model.gguf", tmpdir);
+    gguf_file g;
+    if (gguf_open(&g, qwen_f16) != 0) return out;
+    gguf_writer *w = gguf_w_new();
+    int done = 0;
+    for (int i = 0; i < g.n_kv; i++) {
+        const gguf_kv *kv = &g.kv[i];
+        if (set && !strcmp(kv->key, set)) {
+            if (kind == 's') gguf_w_str(w, set, sval);
+            else if (kind == 'f') gguf_w_f32(w, set, (float)nval);
+            else gguf_w_u32(w, set, (uint32_t)nval);
+            done = 1;
+        } else if (!drop || strcmp(kv->key, drop)) {
+            gguf_w_copy_kv(w, kv);
+        }
+    }
+    if (set && !done) {
+        if (kind == 's') gguf_w_str(w, set, sval);
+        else if (kind == 'f') gguf_w_f32(w, set, (float)nval);
+        else gguf_w_u32(w, set, (uint32_t)nval);
+    }
+    static uint8_t *q5;
+    for (int i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.t[i];
+        if (dropt && !strcmp(t->name, dropt)) continue;
+        if (retype && !strcmp(t->name, retype)) {
+            size_t nb = (size_t)(t->ne[0] * t->ne[1] / 32 * 22);
+            q5 = dfl_realloc(q5, nb);
+            memset(q5, 0, nb);
+            gguf_w_tensor(w, t->name, GGML_Q5_0, t->n_dims, t->ne, q5);
+        } else {
+            gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+        }
+    }
+    if (gguf_w_write(w, out) != 0) fprintf(stderr, "  rewrite: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    return out;
+}
+
+TEST(bad_models) {
+    static const struct {
+        const char *what, *drop, *set;
+        int kind;
+        const char *sval;
+        double nval;
+        const char *retype, *dropt, *expect;
+    } cases[] = {
+        {"other architecture", NULL, "general.architecture", 's', "gemma3", 0, NULL, NULL,
+         "unsupported architecture 'gemma3'"},
+        {"no block_count", "qwen3.block_count", NULL, 0, NULL, 0, NULL, NULL, "missing key 'qwen3.block_count'"},
+        {"string hidden size", NULL, "qwen3.embedding_length", 's', "32", 0, NULL, NULL,
+         "key 'qwen3.embedding_length' is string, expected an integer"},
+        {"zero heads", NULL, "qwen3.attention.head_count", 'u', NULL, 0, NULL, NULL, "sizes must be positive"},
+        {"4e9 layers", NULL, "qwen3.block_count", 'u', NULL, 4e9, NULL, NULL, "\"num_hidden_layers\" must be an integer"},
+        {"2000 layers", NULL, "qwen3.block_count", 'u', NULL, 2000, NULL, NULL, "larger than dflash supports"},
+        {"odd head size", NULL, "qwen3.attention.key_length", 'u', NULL, 7, NULL, NULL, "value_length"},
+        {"bad eps", NULL, "qwen3.attention.layer_norm_rms_epsilon", 'f', NULL, -1, NULL, NULL,
+         "rms_norm_eps -1 out of range"},
+        {"yarn", NULL, "qwen3.rope.scaling.type", 's', "yarn", 0, NULL, NULL, "'yarn' not supported"},
+        {"missing tensor", NULL, NULL, 0, NULL, 0, NULL, "blk.3.attn_k.weight", "missing tensor 'blk.3.attn_k.weight'"},
+        {"Q5_0 tensor", NULL, NULL, 0, NULL, 0, "blk.0.ffn_up.weight", NULL,
+         "tensor 'blk.0.ffn_up.weight': type Q5_0 not supported"},
+        {"Q5_0 norm", NULL, NULL, 0, NULL, 0, "output_norm.weight", NULL, "type Q5_0 not supported for a vector"},
+        {"spm tokenizer", NULL, "tokenizer.ggml.model", 's', "llama", 0, NULL, NULL,
+         "tokenizer.ggml.model 'llama' not supported"},
+        {"unknown pre", NULL, "tokenizer.ggml.pre", 's', "deepseek-v3", 0, NULL, NULL,
+         "tokenizer.ggml.pre 'deepseek-v3' not supported"},
+        {"eos out of range", NULL, "tokenizer.ggml.eos_token_id", 'u', NULL, 1e9, NULL, NULL,
+         "eos_token_id 1000000000 is not a token"},
+        {"no tokens", "tokenizer.ggml.tokens", NULL, 0, NULL, 0, NULL, NULL, "missing key 'tokenizer.ggml.tokens'"},
+    };
+    dflash_params p = dflash_default_params();
+    p.n_threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *f = rewrite(cases[i].drop, cases[i].set, cases[i].kind, cases[i].sval, cases[i].nval,
+                                cases[i].retype, cases[i].dropt);
+        dflash_model *m = dflash_load(f, NULL, &p);
+        const char *e = dflash_error();
+        CHECK(!m, "%s: loaded", cases[i].what);
+        if (m) {
+            dflash_free(m);
+            continue;
+        }
+        CHECK(strstr(e, f) && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: '%s'", cases[i].what, e);
+    }
+    /* a chat template the engine does not know: loads, chat prompts fail clearly */
+    const char *f = rewrite(NULL, "tokenizer.chat_template", 's', "{% for m in messages %}{{ m.content }}{% endfor %}",
+                            0, NULL, NULL);
+    dflash_model *m = dflash_load(f, NULL, &p);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (m) {
+        dflash_message msg = {"user", "hi"};
+        char *s = dflash_chat_prompt(m, &msg, 1, 1, -1);
+        CHECK(!s && strstr(dflash_error(), "unknown chat template"), "%s", dflash_error());
+        free(s);
+        dflash_free(m);
+    }
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -523,6 +629,7 @@ int main(void) {
     RUN(convert_qwen3);
     RUN(q8_0_tokens_equal_engine_q8_0);
     RUN(convert_llama);
+    RUN(bad_models);
     RUN(q4_blocks);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
