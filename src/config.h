@@ -41,6 +41,10 @@ typedef struct {
     int rope_llama3;     /* rope_scaling.rope_type == "llama3" */
     double rope_factor, rope_low_freq, rope_high_freq;
     int rope_orig_max_pos;
+    /* GGUF llama3 scaling (tensor rope_freqs.weight): frequency i is divided
+     * by rope_div[i], i < head_dim / 2; n_rope_div = 0 when absent */
+    int n_rope_div;
+    float rope_div[256];
     int qk_norm;         /* Qwen3: per-head RMSNorm on q and k before RoPE */
     int tie_embeddings;  /* lm_head shares the embedding matrix */
     int max_pos;         /* max_position_embeddings */

@@ -335,9 +335,18 @@ int ggm_load(mdl_model *m, const char *path) {
     if (c->tie_embeddings) m->lm_head = m->embed;
     else if (bind_mat(m, "output.weight", c->vocab, H, 0, &m->lm_head)) goto fail;
     if (!(m->final_norm = bind_vec(m, "output_norm.weight", H))) goto fail;
-    if (gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
-        dfl_seterr("%s: tensor 'rope_freqs.weight' (llama3 RoPE scaling) is not supported from GGUF", path);
-        goto fail;
+    if (gguf_find_tensor(m->gguf, "rope_freqs.weight")) { /* llama3 scaling as per-frequency divisors */
+        float *f = bind_vec(m, "rope_freqs.weight", hd / 2);
+        if (!f) goto fail;
+        for (int i = 0; i < hd / 2; i++)
+            if (!(f[i] > 0 && f[i] < 1e30f)) {
+                dfl_seterr("%s: tensor 'rope_freqs.weight': entry %d = %g is not a positive factor", path, i, f[i]);
+                free(f);
+                goto fail;
+            }
+        memcpy(m->cfg.rope_div, f, sizeof(float) * (size_t)(hd / 2));
+        m->cfg.n_rope_div = hd / 2;
+        free(f);
     }
     for (int l = 0; l < c->n_layers; l++) {
         mdl_layer *L = &m->layers[l];
@@ -758,10 +767,6 @@ int ggm_convert(const char *in, const char *out, const char *type) {
         dfl_seterr("%s is a DFlash draft: GGUF drafts are not supported yet", in);
         goto out;
     }
-    if (c->rope_llama3) {
-        dfl_seterr("%s: llama3 RoPE scaling is not supported in GGUF output yet", in);
-        goto out;
-    }
     const char *arch = c->arch == CFG_QWEN3 ? "qwen3" : "llama";
     char k[128];
     gguf_writer *w = cv.w;
@@ -793,6 +798,24 @@ int ggm_convert(const char *in, const char *out, const char *type) {
     put_vec(&cv, "output_norm.weight", m.final_norm, c->hidden);
     if (m.lm_head.data != m.embed.data) put_mat(&cv, "output.weight", &m.lm_head, 0);
     int llama = c->arch == CFG_LLAMA;
+    if (c->rope_llama3) { /* llama.cpp's rope_freqs: one divisor per frequency */
+        int half = c->head_dim / 2;
+        float *f = keep(&cv, sizeof(float) * (size_t)half);
+        const double pi = 3.14159265358979323846;
+        double lo_wl = c->rope_orig_max_pos / c->rope_low_freq, hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
+        for (int i = 0; i < half; i++) {
+            float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            double wl = 2 * pi / freq;
+            if (wl < hi_wl) f[i] = 1;
+            else if (wl > lo_wl) f[i] = (float)c->rope_factor;
+            else {
+                double sm = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f[i] = (float)(1 / ((1 - sm) / c->rope_factor + sm));
+            }
+        }
+        int64_t ne[1] = {half};
+        gguf_w_tensor(cv.w, "rope_freqs.weight", GGML_F32, 1, ne, f);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m.layers[l];
         char b[64];

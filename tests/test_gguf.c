@@ -25,6 +25,8 @@
 #include "gguf_model.h"
 #include "model.h"
 #include "quant.h"
+#include "rope.h"
+#include <math.h>
 #include "tokenizer.h"
 #include "util.h"
 
@@ -417,8 +419,8 @@ TEST(q8_0_tokens_equal_engine_q8_0) {
     }
 }
 
-/* tiny-llama3 without its llama3 rope scaling (not in GGUF yet): the
- * permuted Q/K rows must come back in HF order */
+/* tiny-llama3 without its rope scaling: the permuted Q/K rows must come
+ * back in HF order */
 TEST(convert_llama) {
     char dir[512], p[600];
     snprintf(dir, sizeof dir, "%s/llama", tmpdir);
@@ -467,10 +469,37 @@ TEST(convert_llama) {
     }
     mdl_free(&hf);
     mdl_free(&gg);
-    /* still refused with the llama3 rope scaling */
-    CHECK(ggm_convert("tests/models/tiny-llama3", tpath("x.gguf"), "f16") == -1 &&
-              strstr(dfl_lasterr(), "llama3 RoPE scaling"),
-          "%s", dfl_lasterr());
+}
+
+/* tiny-llama3 with its llama3 RoPE scaling: rope_freqs.weight carries it;
+ * the cos/sin tables agree with the config.json formula to float rounding,
+ * and greedy tokens are the same */
+TEST(llama3_rope_freqs) {
+    const char *out = tpath("llama3-f16.gguf");
+    CHECK(convert("tests/models/tiny-llama3", out, "f16") == 0, "convert");
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "tests/models/tiny-llama3") != 0) return;
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    if (!gg.layers) {
+        mdl_free(&hf);
+        return;
+    }
+    CHECK(gg.cfg.n_rope_div == hf.cfg.head_dim / 2 && !gg.cfg.rope_llama3 && hf.cfg.rope_llama3, "rope config");
+    int n = 512, half = hf.cfg.head_dim / 2;
+    float *c1 = dfl_malloc(sizeof(float) * (size_t)(n * half)), *s1 = dfl_malloc(sizeof(float) * (size_t)(n * half));
+    float *c2 = dfl_malloc(sizeof(float) * (size_t)(n * half)), *s2 = dfl_malloc(sizeof(float) * (size_t)(n * half));
+    rope_fill(&hf.cfg, n, c1, s1);
+    rope_fill(&gg.cfg, n, c2, s2);
+    double worst = 0;
+    for (int i = 0; i < n * half; i++) {
+        double d = fabs((double)c1[i] - c2[i]) + fabs((double)s1[i] - s2[i]);
+        if (d > worst) worst = d;
+    }
+    fprintf(stderr, "  largest cos/sin difference over %d positions: %.3g\n", n, worst);
+    CHECK(worst < 1e-4, "rope tables differ by %g", worst);
+    free(c1), free(s1), free(c2), free(s2);
+    mdl_free(&hf);
+    mdl_free(&gg);
 }
 
 /* Q4_0 and Q4_1 blocks -> MLX Q4, exact; an unsupported type is named */
@@ -629,6 +658,7 @@ int main(void) {
     RUN(convert_qwen3);
     RUN(q8_0_tokens_equal_engine_q8_0);
     RUN(convert_llama);
+    RUN(llama3_rope_freqs);
     RUN(bad_models);
     RUN(q4_blocks);
     char cmd[600];
