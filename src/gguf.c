@@ -113,9 +113,11 @@ static char *rd_name(rd *r, const char *what, size_t max) {
     uint64_t n;
     size_t at = r->off;
     if (rd_str(r, &s, &n, what)) return NULL;
-    if (n == 0 || n > max || memchr(s, 0, (size_t)n)) {
-        dfl_seterr("%s: %s at byte %zu: bad length %llu or a NUL byte inside (1..%zu bytes)", r->path, what, at,
-                   (unsigned long long)n, max);
+    int ctl = 0;
+    for (uint64_t i = 0; i < n && n <= max; i++) ctl |= (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
+    if (n == 0 || n > max || ctl) {
+        dfl_seterr("%s: %s at byte %zu: bad length %llu (1..%zu bytes) or a control character inside", r->path, what,
+                   at, (unsigned long long)n, max);
         return NULL;
     }
     char *c = dfl_malloc((size_t)n + 1);

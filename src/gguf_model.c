@@ -25,6 +25,14 @@ static void *own(mdl_model *m, size_t n) {
     return p;
 }
 
+/* s[0..n) for a message: at most 48 bytes, control characters as '?' */
+static const char *shown(const char *s, size_t n, char *buf) {
+    size_t k = n > 48 ? 48 : n;
+    for (size_t i = 0; i < k; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[k] = 0;
+    return buf;
+}
+
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* --------------------------------------------------------------- config */
@@ -37,7 +45,8 @@ static int arch_of(const gguf_file *g, char *arch, size_t cap) {
     memcpy(arch, s, n);
     arch[n] = 0;
     if (strcmp(arch, "qwen3") && strcmp(arch, "llama")) {
-        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama)", g->path, arch);
+        char b[64];
+        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama)", g->path, shown(arch, strlen(arch), b));
         return -1;
     }
     return 0;
@@ -98,7 +107,8 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     size_t sn;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (gguf_get_str(g, key, &st, &sn, 0) == 0 && !(sn == 4 && !memcmp(st, "none", 4))) {
-        dfl_seterr("%s: %s '%.*s' not supported", g->path, key, (int)(sn > 32 ? 32 : sn), st);
+        char b[64];
+        dfl_seterr("%s: %s '%s' not supported", g->path, key, shown(st, sn, b));
         return -1;
     }
     const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
@@ -411,8 +421,8 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
     size_t n;
     if (gguf_get_str(&g, "tokenizer.ggml.model", &s, &n, 1)) goto out;
     if (!(n == 4 && !memcmp(s, "gpt2", 4))) {
-        dfl_seterr("%s: tokenizer.ggml.model '%.*s' not supported (only gpt2, byte-level BPE)", path,
-                   (int)(n > 32 ? 32 : n), s);
+        char b[64];
+        dfl_seterr("%s: tokenizer.ggml.model '%s' not supported (only gpt2, byte-level BPE)", path, shown(s, n, b));
         goto out;
     }
     const char *re = NULL;
@@ -425,7 +435,8 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
     } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3")) {
         re = LLAMA3_RE;
     } else if (strcmp(pre, "default") && strcmp(pre, "gpt2")) {
-        dfl_seterr("%s: tokenizer.ggml.pre '%.60s' not supported (qwen2, llama-bpe, gpt2)", path, pre);
+        char b[64];
+        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
         goto out;
     }
     const gguf_kv *tk = str_array(&g, "tokenizer.ggml.tokens", 1), *mg, *ty = NULL;

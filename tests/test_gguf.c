@@ -274,6 +274,12 @@ TEST(bad_files) {
         CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "key 'a.u32' appears twice"), "dup key: %s",
               dfl_lasterr());
         memcpy(b, orig, n);
+        k = find(b, n, "a.bool");
+        if (k) k[1] = '\n';
+        write_file(bad, b, n);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "control character") && !strchr(dfl_lasterr(), '\n'),
+              "newline in a key: %s", dfl_lasterr());
+        memcpy(b, orig, n);
         k = find(b, n, "t.f32");
         if (k) memcpy(k, "t.f16", 5);
         write_file(bad, b, n);
