@@ -224,34 +224,140 @@ int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const 
     return 0;
 }
 
-/* Q4_0 / Q4_1 -> MLX Q4, group 32 */
-void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {
-    size_t nb = (size_t)cols / 32, n = nb * (size_t)rows, bs = q41 ? 20 : 18;
-    uint8_t *q = own(m, (size_t)rows * (size_t)cols / 2);
+
+/* K-quant 6-bit scale and min j of a 12-byte scales array (ggml's layout:
+ * j < 4 in the low 6 bits of bytes j / j+4, else split over bytes j+4 and
+ * the top 2 bits of bytes j-4 / j). */
+static void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Group g (32 weights) of one block of TYPE: unsigned codes q[32] with
+ * w = scale * q + bias (exactly the value ggml's dequantize computes). */
+static void decode_group(int type, const uint8_t *blk, int g, uint8_t *q, float *scale, float *bias) {
+    switch (type) {
+    case GGML_Q4_0:
+    case GGML_Q4_1:
+    case GGML_Q5_0:
+    case GGML_Q5_1: {
+        int has_m = type == GGML_Q4_1 || type == GGML_Q5_1, five = type == GGML_Q5_0 || type == GGML_Q5_1;
+        float d = dfl_f16_to_f32(rd16(blk));
+        const uint8_t *p = blk + (has_m ? 4 : 2);
+        uint32_t qh = 0;
+        if (five) {
+            qh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            p += 4;
+        }
+        for (int i = 0; i < 16; i++) {
+            q[i] = (uint8_t)((p[i] & 15) | (five ? ((qh >> i) & 1) << 4 : 0));
+            q[i + 16] = (uint8_t)((p[i] >> 4) | (five ? ((qh >> (i + 16)) & 1) << 4 : 0));
+        }
+        *scale = d;
+        *bias = has_m ? dfl_f16_to_f32(rd16(blk + 2)) : (five ? -16.0f : -8.0f) * d;
+        return;
+    }
+    case GGML_Q4_K:
+    case GGML_Q5_K: { /* 8 groups per 256-block; a 64-chunk: low nibbles, then high nibbles */
+        float d = dfl_f16_to_f32(rd16(blk)), dmin = dfl_f16_to_f32(rd16(blk + 2));
+        int sc, mn;
+        k4_scale_min(g, blk + 4, &sc, &mn);
+        int five = type == GGML_Q5_K;
+        const uint8_t *qh = blk + 16, *qs = blk + 16 + (five ? 32 : 0) + 32 * (g / 2);
+        for (int l = 0; l < 32; l++) {
+            int v = g % 2 ? qs[l] >> 4 : qs[l] & 15;
+            if (five && (qh[l] >> g & 1)) v += 16;
+            q[l] = (uint8_t)v;
+        }
+        *scale = d * (float)sc;
+        *bias = -(dmin * (float)mn);
+        return;
+    }
+    default: return;
+    }
+}
+
+static int group_bits(int type) { return type == GGML_Q4_0 || type == GGML_Q4_1 || type == GGML_Q4_K ? 4 : 8; }
+
+/* Q4_0/Q4_1/Q4_K -> MLX Q4, Q5_0/Q5_1/Q5_K -> MLX Q8 (codes 0..31), group 32 */
+static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, const int *perm,
+                          kn_weight *w) {
+    int blck = ggml_blck_size(type), bits = group_bits(type);
+    size_t bsz = ggml_type_size(type), nbr = (size_t)cols / (size_t)blck, ng = (size_t)cols / 32;
+    size_t n = ng * (size_t)rows;
+    uint8_t *out = own(m, (size_t)rows * (size_t)cols * (size_t)bits / 8);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
+    uint8_t q[32];
     for (int r = 0; r < rows; r++) {
-        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nb * bs;
-        for (size_t b = 0; b < nb; b++) {
-            const uint8_t *blk = row + b * bs, *qs = blk + (q41 ? 4 : 2);
-            float d = dfl_f16_to_f32(rd16(blk));
-            sc[r * nb + b] = d;
-            bi[r * nb + b] = q41 ? dfl_f16_to_f32(rd16(blk + 2)) : -8.0f * d;
-            uint8_t *o = q + ((size_t)r * (size_t)cols + b * 32) / 2;
-            uint8_t e[32];
-            for (int i = 0; i < 16; i++) {
-                e[i] = qs[i] & 15;
-                e[i + 16] = qs[i] >> 4;
-            }
-            for (int i = 0; i < 16; i++) o[i] = (uint8_t)(e[2 * i] | e[2 * i + 1] << 4);
+        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * bsz;
+        for (size_t gi = 0; gi < ng; gi++) {
+            size_t e0 = gi * 32;
+            decode_group(type, row + e0 / (size_t)blck * bsz, (int)(e0 % (size_t)blck) / 32, q, &sc[r * ng + gi],
+                         &bi[r * ng + gi]);
+            uint8_t *o = out + ((size_t)r * (size_t)cols + e0) * (size_t)bits / 8;
+            if (bits == 8) memcpy(o, q, 32);
+            else
+                for (int i = 0; i < 16; i++) o[i] = (uint8_t)(q[2 * i] | q[2 * i + 1] << 4);
         }
     }
-    w->dtype = KN_Q4;
-    w->bits = 4;
+    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
+    w->bits = bits;
     w->group_size = 32;
-    w->data = q;
+    w->data = out;
     put_sb(m, w, sc, bi, n);
     free(sc);
     free(bi);
+}
+
+/* Q6_K (16-weight sub-blocks with their own int8 scales: no MLX layout
+ * holds it exactly) -> F32 with ggml's dequantized values, d * sc * q. */
+static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
+    size_t nbr = (size_t)cols / 256;
+    float *out = own(m, sizeof(float) * (size_t)rows * (size_t)cols);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * 210;
+        for (size_t b = 0; b < nbr; b++) {
+            const uint8_t *ql = row + b * 210, *qh = ql + 128;
+            const int8_t *scs = (const int8_t *)(ql + 192);
+            float d = dfl_f16_to_f32(rd16(ql + 208));
+            float *y = out + (size_t)r * (size_t)cols + b * 256;
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *l0 = ql + 64 * n, *h = qh + 32 * n;
+                const int8_t *sc = scs + 8 * n;
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    int q1 = ((l0[l] & 0xF) | ((h[l] >> 0 & 3) << 4)) - 32;
+                    int q2 = ((l0[l + 32] & 0xF) | ((h[l] >> 2 & 3) << 4)) - 32;
+                    int q3 = ((l0[l] >> 4) | ((h[l] >> 4 & 3) << 4)) - 32;
+                    int q4 = ((l0[l + 32] >> 4) | ((h[l] >> 6 & 3) << 4)) - 32;
+                    y[128 * n + l] = d * (float)sc[is] * (float)q1;
+                    y[128 * n + l + 32] = d * (float)sc[is + 2] * (float)q2;
+                    y[128 * n + l + 64] = d * (float)sc[is + 4] * (float)q3;
+                    y[128 * n + l + 96] = d * (float)sc[is + 6] * (float)q4;
+                }
+            }
+        }
+    }
+    w->dtype = KN_F32;
+    w->data = out;
+}
+
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {
+    blocks_weight(m, q41 ? GGML_Q4_1 : GGML_Q4_0, src, rows, cols, perm, w);
+}
+
+void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w) {
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    if (type == GGML_Q8_0) ggm_q8_0_weight(m, src, rows, cols, NULL, w);
+    else if (type == GGML_Q6_K) q6k_weight(m, src, rows, cols, NULL, w);
+    else blocks_weight(m, type, src, rows, cols, NULL, w);
 }
 
 static const gguf_tensor *need_t(const mdl_model *m, const char *name) {
@@ -290,11 +396,16 @@ static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int perm
         break;
     case GGML_Q8_0: ggm_q8_0_weight(m, src, rows, cols, perm, w); break;
     case GGML_Q4_0:
-    case GGML_Q4_1: ggm_q4_weight(m, src, rows, cols, perm, t->type == GGML_Q4_1, w); break;
+    case GGML_Q4_1:
+    case GGML_Q5_0:
+    case GGML_Q5_1:
+    case GGML_Q4_K:
+    case GGML_Q5_K: blocks_weight(m, t->type, src, rows, cols, perm, w); break;
+    case GGML_Q6_K: q6k_weight(m, src, rows, cols, perm, w); break;
     default:
         free(perm);
-        dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", m->gguf->path, name,
-                   ggml_type_name(t->type));
+        dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
+                   "Q5_K, Q6_K)", m->gguf->path, name, ggml_type_name(t->type));
         return -1;
     }
     free(perm);

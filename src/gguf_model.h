@@ -10,10 +10,17 @@
  *                        layout with group 32: q+128, scale d, bias -128*d;
  *   Q4_0                 (f16 d, 16 bytes of nibbles; w = d*(q-8)) becomes MLX
  *                        4-bit, group 32: q, scale d, bias -8*d;
- *   Q4_1                 (f16 d, f16 m; w = d*q + m): scale d, bias m.
- * Each conversion is exact: every weight the kernels see equals the GGUF
- * dequantized weight bit for bit (scales/biases in F16 when -128*d / -8*d is
- * an f16, else F32). llama's Q and K rows, which llama.cpp's converter
+ *   Q4_1                 (f16 d, f16 m; w = d*q + m): scale d, bias m;
+ *   Q5_0, Q5_1           5-bit codes as MLX 8-bit (codes 0..31), group 32;
+ *   Q4_K                 (256-blocks, 6-bit sub-block scales/mins) as MLX
+ *                        4-bit, group 32: scale d*sc, bias -dmin*m;
+ *   Q5_K                 the same as MLX 8-bit (codes 0..31);
+ *   Q6_K                 (16-weight sub-blocks with int8 scales: no MLX
+ *                        layout holds them) dequantized to F32, d*sc*q.
+ * Each conversion is exact: every weight the kernels see equals ggml's
+ * dequantized weight (as a number; a zero may be +0 where ggml has -0),
+ * scales/biases in F16 when every one is an f16, else F32. Tested against
+ * values from ggml itself (tests/fixtures/gguf/quants-ggml.bin). llama's Q and K rows, which llama.cpp's converter
  * permutes for its interleaved RoPE, are put back in Hugging Face order.
  *
  * Writing (dflash convert): a Hugging Face / MLX directory to a qwen3 or
@@ -43,6 +50,10 @@ int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const 
 /* The same for Q4_0 (q41 = 0: f16 d + 16 bytes) or Q4_1 (f16 d, f16 m + 16
  * bytes) blocks as MLX Q4 group 32. */
 void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w);
+
+/* Rows of TYPE blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as
+ * the kn_weight a GGUF load makes (tests). */
+void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w);
 
 /* dflash convert: IN_DIR -> OUT_PATH, type "f16" or "q8_0" (NULL = f16). */
 int ggm_convert(const char *in_dir, const char *out_path, const char *type);

@@ -549,7 +549,7 @@ TEST(q4_blocks) {
 }
 
 /* qwen_f16 rewritten: key DROP left out, key SET (type/value by kind) put
- * in its place (or added), tensor RETYPE given type Q5_0 with fitting bytes,
+ * in its place (or added), tensor RETYPE given type Q8_1 with fitting bytes,
  * tensor DROPT left out. */
 static const char *rewrite(const char *drop, const char *set, int kind, const char *sval, double nval,
                            const char *retype, const char *dropt) {
@@ -580,10 +580,10 @@ static const char *rewrite(const char *drop, const char *set, int kind, const ch
         const gguf_tensor *t = &g.t[i];
         if (dropt && !strcmp(t->name, dropt)) continue;
         if (retype && !strcmp(t->name, retype)) {
-            size_t nb = (size_t)(t->ne[0] * t->ne[1] / 32 * 22);
+            size_t nb = (size_t)(t->ne[0] * t->ne[1] / 32 * 36);
             q5 = dfl_realloc(q5, nb);
             memset(q5, 0, nb);
-            gguf_w_tensor(w, t->name, GGML_Q5_0, t->n_dims, t->ne, q5);
+            gguf_w_tensor(w, t->name, GGML_Q8_1, t->n_dims, t->ne, q5);
         } else {
             gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
         }
@@ -615,9 +615,9 @@ TEST(bad_models) {
          "rms_norm_eps -1 out of range"},
         {"yarn", NULL, "qwen3.rope.scaling.type", 's', "yarn", 0, NULL, NULL, "'yarn' not supported"},
         {"missing tensor", NULL, NULL, 0, NULL, 0, NULL, "blk.3.attn_k.weight", "missing tensor 'blk.3.attn_k.weight'"},
-        {"Q5_0 tensor", NULL, NULL, 0, NULL, 0, "blk.0.ffn_up.weight", NULL,
-         "tensor 'blk.0.ffn_up.weight': type Q5_0 not supported"},
-        {"Q5_0 norm", NULL, NULL, 0, NULL, 0, "output_norm.weight", NULL, "type Q5_0 not supported for a vector"},
+        {"Q8_1 tensor", NULL, NULL, 0, NULL, 0, "blk.0.ffn_up.weight", NULL,
+         "tensor 'blk.0.ffn_up.weight': type Q8_1 not supported"},
+        {"Q8_1 norm", NULL, NULL, 0, NULL, 0, "output_norm.weight", NULL, "type Q8_1 not supported for a vector"},
         {"spm tokenizer", NULL, "tokenizer.ggml.model", 's', "llama", 0, NULL, NULL,
          "tokenizer.ggml.model 'llama' not supported"},
         {"unknown pre", NULL, "tokenizer.ggml.pre", 's', "deepseek-v3", 0, NULL, NULL,
@@ -654,6 +654,71 @@ TEST(bad_models) {
     }
 }
 
+/* tests/fixtures/gguf/quants-ggml.bin: for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q5_K, Q6_K, random blocks (3 rows x 512) and the floats ggml's own
+ * dequantize (to_float of llama.cpp v0.5.0's libggml-base) gives for them.
+ * Every weight the engine sees after the load-time conversion must equal
+ * ggml's (as a number: a zero weight may come out as +0 where ggml has -0); and kn_matmul on them (T = 1 and inside T = 16) agrees
+ * with a double-precision dot of ggml's weights. */
+TEST(quants_match_ggml) {
+    size_t n;
+    uint8_t *b = (uint8_t *)dfl_read_file("tests/fixtures/gguf/quants-ggml.bin", &n);
+    CHECK(b != NULL, "fixture: %s", dfl_lasterr());
+    if (!b) return;
+    int seen = 0;
+    for (size_t o = 0; o + 12 <= n; seen++) {
+        uint32_t h[3];
+        memcpy(h, b + o, 12);
+        o += 12;
+        int type = (int)h[0], rows = (int)h[1], cols = (int)h[2];
+        size_t rb = (size_t)cols / (size_t)ggml_blck_size(type) * ggml_type_size(type);
+        const uint8_t *blocks = b + o;
+        o += rb * (size_t)rows;
+        const float *want = (const float *)(b + o);
+        o += sizeof(float) * (size_t)rows * (size_t)cols;
+        if (o > n) break;
+        mdl_model m;
+        memset(&m, 0, sizeof m);
+        kn_weight w;
+        ggm_dequant_weight(&m, type, blocks, rows, cols, &w);
+        CHECK(kn_check_weight(&w, ggml_type_name(type)) == 0, "%s", dfl_lasterr());
+        float x[512];
+        int bad = 0;
+        for (int r = 0; r < rows; r++) {
+            kn_get_row(x, &w, r);
+            for (int j = 0; j < cols && !bad; j++)
+                if (x[j] != want[r * cols + j]) { /* as numbers: scale*q + bias gives +0 where ggml's d*(q-8) gives -0 */
+                    CHECK(0, "%s row %d col %d: %.9g, ggml %.9g", ggml_type_name(type), r, j, x[j], want[r * cols + j]);
+                    bad = 1;
+                }
+        }
+        /* matmul: 16 activation rows; row 5 alone gives the same bits */
+        float *act = dfl_malloc64(sizeof(float) * 16 * (size_t)cols), y16[16 * 3], y1[3];
+        uint32_t sd = 7u + (uint32_t)type;
+        for (int i = 0; i < 16 * cols; i++) {
+            sd = sd * 1103515245u + 12345u;
+            act[i] = (float)((int)(sd >> 16) % 2001 - 1000) / 1000.0f;
+        }
+        kn_matmul(y16, act, &w, 16);
+        kn_matmul(y1, act + 5 * cols, &w, 1);
+        CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < cols; j++) {
+                ref += (double)want[r * cols + j] * act[5 * cols + j];
+                mag += fabs((double)want[r * cols + j] * act[5 * cols + j]);
+            }
+            /* int8 activations (q8 mode) are off by <= amax/254 per element */
+            CHECK(fabs(y1[r] - ref) <= 0.02 * mag + 1e-6, "%s row %d: %g vs reference %g", ggml_type_name(type), r,
+                  y1[r], ref);
+        }
+        free(act);
+        mdl_free(&m);
+    }
+    CHECK(seen == 8, "fixture holds %d types", seen);
+    free(b);
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -667,6 +732,7 @@ int main(void) {
     RUN(llama3_rope_freqs);
     RUN(bad_models);
     RUN(q4_blocks);
+    RUN(quants_match_ggml);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
