@@ -190,13 +190,15 @@ static const char *help_quantize =
     "existing non-empty OUT is refused unless --force.\n";
 
 static const char *help_convert =
-    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0] [--force]\n"
+    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0] [--target DIR] [--force]\n"
     "\n"
-    "Write a Hugging Face / MLX target (qwen3 or llama) as one GGUF file the way\n"
-    "llama.cpp's converter does: its tensor names and metadata keys, the\n"
-    "tokenizer (tokenizer.ggml.*) and chat template inside. --type f16 (default)\n"
-    "or q8_0 (llama.cpp's Q8_0: blocks of 32 int8 with an f16 scale); norms stay\n"
-    "F32. OUT must not be the input; an existing OUT is refused unless --force.\n";
+    "Write a Hugging Face / MLX target (qwen3 or llama) or a DFlash draft as one\n"
+    "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
+    "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
+    "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"
+    "stored +1, mask token). --type f16 (default) or q8_0 (llama.cpp's Q8_0:\n"
+    "blocks of 32 int8 with an f16 scale); norms stay F32. OUT must not be the\n"
+    "input; an existing OUT is refused unless --force.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -1082,7 +1084,7 @@ static int cmd_quantize(int argc, char **argv) {
 }
 
 static int cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *type = "f16";
+    const char *in = NULL, *out = NULL, *type = "f16", *target = NULL;
     int force = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -1094,6 +1096,7 @@ static int cmd_convert(int argc, char **argv) {
         else if (!strcmp(a, "-o") && has) out = argv[++i];
         else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--type") && has) type = argv[++i];
+        else if (!strcmp(a, "--target") && has) target = argv[++i];
         else if (a[0] != '-' && !in) in = a;
         else usage_err("convert", "unknown or incomplete option", a);
     }
@@ -1114,7 +1117,7 @@ static int cmd_convert(int argc, char **argv) {
             return 1;
         }
     }
-    if (dflash_convert(in, out, type) != 0) die("%s", dflash_error());
+    if (dflash_convert(in, out, type, target) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s (GGUF, %s)\n", out, type);
     return 0;
 }

@@ -82,8 +82,8 @@ int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group
     return qt_checkpoint(in_dir, out_dir, bits, group);
 }
 
-int dflash_convert(const char *in_dir, const char *out_path, const char *type) {
-    return ggm_convert(in_dir, out_path, type);
+int dflash_convert(const char *in_dir, const char *out_path, const char *type, const char *tok_dir) {
+    return ggm_convert(in_dir, out_path, type, tok_dir);
 }
 
 int dflash_is_gguf(const char *path) { return gguf_is_gguf(path); }

@@ -44,9 +44,10 @@ static int arch_of(const gguf_file *g, char *arch, size_t cap) {
     if (n >= cap) n = cap - 1;
     memcpy(arch, s, n);
     arch[n] = 0;
-    if (strcmp(arch, "qwen3") && strcmp(arch, "llama")) {
+    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "dflash")) {
         char b[64];
-        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama)", g->path, shown(arch, strlen(arch), b));
+        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama, dflash)", g->path,
+                   shown(arch, strlen(arch), b));
         return -1;
     }
     return 0;
@@ -111,29 +112,59 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
         dfl_seterr("%s: %s '%s' not supported", g->path, key, shown(st, sn, b));
         return -1;
     }
-    const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
-    if (!emb) {
-        dfl_seterr("%s: missing tensor 'token_embd.weight'", g->path);
-        return -1;
-    }
-    if (emb->n_dims != 2) {
-        dfl_seterr("%s: tensor 'token_embd.weight' has %d dimensions, expected 2", g->path, emb->n_dims);
-        return -1;
-    }
+    int draft = !strcmp(arch, "dflash");
+    int64_t vocab = 151936;
     cJSON *j = cJSON_CreateObject();
+    if (!draft) {
+        const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+        if (!emb) {
+            dfl_seterr("%s: missing tensor 'token_embd.weight'", g->path);
+            cJSON_Delete(j);
+            return -1;
+        }
+        if (emb->n_dims != 2) {
+            dfl_seterr("%s: tensor 'token_embd.weight' has %d dimensions, expected 2", g->path, emb->n_dims);
+            cJSON_Delete(j);
+            return -1;
+        }
+        vocab = emb->ne[1];
+    } else { /* a DFlash draft: block size, target layers (stored +1), mask token; no embedding */
+        int64_t bs, mask;
+        const gguf_kv *tl = gguf_find_kv(g, "dflash.target_layers");
+        const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
+        if (get_akey(g, arch, "block_size", &bs, 1) < 0 || gguf_get_int(g, "tokenizer.ggml.mask_token_id", &mask, 1) < 0 ||
+            get_akey(g, arch, "vocab_size", &vocab, 0) < 0) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        if (!gguf_find_kv(g, "dflash.vocab_size") && tk && tk->type == GGUF_ARRAY) vocab = (int64_t)tk->n;
+        if (!tl || tl->type != GGUF_ARRAY || tl->atype == GGUF_STRING || tl->atype == GGUF_FLOAT32 ||
+            tl->atype == GGUF_FLOAT64 || tl->n < 1 || tl->n > CFG_MAX_TAPS) {
+            dfl_seterr("%s: key 'dflash.target_layers' must be an array of 1..%d integers", g->path, CFG_MAX_TAPS);
+            cJSON_Delete(j);
+            return -1;
+        }
+        cJSON_AddNumberToObject(j, "block_size", (double)bs);
+        cJSON *dc = cJSON_AddObjectToObject(j, "dflash_config");
+        cJSON_AddNumberToObject(dc, "mask_token_id", (double)mask);
+        cJSON *ids = cJSON_AddArrayToObject(dc, "target_layer_ids");
+        for (uint64_t i = 0; i < tl->n; i++) /* out-of-range ids fail in cfg_from_json */
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)gguf_arr_int(tl, i) - 1));
+    }
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(!strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddItemToArray(a, cJSON_CreateString(draft ? "DFlashDraftModel"
+                                               : !strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
     cJSON_AddNumberToObject(j, "hidden_size", (double)H);
     cJSON_AddNumberToObject(j, "intermediate_size", (double)ff);
     cJSON_AddNumberToObject(j, "num_hidden_layers", (double)nl);
     cJSON_AddNumberToObject(j, "num_attention_heads", (double)nh);
     cJSON_AddNumberToObject(j, "num_key_value_heads", (double)nkv);
     cJSON_AddNumberToObject(j, "head_dim", (double)hd);
-    cJSON_AddNumberToObject(j, "vocab_size", (double)emb->ne[1]);
+    cJSON_AddNumberToObject(j, "vocab_size", (double)vocab);
     cJSON_AddNumberToObject(j, "max_position_embeddings", (double)ctx);
     cJSON_AddNumberToObject(j, "rms_norm_eps", eps);
     cJSON_AddNumberToObject(j, "rope_theta", theta);
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", gguf_find_tensor(g, "output.weight") == NULL);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", !draft && gguf_find_tensor(g, "output.weight") == NULL);
     snprintf(where, sizeof where, "%s (metadata as config.json)", g->path);
     int rc = cfg_from_json(c, j, where);
     cJSON_Delete(j);
@@ -452,9 +483,14 @@ int ggm_load(mdl_model *m, const char *path) {
     int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
     int llama = c->arch == CFG_LLAMA;
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
-    if (bind_mat(m, "token_embd.weight", c->vocab, H, 0, &m->embed)) goto fail;
-    if (c->tie_embeddings) m->lm_head = m->embed;
-    else if (bind_mat(m, "output.weight", c->vocab, H, 0, &m->lm_head)) goto fail;
+    if (c->is_draft) {
+        if (bind_mat(m, "fc.weight", H, c->n_taps * H, 0, &m->fc)) goto fail;
+        if (!(m->hidden_norm = bind_vec(m, "enc.output_norm.weight", H))) goto fail;
+    } else {
+        if (bind_mat(m, "token_embd.weight", c->vocab, H, 0, &m->embed)) goto fail;
+        if (c->tie_embeddings) m->lm_head = m->embed;
+        else if (bind_mat(m, "output.weight", c->vocab, H, 0, &m->lm_head)) goto fail;
+    }
     if (!(m->final_norm = bind_vec(m, "output_norm.weight", H))) goto fail;
     if (gguf_find_tensor(m->gguf, "rope_freqs.weight")) { /* llama3 scaling as per-frequency divisors */
         float *f = bind_vec(m, "rope_freqs.weight", hd / 2);
@@ -861,7 +897,7 @@ static const char *base_name(const char *dir) {
     return b;
 }
 
-int ggm_convert(const char *in, const char *out, const char *type) {
+int ggm_convert(const char *in, const char *out, const char *type, const char *tok_dir) {
     int q8 = 0;
     if (!type || !strcmp(type, "f16")) q8 = 0;
     else if (!strcmp(type, "q8_0")) q8 = 1;
@@ -885,11 +921,16 @@ int ggm_convert(const char *in, const char *out, const char *type) {
     const cfg_model *c = &m.cfg;
     int rc = -1;
     conv cv = {gguf_w_new(), NULL, 0, q8};
-    if (c->is_draft) {
-        dfl_seterr("%s is a DFlash draft: GGUF drafts are not supported yet", in);
+    if (!tok_dir) tok_dir = in;
+    char *tj = dfl_path_join(tok_dir, "tokenizer.json");
+    int has_tok = dfl_file_exists(tj);
+    free(tj);
+    if (!has_tok) {
+        dfl_seterr("%s has no tokenizer.json%s", tok_dir,
+                   c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
         goto out;
     }
-    const char *arch = c->arch == CFG_QWEN3 ? "qwen3" : "llama";
+    const char *arch = c->is_draft ? "dflash" : c->arch == CFG_QWEN3 ? "qwen3" : "llama";
     char k[128];
     gguf_writer *w = cv.w;
     gguf_w_str(w, "general.architecture", arch);
@@ -915,10 +956,24 @@ int ggm_convert(const char *in, const char *out, const char *type) {
     }
 #undef KU
 #undef KF
-    if (put_tokenizer(&cv, in, c) != 0) goto out;
-    put_mat(&cv, "token_embd.weight", &m.embed, 0);
+    if (c->is_draft) { /* llama.cpp's DFlash keys: target layers stored +1 (hidden-state index) */
+        int32_t tl[CFG_MAX_TAPS];
+        for (int i = 0; i < c->n_taps; i++) tl[i] = c->tap_layers[i] + 1;
+        snprintf(k, sizeof k, "%s.block_size", arch);
+        gguf_w_u32(w, k, (uint32_t)c->block_size);
+        gguf_w_arr_i32(w, "dflash.target_layers", tl, (uint64_t)c->n_taps);
+        gguf_w_u32(w, "dflash.vocab_size", (uint32_t)c->vocab);
+        gguf_w_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->mask_token_id);
+    }
+    if (put_tokenizer(&cv, tok_dir, c) != 0) goto out;
+    if (c->is_draft) {
+        put_mat(&cv, "fc.weight", &m.fc, 0);
+        put_vec(&cv, "enc.output_norm.weight", m.hidden_norm, c->hidden);
+    } else {
+        put_mat(&cv, "token_embd.weight", &m.embed, 0);
+    }
     put_vec(&cv, "output_norm.weight", m.final_norm, c->hidden);
-    if (m.lm_head.data != m.embed.data) put_mat(&cv, "output.weight", &m.lm_head, 0);
+    if (!c->is_draft && m.lm_head.data != m.embed.data) put_mat(&cv, "output.weight", &m.lm_head, 0);
     int llama = c->arch == CFG_LLAMA;
     if (c->rope_llama3) { /* llama.cpp's rope_freqs: one divisor per frequency */
         int half = c->head_dim / 2;

@@ -1,8 +1,8 @@
 /* gguf_model.h - models and tokenizers from GGUF files, and GGUF output.
  * Prefix: ggm_.
  *
- * Reading (architectures qwen3 and llama, as llama.cpp's converter writes
- * them): the metadata becomes a config.json object checked by cfg_from_json,
+ * Reading (architectures qwen3, llama and DFlash drafts "dflash", as
+ * llama.cpp's converter writes them): the metadata becomes a config.json object checked by cfg_from_json,
  * the tokenizer.ggml.* arrays a tokenizer.json object for tok_from_json, and
  * the tensors are bound to the model's matrices:
  *   F32, F16, BF16       used in place (mapped);
@@ -55,7 +55,11 @@ void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const i
  * the kn_weight a GGUF load makes (tests). */
 void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w);
 
-/* dflash convert: IN_DIR -> OUT_PATH, type "f16" or "q8_0" (NULL = f16). */
-int ggm_convert(const char *in_dir, const char *out_path, const char *type);
+/* dflash convert: IN_DIR -> OUT_PATH, type "f16" or "q8_0" (NULL = f16);
+ * the tokenizer from TOK_DIR (NULL = IN_DIR; a draft takes its target's).
+ * A DFlash draft becomes architecture "dflash" as llama.cpp's converter
+ * writes it: dflash.block_size, dflash.target_layers (layer ids + 1),
+ * tokenizer.ggml.mask_token_id, fc.weight, enc.output_norm.weight. */
+int ggm_convert(const char *in_dir, const char *out_path, const char *type, const char *tok_dir);
 
 #endif

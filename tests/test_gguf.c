@@ -312,7 +312,7 @@ TEST(bad_files) {
 static char qwen_f16[512], qwen_q8[512];
 
 static int convert(const char *in, const char *out, const char *type) {
-    int rc = ggm_convert(in, out, type);
+    int rc = ggm_convert(in, out, type, NULL);
     if (rc) fprintf(stderr, "  convert %s: %s\n", in, dfl_lasterr());
     return rc;
 }
@@ -504,6 +504,41 @@ TEST(llama3_rope_freqs) {
     fprintf(stderr, "  largest cos/sin difference over %d positions: %.3g\n", n, worst);
     CHECK(worst < 1e-4, "rope tables differ by %g", worst);
     free(c1), free(s1), free(c2), free(s2);
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+/* the demo draft as architecture dflash: its config and weights come back */
+TEST(convert_draft) {
+    const char *out = tpath("draft.gguf");
+    CHECK(ggm_convert("models/demo/draft", out, "f16", NULL) == -1 && strstr(dfl_lasterr(), "--target"), "%s",
+          dfl_lasterr());
+    CHECK(ggm_convert("models/demo/draft", out, "f16", "models/demo/target") == 0, "convert: %s", dfl_lasterr());
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "models/demo/draft") != 0) return;
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg, *b = &gg.cfg;
+        CHECK(b->is_draft && b->block_size == a->block_size && b->mask_token_id == a->mask_token_id &&
+                  b->n_taps == a->n_taps && !memcmp(b->tap_layers, a->tap_layers, sizeof(int) * (size_t)a->n_taps) &&
+                  b->vocab == a->vocab && b->n_layers == a->n_layers && b->hidden == a->hidden,
+              "draft config differs");
+        gguf_file g;
+        if (gguf_open(&g, out) == 0) {
+            const gguf_kv *tl = gguf_find_kv(&g, "dflash.target_layers");
+            CHECK(tl && tl->n == 3 && gguf_arr_int(tl, 0) == a->tap_layers[0] + 1, "target_layers stored +1");
+            gguf_close(&g);
+        }
+        int bad = 0;
+        float x[1024], y[1024];
+        for (int r = 0; r < hf.fc.rows && !bad; r++) {
+            kn_get_row(x, &gg.fc, r);
+            kn_get_row(y, &hf.fc, r);
+            for (int j = 0; j < hf.fc.cols; j++) bad |= x[j] != to_f16(y[j]);
+        }
+        for (int i = 0; i < a->hidden; i++) bad |= gg.hidden_norm[i] != hf.hidden_norm[i];
+        CHECK(!bad, "fc / hidden_norm differ");
+    }
     mdl_free(&hf);
     mdl_free(&gg);
 }
@@ -730,6 +765,7 @@ int main(void) {
     RUN(q8_0_tokens_equal_engine_q8_0);
     RUN(convert_llama);
     RUN(llama3_rope_freqs);
+    RUN(convert_draft);
     RUN(bad_models);
     RUN(q4_blocks);
     RUN(quants_match_ggml);

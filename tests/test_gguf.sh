@@ -2,7 +2,8 @@
 # test_gguf.sh - dflash convert end to end on the demo pair: the demo target
 # as a GGUF file (F16, Q8_0) gives the same greedy text as the directory
 # (F16: as the 4-bit checkpoint; Q8_0: as --quant q8_0, the engine's own
-# Q8_0 path), DFlash with the GGUF target gives its greedy text, and the
+# Q8_0 path), DFlash with the GGUF target gives its greedy text, the demo
+# draft as a GGUF (architecture dflash) drafts for either target, and the
 # output-file rules hold (OUT == input refused, existing OUT needs --force,
 # a refused convert leaves the input alone). When LLAMA_CPP_BIN names a
 # llama.cpp build directory (llama-simple, llama-quantize), also: llama.cpp
@@ -49,6 +50,19 @@ for p in "Solve for x: 3x + 5 = 20." "Evaluate 44 * 9 - 30." "Write a Python fun
     [ -s "$T/hq8" ] && cmp -s "$T/hq8" "$T/g8" && ok "Q8_0 GGUF = --quant q8_0: $p" || bad "Q8_0 GGUF = --quant q8_0: $p"
     cmp -s "$T/g8" "$T/g8d" && ok "DFlash on the Q8_0 GGUF = its greedy: $p" || bad "DFlash Q8_0: $p"
 done
+# the demo draft as a GGUF file (architecture dflash, llama.cpp's keys), with and without a GGUF target
+expect "convert a draft without --target" 1 "--target TARGET_DIR" -- "$BIN" convert "$D" -o "$T/d.gguf"
+expect "convert the draft" 0 "wrote" -- "$BIN" convert "$D" -o "$T/d.gguf" --target "$M"
+expect "convert the draft q8_0" 0 "wrote" -- "$BIN" convert "$D" -o "$T/d8.gguf" --target "$M" --type q8_0
+for p in "Solve for x: 3x + 5 = 20." "Evaluate 44 * 9 - 30."; do
+    "$BIN" generate -m "$M" --chat -p "$p" -n 48 >"$T/hf" 2>/dev/null
+    "$BIN" generate -m "$T/f16.gguf" --draft "$T/d.gguf" --chat -p "$p" -n 48 >"$T/gd" 2>"$T/err"
+    "$BIN" generate -m "$M" --draft "$T/d8.gguf" --chat -p "$p" -n 48 >"$T/gd8" 2>/dev/null
+    [ -s "$T/hf" ] && cmp -s "$T/hf" "$T/gd" && grep -q "tau" "$T/err" && ok "GGUF target + GGUF draft = greedy: $p" ||
+        bad "GGUF target + GGUF draft = greedy: $p"
+    cmp -s "$T/hf" "$T/gd8" && ok "directory target + Q8_0 GGUF draft = greedy: $p" || bad "Q8_0 GGUF draft: $p"
+done
+expect "a draft GGUF as the target" 1 "is a DFlash draft" -- "$BIN" generate -m "$T/d.gguf" -p hi
 expect "tokenize from the GGUF" 0 "" -- "$BIN" tokenize -m "$T/f16.gguf" -p "Hello world"
 grep -qx "9707 1879" "$T/out" && ok "GGUF token ids" || bad "GGUF token ids: $(cat "$T/out")"
 

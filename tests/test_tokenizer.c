@@ -747,7 +747,7 @@ int main(void) {
     RUN(string_merges);
     snprintf(GGUF_PATH, sizeof GGUF_PATH, "/tmp/dflash-test-tok-%d.gguf", (int)getpid());
     char *tiny = root_path("tests/models/tiny-qwen3");
-    if (ggm_convert(tiny, GGUF_PATH, "f16") != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
+    if (ggm_convert(tiny, GGUF_PATH, "f16", NULL) != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
     free(tiny);
     RUN(gguf_load);
     RUN(gguf_same_ids);

@@ -103,7 +103,7 @@ static void gguf_seed(const char *name, syn_spec s, const char *type) {
     if (!f || fputs("{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"<|im_start|>{{ x }}\"}", f) < 0 || fclose(f))
         exit(1);
     snprintf(out, sizeof out, "tests/fuzz/seeds/gguf/%s", name);
-    if (ggm_convert(d, out, type) != 0) {
+    if (ggm_convert(d, out, type, NULL) != 0) {
         fprintf(stderr, "%s\n", dfl_lasterr());
         exit(1);
     }
@@ -149,6 +149,15 @@ int main(void) {
     s.c.qk_norm = 0;
     s.c.tie_embeddings = 0;
     gguf_seed("llama-f16", s, "f16");
+    s = small();
+    s.c.is_draft = 1;
+    s.c.block_size = 4;
+    s.c.mask_token_id = 5;
+    s.c.n_target_layers = 4;
+    s.c.n_taps = 1;
+    s.c.tap_layers[0] = 1;
+    s.c.tie_embeddings = 0;
+    gguf_seed("draft-f16", s, "f16");
     {
         gguf_writer *w = gguf_w_new();
         gguf_w_str(w, "general.architecture", "qwen3");
