@@ -737,6 +737,12 @@ TEST(quants_match_ggml) {
         kn_matmul(y16, act, &w, 16);
         kn_matmul(y1, act + 5 * cols, &w, 1);
         CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
+        /* the kernels' packed copy (made at load by mdl_pack) gives the same bits */
+        float yp[16 * 3];
+        CHECK(kn_pack(&w) == 0, "pack");
+        kn_matmul(yp, act, &w, 16);
+        CHECK(!memcmp(yp, y16, sizeof yp), "%s: packed weights give other bits", ggml_type_name(type));
+        kn_unpack(&w);
         for (int r = 0; r < rows; r++) {
             double ref = 0, mag = 0;
             for (int j = 0; j < cols; j++) {
