@@ -190,15 +190,16 @@ static const char *help_quantize =
     "existing non-empty OUT is refused unless --force.\n";
 
 static const char *help_convert =
-    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0] [--target DIR] [--force]\n"
+    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
     "\n"
     "Write a Hugging Face / MLX target (qwen3 or llama) or a DFlash draft as one\n"
     "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
     "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
     "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"
-    "stored +1, mask token). --type f16 (default) or q8_0 (llama.cpp's Q8_0:\n"
-    "blocks of 32 int8 with an f16 scale); norms stay F32. OUT must not be the\n"
-    "input; an existing OUT is refused unless --force.\n";
+    "stored +1, mask token). --type f16 (default), q8_0 or q4_0 (llama.cpp's\n"
+    "Q8_0 / Q4_0: blocks of 32 8-/4-bit values with an f16 scale, quantized as\n"
+    "llama.cpp does); norms stay F32. OUT must not be the input; an existing OUT\n"
+    "is refused unless --force.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -213,7 +214,7 @@ static const char *help_main =
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
-    "  convert    write a checkpoint as a GGUF file (f16 or q8_0)\n"
+    "  convert    write a checkpoint as a GGUF file (f16, q8_0 or q4_0)\n"
     "\n"
     "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
@@ -1101,7 +1102,8 @@ static int cmd_convert(int argc, char **argv) {
         else usage_err("convert", "unknown or incomplete option", a);
     }
     if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
-    if (strcmp(type, "f16") && strcmp(type, "q8_0")) usage_err("convert", "--type must be f16 or q8_0, got", type);
+    if (strcmp(type, "f16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
+        usage_err("convert", "--type must be f16, q8_0 or q4_0, got", type);
     struct stat so, si;
     if (stat(out, &so) == 0) {
         if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {

@@ -697,11 +697,34 @@ void ggm_quantize_q8_0(const float *x, int n, uint8_t *out) {
     }
 }
 
+void ggm_quantize_q4_0(const float *x, int n, uint8_t *out) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        uint8_t *o = out + 18 * b;
+        float amax = 0, max = 0; /* the value of largest magnitude, with its sign (first one on ties) */
+        for (int i = 0; i < 32; i++)
+            if (amax < fabsf(v[i])) {
+                amax = fabsf(v[i]);
+                max = v[i];
+            }
+        float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = dfl_f32_to_f16(d);
+        o[0] = (uint8_t)h;
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 16; i++) {
+            int q0 = (int)(int8_t)(v[i] * id + 8.5f), q1 = (int)(int8_t)(v[i + 16] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            o[2 + i] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
 typedef struct {
     gguf_writer *w;
     void **bufs;
     int nb;
-    int q8;
+    int q8; /* 0 f16, 1 q8_0, 2 q4_0 */
 } conv;
 
 static void *keep(conv *cv, size_t n) {
@@ -711,8 +734,8 @@ static void *keep(conv *cv, size_t n) {
 
 /* A matrix as F16 or Q8_0 rows (HF row order, or llama's Q/K order when hd > 0). */
 static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
-    int rows = w->rows, cols = w->cols, q8 = cv->q8 && cols % 32 == 0;
-    size_t rb = q8 ? (size_t)cols / 32 * 34 : (size_t)cols * 2;
+    int rows = w->rows, cols = w->cols, q8 = cols % 32 == 0 ? cv->q8 : 0;
+    size_t rb = q8 == 1 ? (size_t)cols / 32 * 34 : q8 == 2 ? (size_t)cols / 32 * 18 : (size_t)cols * 2;
     uint8_t *d = keep(cv, rb * (size_t)rows);
     float *row = dfl_malloc(sizeof(float) * (size_t)cols);
     int *perm = hd > 0 ? unpermute(rows, hd) : NULL;
@@ -720,7 +743,8 @@ static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
         kn_get_row(row, w, r);
         /* HF row r goes to GGUF row perm[r] */
         uint8_t *o = d + (size_t)(perm ? perm[r] : r) * rb;
-        if (q8) ggm_quantize_q8_0(row, cols, o);
+        if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
+        else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
         else
             for (int j = 0; j < cols; j++) {
                 uint16_t h = dfl_f32_to_f16(row[j]);
@@ -731,7 +755,7 @@ static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
     free(row);
     free(perm);
     int64_t ne[2] = {cols, rows};
-    gguf_w_tensor(cv->w, name, q8 ? GGML_Q8_0 : GGML_F16, 2, ne, d);
+    gguf_w_tensor(cv->w, name, q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : GGML_F16, 2, ne, d);
 }
 
 static void put_vec(conv *cv, const char *name, const float *v, int n) {
@@ -901,8 +925,9 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     int q8 = 0;
     if (!type || !strcmp(type, "f16")) q8 = 0;
     else if (!strcmp(type, "q8_0")) q8 = 1;
+    else if (!strcmp(type, "q4_0")) q8 = 2;
     else {
-        dfl_seterr("--type '%s' not supported (f16 or q8_0)", type);
+        dfl_seterr("--type '%s' not supported (f16, q8_0 or q4_0)", type);
         return -1;
     }
     char *st = dfl_path_join(in, "model.safetensors");
@@ -936,7 +961,7 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     gguf_w_str(w, "general.architecture", arch);
     gguf_w_str(w, "general.type", "model");
     gguf_w_str(w, "general.name", base_name(in));
-    gguf_w_u32(w, "general.file_type", q8 ? 7 : 1); /* llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0 / _F16 */
+    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : 1); /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / F16 */
     gguf_w_u32(w, "general.quantization_version", 2);
 #define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
 #define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))

@@ -760,6 +760,43 @@ TEST(quants_match_ggml) {
     free(b);
 }
 
+/* With LLAMA_CPP_BIN (a llama.cpp build directory) set: from the same F16
+ * source, llama-quantize --pure and dflash convert write byte-identical
+ * Q8_0 and Q4_0 tensors. Without it the test says it was skipped. */
+TEST(llama_quantize_same_bytes) {
+    const char *lb = getenv("LLAMA_CPP_BIN");
+    if (!lb || !*lb) {
+        fprintf(stderr, "  skipped: set LLAMA_CPP_BIN to a llama.cpp build's bin directory\n");
+        return;
+    }
+    const char *types[2][2] = {{"q8_0", "Q8_0"}, {"q4_0", "Q4_0"}};
+    for (int k = 0; k < 2; k++) {
+        char cmd[2048], lq[600], dq[600];
+        snprintf(lq, sizeof lq, "%s/llama-%s.gguf", tmpdir, types[k][0]);
+        snprintf(dq, sizeof dq, "%s/dflash-%s.gguf", tmpdir, types[k][0]);
+        snprintf(cmd, sizeof cmd, "'%s/llama-quantize' --pure '%s' '%s' %s >/dev/null 2>&1", lb, qwen_f16, lq,
+                 types[k][1]);
+        CHECK(system(cmd) == 0, "llama-quantize failed: %s", cmd);
+        CHECK(convert("tests/models/tiny-qwen3", dq, types[k][0]) == 0, "convert");
+        gguf_file a, b;
+        if (gguf_open(&a, lq) != 0) continue;
+        if (gguf_open(&b, dq) == 0) {
+            int same = 0;
+            for (int i = 0; i < b.n_tensors; i++) {
+                const gguf_tensor *x = &b.t[i], *y = gguf_find_tensor(&a, x->name);
+                int eq = y && x->type == y->type && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+                CHECK(eq, "%s: tensor %s differs from llama-quantize's", types[k][0], x->name);
+                same += eq;
+            }
+            CHECK(a.n_tensors == b.n_tensors, "tensor counts %d %d", a.n_tensors, b.n_tensors);
+            fprintf(stderr, "  %s: %d of %d tensors byte-identical to llama-quantize's\n", types[k][0], same,
+                    b.n_tensors);
+            gguf_close(&b);
+        }
+        gguf_close(&a);
+    }
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -775,6 +812,7 @@ int main(void) {
     RUN(bad_models);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
+    RUN(llama_quantize_same_bytes);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);

@@ -28,13 +28,15 @@ expect() {
 M=models/demo/target D=models/demo/draft
 expect "convert f16" 0 "wrote" -- "$BIN" convert "$M" -o "$T/f16.gguf"
 expect "convert q8_0" 0 "wrote" -- "$BIN" convert "$M" -o "$T/q8.gguf" --type q8_0
+expect "convert q4_0" 0 "wrote" -- "$BIN" convert "$M" -o "$T/q4.gguf" --type q4_0
+expect "generate from the Q4_0 file" 0 "MLX 4-bit, group 32" -- "$BIN" generate -m "$T/q4.gguf" --chat -p "Hi" -n 8
 expect "convert over an existing file" 1 "pass --force" -- "$BIN" convert "$M" -o "$T/q8.gguf" --type q8_0
 expect "convert --force" 0 "wrote" -- "$BIN" convert "$M" -o "$T/q8.gguf" --type q8_0 --force
 cp "$M/model.safetensors" "$T/in.st" 2>/dev/null
 expect "convert -o the input's weights" 1 "is the input" -- "$BIN" convert "$M" -o "$M/model.safetensors" --force
 cmp -s "$M/model.safetensors" "$T/in.st" && ok "input weights intact" || bad "input weights intact"
 expect "convert -o a directory" 1 "is a directory" -- "$BIN" convert "$M" -o "$T" --force
-expect "convert --type q4_k" 2 "--type must be f16 or q8_0" -- "$BIN" convert "$M" -o "$T/x.gguf" --type q4_k
+expect "convert --type q4_k" 2 "--type must be f16, q8_0 or q4_0" -- "$BIN" convert "$M" -o "$T/x.gguf" --type q4_k
 expect "convert a GGUF" 1 "already a GGUF file" -- "$BIN" convert "$T/f16.gguf" -o "$T/x.gguf"
 ls "$T"/*.tmp-dflash >/dev/null 2>&1 && bad "no temporary files left" || ok "no temporary files left"
 
