@@ -894,7 +894,8 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
     if (cJSON_IsNumber(bos)) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)bos->valuedouble);
     if (eos >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
     if (pad >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
-    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", c->arch == CFG_LLAMA);
+    /* as the tokenizer does here: dflash adds no BOS unless tokenizer_config.json asks (Qwen: never) */
+    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")));
     if (tmpl) gguf_w_str(cv->w, "tokenizer.chat_template", tmpl);
     rc = 0;
 out:

@@ -506,6 +506,17 @@ TEST(llama3_rope_freqs) {
     free(c1), free(s1), free(c2), free(s2);
     mdl_free(&hf);
     mdl_free(&gg);
+    /* and the engine uses them (the CPU backend once built its own tables
+     * without them): the same greedy tokens as the directory */
+    const char *prompts[] = {"The quick brown", "Hello, world", "def f(x): return x"};
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        int32_t *a = greedy("tests/models/tiny-llama3", NULL, prompts[i], &na);
+        int32_t *b = greedy(out, NULL, prompts[i], &nb);
+        CHECK(a && b && na == 24 && na == nb && !memcmp(a, b, na * 4), "prompt %d", i);
+        free(a);
+        free(b);
+    }
 }
 
 /* the demo draft as architecture dflash: its config and weights come back */
