@@ -597,12 +597,13 @@ TEST(q4_blocks) {
 /* qwen_f16 rewritten: key DROP left out, key SET (type/value by kind) put
  * in its place (or added), tensor RETYPE given type Q8_1 with fitting bytes,
  * tensor DROPT left out. */
+static const char *rewrite_src = qwen_f16;
 static const char *rewrite(const char *drop, const char *set, int kind, const char *sval, double nval,
                            const char *retype, const char *dropt) {
     static char out[600];
     snprintf(out, sizeof out, "%s/bad-model.gguf", tmpdir);
     gguf_file g;
-    if (gguf_open(&g, qwen_f16) != 0) return out;
+    if (gguf_open(&g, rewrite_src) != 0) return out;
     gguf_writer *w = gguf_w_new();
     int done = 0;
     for (int i = 0; i < g.n_kv; i++) {
@@ -808,6 +809,39 @@ TEST(llama_quantize_same_bytes) {
     }
 }
 
+/* bad draft metadata, through dflash_load with the demo target */
+TEST(bad_drafts) {
+    const char *good = tpath("draft.gguf"); /* from convert_draft */
+    rewrite_src = good;
+    static const struct {
+        const char *what, *drop, *set;
+        double nval;
+        const char *expect;
+    } cases[] = {
+        {"no mask token", "tokenizer.ggml.mask_token_id", NULL, 0, "missing key 'tokenizer.ggml.mask_token_id'"},
+        {"no target layers", "dflash.target_layers", NULL, 0, "'dflash.target_layers' must be an array"},
+        {"target layers a number", NULL, "dflash.target_layers", 3, "'dflash.target_layers' must be an array"},
+        {"no block size", "dflash.block_size", NULL, 0, "missing key 'dflash.block_size'"},
+        {"block size 1", NULL, "dflash.block_size", 1, "block_size 1 must be in 2..64"},
+        {"mask token past the vocabulary", NULL, "tokenizer.ggml.mask_token_id", 1e9, "mask_token_id"},
+        {"other hidden size", NULL, "dflash.embedding_length", 512, "tensor 'fc.weight': shape [768, 256]"},
+    };
+    dflash_params p = dflash_default_params();
+    p.n_threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *f = rewrite(cases[i].drop, cases[i].set, 'u', NULL, cases[i].nval, NULL, NULL);
+        dflash_model *m = dflash_load("models/demo/target", f, &p);
+        const char *e = dflash_error();
+        CHECK(!m, "%s: loaded", cases[i].what);
+        if (m) {
+            dflash_free(m);
+            continue;
+        }
+        CHECK(strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: '%s'", cases[i].what, e);
+    }
+    rewrite_src = qwen_f16;
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -821,6 +855,7 @@ int main(void) {
     RUN(llama3_rope_freqs);
     RUN(convert_draft);
     RUN(bad_models);
+    RUN(bad_drafts);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
     RUN(llama_quantize_same_bytes);
