@@ -8,7 +8,8 @@
  * u64 offset), padding to general.alignment (default 32), and the data
  * section. gguf_open() validates everything before returning: every length
  * and count against the bytes left, value types, no nested arrays, unique
- * keys and tensor names, the alignment (a power of two), every tensor's type
+ * keys and tensor names without control characters (so messages naming
+ * them stay one line), the alignment (a power of two), every tensor's type
  * known, its row length a multiple of the type's block, its byte range
  * aligned, inside the data section and overlapping no other. After that a
  * tensor's bytes and every value can be read without further checks. */
