@@ -112,7 +112,8 @@ static const char *help_generate =
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
-    "      --quant bf16|q8|q4 convert the weights at load (MLX affine, group 64)\n"
+    "      --quant bf16|q8|q4|q8_0 convert the weights at load (MLX affine, group 64;\n"
+    "                         q8_0: llama.cpp's Q8_0, as a Q8_0 GGUF loads)\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load (default: as\n"
     "                         --quant, else q8 for a float draft on int8 kernels)\n"
     "  -h, --help             this help\n";
@@ -161,7 +162,7 @@ static const char *help_bench =
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
-    "      --quant bf16|q8|q4 convert the weights at load\n"
+    "      --quant bf16|q8|q4|q8_0 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
@@ -185,6 +186,18 @@ static const char *help_quantize =
     "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
     "existing non-empty OUT is refused unless --force.\n";
 
+static const char *help_convert =
+    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
+    "\n"
+    "Write a Hugging Face / MLX target (qwen3 or llama) or a DFlash draft as one\n"
+    "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
+    "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
+    "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"
+    "stored +1, mask token). --type f16 (default), q8_0 or q4_0 (llama.cpp's\n"
+    "Q8_0 / Q4_0: blocks of 32 8-/4-bit values with an f16 scale, quantized as\n"
+    "llama.cpp does); norms stay F32. OUT must not be the input; an existing OUT\n"
+    "is refused unless --force.\n";
+
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
     "\n"
@@ -198,6 +211,7 @@ static const char *help_main =
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
+    "  convert    write a checkpoint as a GGUF file (f16, q8_0 or q4_0)\n"
     "\n"
     "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
@@ -274,12 +288,12 @@ static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
 static void check_model_path(const char *cmd, const char *flag, const char *path) {
     struct stat st;
     if (!path || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) return; /* missing: the loader says so */
+    if (dflash_is_gguf(path)) return;
     size_t n = strlen(path);
     const char *why = n >= 5 && !strcmp(path + n - 5, ".gguf")
-                          ? "GGUF files are not supported yet; pass a Hugging Face model directory (config.json + "
-                            "*.safetensors + tokenizer.json)"
+                          ? "is not a GGUF file (no \"GGUF\" magic at its start)"
                           : "is a file; pass the model directory that holds it (config.json, *.safetensors, "
-                            "tokenizer.json)";
+                            "tokenizer.json) or a GGUF file";
     fprintf(stderr, "%s %s: error: %s %s: %s\n", prog, cmd, flag, path, why);
     exit(1);
 }
@@ -1067,6 +1081,46 @@ static int cmd_quantize(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *type = "f16", *target = NULL;
+    int force = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_convert, stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
+        else if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--type") && has) type = argv[++i];
+        else if (!strcmp(a, "--target") && has) target = argv[++i];
+        else if (a[0] != '-' && !in) in = a;
+        else usage_err("convert", "unknown or incomplete option", a);
+    }
+    if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
+    if (strcmp(type, "f16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
+        usage_err("convert", "--type must be f16, q8_0 or q4_0, got", type);
+    struct stat so, si;
+    if (stat(out, &so) == 0) {
+        if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {
+            fprintf(stderr, "%s convert: error: output %s is the input %s: choose another -o\n", prog, out, in);
+            return 1;
+        }
+        if (S_ISDIR(so.st_mode)) {
+            fprintf(stderr, "%s convert: error: %s is a directory; -o names the GGUF file to write\n", prog, out);
+            return 1;
+        }
+        if (!force) {
+            fprintf(stderr, "%s convert: error: %s already exists; pass --force to replace it\n", prog, out);
+            return 1;
+        }
+    }
+    if (dflash_convert(in, out, type, target) != 0) die("%s", dflash_error());
+    fprintf(stderr, "wrote %s (GGUF, %s)\n", out, type);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     atexit(check_stdout);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
@@ -1084,6 +1138,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
     if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);
+    if (!strcmp(argv[1], "convert")) return cmd_convert(argc, argv);
     fprintf(stderr, "%s: unknown command '%s'\n%s", prog, argv[1], help_main);
     return 2;
 }

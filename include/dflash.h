@@ -198,6 +198,14 @@ DFLASH_API int dflash_synth(const char *shape, int draft, int bits, const char *
  * group 32/64/128), loadable by dflash and MLX. */
 DFLASH_API int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
+/* Write a Hugging Face / MLX target or DFlash draft directory as a GGUF file
+ * (llama.cpp's names and keys, tokenizer inside: from tok_dir, NULL = in_dir;
+ * a draft takes its target's); type "f16" or "q8_0". Through a temporary
+ * file; OUT must not be the input. */
+int dflash_convert(const char *in_dir, const char *out_path, const char *type, const char *tok_dir);
+/* 1 if PATH is a GGUF file (dflash_load takes it in place of a directory). */
+int dflash_is_gguf(const char *path);
+
 /* Bandwidth in GB/s of the memory the model's weights stream from, measured
  * now by its backend: CPU, a parallel read of a 512 MiB buffer with the
  * worker threads (best of a few passes); CUDA, a device-to-device copy

@@ -155,19 +155,10 @@ static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
     return 0;
 }
 
-int cfg_load(cfg_model *c, const char *dir) {
-    memset(c, 0, sizeof *c);
-    char *path = dfl_path_join(dir, "config.json");
+/* Everything config.json says (not generation_config.json), checked. */
+static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     cur_path = path;
     int rc = -1;
-    char *txt = dfl_read_file(path, NULL);
-    cJSON *root = NULL, *gen = NULL;
-    if (!txt) goto out;
-    root = cJSON_Parse(txt);
-    if (!cJSON_IsObject(root)) {
-        dfl_seterr("%s: not a valid JSON object", path);
-        goto out;
-    }
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const char *arch = NULL;
@@ -330,6 +321,31 @@ int cfg_load(cfg_model *c, const char *dir) {
             goto out;
         }
     }
+    rc = 0;
+out:
+    cur_path = NULL;
+    return rc;
+}
+
+int cfg_from_json(cfg_model *c, const cJSON *root, const char *path) {
+    memset(c, 0, sizeof *c);
+    if (from_json(c, root, path)) return -1;
+    return parse_eos(c, cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), path);
+}
+
+int cfg_load(cfg_model *c, const char *dir) {
+    memset(c, 0, sizeof *c);
+    char *path = dfl_path_join(dir, "config.json");
+    int rc = -1;
+    char *txt = dfl_read_file(path, NULL);
+    cJSON *root = NULL, *gen = NULL;
+    if (!txt) goto out;
+    root = cJSON_Parse(txt);
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a valid JSON object", path);
+        goto out;
+    }
+    if (from_json(c, root, path)) goto out;
     /* generation_config.json: stop tokens (optional file) */
     char *gpath = dfl_path_join(dir, "generation_config.json");
     if (dfl_file_exists(gpath)) {
@@ -358,6 +374,5 @@ out:
     cJSON_Delete(gen);
     free(txt);
     free(path);
-    cur_path = NULL;
     return rc;
 }

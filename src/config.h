@@ -41,6 +41,10 @@ typedef struct {
     int rope_llama3;     /* rope_scaling.rope_type == "llama3" */
     double rope_factor, rope_low_freq, rope_high_freq;
     int rope_orig_max_pos;
+    /* GGUF llama3 scaling (tensor rope_freqs.weight): frequency i is divided
+     * by rope_div[i], i < head_dim / 2; n_rope_div = 0 when absent */
+    int n_rope_div;
+    float rope_div[256];
     int qk_norm;         /* Qwen3: per-head RMSNorm on q and k before RoPE */
     int tie_embeddings;  /* lm_head shares the embedding matrix */
     int max_pos;         /* max_position_embeddings */
@@ -60,6 +64,10 @@ typedef struct {
 } cfg_model;
 
 int cfg_load(cfg_model *c, const char *dir);
+/* The same checks on a config.json object built elsewhere (GGUF metadata);
+ * PATH names it in messages. eos_token_id is read from ROOT. */
+struct cJSON;
+int cfg_from_json(cfg_model *c, const struct cJSON *root, const char *path);
 
 /* The default target_layer_ids when a draft's config has none (z-lab's
  * DFlash rule): nd ids spread evenly over target layers 1..nt-3, rounded as

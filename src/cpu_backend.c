@@ -20,6 +20,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "rope.h"
 #include "sample.h"
 #include "threads.h"
 #include "util.h"
@@ -57,37 +58,12 @@ typedef struct {
 } rope_table;
 
 static void rope_init(rope_table *r, const cfg_model *c, int n_ctx) {
-    int hd = c->head_dim, half = hd / 2;
+    int half = c->head_dim / 2;
     r->n_ctx = n_ctx;
     r->half = half;
     r->cos = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
     r->sin = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
-    float *inv = dfl_malloc(sizeof(float) * half);
-    for (int i = 0; i < half; i++) {
-        /* as HF: 1 / theta^(2i/hd), in float */
-        inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)hd);
-        if (c->rope_llama3) {
-            const double pi = 3.14159265358979323846;
-            double lo_wl = c->rope_orig_max_pos / c->rope_low_freq;
-            double hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
-            double wl = 2 * pi / inv[i];
-            float f = inv[i];
-            if (wl > lo_wl) {
-                f = (float)(inv[i] / c->rope_factor);
-            } else if (wl >= hi_wl) { /* medium band: smooth interpolation */
-                double s = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
-                f = (float)((1 - s) * inv[i] / c->rope_factor + s * inv[i]);
-            }
-            inv[i] = f;
-        }
-    }
-    for (int p = 0; p < n_ctx; p++)
-        for (int i = 0; i < half; i++) {
-            float a = (float)p * inv[i];
-            r->cos[(size_t)p * half + i] = cosf(a);
-            r->sin[(size_t)p * half + i] = sinf(a);
-        }
-    free(inv);
+    rope_fill(c, n_ctx, r->cos, r->sin); /* as HF: 1 / theta^(2i/hd) in float, llama3 scaling, GGUF rope_freqs */
 }
 
 static void rope_free(rope_table *r) {

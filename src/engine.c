@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "chat.h"
 #include "dflash.h"
+#include "gguf_model.h"
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
@@ -82,6 +83,12 @@ int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group
     return qt_checkpoint(in_dir, out_dir, bits, group);
 }
 
+int dflash_convert(const char *in_dir, const char *out_path, const char *type, const char *tok_dir) {
+    return ggm_convert(in_dir, out_path, type, tok_dir);
+}
+
+int dflash_is_gguf(const char *path) { return gguf_is_gguf(path); }
+
 static const char *weight_format(const mdl_model *m, char *buf, size_t n) {
     const kn_weight *w = &m->layers[0].wq;
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
@@ -133,7 +140,7 @@ static int check_draft(const mdl_model *t, const mdl_model *d) {
 
 dflash_model *dflash_load_tokenizer(const char *dir) {
     dflash_model *m = dfl_calloc(1, sizeof *m);
-    if (!(m->tok = tok_load(dir))) {
+    if (!(m->tok = gguf_is_gguf(dir) ? ggm_tokenizer(dir) : tok_load(dir))) {
         free(m);
         return NULL;
     }
@@ -157,7 +164,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         dfl_seterr("%s is a DFlash draft, not a target model (pass it with --draft)", target_dir);
         goto fail;
     }
-    if (!(m->tok = tok_load(target_dir))) goto fail;
+    if (!(m->tok = gguf_is_gguf(target_dir) ? ggm_tokenizer(target_dir) : tok_load(target_dir))) goto fail;
     if (draft_dir) {
         if (mdl_load(&m->draft, draft_dir) != 0) goto fail;
         m->has_draft = 1;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf_model.h"
 #include "util.h"
 
 static const st_tensor *need(const mdl_model *m, const char *name) {
@@ -142,6 +143,7 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
 }
 
 int mdl_load(mdl_model *m, const char *dir) {
+    if (gguf_is_gguf(dir)) return ggm_load(m, dir);
     memset(m, 0, sizeof *m);
     if (cfg_load(&m->cfg, dir) != 0) return -1;
     if (st_open_dir(&m->st, dir) != 0) return -1;
@@ -249,5 +251,9 @@ void mdl_free(mdl_model *m) {
     free(m->final_norm);
     free(m->hidden_norm);
     st_close(&m->st);
+    if (m->gguf) {
+        gguf_close(m->gguf);
+        free(m->gguf);
+    }
     memset(m, 0, sizeof *m);
 }

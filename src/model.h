@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "kernels.h"
+#include "gguf.h"
 #include "safetensors.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
 typedef struct {
     cfg_model cfg;
     st_set st;
+    gguf_file *gguf;    /* the mapped GGUF file when loaded from one (st unused) */
     mdl_layer *layers;  /* [n_layers] */
     kn_weight embed;    /* [vocab, H]; absent (rows 0) in a draft */
     kn_weight lm_head;  /* [vocab, H]; == embed when tied; absent in a draft */
@@ -37,6 +39,7 @@ typedef struct {
                             set by prepare, freed by release); NULL on the CPU */
 } mdl_model;
 
+/* DIR: a Hugging Face / MLX directory, or a GGUF file (gguf_model.h). */
 int mdl_load(mdl_model *m, const char *dir);
 /* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the
  * current kernel mode uses one; freed by mdl_unpack (or mdl_free). Call

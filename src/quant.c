@@ -43,6 +43,7 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf_model.h"
 #include "safetensors.h"
 
 int qt_parse(const char *s, qt_kind *k) {
@@ -50,8 +51,9 @@ int qt_parse(const char *s, qt_kind *k) {
     else if (!strcmp(s, "bf16")) *k = QT_BF16;
     else if (!strcmp(s, "q8")) *k = QT_Q8;
     else if (!strcmp(s, "q4")) *k = QT_Q4;
+    else if (!strcmp(s, "q8_0")) *k = QT_Q8_0;
     else {
-        dfl_seterr("unknown quantization '%s' (bf16, q8 or q4)", s);
+        dfl_seterr("unknown quantization '%s' (bf16, q8, q4 or q8_0)", s);
         return -1;
     }
     return 0;
@@ -67,6 +69,20 @@ static void *own(mdl_model *m, size_t n) {
 /* Re-encode w (any dtype) as kind k; returns the new weight. */
 static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group) {
     kn_weight o = *w;
+    if (k == QT_Q8_0) { /* Q8_0 blocks, then the same conversion as a GGUF load */
+        if (w->cols % 32) return o;
+        size_t rb = (size_t)w->cols / 32 * 34;
+        uint8_t *blk = dfl_malloc(rb * (size_t)w->rows);
+        float *x = dfl_malloc(sizeof(float) * (size_t)w->cols);
+        for (int r = 0; r < w->rows; r++) {
+            kn_get_row(x, w, r);
+            ggm_quantize_q8_0(x, w->cols, blk + rb * (size_t)r);
+        }
+        ggm_q8_0_weight(m, blk, w->rows, w->cols, NULL, &o);
+        free(blk);
+        free(x);
+        return o;
+    }
     int bits = k == QT_Q8 ? 8 : 4;
     if (k == QT_KEEP || (k == QT_BF16 && w->dtype == KN_BF16) || (k != QT_BF16 && w->cols % group)) return o;
     if ((k == QT_Q8 && w->dtype == KN_Q8) || (k == QT_Q4 && w->dtype == KN_Q4)) return o;
@@ -103,7 +119,7 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
 
 int qt_model(mdl_model *m, qt_kind k, int group) {
     if (k == QT_KEEP) return 0;
-    if (k != QT_BF16 && group != 32 && group != 64 && group != 128) {
+    if (k != QT_BF16 && k != QT_Q8_0 && group != 32 && group != 64 && group != 128) {
         dfl_seterr("group size %d not supported (32, 64 or 128)", group);
         return -1;
     }

@@ -20,9 +20,12 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype scale_dtype, uin
 /* ---- whole models --------------------------------------------------------- */
 #include "model.h"
 
-typedef enum { QT_KEEP = 0, QT_BF16, QT_Q8, QT_Q4 } qt_kind;
+/* QT_Q8_0: llama.cpp's Q8_0 (gguf_model.h: d = amax/127 as f16, q =
+ * round(x/d)) held in the MLX 8-bit group-32 layout, exactly as a Q8_0 GGUF
+ * loads (the group size argument is ignored). */
+typedef enum { QT_KEEP = 0, QT_BF16, QT_Q8, QT_Q4, QT_Q8_0 } qt_kind;
 
-/* Parse "bf16", "q8", "q4" (NULL or "" -> QT_KEEP); -1 + error otherwise. */
+/* Parse "bf16", "q8", "q4", "q8_0" (NULL or "" -> QT_KEEP); -1 + error otherwise. */
 int qt_parse(const char *s, qt_kind *k);
 
 /* Convert every weight matrix of a loaded model (layers, embedding, lm_head,

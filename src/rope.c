@@ -25,6 +25,7 @@ void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t) {
             }
             inv[i] = f;
         }
+        if (c->n_rope_div) inv[i] = inv[i] / c->rope_div[i]; /* llama.cpp's freq_factors */
     }
     for (int p = 0; p < n_ctx; p++)
         for (int i = 0; i < half; i++) {

@@ -551,6 +551,40 @@ static int load_config(tok_tokenizer *t, const char *dir) {
     return 0;
 }
 
+/* normalizer, pre-tokenizer and model of a parsed tokenizer.json */
+static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
+    if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path) != 0) return -1;
+    const char *pat = NULL;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    if (is_type(pt, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
+            if (parse_pretok(e, &pat, path) != 0) return -1;
+        }
+    } else if (pt && !cJSON_IsNull(pt)) {
+        if (parse_pretok(pt, &pat, path) != 0) return -1;
+    }
+    if (pat && compile_regex(t, pat, path) != 0) return -1;
+    return load_model(t, root, path);
+}
+
+tok_tokenizer *tok_from_json(const cJSON *root, const char *chat_template, int eos_id, const char *path) {
+    tok_tokenizer *t = dfl_calloc(1, sizeof *t);
+    t->eos_id = -1;
+    if (from_root(t, root, path) != 0) {
+        tok_free(t);
+        return NULL;
+    }
+    if (eos_id >= t->n_vocab) {
+        dfl_seterr("%s: eos token id %d is not a token (%d ids)", path, eos_id, t->n_vocab);
+        tok_free(t);
+        return NULL;
+    }
+    t->eos_id = eos_id;
+    if (chat_template) t->chat_template = dfl_strdup(chat_template);
+    return t;
+}
+
 tok_tokenizer *tok_load(const char *dir) {
     tok_tokenizer *t = dfl_calloc(1, sizeof *t);
     t->eos_id = -1;
@@ -571,20 +605,7 @@ tok_tokenizer *tok_load(const char *dir) {
         dfl_seterr("%s: not a JSON object", path);
         goto fail;
     }
-    if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path) != 0)
-        goto fail;
-    const char *pat = NULL;
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-    if (is_type(pt, "Sequence")) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
-            if (parse_pretok(e, &pat, path) != 0) goto fail;
-        }
-    } else if (pt && !cJSON_IsNull(pt)) {
-        if (parse_pretok(pt, &pat, path) != 0) goto fail;
-    }
-    if (pat && compile_regex(t, pat, path) != 0) goto fail;
-    if (load_model(t, root, path) != 0) goto fail;
+    if (from_root(t, root, path) != 0) goto fail;
     cJSON_Delete(root);
     root = NULL;
     if (load_config(t, dir) != 0) goto fail;

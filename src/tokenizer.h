@@ -20,6 +20,11 @@ typedef struct tok_tokenizer tok_tokenizer;
  * NULL + dfl_seterr() on a missing or malformed file. */
 tok_tokenizer *tok_load(const char *dir);
 void tok_free(tok_tokenizer *t);
+/* The same from a tokenizer.json object built elsewhere (GGUF metadata):
+ * chat template (or NULL) and eos id (or -1) given directly; PATH names the
+ * source in messages. */
+struct cJSON;
+tok_tokenizer *tok_from_json(const struct cJSON *root, const char *chat_template, int eos_id, const char *path);
 
 /* 1 + the largest token id (vocab + added tokens). */
 int tok_n_vocab(const tok_tokenizer *t);

@@ -47,7 +47,7 @@ expect "bench --chat" 2 "not used by 'bench'" -- "$BIN" bench -m "$M" --chat
 expect "chat -p" 2 "not used by 'chat'" -- "$BIN" chat -m "$M" -p hi
 expect "a value that looks like an option" 0 "" -- "$BIN" tokenize -m "$M" -p --temp
 : >"$T/model.gguf"
-expect "-m file.gguf" 1 "GGUF files are not supported yet" -- "$BIN" generate -m "$T/model.gguf" -p hi
+expect "-m empty file.gguf" 1 "is not a GGUF file" -- "$BIN" generate -m "$T/model.gguf" -p hi
 expect "-m model.safetensors" 1 "pass the model directory" -- "$BIN" generate -m "$M/model.safetensors" -p hi
 expect "--draft model.safetensors" 1 "pass the model directory" -- "$BIN" generate -m "$M" --draft "$M/config.json" -p hi
 expect "--version" 0 "" -- "$BIN" --version

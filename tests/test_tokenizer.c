@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "gguf_model.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -669,6 +670,51 @@ TEST(string_merges) {
     free(tj);
 }
 
+/* The same tokenizer read from a GGUF file (dflash convert of a tiny model
+ * that links models/qwen3-tokenizer): the same ids on every case above. */
+static char GGUF_PATH[300];
+
+TEST(gguf_load) {
+    tok_tokenizer *t = ggm_tokenizer(GGUF_PATH);
+    CHECK(t != NULL, "ggm_tokenizer: %s", dfl_lasterr());
+    if (!t) return;
+    CHECK(tok_n_vocab(t) == 151669, "n_vocab %d", tok_n_vocab(t));
+    CHECK(tok_eos_id(t) == 151645, "eos %d", tok_eos_id(t));
+    const char *ct = tok_chat_template(t);
+    CHECK(ct && strcmp(ct, tok_chat_template(T)) == 0, "chat template differs");
+    CHECK(tok_lookup(t, "<|im_end|>") == 151645, "lookup im_end");
+    CHECK(tok_lookup(t, "\xc4\xa0the") == 279, "lookup Gthe");
+    CHECK(tok_max_piece(t) == tok_max_piece(T), "max piece");
+    for (int32_t id = 0; id < 151669; id++) {
+        char a[512], b[512];
+        tok_decoder da = {0}, db = {0};
+        size_t na = tok_decode(t, &da, id, a, sizeof a), nb = tok_decode(T, &db, id, b, sizeof b);
+        na += tok_decode_flush(&da, a + na, sizeof a - na);
+        nb += tok_decode_flush(&db, b + nb, sizeof b - nb);
+        if (na != nb || memcmp(a, b, na)) {
+            CHECK(0, "id %d decodes differently", id);
+            break;
+        }
+    }
+    tok_free(t);
+}
+
+TEST(gguf_same_ids) {
+    tok_tokenizer *json = T;
+    T = ggm_tokenizer(GGUF_PATH);
+    CHECK(T != NULL, "ggm_tokenizer: %s", dfl_lasterr());
+    if (T) {
+        test_logistics_cases();
+        test_hf_edge_characters();
+        test_nfc();
+        test_special_tokens();
+        test_corpus_matches_reference();
+        test_round_trip();
+        tok_free(T);
+    }
+    T = json;
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -699,6 +745,13 @@ int main(void) {
     RUN(nfc_matches_utf8proc);
     RUN(bad_files);
     RUN(string_merges);
+    snprintf(GGUF_PATH, sizeof GGUF_PATH, "/tmp/dflash-test-tok-%d.gguf", (int)getpid());
+    char *tiny = root_path("tests/models/tiny-qwen3");
+    if (ggm_convert(tiny, GGUF_PATH, "f16", NULL) != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
+    free(tiny);
+    RUN(gguf_load);
+    RUN(gguf_same_ids);
+    unlink(GGUF_PATH);
     tok_free(T);
     for (int d = 0; d < C.ndocs; d++) free(C.ids[d]);
     free(C.ids);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gguf.h"
+#include "gguf_model.h"
 #include "synth.h"
 #include "util.h"
 
@@ -74,10 +76,43 @@ static syn_spec small(void) {
     return s;
 }
 
+/* A tokenizer.json small enough for a seed (Qwen's pre-tokenizer, 24 ids) */
+static const char mini_tok[] =
+    "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+    "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?"
+    "\\\\p{L}+|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "
+    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+    "\"use_regex\": false}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"d\": 3, "
+    "\"e\": 4, \"f\": 5, \"g\": 6, \"h\": 7, \"i\": 8, \"j\": 9, \"k\": 10, \"l\": 11, \"m\": 12, \"n\": 13, "
+    "\"o\": 14, \"p\": 15, \"q\": 16, \"r\": 17, \"s\": 18, \"\\u0120\": 19, \"ab\": 20, \"cd\": 21}, "
+    "\"merges\": [[\"a\", \"b\"], [\"c\", \"d\"]]}, \"added_tokens\": [{\"id\": 22, \"content\": \"<|im_end|>\", "
+    "\"special\": true}, {\"id\": 23, \"content\": \"<think>\", \"special\": false}]}";
+
+static void gguf_seed(const char *name, syn_spec s, const char *type) {
+    char d[256], p[300], out[300];
+    snprintf(d, sizeof d, "/tmp/dflash-seed-gguf-%s", name);
+    if (syn_write(d, &s) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+    snprintf(p, sizeof p, "%s/tokenizer.json", d);
+    FILE *f = fopen(p, "w");
+    if (!f || fputs(mini_tok, f) < 0 || fclose(f)) exit(1);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+    f = fopen(p, "w");
+    if (!f || fputs("{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"<|im_start|>{{ x }}\"}", f) < 0 || fclose(f))
+        exit(1);
+    snprintf(out, sizeof out, "tests/fuzz/seeds/gguf/%s", name);
+    if (ggm_convert(d, out, type, NULL) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+}
+
 int main(void) {
-    const char *dirs[] = {"safetensors", "model", "tokenizer", "chat"};
+    const char *dirs[] = {"safetensors", "model", "tokenizer", "chat", "gguf"};
     mkdir("tests/fuzz/seeds", 0777);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fuzz/seeds/%s", dirs[i]);
         mkdir(p, 0777);
@@ -107,6 +142,38 @@ int main(void) {
     s.c.tie_embeddings = 0;
     model("draft", s);
     put("safetensors", "empty", "\x02\0\0\0\0\0\0\0{}", 10, NULL, 0, NULL, 0);
+    s = small();
+    gguf_seed("qwen3-f16", s, "f16");
+    gguf_seed("qwen3-q8_0", s, "q8_0");
+    s.c.arch = CFG_LLAMA;
+    s.c.qk_norm = 0;
+    s.c.tie_embeddings = 0;
+    gguf_seed("llama-f16", s, "f16");
+    s = small();
+    s.c.is_draft = 1;
+    s.c.block_size = 4;
+    s.c.mask_token_id = 5;
+    s.c.n_target_layers = 4;
+    s.c.n_taps = 1;
+    s.c.tap_layers[0] = 1;
+    s.c.tie_embeddings = 0;
+    gguf_seed("draft-f16", s, "f16");
+    {
+        gguf_writer *w = gguf_w_new();
+        gguf_w_str(w, "general.architecture", "qwen3");
+        gguf_w_u32(w, "general.alignment", 64);
+        const char *strs[] = {"x", "", "y z"};
+        gguf_w_arr_str(w, "a.strs", strs, 3);
+        int32_t iv[2] = {1, -2};
+        gguf_w_arr_i32(w, "a.i32s", iv, 2);
+        gguf_w_f32(w, "a.f32", 0.5f);
+        gguf_w_bool(w, "a.bool", 1);
+        static uint8_t q[2 * 34];
+        int64_t ne[2] = {32, 2};
+        gguf_w_tensor(w, "t.q8_0", GGML_Q8_0, 2, ne, q);
+        if (gguf_w_write(w, "tests/fuzz/seeds/gguf/kinds") != 0) exit(1);
+        gguf_w_free(w);
+    }
 
     static const char *texts[] = {
         "Hello world! How are you today?",

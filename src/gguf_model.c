@@ -1,0 +1,1048 @@
+/* gguf_model.c - see gguf_model.h. Names and keys follow llama.cpp's GGUF
+ * conventions (gguf-py constants), read from its documentation and files. */
+#include "gguf_model.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Qwen2/Qwen3 and Llama-3 pre-tokenizer regexes (tokenizer.json Split patterns) */
+static const char QWEN2_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                               "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                                "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static void *own(mdl_model *m, size_t n) {
+    void *p = dfl_malloc(n ? n : 1);
+    m->owned = dfl_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* s[0..n) for a message: at most 48 bytes, control characters as '?' */
+static const char *shown(const char *s, size_t n, char *buf) {
+    size_t k = n > 48 ? 48 : n;
+    for (size_t i = 0; i < k; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    buf[k] = 0;
+    return buf;
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* --------------------------------------------------------------- config */
+
+static int arch_of(const gguf_file *g, char *arch, size_t cap) {
+    const char *s;
+    size_t n;
+    if (gguf_get_str(g, "general.architecture", &s, &n, 1)) return -1;
+    if (n >= cap) n = cap - 1;
+    memcpy(arch, s, n);
+    arch[n] = 0;
+    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "dflash")) {
+        char b[64];
+        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama, dflash)", g->path,
+                   shown(arch, strlen(arch), b));
+        return -1;
+    }
+    return 0;
+}
+
+static int get_akey(const gguf_file *g, const char *arch, const char *k, int64_t *v, int req) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, k);
+    return gguf_get_int(g, key, v, req);
+}
+
+static int get_afloat(const gguf_file *g, const char *arch, const char *k, double *v, int req) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, k);
+    return gguf_get_float(g, key, v, req);
+}
+
+/* llama.cpp's end-of-generation token texts (besides the eos/eot/eom ids) */
+static const char *const eog_text[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
+                                       "<|end_of_text|>", "<|end|>"};
+
+static void add_eos(cfg_model *c, int64_t id) {
+    if (id < 0 || id > INT32_MAX) return;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return;
+    if (c->n_eos < CFG_MAX_EOS) c->eos_ids[c->n_eos++] = (int)id;
+}
+
+static int gguf_config(cfg_model *c, const gguf_file *g) {
+    char arch[32], where[1200];
+    if (arch_of(g, arch, sizeof arch)) return -1;
+    int64_t nl, H, ff, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
+    double eps, theta = 10000.0;
+    if (get_akey(g, arch, "block_count", &nl, 1) < 0 || get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
+        get_akey(g, arch, "feed_forward_length", &ff, 1) < 0 ||
+        get_akey(g, arch, "attention.head_count", &nh, 1) < 0 ||
+        get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0 ||
+        get_akey(g, arch, "attention.key_length", &hd, 0) < 0 ||
+        get_akey(g, arch, "attention.value_length", &vd, 0) < 0 ||
+        get_akey(g, arch, "context_length", &ctx, 0) < 0 || get_akey(g, arch, "rope.dimension_count", &rd, 0) < 0 ||
+        get_afloat(g, arch, "attention.layer_norm_rms_epsilon", &eps, 1) < 0 ||
+        get_afloat(g, arch, "rope.freq_base", &theta, 0) < 0)
+        return -1;
+    if (nkv < 0) nkv = nh;
+    if (hd < 0 && nh > 0) hd = H / nh;
+    if (vd >= 0 && vd != hd) {
+        dfl_seterr("%s: %s.attention.value_length %lld differs from key_length %lld (not supported)", g->path, arch,
+                   (long long)vd, (long long)hd);
+        return -1;
+    }
+    if (rd >= 0 && rd != hd) {
+        dfl_seterr("%s: %s.rope.dimension_count %lld differs from the head size %lld (partial RoPE not supported)",
+                   g->path, arch, (long long)rd, (long long)hd);
+        return -1;
+    }
+    char key[160];
+    const char *st;
+    size_t sn;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_get_str(g, key, &st, &sn, 0) == 0 && !(sn == 4 && !memcmp(st, "none", 4))) {
+        char b[64];
+        dfl_seterr("%s: %s '%s' not supported", g->path, key, shown(st, sn, b));
+        return -1;
+    }
+    int draft = !strcmp(arch, "dflash");
+    int64_t vocab = 151936;
+    cJSON *j = cJSON_CreateObject();
+    if (!draft) {
+        const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+        if (!emb) {
+            dfl_seterr("%s: missing tensor 'token_embd.weight'", g->path);
+            cJSON_Delete(j);
+            return -1;
+        }
+        if (emb->n_dims != 2) {
+            dfl_seterr("%s: tensor 'token_embd.weight' has %d dimensions, expected 2", g->path, emb->n_dims);
+            cJSON_Delete(j);
+            return -1;
+        }
+        vocab = emb->ne[1];
+    } else { /* a DFlash draft: block size, target layers (stored +1), mask token; no embedding */
+        int64_t bs, mask;
+        const gguf_kv *tl = gguf_find_kv(g, "dflash.target_layers");
+        const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
+        if (get_akey(g, arch, "block_size", &bs, 1) < 0 || gguf_get_int(g, "tokenizer.ggml.mask_token_id", &mask, 1) < 0 ||
+            get_akey(g, arch, "vocab_size", &vocab, 0) < 0) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        if (!gguf_find_kv(g, "dflash.vocab_size") && tk && tk->type == GGUF_ARRAY) vocab = (int64_t)tk->n;
+        if (!tl || tl->type != GGUF_ARRAY || tl->atype == GGUF_STRING || tl->atype == GGUF_FLOAT32 ||
+            tl->atype == GGUF_FLOAT64 || tl->n < 1 || tl->n > CFG_MAX_TAPS) {
+            dfl_seterr("%s: key 'dflash.target_layers' must be an array of 1..%d integers", g->path, CFG_MAX_TAPS);
+            cJSON_Delete(j);
+            return -1;
+        }
+        cJSON_AddNumberToObject(j, "block_size", (double)bs);
+        cJSON *dc = cJSON_AddObjectToObject(j, "dflash_config");
+        cJSON_AddNumberToObject(dc, "mask_token_id", (double)mask);
+        cJSON *ids = cJSON_AddArrayToObject(dc, "target_layer_ids");
+        for (uint64_t i = 0; i < tl->n; i++) /* out-of-range ids fail in cfg_from_json */
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)gguf_arr_int(tl, i) - 1));
+    }
+    cJSON *a = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(draft ? "DFlashDraftModel"
+                                               : !strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddNumberToObject(j, "hidden_size", (double)H);
+    cJSON_AddNumberToObject(j, "intermediate_size", (double)ff);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", (double)nl);
+    cJSON_AddNumberToObject(j, "num_attention_heads", (double)nh);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", (double)nkv);
+    cJSON_AddNumberToObject(j, "head_dim", (double)hd);
+    cJSON_AddNumberToObject(j, "vocab_size", (double)vocab);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", (double)ctx);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", eps);
+    cJSON_AddNumberToObject(j, "rope_theta", theta);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", !draft && gguf_find_tensor(g, "output.weight") == NULL);
+    snprintf(where, sizeof where, "%s (metadata as config.json)", g->path);
+    int rc = cfg_from_json(c, j, where);
+    cJSON_Delete(j);
+    if (rc) return -1;
+    snprintf(c->arch_name, sizeof c->arch_name, "%s (gguf)", arch);
+    /* stop tokens: eos, eot, eom and llama.cpp's end-of-generation texts */
+    static const char *const ids[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                      "tokenizer.ggml.eom_token_id"};
+    for (int i = 0; i < 3; i++) {
+        int64_t v;
+        if (gguf_get_int(g, ids[i], &v, 0) < 0) return -1;
+        if (gguf_find_kv(g, ids[i])) add_eos(c, v);
+    }
+    const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (tk && tk->type == GGUF_ARRAY && tk->atype == GGUF_STRING)
+        for (uint64_t i = 0; i < tk->n; i++) {
+            size_t n;
+            const char *s = gguf_arr_str(tk, i, &n);
+            for (size_t k = 0; k < sizeof eog_text / sizeof eog_text[0]; k++)
+                if (n == strlen(eog_text[k]) && !memcmp(s, eog_text[k], n)) add_eos(c, (int64_t)i);
+        }
+    return 0;
+}
+
+/* -------------------------------------------------------------- weights */
+
+/* Permutation of Q/K rows: HF row r (head h, half s, index j) comes from
+ * GGUF row h*hd + 2j + s (llama.cpp interleaves the two rotary halves). */
+static int *unpermute(int rows, int hd) {
+    int *p = dfl_malloc(sizeof(int) * (size_t)rows), half = hd / 2;
+    for (int r = 0; r < rows; r++) {
+        int h = r / hd, s = (r % hd) / half, j = r % half;
+        p[r] = h * hd + 2 * j + s;
+    }
+    return p;
+}
+
+/* scales/biases as F16 when every bias is exactly an f16, else F32 */
+static void put_sb(mdl_model *m, kn_weight *w, const float *sc, const float *bi, size_t n) {
+    int f16 = 1;
+    for (size_t i = 0; i < n && f16; i++) {
+        uint16_t h = dfl_f32_to_f16(bi[i]);
+        f16 = dfl_f16_to_f32(h) == bi[i] || (isnan(bi[i]) && isnan(dfl_f16_to_f32(h)));
+        h = dfl_f32_to_f16(sc[i]);
+        f16 = f16 && (dfl_f16_to_f32(h) == sc[i] || isnan(sc[i]));
+    }
+    if (f16) {
+        uint16_t *s = own(m, 2 * n), *b = own(m, 2 * n);
+        for (size_t i = 0; i < n; i++) {
+            s[i] = dfl_f32_to_f16(sc[i]);
+            b[i] = dfl_f32_to_f16(bi[i]);
+        }
+        w->scales = s;
+        w->biases = b;
+        w->scale_dtype = KN_F16;
+    } else {
+        float *s = own(m, 4 * n), *b = own(m, 4 * n);
+        memcpy(s, sc, 4 * n);
+        memcpy(b, bi, 4 * n);
+        w->scales = s;
+        w->biases = b;
+        w->scale_dtype = KN_F32;
+    }
+}
+
+int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
+    size_t nb = (size_t)cols / 32, n = nb * (size_t)rows;
+    uint8_t *q = own(m, (size_t)rows * (size_t)cols);
+    float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nb * 34;
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = row + b * 34;
+            float d = dfl_f16_to_f32(rd16(blk));
+            sc[r * nb + b] = d;
+            bi[r * nb + b] = -128.0f * d;
+            uint8_t *o = q + (size_t)r * (size_t)cols + b * 32;
+            for (int i = 0; i < 32; i++) o[i] = (uint8_t)(blk[2 + i] ^ 0x80); /* int8 q -> q + 128 */
+        }
+    }
+    w->dtype = KN_Q8;
+    w->bits = 8;
+    w->group_size = 32;
+    w->data = q;
+    put_sb(m, w, sc, bi, n);
+    free(sc);
+    free(bi);
+    return 0;
+}
+
+
+/* K-quant 6-bit scale and min j of a 12-byte scales array (ggml's layout:
+ * j < 4 in the low 6 bits of bytes j / j+4, else split over bytes j+4 and
+ * the top 2 bits of bytes j-4 / j). */
+static void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Group g (32 weights) of one block of TYPE: unsigned codes q[32] with
+ * w = scale * q + bias (exactly the value ggml's dequantize computes). */
+static void decode_group(int type, const uint8_t *blk, int g, uint8_t *q, float *scale, float *bias) {
+    switch (type) {
+    case GGML_Q4_0:
+    case GGML_Q4_1:
+    case GGML_Q5_0:
+    case GGML_Q5_1: {
+        int has_m = type == GGML_Q4_1 || type == GGML_Q5_1, five = type == GGML_Q5_0 || type == GGML_Q5_1;
+        float d = dfl_f16_to_f32(rd16(blk));
+        const uint8_t *p = blk + (has_m ? 4 : 2);
+        uint32_t qh = 0;
+        if (five) {
+            qh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            p += 4;
+        }
+        for (int i = 0; i < 16; i++) {
+            q[i] = (uint8_t)((p[i] & 15) | (five ? ((qh >> i) & 1) << 4 : 0));
+            q[i + 16] = (uint8_t)((p[i] >> 4) | (five ? ((qh >> (i + 16)) & 1) << 4 : 0));
+        }
+        *scale = d;
+        *bias = has_m ? dfl_f16_to_f32(rd16(blk + 2)) : (five ? -16.0f : -8.0f) * d;
+        return;
+    }
+    case GGML_Q4_K:
+    case GGML_Q5_K: { /* 8 groups per 256-block; a 64-chunk: low nibbles, then high nibbles */
+        float d = dfl_f16_to_f32(rd16(blk)), dmin = dfl_f16_to_f32(rd16(blk + 2));
+        int sc, mn;
+        k4_scale_min(g, blk + 4, &sc, &mn);
+        int five = type == GGML_Q5_K;
+        const uint8_t *qh = blk + 16, *qs = blk + 16 + (five ? 32 : 0) + 32 * (g / 2);
+        for (int l = 0; l < 32; l++) {
+            int v = g % 2 ? qs[l] >> 4 : qs[l] & 15;
+            if (five && (qh[l] >> g & 1)) v += 16;
+            q[l] = (uint8_t)v;
+        }
+        *scale = d * (float)sc;
+        *bias = -(dmin * (float)mn);
+        return;
+    }
+    default: return;
+    }
+}
+
+static int group_bits(int type) { return type == GGML_Q4_0 || type == GGML_Q4_1 || type == GGML_Q4_K ? 4 : 8; }
+
+/* Q4_0/Q4_1/Q4_K -> MLX Q4, Q5_0/Q5_1/Q5_K -> MLX Q8 (codes 0..31), group 32 */
+static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, const int *perm,
+                          kn_weight *w) {
+    int blck = ggml_blck_size(type), bits = group_bits(type);
+    size_t bsz = ggml_type_size(type), nbr = (size_t)cols / (size_t)blck, ng = (size_t)cols / 32;
+    size_t n = ng * (size_t)rows;
+    uint8_t *out = own(m, (size_t)rows * (size_t)cols * (size_t)bits / 8);
+    float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
+    uint8_t q[32];
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * bsz;
+        for (size_t gi = 0; gi < ng; gi++) {
+            size_t e0 = gi * 32;
+            decode_group(type, row + e0 / (size_t)blck * bsz, (int)(e0 % (size_t)blck) / 32, q, &sc[r * ng + gi],
+                         &bi[r * ng + gi]);
+            uint8_t *o = out + ((size_t)r * (size_t)cols + e0) * (size_t)bits / 8;
+            if (bits == 8) memcpy(o, q, 32);
+            else
+                for (int i = 0; i < 16; i++) o[i] = (uint8_t)(q[2 * i] | q[2 * i + 1] << 4);
+        }
+    }
+    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
+    w->bits = bits;
+    w->group_size = 32;
+    w->data = out;
+    put_sb(m, w, sc, bi, n);
+    free(sc);
+    free(bi);
+}
+
+/* Q6_K (16-weight sub-blocks with their own int8 scales: no MLX layout
+ * holds it exactly) -> F32 with ggml's dequantized values, d * sc * q. */
+static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
+    size_t nbr = (size_t)cols / 256;
+    float *out = own(m, sizeof(float) * (size_t)rows * (size_t)cols);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * 210;
+        for (size_t b = 0; b < nbr; b++) {
+            const uint8_t *ql = row + b * 210, *qh = ql + 128;
+            const int8_t *scs = (const int8_t *)(ql + 192);
+            float d = dfl_f16_to_f32(rd16(ql + 208));
+            float *y = out + (size_t)r * (size_t)cols + b * 256;
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *l0 = ql + 64 * n, *h = qh + 32 * n;
+                const int8_t *sc = scs + 8 * n;
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    int q1 = ((l0[l] & 0xF) | ((h[l] >> 0 & 3) << 4)) - 32;
+                    int q2 = ((l0[l + 32] & 0xF) | ((h[l] >> 2 & 3) << 4)) - 32;
+                    int q3 = ((l0[l] >> 4) | ((h[l] >> 4 & 3) << 4)) - 32;
+                    int q4 = ((l0[l + 32] >> 4) | ((h[l] >> 6 & 3) << 4)) - 32;
+                    y[128 * n + l] = d * (float)sc[is] * (float)q1;
+                    y[128 * n + l + 32] = d * (float)sc[is + 2] * (float)q2;
+                    y[128 * n + l + 64] = d * (float)sc[is + 4] * (float)q3;
+                    y[128 * n + l + 96] = d * (float)sc[is + 6] * (float)q4;
+                }
+            }
+        }
+    }
+    w->dtype = KN_F32;
+    w->data = out;
+}
+
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {
+    blocks_weight(m, q41 ? GGML_Q4_1 : GGML_Q4_0, src, rows, cols, perm, w);
+}
+
+void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w) {
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    if (type == GGML_Q8_0) ggm_q8_0_weight(m, src, rows, cols, NULL, w);
+    else if (type == GGML_Q6_K) q6k_weight(m, src, rows, cols, NULL, w);
+    else blocks_weight(m, type, src, rows, cols, NULL, w);
+}
+
+static const gguf_tensor *need_t(const mdl_model *m, const char *name) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) dfl_seterr("%s: missing tensor '%s'", m->gguf->path, name);
+    return t;
+}
+
+/* Bind NAME as a [rows, cols] matrix (GGUF ne = [cols, rows]); permute_hd > 0
+ * puts llama Q/K rows back in HF order. */
+static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int permute_hd, kn_weight *w) {
+    const gguf_tensor *t = need_t(m, name);
+    if (!t) return -1;
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
+        dfl_seterr("%s: tensor '%s': shape [%lld, %lld] (%d dims), expected [%d, %d] (ne0 = columns) from the metadata",
+                   m->gguf->path, name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, cols, rows);
+        return -1;
+    }
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    int *perm = permute_hd > 0 ? unpermute(rows, permute_hd) : NULL;
+    const uint8_t *src = t->data;
+    size_t rb = t->nbytes / (size_t)rows;
+    switch (t->type) {
+    case GGML_F32:
+    case GGML_F16:
+    case GGML_BF16:
+        w->dtype = t->type == GGML_F32 ? KN_F32 : t->type == GGML_F16 ? KN_F16 : KN_BF16;
+        if (perm) {
+            uint8_t *c = own(m, t->nbytes);
+            for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * rb, src + (size_t)perm[r] * rb, rb);
+            src = c;
+        }
+        w->data = src;
+        break;
+    case GGML_Q8_0: ggm_q8_0_weight(m, src, rows, cols, perm, w); break;
+    case GGML_Q4_0:
+    case GGML_Q4_1:
+    case GGML_Q5_0:
+    case GGML_Q5_1:
+    case GGML_Q4_K:
+    case GGML_Q5_K: blocks_weight(m, t->type, src, rows, cols, perm, w); break;
+    case GGML_Q6_K: q6k_weight(m, src, rows, cols, perm, w); break;
+    default:
+        free(perm);
+        dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
+                   "Q5_K, Q6_K)", m->gguf->path, name, ggml_type_name(t->type));
+        return -1;
+    }
+    free(perm);
+    m->weight_bytes += kn_weight_bytes(w);
+    char full[300];
+    snprintf(full, sizeof full, "%s: tensor '%s'", m->gguf->path, name);
+    return kn_check_weight(w, full);
+}
+
+static float *bind_vec(mdl_model *m, const char *name, int n) {
+    const gguf_tensor *t = need_t(m, name);
+    if (!t) return NULL;
+    if (t->n_dims != 1 || t->ne[0] != n) {
+        dfl_seterr("%s: tensor '%s': shape [%lld] (%d dims), expected [%d]", m->gguf->path, name,
+                   (long long)t->ne[0], t->n_dims, n);
+        return NULL;
+    }
+    if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16) {
+        dfl_seterr("%s: tensor '%s': type %s not supported for a vector (F32, F16, BF16)", m->gguf->path, name,
+                   ggml_type_name(t->type));
+        return NULL;
+    }
+    float *v = dfl_malloc(sizeof(float) * (size_t)n);
+    const uint8_t *p = t->data;
+    for (int i = 0; i < n; i++) {
+        if (t->type == GGML_F32) memcpy(&v[i], p + 4 * i, 4);
+        else if (t->type == GGML_F16) v[i] = dfl_f16_to_f32(rd16(p + 2 * i));
+        else v[i] = dfl_bf16_to_f32(rd16(p + 2 * i));
+    }
+    m->weight_bytes += t->nbytes;
+    return v;
+}
+
+int ggm_load(mdl_model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    m->gguf = dfl_calloc(1, sizeof(gguf_file));
+    if (gguf_open(m->gguf, path) != 0) {
+        free(m->gguf);
+        m->gguf = NULL;
+        return -1;
+    }
+    const cfg_model *c = &m->cfg;
+    if (gguf_config(&m->cfg, m->gguf) != 0) goto fail;
+    int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+    int llama = c->arch == CFG_LLAMA;
+    m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
+    if (c->is_draft) {
+        if (bind_mat(m, "fc.weight", H, c->n_taps * H, 0, &m->fc)) goto fail;
+        if (!(m->hidden_norm = bind_vec(m, "enc.output_norm.weight", H))) goto fail;
+    } else {
+        if (bind_mat(m, "token_embd.weight", c->vocab, H, 0, &m->embed)) goto fail;
+        if (c->tie_embeddings) m->lm_head = m->embed;
+        else if (bind_mat(m, "output.weight", c->vocab, H, 0, &m->lm_head)) goto fail;
+    }
+    if (!(m->final_norm = bind_vec(m, "output_norm.weight", H))) goto fail;
+    if (gguf_find_tensor(m->gguf, "rope_freqs.weight")) { /* llama3 scaling as per-frequency divisors */
+        float *f = bind_vec(m, "rope_freqs.weight", hd / 2);
+        if (!f) goto fail;
+        for (int i = 0; i < hd / 2; i++)
+            if (!(f[i] > 0 && f[i] < 1e30f)) {
+                dfl_seterr("%s: tensor 'rope_freqs.weight': entry %d = %g is not a positive factor", path, i, f[i]);
+                free(f);
+                goto fail;
+            }
+        memcpy(m->cfg.rope_div, f, sizeof(float) * (size_t)(hd / 2));
+        m->cfg.n_rope_div = hd / 2;
+        free(f);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        mdl_layer *L = &m->layers[l];
+        char b[96];
+#define MAT(field, sub, r, cc, ph)                                                                                  \
+    snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub);                                                             \
+    if (bind_mat(m, b, r, cc, ph, &L->field)) goto fail;
+#define VEC(field, sub, n)                                                                                          \
+    snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub);                                                             \
+    if (!(L->field = bind_vec(m, b, n))) goto fail;
+        MAT(wq, "attn_q", q, H, llama ? hd : 0);
+        MAT(wk, "attn_k", kv, H, llama ? hd : 0);
+        MAT(wv, "attn_v", kv, H, 0);
+        MAT(wo, "attn_output", H, q, 0);
+        MAT(wg, "ffn_gate", c->inter, H, 0);
+        MAT(wu, "ffn_up", c->inter, H, 0);
+        MAT(wd, "ffn_down", H, c->inter, 0);
+        VEC(in_norm, "attn_norm", H);
+        VEC(post_norm, "ffn_norm", H);
+        if (c->qk_norm) {
+            VEC(q_norm, "attn_q_norm", hd);
+            VEC(k_norm, "attn_k_norm", hd);
+        }
+#undef MAT
+#undef VEC
+    }
+    return 0;
+fail:
+    mdl_free(m);
+    return -1;
+}
+
+/* ------------------------------------------------------------ tokenizer */
+
+static char *cstr(const char *s, size_t n) {
+    char *c = dfl_malloc(n + 1);
+    memcpy(c, s, n);
+    c[n] = 0;
+    return c;
+}
+
+static const gguf_kv *str_array(const gguf_file *g, const char *key, int required) {
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) {
+        if (required) dfl_seterr("%s: missing key '%s'", g->path, key);
+        return NULL;
+    }
+    if (kv->type != GGUF_ARRAY || kv->atype != GGUF_STRING) {
+        dfl_seterr("%s: key '%s' is not an array of strings", g->path, key);
+        return NULL;
+    }
+    return kv;
+}
+
+tok_tokenizer *ggm_tokenizer(const char *path) {
+    gguf_file g;
+    if (gguf_open(&g, path) != 0) return NULL;
+    tok_tokenizer *t = NULL;
+    cJSON *root = NULL;
+    char *tmpl = NULL, *pre = NULL;
+    const char *s;
+    size_t n;
+    if (gguf_get_str(&g, "tokenizer.ggml.model", &s, &n, 1)) goto out;
+    if (!(n == 4 && !memcmp(s, "gpt2", 4))) {
+        char b[64];
+        dfl_seterr("%s: tokenizer.ggml.model '%s' not supported (only gpt2, byte-level BPE)", path, shown(s, n, b));
+        goto out;
+    }
+    const char *re = NULL;
+    int nfc = 0;
+    if (gguf_get_str(&g, "tokenizer.ggml.pre", &s, &n, 0) < 0) goto out;
+    pre = gguf_find_kv(&g, "tokenizer.ggml.pre") ? cstr(s, n) : dfl_strdup("default");
+    if (!strcmp(pre, "qwen2")) {
+        re = QWEN2_RE;
+        nfc = 1;
+    } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3")) {
+        re = LLAMA3_RE;
+    } else if (strcmp(pre, "default") && strcmp(pre, "gpt2")) {
+        char b[64];
+        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
+        goto out;
+    }
+    const gguf_kv *tk = str_array(&g, "tokenizer.ggml.tokens", 1), *mg, *ty = NULL;
+    if (!tk) goto out;
+    if (!(mg = str_array(&g, "tokenizer.ggml.merges", 1))) goto out;
+    ty = gguf_find_kv(&g, "tokenizer.ggml.token_type");
+    if (ty && (ty->type != GGUF_ARRAY || ty->atype == GGUF_STRING || ty->atype == GGUF_FLOAT32 ||
+               ty->atype == GGUF_FLOAT64 || ty->n != tk->n)) {
+        dfl_seterr("%s: tokenizer.ggml.token_type must be an integer array as long as tokenizer.ggml.tokens", path);
+        goto out;
+    }
+    if (tk->n > (1u << 24)) {
+        dfl_seterr("%s: %llu tokens is more than dflash supports", path, (unsigned long long)tk->n);
+        goto out;
+    }
+    root = cJSON_CreateObject();
+    if (nfc) cJSON_AddItemToObject(root, "normalizer", cJSON_Parse("{\"type\": \"NFC\"}"));
+    cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON_AddStringToObject(pt, "type", "Sequence");
+    cJSON *pl = cJSON_AddArrayToObject(pt, "pretokenizers");
+    if (re) {
+        cJSON *sp = cJSON_CreateObject();
+        cJSON_AddStringToObject(sp, "type", "Split");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", re);
+        cJSON_AddStringToObject(sp, "behavior", "Isolated");
+        cJSON_AddBoolToObject(sp, "invert", 0);
+        cJSON_AddItemToArray(pl, sp);
+    }
+    cJSON *bl = cJSON_CreateObject();
+    cJSON_AddStringToObject(bl, "type", "ByteLevel");
+    cJSON_AddBoolToObject(bl, "add_prefix_space", 0);
+    cJSON_AddBoolToObject(bl, "use_regex", re == NULL);
+    cJSON_AddItemToArray(pl, bl);
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    for (uint64_t i = 0; i < tk->n; i++) {
+        s = gguf_arr_str(tk, i, &n);
+        int64_t type = ty ? gguf_arr_int(ty, i) : TT_NORMAL;
+        if (type == TT_UNUSED) continue;
+        if (n == 0 || memchr(s, 0, n)) {
+            dfl_seterr("%s: token %llu is empty or holds a NUL byte", path, (unsigned long long)i);
+            goto out;
+        }
+        char *c = cstr(s, n);
+        if (type == TT_CONTROL || type == TT_USER) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddStringToObject(a, "content", c);
+            cJSON_AddBoolToObject(a, "special", type == TT_CONTROL);
+            cJSON_AddItemToArray(added, a);
+        } else if (type == TT_NORMAL || type == TT_UNKNOWN) {
+            cJSON_AddItemToObject(vocab, c, cJSON_CreateNumber((double)i));
+        } else {
+            free(c);
+            dfl_seterr("%s: token %llu has type %lld (byte tokens are not byte-level BPE)", path,
+                       (unsigned long long)i, (long long)type);
+            goto out;
+        }
+        free(c);
+    }
+    for (uint64_t i = 0; i < mg->n; i++) {
+        s = gguf_arr_str(mg, i, &n);
+        if (memchr(s, 0, n)) {
+            dfl_seterr("%s: merge %llu holds a NUL byte", path, (unsigned long long)i);
+            goto out;
+        }
+        char *c = cstr(s, n);
+        cJSON_AddItemToArray(merges, cJSON_CreateString(c));
+        free(c);
+    }
+    int64_t eos = -1;
+    if (gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) goto out;
+    if (eos < -1 || eos >= (int64_t)tk->n) {
+        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
+        goto out;
+    }
+    int rc = gguf_get_str(&g, "tokenizer.chat_template", &s, &n, 0);
+    if (rc < 0) goto out;
+    if (rc == 0) {
+        if (memchr(s, 0, n)) {
+            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
+            goto out;
+        }
+        tmpl = cstr(s, n);
+    }
+    t = tok_from_json(root, tmpl, (int)eos, path);
+out:
+    cJSON_Delete(root);
+    free(tmpl);
+    free(pre);
+    gguf_close(&g);
+    return t;
+}
+
+/* --------------------------------------------------------------- writing */
+
+void ggm_quantize_q8_0(const float *x, int n, uint8_t *out) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        uint8_t *o = out + 34 * b;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = dfl_f32_to_f16(d);
+        o[0] = (uint8_t)h;
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)roundf(v[i] * id);
+    }
+}
+
+void ggm_quantize_q4_0(const float *x, int n, uint8_t *out) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        uint8_t *o = out + 18 * b;
+        float amax = 0, max = 0; /* the value of largest magnitude, with its sign (first one on ties) */
+        for (int i = 0; i < 32; i++)
+            if (amax < fabsf(v[i])) {
+                amax = fabsf(v[i]);
+                max = v[i];
+            }
+        float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = dfl_f32_to_f16(d);
+        o[0] = (uint8_t)h;
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 16; i++) {
+            int q0 = (int)(int8_t)(v[i] * id + 8.5f), q1 = (int)(int8_t)(v[i + 16] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            o[2 + i] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+typedef struct {
+    gguf_writer *w;
+    void **bufs;
+    int nb;
+    int q8; /* 0 f16, 1 q8_0, 2 q4_0 */
+} conv;
+
+static void *keep(conv *cv, size_t n) {
+    cv->bufs = dfl_realloc(cv->bufs, sizeof(void *) * (size_t)(cv->nb + 1));
+    return cv->bufs[cv->nb++] = dfl_malloc(n ? n : 1);
+}
+
+/* A matrix as F16 or Q8_0 rows (HF row order, or llama's Q/K order when hd > 0). */
+static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
+    int rows = w->rows, cols = w->cols, q8 = cols % 32 == 0 ? cv->q8 : 0;
+    size_t rb = q8 == 1 ? (size_t)cols / 32 * 34 : q8 == 2 ? (size_t)cols / 32 * 18 : (size_t)cols * 2;
+    uint8_t *d = keep(cv, rb * (size_t)rows);
+    float *row = dfl_malloc(sizeof(float) * (size_t)cols);
+    int *perm = hd > 0 ? unpermute(rows, hd) : NULL;
+    for (int r = 0; r < rows; r++) {
+        kn_get_row(row, w, r);
+        /* HF row r goes to GGUF row perm[r] */
+        uint8_t *o = d + (size_t)(perm ? perm[r] : r) * rb;
+        if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
+        else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
+        else
+            for (int j = 0; j < cols; j++) {
+                uint16_t h = dfl_f32_to_f16(row[j]);
+                o[2 * j] = (uint8_t)h;
+                o[2 * j + 1] = (uint8_t)(h >> 8);
+            }
+    }
+    free(row);
+    free(perm);
+    int64_t ne[2] = {cols, rows};
+    gguf_w_tensor(cv->w, name, q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : GGML_F16, 2, ne, d);
+}
+
+static void put_vec(conv *cv, const char *name, const float *v, int n) {
+    float *d = keep(cv, sizeof(float) * (size_t)n);
+    memcpy(d, v, sizeof(float) * (size_t)n);
+    int64_t ne[1] = {n};
+    gguf_w_tensor(cv->w, name, GGML_F32, 1, ne, d);
+}
+
+/* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys */
+static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
+    char *p = dfl_path_join(dir, "tokenizer.json");
+    char *txt = dfl_read_file(p, NULL);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL, *tc = NULL, *cj = NULL;
+    char **tokens = NULL;
+    int32_t *types = NULL;
+    const char **merges = NULL;
+    char **mbuf = NULL;
+    int n = 0, nm = 0, rc = -1;
+    if (!txt) goto out;
+    free(txt);
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a JSON object", p);
+        goto out;
+    }
+    /* the pre-tokenizer regex names llama.cpp's pre-tokenizer */
+    const char *pre = NULL;
+    cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
+        cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "pattern"), "Regex");
+        if (cJSON_IsString(re)) {
+            if (!strcmp(re->valuestring, QWEN2_RE)) pre = "qwen2";
+            else if (!strcmp(re->valuestring, LLAMA3_RE)) pre = "llama-bpe";
+        }
+    }
+    if (!pre) {
+        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
+        goto out;
+    }
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    cJSON *mg = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(mg)) {
+        dfl_seterr("%s: model.vocab or model.merges missing", p);
+        goto out;
+    }
+    n = c->vocab;
+    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble >= n && e->valuedouble < (1 << 24)) n =
+        (int)e->valuedouble + 1;
+    cJSON_ArrayForEach(e, added) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsNumber(id) && id->valuedouble >= n && id->valuedouble < (1 << 24)) n = (int)id->valuedouble + 1;
+    }
+    tokens = dfl_calloc((size_t)n, sizeof(char *));
+    types = dfl_calloc((size_t)n, sizeof(int32_t));
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= n) continue;
+        int id = (int)e->valuedouble;
+        free(tokens[id]);
+        tokens[id] = dfl_strdup(e->string);
+        types[id] = TT_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *ct = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(ct) || id->valuedouble < 0 || id->valuedouble >= n) continue;
+        int i = (int)id->valuedouble;
+        const char *s = ct->valuestring;
+        size_t sl = strlen(s);
+        /* llama.cpp: special tokens, and ones that look special (<|...|>), are CONTROL */
+        int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
+                      (sl >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + sl - 2, "|>"));
+        free(tokens[i]);
+        tokens[i] = dfl_strdup(s);
+        types[i] = special ? TT_CONTROL : TT_USER;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tokens[i]) {
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%d]", i);
+            tokens[i] = dfl_strdup(b);
+            types[i] = TT_UNUSED;
+        }
+    nm = cJSON_GetArraySize(mg);
+    merges = dfl_calloc((size_t)(nm ? nm : 1), sizeof(char *));
+    mbuf = dfl_calloc((size_t)(nm ? nm : 1), sizeof(char *));
+    int k = 0;
+    cJSON_ArrayForEach(e, mg) {
+        if (cJSON_IsString(e)) merges[k] = e->valuestring;
+        else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
+                 cJSON_IsString(e->child->next)) {
+            size_t la = strlen(e->child->valuestring), lb = strlen(e->child->next->valuestring);
+            char *b = mbuf[k] = dfl_malloc(la + lb + 2);
+            memcpy(b, e->child->valuestring, la);
+            b[la] = ' ';
+            memcpy(b + la + 1, e->child->next->valuestring, lb + 1);
+            merges[k] = b;
+        } else {
+            dfl_seterr("%s: merge %d is malformed", p, k);
+            goto out;
+        }
+        k++;
+    }
+    gguf_w_str(cv->w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(cv->w, "tokenizer.ggml.pre", pre);
+    gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
+    gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+    gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+    /* ids: tokenizer_config.json tokens (eos, pad), config.json bos / eos */
+    free(p);
+    p = dfl_path_join(dir, "config.json");
+    txt = dfl_read_file(p, NULL);
+    cj = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    cJSON *bos = cJSON_GetObjectItemCaseSensitive(cj, "bos_token_id");
+    int eos = c->n_eos ? c->eos_ids[0] : -1, pad = -1;
+    free(p);
+    p = dfl_path_join(dir, "tokenizer_config.json");
+    const char *tmpl = NULL;
+    if (dfl_file_exists(p)) {
+        txt = dfl_read_file(p, NULL);
+        tc = txt ? cJSON_Parse(txt) : NULL;
+        free(txt);
+        cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+        if (cJSON_IsString(ct)) tmpl = ct->valuestring;
+        const char *names[2] = {"eos_token", "pad_token"};
+        int *ids[2] = {&eos, &pad};
+        for (int i = 0; i < 2; i++) {
+            cJSON *t = cJSON_GetObjectItemCaseSensitive(tc, names[i]);
+            if (cJSON_IsObject(t)) t = cJSON_GetObjectItemCaseSensitive(t, "content");
+            if (!cJSON_IsString(t)) continue;
+            for (int j = 0; j < n; j++)
+                if (!strcmp(tokens[j], t->valuestring) && types[j] != TT_NORMAL) *ids[i] = j;
+        }
+    }
+    if (cJSON_IsNumber(bos)) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)bos->valuedouble);
+    if (eos >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (pad >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    /* as the tokenizer does here: dflash adds no BOS unless tokenizer_config.json asks (Qwen: never) */
+    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")));
+    if (tmpl) gguf_w_str(cv->w, "tokenizer.chat_template", tmpl);
+    rc = 0;
+out:
+    for (int i = 0; i < n && tokens; i++) free(tokens[i]);
+    free(tokens);
+    free(types);
+    for (int i = 0; i < nm && mbuf; i++) free(mbuf[i]);
+    free(mbuf);
+    free(merges);
+    cJSON_Delete(root);
+    cJSON_Delete(tc);
+    cJSON_Delete(cj);
+    free(p);
+    return rc;
+}
+
+static const char *base_name(const char *dir) {
+    const char *s = dir + strlen(dir);
+    while (s > dir && s[-1] == '/') s--;
+    const char *e = s;
+    while (s > dir && s[-1] != '/') s--;
+    static _Thread_local char b[128];
+    snprintf(b, sizeof b, "%.*s", (int)(e - s), s);
+    return b;
+}
+
+int ggm_convert(const char *in, const char *out, const char *type, const char *tok_dir) {
+    int q8 = 0;
+    if (!type || !strcmp(type, "f16")) q8 = 0;
+    else if (!strcmp(type, "q8_0")) q8 = 1;
+    else if (!strcmp(type, "q4_0")) q8 = 2;
+    else {
+        dfl_seterr("--type '%s' not supported (f16, q8_0 or q4_0)", type);
+        return -1;
+    }
+    char *st = dfl_path_join(in, "model.safetensors");
+    int same = dfl_same_file(in, out) || dfl_same_file(st, out);
+    free(st);
+    if (same) {
+        dfl_seterr("output %s is the input %s: choose another -o", out, in);
+        return -1;
+    }
+    if (gguf_is_gguf(in)) {
+        dfl_seterr("%s is already a GGUF file (convert reads Hugging Face / MLX directories)", in);
+        return -1;
+    }
+    mdl_model m;
+    if (mdl_load(&m, in) != 0) return -1;
+    const cfg_model *c = &m.cfg;
+    int rc = -1;
+    conv cv = {gguf_w_new(), NULL, 0, q8};
+    if (!tok_dir) tok_dir = in;
+    char *tj = dfl_path_join(tok_dir, "tokenizer.json");
+    int has_tok = dfl_file_exists(tj);
+    free(tj);
+    if (!has_tok) {
+        dfl_seterr("%s has no tokenizer.json%s", tok_dir,
+                   c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
+        goto out;
+    }
+    const char *arch = c->is_draft ? "dflash" : c->arch == CFG_QWEN3 ? "qwen3" : "llama";
+    char k[128];
+    gguf_writer *w = cv.w;
+    gguf_w_str(w, "general.architecture", arch);
+    gguf_w_str(w, "general.type", "model");
+    gguf_w_str(w, "general.name", base_name(in));
+    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : 1); /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / F16 */
+    gguf_w_u32(w, "general.quantization_version", 2);
+#define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
+#define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
+    KU("block_count", c->n_layers);
+    KU("context_length", c->max_pos);
+    KU("embedding_length", c->hidden);
+    KU("feed_forward_length", c->inter);
+    KU("attention.head_count", c->n_heads);
+    KU("attention.head_count_kv", c->n_kv_heads);
+    KF("rope.freq_base", c->rope_theta);
+    KF("attention.layer_norm_rms_epsilon", c->eps);
+    KU("attention.key_length", c->head_dim);
+    KU("attention.value_length", c->head_dim);
+    if (c->arch == CFG_LLAMA) {
+        KU("vocab_size", c->vocab);
+        KU("rope.dimension_count", c->head_dim);
+    }
+#undef KU
+#undef KF
+    if (c->is_draft) { /* llama.cpp's DFlash keys: target layers stored +1 (hidden-state index) */
+        int32_t tl[CFG_MAX_TAPS];
+        for (int i = 0; i < c->n_taps; i++) tl[i] = c->tap_layers[i] + 1;
+        snprintf(k, sizeof k, "%s.block_size", arch);
+        gguf_w_u32(w, k, (uint32_t)c->block_size);
+        gguf_w_arr_i32(w, "dflash.target_layers", tl, (uint64_t)c->n_taps);
+        gguf_w_u32(w, "dflash.vocab_size", (uint32_t)c->vocab);
+        gguf_w_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->mask_token_id);
+    }
+    if (put_tokenizer(&cv, tok_dir, c) != 0) goto out;
+    if (c->is_draft) {
+        put_mat(&cv, "fc.weight", &m.fc, 0);
+        put_vec(&cv, "enc.output_norm.weight", m.hidden_norm, c->hidden);
+    } else {
+        put_mat(&cv, "token_embd.weight", &m.embed, 0);
+    }
+    put_vec(&cv, "output_norm.weight", m.final_norm, c->hidden);
+    if (!c->is_draft && m.lm_head.data != m.embed.data) put_mat(&cv, "output.weight", &m.lm_head, 0);
+    int llama = c->arch == CFG_LLAMA;
+    if (c->rope_llama3) { /* llama.cpp's rope_freqs: one divisor per frequency */
+        int half = c->head_dim / 2;
+        float *f = keep(&cv, sizeof(float) * (size_t)half);
+        const double pi = 3.14159265358979323846;
+        double lo_wl = c->rope_orig_max_pos / c->rope_low_freq, hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
+        for (int i = 0; i < half; i++) {
+            float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            double wl = 2 * pi / freq;
+            if (wl < hi_wl) f[i] = 1;
+            else if (wl > lo_wl) f[i] = (float)c->rope_factor;
+            else {
+                double sm = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f[i] = (float)(1 / ((1 - sm) / c->rope_factor + sm));
+            }
+        }
+        int64_t ne[1] = {half};
+        gguf_w_tensor(cv.w, "rope_freqs.weight", GGML_F32, 1, ne, f);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m.layers[l];
+        char b[64];
+#define M(sub, wt, hd) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_mat(&cv, b, wt, hd))
+#define V(sub, v, nn) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_vec(&cv, b, v, nn))
+        V("attn_norm", L->in_norm, c->hidden);
+        M("attn_q", &L->wq, llama ? c->head_dim : 0);
+        M("attn_k", &L->wk, llama ? c->head_dim : 0);
+        M("attn_v", &L->wv, 0);
+        M("attn_output", &L->wo, 0);
+        if (L->q_norm) V("attn_q_norm", L->q_norm, c->head_dim);
+        if (L->k_norm) V("attn_k_norm", L->k_norm, c->head_dim);
+        V("ffn_norm", L->post_norm, c->hidden);
+        M("ffn_gate", &L->wg, 0);
+        M("ffn_up", &L->wu, 0);
+        M("ffn_down", &L->wd, 0);
+#undef M
+#undef V
+    }
+    rc = gguf_w_write(w, out);
+out:
+    gguf_w_free(cv.w);
+    for (int i = 0; i < cv.nb; i++) free(cv.bufs[i]);
+    free(cv.bufs);
+    mdl_free(&m);
+    return rc;
+}

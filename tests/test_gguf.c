@@ -1,0 +1,866 @@
+/* test_gguf.c - the GGUF reader, writer and model loading.
+ *
+ *   - writer -> reader round trip of every value type and of tensors;
+ *   - hostile files (made here by editing a good one): each fails with one
+ *     line naming the file and the culprit, never a crash;
+ *   - dflash convert of the tiny test models: every weight of the F16 GGUF is
+ *     the f16 rounding of the checkpoint's; every weight of the Q8_0 GGUF is
+ *     bit-identical to the engine's own q8_0 quantization of the checkpoint
+ *     (--quant q8_0), so greedy tokens are equal too; llama's Q/K rows come
+ *     back in Hugging Face order after llama.cpp's permutation;
+ *   - Q4_0 / Q4_1 blocks convert exactly to the MLX 4-bit layout;
+ *   - the tokenizer from the GGUF gives the ids of tokenizer.json. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "check.h"
+#include "dflash.h"
+#include "gguf.h"
+#include "gguf_model.h"
+#include "model.h"
+#include "quant.h"
+#include "rope.h"
+#include <math.h>
+#include "tokenizer.h"
+#include "util.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", p);
+        exit(1);
+    }
+}
+
+/* ----------------------------------------------------------- round trip */
+
+static float f32v[3] = {1.5f, -2.0f, 3.25f};
+static uint16_t f16data[64 * 2];
+
+static void write_sample(const char *p) {
+    gguf_writer *w = gguf_w_new();
+    gguf_w_str(w, "general.architecture", "test");
+    gguf_w_u32(w, "a.u32", 4000000000u);
+    gguf_w_i32(w, "a.i32", -7);
+    gguf_w_f32(w, "a.f32", 0.25f);
+    gguf_w_bool(w, "a.bool", 1);
+    const char *strs[] = {"x", "", "h\xc3\xa9llo"};
+    gguf_w_arr_str(w, "a.strs", strs, 3);
+    int32_t iv[4] = {1, -2, 3, -4};
+    gguf_w_arr_i32(w, "a.i32s", iv, 4);
+    gguf_w_arr_f32(w, "a.f32s", f32v, 3);
+    for (int i = 0; i < 128; i++) f16data[i] = dfl_f32_to_f16((float)i);
+    int64_t ne[2] = {64, 2}, ne1[1] = {3};
+    gguf_w_tensor(w, "t.f16", GGML_F16, 2, ne, f16data);
+    gguf_w_tensor(w, "t.f32", GGML_F32, 1, ne1, f32v);
+    if (gguf_w_write(w, p) != 0) fprintf(stderr, "write: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+}
+
+TEST(round_trip) {
+    const char *p = tpath("sample.gguf");
+    write_sample(p);
+    CHECK(gguf_is_gguf(p), "magic");
+    gguf_file g;
+    CHECK(gguf_open(&g, p) == 0, "open: %s", dfl_lasterr());
+    if (!g.path) return;
+    int64_t v;
+    double d;
+    int b;
+    const char *s;
+    size_t n;
+    CHECK(g.version == 3 && g.n_kv == 8 && g.n_tensors == 2, "counts %u %d %d", g.version, g.n_kv, g.n_tensors);
+    CHECK(gguf_get_int(&g, "a.u32", &v, 1) == 0 && v == 4000000000LL, "u32");
+    CHECK(gguf_get_int(&g, "a.i32", &v, 1) == 0 && v == -7, "i32");
+    CHECK(gguf_get_float(&g, "a.f32", &d, 1) == 0 && d == 0.25, "f32");
+    CHECK(gguf_get_bool(&g, "a.bool", &b, 1) == 0 && b == 1, "bool");
+    CHECK(gguf_get_str(&g, "general.architecture", &s, &n, 1) == 0 && n == 4 && !memcmp(s, "test", 4), "str");
+    CHECK(gguf_get_int(&g, "missing", &v, 0) == 1, "optional missing");
+    CHECK(gguf_get_int(&g, "missing", &v, 1) == -1 && strstr(dfl_lasterr(), "missing key 'missing'"), "required");
+    CHECK(gguf_get_int(&g, "a.f32", &v, 1) == -1 && strstr(dfl_lasterr(), "expected an integer"), "%s",
+          dfl_lasterr());
+    const gguf_kv *kv = gguf_find_kv(&g, "a.strs");
+    CHECK(kv && kv->type == GGUF_ARRAY && kv->atype == GGUF_STRING && kv->n == 3, "strs");
+    if (kv) {
+        s = gguf_arr_str(kv, 2, &n);
+        CHECK(n == 6 && !memcmp(s, "h\xc3\xa9llo", 6), "strs[2]");
+        s = gguf_arr_str(kv, 1, &n);
+        CHECK(n == 0, "strs[1]");
+    }
+    kv = gguf_find_kv(&g, "a.i32s");
+    CHECK(kv && kv->n == 4 && gguf_arr_int(kv, 3) == -4, "i32s");
+    kv = gguf_find_kv(&g, "a.f32s");
+    CHECK(kv && kv->n == 3 && gguf_arr_float(kv, 2) == 3.25, "f32s");
+    const gguf_tensor *t = gguf_find_tensor(&g, "t.f16");
+    CHECK(t && t->type == GGML_F16 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 2 && t->nbytes == 256,
+          "t.f16 info");
+    CHECK(t && !memcmp(t->data, f16data, 256), "t.f16 data");
+    CHECK(t && (t->offset % 32) == 0 && ((size_t)((const uint8_t *)t->data - g.map.data) % 32) == 0, "aligned");
+    t = gguf_find_tensor(&g, "t.f32");
+    CHECK(t && t->nbytes == 12 && !memcmp(t->data, f32v, 12), "t.f32");
+    gguf_close(&g);
+}
+
+/* ------------------------------------------------------------ bad files */
+
+/* Offsets of the fields of sample.gguf, found by walking it. */
+typedef struct {
+    size_t kv0_type;  /* u32 type of the first kv (general.architecture) */
+    size_t strs_len0; /* u64 length of a.strs element 0 */
+    size_t strs_count;
+    size_t arr_type;  /* u32 element type of a.strs */
+    size_t bool_val;
+    size_t t0_ndims, t0_ne0, t0_type, t0_off, t1_off;
+    size_t t0_name_len;
+    size_t key1_len; /* u64 length of the second key */
+} layout;
+
+static uint64_t rd(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void wr(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint8_t *find(uint8_t *b, size_t n, const char *s) {
+    size_t k = strlen(s);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(b + i, s, k)) return b + i;
+    return NULL;
+}
+
+static layout find_layout(const uint8_t *b) {
+    layout L = {0};
+    size_t o = 24;
+    for (int k = 0; k < 8; k++) {
+        if (k == 1) L.key1_len = o;
+        size_t kl = rd(b + o, 8);
+        char key[64] = {0};
+        memcpy(key, b + o + 8, kl < 63 ? kl : 63);
+        o += 8 + kl;
+        uint32_t ty = (uint32_t)rd(b + o, 4);
+        if (k == 0) L.kv0_type = o;
+        o += 4;
+        if (ty == GGUF_STRING) o += 8 + rd(b + o, 8);
+        else if (ty == GGUF_ARRAY) {
+            uint32_t at = (uint32_t)rd(b + o, 4);
+            uint64_t n = rd(b + o + 4, 8);
+            if (!strcmp(key, "a.strs")) {
+                L.arr_type = o;
+                L.strs_count = o + 4;
+                L.strs_len0 = o + 12;
+            }
+            o += 12;
+            for (uint64_t i = 0; i < n; i++) o += at == GGUF_STRING ? 8 + rd(b + o, 8) : 4;
+        } else {
+            if (ty == GGUF_BOOL) L.bool_val = o;
+            o += ty == GGUF_BOOL ? 1 : 4;
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        if (t == 0) L.t0_name_len = o;
+        o += 8 + rd(b + o, 8);
+        uint32_t nd = (uint32_t)rd(b + o, 4);
+        if (t == 0) {
+            L.t0_ndims = o;
+            L.t0_ne0 = o + 4;
+        }
+        o += 4 + 8 * nd;
+        if (t == 0) L.t0_type = o;
+        o += 4;
+        if (t == 0) L.t0_off = o;
+        else L.t1_off = o;
+        o += 8;
+    }
+    return L;
+}
+
+typedef struct {
+    const char *what;
+    size_t *at; /* field to patch (NULL: special) */
+    uint64_t val;
+    int width;
+    const char *expect;
+} bad_case;
+
+TEST(bad_files) {
+    const char *good = tpath("sample.gguf");
+    write_sample(good);
+    size_t n;
+    uint8_t *orig = (uint8_t *)dfl_read_file(good, &n);
+    if (!orig) return;
+    layout L = find_layout(orig);
+    size_t zero = 0, four = 4, eight = 8, sixteen = 16;
+    const bad_case cases[] = {
+        {"bad magic", &zero, 0x4655474B, 4, "not a GGUF file"},
+        {"version 1", &four, 1, 4, "version 1 not supported"},
+        {"big-endian version", &four, 0x03000000, 4, "not supported"},
+        {"huge tensor count", &eight, (uint64_t)1 << 60, 8, "tensor count"},
+        {"huge kv count", &sixteen, (uint64_t)1 << 40, 8, "key/value count"},
+        {"kv count past the end", &sixteen, 60, 8, "cannot fit"},
+        {"unknown value type", &L.kv0_type, 99, 4, "unknown value type 99"},
+        {"key length past the end", &L.key1_len, (uint64_t)1 << 62, 8, "truncated"},
+        {"empty key", &L.key1_len, 0, 8, "bad length 0"},
+        {"nested array", &L.arr_type, GGUF_ARRAY, 4, "array of arrays"},
+        {"array of unknown type", &L.arr_type, 77, 4, "unknown values"},
+        {"string count too large", &L.strs_count, (uint64_t)1 << 61, 8, "cannot fit"},
+        {"string length past the end", &L.strs_len0, (uint64_t)1 << 40, 8, "truncated"},
+        {"bool 2", &L.bool_val, 2, 1, "bool value 2"},
+        {"0 dims", &L.t0_ndims, 0, 4, "0 dimensions"},
+        {"5 dims", &L.t0_ndims, 5, 4, "5 dimensions"},
+        {"zero dimension", &L.t0_ne0, 0, 8, "is zero or too large"},
+        {"huge dimension", &L.t0_ne0, (uint64_t)1 << 63, 8, "is zero or too large"},
+        {"row not a block multiple", &L.t0_type, GGML_Q4_K, 4, "not a multiple of Q4_K's block"},
+        {"unknown tensor type", &L.t0_type, 99, 4, "unknown or unsupported ggml type 99"},
+        {"misaligned offset", &L.t0_off, 8, 8, "not a multiple of the alignment"},
+        {"offset past the end", &L.t1_off, (uint64_t)1 << 40, 8, "beyond the data section"},
+        {"offset wraps", &L.t1_off, UINT64_MAX - 31, 8, "beyond the data section"},
+        {"overlapping tensors", &L.t1_off, 0, 8, "overlap"},
+        {"tensor name past the end", &L.t0_name_len, (uint64_t)1 << 50, 8, "truncated"},
+    };
+    const char *bad = tpath("bad.gguf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *b = dfl_malloc(n);
+        memcpy(b, orig, n);
+        wr(b + *cases[i].at, cases[i].val, cases[i].width);
+        write_file(bad, b, n);
+        free(b);
+        gguf_file g;
+        int rc = gguf_open(&g, bad);
+        const char *e = dfl_lasterr();
+        CHECK(rc == -1, "%s: accepted", cases[i].what);
+        if (rc == 0) {
+            gguf_close(&g);
+            continue;
+        }
+        CHECK(strstr(e, bad) == e && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: message '%s'",
+              cases[i].what, e);
+    }
+    /* every truncation of the header and infos fails cleanly */
+    for (size_t cut = 0; cut < 420 && cut < n; cut += 7) {
+        write_file(bad, orig, cut);
+        gguf_file g;
+        int rc = gguf_open(&g, bad);
+        CHECK(rc == -1 && strstr(dfl_lasterr(), bad), "cut at %zu: rc %d '%s'", cut, rc, dfl_lasterr());
+        if (rc == 0) gguf_close(&g);
+    }
+    /* a duplicate key and a duplicate tensor name: rename a.i32 to a.u32, t.f32 to t.f16 */
+    {
+        uint8_t *b = dfl_malloc(n);
+        memcpy(b, orig, n);
+        uint8_t *k = find(b, n, "a.i32");
+        if (k) memcpy(k, "a.u32", 5);
+        write_file(bad, b, n);
+        gguf_file g;
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "key 'a.u32' appears twice"), "dup key: %s",
+              dfl_lasterr());
+        memcpy(b, orig, n);
+        k = find(b, n, "a.bool");
+        if (k) k[1] = '\n';
+        write_file(bad, b, n);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "control character") && !strchr(dfl_lasterr(), '\n'),
+              "newline in a key: %s", dfl_lasterr());
+        memcpy(b, orig, n);
+        k = find(b, n, "t.f32");
+        if (k) memcpy(k, "t.f16", 5);
+        write_file(bad, b, n);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "tensor 't.f16' appears twice"), "dup tensor: %s",
+              dfl_lasterr());
+        free(b);
+    }
+    free(orig);
+    /* bad general.alignment */
+    {
+        gguf_writer *w = gguf_w_new();
+        gguf_w_u32(w, "general.alignment", 24);
+        gguf_w_write(w, bad);
+        gguf_w_free(w);
+        gguf_file g;
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "not a power of two"), "%s", dfl_lasterr());
+        w = gguf_w_new();
+        gguf_w_str(w, "general.alignment", "32");
+        gguf_w_write(w, bad);
+        gguf_w_free(w);
+        CHECK(gguf_open(&g, bad) == -1 && strstr(dfl_lasterr(), "expected uint32"), "%s", dfl_lasterr());
+    }
+    /* not a file */
+    gguf_file g;
+    CHECK(gguf_open(&g, tmpdir) == -1 && strstr(dfl_lasterr(), tmpdir), "dir: %s", dfl_lasterr());
+}
+
+/* ----------------------------------------------------- model conversion */
+
+static char qwen_f16[512], qwen_q8[512];
+
+static int convert(const char *in, const char *out, const char *type) {
+    int rc = ggm_convert(in, out, type, NULL);
+    if (rc) fprintf(stderr, "  convert %s: %s\n", in, dfl_lasterr());
+    return rc;
+}
+
+/* Every matrix of a and b, row by row through kn_get_row, equal (b's row
+ * values passed through round() first when round is set). */
+static int same_weights(const mdl_model *a, const mdl_model *b, float (*round)(float), const char *what) {
+    const kn_weight *wa[8], *wb[8];
+    int bad = 0;
+    float *x = NULL, *y = NULL;
+    for (int l = -1; l < a->cfg.n_layers && !bad; l++) {
+        int k = 0;
+        if (l < 0) {
+            wa[k] = &a->embed, wb[k++] = &b->embed;
+            wa[k] = &a->lm_head, wb[k++] = &b->lm_head;
+        } else {
+            const mdl_layer *A = &a->layers[l], *B = &b->layers[l];
+            const kn_weight *xa[] = {&A->wq, &A->wk, &A->wv, &A->wo, &A->wg, &A->wu, &A->wd};
+            const kn_weight *xb[] = {&B->wq, &B->wk, &B->wv, &B->wo, &B->wg, &B->wu, &B->wd};
+            for (int i = 0; i < 7; i++) wa[k] = xa[i], wb[k++] = xb[i];
+            for (int i = 0; i < a->cfg.hidden; i++)
+                if (A->in_norm[i] != B->in_norm[i] || A->post_norm[i] != B->post_norm[i]) bad = 1;
+        }
+        for (int i = 0; i < k && !bad; i++) {
+            if (wa[i]->rows != wb[i]->rows || wa[i]->cols != wb[i]->cols) {
+                bad = 1;
+                break;
+            }
+            x = dfl_realloc(x, sizeof(float) * (size_t)wa[i]->cols);
+            y = dfl_realloc(y, sizeof(float) * (size_t)wa[i]->cols);
+            for (int r = 0; r < wa[i]->rows && !bad; r++) {
+                kn_get_row(x, wa[i], r);
+                kn_get_row(y, wb[i], r);
+                for (int j = 0; j < wa[i]->cols; j++) {
+                    float want = round ? round(y[j]) : y[j];
+                    if (memcmp(&x[j], &want, 4)) {
+                        fprintf(stderr, "  %s: layer %d matrix %d row %d col %d: %g vs %g\n", what, l, i, r, j, x[j],
+                                want);
+                        bad = 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    free(x);
+    free(y);
+    return !bad;
+}
+
+static float to_f16(float v) { return dfl_f16_to_f32(dfl_f32_to_f16(v)); }
+
+TEST(convert_qwen3) {
+    snprintf(qwen_f16, sizeof qwen_f16, "%s/qwen-f16.gguf", tmpdir);
+    snprintf(qwen_q8, sizeof qwen_q8, "%s/qwen-q8_0.gguf", tmpdir);
+    CHECK(convert("tests/models/tiny-qwen3", qwen_f16, "f16") == 0, "f16");
+    CHECK(convert("tests/models/tiny-qwen3", qwen_q8, "q8_0") == 0, "q8_0");
+    mdl_model hf, f16, q8;
+    if (mdl_load(&hf, "tests/models/tiny-qwen3") != 0) return;
+    CHECK(mdl_load(&f16, qwen_f16) == 0, "load f16: %s", dfl_lasterr());
+    CHECK(mdl_load(&q8, qwen_q8) == 0, "load q8: %s", dfl_lasterr());
+    const cfg_model *a = &hf.cfg, *b = &f16.cfg;
+    CHECK(a->hidden == b->hidden && a->inter == b->inter && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+              a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->vocab == b->vocab &&
+              a->eps == b->eps && a->rope_theta == b->rope_theta && a->max_pos == b->max_pos &&
+              a->tie_embeddings == b->tie_embeddings && b->qk_norm && b->arch == CFG_QWEN3,
+          "config differs");
+    CHECK(b->n_eos >= 1 && b->eos_ids[0] == 151645, "eos %d", b->eos_ids[0]);
+    CHECK(f16.layers[0].wq.dtype == KN_F16 && q8.layers[0].wq.dtype == KN_Q8 && q8.layers[0].wq.group_size == 32,
+          "dtypes");
+    CHECK(same_weights(&f16, &hf, to_f16, "f16"), "f16 weights are not the f16 rounding of the checkpoint's");
+    CHECK(qt_model(&hf, QT_Q8_0, 0) == 0, "qt_model");
+    CHECK(same_weights(&q8, &hf, NULL, "q8_0"), "q8_0 weights differ from --quant q8_0");
+    mdl_free(&hf);
+    mdl_free(&f16);
+    mdl_free(&q8);
+}
+
+static int32_t *greedy(const char *model, const char *quant, const char *text, size_t *n) {
+    dflash_params p = dflash_default_params();
+    p.n_threads = 2;
+    p.quant = quant;
+    dflash_model *m = dflash_load(model, NULL, &p);
+    if (!m) {
+        fprintf(stderr, "  load %s: %s\n", model, dflash_error());
+        return NULL;
+    }
+    int32_t *ids = NULL, *out = NULL;
+    size_t ni = 0;
+    *n = 0;
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 24;
+    g.ignore_eos = 1;
+    if (dflash_tokenize(m, text, strlen(text), &ids, &ni) == 0)
+        dflash_generate(m, ids, ni, &g, NULL, NULL, &out, n, NULL);
+    free(ids);
+    dflash_free(m);
+    return out;
+}
+
+TEST(q8_0_tokens_equal_engine_q8_0) {
+    const char *prompts[] = {"The quick brown", "Hello, world", "def f(x): return x"}; /* ids < 16384 */
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        int32_t *a = greedy("tests/models/tiny-qwen3", "q8_0", prompts[i], &na);
+        int32_t *b = greedy(qwen_q8, NULL, prompts[i], &nb);
+        CHECK(a && b && na == 24 && na == nb && !memcmp(a, b, na * 4), "prompt %d", i);
+        free(a);
+        free(b);
+    }
+}
+
+/* tiny-llama3 without its rope scaling: the permuted Q/K rows must come
+ * back in HF order */
+TEST(convert_llama) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    mkdir(dir, 0777);
+    char *txt = dfl_read_file("tests/models/tiny-llama3/config.json", NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!j) return;
+    cJSON_DeleteItemFromObject(j, "rope_scaling");
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    write_file(p, s, strlen(s));
+    free(s);
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return;
+    const char *links[] = {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                           "model-00003-of-00003.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                           "tokenizer_config.json"};
+    for (int i = 0; i < 6; i++) {
+        char src[4200];
+        snprintf(src, sizeof src, "%s/tests/models/tiny-llama3/%s", cwd, links[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, links[i]);
+        if (symlink(src, p) != 0) fprintf(stderr, "symlink %s\n", p);
+    }
+    const char *out = tpath("llama-f16.gguf");
+    CHECK(convert(dir, out, "f16") == 0, "convert");
+    mdl_model hf, gg;
+    if (mdl_load(&hf, dir) != 0) {
+        fprintf(stderr, "  %s\n", dfl_lasterr());
+        return;
+    }
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    CHECK(gg.cfg.arch == CFG_LLAMA && !gg.cfg.qk_norm && !gg.cfg.tie_embeddings, "config");
+    CHECK(same_weights(&gg, &hf, to_f16, "llama f16"), "weights");
+    /* the file itself holds permuted rows: GGUF row 1 of attn_q is HF row hd/2 */
+    gguf_file g;
+    if (gguf_open(&g, out) == 0) {
+        const gguf_tensor *t = gguf_find_tensor(&g, "blk.0.attn_q.weight");
+        float x[64];
+        kn_get_row(x, &hf.layers[0].wq, hf.cfg.head_dim / 2);
+        const uint16_t *row1 = (const uint16_t *)t->data + t->ne[0];
+        CHECK(t && dfl_f16_to_f32(row1[0]) == to_f16(x[0]) && dfl_f16_to_f32(row1[5]) == to_f16(x[5]),
+              "row 1 is not HF row hd/2");
+        gguf_close(&g);
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+/* tiny-llama3 with its llama3 RoPE scaling: rope_freqs.weight carries it;
+ * the cos/sin tables agree with the config.json formula to float rounding,
+ * and greedy tokens are the same */
+TEST(llama3_rope_freqs) {
+    const char *out = tpath("llama3-f16.gguf");
+    CHECK(convert("tests/models/tiny-llama3", out, "f16") == 0, "convert");
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "tests/models/tiny-llama3") != 0) return;
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    if (!gg.layers) {
+        mdl_free(&hf);
+        return;
+    }
+    CHECK(gg.cfg.n_rope_div == hf.cfg.head_dim / 2 && !gg.cfg.rope_llama3 && hf.cfg.rope_llama3, "rope config");
+    int n = 512, half = hf.cfg.head_dim / 2;
+    float *c1 = dfl_malloc(sizeof(float) * (size_t)(n * half)), *s1 = dfl_malloc(sizeof(float) * (size_t)(n * half));
+    float *c2 = dfl_malloc(sizeof(float) * (size_t)(n * half)), *s2 = dfl_malloc(sizeof(float) * (size_t)(n * half));
+    rope_fill(&hf.cfg, n, c1, s1);
+    rope_fill(&gg.cfg, n, c2, s2);
+    double worst = 0;
+    for (int i = 0; i < n * half; i++) {
+        double d = fabs((double)c1[i] - c2[i]) + fabs((double)s1[i] - s2[i]);
+        if (d > worst) worst = d;
+    }
+    fprintf(stderr, "  largest cos/sin difference over %d positions: %.3g\n", n, worst);
+    CHECK(worst < 1e-4, "rope tables differ by %g", worst);
+    free(c1), free(s1), free(c2), free(s2);
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* and the engine uses them (the CPU backend once built its own tables
+     * without them): the same greedy tokens as the directory */
+    const char *prompts[] = {"The quick brown", "Hello, world", "def f(x): return x"};
+    for (int i = 0; i < 3; i++) {
+        size_t na, nb;
+        int32_t *a = greedy("tests/models/tiny-llama3", NULL, prompts[i], &na);
+        int32_t *b = greedy(out, NULL, prompts[i], &nb);
+        CHECK(a && b && na == 24 && na == nb && !memcmp(a, b, na * 4), "prompt %d", i);
+        free(a);
+        free(b);
+    }
+}
+
+/* the demo draft as architecture dflash: its config and weights come back */
+TEST(convert_draft) {
+    const char *out = tpath("draft.gguf");
+    CHECK(ggm_convert("models/demo/draft", out, "f16", NULL) == -1 && strstr(dfl_lasterr(), "--target"), "%s",
+          dfl_lasterr());
+    CHECK(ggm_convert("models/demo/draft", out, "f16", "models/demo/target") == 0, "convert: %s", dfl_lasterr());
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "models/demo/draft") != 0) return;
+    CHECK(mdl_load(&gg, out) == 0, "load: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg, *b = &gg.cfg;
+        CHECK(b->is_draft && b->block_size == a->block_size && b->mask_token_id == a->mask_token_id &&
+                  b->n_taps == a->n_taps && !memcmp(b->tap_layers, a->tap_layers, sizeof(int) * (size_t)a->n_taps) &&
+                  b->vocab == a->vocab && b->n_layers == a->n_layers && b->hidden == a->hidden,
+              "draft config differs");
+        gguf_file g;
+        if (gguf_open(&g, out) == 0) {
+            const gguf_kv *tl = gguf_find_kv(&g, "dflash.target_layers");
+            CHECK(tl && tl->n == 3 && gguf_arr_int(tl, 0) == a->tap_layers[0] + 1, "target_layers stored +1");
+            gguf_close(&g);
+        }
+        int bad = 0;
+        float x[1024], y[1024];
+        for (int r = 0; r < hf.fc.rows && !bad; r++) {
+            kn_get_row(x, &gg.fc, r);
+            kn_get_row(y, &hf.fc, r);
+            for (int j = 0; j < hf.fc.cols; j++) bad |= x[j] != to_f16(y[j]);
+        }
+        for (int i = 0; i < a->hidden; i++) bad |= gg.hidden_norm[i] != hf.hidden_norm[i];
+        CHECK(!bad, "fc / hidden_norm differ");
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+/* Q4_0 and Q4_1 blocks -> MLX Q4, exact; an unsupported type is named */
+TEST(q4_blocks) {
+    enum { R = 2, C = 64 };
+    uint8_t q40[R * C / 32 * 18], q41[R * C / 32 * 20];
+    float want0[R][C], want1[R][C];
+    uint32_t seed = 12345;
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < C / 32; b++) {
+            uint8_t *p0 = q40 + (r * (C / 32) + b) * 18, *p1 = q41 + (r * (C / 32) + b) * 20;
+            uint16_t d = dfl_f32_to_f16(0.01f * (float)(r + b + 1)), mn = dfl_f32_to_f16(-0.3f * (float)(b + 1));
+            wr(p0, d, 2);
+            wr(p1, d, 2);
+            wr(p1 + 2, mn, 2);
+            for (int i = 0; i < 16; i++) {
+                seed = seed * 1103515245u + 12345u;
+                uint8_t v = (uint8_t)(seed >> 16);
+                p0[2 + i] = v;
+                p1[4 + i] = v;
+                for (int h = 0; h < 2; h++) {
+                    int q = h ? v >> 4 : v & 15, j = b * 32 + i + 16 * h;
+                    want0[r][j] = dfl_f16_to_f32(d) * (float)(q - 8);
+                    want1[r][j] = dfl_f16_to_f32(d) * (float)q + dfl_f16_to_f32(mn);
+                }
+            }
+        }
+    for (int k = 0; k < 2; k++) {
+        mdl_model m;
+        memset(&m, 0, sizeof m);
+        kn_weight w = {.rows = R, .cols = C};
+        ggm_q4_weight(&m, k ? q41 : q40, R, C, NULL, k, &w);
+        CHECK(w.dtype == KN_Q4 && w.group_size == 32 && kn_check_weight(&w, "q4") == 0, "weight");
+        float x[C];
+        for (int r = 0; r < R; r++) {
+            kn_get_row(x, &w, r);
+            CHECK(!memcmp(x, k ? want1[r] : want0[r], sizeof x), "Q4_%d row %d differs", k, r);
+        }
+        mdl_free(&m);
+    }
+}
+
+/* qwen_f16 rewritten: key DROP left out, key SET (type/value by kind) put
+ * in its place (or added), tensor RETYPE given type Q8_1 with fitting bytes,
+ * tensor DROPT left out. */
+static const char *rewrite_src = qwen_f16;
+static const char *rewrite(const char *drop, const char *set, int kind, const char *sval, double nval,
+                           const char *retype, const char *dropt) {
+    static char out[600];
+    snprintf(out, sizeof out, "%s/bad-model.gguf", tmpdir);
+    gguf_file g;
+    if (gguf_open(&g, rewrite_src) != 0) return out;
+    gguf_writer *w = gguf_w_new();
+    int done = 0;
+    for (int i = 0; i < g.n_kv; i++) {
+        const gguf_kv *kv = &g.kv[i];
+        if (set && !strcmp(kv->key, set)) {
+            if (kind == 's') gguf_w_str(w, set, sval);
+            else if (kind == 'f') gguf_w_f32(w, set, (float)nval);
+            else gguf_w_u32(w, set, (uint32_t)nval);
+            done = 1;
+        } else if (!drop || strcmp(kv->key, drop)) {
+            gguf_w_copy_kv(w, kv);
+        }
+    }
+    if (set && !done) {
+        if (kind == 's') gguf_w_str(w, set, sval);
+        else if (kind == 'f') gguf_w_f32(w, set, (float)nval);
+        else gguf_w_u32(w, set, (uint32_t)nval);
+    }
+    static uint8_t *q5;
+    for (int i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.t[i];
+        if (dropt && !strcmp(t->name, dropt)) continue;
+        if (retype && !strcmp(t->name, retype)) {
+            size_t nb = (size_t)(t->ne[0] * t->ne[1] / 32 * 36);
+            q5 = dfl_realloc(q5, nb);
+            memset(q5, 0, nb);
+            gguf_w_tensor(w, t->name, GGML_Q8_1, t->n_dims, t->ne, q5);
+        } else {
+            gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+        }
+    }
+    if (gguf_w_write(w, out) != 0) fprintf(stderr, "  rewrite: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    return out;
+}
+
+TEST(bad_models) {
+    static const struct {
+        const char *what, *drop, *set;
+        int kind;
+        const char *sval;
+        double nval;
+        const char *retype, *dropt, *expect;
+    } cases[] = {
+        {"other architecture", NULL, "general.architecture", 's', "gemma3", 0, NULL, NULL,
+         "unsupported architecture 'gemma3'"},
+        {"no block_count", "qwen3.block_count", NULL, 0, NULL, 0, NULL, NULL, "missing key 'qwen3.block_count'"},
+        {"string hidden size", NULL, "qwen3.embedding_length", 's', "32", 0, NULL, NULL,
+         "key 'qwen3.embedding_length' is string, expected an integer"},
+        {"zero heads", NULL, "qwen3.attention.head_count", 'u', NULL, 0, NULL, NULL, "sizes must be positive"},
+        {"4e9 layers", NULL, "qwen3.block_count", 'u', NULL, 4e9, NULL, NULL, "\"num_hidden_layers\" must be an integer"},
+        {"2000 layers", NULL, "qwen3.block_count", 'u', NULL, 2000, NULL, NULL, "larger than dflash supports"},
+        {"odd head size", NULL, "qwen3.attention.key_length", 'u', NULL, 7, NULL, NULL, "value_length"},
+        {"bad eps", NULL, "qwen3.attention.layer_norm_rms_epsilon", 'f', NULL, -1, NULL, NULL,
+         "rms_norm_eps -1 out of range"},
+        {"yarn", NULL, "qwen3.rope.scaling.type", 's', "yarn", 0, NULL, NULL, "'yarn' not supported"},
+        {"missing tensor", NULL, NULL, 0, NULL, 0, NULL, "blk.3.attn_k.weight", "missing tensor 'blk.3.attn_k.weight'"},
+        {"Q8_1 tensor", NULL, NULL, 0, NULL, 0, "blk.0.ffn_up.weight", NULL,
+         "tensor 'blk.0.ffn_up.weight': type Q8_1 not supported"},
+        {"Q8_1 norm", NULL, NULL, 0, NULL, 0, "output_norm.weight", NULL, "type Q8_1 not supported for a vector"},
+        {"spm tokenizer", NULL, "tokenizer.ggml.model", 's', "llama", 0, NULL, NULL,
+         "tokenizer.ggml.model 'llama' not supported"},
+        {"unknown pre", NULL, "tokenizer.ggml.pre", 's', "deepseek-v3", 0, NULL, NULL,
+         "tokenizer.ggml.pre 'deepseek-v3' not supported"},
+        {"eos out of range", NULL, "tokenizer.ggml.eos_token_id", 'u', NULL, 1e9, NULL, NULL,
+         "eos_token_id 1000000000 is not a token"},
+        {"no tokens", "tokenizer.ggml.tokens", NULL, 0, NULL, 0, NULL, NULL, "missing key 'tokenizer.ggml.tokens'"},
+    };
+    dflash_params p = dflash_default_params();
+    p.n_threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *f = rewrite(cases[i].drop, cases[i].set, cases[i].kind, cases[i].sval, cases[i].nval,
+                                cases[i].retype, cases[i].dropt);
+        dflash_model *m = dflash_load(f, NULL, &p);
+        const char *e = dflash_error();
+        CHECK(!m, "%s: loaded", cases[i].what);
+        if (m) {
+            dflash_free(m);
+            continue;
+        }
+        CHECK(strstr(e, f) && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: '%s'", cases[i].what, e);
+    }
+    /* a chat template the engine does not know: loads, chat prompts fail clearly */
+    const char *f = rewrite(NULL, "tokenizer.chat_template", 's', "{% for m in messages %}{{ m.content }}{% endfor %}",
+                            0, NULL, NULL);
+    dflash_model *m = dflash_load(f, NULL, &p);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (m) {
+        dflash_message msg = {"user", "hi"};
+        char *s = dflash_chat_prompt(m, &msg, 1, 1, -1);
+        CHECK(!s && strstr(dflash_error(), "unknown chat template"), "%s", dflash_error());
+        free(s);
+        dflash_free(m);
+    }
+}
+
+/* tests/fixtures/gguf/quants-ggml.bin: for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q5_K, Q6_K, random blocks (3 rows x 512) and the floats ggml's own
+ * dequantize (to_float of llama.cpp v0.5.0's libggml-base) gives for them.
+ * Every weight the engine sees after the load-time conversion must equal
+ * ggml's (as a number: a zero weight may come out as +0 where ggml has -0); and kn_matmul on them (T = 1 and inside T = 16) agrees
+ * with a double-precision dot of ggml's weights. */
+TEST(quants_match_ggml) {
+    size_t n;
+    uint8_t *b = (uint8_t *)dfl_read_file("tests/fixtures/gguf/quants-ggml.bin", &n);
+    CHECK(b != NULL, "fixture: %s", dfl_lasterr());
+    if (!b) return;
+    int seen = 0;
+    for (size_t o = 0; o + 12 <= n; seen++) {
+        uint32_t h[3];
+        memcpy(h, b + o, 12);
+        o += 12;
+        int type = (int)h[0], rows = (int)h[1], cols = (int)h[2];
+        size_t rb = (size_t)cols / (size_t)ggml_blck_size(type) * ggml_type_size(type);
+        const uint8_t *blocks = b + o;
+        o += rb * (size_t)rows;
+        const float *want = (const float *)(b + o);
+        o += sizeof(float) * (size_t)rows * (size_t)cols;
+        if (o > n) break;
+        mdl_model m;
+        memset(&m, 0, sizeof m);
+        kn_weight w;
+        ggm_dequant_weight(&m, type, blocks, rows, cols, &w);
+        CHECK(kn_check_weight(&w, ggml_type_name(type)) == 0, "%s", dfl_lasterr());
+        float x[512];
+        int bad = 0;
+        for (int r = 0; r < rows; r++) {
+            kn_get_row(x, &w, r);
+            for (int j = 0; j < cols && !bad; j++)
+                if (x[j] != want[r * cols + j]) { /* as numbers: scale*q + bias gives +0 where ggml's d*(q-8) gives -0 */
+                    CHECK(0, "%s row %d col %d: %.9g, ggml %.9g", ggml_type_name(type), r, j, x[j], want[r * cols + j]);
+                    bad = 1;
+                }
+        }
+        /* matmul: 16 activation rows; row 5 alone gives the same bits */
+        float *act = dfl_malloc64(sizeof(float) * 16 * (size_t)cols), y16[16 * 3], y1[3];
+        uint32_t sd = 7u + (uint32_t)type;
+        for (int i = 0; i < 16 * cols; i++) {
+            sd = sd * 1103515245u + 12345u;
+            act[i] = (float)((int)(sd >> 16) % 2001 - 1000) / 1000.0f;
+        }
+        kn_matmul(y16, act, &w, 16);
+        kn_matmul(y1, act + 5 * cols, &w, 1);
+        CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
+        /* the kernels' packed copy (made at load by mdl_pack) gives the same bits */
+        float yp[16 * 3];
+        CHECK(kn_pack(&w) == 0, "pack");
+        kn_matmul(yp, act, &w, 16);
+        CHECK(!memcmp(yp, y16, sizeof yp), "%s: packed weights give other bits", ggml_type_name(type));
+        kn_unpack(&w);
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < cols; j++) {
+                ref += (double)want[r * cols + j] * act[5 * cols + j];
+                mag += fabs((double)want[r * cols + j] * act[5 * cols + j]);
+            }
+            /* int8 activations (q8 mode) are off by <= amax/254 per element */
+            CHECK(fabs(y1[r] - ref) <= 0.02 * mag + 1e-6, "%s row %d: %g vs reference %g", ggml_type_name(type), r,
+                  y1[r], ref);
+        }
+        free(act);
+        mdl_free(&m);
+    }
+    CHECK(seen == 8, "fixture holds %d types", seen);
+    free(b);
+}
+
+/* With LLAMA_CPP_BIN (a llama.cpp build directory) set: from the same F16
+ * source, llama-quantize --pure and dflash convert write byte-identical
+ * Q8_0 and Q4_0 tensors. Without it the test says it was skipped. */
+TEST(llama_quantize_same_bytes) {
+    const char *lb = getenv("LLAMA_CPP_BIN");
+    if (!lb || !*lb) {
+        fprintf(stderr, "  skipped: set LLAMA_CPP_BIN to a llama.cpp build's bin directory\n");
+        return;
+    }
+    const char *types[2][2] = {{"q8_0", "Q8_0"}, {"q4_0", "Q4_0"}};
+    for (int k = 0; k < 2; k++) {
+        char cmd[2048], lq[600], dq[600];
+        snprintf(lq, sizeof lq, "%s/llama-%s.gguf", tmpdir, types[k][0]);
+        snprintf(dq, sizeof dq, "%s/dflash-%s.gguf", tmpdir, types[k][0]);
+        snprintf(cmd, sizeof cmd, "'%s/llama-quantize' --pure '%s' '%s' %s >/dev/null 2>&1", lb, qwen_f16, lq,
+                 types[k][1]);
+        CHECK(system(cmd) == 0, "llama-quantize failed: %s", cmd);
+        CHECK(convert("tests/models/tiny-qwen3", dq, types[k][0]) == 0, "convert");
+        gguf_file a, b;
+        if (gguf_open(&a, lq) != 0) continue;
+        if (gguf_open(&b, dq) == 0) {
+            int same = 0;
+            for (int i = 0; i < b.n_tensors; i++) {
+                const gguf_tensor *x = &b.t[i], *y = gguf_find_tensor(&a, x->name);
+                int eq = y && x->type == y->type && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+                CHECK(eq, "%s: tensor %s differs from llama-quantize's", types[k][0], x->name);
+                same += eq;
+            }
+            CHECK(a.n_tensors == b.n_tensors, "tensor counts %d %d", a.n_tensors, b.n_tensors);
+            fprintf(stderr, "  %s: %d of %d tensors byte-identical to llama-quantize's\n", types[k][0], same,
+                    b.n_tensors);
+            gguf_close(&b);
+        }
+        gguf_close(&a);
+    }
+}
+
+/* bad draft metadata, through dflash_load with the demo target */
+TEST(bad_drafts) {
+    const char *good = tpath("draft.gguf"); /* from convert_draft */
+    rewrite_src = good;
+    static const struct {
+        const char *what, *drop, *set;
+        double nval;
+        const char *expect;
+    } cases[] = {
+        {"no mask token", "tokenizer.ggml.mask_token_id", NULL, 0, "missing key 'tokenizer.ggml.mask_token_id'"},
+        {"no target layers", "dflash.target_layers", NULL, 0, "'dflash.target_layers' must be an array"},
+        {"target layers a number", NULL, "dflash.target_layers", 3, "'dflash.target_layers' must be an array"},
+        {"no block size", "dflash.block_size", NULL, 0, "missing key 'dflash.block_size'"},
+        {"block size 1", NULL, "dflash.block_size", 1, "block_size 1 must be in 2..64"},
+        {"mask token past the vocabulary", NULL, "tokenizer.ggml.mask_token_id", 1e9, "mask_token_id"},
+        {"other hidden size", NULL, "dflash.embedding_length", 512, "tensor 'fc.weight': shape [768, 256]"},
+    };
+    dflash_params p = dflash_default_params();
+    p.n_threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *f = rewrite(cases[i].drop, cases[i].set, 'u', NULL, cases[i].nval, NULL, NULL);
+        dflash_model *m = dflash_load("models/demo/target", f, &p);
+        const char *e = dflash_error();
+        CHECK(!m, "%s: loaded", cases[i].what);
+        if (m) {
+            dflash_free(m);
+            continue;
+        }
+        CHECK(strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: '%s'", cases[i].what, e);
+    }
+    rewrite_src = qwen_f16;
+}
+
+int main(void) {
+    const char *env = getenv("DFLASH_ROOT");
+    if (env && *env && chdir(env) != 0) return 1;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-gguf-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN(round_trip);
+    RUN(bad_files);
+    RUN(convert_qwen3);
+    RUN(q8_0_tokens_equal_engine_q8_0);
+    RUN(convert_llama);
+    RUN(llama3_rope_freqs);
+    RUN(convert_draft);
+    RUN(bad_models);
+    RUN(bad_drafts);
+    RUN(q4_blocks);
+    RUN(quants_match_ggml);
+    RUN(llama_quantize_same_bytes);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    CHECK_DONE("test_gguf");
+}
