@@ -23,6 +23,7 @@
 #include "dflash.h"
 #include "gguf.h"
 #include "gguf_model.h"
+#include "threads.h"
 #include "model.h"
 #include "quant.h"
 #include "rope.h"
@@ -746,13 +747,15 @@ TEST(quants_match_ggml) {
             sd = sd * 1103515245u + 12345u;
             act[i] = (float)((int)(sd >> 16) % 2001 - 1000) / 1000.0f;
         }
-        kn_matmul(y16, act, &w, 16);
-        kn_matmul(y1, act + 5 * cols, &w, 1);
+        tp_pool *tp = tp_create(2); /* the rows split over two threads */
+        kn_matmul(tp, y16, act, &w, 16);
+        kn_matmul(tp, y1, act + 5 * cols, &w, 1);
         CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
         /* the kernels' packed copy (made at load by mdl_pack) gives the same bits */
         float yp[16 * 3];
         CHECK(kn_pack(&w) == 0, "pack");
-        kn_matmul(yp, act, &w, 16);
+        kn_matmul(tp, yp, act, &w, 16);
+        tp_destroy(tp);
         CHECK(!memcmp(yp, y16, sizeof yp), "%s: packed weights give other bits", ggml_type_name(type));
         kn_unpack(&w);
         for (int r = 0; r < rows; r++) {
