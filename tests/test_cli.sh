@@ -2,23 +2,8 @@
 # test_cli.sh - the dflash command line as a user runs it: help, tokenize,
 # generate (plain, DFlash, quantized), --stats-json, and bad input giving a
 # one-line error with a non-zero exit, never a crash.
-BIN=${DFLASH_BIN:-./dflash}
-ROOT=${DFLASH_ROOT:-.}
-cd "$ROOT" || exit 1
-T=$(mktemp -d /tmp/dflash-cli-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
-# expect NAME STATUS NEEDLE -- command...: exit status and a stderr substring
-expect() {
-    name=$1 want=$2 needle=$3; shift 4
-    "$@" >"$T/out" 2>"$T/err"; rc=$?
-    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
-    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
-    if grep -qiE 'AddressSanitizer|runtime error|Segmentation' "$T/err"; then bad "$name (sanitizer/crash)"; return; fi
-    ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
+t_init test_cli
 
 expect "main help" 0 "" -- "$BIN" --help
 grep -q "generate" "$T/out" && ok "help lists commands" || bad "help lists commands"
@@ -116,5 +101,4 @@ fi
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"
 
-echo "test_cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

@@ -5,22 +5,8 @@
 # (printed, and --seed takes it back), -n -1, and the chat: /help, a long
 # line is one turn, a conversation longer than the context keeps answering,
 # Ctrl-C stops an answer but not the chat.
-BIN=${DFLASH_BIN:-./dflash}
-ROOT=${DFLASH_ROOT:-.}
-cd "$ROOT" || exit 1
-T=$(mktemp -d /tmp/dflash-user-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
-expect() {
-    name=$1 want=$2 needle=$3; shift 4
-    "$@" >"$T/out" 2>"$T/err"; rc=$?
-    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
-    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
-    if grep -qiE 'AddressSanitizer|runtime error|Segmentation' "$T/err"; then bad "$name (crash)"; return; fi
-    ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
+t_init test_cli_user
 M="$T/tgt"
 "$BIN" synth --shape tiny -o "$M" 2>/dev/null || { echo "synth failed"; exit 1; }
 
@@ -109,5 +95,4 @@ grep -q "(answer stopped)" "$T/err" && ok "Ctrl-C stops the answer" || bad "Ctrl
 grep -q "stopped: callback" "$T/err" && ok "the stopped answer is accounted" || bad "the stopped answer is accounted"
 grep -q "/reset" "$T/err" && ok "the chat reads on after Ctrl-C (/help)" || bad "the chat reads on after Ctrl-C (/help)"
 
-echo "test_cli_user: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

@@ -9,22 +9,8 @@
 # llama.cpp build directory (llama-simple, llama-quantize), also: llama.cpp
 # loads the F16 file and continues greedily, and llama-quantize's Q8_0 of it
 # loads in dflash (reported, not compared: see bench/NOTES.md).
-BIN=${DFLASH_BIN:-./dflash}
-ROOT=${DFLASH_ROOT:-.}
-cd "$ROOT" || exit 1
-T=$(mktemp -d /tmp/dflash-gguf-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
-expect() {
-    name=$1 want=$2 needle=$3; shift 4
-    "$@" >"$T/out" 2>"$T/err"; rc=$?
-    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
-    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
-    if grep -qiE 'AddressSanitizer|runtime error|Segmentation|Bus error' "$T/err"; then bad "$name (crash)"; return; fi
-    ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
+t_init test_gguf.sh
 M=models/demo/target D=models/demo/draft
 expect "convert f16" 0 "wrote" -- "$BIN" convert "$M" -o "$T/f16.gguf"
 expect "convert q8_0" 0 "wrote" -- "$BIN" convert "$M" -o "$T/q8.gguf" --type q8_0
@@ -74,5 +60,4 @@ if [ -n "$LLAMA_CPP_BIN" ] && [ -x "$LLAMA_CPP_BIN/llama-simple" ]; then
     expect "llama-quantize's Q8_0 loads in dflash" 0 "" -- "$BIN" generate -m "$T/lq8.gguf" -p "The answer is" -n 16
 fi
 
-echo "test_gguf.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done

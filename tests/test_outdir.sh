@@ -3,22 +3,8 @@
 # through a symlink or a relative path) is refused, an existing non-empty OUT
 # needs --force, and files are written under a temporary name and renamed,
 # so a symlink in OUT pointing at the input is replaced, never written through.
-BIN=${DFLASH_BIN:-./dflash}
-ROOT=${DFLASH_ROOT:-.}
-cd "$ROOT" || exit 1
-T=$(mktemp -d /tmp/dflash-outdir-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "not ok - $1"; [ -f "$T/err" ] && sed 's/^/    stderr: /' "$T/err" | head -5; }
-expect() {
-    name=$1 want=$2 needle=$3; shift 4
-    "$@" >"$T/out" 2>"$T/err"; rc=$?
-    if [ "$rc" -ne "$want" ]; then bad "$name (exit $rc, want $want)"; return; fi
-    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$T/err"; then bad "$name (no '$needle' on stderr)"; return; fi
-    if grep -qiE 'AddressSanitizer|runtime error|Segmentation|Bus error' "$T/err"; then bad "$name (crash)"; return; fi
-    ok "$name"
-}
+. "$(dirname "$0")/lib.sh"
+t_init test_outdir
 same() { cmp -s "$1" "$2" && ok "$3" || bad "$3"; }
 
 expect "synth" 0 "" -- "$BIN" synth --shape tiny -o "$T/a"
@@ -61,5 +47,4 @@ same "$T/tok/tokenizer.json" "$T/tok.json" "tokenizer intact"
 expect "synth -o a file" 1 "not a directory" -- "$BIN" synth --shape tiny -o "$T/file"
 expect "synth into an empty dir" 0 "" -- "$BIN" synth --shape tiny --draft -o "$T/sub"
 
-echo "test_outdir: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+t_done
