@@ -43,7 +43,7 @@ CUDA      ?=
 NVCC      ?= nvcc
 CUDA_ARCH ?= sm_90
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
-NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC
+NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-fvisibility=hidden
 ifeq ($(CUDA),1)
 CFLAGS  += -DDFLASH_CUDA
 CU_SRC  := $(wildcard src/cuda/*.cu)
