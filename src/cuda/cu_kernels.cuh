@@ -203,19 +203,19 @@ __device__ __forceinline__ void cu_dequant(uint4 raw, float s, float b, uint32_t
 
 enum { GEMM_MAX_SPLIT = 8, GEMM_MAX_NT = 4 };
 
-/* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T (T <= 8*NT).
- * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
- * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
- * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
- * schedule, not the order of the sums). */
-/* SwiGLU epilogue (SWIGLU = 1): w holds gate and up rows interleaved by
- * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
- * interleave8), and instead of y the kernel writes h[t][8j + i] =
- * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
 __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
     return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
 }
 
+/* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T (T <= 8*NT).
+ * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
+ * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
+ * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
+ * schedule, not the order of the sums).
+ * SwiGLU epilogue (SWIGLU = 1): w holds gate and up rows interleaved by
+ * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
+ * interleave8), and instead of y the kernel writes h[t][8j + i] =
+ * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
 template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU>
 __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
                                                                 int ldx, int T, float *__restrict__ y, int ldy,

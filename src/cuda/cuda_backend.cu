@@ -255,14 +255,14 @@ static int cw_split(int rows, int cols_p, int kind) {
 }
 
 /* GEMM steps whose loads are issued together: 4; DFLASH_CUDA_GEMM_UNROLL=8
- * everywhere, =auto 8 for shapes with 8 K slices (few tiles). Timing only:
- * the unroll changes the schedule, not the sums. */
+ * for comparison (slower on the H200: bench/NOTES.md). Timing only: the
+ * unroll changes the schedule, not the sums. */
 static int gemm_unroll = 4;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
     const char *e = getenv("DFLASH_CUDA_GEMM_UNROLL");
-    gemm_unroll = !e ? 4 : strcmp(e, "8") == 0 ? 8 : strcmp(e, "auto") == 0 ? 0 : 4;
+    gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
 }
@@ -423,10 +423,9 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
     return cw_tile(o, name);
 }
 
-/* Rows r0..r0+n-1 of w (same split, so the same bits per row). */
-/* Rows r0..r0+n-1 of w as a weight of their own; r0 % 16 == 0 (whole tiles
- * of the tiled layout: callers pass q_dim = heads * head_dim, head_dim a
- * multiple of 16). */
+/* Rows r0..r0+n-1 of w as a weight of their own (same split, so the same
+ * bits per row); r0 % 16 == 0 (whole tiles of the tiled layout: callers pass
+ * q_dim = heads * head_dim, head_dim a multiple of 16). */
 static cw_weight cw_rows(const cw_weight *w, int r0, int n) {
     cw_weight v = *w;
     v.data += (size_t)r0 * w->row_bytes;
@@ -576,8 +575,7 @@ static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, 
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
-        if (gemm_unroll == 8 || (gemm_unroll == 0 && w.split >= 8))
-            gemm_launch<KIND, 8, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
+        if (gemm_unroll == 8) gemm_launch<KIND, 8, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
         else gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
     }
 }
@@ -626,19 +624,19 @@ static void norm_rope(cudaStream_t s, float *buf, int ldb, int q_off, int nq, co
     switch (hd) {
     case 64:
         launch(k_norm_rope_r<64>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
-                                           vc, n_ctx);
+               vc, n_ctx);
         break;
     case 128:
         launch(k_norm_rope_r<128>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
-                                            vc, n_ctx);
+               vc, n_ctx);
         break;
     case 256:
         launch(k_norm_rope_r<256>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
-                                            vc, n_ctx);
+               vc, n_ctx);
         break;
     default:
         launch(k_norm_rope, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, hd, eps, cos_t, sin_t, pos, kc, vc,
-                                     n_ctx);
+               n_ctx);
     }
 }
 
@@ -1259,7 +1257,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     prof_mark(s, "draft argmax", 0);
     if (b->n_extra) {
         launch(k_extra_logits, dim3(ns, b->n_extra), 32, s, q->tc->lm_head, q->d_extra, b->n_extra, q->a.xb, d->Hp,
-                                                           d->H, q->xl);
+               d->H, q->xl);
         launch(k_pick_extra, 1, 64, s, q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
         prof_mark(s, "draft extra ids", 0);
     }
