@@ -88,8 +88,8 @@ static const char *help_generate =
     "Generate a continuation of a prompt and stream it to stdout. Timing and\n"
     "statistics go to stderr.\n"
     "\n"
-    "  -m, --model DIR        target model directory (Hugging Face layout)\n"
-    "  -md, --draft DIR       DFlash draft model directory: speculative decoding\n"
+    "  -m, --model PATH       target model: a Hugging Face / MLX directory or a .gguf file\n"
+    "  -md, --draft PATH      DFlash draft (directory or .gguf): speculative decoding\n"
     "  -p, --prompt TEXT      prompt text\n"
     "  -f, --file FILE        read the prompt from FILE\n"
     "  -n, --n-predict N      generate at most N tokens (default 256; -1 = until a stop\n"
@@ -151,7 +151,7 @@ static const char *help_bench =
     "GB/s at T=1; and with a draft and a prompt file, greedy vs DFlash tok/s,\n"
     "tau and speed-up per domain, checking the outputs are identical.\n"
     "\n"
-    "  -m, --model DIR        target model\n"
+    "  -m, --model PATH       target model (directory or .gguf)\n"
     "  -md, --draft DIR       DFlash draft\n"
     "      --prompts FILE     JSON lines {\"domain\": ..., \"prompt\": ...}\n"
     "      --raw              do not apply the chat template to the prompts\n"
@@ -284,7 +284,8 @@ static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
     }
 }
 
-/* -m/-md must name a model directory; say what to do with a file. */
+/* -m/-md must name a model directory or a GGUF file; say what to do with
+ * another file. */
 static void check_model_path(const char *cmd, const char *flag, const char *path) {
     struct stat st;
     if (!path || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) return; /* missing: the loader says so */
