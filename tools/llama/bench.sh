@@ -45,7 +45,7 @@ wait_for() {
 do_build() {
     rm -f "$LW/build.done" "$LW/build.failed"
     t0=$(now)
-    if [ -x "$B/llama-bench" ] && [ -x "$B/llama-quantize" ] && [ "${LLAMA_REBUILD:-0}" = 0 ]; then
+    if [ -x "$B/llama-bench" ] && [ -x "$B/llama-quantize" ] && [ -x "$B/llama-speculative-simple" ] && [ "${LLAMA_REBUILD:-0}" = 0 ]; then
         echo "llama: already built in $LW/build"; echo 0 > "$LW/build.done"; return 0
     fi
     [ -f "$SRC" ] || { echo "llama: no $SRC (run sh tools/llama/fetch.sh here and carry .devdeps)"; touch "$LW/build.failed"; return 1; }
@@ -67,13 +67,13 @@ do_build() {
     fi
     # shellcheck disable=SC2086 # $gen and $cuda are lists of words
     if cmake -S "$LW/llama.cpp" -B "$LW/build" $gen $cuda -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_COMMIT="${commit:-unknown}" \
-        -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
         > "$LW/configure.log" 2>&1 &&
-       cmake --build "$LW/build" --target llama-bench llama-quantize -j "$JOBS" > "$LW/build.log" 2>&1; then
+       cmake --build "$LW/build" --target llama-bench llama-quantize llama-simple llama-speculative-simple -j "$JOBS" > "$LW/build.log" 2>&1; then
         grep -E "CUDA compiler identification|Using CMAKE_CUDA_ARCHITECTURES" "$LW/configure.log"
         echo $(($(now) - t0)) > "$LW/build.done"
-        echo "llama: built llama-bench and llama-quantize in $(cat "$LW/build.done") s ($JOBS jobs)"
+        echo "llama: built llama-bench, -quantize, -simple, -speculative-simple in $(cat "$LW/build.done") s ($JOBS jobs)"
     else
         echo "llama: build FAILED after $(($(now) - t0)) s; the end of the logs:"
         tail -5 "$LW/configure.log"; grep -E "error|Error" "$LW/build.log" | head -20; tail -5 "$LW/build.log"

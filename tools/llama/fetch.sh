@@ -1,8 +1,9 @@
 #!/bin/sh
 # tools/llama/fetch.sh - make .devdeps/llama-src.tar.xz: the llama.cpp source
 # shipped in the npm package node-llama-cpp@3.22.1 (llama/gitRelease.bundle,
-# release v0.5.0), trimmed to what a CUDA build of llama-bench and
-# llama-quantize and the HF->GGUF converter need. Run it here, where npm
+# release v0.5.0), trimmed to what a CUDA build of llama-bench,
+# llama-quantize, llama-simple and llama-speculative-simple and the HF->GGUF
+# converter need. Run it here, where npm
 # works; the GPU machine has no network, so the call carries .devdeps and
 # tools/llama/bench.sh builds from the tarball there.
 #   sh tools/llama/fetch.sh [NODE_LLAMA_CPP_TGZ]   (default: npm pack it)
@@ -34,13 +35,21 @@ git -C "$W/src" archive HEAD \
     CMakeLists.txt LICENSE cmake include src common \
     ggml/CMakeLists.txt ggml/cmake ggml/include ggml/src \
     vendor/nlohmann vendor/sheredom vendor/cpp-httplib \
-    tools/llama-bench tools/quantize \
+    tools/llama-bench tools/quantize examples/simple examples/speculative-simple \
     gguf-py/gguf gguf-py/pyproject.toml gguf-py/LICENSE conversion convert_hf_to_gguf.py |
     tar -x -C "$S"
 # other ggml backends: add_subdirectory only runs for enabled ones
 for d in blas cann et hexagon hip metal musa opencl openvino rpc sycl virtgpu vulkan webgpu zdnn zendnn; do
     rm -rf "$S/ggml/src/ggml-$d"
 done
+# the two examples the DFlash race needs (greedy and speculative decoding)
+cat > "$S/examples/CMakeLists.txt" <<'EOF'
+# trimmed by dflash tools/llama/fetch.sh: llama-simple, llama-speculative-simple
+find_package(Threads REQUIRED)
+llama_add_compile_flags()
+add_subdirectory(simple)
+add_subdirectory(speculative-simple)
+EOF
 # the CPU backend's code for other processors (arch/x86 stays) and Arm's KleidiAI
 for d in "$S"/ggml/src/ggml-cpu/arch/*; do
     [ "$(basename "$d")" = x86 ] || rm -rf "$d"
