@@ -1,13 +1,17 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants attcheck nographs profile llama
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench variants attcheck nographs profile llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
 # with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
 # CPU work (build, GGUF conversion, quantization) starts at once in the
 # background, nice'd, unless LLAMA_BG=0; the step itself, best put last, runs
 # llama-bench on the GPU once that work is done.
+# gguf: issue 11's race on GGUF files made by llama.cpp's converter and
+# quantizer (tools/llama/gguf_race.sh files, race, speed); the llama.cpp
+# build starts in the background too; the results come back as
+# $OUT/gguf-race.tar and the files (xz) that fit in GGUF_RETURN_MB (56).
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
 set -u
@@ -41,10 +45,11 @@ EOF
     export PATH=/tmp/pcshim:$PATH
 fi
 J=$(nproc)
-case " $steps " in *" llama "*)
+case " $steps " in *" llama "*|*" gguf "*)
     if [ "${LLAMA_BG:-1}" != 0 ]; then
         mkdir -p "${LLAMA_WORK:-/tmp/llama}"
-        (nice -n 19 sh tools/llama/bench.sh prep > "${LLAMA_WORK:-/tmp/llama}/prep.log" 2>&1 &)
+        what=prep; case " $steps " in *" llama "*) ;; *) what=build ;; esac
+        (nice -n 19 sh tools/llama/bench.sh $what > "${LLAMA_WORK:-/tmp/llama}/prep.log" 2>&1 &)
     fi ;;
 esac
 for s in $steps; do
@@ -134,6 +139,23 @@ for s in $steps; do
         log llama.cpp side by side
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
         sh tools/llama/bench.sh run ;;
+    gguf)
+        log GGUF race
+        GG=${LLAMA_WORK:-/tmp/llama}/gguf-race
+        sh tools/llama/gguf_race.sh files 2>&1 | tail -12
+        sh tools/llama/gguf_race.sh race
+        sh tools/llama/gguf_race.sh speed
+        cp "$GG"/*.log "$OUT/gguf-race/" 2>/dev/null
+        tar -cf "$OUT/gguf-race.tar" -C "$OUT" gguf-race && rm -rf "$OUT/gguf-race"
+        left=$((${GGUF_RETURN_MB:-56} * 1048576))
+        for f in ${GGUF_RETURN:-tiny-draft-llama demo-draft-bf16 demo-target-q8_0 demo-target-q4_k_m}; do
+            [ -s "$GG/$f.gguf" ] || continue
+            if command -v xz > /dev/null; then xz -T0 -6 -c "$GG/$f.gguf" > "/tmp/$f.gguf.xz"
+            else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb", preset=3))' "$GG/$f.gguf" "/tmp/$f.gguf.xz"; fi
+            sz=$(wc -c < "/tmp/$f.gguf.xz")
+            if [ "$sz" -le "$left" ]; then mv "/tmp/$f.gguf.xz" "$OUT/"; left=$((left - sz)); echo "gguf: returns $f.gguf.xz ($sz bytes)"
+            else echo "gguf: $f.gguf.xz ($sz bytes) does not fit"; fi
+        done ;;
     *) echo "unknown step $s" ;;
     esac
 done

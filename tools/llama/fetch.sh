@@ -50,6 +50,8 @@ llama_add_compile_flags()
 add_subdirectory(simple)
 add_subdirectory(speculative-simple)
 EOF
+mkdir -p "$S/pocs"
+echo '# trimmed by dflash tools/llama/fetch.sh: no proofs of concept' > "$S/pocs/CMakeLists.txt"
 # the CPU backend's code for other processors (arch/x86 stays) and Arm's KleidiAI
 for d in "$S"/ggml/src/ggml-cpu/arch/*; do
     [ "$(basename "$d")" = x86 ] || rm -rf "$d"
