@@ -3,6 +3,8 @@
  *
  *   kernels_bench [hot] [quant]   (DFLASH_KERNELS=generic|avx2|avx512 forces a path)
  *   kernels_bench model           (the Qwen3-0.6B matmuls, see model_bench)
+ *   kernels_bench q6k             (GGUF Q6_K as loaded, MLX Q8 group 16 with F32
+ *                                  scales, against the F32 it used to become)
  *
  * Q8/Q4 run in both activation modes where the variant has the q8 one
  * (kn_set_act_quant): "f32 act" and "q8 act" rows, and "q8 act packed"
@@ -116,7 +118,12 @@ typedef struct {
 
 static size_t round_up(size_t n) { return (n + 4095) & ~(size_t)4095; }
 
-/* Weight of dtype dt, Q with group 64 and BF16 scales (MLX's usual). */
+/* Q weights: group and scale dtype (MLX's usual; "q6k" changes them). */
+static int q_group = 64;
+static kn_dtype q_sd = KN_BF16;
+static size_t sc_size(kn_dtype t) { return t == KN_F32 ? 4 : 2; }
+
+/* Weight of dtype dt, Q with group q_group and q_sd scales. */
 static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
     memset(m, 0, sizeof *m);
     kn_weight *w = m->w;
@@ -126,10 +133,10 @@ static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
     size_t n = (size_t)rows * cols, data_b, sc_b = 0;
     if (dt == KN_Q8 || dt == KN_Q4) {
         w->bits = dt == KN_Q8 ? 8 : 4;
-        w->group_size = 64;
-        w->scale_dtype = KN_BF16;
+        w->group_size = q_group;
+        w->scale_dtype = q_sd;
         data_b = n * w->bits / 8;
-        sc_b = n / 64 * 2;
+        sc_b = n / (size_t)q_group * sc_size(q_sd);
     } else {
         data_b = n * (dt == KN_F32 ? 4 : 2);
     }
@@ -145,10 +152,16 @@ static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
             ((uint16_t *)d)[i] = dt == KN_F16 ? dfl_f32_to_f16(rndf()) : dfl_f32_to_bf16(rndf());
     } else {
         for (size_t i = 0; i < data_b / 4; i++) ((uint32_t *)d)[i] = rnd32();
-        uint16_t *s = (uint16_t *)(d + round_up(data_b)), *b = (uint16_t *)(d + round_up(data_b) + round_up(sc_b));
-        for (size_t i = 0; i < sc_b / 2; i++) {
-            s[i] = dfl_f32_to_bf16(0.01f * (1.5f + rndf()));
-            b[i] = dfl_f32_to_bf16(-0.1f * (1.5f + rndf()));
+        uint8_t *s = d + round_up(data_b), *b = d + round_up(data_b) + round_up(sc_b);
+        for (size_t i = 0; i < sc_b / sc_size(q_sd); i++) {
+            float sv = 0.01f * (1.5f + rndf()), bv = -0.1f * (1.5f + rndf());
+            if (q_sd == KN_F32) {
+                ((float *)s)[i] = sv;
+                ((float *)b)[i] = bv;
+            } else {
+                ((uint16_t *)s)[i] = q_sd == KN_F16 ? dfl_f32_to_f16(sv) : dfl_f32_to_bf16(sv);
+                ((uint16_t *)b)[i] = q_sd == KN_F16 ? dfl_f32_to_f16(bv) : dfl_f32_to_bf16(bv);
+            }
         }
     }
     for (int k = 1; k < m->n_copies; k++) memcpy(m->arena + k * m->stride, m->arena, m->stride);
@@ -166,7 +179,7 @@ static kn_weight bmat_copy(const bmat *m, int k) {
     w.data = base;
     if (data_b) {
         w.scales = base + round_up(data_b);
-        w.biases = base + round_up(data_b) + round_up(n / 64 * 2);
+        w.biases = base + round_up(data_b) + round_up(n / (size_t)w.group_size * sc_size(w.scale_dtype));
     }
     return w;
 }
@@ -310,6 +323,50 @@ static void model_bench(void) {
     free(y);
 }
 
+/* GGUF Q6_K as the loader makes it (MLX Q8, group 16, F32 scales: 1.5
+ * bytes per weight) against F32 (4 bytes; what Q6_K loaded as before):
+ * a 3072x1024 matrix (cold: rotating copies) and a 151936x1024 LM head
+ * (one copy, larger than the caches), T = 1 and 16, 1 and 2 threads. */
+static void q6k_bench(void) {
+    int shapes[2][2] = {{3072, 1024}, {151936, 1024}};
+    float *x = dfl_malloc(sizeof(float) * 16 * 1024), *y = dfl_malloc(sizeof(float) * 16 * 151936);
+    for (int i = 0; i < 16 * 1024; i++) x[i] = rndf();
+    q_group = 16;
+    q_sd = KN_F32;
+    kn_set_act_quant(1);
+    int has_q8 = kn_act_quant();
+    kn_set_act_quant(-1);
+    printf("\n| matrix (out x in) | weights | thr | T=1 ms | T=16 ms | T=1 GB/s | T=1 vs F32 |\n|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < 2; s++) {
+        double f32_ms[3] = {0};
+        for (int d = 0; d < 2; d++) {
+            kn_dtype dt = d ? KN_Q8 : KN_F32;
+            bmat m;
+            bmat_init(&m, dt, shapes[s][0], shapes[s][1], s == 1);
+            double gb = kn_weight_bytes(m.w) / 1e9;
+            for (int act = 0; act < n_modes(dt, has_q8, 0); act++) {
+                kn_set_act_quant(act > 0);
+                if (act == 2 && bmat_pack(&m) != 0) break;
+                for (int nt = 1; nt <= 2; nt++) {
+                    bench_threads(nt);
+                    double t1 = time_matmul(&m, y, x, 1), t16 = time_matmul(&m, y, x, 16);
+                    if (!d) f32_ms[nt] = t1;
+                    printf("| %dx%d | %s%s | %d | %.3f | %.3f | %.1f | %.2fx |\n", shapes[s][0], shapes[s][1],
+                           d ? "Q8 g16 F32-scales" : "F32", mode_name(dt, act), nt, t1, t16, gb / (t1 * 1e-3),
+                           f32_ms[nt] / t1);
+                    fflush(stdout);
+                }
+            }
+            kn_set_act_quant(-1);
+            bmat_free(&m);
+        }
+    }
+    q_group = 64;
+    q_sd = KN_BF16;
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     int hot = 0, quant_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -321,8 +378,14 @@ int main(int argc, char **argv) {
             model_bench();
             bench_threads(1);
             return 0;
+        } else if (strcmp(argv[i], "q6k") == 0) {
+            kn_init();
+            printf("kernels_bench: variant %s\n", kn_variant());
+            q6k_bench();
+            bench_threads(1);
+            return 0;
         } else {
-            fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model\n");
+            fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model | kernels_bench q6k\n");
             return 2;
         }
     }

@@ -345,37 +345,48 @@ static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, 
     free(bi);
 }
 
-/* Q6_K (16-weight sub-blocks with their own int8 scales: no MLX layout
- * holds it exactly) -> F32 with ggml's dequantized values, d * sc * q. */
+/* Q6_K -> MLX Q8 with group 16, one group per sub-block: code q (6 bits,
+ * 0..63) as a byte, scale d*sc (an f16 times an int8: exact in f32), bias
+ * -32*(d*sc). kn_get_row's s*q + b is then exactly ggml's d*sc*(q-32):
+ * s has at most 18 significant bits, so s*q (q < 64) and s*(q-32) are
+ * exact and so is their difference's rounding. Bit layout of a 210-byte
+ * block (ggml's): ql[128] low nibbles, qh[64] high 2 bits, int8 sc[16],
+ * f16 d; each half n of 128 weights takes ql[64n..], qh[32n..], sc[8n..]. */
 static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
-    size_t nbr = (size_t)cols / 256;
-    float *out = own(m, sizeof(float) * (size_t)rows * (size_t)cols);
+    size_t nbr = (size_t)cols / 256, ng = (size_t)cols / 16, n = ng * (size_t)rows;
+    uint8_t *out = own(m, (size_t)rows * (size_t)cols);
+    float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * 210;
         for (size_t b = 0; b < nbr; b++) {
             const uint8_t *ql = row + b * 210, *qh = ql + 128;
             const int8_t *scs = (const int8_t *)(ql + 192);
             float d = dfl_f16_to_f32(rd16(ql + 208));
-            float *y = out + (size_t)r * (size_t)cols + b * 256;
-            for (int n = 0; n < 2; n++) {
-                const uint8_t *l0 = ql + 64 * n, *h = qh + 32 * n;
-                const int8_t *sc = scs + 8 * n;
+            uint8_t *y = out + (size_t)r * (size_t)cols + b * 256;
+            for (int i = 0; i < 16; i++) { /* sub-block i = weights 16i .. 16i+15 */
+                size_t gi = (size_t)r * ng + b * 16 + (size_t)i;
+                sc[gi] = d * (float)scs[i];
+                bi[gi] = -32.0f * sc[gi];
+            }
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *l0 = ql + 64 * h, *hb = qh + 32 * h;
+                uint8_t *yh = y + 128 * h;
                 for (int l = 0; l < 32; l++) {
-                    int is = l / 16;
-                    int q1 = ((l0[l] & 0xF) | ((h[l] >> 0 & 3) << 4)) - 32;
-                    int q2 = ((l0[l + 32] & 0xF) | ((h[l] >> 2 & 3) << 4)) - 32;
-                    int q3 = ((l0[l] >> 4) | ((h[l] >> 4 & 3) << 4)) - 32;
-                    int q4 = ((l0[l + 32] >> 4) | ((h[l] >> 6 & 3) << 4)) - 32;
-                    y[128 * n + l] = d * (float)sc[is] * (float)q1;
-                    y[128 * n + l + 32] = d * (float)sc[is + 2] * (float)q2;
-                    y[128 * n + l + 64] = d * (float)sc[is + 4] * (float)q3;
-                    y[128 * n + l + 96] = d * (float)sc[is + 6] * (float)q4;
+                    yh[l] = (uint8_t)((l0[l] & 0xF) | ((hb[l] >> 0 & 3) << 4));
+                    yh[l + 32] = (uint8_t)((l0[l + 32] & 0xF) | ((hb[l] >> 2 & 3) << 4));
+                    yh[l + 64] = (uint8_t)((l0[l] >> 4) | ((hb[l] >> 4 & 3) << 4));
+                    yh[l + 96] = (uint8_t)((l0[l + 32] >> 4) | ((hb[l] >> 6 & 3) << 4));
                 }
             }
         }
     }
-    w->dtype = KN_F32;
+    w->dtype = KN_Q8;
+    w->bits = 8;
+    w->group_size = 16;
     w->data = out;
+    put_sb(m, w, sc, bi, n);
+    free(sc);
+    free(bi);
 }
 
 void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {

@@ -15,8 +15,10 @@
  *   Q4_K                 (256-blocks, 6-bit sub-block scales/mins) as MLX
  *                        4-bit, group 32: scale d*sc, bias -dmin*m;
  *   Q5_K                 the same as MLX 8-bit (codes 0..31);
- *   Q6_K                 (16-weight sub-blocks with int8 scales: no MLX
- *                        layout holds them) dequantized to F32, d*sc*q.
+ *   Q6_K                 (256-blocks of 16-weight sub-blocks, int8 scale sc
+ *                        each, f16 d; w = d*sc*(q-32)) as MLX 8-bit with
+ *                        group 16 (one group per sub-block): code q
+ *                        (0..63), scale d*sc, bias -32*d*sc.
  * Each conversion is exact: every weight the kernels see equals ggml's
  * dequantized weight (as a number; a zero may be +0 where ggml has -0),
  * scales/biases in F16 when every one is an f16, else F32. Tested against

@@ -90,10 +90,14 @@ int kn_check_weight(const kn_weight *w, const char *name) {
         return -1;
     }
     /* group_size must divide KN_KBLOCK so K blocks hold whole groups, and
-     * be a multiple of 32 so Q4 groups fill whole 16-byte runs */
+     * be a multiple of 32 so Q4 groups fill whole 16-byte runs; Q8 may
+     * also have groups of 16 (GGUF Q6_K), with cols still a multiple of
+     * KN_QBLOCK (q8 mode quantizes x per 32 columns) */
     int g = w->group_size;
-    if (g <= 0 || g % 32 != 0 || KN_KBLOCK % g != 0 || w->cols % g != 0) {
-        dfl_seterr("%s: group_size %d unsupported for %d columns (need 32, 64, 128, ... 1024 dividing cols)",
+    int g16 = w->dtype == KN_Q8 && g == 16 && w->cols % KN_QBLOCK == 0;
+    if (!g16 && (g <= 0 || g % 32 != 0 || KN_KBLOCK % g != 0 || w->cols % g != 0)) {
+        dfl_seterr("%s: group_size %d unsupported for %d columns (need 32, 64, 128, ... 1024 dividing cols, "
+                   "or 16 for Q8 with cols a multiple of 32)",
                    name, g, w->cols);
         return -1;
     }
@@ -187,7 +191,7 @@ static void generic_rows(const kn_job *job, int r0, int r1) {
 /* ---- q8 mode: the reference quantizer and matmul ---------------------- */
 
 void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *xs) {
-    int nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK;
+    int nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK; /* 0 for g = 16 */
     int32_t sum[KN_KBLOCK / KN_QBLOCK]; /* S_k of the blocks of one group */
     for (int k = 0; k < nb; k++) {
         const float *xb = x + (size_t)k * KN_QBLOCK;
@@ -209,6 +213,13 @@ void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *
             s += q;
         }
         d[k] = dk;
+        if (g == 16) { /* two groups per block: X = fma(S_half, d_k, 0) each */
+            int32_t lo = 0;
+            for (int j = 0; j < 16; j++) lo += xq[(size_t)k * KN_QBLOCK + j];
+            xs[2 * k] = fmaf((float)lo, dk, 0.0f);
+            xs[2 * k + 1] = fmaf((float)(s - lo), dk, 0.0f);
+            continue;
+        }
         sum[k % per_g] = s;
         if (k % per_g == per_g - 1) {
             float X = 0;
@@ -243,11 +254,14 @@ static void generic_rows_q8(const kn_job *job, int r0, int r1) {
             for (int gi = 0; gi < ng; gi++) {
                 float s = kn_scale_at(w->scales, w->scale_dtype, grow + (size_t)gi);
                 float b = kn_scale_at(w->biases, w->scale_dtype, grow + (size_t)gi);
-                for (int k = gi * (g / KN_QBLOCK); k < (gi + 1) * (g / KN_QBLOCK); k++) {
+                /* the group's pieces: its blocks of 32, or for g = 16 the
+                 * half of block gi/2 it covers; each one I, then the bias */
+                int step = g < KN_QBLOCK ? g : KN_QBLOCK;
+                for (int j0 = gi * g; j0 < (gi + 1) * g; j0 += step) {
                     int32_t I = 0;
-                    for (int j = k * KN_QBLOCK; j < (k + 1) * KN_QBLOCK; j++)
+                    for (int j = j0; j < j0 + step; j++)
                         I += (int32_t)((qw[j / per_word] >> ((j % per_word) * bits)) & mask) * xq[j];
-                    float sd = s * d[k];
+                    float sd = s * d[j0 / KN_QBLOCK];
                     acc = fmaf((float)I, sd, acc);
                 }
                 acc = fmaf(b, xs[gi], acc);

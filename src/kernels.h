@@ -32,7 +32,9 @@ const char *kn_dtype_name(kn_dtype t);
  *   Q8/Q4 (MLX layout): data = uint32 [rows][cols*bits/32]; element j of a row
  *     lives in word j*bits/32 at bit offset (j*bits)%32 (little end first);
  *     scales, biases = [rows][cols/group_size] of scale_dtype (F32, F16 or BF16);
- *     w[r][j] = scales[r][j/g] * q[r][j] + biases[r][j/g]. */
+ *     w[r][j] = scales[r][j/g] * q[r][j] + biases[r][j/g].
+ *     g = group_size: a multiple of 32 dividing 1024 and cols, or, for Q8
+ *     only, 16 (GGUF Q6_K's sub-blocks; cols still a multiple of 32). */
 typedef struct {
     kn_dtype dtype;
     int rows, cols;
@@ -77,8 +79,8 @@ void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight 
 kn_weight kn_row_view(const kn_weight *w, int r0, int n);
 
 /* Validate a weight once at load time (kernels never check): shape, data,
- * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols),
- * scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
+ * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols, or
+ * 16 for Q8 with cols a multiple of 32), scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
 int kn_check_weight(const kn_weight *w, const char *name);
 
 /* Activation quantization ("q8" mode): int8 activations for Q8/Q4 weights,
@@ -103,6 +105,12 @@ int kn_check_weight(const kn_weight *w, const char *name);
  *             d_k * S_k, S_k = sum_j xq_j (the dequantized x, f32 chain
  *             X = fma(S_k, d_k, X) from 0)
  *   y = acc.
+ * Q8 with group_size 16: a block of 32 covers two groups, so a group's one
+ * piece is the half of its block, and for each group of 16 (ascending)
+ *       acc = fma((float)I_half, s * d_k, acc)      (s * d_k rounded first)
+ *       acc = fma(b, X_half, acc),  X_half = fma(S_half, d_k, 0)
+ * with I_half = sum of q_j * xq_j and S_half = sum of xq_j over the group's
+ * 16 columns, d_k the scale of the block holding them.
  * So y is W . xdeq (xdeq_j = d_k * xq_j) up to f32 rounding of that chain;
  * the bias term uses the dequantized x, not the original, which keeps the
  * result that of one consistent input (MLX groups are centred, w = s*(q-z):

@@ -60,7 +60,7 @@ INL __m256 ld_half_tail(const uint16_t *p, int n, int bf) {
     return ld_half(t, bf);
 }
 
-#define MAXG (KN_KBLOCK / 32) /* groups per K block, at most */
+#define MAXG (KN_KBLOCK / 16) /* groups per K block, at most (Q8 groups of 16) */
 
 /* Scales and biases of the tile rows r + c*rs (c < rc <= RCF) for the
  * groups of [k0, k0+kn). */

@@ -73,9 +73,9 @@ INL void cvt_scales(const void *p, kn_dtype t, size_t i0, int n, float *out) {
     }
 }
 
-/* groups per K block, at most, rounded up to whole vectors (cvt_scales
- * writes 16 at a time) */
-#define MAXG ((KN_KBLOCK / 32 + 15) / 16 * 16)
+/* groups per K block, at most (Q8 groups of 16), rounded up to whole
+ * vectors (cvt_scales writes 16 at a time) */
+#define MAXG ((KN_KBLOCK / 16 + 15) / 16 * 16)
 
 /* Scales and biases of the tile rows r + c*rs (c < rc) for the groups of
  * columns [k0, k0+kn), as f32: s[c][i], b[c][i]. */

@@ -13,12 +13,16 @@
  *     acc = fma(cvt(I_k), s * d_k, acc),   then at a group's end
  *     acc = fma(b, X, acc).
  * No horizontal float sum exists, so no lane layout can change a bit.
+ * Q8 with groups of 16 (GGUF Q6_K) has one I per group, the half of a
+ * block: acc = fma(cvt(I_half), s * d_k, acc), acc = fma(b, X_half, acc)
+ * per group (fstep16, ptile16).
  *
  * Two loop shapes produce the I vectors:
  *   "fused" (T == 1, weights as loaded): each of 16 rows is multiplied in
  *     its natural layout (vpdpbusd of 64 weight bytes with 64 x bytes, 4
  *     columns per lane), then a transpose-and-add tree turns the 16 row
- *     vectors into one vector per block with one row per lane. One pass.
+ *     vectors into one vector per block (per 16 columns for groups of 16)
+ *     with one row per lane. One pass.
  *   "tiles" (every T on kn_pack'ed weights; T >= 2 otherwise): the packed
  *     layout (below, at kn_vnni_pack) holds, per 16 rows, vectors whose
  *     lane l has 4 bytes of row l, so vpdpbusd(acc, vector, broadcast of 4 x
@@ -53,7 +57,7 @@
 #define INL static inline __attribute__((always_inline))
 #define NL 16    /* lanes: weight rows per vector */
 #define KB 512   /* columns per K block at T >= 2 (or the group size) */
-#define MAXGB (KN_KBLOCK / KN_QBLOCK) /* groups per K block, at most */
+#define MAXGB (KN_KBLOCK / 16) /* groups per K block, at most (Q8 groups of 16) */
 
 /* ===================================================================== */
 /* Quantizing x (kn_quant_row's values, vectorized)                        */
@@ -97,7 +101,7 @@ void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
         int32_t sum[MAXGB];
         for (int k = 0; k < nb; k++) {
             _Alignas(32) int8_t nat[KN_QBLOCK];
-            quant_block(xr + (size_t)k * KN_QBLOCK, nat, &d[k], &sum[k % per_g]);
+            quant_block(xr + (size_t)k * KN_QBLOCK, nat, &d[k], &sum[per_g ? k % per_g : 0]);
             __m256i v = _mm256_load_si256((const __m256i *)nat);
             if (layout == 0) {
                 _mm256_storeu_si256((__m256i *)(q + k * KN_QBLOCK), v);
@@ -109,7 +113,12 @@ void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
                 _mm_storeu_si128((__m128i *)c, _mm256_castsi256_si128(v));
                 _mm_storeu_si128((__m128i *)(c + 64), _mm256_extracti128_si256(v, 1));
             }
-            if (k % per_g == per_g - 1) {
+            if (g == 16) { /* kn_quant_row: X = fma(S_half, d_k, 0) per half */
+                int32_t lo = 0;
+                for (int j = 0; j < 16; j++) lo += nat[j];
+                xs[2 * k] = fmaf((float)lo, d[k], 0.0f);
+                xs[2 * k + 1] = fmaf((float)(sum[0] - lo), d[k], 0.0f);
+            } else if (k % per_g == per_g - 1) {
                 float X = 0;
                 for (int i = 0; i < per_g; i++) X = fmaf((float)sum[i], d[k - per_g + 1 + i], X);
                 xs[k / per_g] = X;
@@ -208,6 +217,15 @@ INL __m512 fstep(__m512 acc, __m512i I, int k, int gsh, int gi0, const float *sT
     return acc;
 }
 
+/* The float steps of Q8 group gi (global; group size 16, kernels.h): the
+ * group's half of block gi / 2, then its bias. */
+INL __m512 fstep16(__m512 acc, __m512i I, int gi, int gi0, const float *sT, const float *bT, const float *d,
+                   const float *xs) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_load_ps(sT + (size_t)(gi - gi0) * NL),
+                                                                _mm512_set1_ps(d[gi >> 1])), acc);
+    return _mm512_fmadd_ps(_mm512_load_ps(bT + (size_t)(gi - gi0) * NL), _mm512_set1_ps(xs[gi]), acc);
+}
+
 /* Lane l's weight row: p0 + l*S (a full tile: 16 rows S bytes apart, with
  * few registers for the addresses), or tab[l] (a partial tile). */
 #define ROWP(l) (tab ? tab[l] : p0 + (size_t)(l) * S)
@@ -230,11 +248,24 @@ INL void reduce_lanes(const __m512i v[16], __m512i W[4]) {
                                 _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
 }
 
-/* I vectors (lanes = rows) of the 2 blocks of Q8 columns [j, j+64); m
- * masks the bytes that exist. */
-INL void q8_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
-                  __m512i I[2]) {
-    __m512i x = _mm512_loadu_si512((const void *)(xq + j)), v[NL], W[4];
+/* I[i] = the vector with lane l = 128-bit lane i of W[l / 4], dword l % 4
+ * (a 4 x 4 transpose of 128-bit lanes): after reduce_lanes, the sums over
+ * the i-th 16 bytes of the 16 rows. */
+INL void lanes_to_vectors(const __m512i W[4], __m512i I[4]) {
+    __m512i t0 = _mm512_shuffle_i32x4(W[0], W[1], 0x44), t1 = _mm512_shuffle_i32x4(W[0], W[1], 0xEE);
+    __m512i t2 = _mm512_shuffle_i32x4(W[2], W[3], 0x44), t3 = _mm512_shuffle_i32x4(W[2], W[3], 0xEE);
+    I[0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    I[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+    I[2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    I[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+}
+
+/* W (reduce_lanes) of Q8 columns [j, j+64) against x: W[k] lane L dword m
+ * = the integer dot of row 4k+m's columns j+16L .. j+16L+15; m masks the
+ * bytes that exist. */
+INL void q8_sums(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
+                 __m512i W[4]) {
+    __m512i x = _mm512_loadu_si512((const void *)(xq + j)), v[NL];
 #pragma GCC unroll 16
     for (int l = 0; l < NL; l++) {
         const uint8_t *r = ROWP(l) + j;
@@ -244,6 +275,23 @@ INL void q8_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j,
         v[l] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, x);
     }
     reduce_lanes(v, W);
+}
+
+/* I vectors (lanes = rows) of the 4 groups of 16 Q8 columns [j, j+64)
+ * (group size 16). */
+INL void q8_chunk16(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
+                    __m512i I[4]) {
+    __m512i W[4];
+    q8_sums(tab, p0, S, j, m, xq, W);
+    lanes_to_vectors(W, I);
+}
+
+/* I vectors (lanes = rows) of the 2 blocks of Q8 columns [j, j+64); m
+ * masks the bytes that exist. */
+INL void q8_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
+                  __m512i I[2]) {
+    __m512i W[4];
+    q8_sums(tab, p0, S, j, m, xq, W);
     /* blocks: 128-bit lanes 0,1 = the first, 2,3 = the second */
     __m512i y0 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[0], W[1], 0x88), _mm512_shuffle_i32x4(W[0], W[1], 0xDD));
     __m512i y1 = _mm512_add_epi32(_mm512_shuffle_i32x4(W[2], W[3], 0x88), _mm512_shuffle_i32x4(W[2], W[3], 0xDD));
@@ -265,13 +313,7 @@ INL void q4_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j,
         v[l] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
     }
     reduce_lanes(v, W);
-    /* block i = 128-bit lane i: 4 x 4 transpose of lanes */
-    __m512i t0 = _mm512_shuffle_i32x4(W[0], W[1], 0x44), t1 = _mm512_shuffle_i32x4(W[0], W[1], 0xEE);
-    __m512i t2 = _mm512_shuffle_i32x4(W[2], W[3], 0x44), t3 = _mm512_shuffle_i32x4(W[2], W[3], 0xEE);
-    I[0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
-    I[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
-    I[2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
-    I[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+    lanes_to_vectors(W, I); /* block i = 128-bit lane i */
 }
 
 /* One tile of 16 rows (rows[l]; their data at ROWP(l)), all columns. */
@@ -285,7 +327,15 @@ INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK, gi0 = k0 >> gsh, end = k0 + kn;
         load_sbT(w, rows, gi0, kn >> gsh, sT, bT);
-        if (w->dtype == KN_Q8) {
+        if (w->dtype == KN_Q8 && g == 16) { /* 4 groups per 64 columns; a tail of 32: 2 */
+            for (int j = k0; j < end; j += 64) {
+                int n16 = end - j < 64 ? 2 : 4;
+                __m512i I[4];
+                q8_chunk16(tab, p0, S, j, n16 == 4 ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1, qx->q, I);
+#pragma GCC unroll 4
+                for (int i = 0; i < n16; i++) acc = fstep16(acc, I[i], j / 16 + i, gi0, sT, bT, qx->d, qx->xs);
+            }
+        } else if (w->dtype == KN_Q8) {
             int j = k0;
             for (; j + 64 <= end; j += 64) {
                 __m512i I[2];
@@ -578,13 +628,82 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
         for (int c = 0; c < rc; c++) _mm512_store_ps(acc[t][c], fa[t][c]);
 }
 
+/* ptile for Q8 weights with groups of 16 (kernels.h gives the order): a
+ * record is 4 weight vectors (16 columns, the half of x block gi / 2), and
+ * each group takes one I per (row of x, tile), then its two float steps. */
+INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
+                 int pf, float (*acc)[RC1][NL]) {
+    const kn_weight *w = job->w;
+    const kn_qx *qx = job->qx;
+    int nb = w->cols / KN_QBLOCK, ng = w->cols / 16;
+    size_t gbytes = pk_gbytes(w, 0), gdata = pk_gdata(w, 0), ss = kn_scale_size(w->scale_dtype);
+    __m512 fa[PRT][RC1];
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
+    for (int gi = g0; gi < g1; gi++) {
+#ifndef NO_PF
+        if (pf) /* as in ptile */
+            for (int c = 0; c < rc; c++)
+                for (size_t o = 0; o < gbytes; o += 64)
+                    _mm_prefetch((const char *)pt[c] + (size_t)(gi - g0 + pf) * gbytes + o, _MM_HINT_T0);
+#endif
+        __m512 sv[RC1], bv[RC1];
+        __m512i ia[PRT][RC1][2];
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) {
+            const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
+            sv[c] = ld_scales16(sp, w->scale_dtype);
+            bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) ia[t][c][0] = ia[t][c][1] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            __m512i wv[RC1];
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++)
+                wv[c] = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)m * 64));
+#pragma GCC unroll 4
+            for (int t = 0; t < rt; t++) {
+                __m512i xb = bcast4(qx->q + (size_t)(t0 + t) * qx->ldq + gi * 16 + 4 * m);
+#pragma GCC unroll 4
+                for (int c = 0; c < rc; c++) {
+                    int h = rt == 1 ? m & 1 : 0;
+                    ia[t][c][h] = _mm512_dpbusd_epi32(ia[t][c][h], wv[c], xb);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < rt; t++) {
+            __m512 dv = _mm512_set1_ps(qx->d[(size_t)(t0 + t) * nb + gi / 2]);
+            __m512 xv = _mm512_set1_ps(qx->xs[(size_t)(t0 + t) * ng + gi]);
+#pragma GCC unroll 4
+            for (int c = 0; c < rc; c++) {
+                __m512i I = rt == 1 ? _mm512_add_epi32(ia[t][c][0], ia[t][c][1]) : ia[t][c][0];
+                fa[t][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(sv[c], dv), fa[t][c]);
+                fa[t][c] = _mm512_fmadd_ps(bv[c], xv, fa[t][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < rt; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < rc; c++) _mm512_store_ps(acc[t][c], fa[t][c]);
+}
+
 #define PT_CASE(RT_, RC_)                                                       \
     case RT_ * 8 + RC_:                                                         \
         if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, pf, acc);               \
+        else if (g16) ptile16(RT_, RC_, job, pt, t0, g0, g1, pf, acc);          \
         else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, pf, acc);                  \
         break
 static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1, int pf,
                       float (*acc)[RC1][NL]) {
+    int g16 = job->w->group_size == 16; /* Q8 only (kn_check_weight) */
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);

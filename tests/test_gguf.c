@@ -9,6 +9,9 @@
  *     (--quant q8_0), so greedy tokens are equal too; llama's Q/K rows come
  *     back in Hugging Face order after llama.cpp's permutation;
  *   - Q4_0 / Q4_1 blocks convert exactly to the MLX 4-bit layout;
+ *   - every quant type matches ggml's own dequantized values; a Q4_K_M-like
+ *     file (Q6_K tensors) loads them as MLX Q8 group 16 and decodes the same
+ *     greedy tokens one at a time as in one verify block;
  *   - the tokenizer from the GGUF gives the ids of tokenizer.json. */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,8 +28,11 @@
 #include "gguf_model.h"
 #include "threads.h"
 #include "model.h"
+#include "backend.h"
 #include "quant.h"
 #include "rope.h"
+#include "sample.h"
+#include "synth.h"
 #include <math.h>
 #include "tokenizer.h"
 #include "util.h"
@@ -730,6 +736,9 @@ TEST(quants_match_ggml) {
         kn_weight w;
         ggm_dequant_weight(&m, type, blocks, rows, cols, &w);
         CHECK(kn_check_weight(&w, ggml_type_name(type)) == 0, "%s", dfl_lasterr());
+        if (type == GGML_Q6_K) /* the MLX 8-bit layout with groups of 16, not F32 */
+            CHECK(w.dtype == KN_Q8 && w.bits == 8 && w.group_size == 16 && kn_weight_bytes(&w) <= (size_t)rows * cols * 3 / 2,
+                  "Q6_K became %s g%d, %zu bytes", kn_dtype_name(w.dtype), w.group_size, kn_weight_bytes(&w));
         float x[512];
         int bad = 0;
         for (int r = 0; r < rows; r++) {
@@ -773,6 +782,182 @@ TEST(quants_match_ggml) {
     }
     CHECK(seen == 8, "fixture holds %d types", seen);
     free(b);
+}
+
+/* ---- a Q4_K_M-like file: Q6_K tensors --------------------------------- */
+
+/* A valid Q6_K block of x[256] (not llama.cpp's quantizer, only a
+ * reasonable one): sub-block scales d * sc (int8 sc, some negative), codes
+ * q = clamp(round(x / (d*sc)) + 32, 0, 63), packed as ggml lays them out. */
+static void q6k_block(const float *x, uint8_t *blk) {
+    float sub[16], smax = 0;
+    for (int i = 0; i < 16; i++) {
+        float a = 0;
+        for (int j = 0; j < 16; j++) a = fmaxf(a, fabsf(x[16 * i + j]));
+        sub[i] = (i % 5 == 3 ? -a : a) / 31.0f;
+        smax = fmaxf(smax, fabsf(sub[i]));
+    }
+    float d = dfl_f16_to_f32(dfl_f32_to_f16(smax / 127.0f));
+    memset(blk, 0, 210);
+    uint8_t *ql = blk, *qh = blk + 128;
+    for (int i = 0; i < 16; i++) {
+        int sc = d > 0 ? (int)lrintf(sub[i] / d) : 0;
+        sc = sc > 127 ? 127 : sc < -127 ? -127 : sc;
+        blk[192 + i] = (uint8_t)(int8_t)sc;
+        for (int j = 0; j < 16; j++) {
+            int w = 16 * i + j, q = sc ? (int)lrintf(x[w] / (d * (float)sc)) + 32 : 32;
+            q = q < 0 ? 0 : q > 63 ? 63 : q;
+            int h = w / 128, k = (w % 128) / 32, l = w % 32;
+            ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q & 15) << (4 * (k >> 1)));
+            qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+        }
+    }
+    uint16_t dh = dfl_f32_to_f16(d);
+    memcpy(blk + 208, &dh, 2);
+}
+
+/* ggml's value of weight j of a Q6_K row. */
+static float q6k_value(const uint8_t *row, int j) {
+    const uint8_t *blk = row + (size_t)(j / 256) * 210;
+    int w = j % 256, h = w / 128, k = (w % 128) / 32, l = w % 32;
+    int q = ((blk[64 * h + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15) | ((blk[128 + 32 * h + l] >> (2 * k)) & 3) << 4;
+    uint16_t dh;
+    memcpy(&dh, blk + 208, 2);
+    return dfl_f16_to_f32(dh) * (float)(int8_t)blk[192 + w / 16] * (float)(q - 32);
+}
+
+static int is_q6k_name(const char *n) {
+    return !strcmp(n, "token_embd.weight") || !strcmp(n, "output.weight") || strstr(n, "attn_v.weight") ||
+           strstr(n, "ffn_down.weight");
+}
+
+/* A synthetic Qwen3 (hidden 256, so K-quant rows fit) as a GGUF the way
+ * Q4_K_M files mix types: token_embd, output, attn_v, ffn_down Q6_K, the
+ * other matrices Q8_0 (dflash writes no Q4_K), norms F32. Loads with every
+ * Q6_K tensor as MLX Q8 group 16 (no F32 copy) holding ggml's values, and
+ * decodes batch-invariantly: greedy tokens one at a time equal the argmax
+ * of the same rows in one verify block, logits bit for bit - in f32 and in
+ * q8 activation mode. */
+TEST(q6k_model) {
+    syn_spec s = syn_default();
+    s.c.hidden = 256;
+    s.c.inter = 512;
+    s.c.head_dim = 64;
+    s.c.tie_embeddings = 0;
+    s.dtype = KN_F16;
+    const char *src = tpath("q6k-src"), *f16p = tpath("q6k-f16.gguf"), *q6p = tpath("q6k.gguf");
+    CHECK(syn_write(src, &s) == 0, "synth: %s", dfl_lasterr());
+    if (ggm_convert(src, f16p, "f16", "tests/models/tiny-qwen3") != 0) {
+        CHECK(0, "convert: %s", dfl_lasterr());
+        return;
+    }
+    gguf_file g;
+    if (gguf_open(&g, f16p) != 0) {
+        CHECK(0, "open: %s", dfl_lasterr());
+        return;
+    }
+    gguf_writer *w = gguf_w_new();
+    for (int i = 0; i < g.n_kv; i++) gguf_w_copy_kv(w, &g.kv[i]);
+    uint8_t *bufs[64];
+    int nbuf = 0, n_q6 = 0;
+    for (int i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.t[i];
+        if (t->n_dims != 2 || t->type != GGML_F16 || nbuf == 64) {
+            gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+            continue;
+        }
+        int cols = (int)t->ne[0], rows = (int)t->ne[1], q6 = is_q6k_name(t->name);
+        float *x = dfl_malloc(sizeof(float) * (size_t)cols);
+        size_t rb = q6 ? (size_t)cols / 256 * 210 : (size_t)cols / 32 * 34;
+        uint8_t *o = bufs[nbuf++] = dfl_malloc(rb * (size_t)rows);
+        for (int r = 0; r < rows; r++) {
+            for (int j = 0; j < cols; j++) x[j] = dfl_f16_to_f32(((const uint16_t *)t->data)[(size_t)r * cols + j]);
+            if (q6)
+                for (int b = 0; b < cols / 256; b++) q6k_block(x + 256 * b, o + (size_t)r * rb + (size_t)b * 210);
+            else
+                ggm_quantize_q8_0(x, cols, o + (size_t)r * rb);
+        }
+        free(x);
+        n_q6 += q6;
+        gguf_w_tensor(w, t->name, q6 ? GGML_Q6_K : GGML_Q8_0, 2, t->ne, o);
+    }
+    CHECK(gguf_w_write(w, q6p) == 0, "write: %s", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    for (int i = 0; i < nbuf; i++) free(bufs[i]);
+    CHECK(n_q6 == 2 + 2 * s.c.n_layers, "%d Q6_K tensors", n_q6);
+
+    for (int q8 = 0; q8 < 2; q8++) {
+        kn_set_act_quant(q8);
+        mdl_model m;
+        if (mdl_load(&m, q6p) != 0) {
+            CHECK(0, "load: %s", dfl_lasterr());
+            break;
+        }
+        /* every Q6_K tensor: Q8 group 16, ggml's values */
+        if (q8 == 0 && gguf_open(&g, q6p) == 0) {
+            float *row = dfl_malloc(sizeof(float) * 512);
+            for (int i = 0; i < g.n_tensors; i++) {
+                const gguf_tensor *t = &g.t[i];
+                if (t->type != GGML_Q6_K) continue;
+                const kn_weight *kw = !strcmp(t->name, "token_embd.weight") ? &m.embed
+                                      : !strcmp(t->name, "output.weight")   ? &m.lm_head
+                                      : strstr(t->name, "attn_v")           ? &m.layers[atoi(t->name + 4)].wv
+                                                                            : &m.layers[atoi(t->name + 4)].wd;
+                CHECK(kw->dtype == KN_Q8 && kw->group_size == 16 && kw->rows == t->ne[1] && kw->cols == t->ne[0],
+                      "%s: %s g%d", t->name, kn_dtype_name(kw->dtype), kw->group_size);
+                int bad = 0, cols = (int)t->ne[0];
+                for (int r = 0; r < kw->rows && !bad; r++) {
+                    kn_get_row(row, kw, r);
+                    for (int j = 0; j < cols && !bad; j++) {
+                        float want = q6k_value((const uint8_t *)t->data + (size_t)r * (size_t)(cols / 256 * 210), j);
+                        if (row[j] != want) {
+                            CHECK(0, "%s row %d col %d: %g, ggml %g", t->name, r, j, row[j], want);
+                            bad = 1;
+                        }
+                    }
+                }
+            }
+            free(row);
+            gguf_close(&g);
+        }
+        /* greedy one token at a time, then the same rows as one verify block */
+        be_options bo = {2, 0};
+        void *be = be_cpu.open(&bo);
+        CHECK(be && be_cpu.prepare(be, &m) == 0, "backend: %s", dfl_lasterr());
+        if (q8 && kn_act_quant()) CHECK(m.lm_head.packed != NULL, "q8 mode: lm_head not packed");
+        void *st = be_cpu.create(be, &m, 64);
+        enum { NP = 5, NG = 16 };
+        int V = m.cfg.vocab;
+        int32_t tok[NP + NG] = {3, 141, 59, 265, 35};
+        float *l1 = dfl_malloc(sizeof(float) * (size_t)V * NG), *lb = dfl_malloc(sizeof(float) * (size_t)V * NG);
+        be_batch b = {NP, tok, 1, l1, 0, NULL, 0};
+        CHECK(be_cpu.forward(st, &b) == 0, "prompt: %s", dfl_lasterr());
+        tok[NP] = smp_argmax(l1, V);
+        for (int i = 0; i < NG - 1; i++) { /* logits of row i predict tok[NP + i + 1] */
+            be_batch b1 = {1, tok + NP + i, 1, l1 + (size_t)i * V, 0, NULL, 0};
+            CHECK(be_cpu.forward(st, &b1) == 0, "decode: %s", dfl_lasterr());
+            tok[NP + i + 1] = smp_argmax(l1 + (size_t)i * V, V);
+        }
+        be_cpu.truncate(st, NP);
+        be_batch bv = {NG - 1, tok + NP, NG - 1, lb, 0, NULL, 0};
+        CHECK(be_cpu.forward(st, &bv) == 0, "verify: %s", dfl_lasterr());
+        int same = 1, distinct = 0;
+        for (int i = 0; i < NG - 1; i++) {
+            same &= smp_argmax(lb + (size_t)i * V, V) == tok[NP + i + 1];
+            distinct += tok[NP + i + 1] != tok[NP + i];
+        }
+        CHECK(same && !memcmp(l1, lb, sizeof(float) * (size_t)V * (NG - 1)),
+              "q8 mode %d: the verify block differs from decoding one token at a time", q8);
+        CHECK(distinct > 0, "degenerate greedy run");
+        be_cpu.destroy(st);
+        be_cpu.release(be, &m);
+        be_cpu.close(be);
+        free(l1);
+        free(lb);
+        mdl_free(&m);
+    }
+    kn_set_act_quant(-1);
 }
 
 /* With LLAMA_CPP_BIN (a llama.cpp build directory) set: from the same F16
@@ -861,6 +1046,7 @@ int main(void) {
     RUN(bad_drafts);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
+    RUN(q6k_model);
     RUN(llama_quantize_same_bytes);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -11,7 +11,7 @@
  * costs about mag/cols, far above the bound for the shapes used here.
  *
  * Batch invariance is checked bit for bit: row t of a T-row call equals the
- * same row computed alone (T = 1), for T = 1..17, with NaN/Inf garbage in
+ * same row computed alone (T = 1), for T = 1..17 and 32, with NaN/Inf garbage in
  * the other rows, and with 1, 2 and 3 threads - in f32 mode and in q8 mode
  * (int8 activations, kn_set_act_quant) for every variant that has it.
  *
@@ -19,7 +19,8 @@
  * kernels.h and checks two things per output:
  *   (a) against the exact (double) W . xdeq, xdeq = d_k * xq: within the f32
  *       rounding of the stated chain, (2*nb + 2*ng + g/32 + 4) * 2^-24 * mag
- *       (nb blocks, ng groups, mag = sum |s d_k I_k| + sum |b| |d_k S_k|) -
+ *       (nb blocks, ng groups, mag = sum |s d_k I_k| + sum |b| |d_k S_k|,
+ *       I_k and S_k per half block for Q8 with groups of 16) -
  *       the integer sums must be exact and no block may be lost;
  *   (b) against the exact W . x: the same plus the int8 rounding bound
  *       sum_j |w_j| * amax_k * (1/254 + 2e-7) (|xdeq_j - x_j| <= d_k/2 plus
@@ -216,6 +217,7 @@ static int all_confs(wconf *c) {
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++)
             for (int d = 0; d < 3; d++) c[n++] = (wconf){qs[a], gs[b], sds[d]};
+    for (int d = 0; d < 3; d++) c[n++] = (wconf){KN_Q8, 16, sds[d]}; /* GGUF Q6_K's groups */
     return n;
 }
 
@@ -233,9 +235,19 @@ TEST(names_and_bytes) {
     b.w.group_size = 48;
     CHECK(kn_check_weight(&b.w, "blk.0.q") == -1 && strstr(dfl_lasterr(), "blk.0.q"), "%s",
           dfl_lasterr());
+    b.w.group_size = 16;
+    CHECK(kn_check_weight(&b.w, "b") == -1, "Q4 with group 16 accepted");
     b.w.group_size = 64;
     b.w.bits = 8;
     CHECK(kn_check_weight(&b.w, "b") == -1, "bits mismatch accepted");
+    tweight c = make_weight(KN_Q8, 3, 96, 16, KN_F32);
+    CHECK(kn_check_weight(&c.w, "c") == 0, "Q8 group 16: %s", dfl_lasterr());
+    c.w.cols = 80; /* a multiple of 16, not of 32 */
+    CHECK(kn_check_weight(&c.w, "c") == -1, "Q8 group 16 with 80 columns accepted");
+    c.w.cols = 96;
+    c.w.group_size = 8;
+    CHECK(kn_check_weight(&c.w, "c") == -1, "Q8 group 8 accepted");
+    free_weight(&c);
     free_weight(&a);
     free_weight(&b);
 }
@@ -330,7 +342,7 @@ static int count_diff_rows(const float *y, const float *y_solo, int T, int rows,
 }
 
 static void invariance_case(const char *var, const wconf *c, int rows, int cols, int threads_list, int pack) {
-    enum { TMAX = 17 };
+    enum { TMAX = 32 };
     tweight tw = make_weight(c->dt, rows, cols, c->g, c->sd);
     if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
     float *x = dfl_malloc(sizeof(float) * TMAX * cols);
@@ -344,8 +356,8 @@ static void invariance_case(const char *var, const wconf *c, int rows, int cols,
     use_threads(1);
     for (int t = 0; t < TMAX; t++) kn_matmul(pool, solo + (size_t)t * rows, x + (size_t)t * cols, &tw.w, 1);
 
-    /* T = 1..17 on one thread */
-    for (int T = 1; T <= TMAX; T++) {
+    /* T = 1..17 and 32 on one thread */
+    for (int T = 1; T <= TMAX; T = T < 17 ? T + 1 : TMAX + (T == TMAX)) {
         kn_matmul(pool, y, x, &tw.w, T);
         int bad = count_diff_rows(y, solo, T, rows, NULL);
         CHECK(bad == 0, "%s: T=%d: %d rows differ from T=1", d, T, bad);
@@ -387,6 +399,7 @@ TEST(batch_invariance) {
         {KN_F32, 0, KN_F32},   {KN_F16, 0, KN_F32},    {KN_BF16, 0, KN_F32},
         {KN_Q8, 32, KN_F16},   {KN_Q8, 64, KN_BF16},   {KN_Q8, 128, KN_F32},
         {KN_Q4, 32, KN_BF16},  {KN_Q4, 64, KN_F16},    {KN_Q4, 128, KN_F32},
+        {KN_Q8, 16, KN_F32},   {KN_Q8, 16, KN_F16},
     };
     for (int q8 = 0; q8 < 2; q8++) {
         kn_set_act_quant(q8);
@@ -404,11 +417,11 @@ TEST(batch_invariance) {
      * row counts around the 16- and 32-row tiles */
     kn_set_act_quant(1);
     int shapes[][2] = {{33, 96}, {5, 160}, {47, 224}, {64, 1056}};
-    wconf cq[] = {{KN_Q8, 32, KN_BF16}, {KN_Q4, 32, KN_F16}};
+    wconf cq[] = {{KN_Q8, 32, KN_BF16}, {KN_Q4, 32, KN_F16}, {KN_Q8, 16, KN_F32}};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
         for (int si = 0; si < 4; si++)
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < 3; k++)
                 for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++)
                     invariance_case(variants[vi], &cq[k], shapes[si][0], shapes[si][1], si == 0, pack);
     }
@@ -442,6 +455,7 @@ static float q8_block_ref(const float *x, int8_t *xq, float *d) {
 static int check_q8(const float *y, const float *x, const kn_weight *w, int T, const char *what, double *worst) {
     int bad = 0, cols = w->cols, g = w->group_size, nb = cols / 32, ng = cols / g;
     double tmul = (2.0 * nb + 2.0 * ng + g / 32 + 4) * ldexp(1.0, -24);
+    int piece = g < 32 ? g : 32; /* columns of one I: a block, or a group of 16 */
     for (int t = 0; t < T; t++)
         for (int r = 0; r < w->rows; r++) {
             double ref_deq = 0, ref_x = 0, mag = 0, tol_x = 0, s, q, b;
@@ -450,17 +464,19 @@ static int check_q8(const float *y, const float *x, const kn_weight *w, int T, c
                 int8_t xq[32];
                 float d;
                 double amax = q8_block_ref(xb, xq, &d);
-                long I = 0, S = 0;
-                for (int j = 0; j < 32; j++) {
-                    elem(w, r, k * 32 + j, &s, &q, &b);
-                    I += (long)q * xq[j];
-                    S += xq[j];
-                    ref_x += (s * q + b) * xb[j];
-                    /* a block under 2^-100 is zeroed: |xdeq - x| <= amax */
-                    tol_x += fabs(s * q + b) * amax * (amax < 0x1p-100 ? 1.0 : 1.0 / 254 + 2e-7);
+                for (int j0 = 0; j0 < 32; j0 += piece) {
+                    long I = 0, S = 0;
+                    for (int j = j0; j < j0 + piece; j++) {
+                        elem(w, r, k * 32 + j, &s, &q, &b);
+                        I += (long)q * xq[j];
+                        S += xq[j];
+                        ref_x += (s * q + b) * xb[j];
+                        /* a block under 2^-100 is zeroed: |xdeq - x| <= amax */
+                        tol_x += fabs(s * q + b) * amax * (amax < 0x1p-100 ? 1.0 : 1.0 / 254 + 2e-7);
+                    }
+                    ref_deq += s * d * (double)I + b * d * (double)S;
+                    mag += fabs(s * d * (double)I) + fabs(b * d * (double)S);
                 }
-                ref_deq += s * d * (double)I + b * d * (double)S;
-                mag += fabs(s * d * (double)I) + fabs(b * d * (double)S);
             }
             double got = y[(size_t)t * w->rows + r], tol = tmul * mag;
             if (!(fabs(got - ref_deq) <= tol)) {
@@ -704,10 +720,10 @@ TEST(large_T) {
         kn_set_act_quant(q8);
         if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant()) || (pack && !has_q8_pack(variants[vi])))
             continue;
-        for (int k = q8 && !kn_act_bf16(); k < 3; k++) {
-            kn_dtype dt = k == 0 ? KN_BF16 : k == 1 ? KN_Q8 : KN_Q4;
+        for (int k = q8 && !kn_act_bf16(); k < 4; k++) {
+            kn_dtype dt = k == 0 ? KN_BF16 : k == 2 ? KN_Q4 : KN_Q8;
             if (pack && dt == KN_BF16) continue;
-            tweight tw = make_weight(dt, rows, cols, 64, KN_BF16);
+            tweight tw = make_weight(dt, rows, cols, k == 3 ? 16 : 64, k == 3 ? KN_F32 : KN_BF16);
             if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
             float *x = dfl_malloc(sizeof(float) * T * cols);
             float *y = dfl_malloc(sizeof(float) * T * rows);
@@ -769,17 +785,18 @@ TEST(x_alignment) {
  * modes, packed and not, Q8/Q4/BF16, with rows that are not multiples of
  * the tile, and with weights it cannot share x between (other cols). */
 TEST(matmul_n_equals_separate_calls) {
-    kn_dtype dts[] = {KN_Q8, KN_Q4, KN_BF16};
+    kn_dtype dts[] = {KN_Q8, KN_Q4, KN_BF16, KN_Q8};
+    int gss[] = {64, 64, 64, 16}; /* the last: Q8 with groups of 16 */
     int rows[3] = {256, 128, 40}, Ts[] = {1, 3, 16};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int mode = 0; mode < 2; mode++)
             for (int pack = 0; pack < 2; pack++)
-                for (int di = 0; di < 3; di++) {
+                for (int di = 0; di < 4; di++) {
                     kn_set_act_quant(mode);
                     tweight tw[4];
-                    for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, 64, KN_BF16);
-                    tw[3] = make_weight(dts[di], 64, 128, 64, KN_BF16); /* other cols: separate calls */
+                    for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, gss[di], KN_BF16);
+                    tw[3] = make_weight(dts[di], 64, 128, gss[di], KN_BF16); /* other cols: separate calls */
                     if (pack)
                         for (int i = 0; i < 4; i++) CHECK(kn_pack(&tw[i].w) == 0, "pack");
                     for (int ti = 0; ti < 3; ti++) {
@@ -796,8 +813,8 @@ TEST(matmul_n_equals_separate_calls) {
                         for (int i = 0; i < 3; i++) kn_matmul(pool, yb[i], x, ws[i], T);
                         int same = 1;
                         for (int i = 0; i < 3; i++) same &= memcmp(ya[i], yb[i], sizeof(float) * T * ws[i]->rows) == 0;
-                        CHECK(same, "%s mode %d pack %d %s T=%d: kn_matmul_n differs", variants[vi], mode, pack,
-                              kn_dtype_name(dts[di]), T);
+                        CHECK(same, "%s mode %d pack %d %s g%d T=%d: kn_matmul_n differs", variants[vi], mode, pack,
+                              kn_dtype_name(dts[di]), gss[di], T);
                         const kn_weight *mixed[2] = {ws[0], ws[3]};
                         float *ym[2] = {ya[0], ya[3]};
                         kn_matmul_n(pool, ym, x, mixed, 2, T);
