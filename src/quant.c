@@ -119,7 +119,8 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
 
 int qt_model(mdl_model *m, qt_kind k, int group) {
     if (k == QT_KEEP) return 0;
-    if (k != QT_BF16 && k != QT_Q8_0 && group != 32 && group != 64 && group != 128) {
+    /* group 16: Q8 only, the layout GGUF Q6_K loads into (tests use it) */
+    if (k != QT_BF16 && k != QT_Q8_0 && group != 32 && group != 64 && group != 128 && !(k == QT_Q8 && group == 16)) {
         dfl_seterr("group size %d not supported (32, 64 or 128)", group);
         return -1;
     }

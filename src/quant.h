@@ -29,7 +29,8 @@ typedef enum { QT_KEEP = 0, QT_BF16, QT_Q8, QT_Q4, QT_Q8_0 } qt_kind;
 int qt_parse(const char *s, qt_kind *k);
 
 /* Convert every weight matrix of a loaded model (layers, embedding, lm_head,
- * fc) to `k` in memory at load time. group: 32, 64 or 128 (quantized kinds).
+ * fc) to `k` in memory at load time. group: 32, 64 or 128 (quantized kinds;
+ * QT_Q8 also 16, the layout GGUF Q6_K loads into).
  * Matrices whose columns do not divide by the group stay as they are. The
  * new buffers are owned by the model (freed by mdl_free). */
 int qt_model(mdl_model *m, qt_kind k, int group);

@@ -561,6 +561,58 @@ TEST(convert_draft) {
     mdl_free(&gg);
 }
 
+/* 1 if matrices a and b hold the same values (any dtype each) */
+static int same_matrix(const kn_weight *a, const kn_weight *b) {
+    if (a->rows != b->rows || a->cols != b->cols) return 0;
+    float *x = malloc(sizeof(float) * (size_t)a->cols), *y = malloc(sizeof(float) * (size_t)a->cols);
+    int same = x && y;
+    for (int r = 0; r < a->rows && same; r++) {
+        kn_get_row(x, a, r);
+        kn_get_row(y, b, r);
+        same = !memcmp(x, y, sizeof(float) * (size_t)a->cols);
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+static int same_vec(const float *a, const float *b, int n) {
+    return (!a && !b) || (a && b && !memcmp(a, b, sizeof(float) * (size_t)n));
+}
+
+/* tests/fixtures/gguf/tiny-draft-llama.gguf was written by llama.cpp's own
+ * convert_hf_to_gguf.py (v0.5.0, DFlashModel, --outtype bf16
+ * --target-model-dir tests/models/tiny-qwen3) from tests/models/tiny-draft
+ * (tools/llama/gguf_race.sh files; the tiny vocabulary made it write no
+ * tokenizer). It must load as the same draft: config, every weight. */
+TEST(llama_converter_draft) {
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "tests/models/tiny-draft") != 0) return;
+    CHECK(mdl_load(&gg, "tests/fixtures/gguf/tiny-draft-llama.gguf") == 0, "load: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg, *b = &gg.cfg;
+        CHECK(b->is_draft && b->block_size == a->block_size && b->mask_token_id == a->mask_token_id &&
+                  b->n_taps == a->n_taps && !memcmp(b->tap_layers, a->tap_layers, sizeof(int) * (size_t)a->n_taps) &&
+                  b->n_layers == a->n_layers && b->hidden == a->hidden && b->n_heads == a->n_heads &&
+                  b->n_kv_heads == a->n_kv_heads && b->head_dim == a->head_dim && b->inter == a->inter &&
+                  b->rope_theta == a->rope_theta && b->eps == a->eps,
+              "draft config differs");
+        int bad = !same_matrix(&gg.fc, &hf.fc) || !same_vec(gg.hidden_norm, hf.hidden_norm, a->hidden) ||
+                  !same_vec(gg.final_norm, hf.final_norm, a->hidden);
+        for (int l = 0; l < a->n_layers && !bad; l++) {
+            const mdl_layer *x = &gg.layers[l], *y = &hf.layers[l];
+            bad |= !same_matrix(&x->wq, &y->wq) || !same_matrix(&x->wk, &y->wk) || !same_matrix(&x->wv, &y->wv) ||
+                   !same_matrix(&x->wo, &y->wo) || !same_matrix(&x->wg, &y->wg) || !same_matrix(&x->wu, &y->wu) ||
+                   !same_matrix(&x->wd, &y->wd) || !same_vec(x->in_norm, y->in_norm, a->hidden) ||
+                   !same_vec(x->post_norm, y->post_norm, a->hidden) ||
+                   !same_vec(x->q_norm, y->q_norm, a->head_dim) || !same_vec(x->k_norm, y->k_norm, a->head_dim);
+        }
+        CHECK(!bad, "a weight of the llama.cpp-converted draft differs from the checkpoint's");
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
 /* Q4_0 and Q4_1 blocks -> MLX Q4, exact; an unsupported type is named */
 TEST(q4_blocks) {
     enum { R = 2, C = 64 };
@@ -1042,6 +1094,7 @@ int main(void) {
     RUN(convert_llama);
     RUN(llama3_rope_freqs);
     RUN(convert_draft);
+    RUN(llama_converter_draft);
     RUN(bad_models);
     RUN(bad_drafts);
     RUN(q4_blocks);

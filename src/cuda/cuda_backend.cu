@@ -344,7 +344,10 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
                                              ws[i]->scale_dtype != ws[0]->scale_dtype)))
             quant = 0;
     }
-    if (quant && ws[0]->group_size % 32 != 0) quant = 0;
+    /* k_gemm gives each lane one scale per chunk of CK = 16 (Q8) or 32 (Q4)
+     * elements, so a group must hold whole chunks: Q8 with group 16 (GGUF
+     * Q6_K) stays 8-bit */
+    if (quant && ws[0]->group_size % (d0 == KN_Q8 ? 16 : 32) != 0) quant = 0;
     o->kind = !quant ? CW_BF16 : d0 == KN_Q8 ? CW_Q8 : CW_Q4;
     o->rows = rows;
     o->cols = cols;

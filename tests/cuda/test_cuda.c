@@ -24,6 +24,7 @@
 #include "cuda/cuda_backend.h"
 #include "dflash.h"
 #include "model.h"
+#include "quant.h"
 #include "sample.h"
 #include "util.h"
 
@@ -46,14 +47,23 @@ typedef struct {
     int ok;
 } loaded;
 
+/* REL is a model directory, or DIR@q8g16: DIR converted at load to MLX 8-bit
+ * with group 16, the layout GGUF Q6_K tensors load into */
 static int load(loaded *L, const be_ops *be, void *bi, const char *rel) {
     char d[1200];
     mpath(d, sizeof d, rel);
+    char *at = strchr(d, '@');
+    if (at) *at = 0;
     memset(L, 0, sizeof *L);
     L->be = be;
     L->bi = bi;
     if (mdl_load(&L->m, d) != 0) {
         CHECK(0, "load %s: %s", d, dfl_lasterr());
+        return -1;
+    }
+    if (at && qt_model(&L->m, QT_Q8, 16) != 0) {
+        CHECK(0, "q8 group 16 %s: %s", d, dfl_lasterr());
+        mdl_free(&L->m);
         return -1;
     }
     if (be->prepare(bi, &L->m) != 0) {
@@ -90,8 +100,8 @@ static double max_diff(const float *a, const float *b, size_t n) {
 }
 
 static const char *tiny[] = {"tests/models/tiny-qwen3", "tests/models/tiny-qwen3-q8", "tests/models/tiny-qwen3-q4",
-                             "tests/models/tiny-llama3", "models/demo/target"};
-static int n_models(void) { return quick ? 4 : 5; }
+                             "tests/models/tiny-llama3", "tests/models/tiny-qwen3@q8g16", "models/demo/target"};
+static int n_models(void) { return quick ? 5 : 6; }
 
 /* ---- vs the CPU f32 path ---------------------------------------------------- */
 

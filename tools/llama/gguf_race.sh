@@ -18,7 +18,8 @@
 # LLAMA_CUDA (1: GPU, -ngl 99 and dflash --backend cuda; 0: CPU),
 # THREADS (CPU threads; default: the cores), REPS (3), RACE_N (tokens, 128),
 # RACE_K (prompts per domain, 4), RACE_TYPES (target files raced: q8_0),
-# SPEED_TYPES (q8_0 q4_k_m), DFLASH_BIN (./dflash).
+# SPEED_TYPES (q8_0 q4_k_m), DFLASH_BIN (./dflash), FILES (what `files`
+# makes: demo tiny s06b).
 set -u
 R=$(pwd)
 LW=${LLAMA_WORK:-/tmp/llama}
@@ -33,7 +34,7 @@ K=${RACE_K:-4}
 THREADS=${THREADS:-$(nproc)}
 mkdir -p "$GG" "$RES"
 if [ "${LLAMA_CUDA:-1}" = 0 ]; then
-    NGL=0; DEV="-dev none"; BACKEND=cpu
+    NGL=0; DEV=""; BACKEND=cpu
 else
     NGL=99; DEV=""; BACKEND=cuda
 fi
@@ -43,18 +44,21 @@ conv() { python3 "$LW/llama.cpp/convert_hf_to_gguf.py" "$@"; }
 # ---------------------------------------------------------------- files
 do_files() {
     set -e
+    want=" ${FILES:-demo tiny s06b} "
+    case $want in *" demo "*) ;; *) no_demo=1 ;; esac
     # the demo target is MLX 4-bit, which the converter cannot read: F32 first
-    [ -f "$GG/demo-target-hf/model.safetensors" ] ||
+    [ -n "${no_demo:-}" ] || [ -f "$GG/demo-target-hf/model.safetensors" ] ||
         python3 tools/llama/dequant.py models/demo/target "$GG/demo-target-hf"
-    [ -s "$GG/demo-target-f16.gguf" ] ||
+    [ -n "${no_demo:-}" ] || [ -s "$GG/demo-target-f16.gguf" ] ||
         conv --outtype f16 --outfile "$GG/demo-target-f16.gguf" "$GG/demo-target-hf" > "$GG/conv-target.log" 2>&1
-    [ -s "$GG/demo-draft-bf16.gguf" ] ||
+    [ -n "${no_demo:-}" ] || [ -s "$GG/demo-draft-bf16.gguf" ] ||
         conv --outtype bf16 --target-model-dir "$GG/demo-target-hf" --outfile "$GG/demo-draft-bf16.gguf" \
             models/demo/draft > "$GG/conv-draft.log" 2>&1
     # the test fixture: the tiny draft (the tiny models' 16384-token vocabulary
     # is a cut of the Qwen3 tokenizer the converter refuses, so it goes
     # through tools/llama/convert.py, which writes no tokenizer then)
-    [ -s "$GG/tiny-draft-llama.gguf" ] ||
+    case $want in *" tiny "*) no_tiny= ;; *) no_tiny=1 ;; esac
+    [ -n "$no_tiny" ] || [ -s "$GG/tiny-draft-llama.gguf" ] ||
         python3 tools/llama/convert.py "$LW/llama.cpp" --outtype bf16 --target-model-dir tests/models/tiny-qwen3 \
             --outfile "$GG/tiny-draft-llama.gguf" tests/models/tiny-draft > "$GG/conv-tiny.log" 2>&1
     # the Qwen3-0.6B shape (random weights, real tokenizer)
@@ -69,7 +73,7 @@ do_files() {
     done
     for ty in q8_0 q4_k_m; do
         up=$(echo $ty | tr a-z A-Z)
-        [ -s "$GG/demo-target-$ty.gguf" ] ||
+        [ -n "${no_demo:-}" ] || [ -s "$GG/demo-target-$ty.gguf" ] ||
             "$B/llama-quantize" "$GG/demo-target-f16.gguf" "$GG/demo-target-$ty.gguf" "$up" > "$GG/q-demo-$ty.log" 2>&1
         [ -s "$GG/s06b-$ty.gguf" ] ||
             "$B/llama-quantize" "$GG/s06b-bf16.gguf" "$GG/s06b-$ty.gguf" "$up" > "$GG/q-s06b-$ty.log" 2>&1
