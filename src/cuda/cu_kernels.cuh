@@ -207,7 +207,10 @@ __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
     return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
 }
 
-/* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T (T <= 8*NT).
+/* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
+ * takes rows 16bx.. and tokens 8*NT*by .. 8*NT*by + 8*NT - 1 (gridDim.y =
+ * ceil(T / (8*NT)); a token's sums do not depend on which block or column
+ * tile holds it).
  * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
  * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
  * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
@@ -222,6 +225,13 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
                                                                 int accumulate, __nv_bfloat16 *__restrict__ h,
                                                                 int ldh) {
     constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
+    {
+        const int t0 = blockIdx.y * 8 * NT; /* this block's tokens */
+        T -= t0;
+        x += (size_t)t0 * ldx;
+        if (y) y += (size_t)t0 * ldy;
+        if (h) h += (size_t)t0 * ldh;
+    }
     __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3, S = w.split;

@@ -258,11 +258,15 @@ static int cw_split(int rows, int cols_p, int kind) {
  * for comparison (slower on the H200: bench/NOTES.md). Timing only: the
  * unroll changes the schedule, not the sums. */
 static int gemm_unroll = 4;
+/* 1: a GEMM of T > 32 rows is one launch (grid.y); 0: one per 32 rows */
+static int gemm_grid = 1;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
     const char *e = getenv("DFLASH_CUDA_GEMM_UNROLL");
     gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
+    e = getenv("DFLASH_CUDA_GEMM_GRID");
+    gemm_grid = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
 }
@@ -554,27 +558,33 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, A
 
 /* ---- launches ------------------------------------------------------------------ */
 
-/* Launches of up to 32 rows. The unroll is picked per (kind, tile count) to
- * stay within 128 registers (quantized weights hold scales per step); it
- * changes the schedule only, so it may depend on T. */
+/* One launch for T rows: blocks of up to 32 rows along grid.y, each with
+ * ceil(min(T, 32) / 8) column tiles. The unroll is picked per (kind, tile
+ * count) to stay within 128 registers (quantized weights hold scales per
+ * step); it changes the schedule only, so it may depend on T. */
 template <int KIND, int U, int SW>
-static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int tn, float *y, int ldy,
+static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                         int acc, bf16 *h, int ldh) {
-    dim3 grid((N + 15) / 16), block(32 * w.split);
+    dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
     constexpr int UQ = KIND == CW_BF16 ? U : 4;
-    switch ((tn + 7) / 8) {
-    case 1: launch(k_gemm<KIND, 1, U, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
-    case 2: launch(k_gemm<KIND, 2, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
-    case 3: launch(k_gemm<KIND, 3, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
-    default: launch(k_gemm<KIND, 4, UQ, SW>, grid, block, s, w, N, x, ldx, tn, y, ldy, acc, h, ldh); break;
+    switch (T >= 32 ? 4 : (T + 7) / 8) {
+    case 1: launch(k_gemm<KIND, 1, U, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 2: launch(k_gemm<KIND, 2, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 3: launch(k_gemm<KIND, 3, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    default: launch(k_gemm<KIND, 4, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
     }
 }
 
+/* Rows past 32 (a prefill) go in the same launch as grid.y blocks: one
+ * launch per matrix instead of one per 32 rows (prefill was bound by
+ * launches). DFLASH_CUDA_GEMM_GRID=0 launches 32 rows at a time, for
+ * comparison; the bits are the same either way. */
 template <int KIND, int SW>
 static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                       int acc, bf16 *h, int ldh) {
-    for (int t0 = 0; t0 < T; t0 += 32) {
-        int tn = T - t0 < 32 ? T - t0 : 32;
+    int per = gemm_grid ? T : 32;
+    for (int t0 = 0; t0 < T; t0 += per) {
+        int tn = T - t0 < per ? T - t0 : per;
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;

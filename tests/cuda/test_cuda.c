@@ -252,7 +252,7 @@ TEST(invariance) {
 }
 
 /* The timing knobs (DFLASH_CUDA_ATT=head|gqa, DFLASH_CUDA_PDL=0,
- * DFLASH_CUDA_GEMM_UNROLL=8) change schedules only: rows must be the same
+ * DFLASH_CUDA_GEMM_UNROLL=8, DFLASH_CUDA_GEMM_GRID=0) change schedules only: rows must be the same
  * bits as with the defaults. The demo target has key/value heads shared by
  * two query heads: by default its 16-row forwards run the grouped attention
  * kernel and its 1-row forwards the per-head one; the knobs force one or the
@@ -277,6 +277,14 @@ static void knob_run(const char *rel, rec *r, int *V, int *H, int *kvd) {
     for (int i = 16; i < 24; i++) step(st, m, tok, i, 1, r);
     step(st, m, tok, 24, 16, r);
     be_cuda.destroy(st);
+    /* a 40-row prefill (GEMMs over more than 32 rows) gives the same logits */
+    st = be_cuda.create(bi, m, 128);
+    float *pl = malloc(sizeof(float) * NI * *V);
+    be_batch pb = {.T = NI, .tokens = tok, .n_logits = NI, .logits = pl};
+    CHECK(be_cuda.forward(st, &pb) == 0 && memcmp(pl, r->l, sizeof(float) * NI * *V) == 0,
+          "%s: a 40-row prefill differs from the stepped rows under these knobs", rel);
+    free(pl);
+    be_cuda.destroy(st);
     unload(&g);
     be_cuda.close(bi);
 }
@@ -289,6 +297,7 @@ TEST(knobs) {
     setenv("DFLASH_CUDA_ATT", "head", 1);
     setenv("DFLASH_CUDA_PDL", "0", 1);
     setenv("DFLASH_CUDA_GEMM_UNROLL", "8", 1);
+    setenv("DFLASH_CUDA_GEMM_GRID", "0", 1);
     knob_run(rel, &b, &V, &H, &kvd);
     rec c;
     setenv("DFLASH_CUDA_ATT", "gqa", 1);
@@ -298,6 +307,7 @@ TEST(knobs) {
     unsetenv("DFLASH_CUDA_ATT");
     unsetenv("DFLASH_CUDA_PDL");
     unsetenv("DFLASH_CUDA_GEMM_UNROLL");
+    unsetenv("DFLASH_CUDA_GEMM_GRID");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
     if (bi) be_cuda.close(bi);
