@@ -524,6 +524,29 @@ INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
 #define PRT 4 /* rows of x per register tile, T >= 2 (8 x 1 and 6 x 2 measured slower) */
 #define PRC 3 /* tiles per register tile, T >= 2 (3: 9% faster than 2 on the 0.6B Q8 LM head at T=16, Zen 4) */
 
+/* The start of group i (counted from the tile's first) in ptile and
+ * ptile16: with pf > 0, fetch the record pf groups ahead (the next K block)
+ * into L1 while this one is computed (the prefetchers alone left T >= 2
+ * waiting for memory between K blocks); then load the group's scales and
+ * biases of each of the rc tiles. */
+INL void pt_group(const int rc, const kn_weight *w, const uint8_t *const *pt, int i, int pf, size_t gbytes,
+                  size_t gdata, size_t ss, __m512 *sv, __m512 *bv) {
+#ifndef NO_PF
+    if (pf)
+        for (int c = 0; c < rc; c++)
+            for (size_t o = 0; o < gbytes; o += 64)
+                _mm_prefetch((const char *)pt[c] + (size_t)(i + pf) * gbytes + o, _MM_HINT_T0);
+#else
+    (void)pf;
+#endif
+#pragma GCC unroll 4
+    for (int c = 0; c < rc; c++) {
+        const uint8_t *sp = pt[c] + (size_t)i * gbytes + gdata;
+        sv[c] = ld_scales16(sp, w->scale_dtype);
+        bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
+    }
+}
+
 /* acc[t][c] (t < rt) += x rows t0.. against packed tiles (c < rc) for the
  * groups [g0, g1); pt[c] points at tile c's record g0. q4: Q4 nibble
  * records; else one byte per column (Q8, or Q4 unpacked: x in layout 2
@@ -543,22 +566,8 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
-#ifndef NO_PF
-        /* pf > 0: fetch the record pf groups ahead (the next K block) into
-         * L1 while this one is computed; the prefetchers alone left T >= 2
-         * waiting for memory between K blocks */
-        if (pf)
-            for (int c = 0; c < rc; c++)
-                for (size_t o = 0; o < gbytes; o += 64)
-                    _mm_prefetch((const char *)pt[c] + (size_t)(gi - g0 + pf) * gbytes + o, _MM_HINT_T0);
-#endif
         __m512 sv[RC1], bv[RC1];
-#pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) {
-            const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
-            sv[c] = ld_scales16(sp, w->scale_dtype);
-            bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
-        }
+        pt_group(rc, w, pt, gi - g0, pf, gbytes, gdata, ss, sv, bv);
         for (int kb = 0; kb < bpg; kb++) {
             int k = gi * bpg + kb;
             __m512i ia[PRT][RC1][2];
@@ -643,20 +652,9 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
-#ifndef NO_PF
-        if (pf) /* as in ptile */
-            for (int c = 0; c < rc; c++)
-                for (size_t o = 0; o < gbytes; o += 64)
-                    _mm_prefetch((const char *)pt[c] + (size_t)(gi - g0 + pf) * gbytes + o, _MM_HINT_T0);
-#endif
         __m512 sv[RC1], bv[RC1];
         __m512i ia[PRT][RC1][2];
-#pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) {
-            const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
-            sv[c] = ld_scales16(sp, w->scale_dtype);
-            bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
-        }
+        pt_group(rc, w, pt, gi - g0, pf, gbytes, gdata, ss, sv, bv);
 #pragma GCC unroll 4
         for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
