@@ -7,8 +7,11 @@
 # output-file rules hold (OUT == input refused, existing OUT needs --force,
 # a refused convert leaves the input alone). When LLAMA_CPP_BIN names a
 # llama.cpp build directory (llama-simple, llama-quantize), also: llama.cpp
-# loads the F16 file and continues greedily, and llama-quantize's Q8_0 of it
-# loads in dflash (reported, not compared: see bench/NOTES.md).
+# loads the F16 file and continues greedily, llama-quantize's Q8_0 of it
+# loads in dflash (reported, not compared: see bench/NOTES.md), and
+# llama-speculative-simple --spec-type draft-dflash drafts with the draft
+# `dflash convert` wrote (the other direction, dflash with drafts written by
+# llama.cpp's converter, is test_gguf.c llama_converter_draft).
 . "$(dirname "$0")/lib.sh"
 t_init test_gguf.sh
 M=models/demo/target D=models/demo/draft
@@ -58,6 +61,13 @@ if [ -n "$LLAMA_CPP_BIN" ] && [ -x "$LLAMA_CPP_BIN/llama-simple" ]; then
     expect "llama.cpp loads the F16 file" 0 "" -- "$LLAMA_CPP_BIN/llama-simple" -m "$T/f16.gguf" -n 16 "The answer is"
     expect "llama-quantize Q8_0" 0 "" -- "$LLAMA_CPP_BIN/llama-quantize" "$T/f16.gguf" "$T/lq8.gguf" Q8_0
     expect "llama-quantize's Q8_0 loads in dflash" 0 "" -- "$BIN" generate -m "$T/lq8.gguf" -p "The answer is" -n 16
+    if [ -x "$LLAMA_CPP_BIN/llama-speculative-simple" ]; then
+        # llama.cpp's own DFlash (--spec-type draft-dflash) drafts with the draft dflash convert wrote
+        expect "llama.cpp DFlash with dflash's draft" 0 "n_drafted" -- "$LLAMA_CPP_BIN/llama-speculative-simple" \
+            -m "$T/lq8.gguf" -md "$T/d.gguf" --spec-type draft-dflash --spec-draft-n-max 15 --temp 0 -t 2 -n 32 \
+            -p "The answer is"
+        grep -q "n_drafted *= *[1-9]" "$T/err" && ok "llama.cpp drafted tokens with it" || bad "llama.cpp drafted no tokens"
+    fi
 fi
 
 t_done
