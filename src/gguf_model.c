@@ -202,8 +202,14 @@ static int *unpermute(int rows, int hd) {
     return p;
 }
 
-/* scales/biases as F16 when every bias is exactly an f16, else F32 */
-static void put_sb(mdl_model *m, kn_weight *w, const float *sc, const float *bi, size_t n) {
+/* Finish a converted weight as MLX bits-bit with groups of `group`: data
+ * (owned by m), and the n scales/biases as F16 when every one is exactly an
+ * f16, else F32. Takes sc and bi (dfl_malloc'ed) and frees them. */
+static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data, float *sc, float *bi, size_t n) {
+    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
+    w->bits = bits;
+    w->group_size = group;
+    w->data = data;
     int f16 = 1;
     for (size_t i = 0; i < n && f16; i++) {
         uint16_t h = dfl_f32_to_f16(bi[i]);
@@ -228,6 +234,8 @@ static void put_sb(mdl_model *m, kn_weight *w, const float *sc, const float *bi,
         w->biases = b;
         w->scale_dtype = KN_F32;
     }
+    free(sc);
+    free(bi);
 }
 
 int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
@@ -245,13 +253,7 @@ int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const 
             for (int i = 0; i < 32; i++) o[i] = (uint8_t)(blk[2 + i] ^ 0x80); /* int8 q -> q + 128 */
         }
     }
-    w->dtype = KN_Q8;
-    w->bits = 8;
-    w->group_size = 32;
-    w->data = q;
-    put_sb(m, w, sc, bi, n);
-    free(sc);
-    free(bi);
+    put_mlx(m, w, 8, 32, q, sc, bi, n);
     return 0;
 }
 
@@ -336,13 +338,7 @@ static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, 
                 for (int i = 0; i < 16; i++) o[i] = (uint8_t)(q[2 * i] | q[2 * i + 1] << 4);
         }
     }
-    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
-    w->bits = bits;
-    w->group_size = 32;
-    w->data = out;
-    put_sb(m, w, sc, bi, n);
-    free(sc);
-    free(bi);
+    put_mlx(m, w, bits, 32, out, sc, bi, n);
 }
 
 /* Q6_K -> MLX Q8 with group 16, one group per sub-block: code q (6 bits,
@@ -380,13 +376,7 @@ static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, con
             }
         }
     }
-    w->dtype = KN_Q8;
-    w->bits = 8;
-    w->group_size = 16;
-    w->data = out;
-    put_sb(m, w, sc, bi, n);
-    free(sc);
-    free(bi);
+    put_mlx(m, w, 8, 16, out, sc, bi, n);
 }
 
 void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {

@@ -76,6 +76,19 @@ static syn_spec small(void) {
     return s;
 }
 
+/* small()'s DFlash draft: block 4, mask id 5, taps layer 1 of a 4-layer target */
+static syn_spec small_draft(void) {
+    syn_spec s = small();
+    s.c.is_draft = 1;
+    s.c.block_size = 4;
+    s.c.mask_token_id = 5;
+    s.c.n_target_layers = 4;
+    s.c.n_taps = 1;
+    s.c.tap_layers[0] = 1;
+    s.c.tie_embeddings = 0;
+    return s;
+}
+
 /* A tokenizer.json small enough for a seed (Qwen's pre-tokenizer, 24 ids) */
 static const char mini_tok[] =
     "{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
@@ -132,14 +145,7 @@ int main(void) {
     s.c.arch = CFG_LLAMA;
     s.c.qk_norm = 0;
     model("llama", s);
-    s = small();
-    s.c.is_draft = 1;
-    s.c.block_size = 4;
-    s.c.mask_token_id = 5;
-    s.c.n_target_layers = 4;
-    s.c.n_taps = 1;
-    s.c.tap_layers[0] = 1;
-    s.c.tie_embeddings = 0;
+    s = small_draft();
     model("draft", s);
     put("safetensors", "empty", "\x02\0\0\0\0\0\0\0{}", 10, NULL, 0, NULL, 0);
     s = small();
@@ -149,14 +155,7 @@ int main(void) {
     s.c.qk_norm = 0;
     s.c.tie_embeddings = 0;
     gguf_seed("llama-f16", s, "f16");
-    s = small();
-    s.c.is_draft = 1;
-    s.c.block_size = 4;
-    s.c.mask_token_id = 5;
-    s.c.n_target_layers = 4;
-    s.c.n_taps = 1;
-    s.c.tap_layers[0] = 1;
-    s.c.tie_embeddings = 0;
+    s = small_draft();
     gguf_seed("draft-f16", s, "f16");
     {
         gguf_writer *w = gguf_w_new();
