@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu.h"
 #include "kernels.h"
 #include "threads.h"
 #include "util.h"
@@ -85,7 +86,7 @@ static void read_chunk(void *ctx, int start, int end) {
     size_t n = (size_t)(end - start) * c->words_per_item;
     const uint64_t *p = c->buf + (size_t)start * c->words_per_item;
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) {
+    if (cpu_has(CPU_AVX2)) {
         c->sink[start % 64] += read_avx2(p, n / NS);
         return;
     }

@@ -136,10 +136,12 @@ typedef struct {
     void (*scale)(float *, float, int);
 } vec_ops;
 
+/* The loops of kn_isa_cur() (kernels.c made the one CPU check); families
+ * without loops of their own here run the generic ones. */
 static vec_ops pick(void) {
     vec_ops v = {dot_generic, axpy_generic, scale_generic};
 #ifdef HAVE_AVX512
-    if (strcmp(kn_variant(), "avx512") == 0) v = (vec_ops){dot_avx512, axpy_avx512, scale_avx512};
+    if (kn_isa_cur() == KN_ISA_AVX512) v = (vec_ops){dot_avx512, axpy_avx512, scale_avx512};
 #endif
     return v;
 }
@@ -369,9 +371,11 @@ void at_run(tp_pool *tp, const at_job *J, int T) {
     tp_fn fn = rows;
     int jobs = T * J->nkv;
 #ifdef HAVE_AVX512
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, tree_init); /* before any worker of this call reads tree_perm */
     if (C.v.dot == dot_avx512 && J->hd % 16 == 0 && J->hd <= FHD && J->nh / J->nkv <= FG) {
+        /* AVX-512 code, so only here, after pick() found the CPU has it;
+         * before any worker of this call reads tree_perm */
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, tree_init);
         fn = rows_avx512;
         jobs = (T + RB - 1) / RB * J->nkv;
     }

@@ -7,7 +7,7 @@
  * Keys are visited in index order in blocks of 64 with a running maximum
  * (online softmax). A row's result depends only on its own query and keys,
  * never on T or the thread count: the same loop runs for every row. The SIMD
- * variant follows kn_variant() (the one CPU-feature choice, made in kn_init). */
+ * loops follow kn_isa_cur() (the one CPU-feature choice, made in kn_init). */
 #ifndef DFL_ATTENTION_H
 #define DFL_ATTENTION_H
 

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels_impl.h"
 #include "threads.h"
 #include "util.h"
@@ -274,26 +275,28 @@ static void generic_rows_q8(const kn_job *job, int r0, int r1) {
 static int generic_supported(void) { return 1; }
 
 /* q8 mode here is the portable reference, not a fast path: off by default */
-const kn_impl kn_impl_generic = {"generic",         generic_supported, 0, NULL, generic_rows,
-                                 generic_supported, 0,                 generic_quant, generic_rows_q8,
-                                 NULL,              NULL,              NULL,          NULL,
-                                 NULL};
+const kn_impl kn_impl_generic = {
+    .name = "generic",
+    .isa = KN_ISA_GENERIC,
+    .supported = generic_supported,
+    .rows = generic_rows,
+    .q8_supported = generic_supported,
+    .q8_default = 0,
+    .quant = generic_quant,
+    .rows_q8 = generic_rows_q8,
+};
 
 /* ===================================================================== */
 /* Dispatch                                                                */
 /* ===================================================================== */
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-int kn_cpu_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-}
-#endif
-
-/* Best first. */
+/* Every variant built into this binary, best first: kn_init takes the first
+ * one whose supported() says yes (cpu.h asks the CPU), unless
+ * DFLASH_KERNELS names another. This is the one SIMD dispatch point:
+ * attention.c and sample.c follow kn_isa() of the variant chosen here. */
 static const kn_impl *const kn_impls[] = {
 #if defined(__x86_64__)
+    &kn_impl_avx512vnni,
     &kn_impl_avx512,
     &kn_impl_avx2,
 #endif
@@ -339,7 +342,10 @@ int kn_force_variant(const char *name) {
         set_cur(kn_impls[i]);
         return 0;
     }
-    dfl_seterr("kernels: unknown variant '%s' (generic, avx2, avx512)", name);
+    char all[128] = "";
+    for (int i = 0; i < KN_N_IMPLS; i++)
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", kn_impls[i]->name);
+    dfl_seterr("kernels: unknown variant '%s' (this build has: %s)", name, all);
     return -1;
 }
 
@@ -387,6 +393,25 @@ const char *kn_variant(void) {
     kn_init_once();
     return kn_cur->name;
 }
+
+kn_isa kn_isa_cur(void) {
+    kn_init_once();
+    return kn_cur->isa;
+}
+
+int kn_variant_count(void) { return KN_N_IMPLS; }
+
+const char *kn_variant_name(int i) { return i >= 0 && i < KN_N_IMPLS ? kn_impls[i]->name : NULL; }
+
+int kn_variant_supported(const char *name) {
+    for (int i = 0; i < KN_N_IMPLS; i++)
+        if (strcmp(kn_impls[i]->name, name) == 0) return kn_impls[i]->supported();
+    return 0;
+}
+
+int kn_has_q8(void) { kn_init_once(); return act_q8; }
+int kn_has_pack(void) { kn_init_once(); return act_q8 && kn_cur->pack != NULL; }
+int kn_has_bf16(void) { kn_init_once(); return act_bf16; }
 
 /* ===================================================================== */
 /* Entry points                                                            */

@@ -48,15 +48,36 @@ typedef struct {
     const void *packed;
 } kn_weight;
 
+/* The instruction-set family of a variant: attention.c and sample.c pick
+ * their own loops by it, so one choice (kn_init's) rules every SIMD path. */
+typedef enum {
+    KN_ISA_GENERIC = 0, /* plain C */
+    KN_ISA_AVX2,        /* AVX2 + FMA + F16C (256-bit) */
+    KN_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ (512-bit) */
+    KN_ISA_NEON,        /* arm64 Advanced SIMD (128-bit) */
+} kn_isa;
+
 /* Pick the SIMD variant for this CPU and read the environment:
- * DFLASH_KERNELS=generic|avx2|avx512 forces a path, DFLASH_ACT the
+ * DFLASH_KERNELS=NAME (one of kn_variant_name's) forces a path, DFLASH_ACT the
  * activation mode. kn_init_once does it the first time only and may be
  * called from any number of threads at once (the backends; every kernel
  * entry calls it); kn_init redoes it, for single-threaded tests and
  * benchmarks. */
 void kn_init_once(void);
 void kn_init(void);
-const char *kn_variant(void); /* "generic", "avx2", "avx512", ... */
+const char *kn_variant(void); /* "generic", "avx2", "avx512vnni", ... */
+kn_isa kn_isa_cur(void);      /* the family of kn_variant() */
+
+/* The variants built in (best first), whatever this CPU runs: i < count. */
+int kn_variant_count(void);
+const char *kn_variant_name(int i);
+/* 1 if the variant called name is built in and this CPU can run it. */
+int kn_variant_supported(const char *name);
+/* The current variant on this CPU: 1 if it has an int8-activation (q8)
+ * path for Q8/Q4 weights, a packed layout for it, bfloat16 activations. */
+int kn_has_q8(void);
+int kn_has_pack(void);
+int kn_has_bf16(void);
 
 /* y[T][w->rows] = x[T][w->cols] . W^T, threaded over output columns. */
 void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T);
@@ -146,7 +167,7 @@ int kn_act_bf16(void);
 int kn_pack(kn_weight *w);
 void kn_unpack(kn_weight *w); /* free w->packed (NULL is fine) */
 
-/* Tests and benchmarks: use variant `name` ("generic", "avx2", "avx512").
+/* Tests and benchmarks: use variant `name` (one of kn_variant_name's).
  * Returns -1 (dfl_seterr) if it is unknown or this CPU lacks it. */
 int kn_force_variant(const char *name);
 

@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels_impl.h"
 
 #define V 8   /* floats per vector */
@@ -407,14 +408,17 @@ static void avx2_rows(const kn_job *job, int r0, int r1) {
 #pragma GCC pop_options
 #endif
 
-static int avx2_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kn_cpu_f16c();
-}
+static int avx2_supported(void) { return cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C); }
 
 /* no q8 path: q8 mode runs f32 here (kernels.h) */
-const kn_impl kn_impl_avx2 = {"avx2", avx2_supported, 16, avx2_permute_q4, avx2_rows,
-                              NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+const kn_impl kn_impl_avx2 = {
+    .name = "avx2",
+    .isa = KN_ISA_AVX2,
+    .supported = avx2_supported,
+    .q4_perm = 16,
+    .permute_q4 = avx2_permute_q4,
+    .rows = avx2_rows,
+};
 
 #else
 typedef int kn_avx2_unused; /* ISO C wants a declaration in every file */

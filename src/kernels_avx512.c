@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels_impl.h"
 
 #define V 16 /* floats per vector */
@@ -441,17 +442,38 @@ static void avx512_rows(const kn_job *job, int r0, int r1) {
 #pragma GCC pop_options
 #endif
 
-static int avx512_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma") && kn_cpu_f16c();
-}
+static int avx512_supported(void) { return cpu_has(CPU_AVX512) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C); }
+static int avx512vnni_supported(void) { return avx512_supported() && kn_vnni_supported(); }
 
-const kn_impl kn_impl_avx512 = {"avx512", avx512_supported, 32, avx512_permute_q4, avx512_rows,
-                                  kn_vnni_supported, 1, kn_vnni_quant, kn_vnni_rows,
-                                  kn_vnni_pack, kn_bf16_supported, kn_bf16_quant, kn_bf16_rows,
-                                  kn_vnni_pack_tile_bytes};
+/* AVX-512 without VNNI (Skylake-SP, Cascade Lake without it): f32 only */
+const kn_impl kn_impl_avx512 = {
+    .name = "avx512",
+    .isa = KN_ISA_AVX512,
+    .supported = avx512_supported,
+    .q4_perm = 32,
+    .permute_q4 = avx512_permute_q4,
+    .rows = avx512_rows,
+};
+
+/* The same f32 kernels, plus int8 activations on VNNI (kernels_vnni.c)
+ * and bfloat16 ones where the CPU has AVX512_BF16 (kernels_bf16.c) */
+const kn_impl kn_impl_avx512vnni = {
+    .name = "avx512vnni",
+    .isa = KN_ISA_AVX512,
+    .supported = avx512vnni_supported,
+    .q4_perm = 32,
+    .permute_q4 = avx512_permute_q4,
+    .rows = avx512_rows,
+    .q8_supported = kn_vnni_supported,
+    .q8_default = 1,
+    .quant = kn_vnni_quant,
+    .rows_q8 = kn_vnni_rows,
+    .pack = kn_vnni_pack,
+    .pack_tile_bytes = kn_vnni_pack_tile_bytes,
+    .bf16_supported = kn_bf16_supported,
+    .quant_bf16 = kn_bf16_quant,
+    .rows_bf16 = kn_bf16_rows,
+};
 
 #else
 typedef int kn_avx512_unused; /* ISO C wants a declaration in every file */

@@ -33,6 +33,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels_impl.h"
 
 #define INL static inline __attribute__((always_inline))
@@ -141,12 +142,7 @@ void kn_bf16_rows(const kn_job *job, int r0, int r1) {
 #pragma GCC pop_options
 #endif
 
-int kn_bf16_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bf16");
-}
+int kn_bf16_supported(void) { return cpu_has(CPU_AVX512BF16); }
 
 #else
 typedef int kn_bf16_unused; /* ISO C wants a declaration in every file */

@@ -56,8 +56,9 @@ typedef struct {
 } kn_job;
 
 typedef struct {
-    const char *name;
-    int (*supported)(void); /* 1 if this CPU (and OS) can run it */
+    const char *name;       /* DFLASH_KERNELS's name for it */
+    kn_isa isa;             /* the family attention and sampling follow */
+    int (*supported)(void); /* 1 if this CPU (and OS) can run it (cpu.h) */
     /* For Q4 the variant reads x with every block of q4_perm consecutive
      * elements reordered as [the even ones, the odd ones]: it unpacks the
      * low nibbles of a run of bytes into one vector and the high nibbles
@@ -97,10 +98,7 @@ void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *
 
 extern const kn_impl kn_impl_generic;
 #if defined(__x86_64__)
-extern const kn_impl kn_impl_avx2, kn_impl_avx512;
-/* kernels.c: 1 if the CPU has F16C (CPUID.1:ECX bit 29); gcc's
- * __builtin_cpu_supports knows "f16c", clang's does not. */
-int kn_cpu_f16c(void);
+extern const kn_impl kn_impl_avx2, kn_impl_avx512, kn_impl_avx512vnni;
 /* kernels_vnni.c: the q8 mode of the avx512 variant (AVX512_VNNI) */
 int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);

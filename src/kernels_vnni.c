@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels_impl.h"
 
 #define INL static inline __attribute__((always_inline))
@@ -810,11 +811,7 @@ void kn_vnni_rows(const kn_job *job, int r0, int r1) {
 #endif
 
 int kn_vnni_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-           kn_cpu_f16c();
+    return cpu_has(CPU_AVX512VNNI) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C);
 }
 
 

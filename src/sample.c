@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "util.h"
 
 static int argmax_generic(const float *x, int n) {
@@ -46,12 +47,17 @@ static int argmax_avx512(const float *x, int n) {
 #pragma GCC pop_options
 #endif
 
-int smp_argmax(const float *x, int n) {
-    return __builtin_cpu_supports("avx512f") ? argmax_avx512(x, n) : argmax_generic(x, n);
-}
-#else
-int smp_argmax(const float *x, int n) { return argmax_generic(x, n); }
+#define HAVE_AVX512 1
 #endif
+
+/* The loop of the family kernels.c chose (the one CPU check); every loop
+ * gives the scalar loop's answer: the first index of the maximum. */
+int smp_argmax(const float *x, int n) {
+#ifdef HAVE_AVX512
+    if (kn_isa_cur() == KN_ISA_AVX512) return argmax_avx512(x, n);
+#endif
+    return argmax_generic(x, n);
+}
 
 static uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cpu.h"
 #include "kernels.h"
 #include "kernels_impl.h"
 #include "threads.h"
@@ -178,15 +179,32 @@ static int check_against_ref(const float *y, const float *x, const kn_weight *w,
     return bad;
 }
 
-static const char *variants[] = {"generic", "avx2", "avx512"};
-#define N_VARIANTS 3
+/* Every variant built in (kn_variant_name), run where this CPU can. */
+static const char *variants[16];
+static int N_VARIANTS;
 
-static int vnni = 0, avx512bf16 = 0; /* CPU features, set by main */
+/* What each variant is meant to have, stated here independently of the
+ * library: a q8 (int8-activation) mode, on by default or not, a packed
+ * layout, bfloat16 activations (when the CPU has AVX512_BF16). */
+static const struct {
+    const char *name;
+    int q8, q8_default, pack, bf16;
+} expect[] = {
+    {"generic", 1, 0, 0, 0},
+    {"avx2", 0, 0, 0, 0},
+    {"avx512", 0, 0, 0, 0},
+    {"avx512vnni", 1, 1, 1, 1},
+};
 
-/* Whether variant v has a q8 mode on this CPU, a packed layout, a bf16 mode. */
-static int has_q8(const char *v) { return strcmp(v, "generic") == 0 || (strcmp(v, "avx512") == 0 && vnni); }
-static int has_q8_pack(const char *v) { return strcmp(v, "avx512") == 0 && vnni; }
-static int has_bf16(const char *v) { return strcmp(v, "avx512") == 0 && avx512bf16; }
+static int lookup(const char *v) {
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
+        if (strcmp(expect[i].name, v) == 0) return (int)i;
+    return -1;
+}
+static int has_q8(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].q8; }
+static int q8_default(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].q8_default; }
+static int has_q8_pack(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].pack; }
+static int has_bf16(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].bf16 && cpu_has(CPU_AVX512BF16); }
 
 static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
@@ -261,6 +279,7 @@ TEST(variants) {
     CHECK(kn_force_variant("generic") == 0, "%s", dfl_lasterr());
     CHECK(strcmp(kn_variant(), "generic") == 0, "%s", kn_variant());
     CHECK(kn_force_variant("sse9") == -1, "bogus variant accepted");
+    for (int i = 0; i < N_VARIANTS; i++) CHECK(lookup(variants[i]) >= 0, "variant %s: no expectations", variants[i]);
     for (int i = 0; i < N_VARIANTS; i++)
         fprintf(stderr, "  variant %-8s %s\n", variants[i],
                 kn_force_variant(variants[i]) == 0 ? "available" : "not on this CPU (skipped)");
@@ -609,8 +628,7 @@ TEST(act_quant_mode) {
     kn_init();
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
-        int avx512 = strcmp(variants[vi], "avx512") == 0;
-        CHECK(kn_act_quant() == (avx512 && vnni), "%s: default q8 mode %d", variants[vi], kn_act_quant());
+        CHECK(kn_act_quant() == q8_default(variants[vi]), "%s: default q8 mode %d", variants[vi], kn_act_quant());
         CHECK(kn_act_bf16() == 0, "%s: bf16 activations by default", variants[vi]);
         kn_set_act_quant(1);
         CHECK(kn_act_quant() == has_q8(variants[vi]), "%s: q8 requested: %d", variants[vi], kn_act_quant());
@@ -836,13 +854,8 @@ TEST(matmul_n_equals_separate_calls) {
 }
 
 int main(void) {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    avx512bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#endif
+    for (int i = 0; i < kn_variant_count() && i < 16; i++) variants[N_VARIANTS++] = kn_variant_name(i);
+    fprintf(stderr, "cpu features: %s\n", cpu_features());
     RUN(names_and_bytes);
     RUN(variants);
     RUN(get_row_exact);
