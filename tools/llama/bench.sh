@@ -65,9 +65,15 @@ do_build() {
             export CUDACXX=/usr/local/cuda/bin/nvcc
         fi
     fi
-    # shellcheck disable=SC2086 # $gen and $cuda are lists of words
+    # LLAMA_CPU_ISA=avx2: the CPU code for AVX2+FMA+F16C only (no AVX-512,
+    # no AVX-VNNI), for races forced to AVX2 on an AVX-512 host; default:
+    # the host's own instruction sets (GGML_NATIVE)
+    isa="-DGGML_NATIVE=ON"
+    [ "${LLAMA_CPU_ISA:-native}" = avx2 ] &&
+        isa="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF"
+    # shellcheck disable=SC2086 # $gen, $cuda and $isa are lists of words
     if cmake -S "$LW/llama.cpp" -B "$LW/build" $gen $cuda -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_COMMIT="${commit:-unknown}" \
-        -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
+        $isa -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
         > "$LW/configure.log" 2>&1 &&
        cmake --build "$LW/build" --target llama-bench llama-quantize llama-simple llama-speculative-simple -j "$JOBS" > "$LW/build.log" 2>&1; then
