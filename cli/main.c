@@ -158,7 +158,8 @@ static const char *help_bench =
     "      --max-prompts N    use at most N prompts per domain (default all)\n"
     "  -n, --n-predict N      tokens per prompt (default 128)\n"
     "      --reps N           repetitions (default 3; medians reported)\n"
-    "      --depth N          context depth for the forward costs (default 256)\n"
+    "      --depth N          context depth for the forward costs (default 256; without\n"
+    "                         -c the context is sized to hold depth + 16 rows)\n"
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
@@ -832,6 +833,16 @@ static void write_plot(const char *file, const int *widths, const double *cost, 
 static int cmd_bench(int argc, char **argv) {
     opts o;
     parse_opts(&o, argc, argv, help_bench);
+    /* the forward costs run T <= 16 rows past --depth: without -c the context
+     * grows to fit them (the default 4096 would not hold a deep bench) */
+    enum { BENCH_ROWS = 16 };
+    if (o.ctx == 0 && o.depth + BENCH_ROWS > 4096) o.ctx = o.depth + BENCH_ROWS;
+    char err[160];
+    if (o.ctx > 0 && o.depth + BENCH_ROWS > o.ctx) {
+        snprintf(err, sizeof err, "--depth %d needs a context of at least %d positions (-c %d given)", o.depth,
+                 o.depth + BENCH_ROWS, o.ctx);
+        die("%s", err);
+    }
     dflash_model *m = load(&o);
     dflash_info in;
     dflash_get_info(m, &in);
@@ -840,10 +851,15 @@ static int cmd_bench(int argc, char **argv) {
     const char *bw_what = !strcmp(in.backend, "cpu")    ? "CPU read bandwidth (parallel read)"
                           : !strcmp(in.backend, "cuda") ? "GPU memory bandwidth (device-to-device copy)"
                                                         : "backend memory bandwidth";
-    enum { NW = 16 };
+    enum { NW = BENCH_ROWS };
     static const int widths[NW] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     double cost[NW];
-    int depth = o.depth + 16 < in.n_ctx ? o.depth : in.n_ctx - 17;
+    int depth = o.depth;
+    if (depth + NW > in.n_ctx) { /* a model whose max context is under 4096 */
+        snprintf(err, sizeof err, "--depth %d needs a context of at least %d positions; this model's is %d", depth,
+                 depth + NW, in.n_ctx);
+        die("%s", err);
+    }
     for (int i = 0; i < NW; i++)
         if (dflash_time_forward(m, widths[i], depth, o.reps, &cost[i]) != 0) die("%s", dflash_error());
     /* the draft block and what DFlash would gain at a given acceptance:
