@@ -4,6 +4,34 @@
 #include "backend.h"
 #include "util.h"
 
+int be_check_batch(const be_batch *b, const cfg_model *c, int len, int n_ctx) {
+    if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
+        b->n_taps > CFG_MAX_TAPS || (b->n_logits && !b->logits) || !b->tokens) {
+        dfl_seterr("forward: bad batch (T=%d of at most %d, n_logits=%d%s, n_taps=%d)", b->T, BE_MAX_ROWS,
+                   b->n_logits, b->n_logits && !b->logits ? " without a logits buffer" : "", b->n_taps);
+        return -1;
+    }
+    if (b->keep_rows && b->T > BE_KEEP_ROWS) {
+        dfl_seterr("forward: keep_rows with T=%d > %d rows", b->T, BE_KEEP_ROWS);
+        return -1;
+    }
+    if (len + b->T > n_ctx) {
+        dfl_seterr("context full: %d positions used + %d new > context size %d", len, b->T, n_ctx);
+        return -1;
+    }
+    for (int t = 0; t < b->T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab) {
+            dfl_seterr("token id %d is outside the model's vocabulary (vocab_size %d)", b->tokens[t], c->vocab);
+            return -1;
+        }
+    for (int i = 0; i < b->n_taps; i++)
+        if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
+            dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
+            return -1;
+        }
+    return 0;
+}
+
 const be_ops *be_select(const char *name) {
     int is_auto = !name || strcmp(name, "auto") == 0;
     if (name && strcmp(name, "cpu") == 0) return &be_cpu;

@@ -146,4 +146,11 @@ extern const be_ops be_cuda;
  * "cpu"; "cuda". NULL + error naming the choice otherwise. */
 const be_ops *be_select(const char *name);
 
+/* The checks every backend's forward makes before it computes anything
+ * (one copy, here, so the backends cannot drift): T in 1..BE_MAX_ROWS,
+ * n_logits in 0..T with a logits buffer when > 0, n_taps and tap layers in
+ * range, keep_rows only for T <= BE_KEEP_ROWS, len + T <= n_ctx, every token
+ * in the vocabulary. 0, or -1 with dfl_seterr naming what is wrong. */
+int be_check_batch(const be_batch *b, const cfg_model *c, int len, int n_ctx);
+
 #endif

@@ -181,6 +181,34 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
         }
 }
 
+/* ---- one decoder layer ----------------------------------------------------- */
+
+/* One Qwen3/Llama decoder layer on the T rows of s->x ([T][H], updated in
+ * place), rows at positions pos0..pos0+T-1: the target forward and the draft
+ * block both run it, so a layer reads top to bottom in one place.
+ *   xn = in_norm(x); q, k, v = Wq xn, Wk xn, Wv xn; q/k norm + RoPE;
+ *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd])
+ *     before attention, so the rows see themselves causally (J->causal);
+ *   att = attention of q over the keys J describes; x += Wo att;
+ *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x).
+ * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
+ * strides; out, q and the head counts are filled in here. */
+static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, const rope_table *rope, int pos0,
+                  int T, at_job J, float *kc, float *vc, int n_ctx) {
+    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd;
+    rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
+    qkv(tp, s, L, T);
+    for (int t = 0; t < T; t++) {
+        norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
+        norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
+    }
+    if (kc) kv_store(kc, vc, s, T, pos0, n_ctx, nkv, hd);
+    J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd;
+    at_run(tp, &J, T);
+    attn_out(tp, s, L, c, T);
+    mlp(tp, s, L, c, T);
+}
+
 /* ---- target sequence state ----------------------------------------------- */
 
 typedef struct {
@@ -241,24 +269,16 @@ static void cpu_truncate(void *st, int len) {
 static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     const mdl_model *m = q->m;
     const cfg_model *c = &m->cfg;
-    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd;
+    int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
     scratch *s = &q->s;
     int pos0 = q->len;
     for (int t = 0; t < T; t++) kn_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
         float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
-        rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
-        qkv(q->tp, s, L, T);
-        for (int t = 0; t < T; t++) {
-            norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + t);
-            norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
-        }
-        kv_store(kc, vc, s, T, pos0, q->n_ctx, nkv, hd);
-        at_job J = {s->att, s->q, kc, vc, NULL, NULL, pos0, 0, 1, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, 0, 0};
-        at_run(q->tp, &J, T);
-        attn_out(q->tp, s, L, c, T);
-        mlp(q->tp, s, L, c, T);
+        /* keys: the cache, positions 0..pos0+t for row t (causal) */
+        at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd};
+        layer(q->tp, s, L, c, &q->rope, pos0, T, J, kc, vc, q->n_ctx);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
@@ -280,30 +300,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
 static int cpu_forward(void *st, const be_batch *b) {
     cpu_seq *q = st;
     const cfg_model *c = &q->m->cfg;
-    if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
-        b->n_taps > CFG_MAX_TAPS || (b->n_logits && !b->logits)) {
-        dfl_seterr("forward: bad batch (T=%d of at most %d, n_logits=%d, n_taps=%d)", b->T, BE_MAX_ROWS,
-                   b->n_logits, b->n_taps);
-        return -1;
-    }
-    if (b->keep_rows && b->T > BE_KEEP_ROWS) {
-        dfl_seterr("forward: keep_rows with T=%d > %d rows", b->T, BE_KEEP_ROWS);
-        return -1;
-    }
-    if (q->len + b->T > q->n_ctx) {
-        dfl_seterr("context full: %d positions used + %d new > context size %d", q->len, b->T, q->n_ctx);
-        return -1;
-    }
-    for (int t = 0; t < b->T; t++)
-        if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab) {
-            dfl_seterr("token id %d is outside the model's vocabulary (vocab_size %d)", b->tokens[t], c->vocab);
-            return -1;
-        }
-    for (int i = 0; i < b->n_taps; i++)
-        if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
-            dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
-            return -1;
-        }
+    if (be_check_batch(b, c, q->len, q->n_ctx) != 0) return -1;
     if (b->n_taps > q->cap_taps) {
         free(q->taps);
         q->taps = dfl_malloc64(sizeof(float) * BE_MAX_ROWS * (size_t)b->n_taps * c->hidden);
@@ -523,7 +520,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     flush_pending(q);
     const cfg_model *c = &q->d->cfg;
     const mdl_model *tg = q->t;
-    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd, B = b->B;
+    int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd, B = b->B;
     scratch *s = &q->s;
     int pos0 = q->len;
     if (B < 2 || B > q->max_B) {
@@ -539,18 +536,12 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     }
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &q->d->layers[l];
-        rmsnorm_rows(s->xn, s->x, L->in_norm, B, H, c->eps);
-        qkv(q->tp, s, L, B);
-        for (int i = 0; i < B; i++) {
-            norm_rope(s->q + (size_t)i * nh * hd, nh, hd, L->q_norm, c->eps, &q->rope, pos0 + i);
-            norm_rope(s->k + (size_t)i * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + i);
-        }
-        at_job J = {s->att,  s->q, q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd,
-                    s->k,    s->v, pos0, B, 0, nh, nkv, hd, (size_t)q->n_ctx * hd, (size_t)hd, (size_t)hd,
-                    (size_t)kvd};
-        at_run(q->tp, &J, B);
-        attn_out(q->tp, s, L, c, B);
-        mlp(q->tp, s, L, c, B);
+        /* keys: the projected context 0..pos0-1, then all B block rows
+         * (not causal; the block's K/V are never cached) */
+        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
+                    .Kb = s->k, .Vb = s->v, .na = pos0, .nb = B, .causal = 0,
+                    .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd, .b_row = (size_t)kvd};
+        layer(q->tp, s, L, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);

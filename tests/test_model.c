@@ -251,6 +251,11 @@ static void check_invariance(const char *name, syn_spec s) {
     int32_t bad = V;
     CHECK(fwd(be, st, &bad, 1, got_l, 1, NULL, 0, NULL) != 0 && err_has("outside the model's vocabulary"),
           "%s: bad token", name);
+    /* the shared batch checks (be_check_batch): logits asked for, no buffer */
+    CHECK(fwd(be, st, tok, 2, NULL, 1, NULL, 0, NULL) != 0 && err_has("without a logits buffer"),
+          "%s: n_logits without logits accepted", name);
+    CHECK(fwd(be, st, tok, 2, got_l, 3, NULL, 0, NULL) != 0 && err_has("bad batch"), "%s: n_logits > T", name);
+    CHECK(be->length(st) == 0, "%s: a refused batch moved the sequence to %d", name, be->length(st));
     be->destroy(st);
     free(ref_l);
     free(ref_t);
