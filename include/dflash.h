@@ -180,7 +180,8 @@ DFLASH_API void dflash_reset(dflash_model *m);
  * the target forward keeping its T rows plus the argmax of each (what a
  * decode step or a greedy verify of T rows costs, no logits copied out; the
  * cache is filled to depth first and rolled back after each run), over
- * `reps` runs after one warm-up. Resets the prompt cache. T <= 64. */
+ * `reps` runs after one warm-up. The prompt cache keeps the depth rows (a
+ * later call at the same depth reuses them); T <= 64. */
 DFLASH_API int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *median_s);
 
 /* Median seconds of one draft block at the draft's block_size (all slots

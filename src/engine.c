@@ -559,12 +559,17 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     }
     int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)(depth + T));
     for (int i = 0; i < depth + T; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
-    m->be->truncate(m->seq, 0);
+    /* the cache rule: rows that already hold these tokens are kept (a
+     * sweep over T at one depth fills the context once) */
+    int len = m->be->length(m->seq), keep = 0;
+    while (keep < len && keep < depth && m->cache_tok[keep] == tok[keep]) keep++;
+    m->be->truncate(m->seq, keep);
     int rc = 0;
-    for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
+    for (int r0 = keep; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
         be_batch b = {n, tok + r0, 0, NULL, 0, NULL, 0};
         rc = m->be->forward(m->seq, &b);
+        if (rc == 0) memcpy(m->cache_tok + r0, tok + r0, sizeof(int32_t) * (size_t)n);
     }
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
     int32_t ids[SPEC_MAX_BLOCK];
@@ -582,7 +587,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
         qsort(ts + 1, (size_t)reps, sizeof(double), cmp_double); /* ts[0] is the warm-up */
         *median_s = ts[1 + reps / 2];
     }
-    m->be->truncate(m->seq, 0);
+    m->be->truncate(m->seq, rc == 0 ? depth : 0); /* the depth rows stay, as cache_tok says */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
     free(ts);
     free(tok);
