@@ -791,6 +791,221 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     }
 }
 
+/* ---- attention split over fixed chunks of key positions -------------------
+ * The long-context form (cu_att_chunk keys a chunk, a constant of the head
+ * size: never chosen from T, the position or the SM count). Each query q
+ * (row t, head h; key limit lim_q = pos0 + t for the target, the last key
+ * for a draft block) has, per chunk c of absolute key positions
+ * [c*CH, c*CH + CH) that holds a key it sees (c <= lim_q / CH):
+ *   s_j  = (d0 + d1) + (d2 + d3) with d_i = sum over k = i mod 4, ascending,
+ *          of fmaf(q[k] / sqrt(HD), K_j[k]) (four fixed chains);
+ *   m_c  = max of s_j over the chunk's keys j <= lim_q (exact);
+ *   p_j  = expf(s_j - m_c); keys past lim_q are not keys of q (p_j = 0, not
+ *          added: no signed zero can differ);
+ *   L_c  = lane l sums p_j, j = l, l+32, l+64, l+96 in that order, then a
+ *          xor butterfly over the 32 lanes (16, 8, 4, 2, 1);
+ *   O_c  = for each dimension, one fmaf chain over the chunk's keys j <= lim_q
+ *          in ascending j: O_c[d] = fmaf(p_j, V_j[d], O_c[d]);
+ * and the merge (k_att_merge): M = max_c m_c; L = sum_c L_c expf(m_c - M) and
+ * O[d] = sum_c O_c[d] expf(m_c - M), each in ascending c; out = bf16(O / L).
+ * All of it depends on q, lim_q and the keys at positions <= lim_q only: a
+ * row's bits are the same for every T, every row block, after a rollback.
+ * A block (k_att_part) is one unit: one K/V head x one chunk x the query heads
+ * of that K/V head x up to ATT_UNIT_Q / G rows: K and V of the chunk are read
+ * once into shared memory for every query of the unit. Which block or thread
+ * computes which of these values is scheduling: it cannot change a bit. */
+enum { ATT_UNIT_Q = 64, ATT_PART_THREADS = 256 };
+
+__host__ __device__ constexpr int cu_att_chunk(int hd) { return hd <= 128 ? 128 : 64; }
+
+/* floats of dynamic shared memory for R queries */
+__host__ __device__ constexpr int cu_att_smem(int hd, int R) {
+    return R * hd + R * cu_att_chunk(hd) + 2 * cu_att_chunk(hd) * (hd + 4) + 2 * R;
+}
+
+__device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cu_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cu_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* Grid (chunk, K/V head), ATT_PART_THREADS threads, cu_att_smem(HD, rows*G)
+ * floats of dynamic shared memory. Rows t0 .. t0+rows-1 of the forward (q:
+ * [T][ldq], head h at column h*HD); keys as k_attention (kc/vc [nkv][n_ctx]
+ * [HD] cache rows, then for a draft block the n_blk rows kb/vb). Writes, for
+ * query slot (t - t0) * nq + h and chunk c: po [slot][nch][HD] = O_c and
+ * pml [slot][nch] = (m_c, L_c), for the chunks the query sees. */
+template <int HD>
+__global__ void __launch_bounds__(ATT_PART_THREADS)
+    k_att_part(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+               const float *kb, const float *vb, int ldkb, int n_blk, int t0, int rows, int nq, int nkv, float *po,
+               float2 *pml, int nch) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    constexpr int CH = cu_att_chunk(HD), KS = HD + 4, C4 = HD / 4, NQT = ATT_PART_THREADS / CH;
+    constexpr int NU = (ATT_UNIT_Q * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
+    extern __shared__ __align__(16) float sm[];
+    const int G = nq / nkv, R = rows * G, c = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
+    const int pos0 = *pos, c0 = c * CH;
+    const int nc = causal ? pos0 + t0 + rows : pos0; /* keys in the cache (causal: this block's last row's) */
+    const int n = causal ? nc : pos0 + n_blk;        /* keys any row of the block sees */
+    if (c0 >= n) return;
+    float *Qs = sm, *S = Qs + R * HD, *Ks = S + R * CH, *Vs = Ks + CH * KS;
+    float2 *ML = (float2 *)(Vs + CH * KS);
+    const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
+    /* K then V of the chunk's keys, 16 bytes at a time */
+    for (int e = tid; e < CH * C4; e += ATT_PART_THREADS) {
+        int j = e / C4, i = e % C4, key = c0 + j;
+        if (key < n)
+            cu_cp16(Ks + j * KS + 4 * i, (key < nc ? kh + (size_t)key * HD : kb + (size_t)(key - nc) * ldkb +
+                                                                                  (size_t)kvh * HD) + 4 * i);
+    }
+    cu_cp_commit();
+    for (int e = tid; e < CH * C4; e += ATT_PART_THREADS) {
+        int j = e / C4, i = e % C4, key = c0 + j;
+        if (key < n)
+            cu_cp16(Vs + j * KS + 4 * i, (key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb +
+                                                                                  (size_t)kvh * HD) + 4 * i);
+    }
+    cu_cp_commit();
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int e = tid; e < R * HD; e += ATT_PART_THREADS) {
+        int i = e / HD, k = e % HD, t = t0 + i / G, h = kvh * G + i % G;
+        Qs[e] = q[(size_t)t * ldq + (size_t)h * HD + k] * scale;
+    }
+    cu_cp_wait<1>();
+    __syncthreads();
+    /* scores: thread (key j, queries i = tid / CH + NQT u) */
+    {
+        const int j = tid % CH, key = c0 + j;
+        for (int ib = tid / CH; ib < R; ib += 8 * NQT) {
+            float d[8][4];
+#pragma unroll
+            for (int b = 0; b < 8; b++) d[b][0] = d[b][1] = d[b][2] = d[b][3] = 0.0f;
+#pragma unroll 4
+            for (int k4 = 0; k4 < C4; k4++) {
+                float4 kv = *(const float4 *)(Ks + j * KS + 4 * k4);
+#pragma unroll
+                for (int b = 0; b < 8; b++) {
+                    int i = ib + b * NQT;
+                    if (i < R) {
+                        float4 qv = *(const float4 *)(Qs + i * HD + 4 * k4);
+                        d[b][0] = fmaf(qv.x, kv.x, d[b][0]);
+                        d[b][1] = fmaf(qv.y, kv.y, d[b][1]);
+                        d[b][2] = fmaf(qv.z, kv.z, d[b][2]);
+                        d[b][3] = fmaf(qv.w, kv.w, d[b][3]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                int i = ib + b * NQT;
+                if (i < R) {
+                    int lim = causal ? pos0 + t0 + i / G : n - 1;
+                    S[i * CH + j] = key <= lim && key < n ? (d[b][0] + d[b][1]) + (d[b][2] + d[b][3]) : -INFINITY;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* softmax of the chunk: warp w, queries i = w, w + 8, ... */
+    {
+        const int lane = tid & 31, warp = tid >> 5;
+        for (int i = warp; i < R; i += ATT_PART_THREADS / 32) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int r = 0; r < CH / 32; r++) mx = fmaxf(mx, S[i * CH + lane + 32 * r]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float ls = 0.0f;
+            if (mx != -INFINITY) {
+#pragma unroll
+                for (int r = 0; r < CH / 32; r++) {
+                    float p = expf(S[i * CH + lane + 32 * r] - mx); /* -inf: 0 */
+                    S[i * CH + lane + 32 * r] = p;
+                    ls += p;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+            }
+            if (lane == 0) ML[i] = make_float2(mx, ls);
+        }
+    }
+    cu_cp_wait<0>();
+    __syncthreads();
+    /* O_c: thread (column cc, queries r = tid / C4 + (256 / C4) u) */
+    {
+        const int cc = tid % C4;
+        float4 acc[NU];
+        int jm[NU];
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            acc[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            int r = tid / C4 + (ATT_PART_THREADS / C4) * u;
+            int lim = r < R ? (causal ? pos0 + t0 + r / G : n - 1) : -1;
+            int last = lim < n - 1 ? lim : n - 1;
+            jm[u] = last - c0 + 1 < CH ? last - c0 + 1 : CH; /* keys 0..jm-1 of the chunk */
+        }
+        int jend = 0;
+#pragma unroll
+        for (int u = 0; u < NU; u++) jend = jm[u] > jend ? jm[u] : jend;
+#pragma unroll 4
+        for (int j = 0; j < jend; j++) {
+            float4 v = *(const float4 *)(Vs + j * KS + 4 * cc);
+#pragma unroll
+            for (int u = 0; u < NU; u++) {
+                if (j < jm[u]) {
+                    float p = S[(tid / C4 + (ATT_PART_THREADS / C4) * u) * CH + j];
+                    acc[u].x = fmaf(p, v.x, acc[u].x);
+                    acc[u].y = fmaf(p, v.y, acc[u].y);
+                    acc[u].z = fmaf(p, v.z, acc[u].z);
+                    acc[u].w = fmaf(p, v.w, acc[u].w);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            int r = tid / C4 + (ATT_PART_THREADS / C4) * u;
+            if (r < R && jm[u] > 0) {
+                size_t slot = (size_t)(r / G) * nq + kvh * G + r % G;
+                *(float4 *)(po + (slot * nch + c) * HD + 4 * cc) = acc[u];
+                if (cc == 0) pml[slot * nch + c] = ML[r];
+            }
+        }
+    }
+}
+
+/* Grid (rows, nq), HD threads: the chunk partials of query (t0 + blockIdx.x,
+ * blockIdx.y) merged in ascending chunk order into out bf16 [T][ldo]. */
+template <int HD>
+__global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, int n_blk, int t0, int nq,
+                                                  const float *po, const float2 *pml, int nch, __nv_bfloat16 *out,
+                                                  int ldo) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    constexpr int CH = cu_att_chunk(HD);
+    int tl = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos0 = *pos;
+    int lim = causal ? pos0 + t0 + tl : pos0 + n_blk - 1;
+    int ncr = lim / CH + 1;
+    size_t slot = (size_t)tl * nq + h;
+    const float2 *ml = pml + slot * nch;
+    const float *o = po + slot * nch * HD + d;
+    float M = -INFINITY;
+    for (int c = 0; c < ncr; c++) M = fmaxf(M, ml[c].x);
+    float L = 0.0f, acc = 0.0f;
+    for (int c = 0; c < ncr; c++) {
+        float2 e = ml[c];
+        float f = expf(e.x - M);
+        L = fmaf(e.y, f, L);
+        acc = fmaf(o[(size_t)c * HD], f, acc);
+    }
+    out[(size_t)(t0 + tl) * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(acc / L);
+}
+
 /* ---- argmax: out[row] = first index of the maximum of l[row][0..n) (stride
  * ld); NaNs never win. */
 

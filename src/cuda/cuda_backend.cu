@@ -85,6 +85,7 @@ static void pdl_init(const cudaDeviceProp *p);
 static int use_pdl = 0; /* launch(): programmatic dependent launch */
 enum { ATT_AUTO, ATT_HEAD, ATT_GQA };
 static int att_mode;
+static int att_split = 1; /* DFLASH_CUDA_ATT_SPLIT=0: the one-block-per-row kernels (for comparison) */
 
 static void prof_init(void) {
     const char *e = getenv("DFLASH_CUDA_PROFILE");
@@ -269,6 +270,8 @@ static void tuning_init(void) {
     gemm_grid = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
+    e = getenv("DFLASH_CUDA_ATT_SPLIT");
+    att_split = !(e && *e == '0');
 }
 
 static void pdl_init(const cudaDeviceProp *p) {
@@ -542,11 +545,12 @@ fail:
  * so that it may start while the previous kernel drains; the kernels' side
  * of the contract is cu_pdl_wait / cu_pdl_trigger (cu_kernels.cuh). */
 template <typename... KArgs, typename... Args>
-static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
+static void launch_smem(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -554,6 +558,11 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, A
     cfg.attrs = at;
     cfg.numAttrs = use_pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
+    launch_smem(k, grid, block, 0, s, args...);
 }
 
 /* ---- launches ------------------------------------------------------------------ */
@@ -703,6 +712,92 @@ static void act_free(cu_act *a) {
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
 
+/* Scratch of the chunked attention (k_att_part / k_att_merge) for one
+ * sequence: a launch serves at most ATT_UNIT_Q / G rows, so query slots
+ * (row - t0) * nq + h stay below ATT_UNIT_Q * nkv.
+ *   po  f32 [ATT_UNIT_Q * nkv][nch][hd] chunk partials O_c
+ *   pml f32x2 [ATT_UNIT_Q * nkv][nch]  (m_c, L_c)
+ * nch = chunks of the positions a row can see. po == NULL: the older
+ * one-block-per-row kernels (DFLASH_CUDA_ATT_SPLIT=0, or a head grouping the
+ * chunked kernel does not take). */
+typedef struct {
+    float *po;
+    float2 *pml;
+    int nch;
+} cu_split;
+
+static int hd_chunk(int hd) {
+    switch (hd) {
+    case 16: return cu_att_chunk(16);
+    case 32: return cu_att_chunk(32);
+    case 64: return cu_att_chunk(64);
+    case 128: return cu_att_chunk(128);
+    default: return cu_att_chunk(256);
+    }
+}
+
+template <int HD>
+static cudaError_t split_attr(void) {
+    return cudaFuncSetAttribute(k_att_part<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(sizeof(float) * cu_att_smem(HD, ATT_UNIT_Q)));
+}
+
+/* positions: the most keys a row of this sequence sees */
+static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, int positions) {
+    memset(sp, 0, sizeof *sp);
+    if (!att_split || d->nh % d->nkv != 0 || d->nh / d->nkv > ATT_UNIT_Q) return 0;
+    int hd = d->hd;
+    size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, ATT_UNIT_Q)
+                                           : hd == 32  ? cu_att_smem(32, ATT_UNIT_Q)
+                                           : hd == 64  ? cu_att_smem(64, ATT_UNIT_Q)
+                                           : hd == 128 ? cu_att_smem(128, ATT_UNIT_Q)
+                                                       : cu_att_smem(256, ATT_UNIT_Q));
+    if (smem > be->prop.sharedMemPerBlockOptin) return 0;
+    cudaError_t e = hd == 16    ? split_attr<16>()
+                    : hd == 32  ? split_attr<32>()
+                    : hd == 64  ? split_attr<64>()
+                    : hd == 128 ? split_attr<128>()
+                                : split_attr<256>();
+    if (e != cudaSuccess) {
+        dfl_seterr("cuda: shared memory for the chunked attention: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    sp->nch = (positions + hd_chunk(hd) - 1) / hd_chunk(hd);
+    size_t slots = (size_t)ATT_UNIT_Q * d->nkv;
+    if (cu_alloc(&sp->po, sizeof(float) * slots * sp->nch * hd) ||
+        cu_alloc(&sp->pml, sizeof(float2) * slots * sp->nch)) {
+        cudaFree(sp->po);
+        sp->po = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void split_free(cu_split *sp) {
+    cudaFree(sp->po);
+    cudaFree(sp->pml);
+    memset(sp, 0, sizeof *sp);
+}
+
+/* The chunked attention of n_blk rows: launches of at most ATT_UNIT_Q / G
+ * rows, each a k_att_part over every (chunk, K/V head) and a k_att_merge.
+ * The grid covers every chunk of the sequence (a captured graph replays at
+ * any position); blocks past the keys return at once. */
+template <int HD>
+static void attention_split(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *q, int ldq,
+                            const float *kc, const float *vc, int n_ctx, int causal, const int *pos, const float *kb,
+                            const float *vb, int n_blk, bf16 *out) {
+    int G = d->nh / d->nkv, rb = ATT_UNIT_Q / G;
+    for (int t0 = 0; t0 < n_blk; t0 += rb) {
+        int rows = n_blk - t0 < rb ? n_blk - t0 : rb;
+        size_t smem = sizeof(float) * cu_att_smem(HD, rows * G);
+        launch_smem(k_att_part<HD>, dim3(sp->nch, d->nkv), ATT_PART_THREADS, smem, s, q, ldq, kc, vc, n_ctx, causal,
+                    pos, kb, vb, ldq, n_blk, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch);
+        launch(k_att_merge<HD>, dim3(rows, d->nh), HD, s, causal, pos, n_blk, t0, d->nh, (const float *)sp->po,
+               (const float2 *)sp->pml, sp->nch, out, d->Qp);
+    }
+}
+
 /* Attention kernel for head_dim 64/128: ATT_AUTO picks by width (below);
  * DFLASH_CUDA_ATT=head or =gqa forces one grouping (for comparison: the same
  * bits). att_mode is set in tuning_init. */
@@ -733,9 +828,19 @@ static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int l
 }
 
 /* Attention of T rows (att_supported(hd) was checked at create). */
-static void attention(cudaStream_t s, const cu_dims *d, const float *qkv, int ldq, const float *kc, const float *vc,
-                      int n_ctx, int causal, const int *pos, int T, bf16 *out) {
+static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *qkv, int ldq,
+                      const float *kc, const float *vc, int n_ctx, int causal, const int *pos, int T, bf16 *out) {
     const float *kb = qkv + d->Q, *vb = qkv + d->Q + d->KV;
+    if (sp && sp->po) {
+        switch (d->hd) {
+        case 16: attention_split<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        default: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        }
+        return;
+    }
     switch (d->hd) {
     case 16: attention_hd<16>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
     case 32: attention_hd<32>(s, d, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
@@ -750,8 +855,9 @@ static void attention(cudaStream_t s, const cu_dims *d, const float *qkv, int ld
  * K/V of the rows are stored into kc/vc first and row t attends to cache rows
  * 0..*pos+t. Draft block (causal = 0): the rows attend, without mask, to
  * cache rows 0..*pos-1 and to every row of the block; nothing is stored. */
-static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, const int *pos, float *kc,
-                  float *vc, int n_ctx, const float *cos_t, const float *sin_t, int causal) {
+static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
+                  const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
+                  int causal) {
     int ldq = d->Q + 2 * d->KV;
     rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
@@ -760,7 +866,7 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
     norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->eps, cos_t, sin_t,
               pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
     prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
-    attention(s, d, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
+    attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
     prof_mark(s, causal ? "attention" : "draft attention", 0);
     gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
     prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
@@ -796,6 +902,7 @@ typedef struct {
     float *kc, *vc;         /* [L][nkv][n_ctx][hd] */
     float *cos_t, *sin_t;   /* [n_ctx][hd/2] */
     cu_act a;               /* BE_MAX_ROWS rows */
+    cu_split sp;            /* chunked attention scratch (n_ctx positions) */
     float *taps;            /* [BE_MAX_ROWS][taps_cap][H] */
     int taps_cap;
     bf16 *kept;             /* [BE_KEEP_ROWS][Hp] */
@@ -821,6 +928,7 @@ static void cu_destroy(void *p) {
     cudaFree(q->cos_t);
     cudaFree(q->sin_t);
     act_free(&q->a);
+    split_free(&q->sp);
     cudaFree(q->taps);
     cudaFree(q->kept);
     cudaFree(q->lg);
@@ -858,7 +966,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
     size_t kv = (size_t)d->L * d->nkv * n_ctx * d->hd;
     if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
         rope_upload(&q->cos_t, &q->sin_t, &m->cfg, n_ctx) || act_alloc(&q->a, d, BE_MAX_ROWS) ||
-        cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
+        split_alloc(&q->sp, be, d, n_ctx) || cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
         cu_alloc(&q->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
         cu_alloc(&q->d_pos, sizeof(int)) || cu_alloc(&q->amx_v, sizeof(float) * BE_KEEP_ROWS * AMX_PARTS) ||
@@ -898,7 +1006,7 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     prof_mark(s, "embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++) {
-        layer(s, d, &cm->layers[l], &q->a, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
+        layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
               q->sin_t, 1);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
@@ -1071,6 +1179,7 @@ typedef struct {
     float *pend;             /* [PEND_ROWS][F] fed rows not yet projected */
     bf16 *fb;                /* [PEND_ROWS][Fp] */
     cu_act a;                /* PEND_ROWS rows */
+    cu_split sp;             /* chunked attention scratch (n_ctx + max_B positions) */
     float *lg;               /* [max_B][V] */
     float *best, *xl;        /* [max_B], [max_B][CFG_MAX_EOS + 1] */
     float *amx_v;            /* [max_B][AMX_PARTS] argmax scratch */
@@ -1090,6 +1199,7 @@ static void cu_draft_destroy(void *p) {
     cudaFree(q->pend);
     cudaFree(q->fb);
     act_free(&q->a);
+    split_free(&q->sp);
     cudaFree(q->lg);
     cudaFree(q->best);
     cudaFree(q->xl);
@@ -1131,7 +1241,7 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
     if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
         rope_upload(&q->cos_t, &q->sin_t, &dm->cfg, n_ctx + q->max_B) ||
         cu_alloc(&q->pend, sizeof(float) * PEND_ROWS * q->F) || cu_alloc(&q->fb, sizeof(bf16) * PEND_ROWS * q->Fp) ||
-        act_alloc(&q->a, d, PEND_ROWS) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
+        act_alloc(&q->a, d, PEND_ROWS) || split_alloc(&q->sp, be, d, n_ctx + q->max_B) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
         cu_alloc(&q->best, sizeof(float) * q->max_B) ||
         cu_alloc(&q->amx_v, sizeof(float) * q->max_B * AMX_PARTS) ||
         cu_alloc(&q->amx_i, sizeof(int) * q->max_B * AMX_PARTS) ||
@@ -1258,7 +1368,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
-        layer(s, d, &q->dc->layers[l], &q->a, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
+        layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
               q->sin_t, 0);
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;

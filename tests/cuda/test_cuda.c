@@ -7,6 +7,11 @@
  *               bfloat16), and the share of rows whose argmax agrees;
  *   invariance  logits, taps, K/V and argmax of every row bit-identical for
  *               T = 1 and inside batches of 2..40 rows, and after rollback;
+ *   chunk_edges the same around the chunked attention's chunk boundaries
+ *               (positions 128, 256 and 4096 +- 20) for T = 1..17, 24 and 40
+ *               and after rollback: a head size 128 model with 4 query heads
+ *               per K/V head (the Qwen3-4B grouping, synthesized), the tiny
+ *               model (head size 16) and the demo target (64, 2 per K/V head);
  *   draft       draft_feed == draft_ctx_append of the same taps, ids == the
  *               argmax rule over the returned logits (reduced vocabulary +
  *               extra ids), draft logits within the bound of the CPU draft;
@@ -18,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../check.h"
 #include "backend.h"
@@ -26,6 +32,7 @@
 #include "model.h"
 #include "quant.h"
 #include "sample.h"
+#include "synth.h"
 #include "util.h"
 
 static char root[1024] = ".";
@@ -38,7 +45,10 @@ static int quick;
 #define LOGIT_TOL 0.04
 #define TAP_TOL 0.04
 
-static void mpath(char *out, size_t n, const char *rel) { snprintf(out, n, "%s/%s", root, rel); }
+static void mpath(char *out, size_t n, const char *rel) {
+    if (rel[0] == '/') snprintf(out, n, "%s", rel); /* an absolute path (a model written by the test) */
+    else snprintf(out, n, "%s/%s", root, rel);
+}
 
 typedef struct {
     mdl_model m;
@@ -247,6 +257,129 @@ TEST(invariance) {
         be_cuda.destroy(st);
         rec_free(&ref);
         rec_free(&got);
+        unload(&g);
+    }
+}
+
+/* ---- chunk edges of the chunked attention ------------------------------------ */
+
+enum { NE = 40 }; /* rows of the window around an edge */
+
+/* Window rows [w0, w0 + NE): logits, argmax and K/V (layer 0 and the last) */
+typedef struct {
+    float *l, *kv;
+    int32_t am[NE];
+} erec;
+
+static void edge_fwd(void *st, const mdl_model *m, const int32_t *tok, int w0, int pos, int T, erec *r) {
+    int V = m->cfg.vocab, L = m->cfg.n_layers, kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+    be_batch b = {.T = T, .tokens = tok + pos, .keep_rows = 1};
+    CHECK(be_cuda.forward(st, &b) == 0, "forward T=%d at %d: %s", T, pos, dfl_lasterr());
+    CHECK(be_cuda.logits(st, 0, T, r->l + (size_t)(pos - w0) * V) == 0, "logits: %s", dfl_lasterr());
+    CHECK(be_cuda.argmax(st, 0, T, r->am + (pos - w0)) == 0, "argmax: %s", dfl_lasterr());
+    for (int i = 0; i < T; i++) {
+        float *kv = r->kv + (size_t)(pos - w0 + i) * 4 * kvd;
+        CHECK(cu_read_kv(st, 0, pos + i, kv, kv + kvd) == 0, "kv: %s", dfl_lasterr());
+        CHECK(cu_read_kv(st, L - 1, pos + i, kv + 2 * kvd, kv + 3 * kvd) == 0, "kv: %s", dfl_lasterr());
+    }
+}
+
+/* rows from..NE-1 of the window equal */
+static int erec_equal(const erec *a, const erec *b, const mdl_model *m, int from) {
+    int V = m->cfg.vocab, kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+    return memcmp(a->l + (size_t)from * V, b->l + (size_t)from * V, sizeof(float) * (NE - from) * V) == 0 &&
+           memcmp(a->kv + (size_t)from * 4 * kvd, b->kv + (size_t)from * 4 * kvd,
+                  sizeof(float) * (NE - from) * 4 * kvd) == 0 &&
+           memcmp(a->am + from, b->am + from, sizeof(int32_t) * (NE - from)) == 0;
+}
+
+/* The window [edge - NE/2, edge + NE/2) after a prefill in 256-row forwards:
+ * one row at a time, then in forwards of each width, then after a rollback
+ * (junk rows forwarded and truncated away). */
+static void edge_case(const char *name, const mdl_model *m, int edge, const int *widths, int nw) {
+    int V = m->cfg.vocab, kvd = m->cfg.n_kv_heads * m->cfg.head_dim, w0 = edge - NE / 2, n_ctx = edge + 64;
+    int32_t *tok = malloc(sizeof(int32_t) * n_ctx);
+    for (int i = 0; i < n_ctx; i++) tok[i] = (int32_t)((i * 7919 + 13) % V);
+    erec ref, got;
+    ref.l = calloc((size_t)NE * V, sizeof(float));
+    got.l = calloc((size_t)NE * V, sizeof(float));
+    ref.kv = calloc((size_t)NE * 4 * kvd, sizeof(float));
+    got.kv = calloc((size_t)NE * 4 * kvd, sizeof(float));
+    void *st = be_cuda.create(gpu_bi, m, n_ctx);
+    CHECK(st != NULL, "create: %s", dfl_lasterr());
+    if (!st) goto out;
+    for (int p = 0; p < w0; p += BE_MAX_ROWS) {
+        be_batch b = {.T = w0 - p < BE_MAX_ROWS ? w0 - p : BE_MAX_ROWS, .tokens = tok + p};
+        CHECK(be_cuda.forward(st, &b) == 0, "prefill: %s", dfl_lasterr());
+    }
+    for (int i = 0; i < NE; i++) edge_fwd(st, m, tok, w0, w0 + i, 1, &ref);
+    int am_ok = 1;
+    for (int i = 0; i < NE; i++) am_ok &= ref.am[i] == smp_argmax(ref.l + (size_t)i * V, V);
+    CHECK(am_ok, "%s: device argmax differs from the first maximum of the logits", name);
+    for (int k = 0; k < nw; k++) {
+        int w = widths[k];
+        be_cuda.truncate(st, w0);
+        memset(got.l, 0, sizeof(float) * NE * V);
+        for (int i = 0; i < NE; i += w) edge_fwd(st, m, tok, w0, w0 + i, NE - i < w ? NE - i : w, &got);
+        CHECK(erec_equal(&ref, &got, m, 0), "%s: rows %d..%d in forwards of %d differ from single rows", name, w0,
+              w0 + NE - 1, w);
+    }
+    /* rollback: junk across the edge, truncated, then the rows again */
+    int r0 = NE / 2 - 3;
+    be_cuda.truncate(st, w0 + r0);
+    be_batch jb = {.T = 13, .tokens = tok + 5, .keep_rows = 1};
+    CHECK(be_cuda.forward(st, &jb) == 0, "junk forward: %s", dfl_lasterr());
+    be_cuda.truncate(st, w0 + r0);
+    memset(got.l, 0, sizeof(float) * NE * V);
+    edge_fwd(st, m, tok, w0, w0 + r0, 16, &got);
+    edge_fwd(st, m, tok, w0, w0 + r0 + 16, NE - r0 - 16, &got);
+    CHECK(erec_equal(&ref, &got, m, r0), "%s: rows after a rollback at %d differ from a fresh decode", name,
+          w0 + r0);
+    fprintf(stderr, "  %-28s chunk edge %d: rows %d..%d identical for T=1 and %d widths, after rollback\n", name,
+            edge, w0, w0 + NE - 1, nw);
+    be_cuda.destroy(st);
+out:
+    free(tok);
+    free(ref.l);
+    free(got.l);
+    free(ref.kv);
+    free(got.kv);
+}
+
+TEST(chunk_edges) {
+    static const int all[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 40};
+    static const int few[] = {2, 16, 17, 40};
+    const int *ws = quick ? few : all;
+    int nw = quick ? 4 : (int)(sizeof all / sizeof all[0]);
+    /* a head size 128 model with the Qwen3-4B grouping (8 query heads, 2 K/V) */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/dflash-test-hd128-%d", (int)getpid());
+    syn_spec sp = syn_default();
+    sp.c.hidden = 256;
+    sp.c.inter = 512;
+    sp.c.n_heads = 8;
+    sp.c.n_kv_heads = 2;
+    sp.c.head_dim = 128;
+    sp.c.vocab = 1024;
+    sp.c.max_pos = 8192;
+    CHECK(syn_write(dir, &sp) == 0, "synth %s: %s", dir, dfl_lasterr());
+    loaded g;
+    if (load(&g, &be_cuda, gpu_bi, dir) == 0) {
+        edge_case("hd128 x4 (synth)", &g.m, 256, ws, nw);
+        edge_case("hd128 x4 (synth)", &g.m, 4096, ws, quick ? 1 : nw);
+        unload(&g);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "  (could not remove %s)\n", dir);
+    if (load(&g, &be_cuda, gpu_bi, "tests/models/tiny-qwen3") == 0) {
+        edge_case("tests/models/tiny-qwen3", &g.m, 128, ws, nw);
+        edge_case("tests/models/tiny-qwen3", &g.m, 256, ws, nw);
+        unload(&g);
+    }
+    if (!quick && load(&g, &be_cuda, gpu_bi, "models/demo/target") == 0) {
+        edge_case("models/demo/target", &g.m, 256, ws, nw);
+        edge_case("models/demo/target", &g.m, 4096, ws, nw);
         unload(&g);
     }
 }
@@ -541,6 +674,7 @@ int main(void) {
     fprintf(stderr, "  device: %s\n", be_cuda.describe(gpu_bi));
     RUN(vs_cpu);
     RUN(invariance);
+    RUN(chunk_edges);
     RUN(knobs);
     RUN(draft);
     RUN(dflash);

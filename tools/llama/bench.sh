@@ -13,7 +13,9 @@
 # two files), LLAMA_WORK (/tmp/llama: source, build, GGUF files, logs),
 # LLAMA_MODEL (/tmp/s4b-0), LLAMA_TYPES (bf16 q8_0 q4_k_m q4_0), LLAMA_REPS (5),
 # LLAMA_CUDA (1; 0 for a CPU-only build), LLAMA_ARCH (90), LLAMA_JOBS (nproc),
-# LLAMA_WAIT (seconds to wait for the build, the checkpoint or the prep: 600).
+# LLAMA_WAIT (seconds to wait for the build, the checkpoint or the prep: 600),
+# LLAMA_DEPTHS (e.g. "256,4096,16384,32768": instead of the T sweep, FA on,
+# pp1, pp16 and tg128 at each context depth, llama-bench -d).
 set -u
 R=$(pwd)
 OUT=${OUT:-/tmp/dflash-gpu}
@@ -170,6 +172,18 @@ if rows:
     print("llama.cpp %s, %s %s, %d reps; time per call in ms" % (r0.get("build_commit", "?"), r0.get("backends", "?"), r0.get("gpu_info") or r0.get("cpu_info", ""), int(sys.argv[2])))
 else:
     print("no llama-bench results")
+depths = sorted(set(int(r.get("n_depth", 0)) for r in rows))
+if len(depths) > 1:
+    print("%-20s %6s %10s %9s %9s %8s" % ("model", "depth", "tg128 t/s", "pp1 ms", "pp16 ms", "pp16/pp1"))
+    for m in dict.fromkeys(r.get("model_filename", "?") for r in rows):
+        for d in depths:
+            rs = [r for r in rows if r.get("model_filename") == m and int(r.get("n_depth", 0)) == d]
+            tg = [r for r in rs if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
+            pp = {r["n_prompt"]: r["avg_ns"] / 1e6 for r in rs if r.get("n_gen", 0) == 0}
+            ts = tg[0]["avg_ts"] if tg else float("nan")
+            p1, p16 = pp.get(1, float("nan")), pp.get(16, float("nan"))
+            print("%-20s %6d %10.1f %9.3f %9.3f %8.2f" % (m.split("/")[-1], d, ts, p1, p16, p16 / p1 if p1 == p1 and p1 else float("nan")))
+    sys.exit(0)
 seen = []
 for r in rows:
     m = r.get("model_filename", "?")
@@ -208,6 +222,10 @@ do_run() {
     for ty in $TYPES; do
         f=$(gguf_name "$ty")
         [ -s "$f" ] || { echo "llama: no $f, skipped"; continue; }
+        if [ -n "${LLAMA_DEPTHS:-}" ]; then
+            lbench "$ty: decode and T=1, 16 at depths $LLAMA_DEPTHS" -m "$f" -ngl $ngl -p 1,16 -n 128 -fa 1 -d "$LLAMA_DEPTHS"
+            continue
+        fi
         # one load: pp1..pp16 (a forward over T tokens) and tg128 (decode), FA off and on
         lbench "$ty: decode and T=1..16 forwards" -m "$f" -ngl $ngl -p 1,2,4,8,16 -n 128 -fa 0,1
     done
