@@ -5,8 +5,9 @@
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
-# $DEPTH_VARIANTS ("" = the default, DFLASH_CUDA_ATT_SPLIT=0 = the
-# one-block-per-row kernels); a table at the end, logs in $OUT/depth.txt.
+# $DEPTH_VARIANTS (default, DFLASH_CUDA_ATT_SPLIT=0 = the one-block-per-row
+# kernels), or the runs DEPTH_PLAN lists ("bits,depth,variant ..."); a table
+# at the end, logs in $OUT/depth.txt.
 # llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
 # with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
 # CPU work (build, GGUF conversion, quantization) starts at once in the
@@ -103,24 +104,26 @@ for s in $steps; do
     depth)
         log decode at context depths
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
-        : > "$OUT/depth.txt"
         tab=/tmp/depth-table.txt
         printf "%-6s %-7s %-26s %10s %9s %8s\n" bits depth variant "decode t/s" "T=16 ms" "T16/T1" > $tab
-        for b in ${DEPTH_BITS:-0 4}; do
-            for dp in ${DEPTHS:-256 4096 16384 32768}; do
-                for v in ${DEPTH_VARIANTS:-default DFLASH_CUDA_ATT_SPLIT=0}; do
-                    vv=$v; [ "$v" = default ] && vv=""
-                    echo "== /tmp/s4b-$b depth $dp ${v}" >> "$OUT/depth.txt"
-                    env $vv timeout 150 ./dflash bench -m /tmp/s4b-$b --backend cuda --depth $dp --reps ${DEPTH_REPS:-10} \
-                        > /tmp/depth-one.txt 2>&1
-                    cat /tmp/depth-one.txt >> "$OUT/depth.txt"
-                    awk -v b=$b -v d=$dp -v v="$v" '/decode T=1:/ { for (i = 1; i <= NF; i++) if ($i == "tok/s,") ts = $(i - 1) }
-                        $1 == "16" && NF == 4 { t16 = $2; r = $3 }
-                        END { printf "%-6s %-7s %-26s %10s %9s %8s\n", b, d, v, ts, t16, r }' /tmp/depth-one.txt >> $tab
-                done
-            done
+        plan=${DEPTH_PLAN:-}
+        if [ -z "$plan" ]; then
+            for b in ${DEPTH_BITS:-0 4}; do for dp in ${DEPTHS:-256 4096 16384 32768}; do
+                for v in ${DEPTH_VARIANTS:-default DFLASH_CUDA_ATT_SPLIT=0}; do plan="$plan $b,$dp,$v"; done
+            done; done
+        fi
+        for run in $plan; do
+            b=${run%%,*}; rest=${run#*,}; dp=${rest%%,*}; v=${rest#*,}
+            vv=$v; [ "$v" = default ] && vv=""
+            echo "== /tmp/s4b-$b depth $dp $v ($(date +%T))" >> "$OUT/depth.txt"
+            env $vv timeout ${DEPTH_TIMEOUT:-200} ./dflash bench -m /tmp/s4b-$b --backend cuda --depth $dp --reps ${DEPTH_REPS:-10} \
+                > /tmp/depth-one.txt 2>&1
+            cat /tmp/depth-one.txt >> "$OUT/depth.txt"
+            awk -v b=$b -v d=$dp -v v="$v" '/decode T=1:/ { for (i = 1; i <= NF; i++) if ($i == "tok/s,") ts = $(i - 1) }
+                $1 == "16" && NF == 4 { t16 = $2; r = $3 }
+                END { printf "%-6s %-7s %-26s %10s %9s %8s\n", b, d, v, ts, t16, r }' /tmp/depth-one.txt | tee -a $tab
         done
-        cat $tab; cat $tab >> "$OUT/depth.txt" ;;
+        cat $tab >> "$OUT/depth.txt"; echo "### depth table"; cat $tab ;;
     profile)
         log profile: time per kernel
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
