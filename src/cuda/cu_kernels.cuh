@@ -818,9 +818,11 @@ enum { ATT_UNIT_Q = 64, ATT_PART_THREADS = 256 };
 
 __host__ __device__ constexpr int cu_att_chunk(int hd) { return hd <= 128 ? 128 : 64; }
 
-/* floats of dynamic shared memory for R queries */
+/* floats of dynamic shared memory for R queries: q, scores, one buffer for
+ * the chunk's K and then its V (a decode unit takes ~72 KB at head size 128,
+ * so three fit on an SM and one's loads overlap another's arithmetic) */
 __host__ __device__ constexpr int cu_att_smem(int hd, int R) {
-    return R * hd + R * cu_att_chunk(hd) + 2 * cu_att_chunk(hd) * (hd + 4) + 2 * R;
+    return R * hd + R * cu_att_chunk(hd) + cu_att_chunk(hd) * (hd + 4) + 2 * R;
 }
 
 __device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
@@ -854,21 +856,14 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
     const int nc = causal ? pos0 + t0 + rows : pos0; /* keys in the cache (causal: this block's last row's) */
     const int n = causal ? nc : pos0 + n_blk;        /* keys any row of the block sees */
     if (c0 >= n) return;
-    float *Qs = sm, *S = Qs + R * HD, *Ks = S + R * CH, *Vs = Ks + CH * KS;
-    float2 *ML = (float2 *)(Vs + CH * KS);
+    float *Qs = sm, *S = Qs + R * HD, *Ks = S + R * CH, *Vs = Ks; /* V replaces K after the scores */
+    float2 *ML = (float2 *)(Ks + CH * KS);
     const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
-    /* K then V of the chunk's keys, 16 bytes at a time */
+    /* K of the chunk's keys, 16 bytes at a time (V after the scores) */
     for (int e = tid; e < CH * C4; e += ATT_PART_THREADS) {
         int j = e / C4, i = e % C4, key = c0 + j;
         if (key < n)
             cu_cp16(Ks + j * KS + 4 * i, (key < nc ? kh + (size_t)key * HD : kb + (size_t)(key - nc) * ldkb +
-                                                                                  (size_t)kvh * HD) + 4 * i);
-    }
-    cu_cp_commit();
-    for (int e = tid; e < CH * C4; e += ATT_PART_THREADS) {
-        int j = e / C4, i = e % C4, key = c0 + j;
-        if (key < n)
-            cu_cp16(Vs + j * KS + 4 * i, (key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb +
                                                                                   (size_t)kvh * HD) + 4 * i);
     }
     cu_cp_commit();
@@ -877,7 +872,7 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
         int i = e / HD, k = e % HD, t = t0 + i / G, h = kvh * G + i % G;
         Qs[e] = q[(size_t)t * ldq + (size_t)h * HD + k] * scale;
     }
-    cu_cp_wait<1>();
+    cu_cp_wait<0>();
     __syncthreads();
     /* scores: thread (key j, queries i = tid / CH + NQT u) */
     {
@@ -912,6 +907,14 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
         }
     }
     __syncthreads();
+    /* V into the buffer K is done with; it arrives during the softmax */
+    for (int e = tid; e < CH * C4; e += ATT_PART_THREADS) {
+        int j = e / C4, i = e % C4, key = c0 + j;
+        if (key < n)
+            cu_cp16(Vs + j * KS + 4 * i, (key < nc ? vh + (size_t)key * HD : vb + (size_t)(key - nc) * ldkb +
+                                                                                  (size_t)kvh * HD) + 4 * i);
+    }
+    cu_cp_commit();
     /* softmax of the chunk: warp w, queries i = w, w + 8, ... */
     {
         const int lane = tid & 31, warp = tid >> 5;
