@@ -1075,7 +1075,15 @@ static int cmd_quantize(int argc, char **argv) {
         else usage_err("quantize", "unknown or incomplete option", a);
     }
     if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
-    check_model_path("quantize", "-m", in);
+    struct stat si;
+    if (stat(in, &si) == 0 && !S_ISDIR(si.st_mode)) { /* before any word on OUT */
+        fprintf(stderr, "%s quantize: error: -m %s: %s\n", prog, in,
+                dflash_is_gguf(in) ? "is a GGUF file; quantize reads a Hugging Face / MLX model directory (a GGUF "
+                                     "model is quantized at load with --quant q8|q4)"
+                                   : "is a file; quantize reads a Hugging Face / MLX model directory (config.json, "
+                                     "*.safetensors)");
+        return 1;
+    }
     check_out_dir("quantize", out, in, force);
     if (dflash_quantize(in, out, bits, group) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s (MLX %d-bit, group %d)\n", out, bits, group);
