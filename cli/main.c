@@ -126,8 +126,9 @@ static const char *help_chat =
     "the commands, /exit or end-of-file quits. Ctrl-C stops an answer (the\n"
     "conversation stays); at the prompt it quits. The KV cache of earlier turns is\n"
     "reused; when the conversation outgrows the context the oldest turns are\n"
-    "dropped (and said so). On a terminal, lines can be edited and recalled\n"
-    "(arrow keys) when dflash was built with libedit.\n"
+    "dropped (and said so); a message too long for the context on its own is\n"
+    "refused and the conversation kept. On a terminal, lines can be edited and\n"
+    "recalled (arrow keys) when dflash was built with libedit.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
     "--draft-quant).\n"
@@ -601,41 +602,65 @@ static void hist_drop(chat_hist *h, int i, int count) {
     h->n -= count;
 }
 
-/* The prompt for the history, dropping the oldest user/assistant pairs
- * while it leaves less than `room` positions of the context for the answer.
- * NULL when even the last message alone does not fit (it is removed). */
+/* The prompt of the history without its `drop` oldest exchanges (user
+ * message + answer, after the system message); *n_tok its token count.
+ * NULL + error when the tokenizer refuses the text. */
+static char *chat_render(dflash_model *m, const chat_hist *h, int drop, int think, size_t *n_tok) {
+    int n = h->n - 2 * drop;
+    dflash_message *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+    if (!v) die("%s", "out of memory");
+    memcpy(v, h->msgs, sizeof *v * (size_t)h->first);
+    memcpy(v + h->first, h->msgs + h->first + 2 * drop, sizeof *v * (size_t)(n - h->first));
+    char *prompt = dflash_chat_prompt(m, v, n, 1, think);
+    free(v);
+    if (!prompt) die("%s", dflash_error());
+    int32_t *ids;
+    if (dflash_tokenize(m, prompt, strlen(prompt), &ids, n_tok) != 0) {
+        free(prompt);
+        return NULL;
+    }
+    free(ids);
+    return prompt;
+}
+
+/* The prompt for the history (whose last message is the new user message),
+ * leaving `room` positions of the context for the answer. When the new
+ * message does not fit even alone (after the system message), it is refused
+ * and removed: the earlier conversation stays as it was. Otherwise the
+ * fewest oldest exchanges that make it fit are dropped, and said so. */
 static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
     dflash_info in;
     dflash_get_info(m, &in);
-    int dropped = 0;
-    for (;;) {
-        char *prompt = dflash_chat_prompt(m, h->msgs, h->n, 1, think);
-        if (!prompt) die("%s", dflash_error());
-        int32_t *ids;
-        size_t n;
-        if (dflash_tokenize(m, prompt, strlen(prompt), &ids, &n) != 0) {
-            fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
-            free(prompt);
-            hist_drop(h, h->n - 1, 1);
-            return NULL;
-        }
-        free(ids);
-        if ((long)n + room <= in.n_ctx) {
-            if (dropped)
-                fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
-                                "message%s; /reset starts over)\n", in.n_ctx, dropped, dropped > 1 ? "s" : "");
+    int pairs = (h->n - h->first - 1) / 2; /* exchanges before the new message */
+    size_t n;
+    char *prompt = chat_render(m, h, 0, think, &n);
+    if (prompt && (long)n + room <= in.n_ctx) return prompt;
+    free(prompt);
+    if (pairs > 0) { /* does the new message fit with none of the earlier ones? */
+        prompt = chat_render(m, h, pairs, think, &n);
+        free(prompt);
+    }
+    if (!prompt || (long)n + room > in.n_ctx) {
+        if (!prompt) fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
+        else
+            fprintf(stderr, "%s: error: the message is %zu tokens with the template; the context holds %d "
+                            "(leaving %d for the answer): shorten it, or use a larger -c%s\n", prog, n, in.n_ctx,
+                    room, pairs ? " (the conversation so far is kept)" : "");
+        hist_drop(h, h->n - 1, 1);
+        return NULL;
+    }
+    for (int drop = 1; drop <= pairs; drop++) { /* the fewest oldest exchanges that make room */
+        prompt = chat_render(m, h, drop, think, &n);
+        if (prompt && (long)n + room <= in.n_ctx) {
+            hist_drop(h, h->first, 2 * drop);
+            fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
+                            "exchange%s (a message and its answer), %d kept; /reset starts over)\n", in.n_ctx,
+                    drop, drop > 1 ? "s" : "", pairs - drop);
             return prompt;
         }
         free(prompt);
-        if (h->n - h->first < 3) { /* only the new message left */
-            fprintf(stderr, "%s: error: the message is %zu tokens with the template; the context holds %d "
-                            "(leaving %d for the answer): shorten it, or use a larger -c\n", prog, n, in.n_ctx, room);
-            hist_drop(h, h->n - 1, 1);
-            return NULL;
-        }
-        hist_drop(h, h->first, 2);
-        dropped += 2;
     }
+    return NULL; /* not reached: drop == pairs fits */
 }
 
 static int cmd_chat(int argc, char **argv) {
