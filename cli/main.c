@@ -808,10 +808,46 @@ typedef struct {
 
 /* An SVG with two panels: forward cost (x T=1) against T, with the ideal
  * "free width" line at 1 and the sequential line T; and speed-up per domain. */
+/* FILE.tmp-dflash, the plot's temporary name (renamed to FILE when complete). */
+static char *plot_tmp(const char *file) {
+    size_t n = strlen(file);
+    char *t = malloc(n + sizeof ".tmp-dflash");
+    if (!t) die("%s", "out of memory");
+    memcpy(t, file, n);
+    memcpy(t + n, ".tmp-dflash", sizeof ".tmp-dflash");
+    return t;
+}
+
+/* Before the benchmark: the plot can be written (its temporary is created
+ * and removed again), so that a bad --plot fails now, not after the run. */
+static void check_plot(const char *file) {
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s bench: error: --plot %s is a directory\n", prog, file);
+        exit(1);
+    }
+    char *t = plot_tmp(file);
+    unlink(t);
+    int fd = open(t, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) {
+        fprintf(stderr, "%s bench: error: --plot %s: cannot write %s: %s\n", prog, file, t, strerror(errno));
+        exit(1);
+    }
+    close(fd);
+    unlink(t);
+    free(t);
+}
+
 static void write_plot(const char *file, const int *widths, const double *cost, int nw, const domain_stats *ds,
                        const double *speedup, int nd) {
-    FILE *f = fopen(file, "w");
-    if (!f) die("cannot write %s", file);
+    char *tmp = plot_tmp(file);
+    unlink(tmp); /* a leftover (or a link planted there) is replaced, never written through */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "%s bench: error: cannot write %s: %s\n", prog, tmp, strerror(errno));
+        exit(1);
+    }
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='760' height='320' font-family='sans-serif' "
                "font-size='12'>\n<rect width='760' height='320' fill='white'/>\n");
     /* panel 1: cost ratio, log2 x axis 1..16, y 0..16 */
@@ -851,12 +887,22 @@ static void write_plot(const char *file, const int *widths, const double *cost, 
         fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%s</text>\n", bx + bw / 2, y0 + 15, ds[k].name);
     }
     fprintf(f, "</svg>\n");
-    fclose(f);
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (bad || rename(tmp, file) != 0) {
+        if (!bad) e = errno;
+        unlink(tmp);
+        fprintf(stderr, "%s bench: error: writing %s: %s (left as it was)\n", prog, file, strerror(e));
+        exit(1);
+    }
+    free(tmp);
 }
 
 static int cmd_bench(int argc, char **argv) {
     opts o;
     parse_opts(&o, argc, argv, help_bench);
+    if (o.plot) check_plot(o.plot);
     dflash_model *m = load(&o);
     dflash_info in;
     dflash_get_info(m, &in);

@@ -1,6 +1,6 @@
 #!/bin/sh
-# test_writers.sh - every command that writes model files (quantize, synth,
-# convert) against bad input: a missing input, a file of the wrong kind, a
+# test_writers.sh - every command that writes files (quantize, synth,
+# convert, bench --plot) against bad input: a missing input, a file of the wrong kind, a
 # GGUF where a directory is read, a truncated or corrupt input, an unreadable
 # input file, an output that cannot be written (a write failing half-way:
 # ulimit -f), an existing output with and without --force, the output inside
@@ -41,6 +41,7 @@ absent() { if [ ! -e "$2" ]; then ok "$1: no new output"; else bad "$1: no new o
 # a command whose writes fail past 2000 blocks (1 MB at least): SIGXFSZ
 # ignored, so write() fails with EFBIG and the command cleans up
 small_disk() { sh -c 'trap "" XFSZ; ulimit -f 2000; exec "$@"' sh "$@"; }
+tiny_disk() { sh -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' sh "$@"; } # 512 bytes at least
 
 # inputs: a bf16 target, a quantized output of it, a GGUF of it, a text file
 "$BIN" synth --shape tiny -o "$T/in" 2>/dev/null || { echo "synth failed"; exit 1; }
@@ -158,5 +159,17 @@ expect "convert -o IN/x.gguf" 0 "" -- "$BIN" convert "$T/in" -o "$T/in/x.gguf" -
 expect "convert -o IN/x.gguf loads" 0 "" -- "$BIN" generate -m "$T/in/x.gguf" -p Hello -n 2 --ignore-eos
 rm -f "$T/in/x.gguf"
 kept "convert -o IN/x.gguf: the input" "$T/in"
+
+# ---- bench --plot: checked before the benchmark, written through a temporary
+expect "bench --plot DIR/missing/x.svg" 1 "cannot write" -- "$BIN" bench -m "$T/in" --plot "$T/nowhere/x.svg"
+grep -q "decode" "$T/out" && bad "bench --plot MISSING fails before the benchmark" ||
+    ok "bench --plot MISSING fails before the benchmark"
+expect "bench --plot a directory" 1 "is a directory" -- "$BIN" bench -m "$T/in" --plot "$T"
+echo "<svg/>" >"$T/plot.svg"
+orig "$T/plot.svg"
+expect "bench --plot, write fails" 1 "left as it was" -- tiny_disk "$BIN" bench -m "$T/in" --reps 1 --depth 8 --plot "$T/plot.svg"
+kept "bench --plot, write fails" "$T/plot.svg"
+expect "bench --plot" 0 "" -- "$BIN" bench -m "$T/in" --reps 1 --depth 8 --plot "$T/plot.svg"
+grep -q "</svg>" "$T/plot.svg" && ok "bench --plot wrote the plot" || bad "bench --plot wrote the plot"
 
 t_done
