@@ -210,9 +210,10 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     /* config.json + quantization; the other small files copied: all read now */
     char *cin = dfl_path_join(in, "config.json"), *txt = dfl_read_file(cin, NULL);
     cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    int read_ok = txt != NULL;
     free(txt);
     if (!j) {
-        if (txt) dfl_seterr("%s: not valid JSON", cin);
+        if (read_ok) dfl_seterr("%s: not valid JSON", cin);
         free(cin);
         mdl_free(&m);
         return -1;
