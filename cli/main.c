@@ -172,11 +172,13 @@ static const char *help_synth =
     "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
-    "(speed does not depend on the values). --draft writes the matching 5-layer\n"
-    "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
-    "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
-    "models/qwen3-tokenizer when it exists). An existing non-empty DIR is\n"
-    "refused unless --force (its model files are then replaced).\n";
+    "(speed does not depend on the values). --draft writes the matching DFlash\n"
+    "draft (5 layers; 2 for tiny). --bits writes the MLX affine layout (group 64);\n"
+    "default bf16. --tokenizer DIR links DIR's tokenizer files into a target (DIR\n"
+    "must hold tokenizer.json; default models/qwen3-tokenizer when it exists). An\n"
+    "existing non-empty DIR is refused unless --force (its model files are then\n"
+    "replaced). The files are written under temporary names and put in place\n"
+    "only when all are written: on failure DIR is left as it was.\n";
 
 static const char *help_quantize =
     "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] [--force] -o OUT\n"
@@ -184,8 +186,11 @@ static const char *help_quantize =
     "Write IN (BF16/F16/F32 safetensors) to OUT in the MLX affine layout used by\n"
     "mlx-community checkpoints (packed uint32 weights + bf16 scales and biases;\n"
     "config.json gets \"quantization\"). Embeddings and every projection are\n"
-    "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
-    "existing non-empty OUT is refused unless --force.\n";
+    "quantized; norms are copied. Default group size 64. IN is a model\n"
+    "directory (a GGUF file is refused: quantize it at load with --quant). OUT\n"
+    "must not be IN; an existing non-empty OUT is refused unless --force. IN is\n"
+    "read and checked before anything is written, and OUT's files are put in\n"
+    "place only when all are written: on failure OUT is left as it was.\n";
 
 static const char *help_convert =
     "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
@@ -197,7 +202,8 @@ static const char *help_convert =
     "stored +1, mask token). --type f16 (default), q8_0 or q4_0 (llama.cpp's\n"
     "Q8_0 / Q4_0: blocks of 32 8-/4-bit values with an f16 scale, quantized as\n"
     "llama.cpp does); norms stay F32. OUT must not be the input; an existing OUT\n"
-    "is refused unless --force.\n";
+    "is refused unless --force. OUT is written under a temporary name and renamed\n"
+    "when complete: on failure it is left as it was.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
