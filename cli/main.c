@@ -126,8 +126,9 @@ static const char *help_chat =
     "the commands, /exit or end-of-file quits. Ctrl-C stops an answer (the\n"
     "conversation stays); at the prompt it quits. The KV cache of earlier turns is\n"
     "reused; when the conversation outgrows the context the oldest turns are\n"
-    "dropped (and said so). On a terminal, lines can be edited and recalled\n"
-    "(arrow keys) when dflash was built with libedit.\n"
+    "dropped (and said so); a message too long for the context on its own is\n"
+    "refused and the conversation kept. On a terminal, lines can be edited and\n"
+    "recalled (arrow keys) when dflash was built with libedit.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
     "--draft-quant).\n"
@@ -172,11 +173,13 @@ static const char *help_synth =
     "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
-    "(speed does not depend on the values). --draft writes the matching 5-layer\n"
-    "DFlash draft. --bits writes the MLX affine layout (group 64); default bf16.\n"
-    "--tokenizer DIR links DIR's tokenizer files into a target (default\n"
-    "models/qwen3-tokenizer when it exists). An existing non-empty DIR is\n"
-    "refused unless --force (its model files are then replaced).\n";
+    "(speed does not depend on the values). --draft writes the matching DFlash\n"
+    "draft (5 layers; 2 for tiny). --bits writes the MLX affine layout (group 64);\n"
+    "default bf16. --tokenizer DIR links DIR's tokenizer files into a target (DIR\n"
+    "must hold tokenizer.json; default models/qwen3-tokenizer when it exists). An\n"
+    "existing non-empty DIR is refused unless --force (its model files are then\n"
+    "replaced). The files are written under temporary names and put in place\n"
+    "only when all are written: on failure DIR is left as it was.\n";
 
 static const char *help_quantize =
     "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] [--force] -o OUT\n"
@@ -184,8 +187,11 @@ static const char *help_quantize =
     "Write IN (BF16/F16/F32 safetensors) to OUT in the MLX affine layout used by\n"
     "mlx-community checkpoints (packed uint32 weights + bf16 scales and biases;\n"
     "config.json gets \"quantization\"). Embeddings and every projection are\n"
-    "quantized; norms are copied. Default group size 64. OUT must not be IN; an\n"
-    "existing non-empty OUT is refused unless --force.\n";
+    "quantized; norms are copied. Default group size 64. IN is a model\n"
+    "directory (a GGUF file is refused: quantize it at load with --quant). OUT\n"
+    "must not be IN; an existing non-empty OUT is refused unless --force. IN is\n"
+    "read and checked before anything is written, and OUT's files are put in\n"
+    "place only when all are written: on failure OUT is left as it was.\n";
 
 static const char *help_convert =
     "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
@@ -197,7 +203,8 @@ static const char *help_convert =
     "stored +1, mask token). --type f16 (default), q8_0 or q4_0 (llama.cpp's\n"
     "Q8_0 / Q4_0: blocks of 32 8-/4-bit values with an f16 scale, quantized as\n"
     "llama.cpp does); norms stay F32. OUT must not be the input; an existing OUT\n"
-    "is refused unless --force.\n";
+    "is refused unless --force. OUT is written under a temporary name and renamed\n"
+    "when complete: on failure it is left as it was.\n";
 
 static const char *help_main =
     "usage: dflash COMMAND [options]\n"
@@ -602,41 +609,65 @@ static void hist_drop(chat_hist *h, int i, int count) {
     h->n -= count;
 }
 
-/* The prompt for the history, dropping the oldest user/assistant pairs
- * while it leaves less than `room` positions of the context for the answer.
- * NULL when even the last message alone does not fit (it is removed). */
+/* The prompt of the history without its `drop` oldest exchanges (user
+ * message + answer, after the system message); *n_tok its token count.
+ * NULL + error when the tokenizer refuses the text. */
+static char *chat_render(dflash_model *m, const chat_hist *h, int drop, int think, size_t *n_tok) {
+    int n = h->n - 2 * drop;
+    dflash_message *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+    if (!v) die("%s", "out of memory");
+    memcpy(v, h->msgs, sizeof *v * (size_t)h->first);
+    memcpy(v + h->first, h->msgs + h->first + 2 * drop, sizeof *v * (size_t)(n - h->first));
+    char *prompt = dflash_chat_prompt(m, v, n, 1, think);
+    free(v);
+    if (!prompt) die("%s", dflash_error());
+    int32_t *ids;
+    if (dflash_tokenize(m, prompt, strlen(prompt), &ids, n_tok) != 0) {
+        free(prompt);
+        return NULL;
+    }
+    free(ids);
+    return prompt;
+}
+
+/* The prompt for the history (whose last message is the new user message),
+ * leaving `room` positions of the context for the answer. When the new
+ * message does not fit even alone (after the system message), it is refused
+ * and removed: the earlier conversation stays as it was. Otherwise the
+ * fewest oldest exchanges that make it fit are dropped, and said so. */
 static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
     dflash_info in;
     dflash_get_info(m, &in);
-    int dropped = 0;
-    for (;;) {
-        char *prompt = dflash_chat_prompt(m, h->msgs, h->n, 1, think);
-        if (!prompt) die("%s", dflash_error());
-        int32_t *ids;
-        size_t n;
-        if (dflash_tokenize(m, prompt, strlen(prompt), &ids, &n) != 0) {
-            fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
-            free(prompt);
-            hist_drop(h, h->n - 1, 1);
-            return NULL;
-        }
-        free(ids);
-        if ((long)n + room <= in.n_ctx) {
-            if (dropped)
-                fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
-                                "message%s; /reset starts over)\n", in.n_ctx, dropped, dropped > 1 ? "s" : "");
+    int pairs = (h->n - h->first - 1) / 2; /* exchanges before the new message */
+    size_t n;
+    char *prompt = chat_render(m, h, 0, think, &n);
+    if (prompt && (long)n + room <= in.n_ctx) return prompt;
+    free(prompt);
+    if (pairs > 0) { /* does the new message fit with none of the earlier ones? */
+        prompt = chat_render(m, h, pairs, think, &n);
+        free(prompt);
+    }
+    if (!prompt || (long)n + room > in.n_ctx) {
+        if (!prompt) fprintf(stderr, "%s: error: %s\n", prog, dflash_error());
+        else
+            fprintf(stderr, "%s: error: the message is %zu tokens with the template; the context holds %d "
+                            "(leaving %d for the answer): shorten it, or use a larger -c%s\n", prog, n, in.n_ctx,
+                    room, pairs ? " (the conversation so far is kept)" : "");
+        hist_drop(h, h->n - 1, 1);
+        return NULL;
+    }
+    for (int drop = 1; drop <= pairs; drop++) { /* the fewest oldest exchanges that make room */
+        prompt = chat_render(m, h, drop, think, &n);
+        if (prompt && (long)n + room <= in.n_ctx) {
+            hist_drop(h, h->first, 2 * drop);
+            fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
+                            "exchange%s (a message and its answer), %d kept; /reset starts over)\n", in.n_ctx,
+                    drop, drop > 1 ? "s" : "", pairs - drop);
             return prompt;
         }
         free(prompt);
-        if (h->n - h->first < 3) { /* only the new message left */
-            fprintf(stderr, "%s: error: the message is %zu tokens with the template; the context holds %d "
-                            "(leaving %d for the answer): shorten it, or use a larger -c\n", prog, n, in.n_ctx, room);
-            hist_drop(h, h->n - 1, 1);
-            return NULL;
-        }
-        hist_drop(h, h->first, 2);
-        dropped += 2;
     }
+    return NULL; /* not reached: drop == pairs fits */
 }
 
 static int cmd_chat(int argc, char **argv) {
@@ -784,10 +815,46 @@ typedef struct {
 
 /* An SVG with two panels: forward cost (x T=1) against T, with the ideal
  * "free width" line at 1 and the sequential line T; and speed-up per domain. */
+/* FILE.tmp-dflash, the plot's temporary name (renamed to FILE when complete). */
+static char *plot_tmp(const char *file) {
+    size_t n = strlen(file);
+    char *t = malloc(n + sizeof ".tmp-dflash");
+    if (!t) die("%s", "out of memory");
+    memcpy(t, file, n);
+    memcpy(t + n, ".tmp-dflash", sizeof ".tmp-dflash");
+    return t;
+}
+
+/* Before the benchmark: the plot can be written (its temporary is created
+ * and removed again), so that a bad --plot fails now, not after the run. */
+static void check_plot(const char *file) {
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s bench: error: --plot %s is a directory\n", prog, file);
+        exit(1);
+    }
+    char *t = plot_tmp(file);
+    unlink(t);
+    int fd = open(t, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) {
+        fprintf(stderr, "%s bench: error: --plot %s: cannot write %s: %s\n", prog, file, t, strerror(errno));
+        exit(1);
+    }
+    close(fd);
+    unlink(t);
+    free(t);
+}
+
 static void write_plot(const char *file, const int *widths, const double *cost, int nw, const domain_stats *ds,
                        const double *speedup, int nd) {
-    FILE *f = fopen(file, "w");
-    if (!f) die("cannot write %s", file);
+    char *tmp = plot_tmp(file);
+    unlink(tmp); /* a leftover (or a link planted there) is replaced, never written through */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "%s bench: error: cannot write %s: %s\n", prog, tmp, strerror(errno));
+        exit(1);
+    }
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='760' height='320' font-family='sans-serif' "
                "font-size='12'>\n<rect width='760' height='320' fill='white'/>\n");
     /* panel 1: cost ratio, log2 x axis 1..16, y 0..16 */
@@ -827,7 +894,16 @@ static void write_plot(const char *file, const int *widths, const double *cost, 
         fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>%s</text>\n", bx + bw / 2, y0 + 15, ds[k].name);
     }
     fprintf(f, "</svg>\n");
-    fclose(f);
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (bad || rename(tmp, file) != 0) {
+        if (!bad) e = errno;
+        unlink(tmp);
+        fprintf(stderr, "%s bench: error: writing %s: %s (left as it was)\n", prog, file, strerror(e));
+        exit(1);
+    }
+    free(tmp);
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -843,6 +919,7 @@ static int cmd_bench(int argc, char **argv) {
                  o.depth + BENCH_ROWS, o.ctx);
         die("%s", err);
     }
+    if (o.plot) check_plot(o.plot);
     dflash_model *m = load(&o);
     dflash_info in;
     dflash_get_info(m, &in);
@@ -1091,7 +1168,15 @@ static int cmd_quantize(int argc, char **argv) {
         else usage_err("quantize", "unknown or incomplete option", a);
     }
     if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
-    check_model_path("quantize", "-m", in);
+    struct stat si;
+    if (stat(in, &si) == 0 && !S_ISDIR(si.st_mode)) { /* before any word on OUT */
+        fprintf(stderr, "%s quantize: error: -m %s: %s\n", prog, in,
+                dflash_is_gguf(in) ? "is a GGUF file; quantize reads a Hugging Face / MLX model directory (a GGUF "
+                                     "model is quantized at load with --quant q8|q4)"
+                                   : "is a file; quantize reads a Hugging Face / MLX model directory (config.json, "
+                                     "*.safetensors)");
+        return 1;
+    }
     check_out_dir("quantize", out, in, force);
     if (dflash_quantize(in, out, bits, group) != 0) die("%s", dflash_error());
     fprintf(stderr, "wrote %s (MLX %d-bit, group %d)\n", out, bits, group);

@@ -191,12 +191,16 @@ DFLASH_API int dflash_time_draft(dflash_model *m, int depth, int reps, double *m
 
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
  * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b" or "tiny"; draft != 0 writes
- * the matching 5-layer DFlash draft instead; bits 0 (bf16), 4 or 8 (MLX,
- * group 64). tokenizer_dir (may be NULL) gets symlinked into a target. */
+ * the matching DFlash draft instead (5 layers; 2 for "tiny"); bits 0 (bf16), 4 or 8 (MLX,
+ * group 64). tokenizer_dir (may be NULL) gets symlinked into a target; it must hold
+ * tokenizer.json. Written all or nothing, as dflash_quantize. */
 DFLASH_API int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);
 
-/* Convert a BF16/F16/F32 checkpoint to the MLX affine layout (bits 4 or 8,
- * group 32/64/128), loadable by dflash and MLX. */
+/* Convert a BF16/F16/F32 checkpoint directory to the MLX affine layout
+ * (bits 4 or 8, group 32/64/128), loadable by dflash and MLX. A GGUF file is
+ * refused. The input is loaded, checked and read before anything is written;
+ * the files are written in a staging directory and renamed into place at the
+ * end, so on failure out_dir is as it was (a new one does not appear). */
 DFLASH_API int dflash_quantize(const char *in_dir, const char *out_dir, int bits, int group);
 
 /* Write a Hugging Face / MLX target or DFlash draft directory as a GGUF file

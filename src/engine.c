@@ -139,6 +139,7 @@ static int check_draft(const mdl_model *t, const mdl_model *d) {
 }
 
 dflash_model *dflash_load_tokenizer(const char *dir) {
+    if (mdl_check_path(dir) != 0) return NULL;
     dflash_model *m = dfl_calloc(1, sizeof *m);
     if (!(m->tok = gguf_is_gguf(dir) ? ggm_tokenizer(dir) : tok_load(dir))) {
         free(m);

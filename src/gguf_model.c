@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util.h"
 
@@ -941,6 +942,12 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     if (gguf_is_gguf(in)) {
         dfl_seterr("%s is already a GGUF file (convert reads Hugging Face / MLX directories)", in);
+        return -1;
+    }
+    struct stat sin;
+    if (stat(in, &sin) == 0 && !S_ISDIR(sin.st_mode)) {
+        dfl_seterr("%s is a file: convert reads a Hugging Face / MLX model directory (config.json, *.safetensors)",
+                   in);
         return -1;
     }
     mdl_model m;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gguf_model.h"
 #include "util.h"
@@ -142,9 +143,22 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
     return v;
 }
 
+int mdl_check_path(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISDIR(st.st_mode) || gguf_is_gguf(path)) return 0; /* missing: config.json says */
+    size_t n = strlen(path);
+    dfl_seterr("%s %s", path,
+               n >= 5 && !strcmp(path + n - 5, ".gguf")
+                   ? "is not a GGUF file (no \"GGUF\" magic at its start)"
+                   : "is a file; pass the model directory that holds it (config.json, *.safetensors, "
+                     "tokenizer.json) or a GGUF file");
+    return -1;
+}
+
 int mdl_load(mdl_model *m, const char *dir) {
-    if (gguf_is_gguf(dir)) return ggm_load(m, dir);
     memset(m, 0, sizeof *m);
+    if (mdl_check_path(dir) != 0) return -1;
+    if (gguf_is_gguf(dir)) return ggm_load(m, dir);
     if (cfg_load(&m->cfg, dir) != 0) return -1;
     if (st_open_dir(&m->st, dir) != 0) return -1;
     const cfg_model *c = &m->cfg;

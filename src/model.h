@@ -39,6 +39,9 @@ typedef struct {
                             set by prepare, freed by release); NULL on the CPU */
 } mdl_model;
 
+/* 0 when PATH is a directory, a GGUF file or missing (the load then names
+ * the missing file); -1 + an error saying what to pass for any other file. */
+int mdl_check_path(const char *path);
 /* DIR: a Hugging Face / MLX directory, or a GGUF file (gguf_model.h). */
 int mdl_load(mdl_model *m, const char *dir);
 /* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the

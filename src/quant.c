@@ -43,6 +43,7 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "gguf_model.h"
 #include "safetensors.h"
 
@@ -153,15 +154,10 @@ int qt_model(mdl_model *m, qt_kind k, int group) {
     return 0;
 }
 
-static int copy_file(const char *src, const char *dst) {
-    size_t n;
-    char *b = dfl_read_file(src, &n);
-    if (!b) return -1;
+static int write_all(const char *path, const void *b, size_t n) {
     char *tmp;
-    FILE *f = dfl_create_tmp(dst, &tmp);
-    int rc = f ? dfl_commit_tmp(f, tmp, dst, fwrite(b, 1, n, f) == n) : -1;
-    free(b);
-    return rc;
+    FILE *f = dfl_create_tmp(path, &tmp);
+    return f ? dfl_commit_tmp(f, tmp, path, fwrite(b, 1, n, f) == n) : -1;
 }
 
 static int quantizable(const st_tensor *t, int group) {
@@ -172,6 +168,11 @@ static int quantizable(const st_tensor *t, int group) {
            !strcmp(t->name, "fc.weight");
 }
 
+/* Every check on the input comes before the first byte is written: the
+ * model loads (config and every tensor), config.json and the small files
+ * are read into memory, the weights are quantized in memory; only then is
+ * OUT staged (util.h dfl_stage) and committed, so a failure leaves OUT as it
+ * was (and a new OUT does not appear). */
 int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     if (bits != 4 && bits != 8) {
         dfl_seterr("--bits must be 4 or 8, not %d", bits);
@@ -181,19 +182,64 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
         dfl_seterr("--group-size must be 32, 64 or 128, not %d", group);
         return -1;
     }
+    struct stat sin;
+    if (stat(in, &sin) != 0) {
+        dfl_seterr("%s: %s", in, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sin.st_mode)) {
+        if (gguf_is_gguf(in))
+            dfl_seterr("%s is a GGUF file: quantize reads a Hugging Face / MLX model directory (a GGUF model is "
+                       "quantized at load with --quant q8|q4)", in);
+        else
+            dfl_seterr("%s is not a directory: quantize reads a Hugging Face / MLX model directory (config.json, "
+                       "*.safetensors)", in);
+        return -1;
+    }
     if (dfl_same_file(in, out)) { /* writing into IN would replace the weights being read */
         dfl_seterr("output directory %s is the input directory %s: choose another -o", out, in);
         return -1;
     }
-    mdl_model m; /* validates the input fully before anything is written */
+    mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
     if (m.cfg.q_bits) {
         dfl_seterr("%s is already quantized (%d-bit)", in, m.cfg.q_bits);
         mdl_free(&m);
         return -1;
     }
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-        dfl_seterr("%s: cannot create directory", out);
+    /* config.json + quantization; the other small files copied: all read now */
+    char *cin = dfl_path_join(in, "config.json"), *txt = dfl_read_file(cin, NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    int read_ok = txt != NULL;
+    free(txt);
+    if (!j) {
+        if (read_ok) dfl_seterr("%s: not valid JSON", cin);
+        free(cin);
+        mdl_free(&m);
+        return -1;
+    }
+    free(cin);
+    cJSON_DeleteItemFromObject(j, "quantization");
+    cJSON_DeleteItemFromObject(j, "quantization_config");
+    cJSON *q = cJSON_AddObjectToObject(j, "quantization");
+    cJSON_AddNumberToObject(q, "group_size", group);
+    cJSON_AddNumberToObject(q, "bits", bits);
+    cJSON_AddItemToObject(j, "quantization_config", cJSON_Duplicate(q, 1));
+    char *cfg_txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    enum { N_EXTRA = 3 };
+    static const char *extra[N_EXTRA] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+    char *xbuf[N_EXTRA] = {NULL};
+    size_t xlen[N_EXTRA] = {0};
+    int rc = 0;
+    for (int i = 0; i < N_EXTRA && rc == 0; i++) {
+        char *a = dfl_path_join(in, extra[i]);
+        if (dfl_file_exists(a) && !(xbuf[i] = dfl_read_file(a, &xlen[i]))) rc = -1;
+        free(a);
+    }
+    if (rc) {
+        for (int i = 0; i < N_EXTRA; i++) free(xbuf[i]);
+        free(cfg_txt);
         mdl_free(&m);
         return -1;
     }
@@ -230,43 +276,34 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
         ts[n] = (st_out){names[n], ST_BF16, 2, {w.rows, (int64_t)ng}, bi};
         n++;
     }
-    char *p = dfl_path_join(out, "model.safetensors");
-    int rc = st_write(p, ts, n, "{\"format\": \"mlx\"}");
-    free(p);
-    p = dfl_path_join(out, "model.safetensors.index.json"); /* a stale index would win over the new file */
-    if (rc == 0) unlink(p);
-    free(p);
+    /* the input is validated and read: write everything into the stage, then commit */
+    dfl_stage sg;
+    rc = dfl_stage_open(&sg, out);
+    if (rc == 0) {
+        char *p = dfl_stage_file(&sg, "model.safetensors");
+        rc = st_write(p, ts, n, "{\"format\": \"mlx\"}");
+        free(p);
+        dfl_stage_drop(&sg, "model.safetensors.index.json"); /* a stale index would win over the new file */
+        if (rc == 0) {
+            p = dfl_stage_file(&sg, "config.json");
+            rc = write_all(p, cfg_txt, strlen(cfg_txt));
+            free(p);
+        }
+        for (int i = 0; i < N_EXTRA && rc == 0; i++) {
+            if (!xbuf[i]) continue;
+            p = dfl_stage_file(&sg, extra[i]);
+            rc = write_all(p, xbuf[i], xlen[i]);
+            free(p);
+        }
+        if (rc == 0) rc = dfl_stage_commit(&sg);
+        else dfl_stage_abort(&sg);
+    }
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(bufs);
     free(ts);
     free(names);
+    for (int i = 0; i < N_EXTRA; i++) free(xbuf[i]);
+    free(cfg_txt);
     mdl_free(&m);
-    if (rc) return -1;
-    /* config.json + quantization; the other small files copied */
-    char *cin = dfl_path_join(in, "config.json"), *txt = dfl_read_file(cin, NULL);
-    free(cin);
-    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
-    free(txt);
-    if (!j) return -1;
-    cJSON_DeleteItemFromObject(j, "quantization");
-    cJSON_DeleteItemFromObject(j, "quantization_config");
-    cJSON *q = cJSON_AddObjectToObject(j, "quantization");
-    cJSON_AddNumberToObject(q, "group_size", group);
-    cJSON_AddNumberToObject(q, "bits", bits);
-    cJSON_AddItemToObject(j, "quantization_config", cJSON_Duplicate(q, 1));
-    char *s = cJSON_Print(j), *cout = dfl_path_join(out, "config.json");
-    cJSON_Delete(j);
-    char *tmp;
-    FILE *f = dfl_create_tmp(cout, &tmp);
-    rc = f ? dfl_commit_tmp(f, tmp, cout, fputs(s, f) >= 0) : -1;
-    free(s);
-    free(cout);
-    static const char *extra[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 3 && rc == 0; i++) {
-        char *a = dfl_path_join(in, extra[i]), *b = dfl_path_join(out, extra[i]);
-        if (dfl_file_exists(a)) rc = copy_file(a, b);
-        free(a);
-        free(b);
-    }
     return rc;
 }

@@ -236,12 +236,12 @@ static int write_config(const char *dir, const syn_spec *s) {
     return rc;
 }
 
-int syn_write(const char *dir, const syn_spec *s) {
+/* Write the checkpoint's files into the staging directory of sg. */
+static int write_model(dfl_stage *sg, const syn_spec *s) {
     const cfg_model *c = &s->c;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        dfl_seterr("%s: cannot create directory", dir);
-        return -1;
-    }
+    const char *dir = sg->stage;
+    free(dfl_stage_file(sg, "config.json")); /* write_config writes them into dir */
+    if (!c->is_draft) free(dfl_stage_file(sg, "generation_config.json"));
     if (write_config(dir, s)) return -1;
     rng r = {s->seed * 0x9e3779b97f4a7c15ull + 12345};
     tensors ts = {0};
@@ -281,24 +281,23 @@ int syn_write(const char *dir, const syn_spec *s) {
     }
     int rc = 0;
     if (!s->sharded) {
-        char *p = dfl_path_join(dir, "model.safetensors");
+        char *p = dfl_stage_file(sg, "model.safetensors");
         rc = st_write(p, ts.t, ts.n, "{\"format\": \"pt\"}");
         free(p);
-        p = dfl_path_join(dir, "model.safetensors.index.json"); /* a stale index would win */
-        if (rc == 0) unlink(p);
-        free(p);
+        dfl_stage_drop(sg, "model.safetensors.index.json"); /* a stale index would win */
     } else { /* two shards: first half of the tensors, second half */
         cJSON *idx = cJSON_CreateObject(), *wm = cJSON_AddObjectToObject(idx, "weight_map");
         int half = ts.n / 2;
         for (int k = 0; k < 2 && rc == 0; k++) {
             char fn[64];
             snprintf(fn, sizeof fn, "model-%05d-of-00002.safetensors", k + 1);
-            char *p = dfl_path_join(dir, fn);
+            char *p = dfl_stage_file(sg, fn);
             int a = k ? half : 0, e = k ? ts.n : half;
             rc = st_write(p, ts.t + a, e - a, NULL);
             for (int i = a; i < e; i++) cJSON_AddStringToObject(wm, ts.t[i].name, fn);
             free(p);
         }
+        free(dfl_stage_file(sg, "model.safetensors.index.json"));
         if (rc == 0) rc = write_json(dir, "model.safetensors.index.json", idx);
         cJSON_Delete(idx);
     }
@@ -309,6 +308,16 @@ int syn_write(const char *dir, const syn_spec *s) {
     free(ts.t);
     free(ts.bufs);
     return rc;
+}
+
+int syn_write(const char *dir, const syn_spec *s) {
+    dfl_stage sg;
+    if (dfl_stage_open(&sg, dir) != 0) return -1;
+    if (write_model(&sg, s) != 0) {
+        dfl_stage_abort(&sg);
+        return -1;
+    }
+    return dfl_stage_commit(&sg);
 }
 
 /* ---- dflash_synth (public API) ------------------------------------------- */
@@ -363,29 +372,49 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->tie_embeddings = 0;
         s.seed = 2;
     }
-    if (!draft && tokenizer_dir && dfl_same_file(tokenizer_dir, out_dir)) { /* would replace the tokenizer */
-        dfl_seterr("output directory %s is the tokenizer directory %s: choose another -o", out_dir, tokenizer_dir);
-        return -1;
-    }
-    if (syn_write(out_dir, &s) != 0) return -1;
+    /* the tokenizer is checked before anything is written */
+    char real[PATH_MAX];
+    static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
     if (!draft && tokenizer_dir) {
-        char real[PATH_MAX];
-        if (!realpath(tokenizer_dir, real)) {
-            dfl_seterr("%s: tokenizer directory not found", tokenizer_dir);
+        if (dfl_same_file(tokenizer_dir, out_dir)) { /* would replace the tokenizer */
+            dfl_seterr("output directory %s is the tokenizer directory %s: choose another -o", out_dir,
+                       tokenizer_dir);
             return -1;
         }
-        static const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
-        for (int i = 0; i < 2; i++) {
-            char *src = dfl_path_join(real, files[i]), *dst = dfl_path_join(out_dir, files[i]);
-            unlink(dst);
-            int rc = dfl_file_exists(src) ? symlink(src, dst) : 0;
-            free(src);
-            free(dst);
-            if (rc != 0) {
-                dfl_seterr("%s: cannot link %s", out_dir, files[i]);
-                return -1;
-            }
+        if (!realpath(tokenizer_dir, real)) {
+            dfl_seterr("--tokenizer %s: %s", tokenizer_dir, strerror(errno));
+            return -1;
+        }
+        char *tj = dfl_path_join(real, tok_files[0]);
+        int have = dfl_file_exists(tj);
+        free(tj);
+        if (!have) {
+            dfl_seterr("--tokenizer %s: no tokenizer.json in it", tokenizer_dir);
+            return -1;
         }
     }
-    return 0;
+    dfl_stage sg;
+    if (dfl_stage_open(&sg, out_dir) != 0) return -1;
+    if (write_model(&sg, &s) != 0) {
+        dfl_stage_abort(&sg);
+        return -1;
+    }
+    for (int i = 0; !draft && tokenizer_dir && i < 2; i++) {
+        char *src = dfl_path_join(real, tok_files[i]), *dst = NULL;
+        int rc = 0;
+        if (dfl_file_exists(src)) {
+            dst = dfl_stage_file(&sg, tok_files[i]);
+            rc = symlink(src, dst);
+        } else {
+            dfl_stage_drop(&sg, tok_files[i]); /* not another tokenizer's file next to this one */
+        }
+        free(src);
+        free(dst);
+        if (rc != 0) {
+            dfl_seterr("%s: cannot link %s: %s", out_dir, tok_files[i], strerror(errno));
+            dfl_stage_abort(&sg);
+            return -1;
+        }
+    }
+    return dfl_stage_commit(&sg);
 }

@@ -22,8 +22,9 @@ typedef struct {
 /* A small Qwen3 shape (hidden 64, 2 layers, vocab 512) to start from. */
 syn_spec syn_default(void);
 
-/* Create DIR (if needed) and write config.json, generation_config.json
- * (targets) and the safetensors. */
+/* Write config.json, generation_config.json (targets) and the safetensors
+ * into DIR, all or nothing (util.h dfl_stage: a new DIR appears complete;
+ * an existing DIR's files are replaced only once every file is written). */
 int syn_write(const char *dir, const syn_spec *s);
 
 #endif

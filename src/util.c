@@ -203,8 +203,9 @@ FILE *dfl_create_tmp(const char *path, char **tmp) {
 }
 
 int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok) {
-    if (fflush(f) != 0) ok = 0;
-    if (fclose(f) != 0) ok = 0;
+    int e = ok ? 0 : errno; /* the failed write's, when ok was computed from it */
+    if (fflush(f) != 0 && ok) ok = 0, e = errno;
+    if (fclose(f) != 0 && ok) ok = 0, e = errno;
     if (ok && rename(tmp, path) != 0) {
         dfl_seterr("%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
         unlink(tmp);
@@ -212,11 +213,132 @@ int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok) {
         return -1;
     }
     if (!ok) {
-        dfl_seterr("%s: write error", path);
+        if (e) dfl_seterr("%s: write error: %s", path, strerror(e));
+        else dfl_seterr("%s: write error", path);
         unlink(tmp);
     }
     free(tmp);
     return ok ? 0 : -1;
+}
+
+/* ---- staged output directories ------------------------------------------ */
+
+static void stage_free(dfl_stage *s) {
+    for (int i = 0; i < s->n_files; i++) free(s->files[i]);
+    for (int i = 0; i < s->n_drop; i++) free(s->drop[i]);
+    free(s->files);
+    free(s->drop);
+    free(s->stage);
+    free(s->dir);
+    memset(s, 0, sizeof *s);
+}
+
+int dfl_stage_open(dfl_stage *s, const char *dir) {
+    memset(s, 0, sizeof *s);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "out/" -> "out": the sibling is "out.tmp-dflash-..." */
+    struct stat st;
+    char *d = dfl_malloc(n + 1);
+    memcpy(d, dir, n);
+    d[n] = 0;
+    if (stat(d, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            dfl_seterr("%s exists and is not a directory", d);
+            free(d);
+            return -1;
+        }
+    } else if (errno != ENOENT) {
+        dfl_seterr("%s: %s", d, strerror(errno));
+        free(d);
+        return -1;
+    } else {
+        s->fresh = 1;
+    }
+    static int counter;
+    size_t cap = n + 64;
+    char *p = dfl_malloc(cap);
+    for (int tries = 0;; tries++) {
+        int k = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        if (s->fresh) snprintf(p, cap, "%s.tmp-dflash-%ld-%d", d, (long)getpid(), k);
+        else snprintf(p, cap, "%s/tmp-dflash-%ld-%d", d, (long)getpid(), k);
+        if (mkdir(p, 0777) == 0) break;
+        if (errno != EEXIST || tries > 100) {
+            if (s->fresh) dfl_seterr("%s: cannot create directory: %s", d, strerror(errno));
+            else dfl_seterr("%s: cannot write into it: %s", d, strerror(errno));
+            free(p);
+            free(d);
+            return -1;
+        }
+    }
+    s->dir = d;
+    s->stage = p;
+    return 0;
+}
+
+char *dfl_stage_file(dfl_stage *s, const char *name) {
+    s->files = dfl_realloc(s->files, sizeof(char *) * (size_t)(s->n_files + 1));
+    s->files[s->n_files++] = dfl_strdup(name);
+    return dfl_path_join(s->stage, name);
+}
+
+void dfl_stage_drop(dfl_stage *s, const char *name) {
+    s->drop = dfl_realloc(s->drop, sizeof(char *) * (size_t)(s->n_drop + 1));
+    s->drop[s->n_drop++] = dfl_strdup(name);
+}
+
+static void stage_clean(dfl_stage *s) {
+    if (!s->stage) return;
+    for (int i = 0; i < s->n_files; i++) {
+        char *p = dfl_path_join(s->stage, s->files[i]);
+        size_t n = strlen(p);
+        char *t = dfl_malloc(n + sizeof ".tmp-dflash");
+        memcpy(t, p, n);
+        memcpy(t + n, ".tmp-dflash", sizeof ".tmp-dflash");
+        unlink(p);
+        unlink(t); /* a writer's own temporary (util.h dfl_create_tmp), if it was left */
+        free(t);
+        free(p);
+    }
+    rmdir(s->stage);
+    stage_free(s);
+}
+
+void dfl_stage_abort(dfl_stage *s) {
+    if (!s->stage) return;
+    dfl_preferr("%s %s", s->dir, s->fresh ? "not created" : "left as it was");
+    stage_clean(s);
+}
+
+int dfl_stage_commit(dfl_stage *s) {
+    int rc = 0;
+    if (s->fresh) {
+        if (rename(s->stage, s->dir) != 0) {
+            dfl_seterr("%s: cannot rename %s to it: %s", s->dir, s->stage, strerror(errno));
+            stage_clean(s);
+            return -1;
+        }
+        stage_free(s);
+        return 0;
+    }
+    for (int i = 0; i < s->n_files && rc == 0; i++) {
+        char *a = dfl_path_join(s->stage, s->files[i]), *b = dfl_path_join(s->dir, s->files[i]);
+        if (rename(a, b) != 0) {
+            dfl_seterr("%s: cannot rename %s to it: %s", b, a, strerror(errno));
+            rc = -1;
+        }
+        free(a);
+        free(b);
+    }
+    for (int i = 0; i < s->n_drop && rc == 0; i++) {
+        char *p = dfl_path_join(s->dir, s->drop[i]);
+        if (unlink(p) != 0 && errno != ENOENT) {
+            dfl_seterr("%s: cannot remove the stale file: %s", p, strerror(errno));
+            rc = -1;
+        }
+        free(p);
+    }
+    stage_clean(s); /* removes what a failed rename left, and the staging directory */
+    return rc;
 }
 
 double dfl_now(void) {

@@ -56,9 +56,37 @@ int dfl_same_file(const char *a, const char *b);
 /* Writing a file without ever leaving a half-written one under its name:
  * dfl_create_tmp opens "PATH.tmp-dflash" (*tmp, malloc'd) for writing;
  * dfl_commit_tmp closes it and, when ok and the close succeeded, renames it
- * to PATH, else removes it. Returns 0 or -1 with "PATH: write error". */
+ * to PATH, else removes it. Returns 0 or -1 with "PATH: write error: WHY". */
 FILE *dfl_create_tmp(const char *path, char **tmp);
 int dfl_commit_tmp(FILE *f, char *tmp, const char *path, int ok);
+
+/* Writing a set of files into a directory all or nothing (quantize, synth).
+ * dfl_stage_open makes a private staging directory for DIR:
+ *   DIR does not exist: "DIR.tmp-dflash-PID-N" next to it, renamed to DIR at
+ *     commit (so DIR appears only complete);
+ *   DIR is a directory: "DIR/tmp-dflash-PID-N", whose files are renamed into
+ *     DIR one by one at commit.
+ * The caller writes each file at the path dfl_stage_file() returns (it
+ * records the name). dfl_stage_commit moves everything into place, then
+ * removes DIR's files named with dfl_stage_drop (a stale index); until then
+ * nothing under DIR's names changes. dfl_stage_abort removes every staged
+ * file and the staging directory and prefixes the error with "DIR left as it
+ * was" (or "DIR not created"). A failed commit cleans up itself.
+ * Invariant: after open, exactly one of commit or abort is called. */
+typedef struct {
+    char *dir;    /* the destination */
+    char *stage;  /* the staging directory */
+    int fresh;    /* DIR did not exist: stage is renamed to DIR */
+    char **files; /* names written in stage [n_files] */
+    int n_files;
+    char **drop;  /* names removed from DIR at commit [n_drop] */
+    int n_drop;
+} dfl_stage;
+int dfl_stage_open(dfl_stage *s, const char *dir);
+char *dfl_stage_file(dfl_stage *s, const char *name); /* malloc'd "stage/name" */
+void dfl_stage_drop(dfl_stage *s, const char *name);
+int dfl_stage_commit(dfl_stage *s);
+void dfl_stage_abort(dfl_stage *s);
 
 /* Monotonic clock in seconds. */
 double dfl_now(void);

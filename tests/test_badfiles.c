@@ -280,6 +280,19 @@ TEST(output_dirs) {
     dfl_seterr("(none)");
     CHECK(dflash_synth("tiny", 0, 0, inp, inp) != 0 && err_has("tokenizer directory"), "synth -o tokenizer dir");
     CHECK(dfl_file_exists(path(strrchr(inp, '/') + 1, "tokenizer.json")), "tokenizer kept");
+    /* refused before anything is written: no new OUT, no staging directory left */
+    char *fresh = path("fresh", NULL);
+    dfl_seterr("(none)");
+    CHECK(dflash_quantize("tests/fixtures/gguf/tiny-draft-llama.gguf", fresh, 8, 64) != 0 &&
+              err_has("is a GGUF file"), "quantize a GGUF");
+    CHECK(!dfl_file_exists(fresh), "quantize a GGUF: no %s", fresh);
+    dfl_seterr("(none)");
+    CHECK(dflash_synth("tiny", 0, 0, path("nowhere", NULL), fresh) != 0 && err_has("nowhere"),
+          "synth, missing tokenizer");
+    CHECK(!dfl_file_exists(fresh), "synth, missing tokenizer: no %s", fresh);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -q tmp-dflash", tmpdir);
+    CHECK(system(cmd) != 0, "no staging directory left in %s", tmpdir);
 }
 
 static int on_text(void *ud, int32_t id, const char *text, size_t len) {

@@ -63,6 +63,23 @@ awk 'BEGIN { for (i = 0; i < 7000; i++) printf "0123456789"; printf "\n" }' >"$T
 n_err=$(grep -c "error" "$T/err")
 [ "$n_err" -eq 1 ] && grep -q "the message is" "$T/err" && ok "chat: a 70 KB line is one message" ||
     bad "chat: a 70 KB line is one message ($n_err errors)"
+# a message too long for the context is refused and the conversation kept:
+# the next turn's prompt still holds the first exchange (more tokens than the
+# same message as the first turn; it was as many when the history was lost)
+awk 'BEGIN { for (i = 0; i < 300; i++) printf "word%d ", i; printf "\n" }' >"$T/longmsg.txt"
+{ echo "Hello there, how are you today"; cat "$T/longmsg.txt"; echo "Hi again"; } >"$T/refused.txt"
+"$BIN" chat -m "$M" -c 256 -n 8 -v <"$T/refused.txt" >"$T/out" 2>"$T/err"
+rc=$?
+sed -nE 's/^prompt: ([0-9]+) tokens.*/\1/p' "$T/err" >"$T/prompts"
+echo "Hi again" | "$BIN" chat -m "$M" -c 256 -n 8 -v 2>&1 >/dev/null | sed -nE 's/^prompt: ([0-9]+) tokens.*/\1/p' >"$T/alone"
+n3=$(sed -n 2p "$T/prompts") alone=$(cat "$T/alone")
+[ $rc -eq 0 ] && [ "$(grep -c 'shorten it' "$T/err")" -eq 1 ] && [ "$(wc -l <"$T/prompts")" -eq 2 ] &&
+    ok "chat: a too-long message is refused, the others answered" ||
+    bad "chat: a too-long message is refused, the others answered (exit $rc)"
+[ -n "$n3" ] && [ -n "$alone" ] && [ "$n3" -gt "$alone" ] &&
+    ok "chat: after a refused message the conversation is kept (next prompt $n3 tokens, alone $alone)" ||
+    bad "chat: after a refused message the conversation is kept (next prompt $n3 tokens, alone $alone)"
+grep -q "dropped" "$T/err" && bad "chat: a refused message drops nothing" || ok "chat: a refused message drops nothing"
 # more turns than the context holds: old turns are dropped, every turn answers
 for i in 1 2 3 4 5 6 7 8; do echo "Tell me about the number $i and its friends"; done >"$T/turns.txt"
 "$BIN" chat -m "$M" -c 96 -n 8 -v <"$T/turns.txt" >"$T/out" 2>"$T/err"
@@ -70,7 +87,8 @@ rc=$?
 answers=$(grep -c '^decode:' "$T/err")
 [ $rc -eq 0 ] && [ "$answers" -eq 8 ] && ok "chat past the context: 8 of 8 turns answered" ||
     bad "chat past the context: $answers of 8 turns answered (exit $rc)"
-grep -q "dropped the" "$T/err" && ok "chat says it dropped old turns" || bad "chat says it dropped old turns"
+grep -qE "dropped the [0-9]+ oldest exchanges? \(a message and its answer\), [0-9]+ kept" "$T/err" &&
+    ok "chat says how many old turns it dropped" || bad "chat says how many old turns it dropped"
 grep -q "error" "$T/err" && bad "chat past the context: no errors" || ok "chat past the context: no errors"
 
 # Ctrl-C during an answer: the answer stops (its statistics are printed, so

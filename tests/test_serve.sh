@@ -19,6 +19,8 @@ expect_exit "serve --parallel 2" 2 "not supported" -- "$BIN" serve -m models/dem
 expect_exit "serve bad --port" 2 "expects an integer" -- "$BIN" serve -m models/demo/target --port 70000
 expect_exit "serve bad --host" 1 "cannot resolve" -- "$BIN" serve -m models/demo/target --host no.such.host.invalid
 expect_exit "serve missing model" 1 "error" -- "$BIN" serve -m "$T/nowhere" --port 0
+echo hello >"$T/file.txt"
+expect_exit "serve -m a text file" 1 "is a file; pass the model directory" -- "$BIN" serve -m "$T/file.txt" --port 0
 
 if ! need_node; then
     bad "node, npm and the npm packages ($NODE_PKGS) are available"
