@@ -14,7 +14,11 @@
  *     has 1 tile or 4 (T up to 32; wider batches are cut into launches of 32).
  *   - row kernels (RMSNorm, q/k norm + RoPE, embedding) reduce one row in
  *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue;
- *   - attention: each (row, query head) walks its keys in chunks (16 keys for
+ *   - attention (the default, k_att_part/k_att_merge): per query, chunks of
+ *     a fixed number of absolute key positions, each an exact softmax in a
+ *     fixed order, merged in ascending chunk order (the rule is stated at
+ *     the kernels); the older kernels (DFLASH_CUDA_ATT_SPLIT=0):
+ *     each (row, query head) walks its keys in chunks (16 keys for
  *     head_dim 64/128, 32 otherwise), chunk c handled by warp c % 8, each
  *     warp an online softmax over its chunks in ascending order, the 8 warps
  *     merged in warp order; a block may serve the query heads that share a
