@@ -1024,25 +1024,7 @@ static int cu_forward(void *p, const be_batch *b) {
     const cu_dims *d = &q->d;
     const cu_model *cm = q->cm;
     cudaStream_t s = q->be->stream;
-    if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
-        b->n_taps > CFG_MAX_TAPS) {
-        dfl_seterr("forward: bad batch (T=%d, n_logits=%d, n_taps=%d)", b->T, b->n_logits, b->n_taps);
-        return -1;
-    }
-    if (b->keep_rows && b->T > BE_KEEP_ROWS) {
-        dfl_seterr("forward: keep_rows with T=%d > %d rows", b->T, BE_KEEP_ROWS);
-        return -1;
-    }
-    if (q->len + b->T > q->n_ctx) {
-        dfl_seterr("context full: %d positions used + %d new > context size %d", q->len, b->T, q->n_ctx);
-        return -1;
-    }
-    if (check_tokens(b->tokens, b->T, c->vocab) != 0) return -1;
-    for (int i = 0; i < b->n_taps; i++)
-        if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
-            dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);
-            return -1;
-        }
+    if (be_check_batch(b, c, q->len, q->n_ctx) != 0) return -1; /* the checks every backend shares */
     if (b->n_taps > q->taps_cap) {
         cudaFree(q->taps);
         q->taps_cap = 0;
