@@ -59,7 +59,7 @@ EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_L
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test demo asan tsan clean fuzz test-cuda install uninstall
+.PHONY: all deps test demo asan tsan clean fuzz test-cuda install uninstall bench-attn
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -178,6 +178,10 @@ clean:
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
+
+# at_run per variant, context 512 / 4096, T = 1 / 16 (Qwen3-0.6B attention shape)
+bench-attn: bench/attn_bench.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/attn_bench && $(BUILD)/attn_bench
 
 # prompt processing: our GEMM vs OpenBLAS sgemm (apt-get install libopenblas-dev)
 # on the matmuls of a model: make bench-prefill PREFILL_MODEL=DIR

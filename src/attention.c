@@ -11,6 +11,9 @@
 #include "threads.h"
 
 enum { BLK = 64, MAXG = 16, MAXHD = 512 };
+/* the SIMD fast paths: rows per job, most query heads per pass over a kv
+ * head's keys, most hd */
+enum { RB = 8, FG = 4, FHD = 256 };
 
 /* ---- generic: dot products with 16 partial sums in a fixed order --------- */
 static float dot_generic(const float *a, const float *b, int n) {
@@ -35,6 +38,7 @@ static void scale_generic(float *y, float a, int n) {
 /* ---- AVX-512 ------------------------------------------------------------- */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+static _Alignas(64) const float zero_row[FHD]; /* the padding key of the fast paths */
 /* Every function from here to the matching pop is compiled for AVX-512F
  * (at_run calls them only when the CPU has it): clang takes a target
  * attribute per function, gcc a target pragma. */
@@ -105,8 +109,7 @@ static inline __m512 sum16_tree(__m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
 }
 
-static __m512i tree_perm;
-static _Alignas(64) const float zero_row[MAXHD]; /* lane i of the result <- lane tree_perm[i] of the tree's output */
+static __m512i tree_perm; /* lane i of the result <- lane tree_perm[i] of the tree's output */
 
 static void tree_init(void) {
     __m512 a[16];
@@ -130,6 +133,102 @@ static void tree_init(void) {
 #define HAVE_AVX512 1
 #endif
 
+/* ---- AVX2 + FMA ---------------------------------------------------------- */
+#if defined(__x86_64__) && defined(__GNUC__)
+/* Every function from here to the matching pop is compiled for AVX2 and FMA
+ * (at_run calls them only when kn_isa_cur() is KN_ISA_AVX2). */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+/* lanes [0, r) set, 0 < r <= 8: the masked tail of a row */
+static inline __m256i tail_avx2(int r) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* sum of the 8 lanes, in one fixed order: (l + h), then pairs, then the two */
+static inline float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float hmax_avx2(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+static float dot_avx2(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    if (i < n) {
+        __m256i m = tail_avx2(n - i);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
+    }
+    return hsum_avx2(acc);
+}
+
+static void axpy_avx2(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    if (i < n) {
+        __m256i m = tail_avx2(n - i);
+        _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
+    }
+}
+
+static void scale_avx2(float *y, float a, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] *= a;
+}
+
+/* e^x for x <= 0, as exp_avx512 (same reduction and polynomial); 2^n built
+ * in the exponent field (n >= -126 after the clamp: a normal number). Lanes
+ * below -87 give 0. */
+static inline __m256 exp_avx2(__m256 x) {
+    const __m256 lim = _mm256_set1_ps(-87.0f);
+    __m256 tiny = _mm256_cmp_ps(x, lim, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lim);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* a[i] = 8 partial sums of key i -> one vector, lane i = the total of a[i]:
+ * a fixed tree (pairs within a[i], then pairs of pairs, then the two
+ * 128-bit halves) that already leaves key i in lane i. */
+static inline __m256 sum8_tree(const __m256 *a) {
+    __m256 h0 = _mm256_hadd_ps(a[0], a[1]), h1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h2 = _mm256_hadd_ps(a[4], a[5]), h3 = _mm256_hadd_ps(a[6], a[7]);
+    /* x0 = [k0 k1 k2 k3 (dims 0-3) | k0 k1 k2 k3 (dims 4-7)], x1 for k4..k7 */
+    __m256 x0 = _mm256_hadd_ps(h0, h1), x1 = _mm256_hadd_ps(h2, h3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20), _mm256_permute2f128_ps(x0, x1, 0x31));
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#define HAVE_AVX2 1
+#endif
+
 typedef struct {
     float (*dot)(const float *, const float *, int);
     void (*axpy)(float *, float, const float *, int);
@@ -142,6 +241,9 @@ static vec_ops pick(void) {
     vec_ops v = {dot_generic, axpy_generic, scale_generic};
 #ifdef HAVE_AVX512
     if (kn_isa_cur() == KN_ISA_AVX512) v = (vec_ops){dot_avx512, axpy_avx512, scale_avx512};
+#endif
+#ifdef HAVE_AVX2
+    if (kn_isa_cur() == KN_ISA_AVX2) v = (vec_ops){dot_avx2, axpy_avx2, scale_avx2};
 #endif
     return v;
 }
@@ -208,7 +310,6 @@ static void rows(void *p, int start, int end) {
 }
 
 #ifdef HAVE_AVX512
-enum { RB = 8, FG = 4, FHD = 256 }; /* rows per job, most heads per kv head, most hd (fast path) */
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
@@ -366,6 +467,169 @@ static void rows_avx512(void *p, int start, int end) {
 #endif
 #endif
 
+#ifdef HAVE_AVX2
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+/* acc[g] += sum_j w[g][j] v_j over the block, CW vectors of 8 dimensions at
+ * a time (then a tail of one), keys in order: one chain per accumulator
+ * vector, the NG heads' chains side by side so every V load feeds NG FMAs.
+ * NG * CW accumulators + CW V rows + NG weights fit the 16 registers. */
+static inline __attribute__((always_inline)) void vsum_avx2(const int NG, const int CW, int nc, int nj,
+                                                            const float *const *vp, float (*w)[BLK],
+                                                            float (*acc)[FHD]) {
+    int c0 = 0;
+    for (; c0 + CW <= nc; c0 += CW) {
+        __m256 o[FG][8];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+            for (int k = 0; k < CW; k++) o[g][k] = _mm256_load_ps(acc[g] + 8 * (c0 + k));
+        for (int j = 0; j < nj; j++) {
+            const float *v = vp[j] + 8 * c0;
+            __m256 vv[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < CW; k++) vv[k] = _mm256_loadu_ps(v + 8 * k);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                __m256 wg = _mm256_set1_ps(w[g][j]);
+#pragma GCC unroll 8
+                for (int k = 0; k < CW; k++) o[g][k] = _mm256_fmadd_ps(wg, vv[k], o[g][k]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+            for (int k = 0; k < CW; k++) _mm256_store_ps(acc[g] + 8 * (c0 + k), o[g][k]);
+    }
+    for (; c0 < nc; c0++) {
+        __m256 o[FG];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) o[g] = _mm256_load_ps(acc[g] + 8 * c0);
+        for (int j = 0; j < nj; j++) {
+            __m256 v = _mm256_loadu_ps(vp[j] + 8 * c0);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) o[g] = _mm256_fmadd_ps(_mm256_set1_ps(w[g][j]), v, o[g]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) _mm256_store_ps(acc[g] + 8 * c0, o[g]);
+    }
+}
+
+/* block_avx512 with 8 keys at a time: one row t, query heads q0[g*hd]
+ * (g < ng <= FG), keys [j0, j0 + nj) of the block (pointers kp/vp, kp padded
+ * to 8 with zero_row): scores by vertical FMAs over the head dimension and
+ * sum8_tree, online-softmax update of m, l, acc. The same steps whatever
+ * other rows share the block. */
+static void block_avx2(const float *q0, int ng, int hd, int nj, const float *const *kp, const float *const *vp,
+                       float *m, float *l, float (*acc)[FHD]) {
+    int nc = hd / 8;
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hd)), ninf = _mm256_set1_ps(-INFINITY);
+    _Alignas(32) float s[FG][BLK];
+    for (int g = 0; g < ng; g++) {
+        const float *qg = q0 + (size_t)g * hd;
+        __m256 bmv = ninf;
+        for (int j = 0; j < nj; j += 8) {
+            __m256 a[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+            for (int c = 0; c < nc; c++) { /* key i: sum over c in order, lanes = dimensions */
+                __m256 qv = _mm256_loadu_ps(qg + 8 * c);
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp[j + i] + 8 * c), a[i]);
+            }
+            __m256 sc = _mm256_mul_ps(sum8_tree(a), scale);
+            _mm256_store_ps(s[g] + j, sc);
+            __m256 mk = _mm256_castsi256_ps(tail_avx2(nj - j < 8 ? nj - j : 8));
+            bmv = _mm256_blendv_ps(bmv, _mm256_max_ps(bmv, sc), mk);
+        }
+        float bm = hmax_avx2(bmv);
+        if (bm > m[g]) {
+            float c = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(m[g] - bm))); /* 0 on the first block */
+            l[g] *= c;
+            scale_avx2(acc[g], c, hd);
+            m[g] = bm;
+        }
+        __m256 mv = _mm256_set1_ps(m[g]), lv = _mm256_setzero_ps();
+        for (int j = 0; j < nj; j += 8) {
+            __m256 mk = _mm256_castsi256_ps(tail_avx2(nj - j < 8 ? nj - j : 8));
+            __m256 e = _mm256_and_ps(mk, exp_avx2(_mm256_sub_ps(_mm256_load_ps(s[g] + j), mv)));
+            _mm256_store_ps(s[g] + j, e);
+            lv = _mm256_add_ps(lv, e);
+        }
+        l[g] += hsum_avx2(lv);
+    }
+    switch (ng) { /* acc += sum_j w_j v_j: each V row loaded once for the group */
+    case 1: vsum_avx2(1, 8, nc, nj, vp, s, acc); break;
+    case 2: vsum_avx2(2, 4, nc, nj, vp, s, acc); break;
+    case 3: vsum_avx2(3, 3, nc, nj, vp, s, acc); break;
+    default: vsum_avx2(4, 2, nc, nj, vp, s, acc); break;
+    }
+}
+
+/* rows_avx512 with 8-key steps. Job = one kv head, one pass of up to FG of
+ * its query heads (a larger GQA group takes several passes; a head's result
+ * does not depend on the others in its pass) and up to RB query rows walking
+ * the keys together block by block; each row visits its own keys in index
+ * order in blocks of 64 from key 0, so its result does not depend on the
+ * other rows, on T or on the thread count. hd is a multiple of 8, <= FHD. */
+static void rows_avx2(void *p, int start, int end) {
+    const ctx *C = p;
+    const at_job *J = C->J;
+    int hd = J->hd, grp = J->nh / J->nkv, npass = (grp + FG - 1) / FG;
+    _Alignas(32) float acc[RB][FG][FHD];
+    float m[RB][FG], l[RB][FG];
+    const float *kp[BLK], *vp[BLK];
+    for (int job = start; job < end; job++) {
+        int pass = job % npass, kh = job / npass % J->nkv, t0 = job / npass / J->nkv * RB;
+        int t1 = t0 + RB < C->T ? t0 + RB : C->T;
+        int g0 = pass * FG, ng = grp - g0 < FG ? grp - g0 : FG;
+        int nmax = 0;
+        for (int t = t0; t < t1; t++) {
+            int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
+            nmax = n > nmax ? n : nmax;
+            for (int g = 0; g < ng; g++) {
+                m[t - t0][g] = -INFINITY;
+                l[t - t0][g] = 0;
+                memset(acc[t - t0][g], 0, sizeof(float) * hd);
+            }
+        }
+        for (int j0 = 0; j0 < nmax; j0 += BLK) {
+            int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
+            for (int t = t0; t < t1; t++) {
+                int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
+                if (j0 >= n) continue;
+                int nj = n - j0 < jn ? n - j0 : jn;
+                for (int j = 0; j < nj; j++) {
+                    int jj = j0 + j;
+                    size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+                    kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
+                    vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
+                }
+                for (int j = nj; j < BLK && (j & 7); j++) kp[j] = zero_row; /* pad to 8 keys */
+                const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0) * hd;
+                block_avx2(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
+            }
+        }
+        for (int t = t0; t < t1; t++)
+            for (int g = 0; g < ng; g++) {
+                float *o = J->out + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0 + g) * hd;
+                __m256 inv = _mm256_set1_ps(1.0f / l[t - t0][g]);
+                for (int c = 0; c < hd / 8; c++)
+                    _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(_mm256_load_ps(acc[t - t0][g] + 8 * c), inv));
+            }
+    }
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
 void at_run(tp_pool *tp, const at_job *J, int T) {
     ctx C = {J, pick(), T};
     tp_fn fn = rows;
@@ -378,6 +642,12 @@ void at_run(tp_pool *tp, const at_job *J, int T) {
         pthread_once(&once, tree_init);
         fn = rows_avx512;
         jobs = (T + RB - 1) / RB * J->nkv;
+    }
+#endif
+#ifdef HAVE_AVX2
+    if (C.v.dot == dot_avx2 && J->hd % 8 == 0 && J->hd <= FHD) { /* AVX2 code: pick() found KN_ISA_AVX2 */
+        fn = rows_avx2;
+        jobs = (T + RB - 1) / RB * J->nkv * ((J->nh / J->nkv + FG - 1) / FG);
     }
 #endif
     int keys = J->na + J->nb + (J->causal ? T : 0);

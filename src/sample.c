@@ -15,6 +15,12 @@ static int argmax_generic(const float *x, int n) {
     return best;
 }
 
+/* The SIMD loops below give argmax_generic's answer for every input, NaNs
+ * included: a NaN at 0 stays the answer (nothing compares greater); past 0
+ * NaNs never win, so the answer is the first index of the maximum of the
+ * other values. The maximum is found with max(v, m), which returns m where
+ * v is NaN, starting from x[0] (not NaN): no NaN enters m; then the first
+ * index equal to it. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #if defined(__clang__)
@@ -23,13 +29,12 @@ static int argmax_generic(const float *x, int n) {
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #endif
-/* The maximum with 16 lanes, then the first index holding it: the same
- * answer as the scalar loop (NaN-free logits). */
 static int argmax_avx512(const float *x, int n) {
     if (n < 64) return argmax_generic(x, n);
-    __m512 m = _mm512_loadu_ps(x);
-    int i = 16;
-    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    if (isnan(x[0])) return 0;
+    __m512 m = _mm512_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
     float mx = _mm512_reduce_max_ps(m);
     for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     __m512 vm = _mm512_set1_ps(mx);
@@ -39,7 +44,7 @@ static int argmax_avx512(const float *x, int n) {
     }
     for (; i < n; i++)
         if (x[i] == mx) return i;
-    return argmax_generic(x, n); /* NaNs: fall back to the scalar rule */
+    return argmax_generic(x, n); /* not reached: mx is one of the x[i] */
 }
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -47,14 +52,49 @@ static int argmax_avx512(const float *x, int n) {
 #pragma GCC pop_options
 #endif
 
-#define HAVE_AVX512 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+static int argmax_avx2(const float *x, int n) {
+    if (n < 32) return argmax_generic(x, n);
+    if (isnan(x[0])) return 0;
+    __m256 m = _mm256_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float mx = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    __m256 vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (k) return i + __builtin_ctz((unsigned)k);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return argmax_generic(x, n); /* not reached: mx is one of the x[i] */
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#define HAVE_X86_SIMD 1
 #endif
 
 /* The loop of the family kernels.c chose (the one CPU check); every loop
  * gives the scalar loop's answer: the first index of the maximum. */
 int smp_argmax(const float *x, int n) {
-#ifdef HAVE_AVX512
-    if (kn_isa_cur() == KN_ISA_AVX512) return argmax_avx512(x, n);
+#ifdef HAVE_X86_SIMD
+    switch (kn_isa_cur()) {
+    case KN_ISA_AVX512: return argmax_avx512(x, n);
+    case KN_ISA_AVX2: return argmax_avx2(x, n);
+    default: break;
+    }
 #endif
     return argmax_generic(x, n);
 }

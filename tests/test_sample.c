@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels.h"
 #include "sample.h"
 #include "util.h"
 
@@ -193,7 +194,61 @@ TEST(reentrant) {
     free(work);
 }
 
+/* ---- argmax: every variant = the scalar loop ---------------------------- */
+static int argmax_ref(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* pattern p of length n in x (values on a coarse grid: many exact ties) */
+static void argmax_input(float *x, int n, int p) {
+    for (int i = 0; i < n; i++) x[i] = (float)(int)(gauss() * 4) * 0.5f;
+    int a = (int)(rnd() * n), b = (int)(rnd() * n);
+    switch (p) {
+    case 0: break;
+    case 1: for (int i = 0; i < n; i += 1 + n / 5) x[i] = 100.0f; break; /* ties of the maximum */
+    case 2: x[a] = x[b] = 100.0f; break;
+    case 3: x[0] = NAN; break; /* the scalar loop keeps index 0 */
+    case 4: /* NaNs past 0, one right after the maximum in the same SIMD lane */
+        x[a] = 100.0f;
+        if (a + 8 < n) x[a + 8] = NAN;
+        if (a + 16 < n) x[a + 16] = NAN;
+        x[b] = NAN;
+        break;
+    case 5: for (int i = 1; i < n; i++) x[i] = NAN; break; /* x[0] is the answer */
+    case 6: for (int i = 0; i < n; i++) x[i] = NAN; break;
+    case 7: for (int i = 0; i < n; i++) x[i] = -INFINITY; break;
+    case 8: for (int i = 0; i < n; i++) x[i] = i % 3 ? 0.0f : -0.0f; break; /* +0 = -0: index 0 */
+    case 9: x[a] = INFINITY; x[b] = INFINITY; x[(a + b) / 2] = NAN; break;
+    case 10: x[n - 1] = 100.0f; break; /* in the scalar tail */
+    }
+}
+
+TEST(argmax_every_variant) {
+    static float x[151936];
+    int sizes[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 4099, 151936};
+    int nvar = 0;
+    for (int v = 0; v < kn_variant_count(); v++) {
+        if (kn_force_variant(kn_variant_name(v)) != 0) continue;
+        nvar++;
+        for (int si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
+            for (int p = 0; p <= 10; p++)
+                for (int rep = 0; rep < 4; rep++) {
+                    int n = sizes[si];
+                    argmax_input(x, n, p);
+                    int want = argmax_ref(x, n), got = smp_argmax(x, n);
+                    CHECK(got == want, "%s n %d pattern %d rep %d: %d, the scalar loop %d", kn_variant(), n, p, rep,
+                          got, want);
+                }
+    }
+    CHECK(nvar >= 1, "no variant ran");
+    kn_init();
+}
+
 int main(void) {
+    RUN(argmax_every_variant);
     RUN(matches_full_sort);
     RUN(greedy_unchanged);
     RUN(non_finite_logits);
