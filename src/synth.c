@@ -51,6 +51,19 @@ static double uniform(rng *r) {
 
 static float normal(rng *r) { return (float)(sqrt(-2 * log(uniform(r))) * cos(6.283185307179586 * uniform(r))); }
 
+/* About N(0, 1) and ~20x cheaper: the sum of the four 16-bit parts of one
+ * draw, centred and scaled to variance 1 (Irwin-Hall, n = 4). For the
+ * experts of real-shape MoE checkpoints (30B values), where only speed is
+ * measured. */
+static float normal_fast(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    uint64_t x = r->s;
+    double sum = (double)(x & 0xffff) + (double)(x >> 16 & 0xffff) + (double)(x >> 32 & 0xffff) + (double)(x >> 48);
+    return (float)((sum - 4 * 32767.5) * (1.0 / 37837.23)); /* sd of the sum: sqrt(4 * (65536^2 - 1) / 12) */
+}
+
 typedef struct {
     st_out *t;
     int n, cap;
@@ -103,7 +116,10 @@ static void make_rows(mrows *m, int a, int b) {
     for (int i = a; i < b; i++) {
         rng r = {(m->seed ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull)) | 1};
         for (int k = 0; k < 4; k++) uniform(&r);
-        for (int j = 0; j < cols; j++) row[j] = m->std * normal(&r);
+        if (s->c.n_moe_layers)
+            for (int j = 0; j < cols; j++) row[j] = m->std * normal_fast(&r);
+        else
+            for (int j = 0; j < cols; j++) row[j] = m->std * normal(&r);
         if (s->c.q_bits) {
             int bits = s->c.q_bits, g = s->c.q_group;
             size_t so = size_of(s->scale_dtype) * (size_t)i * (cols / g);
@@ -141,7 +157,7 @@ static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int
         m.w = dfl_malloc(size_of(s->dtype) * (size_t)rows * cols);
     }
     /* expert matrices (many of them, each below the threshold) are made
-     * in parallel too when the model has experts */
+     * in parallel too when the model has experts (with normal_fast) */
     size_t par = s->c.n_moe_layers ? (size_t)1 << 16 : (size_t)1 << 22;
     if ((size_t)rows * cols < par) {
         float *row = dfl_malloc(sizeof(float) * (size_t)cols);

@@ -196,6 +196,44 @@ TEST(lossless_random_pair) {
     dflash_free(m);
 }
 
+/* A qwen3_moe target (4 layers, 8 experts, top 2, layer 2 dense; MLX 4-bit
+ * too) with a dense random draft: DFlash equals plain decoding. */
+TEST(lossless_moe_random_pair) {
+    char t[512], d[512];
+    snprintf(t, sizeof t, "%s", tpath("moe_target"));
+    snprintf(d, sizeof d, "%s", tpath("moe_draft"));
+    syn_spec ts = target_spec(), dspec = draft_spec();
+    ts.c.arch = CFG_QWEN3_MOE;
+    ts.c.n_experts = 8;
+    ts.c.n_experts_used = 2;
+    ts.c.moe_inter = 32;
+    ts.c.norm_topk = 1;
+    ts.c.sparse_step = 1;
+    ts.c.moe_layer[0] = ts.c.moe_layer[1] = ts.c.moe_layer[3] = 1;
+    ts.c.n_moe_layers = 3;
+    for (int q = 0; q < 2; q++) {
+        if (q) {
+            ts.c.q_bits = 4;
+            ts.c.q_group = 32;
+        }
+        CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
+        link_tokenizer(t);
+        dflash_model *m = dflash_load(t, d, NULL);
+        if (!m) {
+            CHECK(0, "load: %s", dflash_error());
+            return;
+        }
+        enum { N = 24 };
+        int32_t *p[N];
+        size_t len[N];
+        random_prompts(N, 500, p, len);
+        lossless(m, p, len, N, 40, 0.0f, q ? "moe q4 random pair, greedy" : "moe random pair, greedy");
+        lossless(m, p, len, 8, 40, 0.8f, q ? "moe q4 random pair, temp 0.8" : "moe random pair, temp 0.8");
+        for (int i = 0; i < N; i++) free(p[i]);
+        dflash_free(m);
+    }
+}
+
 /* A stop token from generation_config.json ends plain and DFlash output at
  * the same place: rewrite the target with eos = a token greedy emits later. */
 TEST(stop_token_end_to_end) {
@@ -428,6 +466,7 @@ int main(void) {
     RUN(backend_choice);
     RUN(stop_token_end_to_end);
     RUN(lossless_tiny_pair);
+    RUN(lossless_moe_random_pair);
     RUN(lossless_demo_pair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
