@@ -341,6 +341,23 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
             dfl_seterr("%s: quantization group_size %d not supported (32, 64 or 128)", path, c->q_group);
             goto out;
         }
+        for (const cJSON *e = q->child; e; e = e->next) {
+            if (!cJSON_IsObject(e)) continue; /* "bits", "group_size", "mode", or PATH: false (not quantized) */
+            int b, g;
+            if (get_int(e, "bits", &b, 1, 0) || get_int(e, "group_size", &g, 1, 0)) goto out;
+            if ((b != 4 && b != 8) || (g != 32 && g != 64 && g != 128)) {
+                dfl_seterr("%s: quantization of \"%s\": %d bits, group_size %d not supported (4 or 8 bits; 32, 64 "
+                           "or 128)", path, e->string, b, g);
+                goto out;
+            }
+            c->q_mixed = 1;
+        }
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode");
+        if (mode && !(cJSON_IsString(mode) && !strcmp(mode->valuestring, "affine"))) {
+            dfl_seterr("%s: quantization mode %s not supported (affine)", path,
+                       cJSON_IsString(mode) ? mode->valuestring : "(not a string)");
+            goto out;
+        }
     }
     if (c->is_draft) {
         const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");

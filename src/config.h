@@ -54,6 +54,11 @@ typedef struct {
     int tie_embeddings;  /* lm_head shares the embedding matrix */
     int max_pos;         /* max_position_embeddings */
     int q_bits, q_group; /* MLX quantization; 0 when absent */
+    /* the quantization object also has per-tensor entries ("PATH": {bits,
+     * group_size}, as mlx-lm writes for 8-bit MoE routers); each one's
+     * bits / group_size is checked here, and a tensor's own layout is then
+     * read from its shapes (model.c) */
+    int q_mixed;
 
     /* Mixture of experts (CFG_QWEN3_MOE; all 0 otherwise). Layer l's MLP is
      * the expert block when moe_layer[l] (HF's rule: n_experts > 0, l not in

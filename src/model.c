@@ -92,6 +92,15 @@ static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, in
             dfl_seterr("tensor '%s': dtype %s, expected U32 (packed %d-bit)", name, st_dtype_name(t->dtype), bits);
             return -1;
         }
+        if (m->cfg.q_mixed && t->ndim == (n ? 3 : 2) && s->ndim == t->ndim && t->shape[t->ndim - 1] > 0 &&
+            s->shape[s->ndim - 1] > 0) {
+            /* per-tensor entries: this tensor's bits and group from its shapes */
+            int64_t pc = t->shape[t->ndim - 1], sc = s->shape[s->ndim - 1];
+            if (pc * 32 % cols == 0 && cols % sc == 0) {
+                int b2 = (int)(pc * 32 / cols), g2 = (int)(cols / sc);
+                if ((b2 == 4 || b2 == 8) && (g2 == 32 || g2 == 64 || g2 == 128)) bits = b2, g = g2;
+            }
+        }
         if (cols % g) {
             dfl_seterr("tensor '%s': %d columns not a multiple of group_size %d", name, cols, g);
             return -1;

@@ -250,6 +250,14 @@ static int write_config(const char *dir, const syn_spec *s) {
         cJSON *q = cJSON_AddObjectToObject(j, "quantization");
         cJSON_AddNumberToObject(q, "group_size", c->q_group);
         cJSON_AddNumberToObject(q, "bits", c->q_bits);
+        for (int l = 0; s->router_bits && l < c->n_layers; l++)
+            if (c->moe_layer[l]) {
+                char k[64];
+                snprintf(k, sizeof k, "model.layers.%d.mlp.gate", l);
+                cJSON *e = cJSON_AddObjectToObject(q, k);
+                cJSON_AddNumberToObject(e, "group_size", 64);
+                cJSON_AddNumberToObject(e, "bits", s->router_bits);
+            }
     }
     if (c->is_draft) {
         cJSON_AddNumberToObject(j, "block_size", c->block_size);
@@ -351,7 +359,15 @@ int syn_write(const char *dir, const syn_spec *s) {
         M("self_attn.o_proj", H, q, sq);
         if (c->moe_layer[l]) {
             float sm = 1.0f / sqrtf((float)c->moe_inter);
-            M("mlp.gate", c->n_experts, H, sh);
+            if (s->router_bits && c->q_bits) {
+                syn_spec s8 = *s;
+                s8.c.q_bits = s->router_bits;
+                s8.c.q_group = 64;
+                snprintf(b, sizeof b, "%slayers.%d.mlp.gate", pre, l);
+                matrix(&ts, &s8, &r, b, c->n_experts, H, sh);
+            } else {
+                M("mlp.gate", c->n_experts, H, sh);
+            }
             for (int e = 0; e < c->n_experts; e++) {
                 char sub[64];
                 snprintf(sub, sizeof sub, "mlp.experts.%d.gate_proj", e);

@@ -365,6 +365,28 @@ TEST(moe_batch_invariance_and_rollback) {
     s.c.q_group = 64;
     s.scale_dtype = KN_F16;
     check_moe_widths("moe_w_q8", s);
+    /* mlx-lm's mixed layout: 4-bit group 32, routers 8-bit group 64 with
+     * per-tensor entries in "quantization" */
+    s = moe_spec();
+    s.c.q_bits = 4;
+    s.c.q_group = 32;
+    s.router_bits = 8;
+    check_invariance("moe_q4_router8", s);
+    mdl_model m;
+    if (mdl_load(&m, path("moe_q4_router8", NULL)) == 0) {
+        CHECK(m.cfg.q_mixed && m.layers[0].router.bits == 8 && m.layers[0].router.group_size == 64 &&
+                  m.layers[0].experts[0].wg.bits == 4 && m.layers[0].experts[0].wg.group_size == 32,
+              "mixed quantization: router %d bits g%d, expert %d bits", m.layers[0].router.bits,
+              m.layers[0].router.group_size, m.layers[0].experts[0].wg.bits);
+        mdl_free(&m);
+    } else {
+        CHECK(0, "moe_q4_router8: %s", dfl_lasterr());
+    }
+    /* a per-tensor entry dflash does not support is named */
+    set_config(path("moe_q4_router8", NULL), "\"bits\":\t8", "\"bits\":\t3");
+    CHECK(load_fails_with(path("moe_q4_router8", NULL),
+                          "quantization of \"model.layers.0.mlp.gate\": 3 bits, group_size 64 not supported"),
+          "bad per-tensor quantization entry");
 }
 
 TEST(moe_bad_checkpoints) {
