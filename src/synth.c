@@ -336,6 +336,7 @@ int syn_write(const char *dir, const syn_spec *s) {
     }
     snprintf(name, sizeof name, "%snorm.weight", pre);
     vec(&ts, s, &r, name, H);
+    if (s->layer_scale > 0) sh *= s->layer_scale, sq *= s->layer_scale, si *= s->layer_scale;
     /* a layer's bytes (the largest kind of layer) decide the shards */
     double lb = mat_bytes(s, q, H) + 2 * mat_bytes(s, kv, H) + mat_bytes(s, H, q) +
                 (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H)
@@ -358,7 +359,7 @@ int syn_write(const char *dir, const syn_spec *s) {
         M("self_attn.v_proj", kv, H, sh);
         M("self_attn.o_proj", H, q, sq);
         if (c->moe_layer[l]) {
-            float sm = 1.0f / sqrtf((float)c->moe_inter);
+            float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
             if (s->router_bits && c->q_bits) {
                 syn_spec s8 = *s;
                 s8.c.q_bits = s->router_bits;
