@@ -170,7 +170,7 @@ static const char *help_bench =
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
 static const char *help_synth =
-    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|tiny [--draft] [--bits 4|8] [--force] -o DIR\n"
+    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|qwen3-30b-a3b|tiny|tiny-moe [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching DFlash\n"

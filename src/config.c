@@ -155,6 +155,76 @@ static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
     return 0;
 }
 
+/* The expert fields of qwen3_moe, with transformers' Qwen3MoeConfig defaults
+ * for absent ones (num_experts 128, num_experts_per_tok 8,
+ * moe_intermediate_size 768, decoder_sparse_step 1, norm_topk_prob false,
+ * mlp_only_layers []). Fields only training reads (router_aux_loss_coef,
+ * output_router_logits) are ignored; a sliding window is refused. */
+static int parse_moe(cfg_model *c, const cJSON *root) {
+    const char *ne = cJSON_GetObjectItemCaseSensitive(root, "num_experts") ? "num_experts" : "num_local_experts";
+    if (get_int(root, ne, &c->n_experts, 0, 128) || get_int(root, "num_experts_per_tok", &c->n_experts_used, 0, 8) ||
+        get_int(root, "moe_intermediate_size", &c->moe_inter, 0, 768) ||
+        get_int(root, "decoder_sparse_step", &c->sparse_step, 0, 1) ||
+        get_bool(root, "norm_topk_prob", &c->norm_topk, 0))
+        return -1;
+    if (c->n_experts < 0 || c->n_experts > CFG_MAX_EXPERTS) {
+        dfl_seterr("%s: %s %d out of range (0..%d)", cur_path, ne, c->n_experts, CFG_MAX_EXPERTS);
+        return -1;
+    }
+    if (c->sparse_step < 1) {
+        dfl_seterr("%s: decoder_sparse_step %d must be >= 1", cur_path, c->sparse_step);
+        return -1;
+    }
+    if (c->n_experts > 0) {
+        if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts || c->n_experts_used > CFG_MAX_EXPERTS_USED) {
+            dfl_seterr("%s: num_experts_per_tok %d out of range (1..%d, at most %s %d)", cur_path, c->n_experts_used,
+                       CFG_MAX_EXPERTS_USED, ne, c->n_experts);
+            return -1;
+        }
+        if (c->moe_inter < 1 || c->moe_inter > CFG_MAX_INTER) {
+            dfl_seterr("%s: moe_intermediate_size %d out of range (1..%d)", cur_path, c->moe_inter, CFG_MAX_INTER);
+            return -1;
+        }
+    }
+    unsigned char dense[CFG_MAX_LAYERS] = {0}; /* mlp_only_layers */
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (mo && !cJSON_IsNull(mo)) {
+        if (!cJSON_IsArray(mo)) {
+            dfl_seterr("%s: mlp_only_layers must be a list of layer ids", cur_path);
+            return -1;
+        }
+        for (const cJSON *e = mo->child; e; e = e->next) {
+            int l;
+            if (!int_in(e, 0, c->n_layers - 1, &l)) {
+                dfl_seterr("%s: mlp_only_layers must hold layer ids (integers in 0..%d)", cur_path, c->n_layers - 1);
+                return -1;
+            }
+            dense[l] = 1;
+        }
+    }
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
+    if (cJSON_IsTrue(sw)) {
+        dfl_seterr("%s: use_sliding_window=true is not supported", cur_path);
+        return -1;
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        int n = 0, ok = cJSON_IsArray(lt);
+        for (const cJSON *e = ok ? lt->child : NULL; e; e = e->next, n++)
+            ok &= cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+        if (!ok || n != c->n_layers) {
+            dfl_seterr("%s: layer_types must list \"full_attention\" for each of the %d layers (other attention "
+                       "types are not supported)", cur_path, c->n_layers);
+            return -1;
+        }
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        c->moe_layer[l] = c->n_experts > 0 && !dense[l] && (l + 1) % c->sparse_step == 0;
+        c->n_moe_layers += c->moe_layer[l];
+    }
+    return 0;
+}
+
 /* Everything config.json says (not generation_config.json), checked. */
 static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     cur_path = path;
@@ -173,15 +243,17 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         c->arch = CFG_QWEN3;
     } else if (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "llama")) {
         c->arch = CFG_LLAMA;
+    } else if (!strcmp(arch, "Qwen3MoeForCausalLM") || !strcmp(arch, "qwen3_moe")) {
+        c->arch = CFG_QWEN3_MOE;
     } else if (!strcmp(arch, "DFlashDraftModel")) {
         c->arch = CFG_QWEN3;
         c->is_draft = 1;
     } else {
-        dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, LlamaForCausalLM, "
-                   "DFlashDraftModel)", path, arch);
+        dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                   "LlamaForCausalLM, DFlashDraftModel)", path, arch);
         goto out;
     }
-    c->qk_norm = c->arch == CFG_QWEN3;
+    c->qk_norm = c->arch != CFG_LLAMA;
     if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, 1, 0) ||
         get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
         get_int(root, "num_attention_heads", &c->n_heads, 1, 0) ||
@@ -242,6 +314,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     c->eps = (float)eps;
     if (parse_rope(c, root)) goto out;
     if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, 0)) goto out;
+    if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
     if (cJSON_IsTrue(hb)) {
         dfl_seterr("%s: attention_bias=true is not supported", path);
@@ -266,6 +339,23 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         }
         if (c->q_group != 32 && c->q_group != 64 && c->q_group != 128) {
             dfl_seterr("%s: quantization group_size %d not supported (32, 64 or 128)", path, c->q_group);
+            goto out;
+        }
+        for (const cJSON *e = q->child; e; e = e->next) {
+            if (!cJSON_IsObject(e)) continue; /* "bits", "group_size", "mode", or PATH: false (not quantized) */
+            int b, g;
+            if (get_int(e, "bits", &b, 1, 0) || get_int(e, "group_size", &g, 1, 0)) goto out;
+            if ((b != 4 && b != 8) || (g != 32 && g != 64 && g != 128)) {
+                dfl_seterr("%s: quantization of \"%s\": %d bits, group_size %d not supported (4 or 8 bits; 32, 64 "
+                           "or 128)", path, e->string, b, g);
+                goto out;
+            }
+            c->q_mixed = 1;
+        }
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode");
+        if (mode && !(cJSON_IsString(mode) && !strcmp(mode->valuestring, "affine"))) {
+            dfl_seterr("%s: quantization mode %s not supported (affine)", path,
+                       cJSON_IsString(mode) ? mode->valuestring : "(not a string)");
             goto out;
         }
     }

@@ -22,9 +22,14 @@ enum {
     CFG_MAX_HEADS = 1024,
     CFG_MAX_VOCAB = 1 << 22,
     CFG_MAX_POS = 1 << 30,
+    CFG_MAX_EXPERTS = 4096,    /* num_experts (Qwen3-Next: 512) */
+    CFG_MAX_EXPERTS_USED = 64, /* num_experts_per_tok (Qwen3-30B-A3B: 8) */
 };
 
-typedef enum { CFG_QWEN3 = 0, CFG_LLAMA } cfg_arch;
+/* CFG_QWEN3_MOE: Qwen3MoeForCausalLM / model_type qwen3_moe - Qwen3's
+ * attention (qk-norm) with the expert block as the MLP of the layers
+ * moe_layer[] marks; the other layers have a dense MLP of intermediate_size. */
+typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE } cfg_arch;
 
 typedef struct {
     cfg_arch arch;
@@ -49,6 +54,25 @@ typedef struct {
     int tie_embeddings;  /* lm_head shares the embedding matrix */
     int max_pos;         /* max_position_embeddings */
     int q_bits, q_group; /* MLX quantization; 0 when absent */
+    /* the quantization object also has per-tensor entries ("PATH": {bits,
+     * group_size}, as mlx-lm writes for 8-bit MoE routers); each one's
+     * bits / group_size is checked here, and a tensor's own layout is then
+     * read from its shapes (model.c) */
+    int q_mixed;
+
+    /* Mixture of experts (CFG_QWEN3_MOE; all 0 otherwise). Layer l's MLP is
+     * the expert block when moe_layer[l] (HF's rule: n_experts > 0, l not in
+     * mlp_only_layers, (l + 1) % decoder_sparse_step == 0): router logits
+     * [n_experts] = Wr n, softmax, the n_experts_used largest (ties: lower
+     * index), renormalised to sum 1 when norm_topk, and the sum of those
+     * experts' SwiGLU MLPs (moe_inter wide) weighted by them. */
+    int n_experts;       /* num_experts (or num_local_experts); 0: every layer dense */
+    int n_experts_used;  /* num_experts_per_tok (top k) */
+    int moe_inter;       /* moe_intermediate_size */
+    int norm_topk;       /* norm_topk_prob */
+    int sparse_step;     /* decoder_sparse_step */
+    int n_moe_layers;    /* layers with moe_layer[l] = 1 */
+    unsigned char moe_layer[CFG_MAX_LAYERS];
 
     /* DFlash draft (architectures[0] == "DFlashDraftModel") */
     int is_draft;

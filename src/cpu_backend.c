@@ -96,6 +96,14 @@ typedef struct {
     float *q, *att;    /* [rows][nh*hd] */
     float *k, *v;      /* [rows][nkv*hd] */
     float *g, *u;      /* [rows][I] */
+    /* expert blocks (a model with experts; NULL otherwise), P = rows * k pairs */
+    float *rl;         /* [rows][n_experts] router logits, then probabilities */
+    int *sel;          /* [rows][k] chosen experts, by rank */
+    float *wsel;       /* [rows][k] their weights */
+    int *slot;         /* [rows][k] the pair's row in xe/ye */
+    int *start;        /* [n_experts + 1] first pair row of each expert */
+    float *xe, *ye;    /* [P][H] inputs gathered by expert, expert outputs */
+    float *ge, *ue;    /* [P][moe_inter] */
 } scratch;
 
 static void scratch_init(scratch *s, const cfg_model *c, int rows) {
@@ -109,6 +117,20 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     s->v = dfl_malloc64(sizeof(float) * rows * KV);
     s->g = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
     s->u = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
+    s->rl = NULL, s->sel = NULL, s->wsel = NULL, s->slot = NULL, s->start = NULL;
+    s->xe = s->ye = s->ge = s->ue = NULL;
+    if (c->n_moe_layers) {
+        size_t E = (size_t)c->n_experts, K = (size_t)c->n_experts_used, P = rows * K;
+        s->rl = dfl_malloc64(sizeof(float) * rows * E);
+        s->sel = dfl_malloc(sizeof(int) * P);
+        s->wsel = dfl_malloc(sizeof(float) * P);
+        s->slot = dfl_malloc(sizeof(int) * P);
+        s->start = dfl_malloc(sizeof(int) * (E + 1));
+        s->xe = dfl_malloc64(sizeof(float) * P * H);
+        s->ye = dfl_malloc64(sizeof(float) * P * H);
+        s->ge = dfl_malloc64(sizeof(float) * P * (size_t)c->moe_inter);
+        s->ue = dfl_malloc64(sizeof(float) * P * (size_t)c->moe_inter);
+    }
 }
 
 static void scratch_free(scratch *s) {
@@ -120,6 +142,15 @@ static void scratch_free(scratch *s) {
     free(s->v);
     free(s->g);
     free(s->u);
+    free(s->rl);
+    free(s->sel);
+    free(s->wsel);
+    free(s->slot);
+    free(s->start);
+    free(s->xe);
+    free(s->ye);
+    free(s->ge);
+    free(s->ue);
 }
 
 /* g = silu(g) * u elementwise, SWIGLU_PART elements per job (the last
@@ -141,6 +172,13 @@ static void swiglu_part(void *p, int start, int end) {
     }
 }
 
+/* g[n] = silu(g) * u, in parallel parts when large */
+static void swiglu(tp_pool *tp, float *g, const float *u, size_t n) {
+    swiglu_job j = {g, u, n};
+    if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
+    else tp_for(tp, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
+}
+
 /* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. */
 static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     int H = c->hidden, I = c->inter;
@@ -148,12 +186,83 @@ static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     float *ys[2] = {s->g, s->u};
     const kn_weight *ws[2] = {&L->wg, &L->wu};
     kn_matmul_n(tp, ys, s->xn, ws, 2, T);
-    size_t n = (size_t)T * I;
-    swiglu_job j = {s->g, s->u, n};
-    if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
-    else tp_for(tp, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
+    swiglu(tp, s->g, s->u, (size_t)T * I);
     kn_matmul(tp, s->xn, s->g, &L->wd, T);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
+}
+
+/* One row's routing: p = softmax(l[E]) in f32 (in place), sel[k] = the k
+ * largest p, largest first (ties: the lower index), w[k] their p, divided
+ * by their sum (in rank order) when norm. Depends on this row alone. */
+static void route(float *l, int E, int k, int norm, int *sel, float *w) {
+    float mx = l[0], sum = 0.0f;
+    for (int i = 1; i < E; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < E; i++) sum += l[i] = expf(l[i] - mx);
+    for (int i = 0; i < E; i++) l[i] /= sum;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < E; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= sel[q] == i;
+            if (!taken && (best < 0 || l[i] > l[best])) best = i;
+        }
+        sel[j] = best;
+        w[j] = l[best];
+    }
+    if (norm) {
+        float t = 0.0f;
+        for (int j = 0; j < k; j++) t += w[j];
+        for (int j = 0; j < k; j++) w[j] /= t;
+    }
+}
+
+/* The expert block on T rows: n = post_norm(x), each row routed (route),
+ * x += sum over its k experts, in rank order, of w_j * Wd_e(silu(Wg_e n) *
+ * (Wu_e n)). The rows routed to one expert go through its matrices in one
+ * kn_matmul (row-invariant, so a row's expert output does not depend on
+ * which rows share it), and each row's sum has one order: a row's result is
+ * the same bits for any T and any mix of rows. */
+static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    int H = c->hidden, E = c->n_experts, K = c->n_experts_used, I = c->moe_inter;
+    rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
+    kn_matmul(tp, s->rl, s->xn, &L->router, T);
+    for (int e = 0; e <= E; e++) s->start[e] = 0;
+    for (int t = 0; t < T; t++) {
+        route(s->rl + (size_t)t * E, E, K, c->norm_topk, s->sel + (size_t)t * K, s->wsel + (size_t)t * K);
+        for (int j = 0; j < K; j++) s->start[s->sel[t * K + j] + 1]++;
+    }
+    for (int e = 0; e < E; e++) s->start[e + 1] += s->start[e];
+    /* pairs grouped by expert, rows ascending within an expert; start[e]
+     * becomes the end of expert e's rows on the way, then moves back */
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int p = s->start[s->sel[t * K + j]]++;
+            s->slot[t * K + j] = p;
+            memcpy(s->xe + (size_t)p * H, s->xn + (size_t)t * H, sizeof(float) * H);
+        }
+    for (int e = E; e > 0; e--) s->start[e] = s->start[e - 1];
+    s->start[0] = 0;
+    for (int e = 0; e < E; e++) {
+        int a = s->start[e], n = s->start[e + 1] - a;
+        if (!n) continue;
+        const mdl_expert *x = &L->experts[e];
+        float *ys[2] = {s->ge + (size_t)a * I, s->ue + (size_t)a * I};
+        const kn_weight *ws[2] = {&x->wg, &x->wu};
+        kn_matmul_n(tp, ys, s->xe + (size_t)a * H, ws, 2, n);
+    }
+    swiglu(tp, s->ge, s->ue, (size_t)T * K * I);
+    for (int e = 0; e < E; e++) {
+        int a = s->start[e], n = s->start[e + 1] - a;
+        if (n) kn_matmul(tp, s->ye + (size_t)a * H, s->ge + (size_t)a * I, &L->experts[e].wd, n);
+    }
+    for (int t = 0; t < T; t++) {
+        float *xr = s->x + (size_t)t * H;
+        for (int d = 0; d < H; d++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc += s->wsel[t * K + j] * s->ye[(size_t)s->slot[t * K + j] * H + d];
+            xr[d] += acc;
+        }
+    }
 }
 
 /* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). */
@@ -190,7 +299,8 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
  *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd])
  *     before attention, so the rows see themselves causally (J->causal);
  *   att = attention of q over the keys J describes; x += Wo att;
- *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x).
+ *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x), or the expert block
+ *     (moe) in a layer that has one.
  * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
  * strides; out, q and the head counts are filled in here. */
 static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, const rope_table *rope, int pos0,
@@ -206,7 +316,8 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *
     J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd;
     at_run(tp, &J, T);
     attn_out(tp, s, L, c, T);
-    mlp(tp, s, L, c, T);
+    if (L->experts) moe(tp, s, L, c, T);
+    else mlp(tp, s, L, c, T);
 }
 
 /* ---- target sequence state ----------------------------------------------- */

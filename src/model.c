@@ -37,82 +37,187 @@ static int float_kind(st_dtype d, kn_dtype *out) {
     }
 }
 
-/* Bind BASE.weight as a [rows, cols] matrix: plain F32/F16/BF16, or the MLX
- * affine layout when BASE.scales exists. */
-static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_weight *w) {
-    char name[256], sname[256], bname[256], got[64];
-    snprintf(name, sizeof name, "%s.weight", base);
-    snprintf(sname, sizeof sname, "%s.scales", base);
-    snprintf(bname, sizeof bname, "%s.biases", base);
+/* shape [d0, d1] (n = 0) or [n, d0, d1] */
+static int shape_is_n(const st_tensor *t, int n, int64_t d0, int64_t d1) {
+    if (n == 0) return shape_is(t, 2, d0, d1);
+    return t->ndim == 3 && t->shape[0] == n && t->shape[1] == d0 && t->shape[2] == d1;
+}
+
+static void want_str(char *buf, size_t len, int n, int64_t d0, int64_t d1) {
+    if (n) snprintf(buf, len, "[%d, %lld, %lld]", n, (long long)d0, (long long)d1);
+    else snprintf(buf, len, "[%lld, %lld]", (long long)d0, (long long)d1);
+}
+
+/* Bind tensor NAME as one [rows, cols] matrix (n = 0) or as n stacked ones
+ * [n, rows, cols] (w[0..n-1], views into the mapping): plain F32/F16/BF16,
+ * or the MLX affine layout when QBASE.scales exists (QBASE.biases beside
+ * it; packed U32 [.., rows, cols*bits/32], scales/biases [.., rows,
+ * cols/group]). */
+static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, int rows, int cols, kn_weight *w) {
+    char sname[320], bname[320], got[64], want[64];
+    snprintf(sname, sizeof sname, "%s.scales", qbase);
+    snprintf(bname, sizeof bname, "%s.biases", qbase);
     const st_tensor *t = need(m, name);
     if (!t) return -1;
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    w->data = t->data;
-    const st_tensor *s = st_find(&m->st, sname);
+    int nw = n ? n : 1;
+    kn_weight v;
+    memset(&v, 0, sizeof v);
+    v.rows = rows;
+    v.cols = cols;
+    v.data = t->data;
+    const st_tensor *s = st_find(&m->st, sname), *b = NULL;
+    size_t data_step, scale_step = 0;
     if (!s) {
-        if (!float_kind(t->dtype, &w->dtype)) {
+        if (!float_kind(t->dtype, &v.dtype)) {
             dfl_seterr("tensor '%s': dtype %s not supported for weights (F32, F16, BF16, or MLX-quantized U32)",
                        name, st_dtype_name(t->dtype));
             return -1;
         }
-        if (!shape_is(t, 2, rows, cols)) {
+        if (!shape_is_n(t, n, rows, cols)) {
             shape_str(t, got, sizeof got);
-            dfl_seterr("tensor '%s': shape %s, expected [%d, %d] from config.json", name, got, rows, cols);
+            want_str(want, sizeof want, n, rows, cols);
+            dfl_seterr("tensor '%s': shape %s, expected %s from config.json", name, got, want);
             return -1;
         }
         m->weight_bytes += t->nbytes;
-        return kn_check_weight(w, name);
-    }
-    /* MLX affine quantized */
-    int bits = m->cfg.q_bits, g = m->cfg.q_group;
-    if (!bits) {
-        dfl_seterr("tensor '%s' is quantized but config.json has no \"quantization\" entry", sname);
-        return -1;
-    }
-    const st_tensor *b = need(m, bname);
-    if (!b) return -1;
-    if (t->dtype != ST_U32) {
-        dfl_seterr("tensor '%s': dtype %s, expected U32 (packed %d-bit)", name, st_dtype_name(t->dtype), bits);
-        return -1;
-    }
-    if (cols % g) {
-        dfl_seterr("tensor '%s': %d columns not a multiple of group_size %d", name, cols, g);
-        return -1;
-    }
-    if (!shape_is(t, 2, rows, (int64_t)cols * bits / 32)) {
-        shape_str(t, got, sizeof got);
-        dfl_seterr("tensor '%s': shape %s, expected [%d, %d] (%d x %d at %d bits)", name, got, rows,
-                   cols * bits / 32, rows, cols, bits);
-        return -1;
-    }
-    const st_tensor *sb[2] = {s, b};
-    for (int i = 0; i < 2; i++) {
-        kn_dtype k;
-        if (!float_kind(sb[i]->dtype, &k)) {
-            dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16)", sb[i]->name,
-                       st_dtype_name(sb[i]->dtype));
+        data_step = (size_t)rows * cols * st_dtype_size(t->dtype);
+    } else {
+        /* MLX affine quantized */
+        int bits = m->cfg.q_bits, g = m->cfg.q_group;
+        if (!bits) {
+            dfl_seterr("tensor '%s' is quantized but config.json has no \"quantization\" entry", sname);
             return -1;
         }
-        if (!shape_is(sb[i], 2, rows, cols / g)) {
-            shape_str(sb[i], got, sizeof got);
-            dfl_seterr("tensor '%s': shape %s, expected [%d, %d]", sb[i]->name, got, rows, cols / g);
+        if (!(b = need(m, bname))) return -1;
+        if (t->dtype != ST_U32) {
+            dfl_seterr("tensor '%s': dtype %s, expected U32 (packed %d-bit)", name, st_dtype_name(t->dtype), bits);
             return -1;
         }
-        w->scale_dtype = k;
+        if (m->cfg.q_mixed && t->ndim == (n ? 3 : 2) && s->ndim == t->ndim && t->shape[t->ndim - 1] > 0 &&
+            s->shape[s->ndim - 1] > 0) {
+            /* per-tensor entries: this tensor's bits and group from its shapes */
+            int64_t pc = t->shape[t->ndim - 1], sc = s->shape[s->ndim - 1];
+            if (pc * 32 % cols == 0 && cols % sc == 0) {
+                int b2 = (int)(pc * 32 / cols), g2 = (int)(cols / sc);
+                if ((b2 == 4 || b2 == 8) && (g2 == 32 || g2 == 64 || g2 == 128)) bits = b2, g = g2;
+            }
+        }
+        if (cols % g) {
+            dfl_seterr("tensor '%s': %d columns not a multiple of group_size %d", name, cols, g);
+            return -1;
+        }
+        if (!shape_is_n(t, n, rows, (int64_t)cols * bits / 32)) {
+            shape_str(t, got, sizeof got);
+            want_str(want, sizeof want, n, rows, (int64_t)cols * bits / 32);
+            dfl_seterr("tensor '%s': shape %s, expected %s (%d x %d at %d bits)", name, got, want, rows, cols, bits);
+            return -1;
+        }
+        const st_tensor *sb[2] = {s, b};
+        for (int i = 0; i < 2; i++) {
+            kn_dtype k;
+            if (!float_kind(sb[i]->dtype, &k)) {
+                dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16)", sb[i]->name,
+                           st_dtype_name(sb[i]->dtype));
+                return -1;
+            }
+            if (!shape_is_n(sb[i], n, rows, cols / g)) {
+                shape_str(sb[i], got, sizeof got);
+                want_str(want, sizeof want, n, rows, cols / g);
+                dfl_seterr("tensor '%s': shape %s, expected %s", sb[i]->name, got, want);
+                return -1;
+            }
+            v.scale_dtype = k;
+        }
+        if (s->dtype != b->dtype) {
+            dfl_seterr("tensors '%s' and '%s' have different dtypes", sname, bname);
+            return -1;
+        }
+        v.dtype = bits == 8 ? KN_Q8 : KN_Q4;
+        v.bits = bits;
+        v.group_size = g;
+        v.scales = s->data;
+        v.biases = b->data;
+        m->weight_bytes += t->nbytes + s->nbytes + b->nbytes;
+        data_step = (size_t)rows * cols / 32 * bits * 4;
+        scale_step = (size_t)rows * (cols / g) * st_dtype_size(s->dtype);
     }
-    if (s->dtype != b->dtype) {
-        dfl_seterr("tensors '%s' and '%s' have different dtypes", sname, bname);
-        return -1;
+    for (int i = 0; i < nw; i++) {
+        w[i] = v;
+        w[i].data = (const char *)t->data + data_step * i;
+        if (s) {
+            w[i].scales = (const char *)s->data + scale_step * i;
+            w[i].biases = (const char *)b->data + scale_step * i;
+        }
+        if (kn_check_weight(&w[i], name) != 0) return -1;
     }
-    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
-    w->bits = bits;
-    w->group_size = g;
-    w->scales = s->data;
-    w->biases = b->data;
-    m->weight_bytes += t->nbytes + s->nbytes + b->nbytes;
-    return kn_check_weight(w, name);
+    return 0;
+}
+
+/* Bind BASE.weight as a [rows, cols] matrix (see bind_mat). */
+static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_weight *w) {
+    char name[320];
+    snprintf(name, sizeof name, "%s.weight", base);
+    return bind_mat(m, name, base, 0, rows, cols, w);
+}
+
+/* Rows r0..r0+n-1 of an unpacked matrix as a matrix of their own. */
+static kn_weight rows_of(const kn_weight *w, int r0, int n) {
+    kn_weight v = *w;
+    size_t row = w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
+    size_t srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
+    v.rows = n;
+    v.data = (const char *)w->data + row * r0;
+    if (w->bits) {
+        v.scales = (const char *)w->scales + srow * r0;
+        v.biases = (const char *)w->biases + srow * r0;
+    }
+    return v;
+}
+
+/* Layer PRE (e.g. "model.layers.3.")'s expert block, in whichever layout
+ * the checkpoint has (model.h). */
+static int bind_experts(mdl_model *m, const char *pre, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    int E = c->n_experts, H = c->hidden, I = c->moe_inter;
+    char b[256], n2[256];
+    snprintf(b, sizeof b, "%smlp.gate", pre);
+    if (bind_linear(m, b, E, H, &L->router)) return -1;
+    L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+    kn_weight *tmp = dfl_malloc(sizeof(kn_weight) * (size_t)E);
+    int rc = -1;
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    snprintf(b, sizeof b, "%smlp.switch_mlp.gate_proj.weight", pre);
+    snprintf(n2, sizeof n2, "%smlp.experts.gate_up_proj", pre);
+    if (st_find(&m->st, b)) { /* mlx-lm: stacked [E, rows, cols] */
+        for (int p = 0; p < 3; p++) {
+            char base[256], name[320];
+            snprintf(base, sizeof base, "%smlp.switch_mlp.%s", pre, proj[p]);
+            snprintf(name, sizeof name, "%s.weight", base);
+            if (bind_mat(m, name, base, E, p == 2 ? H : I, p == 2 ? I : H, tmp)) goto out;
+            for (int e = 0; e < E; e++) *(p == 0 ? &L->experts[e].wg : p == 1 ? &L->experts[e].wu : &L->experts[e].wd) = tmp[e];
+        }
+    } else if (st_find(&m->st, n2)) { /* transformers 5: gate and up fused, float */
+        if (bind_mat(m, n2, n2, E, 2 * I, H, tmp)) goto out;
+        for (int e = 0; e < E; e++) {
+            L->experts[e].wg = rows_of(&tmp[e], 0, I);
+            L->experts[e].wu = rows_of(&tmp[e], I, I);
+        }
+        snprintf(n2, sizeof n2, "%smlp.experts.down_proj", pre);
+        if (bind_mat(m, n2, n2, E, H, I, tmp)) goto out;
+        for (int e = 0; e < E; e++) L->experts[e].wd = tmp[e];
+    } else { /* HF checkpoints: one matrix per expert */
+        for (int e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                snprintf(b, sizeof b, "%smlp.experts.%d.%s", pre, e, proj[p]);
+                mdl_expert *x = &L->experts[e];
+                if (bind_linear(m, b, p == 2 ? H : I, p == 2 ? I : H, p == 0 ? &x->wg : p == 1 ? &x->wu : &x->wd))
+                    goto out;
+            }
+    }
+    rc = 0;
+out:
+    free(tmp);
+    return rc;
 }
 
 /* Copy a [n] norm weight to a new f32 array. */
@@ -197,9 +302,14 @@ int mdl_load(mdl_model *m, const char *dir) {
         LIN(wk, "self_attn.k_proj", kv, H);
         LIN(wv, "self_attn.v_proj", kv, H);
         LIN(wo, "self_attn.o_proj", H, q);
-        LIN(wg, "mlp.gate_proj", c->inter, H);
-        LIN(wu, "mlp.up_proj", c->inter, H);
-        LIN(wd, "mlp.down_proj", H, c->inter);
+        if (c->moe_layer[l]) {
+            snprintf(b, sizeof b, "%slayers.%d.", pre, l);
+            if (bind_experts(m, b, L)) goto fail;
+        } else {
+            LIN(wg, "mlp.gate_proj", c->inter, H);
+            LIN(wu, "mlp.up_proj", c->inter, H);
+            LIN(wd, "mlp.down_proj", H, c->inter);
+        }
         VEC(in_norm, "input_layernorm", H);
         VEC(post_norm, "post_attention_layernorm", H);
         if (c->qk_norm) {
@@ -216,7 +326,10 @@ fail:
     return -1;
 }
 
-/* Every distinct matrix of the model, once (a tied lm_head is the embedding). */
+/* Every distinct matrix of the model that mdl_pack packs, once (a tied
+ * lm_head is the embedding): not the experts, which stay in the mapping
+ * (a packed copy of a 30B-A3B's experts would not fit beside it in RAM;
+ * the kernels give the same bits without one). */
 static int matrices(mdl_model *m, kn_weight **out) {
     int n = 0;
     if (m->embed.rows) out[n++] = &m->embed;
@@ -224,14 +337,15 @@ static int matrices(mdl_model *m, kn_weight **out) {
     if (m->fc.rows) out[n++] = &m->fc;
     for (int l = 0; l < m->cfg.n_layers && m->layers; l++) {
         mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-        for (int i = 0; i < 7; i++) out[n++] = ws[i];
+        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->router};
+        for (int i = 0; i < 8; i++)
+            if (ws[i]->rows) out[n++] = ws[i];
     }
     return n;
 }
 
 int mdl_pack(mdl_model *m) {
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 8 * m->cfg.n_layers));
     int n = matrices(m, ws), rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
         if (!ws[i]->packed) rc = kn_pack(ws[i]);
@@ -243,7 +357,7 @@ int mdl_pack(mdl_model *m) {
 void mdl_unpack(mdl_model *m) {
     if (!m->layers && !m->embed.rows) return;
     if (m->lm_head.data == m->embed.data) m->lm_head.packed = NULL; /* shares the embedding's copy */
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 7 * m->cfg.n_layers));
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 8 * m->cfg.n_layers));
     int n = matrices(m, ws);
     for (int i = 0; i < n; i++) kn_unpack(ws[i]);
     free(ws);
@@ -258,6 +372,7 @@ void mdl_free(mdl_model *m) {
             free(L->post_norm);
             free(L->q_norm);
             free(L->k_norm);
+            free(L->experts);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

@@ -14,11 +14,25 @@
 #include "gguf.h"
 #include "safetensors.h"
 
+/* One expert of an expert block: views into the mapping (never copied,
+ * never packed: a 30B-A3B checkpoint's experts are most of its bytes). */
+typedef struct {
+    kn_weight wg, wu, wd;        /* [moe_inter, H] x2, [H, moe_inter] */
+} mdl_expert;
+
 typedef struct {
     kn_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
-    kn_weight wg, wu, wd;        /* [I, H] x2, [H, I] */
+    kn_weight wg, wu, wd;        /* [I, H] x2, [H, I]; absent (rows 0) in an expert layer */
     float *in_norm, *post_norm;  /* [H] */
     float *q_norm, *k_norm;      /* [hd], NULL without qk-norm */
+    /* expert block (cfg.moe_layer[l]), else router.rows = 0, experts NULL.
+     * On disk: model.layers.L.mlp.gate.weight and either HF's per-expert
+     * mlp.experts.E.{gate,up,down}_proj.weight, mlx-lm's stacked
+     * mlp.switch_mlp.{gate,up,down}_proj.weight [E, rows, cols] (MLX
+     * quantized or not), or transformers 5's fused mlp.experts.gate_up_proj
+     * [E, 2*moe_inter, H] + mlp.experts.down_proj [E, H, moe_inter]. */
+    kn_weight router;            /* [n_experts, H] */
+    mdl_expert *experts;         /* [n_experts] */
 } mdl_layer;
 
 typedef struct {

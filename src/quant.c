@@ -142,10 +142,18 @@ int qt_model(mdl_model *m, qt_kind k, int group) {
     }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-        for (int i = 0; i < 7; i++) {
-            *ws[i] = convert(m, ws[i], k, group);
-            bytes += kn_weight_bytes(ws[i]);
+        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->router};
+        for (int i = 0; i < 8; i++)
+            if (ws[i]->rows) {
+                *ws[i] = convert(m, ws[i], k, group);
+                bytes += kn_weight_bytes(ws[i]);
+            }
+        for (int e = 0; L->experts && e < m->cfg.n_experts; e++) {
+            kn_weight *xs[] = {&L->experts[e].wg, &L->experts[e].wu, &L->experts[e].wd};
+            for (int i = 0; i < 3; i++) {
+                *xs[i] = convert(m, xs[i], k, group);
+                bytes += kn_weight_bytes(xs[i]);
+            }
         }
     }
     /* norms are small; keep their count from the load */

@@ -51,6 +51,19 @@ static double uniform(rng *r) {
 
 static float normal(rng *r) { return (float)(sqrt(-2 * log(uniform(r))) * cos(6.283185307179586 * uniform(r))); }
 
+/* About N(0, 1) and ~20x cheaper: the sum of the four 16-bit parts of one
+ * draw, centred and scaled to variance 1 (Irwin-Hall, n = 4). For the
+ * experts of real-shape MoE checkpoints (30B values), where only speed is
+ * measured. */
+static float normal_fast(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    uint64_t x = r->s;
+    double sum = (double)(x & 0xffff) + (double)(x >> 16 & 0xffff) + (double)(x >> 32 & 0xffff) + (double)(x >> 48);
+    return (float)((sum - 4 * 32767.5) * (1.0 / 37837.23)); /* sd of the sum: sqrt(4 * (65536^2 - 1) / 12) */
+}
+
 typedef struct {
     st_out *t;
     int n, cap;
@@ -103,7 +116,10 @@ static void make_rows(mrows *m, int a, int b) {
     for (int i = a; i < b; i++) {
         rng r = {(m->seed ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull)) | 1};
         for (int k = 0; k < 4; k++) uniform(&r);
-        for (int j = 0; j < cols; j++) row[j] = m->std * normal(&r);
+        if (s->c.n_moe_layers)
+            for (int j = 0; j < cols; j++) row[j] = m->std * normal_fast(&r);
+        else
+            for (int j = 0; j < cols; j++) row[j] = m->std * normal(&r);
         if (s->c.q_bits) {
             int bits = s->c.q_bits, g = s->c.q_group;
             size_t so = size_of(s->scale_dtype) * (size_t)i * (cols / g);
@@ -140,7 +156,10 @@ static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int
     } else {
         m.w = dfl_malloc(size_of(s->dtype) * (size_t)rows * cols);
     }
-    if ((size_t)rows * cols < ((size_t)1 << 22)) {
+    /* expert matrices (many of them, each below the threshold) are made
+     * in parallel too when the model has experts (with normal_fast) */
+    size_t par = s->c.n_moe_layers ? (size_t)1 << 16 : (size_t)1 << 22;
+    if ((size_t)rows * cols < par) {
         float *row = dfl_malloc(sizeof(float) * (size_t)cols);
         for (int i = 0; i < rows; i++) {
             for (int j = 0; j < cols; j++) row[j] = std * normal(r);
@@ -194,10 +213,25 @@ static int write_json(const char *dir, const char *file, cJSON *j) {
 static int write_config(const char *dir, const syn_spec *s) {
     const cfg_model *c = &s->c;
     cJSON *j = cJSON_CreateObject();
-    const char *arch = c->is_draft ? "DFlashDraftModel" : c->arch == CFG_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+    const char *arch = c->is_draft              ? "DFlashDraftModel"
+                       : c->arch == CFG_LLAMA     ? "LlamaForCausalLM"
+                       : c->arch == CFG_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                                                  : "Qwen3ForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
-    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA ? "llama" : "qwen3");
+    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA ? "llama" : c->arch == CFG_QWEN3_MOE ? "qwen3_moe" : "qwen3");
+    if (c->arch == CFG_QWEN3_MOE) { /* moe_layer[] is written back as mlp_only_layers + decoder_sparse_step */
+        cJSON_AddNumberToObject(j, "num_experts", c->n_experts);
+        cJSON_AddNumberToObject(j, "num_experts_per_tok", c->n_experts_used);
+        cJSON_AddNumberToObject(j, "moe_intermediate_size", c->moe_inter);
+        cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk);
+        cJSON_AddNumberToObject(j, "decoder_sparse_step", c->sparse_step);
+        cJSON *mo = cJSON_AddArrayToObject(j, "mlp_only_layers");
+        for (int l = 0; l < c->n_layers; l++)
+            if (!c->moe_layer[l] && c->n_experts > 0 && (l + 1) % c->sparse_step == 0)
+                cJSON_AddItemToArray(mo, cJSON_CreateNumber(l));
+        cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+    }
     cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
     cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
@@ -216,6 +250,14 @@ static int write_config(const char *dir, const syn_spec *s) {
         cJSON *q = cJSON_AddObjectToObject(j, "quantization");
         cJSON_AddNumberToObject(q, "group_size", c->q_group);
         cJSON_AddNumberToObject(q, "bits", c->q_bits);
+        for (int l = 0; s->router_bits && l < c->n_layers; l++)
+            if (c->moe_layer[l]) {
+                char k[64];
+                snprintf(k, sizeof k, "model.layers.%d.mlp.gate", l);
+                cJSON *e = cJSON_AddObjectToObject(q, k);
+                cJSON_AddNumberToObject(e, "group_size", 64);
+                cJSON_AddNumberToObject(e, "bits", s->router_bits);
+            }
     }
     if (c->is_draft) {
         cJSON_AddNumberToObject(j, "block_size", c->block_size);
@@ -233,6 +275,41 @@ static int write_config(const char *dir, const syn_spec *s) {
     for (int i = 0; i < c->n_eos; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(c->eos_ids[i]));
     rc = write_json(dir, "generation_config.json", j);
     cJSON_Delete(j);
+    return rc;
+}
+
+/* Bytes of a [rows, cols] matrix as syn_write stores it. */
+static double mat_bytes(const syn_spec *s, int rows, int cols) {
+    if (s->c.q_bits) return (double)rows * cols * (s->c.q_bits / 8.0 + 2.0 * size_of(s->scale_dtype) / s->c.q_group);
+    return (double)rows * cols * size_of(s->dtype);
+}
+
+/* Large checkpoints (real shapes: a 30B-A3B is 17 GB at 4 bits) are written
+ * a shard at a time, each shard's buffers freed once it is on disk, so the
+ * memory synth needs is one shard's, not the model's. */
+enum { SHARD_BYTES = 1 << 30 };
+typedef struct {
+    dfl_stage *sg; /* shards are staged files (dfl_stage_file) */
+    int next, n;   /* next shard number (1-based), shard count */
+    cJSON *wm;     /* the index's weight_map */
+} shards;
+
+static void tensors_free(tensors *ts) {
+    for (int i = 0; i < ts->n; i++) {
+        free((void *)ts->t[i].name);
+        free(ts->bufs[i]);
+    }
+    ts->n = 0;
+}
+
+static int flush_shard(shards *sh, tensors *ts) {
+    char fn[64];
+    snprintf(fn, sizeof fn, "model-%05d-of-%05d.safetensors", sh->next++, sh->n);
+    char *p = dfl_stage_file(sh->sg, fn);
+    int rc = st_write(p, ts->t, ts->n, sh->next == 2 ? "{\"format\": \"pt\"}" : NULL);
+    free(p);
+    for (int i = 0; i < ts->n; i++) cJSON_AddStringToObject(sh->wm, ts->t[i].name, fn);
+    tensors_free(ts);
     return rc;
 }
 
@@ -259,7 +336,21 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
     }
     snprintf(name, sizeof name, "%snorm.weight", pre);
     vec(&ts, s, &r, name, H);
-    for (int l = 0; l < c->n_layers; l++) {
+    if (s->layer_scale > 0) sh *= s->layer_scale, sq *= s->layer_scale, si *= s->layer_scale;
+    /* a layer's bytes (the largest kind of layer) decide the shards */
+    double lb = mat_bytes(s, q, H) + 2 * mat_bytes(s, kv, H) + mat_bytes(s, H, q) +
+                (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H)
+                                 : 3 * mat_bytes(s, c->inter, H));
+    double head = mat_bytes(s, c->vocab, H) * (c->is_draft ? 0 : c->tie_embeddings ? 1 : 2);
+    int per = lb >= SHARD_BYTES ? 1 : (int)(SHARD_BYTES / lb);
+    shards out = {sg, 1, 0, NULL};
+    int stream = head + lb * c->n_layers > 2.0 * SHARD_BYTES, rc = 0;
+    if (stream) {
+        out.n = 1 + (c->n_layers + per - 1) / per;
+        out.wm = cJSON_CreateObject();
+        rc = flush_shard(&out, &ts);
+    }
+    for (int l = 0; l < c->n_layers && rc == 0; l++) {
         char b[224];
 #define M(sub, rows, cols, std) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), matrix(&ts, s, &r, b, rows, cols, std)
 #define V(sub, n) snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub), vec(&ts, s, &r, b, n)
@@ -267,9 +358,31 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         M("self_attn.k_proj", kv, H, sh);
         M("self_attn.v_proj", kv, H, sh);
         M("self_attn.o_proj", H, q, sq);
-        M("mlp.gate_proj", c->inter, H, sh);
-        M("mlp.up_proj", c->inter, H, sh);
-        M("mlp.down_proj", H, c->inter, si);
+        if (c->moe_layer[l]) {
+            float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
+            if (s->router_bits && c->q_bits) {
+                syn_spec s8 = *s;
+                s8.c.q_bits = s->router_bits;
+                s8.c.q_group = 64;
+                snprintf(b, sizeof b, "%slayers.%d.mlp.gate", pre, l);
+                matrix(&ts, &s8, &r, b, c->n_experts, H, sh);
+            } else {
+                M("mlp.gate", c->n_experts, H, sh);
+            }
+            for (int e = 0; e < c->n_experts; e++) {
+                char sub[64];
+                snprintf(sub, sizeof sub, "mlp.experts.%d.gate_proj", e);
+                M(sub, c->moe_inter, H, sh);
+                snprintf(sub, sizeof sub, "mlp.experts.%d.up_proj", e);
+                M(sub, c->moe_inter, H, sh);
+                snprintf(sub, sizeof sub, "mlp.experts.%d.down_proj", e);
+                M(sub, H, c->moe_inter, sm);
+            }
+        } else {
+            M("mlp.gate_proj", c->inter, H, sh);
+            M("mlp.up_proj", c->inter, H, sh);
+            M("mlp.down_proj", H, c->inter, si);
+        }
         V("input_layernorm", H);
         V("post_attention_layernorm", H);
         if (c->qk_norm) {
@@ -278,9 +391,20 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         }
 #undef M
 #undef V
+        if (stream && ((l + 1) % per == 0 || l == c->n_layers - 1)) rc = flush_shard(&out, &ts);
     }
-    int rc = 0;
-    if (!s->sharded) {
+    if (stream) {
+        if (rc == 0) {
+            cJSON *idx = cJSON_CreateObject();
+            cJSON_AddItemToObject(idx, "weight_map", out.wm);
+            free(dfl_stage_file(sg, "model.safetensors.index.json"));
+            rc = write_json(dir, "model.safetensors.index.json", idx);
+            cJSON_Delete(idx);
+            dfl_stage_drop(sg, "model.safetensors"); /* a stale single file would confuse */
+        } else {
+            cJSON_Delete(out.wm);
+        }
+    } else if (!s->sharded) {
         char *p = dfl_stage_file(sg, "model.safetensors");
         rc = st_write(p, ts.t, ts.n, "{\"format\": \"pt\"}");
         free(p);
@@ -301,10 +425,7 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         if (rc == 0) rc = write_json(dir, "model.safetensors.index.json", idx);
         cJSON_Delete(idx);
     }
-    for (int i = 0; i < ts.n; i++) {
-        free((void *)ts.t[i].name);
-        free(ts.bufs[i]);
-    }
+    tensors_free(&ts);
     free(ts.t);
     free(ts.bufs);
     return rc;
@@ -329,17 +450,20 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
     static const struct {
         const char *name;
         int hidden, inter, layers, heads, kv, hd;
+        int experts, used, moe_inter; /* qwen3_moe (norm_topk_prob true, every layer experts) */
     } shapes[] = {
-        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128},
-        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128},
-        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128},
-        {"tiny", 64, 128, 4, 4, 2, 16},
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0},
+        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0},
+        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
-        dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, tiny)", shape);
+        dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, tiny, tiny-moe)", shape);
         return -1;
     }
     if (bits != 0 && bits != 4 && bits != 8) {
@@ -361,6 +485,17 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
     c->n_eos = 2;
     c->eos_ids[0] = 151645;
     c->eos_ids[1] = 151643;
+    if (shapes[k].experts && !draft) {
+        c->arch = CFG_QWEN3_MOE;
+        c->n_experts = shapes[k].experts;
+        c->n_experts_used = shapes[k].used;
+        c->moe_inter = shapes[k].moe_inter;
+        c->norm_topk = 1;
+        c->sparse_step = 1;
+        c->n_moe_layers = c->n_layers;
+        for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+        c->tie_embeddings = 0;
+    }
     if (draft) {
         c->is_draft = 1;
         c->n_target_layers = c->n_layers;

@@ -17,6 +17,10 @@ typedef struct {
     kn_dtype scale_dtype;
     uint64_t seed;
     int sharded;        /* write N shards + model.safetensors.index.json */
+    float layer_scale;  /* decoder-layer matrices' std times this (0 = 1): small makes the
+                           layers near identity, so greedy repeats the last token */
+    int router_bits;    /* quantized MoE: the routers at these bits, group 64, with
+                           per-tensor entries in "quantization" (as mlx-lm); 0 = q_bits */
 } syn_spec;
 
 /* A small Qwen3 shape (hidden 64, 2 layers, vocab 512) to start from. */

@@ -4,7 +4,8 @@
  * with RUN(name). A CHECK failure prints file:line and the message, marks
  * the current test failed and carries on. At exit the program prints one
  * line "name: N passed, N failed" and returns non-zero if any failed;
- * tests/run.sh adds the lines up. */
+ * tests/run.sh adds the lines up. DFLASH_TEST=NAME runs only the tests whose
+ * name contains NAME (while working on one). */
 #ifndef DFL_CHECK_H
 #define DFL_CHECK_H
 
@@ -30,6 +31,7 @@ static const char *check_cur_name;
 
 #define RUN(name)                                                                     \
     do {                                                                              \
+        if (getenv("DFLASH_TEST") && !strstr(#name, getenv("DFLASH_TEST"))) break;    \
         check_cur_name = #name;                                                       \
         check_cur_failed = 0;                                                         \
         test_##name();                                                                \

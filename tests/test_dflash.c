@@ -196,6 +196,86 @@ TEST(lossless_random_pair) {
     dflash_free(m);
 }
 
+/* A qwen3_moe target (4 layers, 8 experts, top 2, layer 2 dense; MLX 4-bit
+ * too) with a dense random draft: DFlash equals plain decoding. */
+TEST(lossless_moe_random_pair) {
+    char t[512], d[512];
+    snprintf(t, sizeof t, "%s", tpath("moe_target"));
+    snprintf(d, sizeof d, "%s", tpath("moe_draft"));
+    syn_spec ts = target_spec(), dspec = draft_spec();
+    ts.c.arch = CFG_QWEN3_MOE;
+    ts.c.n_experts = 8;
+    ts.c.n_experts_used = 2;
+    ts.c.moe_inter = 32;
+    ts.c.norm_topk = 1;
+    ts.c.sparse_step = 1;
+    ts.c.moe_layer[0] = ts.c.moe_layer[1] = ts.c.moe_layer[3] = 1;
+    ts.c.n_moe_layers = 3;
+    for (int q = 0; q < 2; q++) {
+        if (q) {
+            ts.c.q_bits = 4;
+            ts.c.q_group = 32;
+        }
+        CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
+        if (!q) link_tokenizer(t);
+        dflash_model *m = dflash_load(t, d, NULL);
+        if (!m) {
+            CHECK(0, "load: %s", dflash_error());
+            return;
+        }
+        enum { N = 24 };
+        int32_t *p[N];
+        size_t len[N];
+        random_prompts(N, 500, p, len);
+        lossless(m, p, len, N, 40, 0.0f, q ? "moe q4 random pair, greedy" : "moe random pair, greedy");
+        lossless(m, p, len, 8, 40, 0.8f, q ? "moe q4 random pair, temp 0.8" : "moe random pair, temp 0.8");
+        for (int i = 0; i < N; i++) free(p[i]);
+        dflash_free(m);
+    }
+    /* accepting rounds: near-identity layers (target and draft) make greedy
+     * repeat the last token and the draft predict its mask id in every slot,
+     * so prompts ending in the mask id accept whole blocks */
+    ts.c.q_bits = 0;
+    ts.layer_scale = dspec.layer_scale = 0.02f;
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
+    dflash_model *ma = dflash_load(t, d, NULL);
+    if (!ma) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { NA = 8 };
+    int32_t *pa[NA];
+    size_t lena[NA];
+    random_prompts(NA, 500, pa, lena);
+    for (int i = 0; i < NA; i++) pa[i][lena[i] - 1] = dspec.c.mask_token_id;
+    lossless(ma, pa, lena, NA, 40, 0.0f, "moe pair with accepting rounds, greedy");
+    lossless(ma, pa, lena, 4, 40, 0.8f, "moe pair with accepting rounds, temp 0.8");
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 40;
+    int32_t *out;
+    size_t nout;
+    dflash_stats st;
+    CHECK(gen(ma, pa[0], lena[0], &g, &out, &nout, &st) == 0 && st.rounds > 0 && st.tau >= 4,
+          "moe accepting pair: tau %.2f over %d rounds (the accept path is not exercised)", st.tau, st.rounds);
+    free(out);
+    for (int i = 0; i < NA; i++) free(pa[i]);
+    dflash_free(ma);
+    /* the committed pair (tests/models/tiny-qwen3moe + its random draft) */
+    dflash_model *m = dflash_load(rpath("tests/models/tiny-qwen3moe"), rpath("tests/models/tiny-qwen3moe-draft"), NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { N2 = 16 };
+    int32_t *p[N2];
+    size_t len[N2];
+    random_prompts(N2, 16000, p, len);
+    lossless(m, p, len, N2, 32, 0.0f, "tiny-qwen3moe pair, greedy");
+    lossless(m, p, len, 6, 32, 0.8f, "tiny-qwen3moe pair, temp 0.8");
+    for (int i = 0; i < N2; i++) free(p[i]);
+    dflash_free(m);
+}
+
 /* A stop token from generation_config.json ends plain and DFlash output at
  * the same place: rewrite the target with eos = a token greedy emits later. */
 TEST(stop_token_end_to_end) {
@@ -428,6 +508,7 @@ int main(void) {
     RUN(backend_choice);
     RUN(stop_token_end_to_end);
     RUN(lossless_tiny_pair);
+    RUN(lossless_moe_random_pair);
     RUN(lossless_demo_pair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

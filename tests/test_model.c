@@ -289,6 +289,151 @@ TEST(batch_invariance_and_rollback) {
     check_invariance("inv_llama", s);
 }
 
+/* ---- mixture of experts (qwen3_moe) ---------------------------------------- */
+
+/* small() with 3 layers, 8 experts, top 3; layer 1 dense (mlp_only_layers). */
+static syn_spec moe_spec(void) {
+    syn_spec s = small();
+    s.c.arch = CFG_QWEN3_MOE;
+    s.c.n_layers = 3;
+    s.c.n_experts = 8;
+    s.c.n_experts_used = 3;
+    s.c.moe_inter = 64;
+    s.c.norm_topk = 1;
+    s.c.sparse_step = 1;
+    s.c.moe_layer[0] = s.c.moe_layer[2] = 1;
+    s.c.n_moe_layers = 2;
+    return s;
+}
+
+/* Every verify width T = 1..17 at one position gives the single-row bits. */
+static void check_moe_widths(const char *name, syn_spec s) {
+    char *d = path(name, NULL);
+    CHECK(syn_write(d, &s) == 0, "%s: synth: %s", name, dfl_lasterr());
+    mdl_model m;
+    if (mdl_load(&m, d) != 0) {
+        CHECK(0, "%s: load: %s", name, dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = m.cfg.vocab, H = m.cfg.hidden;
+    enum { P0 = 5, N = P0 + 17 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 53 + 7) % V);
+    int taps[1] = {1};
+    float *ref_l = malloc(sizeof(float) * N * V), *ref_t = malloc(sizeof(float) * N * H);
+    float *got_l = malloc(sizeof(float) * N * V), *got_t = malloc(sizeof(float) * N * H);
+    void *st = be->create(bi, &m, 64);
+    for (int i = 0; i < N; i++) fwd(be, st, tok + i, 1, ref_l + (size_t)i * V, 1, taps, 1, ref_t + (size_t)i * H);
+    int bad = 0;
+    for (int T = 1; T <= 17; T++) {
+        be->truncate(st, P0);
+        fwd(be, st, tok + P0, T, got_l, T, taps, 1, got_t);
+        if (memcmp(got_l, ref_l + (size_t)P0 * V, sizeof(float) * T * V) ||
+            memcmp(got_t, ref_t + (size_t)P0 * H, sizeof(float) * T * H)) {
+            fprintf(stderr, "  %s: T = %d differs from decode\n", name, T);
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "%s: %d verify widths differ from decode rows", name, bad);
+    be->destroy(st);
+    free(ref_l);
+    free(ref_t);
+    free(got_l);
+    free(got_t);
+    mdl_free(&m);
+}
+
+TEST(moe_batch_invariance_and_rollback) {
+    syn_spec s = moe_spec();
+    check_invariance("moe_bf16", s);
+    check_moe_widths("moe_w_bf16", s);
+    s.c.norm_topk = 0;
+    s.c.sparse_step = 2; /* layer 1 only */
+    s.c.moe_layer[0] = s.c.moe_layer[2] = 0;
+    s.c.moe_layer[1] = 1;
+    s.c.n_moe_layers = 1;
+    s.c.tie_embeddings = 0;
+    s.sharded = 1;
+    check_invariance("moe_f32_step2_untied", s);
+    s = moe_spec();
+    s.c.q_bits = 4;
+    s.c.q_group = 32;
+    check_invariance("moe_q4", s);
+    check_moe_widths("moe_w_q4", s);
+    s.c.q_bits = 8;
+    s.c.q_group = 64;
+    s.scale_dtype = KN_F16;
+    check_moe_widths("moe_w_q8", s);
+    /* mlx-lm's mixed layout: 4-bit group 32, routers 8-bit group 64 with
+     * per-tensor entries in "quantization" */
+    s = moe_spec();
+    s.c.q_bits = 4;
+    s.c.q_group = 32;
+    s.router_bits = 8;
+    check_invariance("moe_q4_router8", s);
+    mdl_model m;
+    if (mdl_load(&m, path("moe_q4_router8", NULL)) == 0) {
+        CHECK(m.cfg.q_mixed && m.layers[0].router.bits == 8 && m.layers[0].router.group_size == 64 &&
+                  m.layers[0].experts[0].wg.bits == 4 && m.layers[0].experts[0].wg.group_size == 32,
+              "mixed quantization: router %d bits g%d, expert %d bits", m.layers[0].router.bits,
+              m.layers[0].router.group_size, m.layers[0].experts[0].wg.bits);
+        mdl_free(&m);
+    } else {
+        CHECK(0, "moe_q4_router8: %s", dfl_lasterr());
+    }
+    /* a per-tensor entry dflash does not support is named */
+    set_config(path("moe_q4_router8", NULL), "\"bits\":\t8", "\"bits\":\t3");
+    CHECK(load_fails_with(path("moe_q4_router8", NULL),
+                          "quantization of \"model.layers.0.mlp.gate\": 3 bits, group_size 64 not supported"),
+          "bad per-tensor quantization entry");
+}
+
+TEST(moe_bad_checkpoints) {
+    syn_spec s = moe_spec();
+    char *d = path("moe_ok", NULL);
+    CHECK(syn_write(d, &s) == 0, "synth: %s", dfl_lasterr());
+    mdl_model m;
+    if (mdl_load(&m, d) == 0) {
+        CHECK(m.cfg.arch == CFG_QWEN3_MOE && m.cfg.n_experts == 8 && m.cfg.n_experts_used == 3 &&
+                  m.cfg.moe_inter == 64 && m.cfg.norm_topk && m.cfg.n_moe_layers == 2 && m.cfg.moe_layer[0] &&
+                  !m.cfg.moe_layer[1] && m.cfg.moe_layer[2] && m.layers[0].experts && !m.layers[1].experts &&
+                  m.layers[1].wg.rows == 128 && m.layers[2].experts[7].wd.cols == 64,
+              "moe config / layers not as written");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "valid moe model rejected: %s", dfl_lasterr());
+    }
+    static const struct {
+        const char *from, *to, *err;
+    } cases[] = {
+        {"\"num_experts_per_tok\":\t3", "\"num_experts_per_tok\":\t9", "num_experts_per_tok 9 out of range"},
+        {"\"num_experts_per_tok\":\t3", "\"num_experts_per_tok\":\t0", "num_experts_per_tok 0 out of range"},
+        {"\"num_experts\":\t8", "\"num_experts\":\t-1", "num_experts -1 out of range"},
+        {"\"moe_intermediate_size\":\t64", "\"moe_intermediate_size\":\t0", "moe_intermediate_size 0 out of range"},
+        {"\"decoder_sparse_step\":\t1", "\"decoder_sparse_step\":\t0", "decoder_sparse_step 0 must be >= 1"},
+        {"\"mlp_only_layers\":\t[1]", "\"mlp_only_layers\":\t[3]", "mlp_only_layers must hold layer ids (integers in 0..2)"},
+        {"\"mlp_only_layers\":\t[1]", "\"mlp_only_layers\":\t7", "mlp_only_layers must be a list"},
+        {"\"norm_topk_prob\":\ttrue", "\"norm_topk_prob\":\t1", "\"norm_topk_prob\" must be true or false"},
+        {"\"use_sliding_window\":\tfalse", "\"use_sliding_window\":\ttrue", "use_sliding_window=true is not supported"},
+        {"\"use_sliding_window\":\tfalse", "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"full_attention\"]",
+         "layer_types must list \"full_attention\""},
+        /* the tensors against the config */
+        {"\"moe_intermediate_size\":\t64", "\"moe_intermediate_size\":\t32", "mlp.experts.0.gate_proj.weight': shape [64, 64], expected [32, 64]"},
+        {"\"num_experts\":\t8", "\"num_experts\":\t9", "'model.layers.0.mlp.gate.weight': shape [8, 64], expected [9, 64]"},
+        {"\"mlp_only_layers\":\t[1]", "\"mlp_only_layers\":\t[]", "missing tensor 'model.layers.1.mlp.gate.weight'"},
+        {"\"mlp_only_layers\":\t[1]", "\"mlp_only_layers\":\t[0, 1]", "missing tensor 'model.layers.0.mlp.gate_proj.weight'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "moe_bad%zu", i);
+        d = path(nm, NULL);
+        syn_write(d, &s);
+        set_config(d, cases[i].from, cases[i].to);
+        CHECK(load_fails_with(d, cases[i].err), "case %zu (%s): error '%s' expected", i, cases[i].to, cases[i].err);
+    }
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -617,6 +762,8 @@ int main(void) {
     RUN(safetensors_bad_files);
     RUN(model_bad_checkpoints);
     RUN(batch_invariance_and_rollback);
+    RUN(moe_batch_invariance_and_rollback);
+    RUN(moe_bad_checkpoints);
     RUN(draft_forward_cached_equals_uncached);
     RUN(draft_feed_equals_ctx_append);
     RUN(draft_truncate_with_pending_rows);

@@ -207,6 +207,82 @@ TEST(draft_forward_and_dflash_loop) {
     mdl_free(&d);
 }
 
+/* qwen3_moe (tests/fixtures/README.md, tools/reference/make_tiny_moe.py):
+ * bf16 with per-expert tensors, and MLX 4-bit with mlx-lm's stacked
+ * switch_mlp experts; bounds as for the dense models. */
+TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
+TEST(qwen3moe_mlx_q4_switch_mlp) { check_target("tiny-qwen3moe-q4"); }
+
+/* The random draft for tiny-qwen3moe: round 1 draft logits against the
+ * reference, and DFlash through the public API equal to the reference
+ * (which is plain greedy) at block sizes 2..16 and auto. */
+TEST(qwen3moe_draft_and_dflash) {
+    mdl_model t, d;
+    st_set fx, tf;
+    if (mdl_load(&t, rp("tests/models/tiny-qwen3moe", NULL)) ||
+        mdl_load(&d, rp("tests/models/tiny-qwen3moe-draft", NULL)) ||
+        st_open_file(&fx, rp("tests/fixtures/tiny-qwen3moe-draft.ref.safetensors", NULL)) ||
+        st_open_file(&tf, rp("tests/fixtures/tiny-qwen3moe.ref.safetensors", NULL))) {
+        CHECK(0, "%s", dfl_lasterr());
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
+    dflash_model *api = dflash_load(rp("tests/models/tiny-qwen3moe", NULL), rp("tests/models/tiny-qwen3moe-draft", NULL), NULL);
+    CHECK(api != NULL, "load: %s", dflash_error());
+    float worst = 0;
+    int np = 0;
+    for (int i = 0; get(&fx, i, "ids"); i++, np++) {
+        const st_tensor *ids = get(&fx, i, "ids");
+        int T = (int)ids->shape[0];
+        const int32_t *tok = ids->data;
+        void *st = be->create(bi, &t, 256), *ds = be->draft_create(bi, &d, &t, 256);
+        float *logits = malloc(sizeof(float) * (size_t)B * V);
+        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, 0};
+        be->forward(st, &pb);
+        int32_t blk[16], prop[16];
+        blk[0] = smp_argmax(logits, V);
+        for (int k = 1; k < B; k++) blk[k] = mask;
+        CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
+        be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
+        CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
+        float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
+        worst = dd > worst ? dd : worst;
+        CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
+        const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
+        for (int k = 0; k < B - 1; k++) CHECK(prop[k] == a1[k], "p%d: draft slot %d proposed %d != %d", i, k + 1, prop[k], a1[k]);
+        const st_tensor *ref = get(&fx, i, "dflash"), *greedy = get(&tf, i, "greedy");
+        CHECK(greedy && ref->shape[0] == greedy->shape[0] && !memcmp(ref->data, greedy->data, ref->nbytes),
+              "p%d: the reference DFlash output is not the target's greedy output", i);
+        int blocks[] = {2, 3, 8, 16, 0};
+        for (int b = 0; api && b < 5; b++) {
+            dflash_gen g = dflash_default_gen();
+            g.n_predict = (int)ref->shape[0];
+            g.block_size = blocks[b];
+            g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
+            int32_t *out;
+            size_t nout;
+            dflash_stats s;
+            dflash_reset(api);
+            CHECK(dflash_generate(api, tok, (size_t)T, &g, NULL, NULL, &out, &nout, &s) == 0, "generate: %s",
+                  dflash_error());
+            CHECK(nout == (size_t)g.n_predict && !memcmp(out, ref->data, nout * sizeof(int32_t)),
+                  "p%d block %d: DFlash tokens differ from the reference", i, blocks[b]);
+            free(out);
+        }
+        free(logits);
+        be->destroy(st);
+        be->draft_destroy(ds);
+    }
+    CHECK(np >= 4, "only %d prompts", np);
+    fprintf(stderr, "  tiny-qwen3moe-draft: %d prompts, max |draft logit diff| %.2e\n", np, worst);
+    dflash_free(api);
+    st_close(&fx);
+    st_close(&tf);
+    mdl_free(&t);
+    mdl_free(&d);
+}
+
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
@@ -218,6 +294,9 @@ int main(void) {
     RUN(qwen3_mlx_q8);
     RUN(qwen3_mlx_q4);
     RUN(draft_forward_and_dflash_loop);
+    RUN(qwen3moe_bf16);
+    RUN(qwen3moe_mlx_q4_switch_mlp);
+    RUN(qwen3moe_draft_and_dflash);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }
