@@ -296,7 +296,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    __m256 fa[PRT][RC1];
+    __m256 fa[4][RC1]; /* rt <= 4 (PT_CASE) */
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
@@ -311,7 +311,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
         }
         for (int kb = 0; kb < bpg; kb++) {
             int k = gi * bpg + kb;
-            __m256i ia[PRT][RC1];
+            __m256i ia[4][RC1];
             if (!q4) {
 #pragma GCC unroll 4
                 for (int t = 0; t < rt; t++) {
@@ -319,7 +319,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #pragma GCC unroll 4
                     for (int c = 0; c < rc; c++) ia[t][c] = i0;
                 }
-#pragma GCC unroll 8
+#pragma GCC unroll 1
                 for (int m = 0; m < 8; m++) {
                     __m256i wv[RC1], aw[RC1];
 #pragma GCC unroll 4
@@ -401,14 +401,14 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
     const kn_qx *qx = job->qx;
     int nb = w->cols / KN_QBLOCK, ng = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
-    __m256 fa[PRT][RC1];
+    __m256 fa[4][RC1]; /* rt <= 4 (PT_CASE) */
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) fa[t][c] = _mm256_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
         __m256 sv[RC1], bv[RC1];
-        __m256i ia[PRT][RC1];
+        __m256i ia[4][RC1];
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
             const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
