@@ -296,11 +296,6 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    __m256 fa[4][RC1]; /* rt <= 4 (PT_CASE) */
-#pragma GCC unroll 4
-    for (int t = 0; t < rt; t++)
-#pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) fa[t][c] = _mm256_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
         __m256 sv[RC1], bv[RC1];
 #pragma GCC unroll 4
@@ -376,20 +371,17 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                 __m256 dv = _mm256_set1_ps(qx->d[(size_t)(t0 + t) * nb + k]);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++)
-                    fa[t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t][c]), _mm256_mul_ps(sv[c], dv), fa[t][c]);
+                    _mm256_store_ps(acc[t][c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t][c]), _mm256_mul_ps(sv[c], dv),
+                                                               _mm256_load_ps(acc[t][c])));
             }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < rt; t++) {
             __m256 xv = _mm256_set1_ps(qx->xs[(size_t)(t0 + t) * ng + gi]);
 #pragma GCC unroll 4
-            for (int c = 0; c < rc; c++) fa[t][c] = _mm256_fmadd_ps(bv[c], xv, fa[t][c]);
+            for (int c = 0; c < rc; c++) _mm256_store_ps(acc[t][c], _mm256_fmadd_ps(bv[c], xv, _mm256_load_ps(acc[t][c])));
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < rt; t++)
-#pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) _mm256_store_ps(acc[t][c], fa[t][c]);
 }
 
 /* ptile for Q8 weights with groups of 16 (kernels.h gives the order): a
