@@ -90,7 +90,7 @@ typedef struct {
     int (*bf16_supported)(void);
     void (*quant_bf16)(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
     void (*rows_bf16)(const kn_job *job, int r0, int r1);
-    /* Bytes of pack's copy per 16 rows (one tile), so a view of rows
+    /* Bytes of pack's copy per 16 rows (one 16-row tile, two 8-row ones), so a view of rows
      * 16i.. starts i tiles in; NULL with pack. */
     size_t (*pack_tile_bytes)(const kn_weight *w);
 } kn_impl;
