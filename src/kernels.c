@@ -298,6 +298,7 @@ static const kn_impl *const kn_impls[] = {
 #if defined(__x86_64__)
     &kn_impl_avx512vnni,
     &kn_impl_avx512,
+    &kn_impl_avxvnni,
     &kn_impl_avx2,
 #endif
     &kn_impl_generic,
@@ -470,10 +471,12 @@ static void matmul_q8(tp_pool *tp, float *const *ys, const float *x, const kn_we
     kn_qx qx;
     qx.ldq = ((size_t)w->cols + 127) & ~(size_t)127;
     size_t qb = ((size_t)T * qx.ldq + 63) & ~(size_t)63, db = ((size_t)T * nb * sizeof(float) + 63) & ~(size_t)63;
-    char *buf = alloc64(qb + db + (size_t)T * ng * sizeof(float));
+    size_t xb = ((size_t)T * ng * sizeof(float) + 63) & ~(size_t)63;
+    char *buf = alloc64(qb + db + xb + (size_t)T * (size_t)(w->cols / 16) * sizeof(int32_t));
     qx.q = (int8_t *)buf;
     qx.d = (float *)(buf + qb);
     qx.xs = (float *)(buf + qb + db);
+    qx.s16 = (int32_t *)(buf + qb + db + xb);
     kn_cur->quant(&qx, x, T, w);
     kn_multi m;
     double macs = 0;

@@ -65,7 +65,7 @@ typedef enum {
  * benchmarks. */
 void kn_init_once(void);
 void kn_init(void);
-const char *kn_variant(void); /* "generic", "avx2", "avx512vnni", ... */
+const char *kn_variant(void); /* "generic", "avx2", "avxvnni", "avx512vnni", ... */
 kn_isa kn_isa_cur(void);      /* the family of kn_variant() */
 
 /* The variants built in (best first), whatever this CPU runs: i < count. */
@@ -116,7 +116,9 @@ int kn_check_weight(const kn_weight *w, const char *name);
  *   a block with amax < 2^-100 quantizes to d = 0, xq = 0; a block holding
  *   an Inf or NaN to d = NaN (so the row's outputs are NaN, as in f32 mode).
  * Integer dot products I = sum_j q_j * xq_j over each block are exact
- * (AVX-512 VNNI vpdpbusd, weights as the unsigned operand); the float part
+ * (AVX-512 VNNI or AVX-VNNI vpdpbusd, weights as the unsigned operand; on
+ * plain AVX2 vpmaddubsw / vpmaddwd with no step able to saturate,
+ * kernels_q8x8.h says why); the float part
  * of one output, in this fixed order, is
  *   acc = 0
  *   for each group of the weight row (ascending):
@@ -143,12 +145,13 @@ int kn_check_weight(const kn_weight *w, const char *name);
  *
  * on: 1 = q8, 0 = f32, -1 = the default. The default is the environment's
  * DFLASH_ACT=f32|q8 if set, else q8 for Q8/Q4 weights when the selected
- * variant has a fast int8 path (avx512 with AVX512_VNNI), else f32. BF16
- * weights take bfloat16 activations (avx512 with AVX512_BF16) only when q8
- * is asked for explicitly (here or by DFLASH_ACT), never by default. Where
- * the variant or CPU lacks a path (avx2; avx512 without VNNI or BF16) those
- * weights run f32; "generic" has the portable reference of the int8 path
- * (off by default) and none for BF16. */
+ * variant has a fast int8 path (avx512vnni, avx512, avxvnni, avx2: every
+ * SIMD variant on x86-64), else f32. BF16 weights take bfloat16
+ * activations (avx512vnni on a CPU with AVX512_BF16) only when q8 is asked
+ * for explicitly (here or by DFLASH_ACT), never by default; elsewhere
+ * (avx2, avxvnni, avx512, or no AVX512_BF16) they run f32. "generic" has
+ * the portable reference of the int8 path (off by default) and none for
+ * BF16. */
 void kn_set_act_quant(int on);
 /* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
 int kn_act_quant(void);
@@ -156,7 +159,8 @@ int kn_act_quant(void);
 int kn_act_bf16(void);
 
 /* Q8/Q4 weights in q8 mode: copy w once (at load) into the layout the int8
- * kernels stream - 16-row tiles, 4-byte column runs interleaved, scales
+ * kernels stream - 16-row tiles (8-row ones on the ymm variants: avx2,
+ * avxvnni, avx512), 4-byte column runs interleaved, scales
  * next to their group - so no call has to transpose the weights (one
  * sequential stream per 16 rows; about 3x fewer instructions per weight at
  * T = 1, and no per-call repacking for T >= 2). Results are bit-identical

@@ -410,7 +410,8 @@ static void avx2_rows(const kn_job *job, int r0, int r1) {
 
 static int avx2_supported(void) { return cpu_has(CPU_AVX2) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C); }
 
-/* no q8 path: q8 mode runs f32 here (kernels.h) */
+/* q8 mode: vpmaddubsw / vpmaddwd on 8-row tiles (kernels_avx2q8.c), on
+ * by default; BF16 weights run f32 */
 const kn_impl kn_impl_avx2 = {
     .name = "avx2",
     .isa = KN_ISA_AVX2,
@@ -418,6 +419,31 @@ const kn_impl kn_impl_avx2 = {
     .q4_perm = 16,
     .permute_q4 = avx2_permute_q4,
     .rows = avx2_rows,
+    .q8_supported = kn_avx2q8_supported,
+    .q8_default = 1,
+    .quant = kn_avx2q8_quant,
+    .rows_q8 = kn_avx2q8_rows,
+    .pack = kn_avx2q8_pack,
+    .pack_tile_bytes = kn_avx2q8_pack_tile_bytes,
+};
+
+static int avxvnni_supported(void) { return avx2_supported() && kn_avxvnni_supported(); }
+
+/* The same f32 kernels; q8 mode with the AVX-VNNI vpdpbusd
+ * (kernels_avxvnni.c), on by default */
+const kn_impl kn_impl_avxvnni = {
+    .name = "avxvnni",
+    .isa = KN_ISA_AVX2,
+    .supported = avxvnni_supported,
+    .q4_perm = 16,
+    .permute_q4 = avx2_permute_q4,
+    .rows = avx2_rows,
+    .q8_supported = kn_avxvnni_supported,
+    .q8_default = 1,
+    .quant = kn_avxvnni_quant,
+    .rows_q8 = kn_avxvnni_rows,
+    .pack = kn_avxvnni_pack,
+    .pack_tile_bytes = kn_avxvnni_pack_tile_bytes,
 };
 
 #else

@@ -445,7 +445,9 @@ static void avx512_rows(const kn_job *job, int r0, int r1) {
 static int avx512_supported(void) { return cpu_has(CPU_AVX512) && cpu_has(CPU_FMA) && cpu_has(CPU_F16C); }
 static int avx512vnni_supported(void) { return avx512_supported() && kn_vnni_supported(); }
 
-/* AVX-512 without VNNI (Skylake-SP, Cascade Lake without it): f32 only */
+/* AVX-512 without VNNI (Skylake-SP, Cascade Lake without it): q8 mode
+ * for Q8/Q4 weights on the AVX2 int8 kernels (kernels_avx2q8.c, ymm code
+ * runs on any AVX-512 CPU), on by default; BF16 weights run f32 */
 const kn_impl kn_impl_avx512 = {
     .name = "avx512",
     .isa = KN_ISA_AVX512,
@@ -453,6 +455,12 @@ const kn_impl kn_impl_avx512 = {
     .q4_perm = 32,
     .permute_q4 = avx512_permute_q4,
     .rows = avx512_rows,
+    .q8_supported = kn_avx2q8_supported,
+    .q8_default = 1,
+    .quant = kn_avx2q8_quant,
+    .rows_q8 = kn_avx2q8_rows,
+    .pack = kn_avx2q8_pack,
+    .pack_tile_bytes = kn_avx2q8_pack_tile_bytes,
 };
 
 /* The same f32 kernels, plus int8 activations on VNNI (kernels_vnni.c)

@@ -1,5 +1,5 @@
 /* kernels_impl.h - what kernels.c shares with the per-ISA kernel files
- * (kernels_avx2.c, kernels_avx512.c). Not part of the public interface.
+ * (kernels_avx2.c, kernels_avx512.c, ...). Not part of the public interface.
  *
  * Every variant implements one function, rows(job, r0, r1), that writes
  * y[t][r] for all t < T and r0 <= r < r1. kn_matmul splits the output
@@ -38,6 +38,9 @@ typedef struct {
     int8_t *q;  /* [T][ldq], 64-byte aligned rows, in the variant's layout */
     float *d;   /* [T][cols / KN_QBLOCK] block scales */
     float *xs;  /* [T][cols / group_size] group sums X of the dequantized x */
+    int32_t *s16; /* [T][cols / 16] sums of xq over each 16 columns (S_k of a
+                   * block = the two of its halves); filled by the quantizers
+                   * whose rows_q8 read it (kernels_q8x8.h), else left as is */
     size_t ldq; /* bytes per row of q: a multiple of 128 */
 } kn_qx;
 
@@ -87,7 +90,7 @@ typedef struct {
     int (*bf16_supported)(void);
     void (*quant_bf16)(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
     void (*rows_bf16)(const kn_job *job, int r0, int r1);
-    /* Bytes of pack's copy per 16 rows (one tile), so a view of rows
+    /* Bytes of pack's copy per 16 rows (one 16-row tile, two 8-row ones), so a view of rows
      * 16i.. starts i tiles in; NULL with pack. */
     size_t (*pack_tile_bytes)(const kn_weight *w);
 } kn_impl;
@@ -98,7 +101,20 @@ void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *
 
 extern const kn_impl kn_impl_generic;
 #if defined(__x86_64__)
-extern const kn_impl kn_impl_avx2, kn_impl_avx512, kn_impl_avx512vnni;
+extern const kn_impl kn_impl_avx2, kn_impl_avxvnni, kn_impl_avx512, kn_impl_avx512vnni;
+/* kernels_avx2q8.c / kernels_avxvnni.c: the q8 mode on 8-row tiles of ymm
+ * vectors (kernels_q8x8.h), AVX2 only (the avx2 and avx512 variants) and
+ * with AVX-VNNI (the avxvnni variant) */
+int kn_avx2q8_supported(void);
+void kn_avx2q8_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_avx2q8_rows(const kn_job *job, int r0, int r1);
+void *kn_avx2q8_pack(const kn_weight *w);
+size_t kn_avx2q8_pack_tile_bytes(const kn_weight *w);
+int kn_avxvnni_supported(void);
+void kn_avxvnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_avxvnni_rows(const kn_job *job, int r0, int r1);
+void *kn_avxvnni_pack(const kn_weight *w);
+size_t kn_avxvnni_pack_tile_bytes(const kn_weight *w);
 /* kernels_vnni.c: the q8 mode of the avx512 variant (AVX512_VNNI) */
 int kn_vnni_supported(void);
 void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);

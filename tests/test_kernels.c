@@ -191,8 +191,9 @@ static const struct {
     int q8, q8_default, pack, bf16;
 } expect[] = {
     {"generic", 1, 0, 0, 0},
-    {"avx2", 0, 0, 0, 0},
-    {"avx512", 0, 0, 0, 0},
+    {"avx2", 1, 1, 1, 0},
+    {"avxvnni", 1, 1, 1, 0},
+    {"avx512", 1, 1, 1, 0},
     {"avx512vnni", 1, 1, 1, 1},
 };
 
@@ -574,6 +575,55 @@ TEST(q8_accuracy_and_reference_bits) {
     kn_init();
 }
 
+/* The extremes of the integer sums: Q8 weights of 0 and 255 against xq of
+ * +-127 (every pair of products at 2 * 255 * 127, past int16: a kernel
+ * that lets vpmaddubsw saturate, or that negates q - 128 = -128, gives
+ * other bits), Q4 weights of 0 and 15; each variant against the generic
+ * reference, packed and not, T = 1 and 5. */
+TEST(q8_extreme_products) {
+    int rows = 24, cols = 256;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        for (int g = bits == 8 ? 16 : 32; g <= 64; g *= 2) {
+            tweight tw = make_weight(bits == 8 ? KN_Q8 : KN_Q4, rows, cols, g, KN_F32);
+            uint8_t *qb = tw.data;
+            size_t rb = (size_t)cols * bits / 8;
+            for (int r = 0; r < rows; r++)
+                for (size_t j = 0; j < rb; j++) /* rows of all-max, all-zero, and mixed runs */
+                    qb[r * rb + j] = r % 3 == 0 ? 0xFF : r % 3 == 1 ? 0x00 : (j / 4) % 2 ? 0xFF : 0x00;
+            for (int T = 1; T <= 5; T += 4) {
+                float *x = dfl_malloc(sizeof(float) * T * cols);
+                float *y0 = dfl_malloc(sizeof(float) * T * rows), *y = dfl_malloc(sizeof(float) * T * rows);
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < cols; j++) /* +-1 in every block: xq = +-127 */
+                        x[t * cols + j] = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : (j / 2) % 2 ? 1.0f : -1.0f;
+                kn_set_act_quant(1);
+                CHECK(kn_force_variant("generic") == 0 && kn_act_quant(), "generic has no q8 mode");
+                kn_matmul(pool, y0, x, &tw.w, T);
+                for (int vi = 1; vi < N_VARIANTS; vi++) {
+                    if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
+                    for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++) {
+                        if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
+                        kn_matmul(pool, y, x, &tw.w, T);
+                        char d[160];
+                        describe(d, sizeof d, variants[vi], &tw.w, T);
+                        int diff = 0;
+                        for (int i = 0; i < T * rows; i++) diff += memcmp(&y[i], &y0[i], 4) != 0;
+                        CHECK(diff == 0, "%s: %d outputs differ from the generic q8 reference (extremes)", d, diff);
+                        kn_unpack(&tw.w);
+                    }
+                }
+                free(x);
+                free(y0);
+                free(y);
+            }
+            free_weight(&tw);
+            if (bits == 4) break;
+        }
+    }
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
 /* Zero rows give 0, non-finite x gives NaN in its own row only, and the
  * two modes really differ. */
 TEST(q8_special_rows) {
@@ -862,6 +912,7 @@ int main(void) {
     RUN(matmul_accuracy);
     RUN(act_quant_mode);
     RUN(q8_accuracy_and_reference_bits);
+    RUN(q8_extreme_products);
     RUN(q8_special_rows);
     RUN(bf16_activations);
     RUN(batch_invariance);
