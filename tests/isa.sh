@@ -50,6 +50,7 @@ if ! command -v "$QEMU" >/dev/null 2>&1; then
 fi
 echo "test-isa: $("$QEMU" --version | head -n 1); DFLASH_FAST=${DFLASH_FAST-}"
 
+ulimit -c 0 2>/dev/null # no qemu core files from a test that crashes
 pass=0 fail=0 start=$(date +%s)
 for pair in $ISA_CPUS; do
     cpu=${pair%%:*} want=${pair#*:}
