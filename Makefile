@@ -2,7 +2,10 @@
 #   make          build ./dflash, libdflash.a and libdflash.so (installs missing Debian -dev
 #                 packages as root)
 #   make install  PREFIX=/usr/local DESTDIR=: dflash, dflash.h, the libraries, dflash.pc
-#   make test     run the test suite (tests/run.sh)
+#   make test     run the test suite (tests/run.sh): the model tests once per
+#                 kernel variant this CPU runs
+#   make test-isa a subset of the tests under qemu-x86_64 -cpu Nehalem / Haswell
+#                 (tests/isa.sh: the generic and AVX2 paths on any x86-64 host)
 #   make demo     run DFlash on the shipped demo models
 #   make asan     build and test with AddressSanitizer + UBSan
 #   make tsan     the thread pool and two-models tests under ThreadSanitizer
@@ -59,7 +62,7 @@ EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_L
 EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test demo asan tsan clean fuzz test-cuda install uninstall bench-attn
+.PHONY: all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -142,11 +145,22 @@ $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 $(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
+# the kernel variants this CPU runs (tests/run.sh, tests/isa.sh)
+$(BUILD)/variants: tools/variants.c $(BUILD)/libdflash.a | $(DEPS_STAMP)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+
 tests: $(TEST_BIN)
 
-test: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so $(TEST_BIN)
+test: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so $(TEST_BIN) $(BUILD)/variants
 	@DFLASH_BIN=$(abspath $(BIN)) DFLASH_EXAMPLE=$(abspath $(BUILD)/simple) DFLASH_BUILD=$(BUILD) \
 	    DFLASH_OPT="$(OPT)" CC="$(CC)" sh tests/run.sh $(BUILD)
+
+# A subset of the tests under qemu-user's CPU models without AVX-512 and
+# without AVX (tests/isa.sh; installs qemu-user if missing; DFLASH_FAST=1
+# sizes unless DFLASH_FAST= is given)
+ISA_TESTS ?= test_kernels test_attention test_sample test_model test_dflash test_gguf
+test-isa: deps $(ISA_TESTS:%=$(BUILD)/%) $(BUILD)/variants
+	@ISA_TESTS="$(ISA_TESTS)" sh tests/isa.sh $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/dflash \

@@ -16,6 +16,9 @@
 static char tmpdir[256];
 static const char *root = ".";
 static int slow = 1; /* 0 under sanitizers: fewer prompts on the big models */
+/* DFLASH_FAST set (the per-variant reruns of tests/run.sh, qemu in
+ * tests/isa.sh): slow = 0 and the small pairs get fewer prompts too */
+static int n_small = 50;
 
 static char *tpath(const char *name) {
     static char buf[8][512];
@@ -154,8 +157,8 @@ TEST(lossless_random_pair) {
     int32_t *p[N];
     size_t len[N];
     random_prompts(N, 500, p, len);
-    lossless(m, p, len, N, 40, 0.0f, "random pair, greedy");
-    lossless(m, p, len, 12, 40, 0.8f, "random pair, temp 0.8");
+    lossless(m, p, len, n_small, 40, 0.0f, "random pair, greedy");
+    lossless(m, p, len, n_small < 12 ? n_small : 12, 40, 0.8f, "random pair, temp 0.8");
     /* sampling is reproducible: same seed, same tokens; another seed differs */
     dflash_gen g = dflash_default_gen();
     g.n_predict = 40;
@@ -349,7 +352,7 @@ TEST(lossless_tiny_pair) {
     int32_t *p[N];
     size_t len[N];
     random_prompts(N, 16000, p, len);
-    lossless(m, p, len, N, 32, 0.0f, "tiny pair");
+    lossless(m, p, len, n_small, 32, 0.0f, "tiny pair");
     for (int i = 0; i < N; i++) free(p[i]);
     dflash_free(m);
 }
@@ -497,7 +500,10 @@ TEST(backend_choice) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    if (getenv("DFLASH_FAST")) slow = 0;
+    if (getenv("DFLASH_FAST")) {
+        slow = 0;
+        n_small = 8;
+    }
 #if defined(__SANITIZE_ADDRESS__)
     slow = 0;
 #endif
