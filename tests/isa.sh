@@ -15,7 +15,7 @@
 # BUILD/variants built). Installs Debian's qemu-user when qemu-x86_64 is
 # missing (as root). Environment:
 #   ISA_CPUS="Nehalem:generic Haswell:avx2"  MODEL:VARIANT pairs to run
-#   ISA_TESTS="test_kernels ..."            the programs
+#   ISA_TESTS="test_kernels ..."            the programs (then the CLI demo-pair check)
 #   DFLASH_FAST=1 (the default here; DFLASH_FAST= for the full sizes): the
 #   smaller prompt sets and one variant per program (test_dflash,
 #   test_attention, test_kernels); qemu runs SIMD code 10-20x slower.
@@ -77,6 +77,25 @@ for pair in $ISA_CPUS; do
     set -- $(echo "$line" | sed -E 's/([0-9]+) passed, ([0-9]+) failed/\1 \2/')
     pass=$((pass + $1)) fail=$((fail + $2))
     echo "=== $cpu: $line"
+    # DFlash = greedy on the shipped demo pair, through the CLI, one prompt
+    # per domain (bench/prompts), 48 tokens each
+    if [ -x "${DFLASH_BIN:-}" ]; then
+        for d in math chat code; do
+            p=$(head -n 1 "bench/prompts/$d.jsonl" | sed -n 's/.*"prompt": *"\(.*\)".*/\1/p')
+            g=$("$QEMU" -cpu "$cpu" "$DFLASH_BIN" generate -m models/demo/target --chat -p "$p" -n 48 -t 2 2>/dev/null)
+            rc1=$?
+            f=$("$QEMU" -cpu "$cpu" "$DFLASH_BIN" generate -m models/demo/target -md models/demo/draft --chat -p "$p" \
+                -n 48 -t 2 2>/dev/null)
+            rc2=$?
+            if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$g" ] && [ "$g" = "$f" ]; then
+                echo "ok - $cpu: demo pair, $d prompt: DFlash output = greedy output (${#g} bytes)"
+                pass=$((pass + 1))
+            else
+                echo "not ok - $cpu: demo pair, $d prompt: exit $rc1/$rc2, outputs differ or empty"
+                fail=$((fail + 1))
+            fi
+        done
+    fi
 done
 echo "test-isa: $(( $(date +%s) - start )) s"
 echo "$pass passed, $fail failed"
