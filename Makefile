@@ -244,7 +244,7 @@ FUZZ_LIB := util safetensors config model cpu kernels threads tokenizer chat ggu
 # SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
 # feature name they test)
-FUZZ_PLAIN := kernels_avx2 kernels_avx512 kernels_vnni kernels_bf16
+FUZZ_PLAIN := kernels_avx2 kernels_avx512 kernels_vnni kernels_bf16 kernels_neon
 FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/%.o)
 
 $(FUZZ_BUILD)/.deps-ok:

@@ -300,6 +300,11 @@ static const kn_impl *const kn_impls[] = {
     &kn_impl_avx512,
     &kn_impl_avx2,
 #endif
+#if defined(__aarch64__)
+    &kn_impl_neon_i8mm,
+    &kn_impl_neon_dotprod,
+    &kn_impl_neon,
+#endif
     &kn_impl_generic,
 };
 #define KN_N_IMPLS (int)(sizeof kn_impls / sizeof kn_impls[0])

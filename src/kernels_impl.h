@@ -111,6 +111,11 @@ void kn_bf16_quant(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
 void kn_bf16_rows(const kn_job *job, int r0, int r1);
 #endif
 
+#if defined(__aarch64__)
+/* kernels_neon.c: NEON, + sdot, + usdot (the q8 mode's integer dot) */
+extern const kn_impl kn_impl_neon, kn_impl_neon_dotprod, kn_impl_neon_i8mm;
+#endif
+
 /* IEEE half -> float, exact (subnormals, inf, nan included). */
 static inline float kn_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -194,6 +194,9 @@ static const struct {
     {"avx2", 0, 0, 0, 0},
     {"avx512", 0, 0, 0, 0},
     {"avx512vnni", 1, 1, 1, 1},
+    {"neon", 1, 1, 0, 0},
+    {"neon-dotprod", 1, 1, 0, 0},
+    {"neon-i8mm", 1, 1, 0, 0},
 };
 
 static int lookup(const char *v) {
