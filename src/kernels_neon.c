@@ -251,6 +251,7 @@ static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float3
 #define Q8_CORR 1
 #include "kernels_neon_q8.h"
 
+#ifdef KN_NEON_DOTPROD
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("dotprod"))), apply_to = function)
 #else
@@ -269,6 +270,9 @@ static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float3
 #pragma GCC pop_options
 #endif
 
+#endif
+
+#ifdef KN_NEON_I8MM
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("dotprod,i8mm"))), apply_to = function)
 #else
@@ -287,13 +291,19 @@ static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float3
 #pragma GCC pop_options
 #endif
 
+#endif
+
 /* ===================================================================== */
 /* The variants                                                            */
 /* ===================================================================== */
 
 static int neon_supported(void) { return cpu_has(CPU_NEON); }
+#ifdef KN_NEON_DOTPROD
 static int dotprod_supported(void) { return cpu_has(CPU_NEON) && cpu_has(CPU_DOTPROD); }
+#endif
+#ifdef KN_NEON_I8MM
 static int i8mm_supported(void) { return cpu_has(CPU_NEON) && cpu_has(CPU_DOTPROD) && cpu_has(CPU_I8MM); }
+#endif
 
 /* The f32 mode is the same in all three; they differ in the integer dot of
  * the q8 mode, which is on by default (int8 activations, as llama.cpp's
@@ -310,8 +320,12 @@ static int i8mm_supported(void) { return cpu_has(CPU_NEON) && cpu_has(CPU_DOTPRO
         .quant = neon_quant,                        \
         .rows_q8 = ROWS_Q8,                         \
     }
+#ifdef KN_NEON_I8MM
 NEON_VARIANT(kn_impl_neon_i8mm, "neon-i8mm", i8mm_supported, i8mm_rows_q8);
+#endif
+#ifdef KN_NEON_DOTPROD
 NEON_VARIANT(kn_impl_neon_dotprod, "neon-dotprod", dotprod_supported, dotprod_rows_q8);
+#endif
 NEON_VARIANT(kn_impl_neon, "neon", neon_supported, neon_rows_q8);
 
 #else

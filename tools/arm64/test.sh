@@ -1,0 +1,79 @@
+#!/bin/sh
+# make test-arm64: a named subset of the tests, cross-built (make cross-arm64)
+# and run under qemu-aarch64 once per CPU model, so that each NEON variant is
+# the one picked at least once and test_kernels meets all of them:
+#   cortex-a72   NEON only            -> "neon"
+#   cortex-a76   + dotprod            -> "neon-dotprod"
+#   max          + dotprod + i8mm     -> "neon-i8mm"
+# Per model: the test programs of ARM64_TESTS (kernels: every variant the
+# model has, accuracy, bit-exactness against the C q8 reference, batch
+# invariance T = 1..17 and 32; attention; sampling; DFlash == greedy on the
+# random, tiny and demo pairs; the model's forward against its oracle; GGUF
+# load), then the CLI on the demo pair: the variant named in the load line,
+# and DFlash output identical to greedy output.
+# Prints "N passed, N failed" (tests/run.sh's convention) and the time.
+#   ARM64_CPUS="cortex-a72 ..."  the models (default: the three above)
+#   ARM64_TESTS="test_kernels ..." the programs (build-arm64/NAME)
+# Nothing is timed for speed under qemu: the times are the emulator's.
+cd "$(dirname "$0")/../.." || exit 1
+export DFLASH_ROOT="$PWD"
+RUN="sh tools/arm64/run"
+CPUS=${ARM64_CPUS:-"cortex-a72 cortex-a76 max"}
+TESTS=${ARM64_TESTS:-"test_kernels test_attention test_sample test_dflash test_model test_gguf"}
+pass=0 fail=0 broken=""
+log=$(mktemp) out=$(mktemp -d)
+trap 'rm -rf "$log" "$out"' EXIT
+t_all=$(date +%s)
+want_variant() {
+    case "$1" in
+    cortex-a72|cortex-a53|cortex-a57|cortex-a35) echo neon ;;
+    cortex-a76|neoverse-n1) echo neon-dotprod ;;
+    max) echo neon-i8mm ;;
+    *) echo "" ;;
+    esac
+}
+count() { # NAME OK: one check of this script
+    if [ "$2" = 1 ]; then pass=$((pass + 1)); echo "ok - $1"; else fail=$((fail + 1)); echo "not ok - $1"; fi
+}
+for cpu in $CPUS; do
+    export QEMU_CPU=$cpu
+    for t in $TESTS; do
+        echo "== $cpu $t"
+        start=$(date +%s)
+        $RUN "build-arm64/$t" >"$log" 2>&1
+        rc=$?
+        cat "$log"
+        line=$(grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+        if [ -z "$line" ]; then
+            echo "   $cpu $t exited $rc without a summary line: counted as 1 failure"
+            fail=$((fail + 1)); broken="$broken $cpu:$t"; continue
+        fi
+        p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+        f=$(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed/\1/')
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; broken="$broken $cpu:$t"; fi
+        pass=$((pass + p)); fail=$((fail + f))
+        echo "   ($(( $(date +%s) - start )) s)"
+    done
+    # the CLI on the demo pair: DFlash and plain greedy give the same text
+    echo "== $cpu dflash generate (demo pair)"
+    start=$(date +%s)
+    $RUN generate -m models/demo/target -md models/demo/draft --chat -p "Solve for x: 3x + 5 = 20." -n 40 -t 2 \
+        >"$out/dflash.txt" 2>"$out/dflash.err"
+    rc_d=$?
+    $RUN generate -m models/demo/target --chat -p "Solve for x: 3x + 5 = 20." -n 40 -t 2 \
+        >"$out/greedy.txt" 2>"$out/greedy.err"
+    rc_g=$?
+    sed 's/^/    /' "$out/dflash.err" | grep -E 'load:|decode:|dflash:' | head -4
+    count "$cpu: generate exits 0 (dflash $rc_d, greedy $rc_g)" "$([ $rc_d = 0 ] && [ $rc_g = 0 ] && echo 1)"
+    want=$(want_variant "$cpu")
+    if [ -n "$want" ]; then
+        count "$cpu: kernels variant $want picked" "$(grep -q "backend cpu ($want)" "$out/greedy.err" && echo 1)"
+    fi
+    count "$cpu: DFlash output == greedy output ($(wc -c <"$out/greedy.txt") bytes)" \
+        "$([ -s "$out/greedy.txt" ] && cmp -s "$out/greedy.txt" "$out/dflash.txt" && echo 1)"
+    echo "   ($(( $(date +%s) - start )) s)"
+done
+[ -n "$broken" ] && echo "crashed or unsummarised:$broken"
+echo "test-arm64: $(( $(date +%s) - t_all )) s under qemu-aarch64 ($CPUS)"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
