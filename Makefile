@@ -14,14 +14,46 @@
 CC      ?= cc
 WERROR  ?=
 OPT     ?= -O2 -g
+# the libraries' flags: pkg-config's, or (ARM64=1, below) the arm64 sysroot's
+PKG_CFLAGS = $(shell pkg-config --cflags libcjson libpcre2-8 libmicrohttpd 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null)
+SERVE_LIBS = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+# chat line editing when libedit is there (tools/deps.sh installs libedit-dev);
+# expanded when used, i.e. after the dependency step
+EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_LIBEDIT)
+EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
+DEPS_SH ?= sh tools/deps.sh
+BUILD   ?= build
+# the compiler of the tools the build runs on this machine (tools/embed.c)
+HOSTCC  ?= $(CC)
+HOST_CFLAGS ?= $(CFLAGS)
+
+# ARM64=1 (make cross-arm64 sets it): cross-build for arm64 Linux into
+# build-arm64 with Debian's aarch64-linux-gnu-gcc, against the arm64 Debian
+# libraries tools/arm64/fetch_deps.sh unpacks into .arm64/root (pkg-config
+# knows nothing of them: the flags are spelled out); that script is the
+# dependency step, so no amd64 -dev package is asked for.
+ifeq ($(ARM64),1)
+ARM64_ROOT := $(CURDIR)/.arm64/root
+ARM64_LIBDIRS := $(ARM64_ROOT)/usr/lib/aarch64-linux-gnu $(ARM64_ROOT)/lib/aarch64-linux-gnu
+CC      := aarch64-linux-gnu-gcc
+BUILD   := build-arm64
+BIN     := build-arm64/dflash
+PKG_CFLAGS := -isystem $(ARM64_ROOT)/usr/include -I$(ARM64_ROOT)/usr/include/cjson
+PKG_LIBS := $(ARM64_LIBDIRS:%=-L%) $(ARM64_LIBDIRS:%=-Wl,-rpath-link,%) -lcjson -lpcre2-8
+SERVE_LIBS := -lmicrohttpd
+EDIT_CFLAGS = $(if $(wildcard $(ARM64_ROOT)/usr/include/histedit.h),-DDFLASH_LIBEDIT -I$(ARM64_ROOT)/usr/include/editline)
+EDIT_LIBS = $(if $(wildcard $(ARM64_ROOT)/usr/include/histedit.h),-ledit)
+DEPS_SH := sh tools/arm64/fetch_deps.sh
+HOSTCC  := cc
+HOST_CFLAGS := -O2 -std=c11
+endif
+
 # -fPIC for libdflash.so; -fvisibility=hidden: the .so exports the DFLASH_API
 # functions of dflash.h only (the tests link libdflash.a and see everything)
 CFLAGS  += $(OPT) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) -pthread \
-           -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
-           $(shell pkg-config --cflags libcjson libpcre2-8 libmicrohttpd 2>/dev/null)
-LDLIBS  += $(shell pkg-config --libs libcjson libpcre2-8 2>/dev/null) -lutf8proc -lm -pthread
-SERVE_LIBS = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-BUILD   ?= build
+           -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc $(PKG_CFLAGS)
+LDLIBS  += $(PKG_LIBS) -lutf8proc -lm -pthread
 ifeq ($(CUDA),1)
 BUILD   := build-cuda
 endif
@@ -56,21 +88,16 @@ endif
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
-# chat line editing when libedit is there (tools/deps.sh installs libedit-dev);
-# expanded when used, i.e. after the dependency step
-EDIT_CFLAGS = $(shell pkg-config --exists libedit 2>/dev/null && echo -DDFLASH_LIBEDIT)
-EDIT_LIBS = $(shell pkg-config --exists libedit 2>/dev/null && pkg-config --libs libedit)
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn
+.PHONY: all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
 # the stamp (order-only), so make -j cannot race apt-get. DFLASH_NO_DEPS=1
 # skips it (tools/deps.sh).
-DEPS_SH ?= sh tools/deps.sh
 DEPS_STAMP := $(BUILD)/.deps-ok
-$(DEPS_STAMP): tools/deps.sh | $(BUILD)
+$(DEPS_STAMP): $(lastword $(DEPS_SH)) | $(BUILD)
 	@$(DEPS_SH) && touch $@
 deps: $(DEPS_STAMP)
 
@@ -128,13 +155,17 @@ uninstall:
 CLI_SRC := cli/main.c cli/serve.c
 # .dflash-build names the build directory ./dflash was last linked from, so
 # switching between make and make CUDA=1 relinks it.
+# (ARM64=1 links build-arm64/dflash: ./dflash is not its concern.)
+ifneq ($(ARM64),1)
 $(shell [ "$$(cat .dflash-build 2>/dev/null)" = "$(BUILD)" ] || echo "$(BUILD)" > .dflash-build)
-$(BIN): $(CLI_SRC) cli/serve.h $(BUILD)/serve_page.h $(BUILD)/libdflash.a .dflash-build
+DFLASH_BUILD_STAMP := .dflash-build
+endif
+$(BIN): $(CLI_SRC) cli/serve.h $(BUILD)/serve_page.h $(BUILD)/libdflash.a $(DFLASH_BUILD_STAMP)
 	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -DDFLASH_GIT_REV='"$(GIT_REV)"' -I$(BUILD) $(CLI_SRC) $(BUILD)/libdflash.a $(LDLIBS) $(SERVE_LIBS) $(EDIT_LIBS) -o $@
 
 # the chat page of `dflash serve`, compiled in as a C array (tools/embed.c: no xxd needed)
 $(BUILD)/embed: tools/embed.c | $(BUILD)
-	$(CC) $(CFLAGS) $< -o $@
+	$(HOSTCC) $(HOST_CFLAGS) $< -o $@
 
 $(BUILD)/serve_page.h: cli/serve_page.html $(BUILD)/embed
 	$(BUILD)/embed serve_page_html <cli/serve_page.html >$@.tmp && mv $@.tmp $@
@@ -190,7 +221,19 @@ test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
 	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
 
 clean:
-	rm -rf build build-asan build-tsan build-cuda build-fuzz dflash
+	rm -rf build build-asan build-tsan build-cuda build-fuzz build-arm64 dflash
+
+# ---- arm64: cross-built, run under qemu-aarch64 ------------------------------
+#   make cross-arm64   build-arm64/dflash, the tests and libdflash for arm64 Linux
+#   make test-arm64    a subset of the tests under qemu, once per CPU model
+#                      (tools/arm64/test.sh); tools/arm64/run runs the binaries
+ARM64_TEST_BIN := $(TEST_BIN:$(BUILD)/%=build-arm64/%)
+cross-arm64:
+	@$(MAKE) --no-print-directory ARM64=1 build-arm64/.deps-ok
+	@$(MAKE) --no-print-directory ARM64=1 build-arm64/dflash build-arm64/simple build-arm64/libdflash.so $(ARM64_TEST_BIN)
+
+test-arm64: cross-arm64
+	@sh tools/arm64/test.sh
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/kernels_bench && $(BUILD)/kernels_bench
@@ -221,7 +264,7 @@ FUZZ_LIB := util safetensors config model cpu kernels threads tokenizer chat ggu
 # SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
 # feature name they test)
-FUZZ_PLAIN := kernels_avx2 kernels_avx2q8 kernels_avxvnni kernels_avx512 kernels_vnni kernels_bf16
+FUZZ_PLAIN := kernels_avx2 kernels_avx2q8 kernels_avxvnni kernels_avx512 kernels_vnni kernels_bf16 kernels_neon
 FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/%.o)
 
 $(FUZZ_BUILD)/.deps-ok:

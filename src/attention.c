@@ -229,6 +229,38 @@ static inline __m256 sum8_tree(const __m256 *a) {
 #define HAVE_AVX2 1
 #endif
 
+/* ---- arm64 NEON (architectural on AArch64: no target needed) ------------- */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define HAVE_NEON 1
+/* 16 lanes (4 vectors) with fma, a zero-filled tail, then a fixed tree. */
+static float dot_neon(const float *a, const float *b, int n) {
+    float32x4_t p[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 4; l++) p[l] = vfmaq_f32(p[l], vld1q_f32(a + i + 4 * l), vld1q_f32(b + i + 4 * l));
+    if (i < n) {
+        float ta[16] = {0}, tb[16] = {0};
+        memcpy(ta, a + i, sizeof(float) * (size_t)(n - i));
+        memcpy(tb, b + i, sizeof(float) * (size_t)(n - i));
+        for (int l = 0; l < 4; l++) p[l] = vfmaq_f32(p[l], vld1q_f32(ta + 4 * l), vld1q_f32(tb + 4 * l));
+    }
+    return vaddvq_f32(vaddq_f32(vaddq_f32(p[0], p[1]), vaddq_f32(p[2], p[3])));
+}
+
+static void axpy_neon(float *y, float a, const float *x, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+static void scale_neon(float *y, float a, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmulq_n_f32(vld1q_f32(y + i), a));
+    for (; i < n; i++) y[i] *= a;
+}
+#endif
+
 typedef struct {
     float (*dot)(const float *, const float *, int);
     void (*axpy)(float *, float, const float *, int);
@@ -244,6 +276,9 @@ static vec_ops pick(void) {
 #endif
 #ifdef HAVE_AVX2
     if (kn_isa_cur() == KN_ISA_AVX2) v = (vec_ops){dot_avx2, axpy_avx2, scale_avx2};
+#endif
+#ifdef HAVE_NEON
+    if (kn_isa_cur() == KN_ISA_NEON) v = (vec_ops){dot_neon, axpy_neon, scale_neon};
 #endif
     return v;
 }

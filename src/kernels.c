@@ -301,6 +301,15 @@ static const kn_impl *const kn_impls[] = {
     &kn_impl_avxvnni,
     &kn_impl_avx2,
 #endif
+#if defined(__aarch64__)
+#ifdef KN_NEON_I8MM
+    &kn_impl_neon_i8mm,
+#endif
+#ifdef KN_NEON_DOTPROD
+    &kn_impl_neon_dotprod,
+#endif
+    &kn_impl_neon,
+#endif
     &kn_impl_generic,
 };
 #define KN_N_IMPLS (int)(sizeof kn_impls / sizeof kn_impls[0])

@@ -127,6 +127,22 @@ void kn_bf16_quant(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
 void kn_bf16_rows(const kn_job *job, int r0, int r1);
 #endif
 
+#if defined(__aarch64__)
+/* kernels_neon.c: NEON, + sdot, + usdot (the q8 mode's integer dot). GCC
+ * (10 and later) declares the sdot / usdot intrinsics for any function
+ * compiled for the feature, so both variants are always built; clang 14's
+ * arm_neon.h declares them only when the whole compilation targets the
+ * feature (-march, or a default CPU such as Apple's), so with clang a
+ * variant is built only then. */
+#if !defined(__clang__) || defined(__ARM_FEATURE_DOTPROD)
+#define KN_NEON_DOTPROD 1
+#endif
+#if !defined(__clang__) || (defined(__ARM_FEATURE_DOTPROD) && defined(__ARM_FEATURE_MATMUL_INT8))
+#define KN_NEON_I8MM 1
+#endif
+extern const kn_impl kn_impl_neon, kn_impl_neon_dotprod, kn_impl_neon_i8mm;
+#endif
+
 /* IEEE half -> float, exact (subnormals, inf, nan included). */
 static inline float kn_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -86,6 +86,26 @@ static int argmax_avx2(const float *x, int n) {
 #define HAVE_X86_SIMD 1
 #endif
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+/* As argmax_avx512 with 4 lanes (NEON is architectural on AArch64). */
+static int argmax_neon(const float *x, int n) {
+    if (n < 16) return argmax_generic(x, n);
+    float32x4_t m = vld1q_f32(x);
+    int i = 4;
+    for (; i + 4 <= n; i += 4) m = vmaxq_f32(m, vld1q_f32(x + i));
+    float mx = vmaxvq_f32(m);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float32x4_t vm = vdupq_n_f32(mx);
+    for (i = 0; i + 4 <= n; i += 4)
+        if (vmaxvq_u32(vceqq_f32(vld1q_f32(x + i), vm))) break;
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return argmax_generic(x, n); /* NaNs: fall back to the scalar rule */
+}
+#define HAVE_NEON 1
+#endif
+
 /* The loop of the family kernels.c chose (the one CPU check); every loop
  * gives the scalar loop's answer: the first index of the maximum. */
 int smp_argmax(const float *x, int n) {
@@ -95,6 +115,9 @@ int smp_argmax(const float *x, int n) {
     case KN_ISA_AVX2: return argmax_avx2(x, n);
     default: break;
     }
+#endif
+#ifdef HAVE_NEON
+    if (kn_isa_cur() == KN_ISA_NEON) return argmax_neon(x, n);
 #endif
     return argmax_generic(x, n);
 }

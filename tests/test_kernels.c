@@ -195,6 +195,9 @@ static const struct {
     {"avxvnni", 1, 1, 1, 0},
     {"avx512", 1, 1, 1, 0},
     {"avx512vnni", 1, 1, 1, 1},
+    {"neon", 1, 1, 0, 0},
+    {"neon-dotprod", 1, 1, 0, 0},
+    {"neon-i8mm", 1, 1, 0, 0},
 };
 
 static int lookup(const char *v) {
