@@ -149,8 +149,12 @@ TEST(draft_forward_and_dflash_loop) {
         CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
         be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
         CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
-        float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
+        /* full draft logits are kept for the first prompt only (fixture size); every
+         * prompt's argmax is checked below */
+        const st_tensor *dl = get(&fx, i, "draft1_logits");
+        float dd = dl ? maxdiff(logits, dl->data, (size_t)(B - 1) * V) : 0;
         worst = dd > worst ? dd : worst;
+        CHECK(i > 0 || dl, "p0: the fixture lacks draft1_logits");
         CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
         const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
         int32_t dr[16];
@@ -246,8 +250,12 @@ TEST(qwen3moe_draft_and_dflash) {
         CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
         be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
         CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
-        float dd = maxdiff(logits, get(&fx, i, "draft1_logits")->data, (size_t)(B - 1) * V);
+        /* full draft logits are kept for the first prompt only (fixture size); every
+         * prompt's argmax is checked below */
+        const st_tensor *dl = get(&fx, i, "draft1_logits");
+        float dd = dl ? maxdiff(logits, dl->data, (size_t)(B - 1) * V) : 0;
         worst = dd > worst ? dd : worst;
+        CHECK(i > 0 || dl, "p0: the fixture lacks draft1_logits");
         CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
         const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
         for (int k = 0; k < B - 1; k++) CHECK(prop[k] == a1[k], "p%d: draft slot %d proposed %d != %d", i, k + 1, prop[k], a1[k]);
