@@ -39,6 +39,41 @@ static void scale_generic(float *y, float a, int n) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 static _Alignas(64) const float zero_row[FHD]; /* the padding key of the fast paths */
+
+/* The block walk shared by the fast paths (plain C, before any target
+ * pragma). fast_reset: rows t0..t1-1, ng heads each, start empty; returns
+ * the most keys any of those rows sees. fast_gather: kp/vp <- the keys j0..
+ * of row t (at most jn of them, in index order: the cache Ka/Va first, then
+ * the block's own Kb/Vb), the key list padded with zero_row to a multiple
+ * of pad; returns how many real keys row t has there (0: none left). */
+static int fast_reset(const at_job *J, int t0, int t1, int ng, float (*m)[FG], float (*l)[FG],
+                      float (*acc)[FG][FHD]) {
+    int nmax = 0;
+    for (int t = t0; t < t1; t++) {
+        int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
+        nmax = n > nmax ? n : nmax;
+        for (int g = 0; g < ng; g++) {
+            m[t - t0][g] = -INFINITY;
+            l[t - t0][g] = 0;
+            memset(acc[t - t0][g], 0, sizeof(float) * J->hd);
+        }
+    }
+    return nmax;
+}
+
+static int fast_gather(const at_job *J, int kh, int t, int j0, int jn, int pad, const float **kp, const float **vp) {
+    int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
+    if (j0 >= n) return 0;
+    int nj = n - j0 < jn ? n - j0 : jn;
+    for (int j = 0; j < nj; j++) {
+        int jj = j0 + j;
+        size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+        kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
+        vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
+    }
+    for (int j = nj; j < BLK && j % pad; j++) kp[j] = zero_row;
+    return nj;
+}
 /* Every function from here to the matching pop is compiled for AVX-512F
  * (at_run calls them only when the CPU has it): clang takes a target
  * attribute per function, gcc a target pragma. */
@@ -459,29 +494,12 @@ static void rows_avx512(void *p, int start, int end) {
     const float *kp[BLK], *vp[BLK];
     for (int job = start; job < end; job++) {
         int kh = job % J->nkv, t0 = job / J->nkv * RB, t1 = t0 + RB < C->T ? t0 + RB : C->T;
-        int nmax = 0;
-        for (int t = t0; t < t1; t++) {
-            int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
-            nmax = n > nmax ? n : nmax;
-            for (int g = 0; g < ng; g++) {
-                m[t - t0][g] = -INFINITY;
-                l[t - t0][g] = 0;
-                memset(acc[t - t0][g], 0, sizeof(float) * hd);
-            }
-        }
+        int nmax = fast_reset(J, t0, t1, ng, m, l, acc);
         for (int j0 = 0; j0 < nmax; j0 += BLK) {
             int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
             for (int t = t0; t < t1; t++) {
-                int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
-                if (j0 >= n) continue;
-                int nj = n - j0 < jn ? n - j0 : jn;
-                for (int j = 0; j < nj; j++) {
-                    int jj = j0 + j;
-                    size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
-                    kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
-                    vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
-                }
-                for (int j = nj; j < BLK && (j & 15); j++) kp[j] = zero_row; /* pad to 16 keys */
+                int nj = fast_gather(J, kh, t, j0, jn, 16, kp, vp); /* padded to 16 keys */
+                if (!nj) continue;
                 const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)kh * ng * hd;
                 block_avx512(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
             }
@@ -622,29 +640,12 @@ static void rows_avx2(void *p, int start, int end) {
         int pass = job % npass, kh = job / npass % J->nkv, t0 = job / npass / J->nkv * RB;
         int t1 = t0 + RB < C->T ? t0 + RB : C->T;
         int g0 = pass * FG, ng = grp - g0 < FG ? grp - g0 : FG;
-        int nmax = 0;
-        for (int t = t0; t < t1; t++) {
-            int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
-            nmax = n > nmax ? n : nmax;
-            for (int g = 0; g < ng; g++) {
-                m[t - t0][g] = -INFINITY;
-                l[t - t0][g] = 0;
-                memset(acc[t - t0][g], 0, sizeof(float) * hd);
-            }
-        }
+        int nmax = fast_reset(J, t0, t1, ng, m, l, acc);
         for (int j0 = 0; j0 < nmax; j0 += BLK) {
             int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
             for (int t = t0; t < t1; t++) {
-                int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
-                if (j0 >= n) continue;
-                int nj = n - j0 < jn ? n - j0 : jn;
-                for (int j = 0; j < nj; j++) {
-                    int jj = j0 + j;
-                    size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
-                    kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
-                    vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
-                }
-                for (int j = nj; j < BLK && (j & 7); j++) kp[j] = zero_row; /* pad to 8 keys */
+                int nj = fast_gather(J, kh, t, j0, jn, 8, kp, vp); /* padded to 8 keys */
+                if (!nj) continue;
                 const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0) * hd;
                 block_avx2(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
             }
