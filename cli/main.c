@@ -945,12 +945,17 @@ static int cmd_bench(int argc, char **argv) {
     int B = in.has_draft ? in.block_size : 0;
     if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft(m, depth, o.reps, &draft_s) != 0) die("%s", dflash_error());
     static const double taus[] = {3.0, 5.0, 6.5, 8.0};
-    double decode = 1.0 / cost[0], gbs = in.weight_bytes / cost[0] / 1e9;
+    double decode = 1.0 / cost[0], gbs = in.token_bytes / cost[0] / 1e9;
     if (!o.json) {
         printf("model: %s, %d layers, hidden %d, %s, %.1f MB | backend %s (%s), %d threads\n", in.arch, in.n_layers,
                in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels, in.n_threads);
-        printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, weights at %.1f GB/s (%.0f%% of it)\n", bw_what,
-               bw, 1e3 * cost[0], decode, gbs, 100 * gbs / bw);
+        if (in.token_bytes != in.weight_bytes) /* experts: only the routed ones are read */
+            printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, the %.1f MB a token reads (k of E experts) at "
+                   "%.1f GB/s (%.0f%% of it)\n",
+                   bw_what, bw, 1e3 * cost[0], decode, in.token_bytes / 1e6, gbs, 100 * gbs / bw);
+        else
+            printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, weights at %.1f GB/s (%.0f%% of it)\n", bw_what,
+                   bw, 1e3 * cost[0], decode, gbs, 100 * gbs / bw);
         printf("greedy step cost (forward + argmax) at depth %d:\n  T    ms      x T=1   ms/token\n", depth);
         for (int i = 0; i < NW; i++)
             printf("  %-3d %7.2f %6.2f %8.2f\n", widths[i], 1e3 * cost[i], cost[i] / cost[0], 1e3 * cost[i] / widths[i]);
@@ -1058,8 +1063,9 @@ static int cmd_bench(int argc, char **argv) {
     if (o.json) {
         printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"backend\": \"%s\", "
                "\"kernels\": \"%s\", \"bandwidth\": \"%s\", \"bandwidth_gb_s\": %.2f, \"decode_tok_s\": %.2f, \"decode_gb_s\": %.2f, \"depth\": %d, "
-               "\"cost_ms\": {",
-               in.arch, in.weight_format, in.n_threads, in.backend, in.kernels, bw_what, bw, decode, gbs, depth);
+               "\"weight_bytes\": %zu, \"token_bytes\": %zu, \"cost_ms\": {",
+               in.arch, in.weight_format, in.n_threads, in.backend, in.kernels, bw_what, bw, decode, gbs, depth,
+               in.weight_bytes, in.token_bytes);
         for (int i = 0; i < NW; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], 1e3 * cost[i]);
         printf("}, \"cost_ratio\": {");
         for (int i = 0; i < NW; i++) printf("%s\"%d\": %.4f", i ? ", " : "", widths[i], cost[i] / cost[0]);

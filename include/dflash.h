@@ -88,6 +88,10 @@ typedef struct {
     const char *kernels; /* the backend's line: kernel variant, device */
     int n_threads;
     const char *draft_weight_format; /* as weight_format, for the draft ("" without one) */
+    /* the weight bytes one T=1 decode step reads: weight_bytes, less the
+     * unrouted experts of every expert layer (E - k of E; = weight_bytes
+     * for a dense model) - what bandwidth figures divide by */
+    size_t token_bytes;
 } dflash_info;
 
 DFLASH_API void dflash_get_info(const dflash_model *m, dflash_info *info);

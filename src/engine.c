@@ -265,6 +265,15 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->kernels = m->be->describe(m->bi);
     in->n_threads = m->be->n_threads ? m->be->n_threads(m->bi) : 1;
     in->draft_weight_format = m->draft_format;
+    in->token_bytes = m->target.weight_bytes;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->target.layers[l];
+        if (!c->moe_layer[l] || !L->experts) continue;
+        size_t eb = 0;
+        for (int e = 0; e < c->n_experts; e++)
+            eb += kn_weight_bytes(&L->experts[e].wg) + kn_weight_bytes(&L->experts[e].wu) + kn_weight_bytes(&L->experts[e].wd);
+        in->token_bytes -= eb / (size_t)c->n_experts * (size_t)(c->n_experts - c->n_experts_used);
+    }
 }
 
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {

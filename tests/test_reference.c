@@ -217,6 +217,46 @@ TEST(draft_forward_and_dflash_loop) {
 TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
 TEST(qwen3moe_mlx_q4_switch_mlp) { check_target("tiny-qwen3moe-q4"); }
 
+/* dflash_info.token_bytes: the bytes a decode step reads - every weight but
+ * the E - k unrouted experts of each expert layer (tiny-qwen3moe: 8 experts,
+ * top 2, layers 0, 2, 3). Computed here from the tensors on disk. */
+TEST(qwen3moe_token_bytes) {
+    mdl_model t;
+    if (mdl_load(&t, rp("tests/models/tiny-qwen3moe", NULL))) {
+        CHECK(0, "%s", dfl_lasterr());
+        return;
+    }
+    size_t experts = 0;
+    int nmoe = 0;
+    for (int l = 0; l < t.cfg.n_layers; l++) {
+        if (!t.cfg.moe_layer[l]) continue;
+        nmoe++;
+        for (int e = 0; e < t.cfg.n_experts; e++)
+            experts += kn_weight_bytes(&t.layers[l].experts[e].wg) + kn_weight_bytes(&t.layers[l].experts[e].wu) +
+                       kn_weight_bytes(&t.layers[l].experts[e].wd);
+    }
+    size_t want = t.weight_bytes - experts / (size_t)t.cfg.n_experts * (size_t)(t.cfg.n_experts - t.cfg.n_experts_used);
+    CHECK(nmoe == 3 && t.cfg.n_experts == 8 && t.cfg.n_experts_used == 2, "tiny-qwen3moe: %d expert layers", nmoe);
+    dflash_model *api = dflash_load(rp("tests/models/tiny-qwen3moe", NULL), NULL, NULL);
+    CHECK(api != NULL, "load: %s", dflash_error());
+    if (api) {
+        dflash_info in;
+        dflash_get_info(api, &in);
+        CHECK(in.weight_bytes == t.weight_bytes && in.token_bytes == want && want < t.weight_bytes,
+              "token_bytes %zu, want %zu (weight_bytes %zu)", in.token_bytes, want, in.weight_bytes);
+        dflash_free(api);
+    }
+    api = dflash_load(rp("tests/models/tiny-qwen3", NULL), NULL, NULL);
+    if (api) {
+        dflash_info in;
+        dflash_get_info(api, &in);
+        CHECK(in.token_bytes == in.weight_bytes, "dense: token_bytes %zu != weight_bytes %zu", in.token_bytes,
+              in.weight_bytes);
+        dflash_free(api);
+    }
+    mdl_free(&t);
+}
+
 /* The random draft for tiny-qwen3moe: round 1 draft logits against the
  * reference, and DFlash through the public API equal to the reference
  * (which is plain greedy) at block sizes 2..16 and auto. */
@@ -304,6 +344,7 @@ int main(void) {
     RUN(draft_forward_and_dflash_loop);
     RUN(qwen3moe_bf16);
     RUN(qwen3moe_mlx_q4_switch_mlp);
+    RUN(qwen3moe_token_bytes);
     RUN(qwen3moe_draft_and_dflash);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
