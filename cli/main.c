@@ -124,9 +124,11 @@ static const char *help_chat =
     "Interactive multi-turn chat on stdin/stdout with the model's chat template.\n"
     "Type a message and press Enter; /reset clears the conversation, /help lists\n"
     "the commands, /exit or end-of-file quits. Ctrl-C stops an answer (the\n"
-    "conversation stays); at the prompt it quits. The KV cache of earlier turns is\n"
-    "reused; when the conversation outgrows the context the oldest turns are\n"
-    "dropped (and said so); a message too long for the context on its own is\n"
+    "conversation stays); at the prompt it quits. Each turn extends the tokens\n"
+    "already read and written, so only the new message is prefilled (with\n"
+    "--think the history is rendered again, earlier reasoning dropped); when\n"
+    "the conversation outgrows the context the oldest turns are dropped (and\n"
+    "said so); a message too long for the context on its own is\n"
     "refused and the conversation kept. On a terminal, lines can be edited and\n"
     "recalled (arrow keys) when dflash was built with libedit.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
@@ -681,6 +683,14 @@ static int cmd_chat(int argc, char **argv) {
     chat_hist h = {NULL, NULL, 0, 0, 0};
     if (o.system) hist_add(&h, "system", strdup(o.system));
     h.first = h.n;
+    /* conv: the tokens the model has read and written so far (the last
+     * prompt + its answer as generated). With thinking off a new turn
+     * extends them (dflash_chat_next_turn), so the whole cached
+     * conversation is reused; after a trim, an error or with --think
+     * (whose template drops earlier reasoning) the history is rendered
+     * again from the messages. */
+    int32_t *conv = NULL;
+    size_t n_conv = 0;
     int tty = isatty(STDIN_FILENO);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -697,6 +707,8 @@ static int cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/reset") || !strcmp(line, "/help") || !line[0]) {
             if (!strcmp(line, "/reset")) {
                 hist_drop(&h, h.first, h.n - h.first);
+                free(conv);
+                conv = NULL, n_conv = 0;
                 fprintf(stderr, "(conversation cleared)\n");
             } else if (line[0]) {
                 fputs(chat_help, stderr);
@@ -705,21 +717,52 @@ static int cmd_chat(int argc, char **argv) {
             continue;
         }
         hist_add(&h, "user", line);
-        char *prompt = chat_fit(m, &h, o.think, room);
-        if (!prompt) continue;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        if (conv && !o.think) { /* extend the conversation's tokens */
+            char *next = dflash_chat_next_turn(m, line, o.think);
+            int32_t *t = NULL;
+            size_t nt = 0;
+            if (next && dflash_tokenize(m, next, strlen(next), &t, &nt) == 0 && n_conv + nt + (size_t)room <= (size_t)in.n_ctx) {
+                ids = malloc(sizeof *ids * (n_conv + nt));
+                if (!ids) die("%s", "out of memory");
+                memcpy(ids, conv, sizeof *ids * n_conv);
+                memcpy(ids + n_conv, t, sizeof *ids * nt);
+                n_ids = n_conv + nt;
+            }
+            free(t);
+            free(next);
+        }
+        if (!ids) { /* render the history (trimmed to fit) from the messages */
+            char *prompt = chat_fit(m, &h, o.think, room);
+            if (!prompt) continue;
+            int tr = dflash_tokenize(m, prompt, strlen(prompt), &ids, &n_ids);
+            free(prompt);
+            if (tr != 0) die("%s", dflash_error()); /* chat_fit tokenized the same text */
+        }
+        free(conv);
+        conv = NULL, n_conv = 0;
         strbuf reply = {NULL, 0, 0};
         dflash_stats st;
+        int32_t *answer = NULL;
+        size_t n_answer = 0;
         chat_interrupted = 0;
         chat_answering = 1;
-        int rc = dflash_generate_text(m, prompt, &g, on_chat_token, &reply, &st);
+        int rc = dflash_generate(m, ids, n_ids, &g, on_chat_token, &reply, &answer, &n_answer, &st);
         chat_answering = 0;
-        free(prompt);
         if (rc != 0) {
             fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());
             free(reply.buf);
+            free(ids);
+            free(answer);
             hist_drop(&h, h.n - 1, 1);
             continue;
         }
+        conv = realloc(ids, sizeof *ids * (n_ids + n_answer + 1));
+        if (!conv) die("%s", "out of memory");
+        if (n_answer) memcpy(conv + n_ids, answer, sizeof *conv * n_answer);
+        n_conv = n_ids + n_answer;
+        free(answer);
         out_write("\n", 1);
         if (stdout_errno) break;
         if (chat_interrupted) fprintf(stderr, "(answer stopped)\n");
@@ -732,6 +775,7 @@ static int cmd_chat(int argc, char **argv) {
     hist_drop(&h, 0, h.n);
     free(h.msgs);
     free(h.owned);
+    free(conv);
     dflash_free(m);
     return 0;
 }

@@ -125,6 +125,14 @@ typedef struct {
 DFLASH_API char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n,
                                     int add_generation_prompt, int think);
 
+/* The text that closes a generated answer's turn and opens the next, with
+ * the user message and the generation prompt (think as above): a chat that
+ * appends its tokens to the prompt + answer tokens it already has reuses
+ * the whole cached conversation. It keeps the (empty, with thinking off)
+ * think block of earlier answers, which the template's full render drops.
+ * malloc'd; NULL + error when the model has no template we know. */
+DFLASH_API char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think);
+
 typedef struct {
     int n_predict;     /* new tokens at most (default 256) */
     float temp;        /* 0 = greedy (default) */

@@ -245,3 +245,23 @@ char *chat_render(chat_format f, const chat_message *m, int n, int add_generatio
     return f == CHAT_QWEN3 ? render_qwen3(m, n, add_generation_prompt, think)
                            : render_llama3(m, n, add_generation_prompt);
 }
+
+char *chat_next_turn(chat_format f, const char *user, chat_think think) {
+    sbuf b = {0};
+    puts_(&b, "");
+    if (f == CHAT_QWEN3) {
+        puts_(&b, "<|im_end|>\n<|im_start|>user\n");
+        puts_(&b, user);
+        puts_(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        if (think == CHAT_THINK_OFF) puts_(&b, "<think>\n\n</think>\n\n");
+    } else if (f == CHAT_LLAMA3) {
+        puts_(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
+        put_span(&b, py_strip(whole(user)));
+        puts_(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    } else {
+        free(b.s);
+        dfl_seterr("chat_next_turn: unknown chat format %d", (int)f);
+        return NULL;
+    }
+    return b.s;
+}

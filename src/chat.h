@@ -24,4 +24,16 @@ int chat_detect(const char *template_text);
 char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
                   chat_think think);
 
+/* The text that follows a generated answer (its tokens as generated, the
+ * stop token not included) to close that assistant turn and open the next:
+ * the end of the turn, the user message `user` as a user turn, and the
+ * generation prompt (CHAT_QWEN3 with CHAT_THINK_OFF: the empty think block).
+ * prompt + answer + chat_next_turn() is chat_render() of the longer
+ * conversation, except that Qwen3's template drops the think block of
+ * earlier answers while this keeps what the model read and wrote (with
+ * thinking off: the empty block). So a chat can extend its cached tokens
+ * instead of re-rendering, and reuse all of them. malloc'd; NULL + error on
+ * an unknown format. */
+char *chat_next_turn(chat_format f, const char *user, chat_think think);
+
 #endif

@@ -333,6 +333,18 @@ char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int 
     return s;
 }
 
+char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think) {
+    const char *tmpl = tok_chat_template(m->tok);
+    if (!tmpl) {
+        dfl_seterr("the model has no chat_template in tokenizer_config.json");
+        return NULL;
+    }
+    int f = chat_detect(tmpl);
+    if (f < 0) return NULL;
+    return chat_next_turn((chat_format)f, user ? user : "",
+                          think < 0 ? CHAT_THINK_UNSET : think ? CHAT_THINK_ON : CHAT_THINK_OFF);
+}
+
 void dflash_reset(dflash_model *m) {
     if (!m->seq) return;
     m->be->truncate(m->seq, 0);

@@ -77,6 +77,45 @@ TEST(known_prompts) {
     free(s);
 }
 
+/* prompt + answer + chat_next_turn() is the full render of the longer
+ * conversation, but for the empty think block Qwen3's render drops from the
+ * earlier answer (Llama 3: exactly the full render) */
+static char *cat3(const char *a, const char *b, const char *c) {
+    size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+    char *s = malloc(na + nb + nc + 1);
+    memcpy(s, a, na);
+    memcpy(s + na, b, nb);
+    memcpy(s + na + nb, c, nc + 1);
+    return s;
+}
+
+TEST(next_turn) {
+    chat_message m[] = {{"system", "Be brief.", NULL}, {"user", "What is 2+2?", NULL}, {"assistant", "4.", NULL},
+                        {"user", "And 3+3?", NULL}};
+    char *p1 = chat_render(CHAT_QWEN3, m, 2, 1, CHAT_THINK_OFF), *nt = chat_next_turn(CHAT_QWEN3, "And 3+3?", CHAT_THINK_OFF);
+    char *full = chat_render(CHAT_QWEN3, m, 4, 1, CHAT_THINK_OFF);
+    CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
+    if (p1 && nt && full) {
+        char *got = cat3(p1, "4.", nt);
+        const char *a = strstr(full, "<|im_start|>assistant\n") + strlen("<|im_start|>assistant\n");
+        char *want = malloc(strlen(full) + 32);
+        memcpy(want, full, (size_t)(a - full));
+        strcpy(want + (a - full), "<think>\n\n</think>\n\n");
+        strcat(want, a);
+        CHECK(!strcmp(got, want), "qwen3 next turn:\n%s\n---\n%s", got, want);
+        free(got);
+        free(want);
+    }
+    free(p1), free(nt), free(full);
+    p1 = chat_render(CHAT_LLAMA3, m, 2, 1, CHAT_THINK_UNSET);
+    nt = chat_next_turn(CHAT_LLAMA3, " And 3+3?\n", CHAT_THINK_UNSET);
+    full = chat_render(CHAT_LLAMA3, m, 4, 1, CHAT_THINK_UNSET);
+    char *got = p1 && nt ? cat3(p1, "4.", nt) : NULL;
+    CHECK(got && full && !strcmp(got, full), "llama3 next turn");
+    free(got), free(p1), free(nt), free(full);
+    CHECK(chat_next_turn((chat_format)7, "x", CHAT_THINK_OFF) == NULL, "unknown format refused");
+}
+
 /* the rendered no-think prompt tokenizes to the ids other tokenizers give */
 TEST(render_then_tokenize) {
     char *dir = dfl_path_join(ROOT, "models/qwen3-tokenizer");
@@ -135,6 +174,7 @@ int main(void) {
     RUN(fixture_cases);
     RUN(known_prompts);
     RUN(render_then_tokenize);
+    RUN(next_turn);
     RUN(detect);
     RUN(bad_input);
     cJSON_Delete(DOC);

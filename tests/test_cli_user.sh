@@ -91,6 +91,24 @@ grep -qE "dropped the [0-9]+ oldest exchanges? \(a message and its answer\), [0-
     ok "chat says how many old turns it dropped" || bad "chat says how many old turns it dropped"
 grep -q "error" "$T/err" && bad "chat past the context: no errors" || ok "chat past the context: no errors"
 
+# prompt reuse across turns (issue 19 item 3): each turn extends the tokens
+# of the last prompt and its answer, so the next prompt reuses all of them
+# (the answer's last token and its stop token may be re-read: -1). The demo
+# pair answers in a few tokens and stops on <|im_end|> as a real chat does.
+printf 'What is 2+2?\nAnd 3+3?\nThanks, and 4+4?\n' |
+    "$BIN" chat -m models/demo/target --draft models/demo/draft -n 48 -v >"$T/out" 2>"$T/err"
+rc=$?
+sed -nE 's/^prompt: ([0-9]+) tokens \(([0-9]+) reused\).*/\1 \2/p; s/^decode: ([0-9]+) tokens.*/\1/p' "$T/err" |
+    tr '\n' ' ' >"$T/reuse"
+read -r p1 r1 d1 p2 r2 d2 p3 r3 d3 <"$T/reuse"
+[ $rc -eq 0 ] && [ -n "$d3" ] && [ "$r1" -eq 0 ] && [ "$r2" -ge $((p1 + d1 - 1)) ] && [ "$r3" -ge $((p2 + d2 - 1)) ] &&
+    [ "$p3" -gt "$r3" ] && ok "chat reuses the whole conversation (turns: $(cat "$T/reuse"))" ||
+    bad "chat reuses the whole conversation (exit $rc; prompt, reused, answer per turn: $(cat "$T/reuse"))"
+printf 'What is 2+2?\nAnd 3+3?\n' |
+    "$BIN" chat -m models/demo/target -n 48 --think -v >"$T/out" 2>"$T/err"
+[ $? -eq 0 ] && [ "$(grep -c '^decode:' "$T/err")" -eq 2 ] && ok "chat --think: two turns (history re-rendered)" ||
+    bad "chat --think: two turns"
+
 # Ctrl-C during an answer: the answer stops (its statistics are printed, so
 # the chat handled it), the chat goes on and quits normally at /exit. stdout
 # is a FIFO the test does not read until the signal is sent, so the answer
