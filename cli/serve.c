@@ -293,6 +293,8 @@ static cJSON *err_json(const sv_err *e) {
 
 enum { JOB_CHAT, JOB_COMPLETION };
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+/* sv_job.cancelled: why a job stops at the next token */
+enum { JOB_LIVE = 0, JOB_CLIENT_GONE, JOB_SHUTDOWN };
 
 typedef struct sv_server sv_server;
 
@@ -311,7 +313,7 @@ typedef struct sv_job {
     /* shared: under srv->mu */
     int refs;
     int state;
-    int cancelled;             /* client gone or shutting down: stop at the next token */
+    int cancelled;             /* JOB_LIVE, or why to stop at the next token */
     sbuf out;                  /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
     size_t sent;
     int rc;                    /* dflash_generate's result; err says why when -1 */
@@ -483,13 +485,19 @@ static void run_job(sv_server *s, sv_job *j) {
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
     int cancelled = j->cancelled;
     if (rc == 0 && !cancelled) ss_finish(j->stop, job_text, j);
+    if (rc == 0 && cancelled == JOB_SHUTDOWN) { /* a cut reply is not a finished one: say so */
+        rc = j->rc = -1;
+        snprintf(j->err, sizeof j->err, "the server is shutting down: the reply was cut after %d tokens",
+                 st.n_tokens);
+    }
     j->finish = ss_matched(j->stop) || !strcmp(st.stop_reason, "stop token") ? "stop"
                 : !strcmp(st.stop_reason, "callback")                       ? "stop"
                                                                             : "length";
     if (j->stream) {
-        if (rc != 0) {
+        if (rc != 0) { /* an error event and no [DONE]: the stream did not finish */
             sv_err e;
-            fail(&e, 500, NULL, NULL, "generation failed: %s", j->err);
+            if (cancelled == JOB_SHUTDOWN) fail(&e, 503, "server_shutdown", NULL, "%s", j->err);
+            else fail(&e, 500, NULL, NULL, "generation failed: %s", j->err);
             sse_event(&j->out, err_json(&e));
         } else {
             sse_chunk(j, choice_json(j, 1, NULL, NULL, 0, j->finish), NULL, timings_json(&st));
@@ -498,9 +506,10 @@ static void run_job(sv_server *s, sv_job *j) {
         }
     }
     sv_metrics *m = &s->mt;
+    m->cancelled += rc != 0 && cancelled;
     if (rc == 0) {
         m->gens++;
-        m->cancelled += cancelled;
+        m->cancelled += cancelled != JOB_LIVE;
         m->prompt_tokens += st.n_prompt;
         m->cached_tokens += st.n_reused;
         m->gen_tokens += st.n_tokens;
@@ -516,7 +525,9 @@ static void run_job(sv_server *s, sv_job *j) {
         fprintf(stderr, "%s: prompt %d tokens (%d cached) %.1f ms, %d tokens %.1f tok/s, tau %.2f, %s%s\n", j->id,
                 st.n_prompt, st.n_reused, 1e3 * st.prompt_s, st.n_tokens,
                 st.decode_s > 0 ? st.n_tokens / st.decode_s : 0.0, st.tau, j->finish,
-                cancelled ? " (client gone)" : "");
+                cancelled == JOB_CLIENT_GONE ? " (client gone)" : "");
+    else if (cancelled == JOB_SHUTDOWN)
+        fprintf(stderr, "%s: cut: %s (prompt %d tokens)\n", j->id, j->err, st.n_prompt);
     else
         fprintf(stderr, "%s: error: %s\n", j->id, j->err);
 }
@@ -540,7 +551,8 @@ static void *worker_main(void *arg) {
             s->running = NULL;
         } else {
             j->rc = -1;
-            snprintf(j->err, sizeof j->err, "cancelled before it started");
+            snprintf(j->err, sizeof j->err, "%s", j->cancelled == JOB_SHUTDOWN ? "the server is shutting down: the "
+                     "request was not started" : "cancelled before it started");
             s->mt.cancelled++;
         }
         j->state = JOB_DONE;
@@ -872,7 +884,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     pthread_mutex_lock(&t->srv->mu);
     while (j->sent == j->out.n && j->state != JOB_DONE) {
         if (peer_gone(t->fd)) {
-            j->cancelled = 1;
+            j->cancelled = JOB_CLIENT_GONE;
             pthread_mutex_unlock(&t->srv->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -891,7 +903,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     sv_stream *t = cls;
     pthread_mutex_lock(&t->srv->mu);
-    if (t->job->state != JOB_DONE) t->job->cancelled = 1; /* the connection went away */
+    if (t->job->state != JOB_DONE) t->job->cancelled = JOB_CLIENT_GONE; /* the connection went away */
     job_release(t->job);
     pthread_mutex_unlock(&t->srv->mu);
     free(t);
@@ -979,7 +991,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     pthread_mutex_lock(&s->mu);
     while (j->state != JOB_DONE) {
         if (peer_gone(fd)) {
-            j->cancelled = 1;
+            j->cancelled = JOB_CLIENT_GONE;
             job_release(j);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO; /* close the connection */
@@ -991,7 +1003,8 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     /* DONE: the worker no longer writes the job */
     enum MHD_Result ok;
     if (j->rc != 0) {
-        fail(&e, j->cancelled ? 503 : 500, NULL, NULL, "generation failed: %s", j->err);
+        if (j->cancelled == JOB_SHUTDOWN) fail(&e, 503, "server_shutdown", NULL, "%s", j->err);
+        else fail(&e, j->cancelled ? 503 : 500, NULL, NULL, "generation failed: %s", j->err);
         ok = send_err(c, s, &e);
     } else {
         cJSON *r = reply_head(j, 0);
@@ -1115,7 +1128,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("requests_processing", "gauge", "Generations running now.", "%d", running);
     METRIC("requests_deferred", "gauge", "Generations waiting in the queue.", "%d", queued);
     METRIC("generations_total", "counter", "Generations finished.", "%ld", m.gens);
-    METRIC("generations_cancelled_total", "counter", "Generations stopped because the client went away.", "%ld",
+    METRIC("generations_cancelled_total", "counter", "Generations stopped because the client went away or the server shut down.", "%ld",
            m.cancelled);
     METRIC("prompt_tokens_total", "counter", "Prompt tokens (cached ones included).", "%ld", m.prompt_tokens);
     METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens whose KV was reused from the previous request.",
@@ -1471,8 +1484,9 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     s->worker_exit = 1;
-    for (sv_job *j = s->head; j; j = j->next) j->cancelled = 1;
-    if (s->running) s->running->cancelled = 1;
+    for (sv_job *j = s->head; j; j = j->next)
+        if (!j->cancelled) j->cancelled = JOB_SHUTDOWN;
+    if (s->running && !s->running->cancelled) s->running->cancelled = JOB_SHUTDOWN;
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(worker, NULL);

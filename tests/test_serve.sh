@@ -43,5 +43,27 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     expect_exit "port in use" 1 "cannot listen" -- "$BIN" serve -m models/demo/target --port "$PORT"
     stop_server
 fi
+# a stream cut by shutdown says so (issue 19 item 4): SIGTERM starts the
+# drain, a second one cancels what still runs; the cut stream must end with
+# an error event (code server_shutdown), without finish_reason "stop" or
+# [DONE], and the log must not call it "client gone"
+if start_server -m models/demo/target --ctx-size 4096; then
+    curl -sSN "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Count to a million."}],
+        "max_tokens": 4000, "ignore_eos": true, "stream": true}' >"$T/cut.sse" 2>"$T/err" &
+    cpid=$!
+    i=0
+    while [ "$(grep -c '^data: ' "$T/cut.sse" 2>/dev/null)" -lt 5 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -TERM "$SV_PID"; sleep 0.3; kill -TERM "$SV_PID"
+    wait $cpid
+    stop_server
+    last=$(grep '^data: ' "$T/cut.sse" | tail -n 1)
+    case $last in *'"code":"server_shutdown"'*) ok "a stream cut by shutdown ends with an error event" ;;
+        *) bad "a stream cut by shutdown ends with an error event (last: $(echo "$last" | cut -c1-200))" ;; esac
+    grep -qE '"finish_reason":"stop"|\[DONE\]' "$T/cut.sse" && bad "a cut stream has no finish_reason stop, no [DONE]" ||
+        ok "a cut stream has no finish_reason stop, no [DONE]"
+    grep -q ": cut: the server is shutting down: the reply was cut after" "$T/server.log" &&
+        ! grep -q "client gone" "$T/server.log" && ok "server log: the reply was cut by the shutdown" ||
+        bad "server log: the reply was cut by the shutdown ($(grep -E 'cut|gone' "$T/server.log" | head -2))"
+fi
 echo "test_serve: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
