@@ -593,6 +593,23 @@ static int get_bool(cJSON *o, const char *k, int *v, sv_err *e) {
     return 1;
 }
 
+/* Whether a JSON text holds the escape \u0000 inside a string (a raw NUL
+ * byte is invalid JSON and cJSON refuses it). */
+static int json_has_nul(const char *p, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str) {
+            in_str = p[i] == '"';
+        } else if (p[i] == '"') {
+            in_str = 0;
+        } else if (p[i] == '\\' && i + 1 < n) {
+            if (p[i + 1] == 'u' && i + 5 < n && !memcmp(p + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
+}
+
 /* Parameters OpenAI defines that this server does not implement: accepted
  * only at their "off" values. */
 static int check_unsupported(cJSON *o, sv_err *e) {
@@ -666,9 +683,46 @@ static int parse_stop(cJSON *o, ss_matcher **out, sv_err *e) {
     return 0;
 }
 
+/* One rule for every field of a generation request: a field is read (the
+ * lists below), accepted only at its "off" value (check_unsupported), or
+ * refused with 400 naming it - never ignored silently. Accepted and
+ * ignored: OpenAI's bookkeeping fields (user, metadata, store,
+ * service_tier) and llama-server's cache_prompt (the cache is always
+ * reused). */
+static int check_fields(cJSON *o, int kind, sv_err *e) {
+    static const char *const known[] = {
+        "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "seed",
+        "draft_max", "ignore_eos", "stream", "stream_options", "stop", "frequency_penalty", "presence_penalty",
+        "logprobs", "top_logprobs", "tools", "functions", "logit_bias", "response_format", "n", "user", "metadata",
+        "store", "service_tier", "cache_prompt"};
+    static const char *const chat_only[] = {"messages", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "think"};
+    static const char *const completion_only[] = {"prompt", "echo", "suffix", "best_of"};
+    cJSON *x;
+    cJSON_ArrayForEach(x, o) {
+        int found = 0;
+        for (size_t i = 0; i < sizeof known / sizeof *known && !found; i++) found = !strcmp(x->string, known[i]);
+        if (kind == JOB_CHAT)
+            for (size_t i = 0; i < sizeof chat_only / sizeof *chat_only && !found; i++) found = !strcmp(x->string, chat_only[i]);
+        else
+            for (size_t i = 0; i < sizeof completion_only / sizeof *completion_only && !found; i++)
+                found = !strcmp(x->string, completion_only[i]);
+        if (!found)
+            return fail(e, 400, "unsupported_parameter", x->string,
+                        "'%.60s' is not supported by this server (README lists the request fields)", x->string);
+    }
+    /* the tool fields only with their "off" values, as tools itself */
+    x = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    if (x && !cJSON_IsNull(x) && !(cJSON_IsString(x) && !strcmp(x->valuestring, "none")))
+        return fail(e, 400, "unsupported_parameter", "tool_choice", "'tool_choice' is not supported (only \"none\")");
+    x = cJSON_GetObjectItemCaseSensitive(o, "cache_prompt");
+    if (x && !cJSON_IsNull(x) && !cJSON_IsBool(x))
+        return fail(e, 400, "invalid_type", "cache_prompt", "'cache_prompt' must be true or false");
+    return 0;
+}
+
 /* Fields shared by both endpoints into j->gen, j->stop, j->stream... */
 static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
-    if (check_unsupported(o, e) < 0) return -1;
+    if (check_fields(o, j->kind, e) < 0 || check_unsupported(o, e) < 0) return -1;
     cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsNull(model)) {
         if (!cJSON_IsString(model)) return fail(e, 400, "invalid_type", "model", "'model' must be a string");
@@ -688,6 +742,9 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     if (r) g->n_predict = (int)v;
     if ((r = get_int(o, "max_completion_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
     if (r) g->n_predict = (int)v;
+    if ((r = get_int(o, "n_predict", -1, INT_MAX, &v, e)) < 0) return -1; /* llama-server's name; -1: no limit */
+    if (r && v == 0) return fail(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 (no limit) or at least 1");
+    if (r) g->n_predict = v > 0 ? (int)v : s->info.n_ctx;
     if ((r = get_num(o, "temperature", 0, 2, &d, e)) < 0) return -1;
     if (r) g->temp = (float)d;
     if ((r = get_num(o, "top_p", 0, 1, &d, e)) < 0) return -1;
@@ -1263,6 +1320,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(name, "health")) return queue(c, s, 200, "application/json", "{\"status\":\"ok\"}", 15);
         if (!strcmp(name, "models")) return handle_models(c, s);
         return handle_metrics(c, s);
+    }
+    if (json_has_nul(q->body.p, q->body.n)) { /* cJSON's strings would end there: refuse, never truncate */
+        fail(&e, 400, "invalid_value", NULL, "a string in the request holds a NUL character (\\u0000), which is not supported");
+        return send_err(c, s, &e);
     }
     cJSON *o = q->body.n ? cJSON_ParseWithLength(q->body.p, q->body.n) : NULL;
     if (!o) {

@@ -39,6 +39,23 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
         -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "stream": true}' >"$T/curl.sse" 2>"$T/err" &&
         [ "$(grep -c '^data: ' "$T/curl.sse")" -ge 3 ] && tail -n 2 "$T/curl.sse" | grep -qx 'data: \[DONE\]'; then
         ok "curl -N: streamed events ending with [DONE]"; else bad "curl -N: streamed events"; fi
+    # one rule for every field (issue 19 item 7): read, accepted at its off
+    # value, or refused naming it; no silent truncation at a NUL
+    post() { curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -d "$1" -o "$T/f.json" -w '%{http_code}'; }
+    for f in '"min_p": 0.05' '"repeat_penalty": 1.1' '"mirostat": 2'; do
+        name=${f%%\":*}; name=${name#\"}
+        code=$(post '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, '"$f"'}')
+        [ "$code" = 400 ] && grep -q '"code":"unsupported_parameter"' "$T/f.json" && grep -q "\"param\":\"$name\"" "$T/f.json" &&
+            ok "field $name: 400 naming it" || bad "field $name: 400 naming it (got $code: $(cat "$T/f.json"))"
+    done
+    code=$(post '{"messages": [{"role": "user", "content": "a\u0000b"}], "max_tokens": 4}')
+    [ "$code" = 400 ] && grep -q 'NUL' "$T/f.json" && ok "a NUL in a string: 400, not truncated" ||
+        bad "a NUL in a string: 400, not truncated (got $code: $(cat "$T/f.json"))"
+    code=$(post '{"messages": [{"role": "user", "content": "a\\u0000b"}], "max_tokens": 2}')
+    [ "$code" = 200 ] && ok "an escaped backslash before u0000 is text" || bad "an escaped backslash before u0000 is text (got $code)"
+    code=$(post '{"messages": [{"role": "user", "content": "Count to twenty."}], "n_predict": 3, "ignore_eos": true, "user": "u1", "cache_prompt": true}')
+    [ "$code" = 200 ] && grep -q '"completion_tokens":3' "$T/f.json" && ok "n_predict (llama-server) = max_tokens; user, cache_prompt accepted" ||
+        bad "n_predict (llama-server) = max_tokens (got $code: $(cut -c1-300 "$T/f.json"))"
     # the port is taken: a second server must fail cleanly
     expect_exit "port in use" 1 "cannot listen" -- "$BIN" serve -m models/demo/target --port "$PORT"
     stop_server
