@@ -4,7 +4,7 @@
  *
  *   GET  /                       the chat page (cli/serve_page.html, compiled in)
  *   GET  /health                 {"status":"ok"}
- *   GET  /v1/models              the one model
+ *   GET  /v1/models              the one model; /v1/models/{id} it alone (404 for another id)
  *   GET  /metrics                Prometheus text
  *   POST /v1/chat/completions    OpenAI chat, "stream": true for SSE
  *   POST /v1/completions         OpenAI text completion
@@ -67,7 +67,8 @@ static const char *help_serve =
     "An OpenAI-compatible HTTP server with DFlash speculative decoding:\n"
     "  POST /v1/chat/completions, /v1/completions  (\"stream\": true for SSE)\n"
     "  POST /tokenize, /detokenize                  (llama-server style)\n"
-    "  GET  /v1/models, /health, /metrics (Prometheus), and a chat page at /\n"
+    "  GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), and a chat\n"
+    "  page at /. Requests may name any model: the one loaded answers them.\n"
     "Requests run one at a time, in arrival order, on the one loaded model; the\n"
     "KV cache of the previous request is reused for the longest common prefix\n"
     "(a multi-turn chat pays only for the new turn). SIGTERM or SIGINT: stop\n"
@@ -723,13 +724,11 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
 /* Fields shared by both endpoints into j->gen, j->stop, j->stream... */
 static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     if (check_fields(o, j->kind, e) < 0 || check_unsupported(o, e) < 0) return -1;
+    /* any model name is served by the one model, as llama-server does (so a
+     * client written for another name works); replies name the alias */
     cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
-    if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) return fail(e, 400, "invalid_type", "model", "'model' must be a string");
-        if (strcmp(model->valuestring, s->alias) && strcmp(model->valuestring, s->model_path))
-            return fail(e, 404, "model_not_found", "model", "The model '%.100s' does not exist (this server has '%.100s')",
-                        model->valuestring, s->alias);
-    }
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
+        return fail(e, 400, "invalid_type", "model", "'model' must be a string");
     dflash_gen *g = &j->gen;
     *g = dflash_default_gen();
     g->n_predict = s->n_predict > 0 ? s->n_predict : s->info.n_ctx;
@@ -1152,11 +1151,24 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *c, sv_server *s,
     return send_json(c, s, 200, r);
 }
 
-static enum MHD_Result handle_models(struct MHD_Connection *c, sv_server *s) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "object", "list");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(r, "data"), m);
+/* GET /v1/models (id NULL: the list of the one model) or /v1/models/{id}
+ * (the alias or the model path; else 404 model_not_found). */
+static enum MHD_Result handle_models(struct MHD_Connection *c, sv_server *s, const char *id) {
+    cJSON *r, *m = cJSON_CreateObject();
+    if (id) {
+        if (strcmp(id, s->alias) && strcmp(id, s->model_path)) {
+            cJSON_Delete(m);
+            sv_err e;
+            fail(&e, 404, "model_not_found", NULL, "The model '%.100s' does not exist (this server has '%.100s')", id,
+                 s->alias);
+            return send_err(c, s, &e);
+        }
+        r = m;
+    } else {
+        r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(r, "data"), m);
+    }
     cJSON_AddStringToObject(m, "id", s->alias);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->created);
@@ -1210,6 +1222,12 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     return ok;
 }
 
+/* The {id} of /v1/models/{id} or /models/{id} (not empty), else NULL. */
+static const char *model_id(const char *url) {
+    const char *p = !strncmp(url, "/v1/models/", 11) ? url + 11 : !strncmp(url, "/models/", 8) ? url + 8 : NULL;
+    return p && *p ? p : NULL;
+}
+
 /* Paths: NULL if unknown; *post says whether it takes POST (else GET). */
 static const char *route(const char *url, int *post) {
     static const struct {
@@ -1235,6 +1253,10 @@ static const char *route(const char *url, int *post) {
             *post = r[i].post;
             return r[i].name;
         }
+    if (model_id(url)) {
+        *post = 0;
+        return "model";
+    }
     return NULL;
 }
 
@@ -1318,7 +1340,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(name, "page"))
             return queue(c, s, 200, "text/html; charset=utf-8", (const char *)serve_page_html, serve_page_html_len);
         if (!strcmp(name, "health")) return queue(c, s, 200, "application/json", "{\"status\":\"ok\"}", 15);
-        if (!strcmp(name, "models")) return handle_models(c, s);
+        if (!strcmp(name, "models")) return handle_models(c, s, NULL);
+        if (!strcmp(name, "model")) return handle_models(c, s, model_id(url));
         return handle_metrics(c, s);
     }
     if (json_has_nul(q->body.p, q->body.n)) { /* cJSON's strings would end there: refuse, never truncate */

@@ -239,7 +239,7 @@ async function main() {
     ['stop array with a number', 'POST', '/v1/chat/completions', { messages: msg, stop: ['a', 1] }, {}, 400, 'invalid_request_error', null, 'stop'],
     ['stream not a boolean', 'POST', '/v1/chat/completions', { messages: msg, stream: 'yes' }, {}, 400, 'invalid_request_error', null, 'stream'],
     ['draft_max out of range', 'POST', '/v1/chat/completions', { messages: msg, draft_max: 99 }, {}, 400, 'invalid_request_error', null, 'draft_max'],
-    ['unknown model', 'POST', '/v1/chat/completions', { model: 'gpt-4o', messages: msg }, {}, 404, 'invalid_request_error', 'model_not_found', 'model'],
+    ['models/{id} of another model', 'GET', '/v1/models/gpt-4o', undefined, {}, 404, 'invalid_request_error', 'model_not_found'],
     ['n = 2', 'POST', '/v1/chat/completions', { messages: msg, n: 2 }, {}, 400, 'invalid_request_error', 'unsupported_parameter', 'n'],
     ['tools', 'POST', '/v1/chat/completions', { messages: msg, tools: [{ type: 'function', function: { name: 'f' } }] }, {}, 400, 'invalid_request_error', 'unsupported_parameter', 'tools'],
     ['logprobs', 'POST', '/v1/chat/completions', { messages: msg, logprobs: true }, {}, 400, 'invalid_request_error', 'unsupported_parameter', 'logprobs'],
@@ -271,12 +271,18 @@ async function main() {
   check(chunked.status === 413 && chunked.json && chunked.json.error.type === 'invalid_request_error',
         'error: chunked body over 1 MiB -> 413', chunked.status + ' ' + chunked.text.slice(0, 200));
   // the openai client sees the same errors
+  // any model name is served by the one model (as llama-server); models.retrieve knows only it
+  const other = await client.chat.completions.create({ model: 'gpt-4o', messages: msg, max_tokens: 2 });
+  check(other.model === MODEL && other.choices.length === 1, 'a request naming another model is served (model ' + MODEL + ')',
+        other.model);
+  const got = await client.models.retrieve(MODEL);
+  check(got.id === MODEL && got.object === 'model', 'openai client: models.retrieve(' + MODEL + ')', JSON.stringify(got));
   try {
-    await client.chat.completions.create({ model: 'gpt-4o', messages: msg });
-    check(false, 'openai client: unknown model throws');
+    await client.models.retrieve('gpt-4o');
+    check(false, 'openai client: models.retrieve of another model throws');
   } catch (e) {
     check(e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found',
-          'openai client: NotFoundError, code model_not_found', e.status + ' ' + e.code);
+          'openai client: models.retrieve of another model: NotFoundError, code model_not_found', e.status + ' ' + e.code);
   }
   try {
     const bad = new OpenAI({ baseURL: BASE + '/v1', apiKey: 'wrong', maxRetries: 0 });
