@@ -73,6 +73,7 @@ static void usage_err(const char *cmd, const char *msg, const char *arg) {
 typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
+    const char *think_given; /* the --think / --no-think given, for the check that needs --chat */
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
     const char *prompts, *quant, *draft_quant, *plot, *backend;
     int raw, max_prompts, reps, depth, json, draft_vocab;
@@ -338,8 +339,8 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("-c", "--ctx-size")) o->ctx = (int)parse_int(o->cmd, a, VAL(), 2, 1 << 24);
         else if (IS("--chat", "--chat")) o->chat = 1;
         else if (IS("--system", "--system")) o->system = VAL();
-        else if (IS("--think", "--think")) o->think = 1;
-        else if (IS("--no-think", "--no-think")) o->think = 0;
+        else if (IS("--think", "--think")) o->think = 1, o->think_given = a;
+        else if (IS("--no-think", "--no-think")) o->think = 0, o->think_given = a;
         else if (IS("--temp", "--temperature")) o->temp = parse_float(o->cmd, a, VAL(), 0, 100);
         else if (IS("--top-k", "--top-k")) o->top_k = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
         else if (IS("--top-p", "--top-p")) o->top_p = parse_float(o->cmd, a, VAL(), 1e-6f, 1);
@@ -377,6 +378,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     if (!o->model) usage_err(o->cmd, "missing -m DIR", NULL);
     if (o->prompt && o->file) usage_err(o->cmd, "give -p or -f, not both", NULL);
     reject_foreign_opts(o->cmd, argc, argv);
+    if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
+        usage_err(o->cmd, o->system ? "--system needs --chat (the chat template places it)"
+                                    : "--think / --no-think need --chat (the chat template switches thinking)", NULL);
     check_model_path(o->cmd, "-m", o->model);
     check_model_path(o->cmd, "--draft", o->draft);
 }
@@ -585,6 +589,7 @@ static const char *chat_help =
     "  /reset   forget the conversation (the system message stays)\n"
     "  /help    this list\n"
     "  /exit    quit (also /quit, or end-of-file: Ctrl-D)\n"
+    "A message that starts with / is sent with one more: //etc/hosts sends /etc/hosts.\n"
     "Ctrl-C stops an answer; the conversation keeps what was said.\n";
 
 typedef struct {
@@ -716,6 +721,13 @@ static int cmd_chat(int argc, char **argv) {
             free(line);
             continue;
         }
+        if (line[0] == '/' && line[1] != '/') { /* not a command we know: never sent to the model */
+            fprintf(stderr, "(unknown command %.40s: /help lists them; start a message with // to send one "
+                            "that begins with /)\n", line);
+            free(line);
+            continue;
+        }
+        if (line[0] == '/') memmove(line, line + 1, strlen(line)); /* "//x" is the message "/x" */
         hist_add(&h, "user", line);
         int32_t *ids = NULL;
         size_t n_ids = 0;
@@ -1273,8 +1285,35 @@ static int cmd_convert(int argc, char **argv) {
     return 0;
 }
 
+/* --option=VALUE -> --option VALUE, for every command (a flag given a value
+ * this way then meets its value as an unknown option, which says so). The
+ * new argv lives until exit. */
+static void split_eq_opts(int *argc, char ***argv) {
+    int n = 0;
+    for (int i = 2; i < *argc; i++) n += !strncmp((*argv)[i], "--", 2) && strchr((*argv)[i], '=');
+    if (!n) return;
+    char **v = malloc(sizeof *v * (size_t)(*argc + n + 1));
+    if (!v) exit(1);
+    int k = 0;
+    for (int i = 0; i < *argc; i++) {
+        char *a = (*argv)[i], *eq = i >= 2 && !strncmp(a, "--", 2) ? strchr(a, '=') : NULL;
+        if (!eq) {
+            v[k++] = a;
+            continue;
+        }
+        char *name = strndup(a, (size_t)(eq - a));
+        if (!name) exit(1);
+        v[k++] = name;
+        v[k++] = eq + 1;
+    }
+    v[k] = NULL;
+    *argc = k;
+    *argv = v;
+}
+
 int main(int argc, char **argv) {
     atexit(check_stdout);
+    split_eq_opts(&argc, &argv);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
         printf("dflash %s%s%s\n", dflash_version(), DFLASH_GIT_REV[0] ? " git " : "", DFLASH_GIT_REV);
         return 0;

@@ -94,13 +94,17 @@ static const char *help_serve =
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load\n"
+    "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
+    "                         built in and a GPU is present)\n"
     "  -h, --help             this help\n"
+    "Options that take a value also take it as --option=VALUE.\n"
     "\n"
     "Request fields: messages, prompt, max_tokens / max_completion_tokens,\n"
     "temperature, top_p, seed, stop (string or array), stream,\n"
     "stream_options.include_usage, n (1 only); extensions: top_k, ignore_eos,\n"
     "draft_max (0 = plain decoding, N, or \"auto\"), think or\n"
-    "chat_template_kwargs.enable_thinking.\n"
+    "chat_template_kwargs.enable_thinking, n_predict, cache_prompt. Any other\n"
+    "field is a 400 naming it (README lists those accepted at their off value).\n"
     "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
     "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
     "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
@@ -1413,7 +1417,7 @@ static int wait_signal(const sigset_t *set, int ms) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
-    const char *quant = NULL, *draft_quant = NULL;
+    const char *quant = NULL, *draft_quant = NULL, *backend = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
     float temp = 0;
     for (int i = 2; i < argc; i++) {
@@ -1445,6 +1449,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("-t", "--threads")) threads = (int)arg_int(a, VAL(), 1, 1024);
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
+        else if (IS("--backend", "--backend")) backend = VAL();
         else usage_err("unknown option", a);
 #undef IS
 #undef VAL
@@ -1487,6 +1492,7 @@ int cmd_serve(int argc, char **argv) {
     p.n_ctx = ctx;
     p.quant = quant;
     p.draft_quant = draft_quant;
+    p.backend = backend;
     dflash_model *m = dflash_load(model, draft, &p);
     if (!m) {
         fprintf(stderr, "dflash serve: error: %s\n", dflash_error());

@@ -91,6 +91,19 @@ grep -qE "dropped the [0-9]+ oldest exchanges? \(a message and its answer\), [0-
     ok "chat says how many old turns it dropped" || bad "chat says how many old turns it dropped"
 grep -q "error" "$T/err" && bad "chat past the context: no errors" || ok "chat past the context: no errors"
 
+# command-line consistency (issue 19 item 9)
+expect "--n-predict=4 (--option=VALUE)" 0 "" -- "$BIN" generate -m "$M" -p Hello --n-predict=4 --ignore-eos
+expect "--chat=yes: a flag takes no value" 2 "unknown option yes" -- "$BIN" generate -m "$M" -p Hello --chat=yes
+expect "generate --system without --chat" 2 "--system needs --chat" -- "$BIN" generate -m "$M" -p Hi --system x
+expect "generate --think without --chat" 2 "need --chat" -- "$BIN" generate -m "$M" -p Hi --think
+expect "serve --backend" 1 "error" -- "$BIN" serve -m "$T/nowhere" --backend cpu --port 0
+expect "serve --backend=nonsense" 1 "nonsense" -- "$BIN" serve -m "$M" --backend=nonsense --port 0
+printf '/frobnicate\n//etc/hosts\n/exit\n' | "$BIN" chat -m "$M" -n 2 -v >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "unknown command /frobnicate" "$T/err" && [ "$(grep -c '^decode:' "$T/err")" -eq 1 ] &&
+    ok "chat: an unknown /command is refused, //x is sent as /x" ||
+    bad "chat: an unknown /command is refused, //x is sent as /x (exit $rc, $(grep -c '^decode:' "$T/err") answers)"
+
 # prompt reuse across turns (issue 19 item 3): each turn extends the tokens
 # of the last prompt and its answer, so the next prompt reuses all of them
 # (the answer's last token and its stop token may be re-read: -1). The demo
