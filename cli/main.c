@@ -976,6 +976,8 @@ static int cmd_bench(int argc, char **argv) {
         die("%s", err);
     }
     if (o.plot) check_plot(o.plot);
+    int np = 0; /* the prompt file is read (and checked) before anything runs */
+    bench_prompt *ps = o.prompts ? read_prompts(o.prompts, &np) : NULL;
     dflash_model *m = load(&o);
     dflash_info in;
     dflash_get_info(m, &in);
@@ -1029,8 +1031,6 @@ static int cmd_bench(int argc, char **argv) {
     double g_all = 0, d_all = 0, tau_all = 0;
     int all_same = 1, have_spec = o.draft && o.prompts && in.has_draft;
     if (have_spec) {
-        int np;
-        bench_prompt *ps = read_prompts(o.prompts, &np);
         dflash_gen g = gen_params(&o);
         g.ignore_eos = 0;
         for (int i = 0; i < np; i++) {
@@ -1101,6 +1101,7 @@ static int cmd_bench(int argc, char **argv) {
         free(gtime);
         for (int i = 0; i < np; i++) free(ps[i].domain), free(ps[i].prompt);
         free(ps);
+        ps = NULL, np = 0;
         if (!o.json) printf("\ndomain      prompts  greedy tok/s  DFlash tok/s  tau    speed-up  identical\n");
         for (int k = 0; k < nd; k++) {
             double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
@@ -1157,6 +1158,8 @@ static int cmd_bench(int argc, char **argv) {
         write_plot(o.plot, widths, cost, NW, ds, sp, nd);
     }
     for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
+    for (int i = 0; i < np; i++) free(ps[i].domain), free(ps[i].prompt); /* not used: no draft */
+    free(ps);
     dflash_free(m);
     return have_spec && !all_same ? 1 : 0;
 }

@@ -104,6 +104,13 @@ rc=$?
     ok "chat: an unknown /command is refused, //x is sent as /x" ||
     bad "chat: an unknown /command is refused, //x is sent as /x (exit $rc, $(grep -c '^decode:' "$T/err") answers)"
 
+# late checks (issue 19 item 10): a missing prompt file is named before the
+# model loads or anything is measured
+"$BIN" bench -m "$M" --prompts "$T/missing.jsonl" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "cannot open prompt file" "$T/err" && ! grep -q "decode T=1" "$T/out" &&
+    ok "bench --prompts MISSING fails before the benchmark" || bad "bench --prompts MISSING fails before the benchmark (exit $rc)"
+
 # prompt reuse across turns (issue 19 item 3): each turn extends the tokens
 # of the last prompt and its answer, so the next prompt reuses all of them
 # (the answer's last token and its stop token may be re-read: -1). The demo
