@@ -150,7 +150,7 @@ static const char *help_bench =
     "\n"
     "Measure: the memory bandwidth the backend's weights stream from (CPU: a\n"
     "parallel read; CUDA: a device-to-device copy); the cost of a greedy step\n"
-    "(target forward + argmax of each row) at T = 1, 2, 4, 8, 16 (median of\n"
+    "(target forward + argmax of each row) at T = 1, 2, ..., 16 (median of\n"
     "--reps runs after a warm-up, at context depth --depth); decode tok/s and\n"
     "GB/s at T=1; and with a draft and a prompt file, greedy vs DFlash tok/s,\n"
     "tau and speed-up per domain, checking the outputs are identical.\n"
@@ -417,8 +417,10 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
     dflash_info in;
     dflash_get_info(m, &in);
     double pt = st->prompt_s > 0 ? (st->n_prompt - st->n_reused) / st->prompt_s : 0;
-    double dt = st->decode_s > 0 ? st->n_tokens / st->decode_s : 0;
-    double ms = st->n_tokens ? 1000.0 * st->decode_s / st->n_tokens : 0;
+    /* the first token comes with the prompt (prefill's logits): decode_s
+     * holds the steps of the other n_tokens - 1 (a one-token reply: no rate) */
+    double dt = st->n_tokens > 1 && st->decode_s > 0 ? (st->n_tokens - 1) / st->decode_s : 0;
+    double ms = st->n_tokens > 1 ? 1000.0 * st->decode_s / (st->n_tokens - 1) : 0;
     if (json) {
         fprintf(stderr,
                 "{\"n_prompt\": %d, \"n_tokens\": %d, \"load_s\": %.4f, \"prompt_tok_s\": %.2f, "
@@ -704,9 +706,11 @@ static int cmd_chat(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     fprintf(stderr, "dflash chat: type a message; /help lists commands, Ctrl-C stops an answer, /exit quits.\n");
+    int at_eof = 1; /* left by end-of-file (Ctrl-D), not /exit */
     for (char *line; (line = chat_read_line(tty)) != NULL;) {
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) {
             free(line);
+            at_eof = 0;
             break;
         }
         if (!strcmp(line, "/reset") || !strcmp(line, "/help") || !line[0]) {
@@ -784,6 +788,7 @@ static int cmd_chat(int argc, char **argv) {
         if (o.verbose) print_stats(m, &st, 0);
         hist_add(&h, "assistant", reply.buf ? reply.buf : strdup(""));
     }
+    if (at_eof && tty) fputc('\n', stderr); /* Ctrl-D at the prompt: end its line */
     hist_drop(&h, 0, h.n);
     free(h.msgs);
     free(h.owned);

@@ -400,8 +400,11 @@ static cJSON *timings_json(const dflash_stats *st) {
     cJSON_AddNumberToObject(t, "prompt_per_second", pms > 0 ? 1e3 * pn / pms : 0);
     cJSON_AddNumberToObject(t, "predicted_n", st->n_tokens);
     cJSON_AddNumberToObject(t, "predicted_ms", dms);
-    cJSON_AddNumberToObject(t, "predicted_per_token_ms", st->n_tokens ? dms / st->n_tokens : 0);
-    cJSON_AddNumberToObject(t, "predicted_per_second", dms > 0 ? 1e3 * st->n_tokens / dms : 0);
+    /* the first token comes with the prompt: predicted_ms holds the steps of
+     * the other n - 1 (a one-token reply has no rate) */
+    int dn = st->n_tokens > 1 ? st->n_tokens - 1 : 0;
+    cJSON_AddNumberToObject(t, "predicted_per_token_ms", dn ? dms / dn : 0);
+    cJSON_AddNumberToObject(t, "predicted_per_second", dn && dms > 0 ? 1e3 * dn / dms : 0);
     cJSON_AddNumberToObject(t, "draft_n", st->n_drafted);
     cJSON_AddNumberToObject(t, "draft_n_accepted", st->n_accepted);
     cJSON_AddNumberToObject(t, "draft_rounds", st->rounds);
@@ -530,7 +533,7 @@ static void run_job(sv_server *s, sv_job *j) {
     if (rc == 0)
         fprintf(stderr, "%s: prompt %d tokens (%d cached) %.1f ms, %d tokens %.1f tok/s, tau %.2f, %s%s\n", j->id,
                 st.n_prompt, st.n_reused, 1e3 * st.prompt_s, st.n_tokens,
-                st.decode_s > 0 ? st.n_tokens / st.decode_s : 0.0, st.tau, j->finish,
+                st.n_tokens > 1 && st.decode_s > 0 ? (st.n_tokens - 1) / st.decode_s : 0.0, st.tau, j->finish,
                 cancelled == JOB_CLIENT_GONE ? " (client gone)" : "");
     else if (cancelled == JOB_SHUTDOWN)
         fprintf(stderr, "%s: cut: %s (prompt %d tokens)\n", j->id, j->err, st.n_prompt);
@@ -1386,8 +1389,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    fprintf(stderr, "dflash serve: http: ");
-    vfprintf(stderr, fmt, ap);
+    /* our stream reader ends a stream whose client has gone with an error
+     * (stream_read); the job's own line already says "client gone" */
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (strstr(msg, "application error generating response")) return;
+    fprintf(stderr, "dflash serve: http: %s", msg);
 }
 
 /* ---- command line and main loop --------------------------------------------- */

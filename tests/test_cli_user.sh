@@ -104,6 +104,9 @@ rc=$?
     ok "chat: an unknown /command is refused, //x is sent as /x" ||
     bad "chat: an unknown /command is refused, //x is sent as /x (exit $rc, $(grep -c '^decode:' "$T/err") answers)"
 
+# a one-token reply has no decode rate (was 41,797 tok/s: the emit time alone)
+expect "generate -n 1: no decode rate" 0 "decode: 1 tokens, 0.00 tok/s" -- "$BIN" generate -m "$M" -p Hello -n 1 --ignore-eos
+
 # late checks (issue 19 item 10): a missing prompt file is named before the
 # model loads or anything is measured
 "$BIN" bench -m "$M" --prompts "$T/missing.jsonl" >"$T/out" 2>"$T/err"

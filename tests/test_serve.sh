@@ -59,6 +59,11 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     # the port is taken: a second server must fail cleanly
     expect_exit "port in use" 1 "cannot listen" -- "$BIN" serve -m models/demo/target --port "$PORT"
     stop_server
+    # api.js aborted streams: the job line says "client gone", and no
+    # libmicrohttpd "application error" line repeats it (issue 19 item 11)
+    grep -q "client gone" "$T/server.log" && ! grep -q "application error" "$T/server.log" &&
+        ok "server log: a client that went away is one line" ||
+        bad "server log: a client that went away is one line ($(grep 'application error' "$T/server.log" | head -2))"
 fi
 # a stream cut by shutdown says so (issue 19 item 4): SIGTERM starts the
 # drain, a second one cancels what still runs; the cut stream must end with
