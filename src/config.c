@@ -225,6 +225,101 @@ static int parse_moe(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* The Qwen3.5 fields, with Qwen3_5TextConfig's defaults for absent ones
+ * (linear heads 16 key / 32 value of 128 dims, conv kernel 4,
+ * partial_rotary_factor 0.25, layer_types: every 4th layer full attention,
+ * or full_attention_interval). rope_parameters' mrope_section /
+ * mrope_interleaved are ignored: text positions are equal in all three
+ * sections, which is plain RoPE. */
+static int parse_qwen35(cfg_model *c, const cJSON *root) {
+    c->attn_gate = 1;
+    if (get_int(root, "linear_num_key_heads", &c->lin_k_heads, 0, 16) ||
+        get_int(root, "linear_num_value_heads", &c->lin_v_heads, 0, 32) ||
+        get_int(root, "linear_key_head_dim", &c->lin_k_dim, 0, 128) ||
+        get_int(root, "linear_value_head_dim", &c->lin_v_dim, 0, 128) ||
+        get_int(root, "linear_conv_kernel_dim", &c->lin_conv, 0, 4))
+        return -1;
+    static const struct {
+        const char *name;
+        size_t off;
+        int max;
+    } lim[] = {
+        {"linear_num_key_heads", offsetof(cfg_model, lin_k_heads), CFG_MAX_HEADS},
+        {"linear_num_value_heads", offsetof(cfg_model, lin_v_heads), CFG_MAX_HEADS},
+        {"linear_key_head_dim", offsetof(cfg_model, lin_k_dim), 512},
+        {"linear_value_head_dim", offsetof(cfg_model, lin_v_dim), 512},
+        {"linear_conv_kernel_dim", offsetof(cfg_model, lin_conv), 16},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        int v = *(const int *)((const char *)c + lim[i].off);
+        if (v < 1 || v > lim[i].max) {
+            dfl_seterr("%s: %s %d out of range (1..%d)", cur_path, lim[i].name, v, lim[i].max);
+            return -1;
+        }
+    }
+    if (c->lin_v_heads % c->lin_k_heads) {
+        dfl_seterr("%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", cur_path,
+                   c->lin_v_heads, c->lin_k_heads);
+        return -1;
+    }
+    /* in_proj_qkv rows: 2 * key heads * key dim + value heads * value dim */
+    int64_t qkv = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim + (int64_t)c->lin_v_heads * c->lin_v_dim;
+    if (qkv > CFG_MAX_INTER || (int64_t)c->lin_v_heads * c->lin_v_dim > CFG_MAX_HIDDEN) {
+        dfl_seterr("%s: linear attention widths (2 * linear_num_key_heads * linear_key_head_dim + "
+                   "linear_num_value_heads * linear_value_head_dim = %lld) are larger than dflash supports",
+                   cur_path, (long long)qkv);
+        return -1;
+    }
+    if (2 * (int64_t)c->n_heads * c->head_dim > CFG_MAX_HIDDEN) {
+        dfl_seterr("%s: 2 * num_attention_heads * head_dim = %lld (gated q_proj) is larger than dflash supports (%d)",
+                   cur_path, 2 * (long long)c->n_heads * c->head_dim, CFG_MAX_HIDDEN);
+        return -1;
+    }
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    double prf = -1;
+    if (get_num(root, "partial_rotary_factor", &prf, 0, -1)) return -1;
+    if (prf < 0 && cJSON_IsObject(rp) && get_num(rp, "partial_rotary_factor", &prf, 0, -1)) return -1;
+    if (prf < 0) prf = 0.25;
+    double rd = prf * c->head_dim;
+    if (!(prf > 0 && prf <= 1) || rd != (double)(int)rd || (int)rd % 2) {
+        dfl_seterr("%s: partial_rotary_factor %g must be in (0, 1] and give an even number of rotary dims "
+                   "(head_dim %d * %g = %g)", cur_path, prf, c->head_dim, prf, rd);
+        return -1;
+    }
+    c->rot_dim = (int)rd;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        int n = 0;
+        if (!cJSON_IsArray(lt)) {
+            dfl_seterr("%s: layer_types must be a list", cur_path);
+            return -1;
+        }
+        for (const cJSON *e = lt->child; e; e = e->next, n++) {
+            int lin = cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention");
+            int full = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+            if (!lin && !full) {
+                dfl_seterr("%s: layer_types[%d] must be \"linear_attention\" or \"full_attention\"", cur_path, n);
+                return -1;
+            }
+            if (n < c->n_layers) c->linear_layer[n] = (unsigned char)lin;
+        }
+        if (n != c->n_layers) {
+            dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
+            return -1;
+        }
+    } else {
+        int iv;
+        if (get_int(root, "full_attention_interval", &iv, 0, 4)) return -1;
+        if (iv < 1) {
+            dfl_seterr("%s: full_attention_interval %d must be >= 1", cur_path, iv);
+            return -1;
+        }
+        for (int l = 0; l < c->n_layers; l++) c->linear_layer[l] = (l + 1) % iv != 0;
+    }
+    for (int l = 0; l < c->n_layers; l++) c->n_linear_layers += c->linear_layer[l];
+    return 0;
+}
+
 /* Everything config.json says (not generation_config.json), checked. */
 static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     cur_path = path;
@@ -238,8 +333,21 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         dfl_seterr("%s: missing field \"architectures\" (and no \"model_type\")", path);
         goto out;
     }
+    /* a multimodal Qwen3.5 checkpoint: its text model, vision ignored */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if ((!strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "qwen3_5")) && cJSON_IsObject(tc)) {
+        const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
+        if (cJSON_IsString(tmt) && strcmp(tmt->valuestring, "qwen3_5_text")) {
+            dfl_seterr("%s: text_config.model_type \"%s\" is not qwen3_5_text", path, tmt->valuestring);
+            goto out;
+        }
+        root = tc;
+        c->vision_ignored = 1;
+    }
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
-    if (!strcmp(arch, "Qwen3ForCausalLM") || !strcmp(arch, "qwen3")) {
+    if (c->vision_ignored || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
+        c->arch = CFG_QWEN3_5;
+    } else if (!strcmp(arch, "Qwen3ForCausalLM") || !strcmp(arch, "qwen3")) {
         c->arch = CFG_QWEN3;
     } else if (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "llama")) {
         c->arch = CFG_LLAMA;
@@ -250,7 +358,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         c->is_draft = 1;
     } else {
         dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                   "LlamaForCausalLM, DFlashDraftModel)", path, arch);
+                   "Qwen3_5ForCausalLM, LlamaForCausalLM, DFlashDraftModel)", path, arch);
         goto out;
     }
     c->qk_norm = c->arch != CFG_LLAMA;
@@ -315,6 +423,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     if (parse_rope(c, root)) goto out;
     if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, 0)) goto out;
     if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root)) goto out;
+    if (c->arch == CFG_QWEN3_5 && parse_qwen35(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
     if (cJSON_IsTrue(hb)) {
         dfl_seterr("%s: attention_bias=true is not supported", path);

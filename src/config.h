@@ -29,7 +29,13 @@ enum {
 /* CFG_QWEN3_MOE: Qwen3MoeForCausalLM / model_type qwen3_moe - Qwen3's
  * attention (qk-norm) with the expert block as the MLP of the layers
  * moe_layer[] marks; the other layers have a dense MLP of intermediate_size. */
-typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE } cfg_arch;
+/* CFG_QWEN3_5: Qwen3.5 dense text model (model_type qwen3_5_text, or the
+ * text_config of a multimodal qwen3_5 checkpoint, vision ignored): layers of
+ * Gated DeltaNet ("linear_attention") and gated full attention
+ * ("full_attention", q_proj doubled into query + sigmoid output gate, RoPE on
+ * the first rot_dim dims of each head). The config is parsed and checked;
+ * the layers are not implemented yet, so mdl_load refuses the model. */
+typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5 } cfg_arch;
 
 typedef struct {
     cfg_arch arch;
@@ -73,6 +79,16 @@ typedef struct {
     int sparse_step;     /* decoder_sparse_step */
     int n_moe_layers;    /* layers with moe_layer[l] = 1 */
     unsigned char moe_layer[CFG_MAX_LAYERS];
+
+    /* Qwen3.5 hybrid (CFG_QWEN3_5; all 0 otherwise) */
+    int vision_ignored;  /* the file was a multimodal qwen3_5 config: its text_config was loaded */
+    int attn_gate;       /* full attention: q_proj rows 2 * n_heads * head_dim (query, gate per head) */
+    int rot_dim;         /* RoPE on dims 0..rot_dim-1 of a head (head_dim * partial_rotary_factor); else head_dim */
+    int n_linear_layers; /* layers with linear_layer[l] = 1 */
+    unsigned char linear_layer[CFG_MAX_LAYERS]; /* layer_types[l] == "linear_attention" */
+    int lin_k_heads, lin_v_heads; /* linear_num_key_heads, linear_num_value_heads (v a multiple of k) */
+    int lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
+    int lin_conv;                 /* linear_conv_kernel_dim */
 
     /* DFlash draft (architectures[0] == "DFlashDraftModel") */
     int is_draft;

@@ -265,6 +265,12 @@ int mdl_load(mdl_model *m, const char *dir) {
     if (mdl_check_path(dir) != 0) return -1;
     if (gguf_is_gguf(dir)) return ggm_load(m, dir);
     if (cfg_load(&m->cfg, dir) != 0) return -1;
+    if (m->cfg.arch == CFG_QWEN3_5) {
+        dfl_seterr("%s: %s (Qwen3.5%s) is recognised but cannot run yet: its Gated DeltaNet (%d linear_attention "
+                   "layers) and gated full attention are not implemented", dir, m->cfg.arch_name,
+                   m->cfg.vision_ignored ? ", text model; vision ignored" : "", m->cfg.n_linear_layers);
+        return -1;
+    }
     if (st_open_dir(&m->st, dir) != 0) return -1;
     const cfg_model *c = &m->cfg;
     int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "check.h"
+#include "config.h"
 #include "kernels.h"
 #include "model.h"
 #include "sample.h"
@@ -434,6 +436,86 @@ TEST(moe_bad_checkpoints) {
     }
 }
 
+/* ---- Qwen3.5 config (parsed and checked; the model is refused) ---------- */
+
+/* A Qwen3.5 text config.json with FIELDS spliced in (each field of the
+ * base is written once, so a test may override it by writing it first:
+ * cJSON's lookup takes the first key). */
+static char *q35_dir(const char *name, const char *fields, int multimodal) {
+    char *d = path(name, NULL);
+    mkdir(d, 0755);
+    static const char base[] =
+        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, "
+        "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 256, \"vocab_size\": 512, "
+        "\"rms_norm_eps\": 1e-6, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+        "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 32, \"linear_conv_kernel_dim\": 4, "
+        "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, "
+        "\"mrope_section\": [11, 11, 10], \"mrope_interleaved\": true}, "
+        "\"layer_types\": [\"linear_attention\", \"linear_attention\", \"linear_attention\", \"full_attention\"]";
+    char buf[4096];
+    if (multimodal)
+        snprintf(buf, sizeof buf,
+                 "{\"architectures\": [\"Qwen3_5ForConditionalGeneration\"], \"model_type\": \"qwen3_5\", "
+                 "\"vision_config\": {\"depth\": 2}, \"text_config\": {%s\"model_type\": \"qwen3_5_text\", %s}}",
+                 fields, base);
+    else
+        snprintf(buf, sizeof buf, "{%s\"model_type\": \"qwen3_5_text\", %s}", fields, base);
+    write_file(path(name, "config.json"), buf, strlen(buf));
+    return d;
+}
+
+TEST(qwen35_config) {
+    cfg_model c;
+    memset(&c, 0, sizeof c);
+    CHECK(cfg_load(&c, q35_dir("q35_ok", "", 0)) == 0, "qwen3_5_text config rejected: %s", dfl_lasterr());
+    CHECK(c.arch == CFG_QWEN3_5 && !c.vision_ignored && c.attn_gate && c.qk_norm && c.head_dim == 256 &&
+              c.rot_dim == 64 && c.n_linear_layers == 3 && c.linear_layer[0] && c.linear_layer[2] &&
+              !c.linear_layer[3] && c.lin_k_heads == 2 && c.lin_v_heads == 4 && c.lin_k_dim == 16 &&
+              c.lin_v_dim == 32 && c.lin_conv == 4 && c.rope_theta == 1e7,
+          "qwen3_5_text fields not as written (arch %d rot %d linear %d)", (int)c.arch, c.rot_dim, c.n_linear_layers);
+    memset(&c, 0, sizeof c);
+    CHECK(cfg_load(&c, q35_dir("q35_mm", "", 1)) == 0, "multimodal qwen3_5 config rejected: %s", dfl_lasterr());
+    CHECK(c.arch == CFG_QWEN3_5 && c.vision_ignored && c.hidden == 64 && c.n_linear_layers == 3,
+          "multimodal qwen3_5: text_config not loaded");
+    /* layer_types absent: every full_attention_interval-th layer is full */
+    memset(&c, 0, sizeof c);
+    CHECK(cfg_load(&c, q35_dir("q35_iv", "\"layer_types\": null, \"full_attention_interval\": 2, ", 0)) == 0,
+          "interval config rejected: %s", dfl_lasterr());
+    CHECK(c.n_linear_layers == 2 && c.linear_layer[0] && !c.linear_layer[1] && c.linear_layer[2] && !c.linear_layer[3],
+          "full_attention_interval 2 not applied");
+    CHECK(load_fails_with(q35_dir("q35_run", "", 1), "Qwen3.5, text model; vision ignored) is recognised but cannot "
+                                                      "run yet: its Gated DeltaNet (3 linear_attention layers)"),
+          "qwen3_5 must be refused by name until its layers exist");
+    static const struct {
+        const char *fields, *err;
+    } cases[] = {
+        {"\"linear_num_key_heads\": 0, ", "linear_num_key_heads 0 out of range (1..1024)"},
+        {"\"linear_num_value_heads\": 3, ", "linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2"},
+        {"\"linear_key_head_dim\": 1024, ", "linear_key_head_dim 1024 out of range (1..512)"},
+        {"\"linear_value_head_dim\": -1, ", "linear_value_head_dim -1 out of range"},
+        {"\"linear_conv_kernel_dim\": 0, ", "linear_conv_kernel_dim 0 out of range (1..16)"},
+        {"\"partial_rotary_factor\": 1.5, ", "partial_rotary_factor 1.5 must be in (0, 1]"},
+        {"\"partial_rotary_factor\": 0.1, ", "head_dim 256 * 0.1 = 25.6"},
+        {"\"layer_types\": [\"linear_attention\", \"full_attention\"], ", "layer_types has 2 entries for 4 layers"},
+        {"\"layer_types\": [\"linear_attention\", \"sliding_attention\", \"full_attention\", \"full_attention\"], ",
+         "layer_types[1] must be \"linear_attention\" or \"full_attention\""},
+        {"\"layer_types\": 3, ", "layer_types must be a list"},
+        {"\"layer_types\": null, \"full_attention_interval\": 0, ", "full_attention_interval 0 must be >= 1"},
+        {"\"attention_bias\": true, ", "attention_bias=true is not supported"},
+        {"\"head_dim\": 1024, ", "head_dim 1024 must be even and in 2..512"},
+        {"\"num_attention_heads\": 129, \"num_key_value_heads\": 129, ",
+         "2 * num_attention_heads * head_dim = 66048 (gated q_proj)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "q35_bad%zu", i);
+        memset(&c, 0, sizeof c);
+        int rc = cfg_load(&c, q35_dir(nm, cases[i].fields, (int)(i % 2)));
+        CHECK(rc != 0 && err_has(cases[i].err), "case %zu (%s): error '%s' expected, got '%s'", i, cases[i].fields,
+              cases[i].err, rc ? dfl_lasterr() : "(loaded)");
+    }
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -764,6 +846,7 @@ int main(void) {
     RUN(batch_invariance_and_rollback);
     RUN(moe_batch_invariance_and_rollback);
     RUN(moe_bad_checkpoints);
+    RUN(qwen35_config);
     RUN(draft_forward_cached_equals_uncached);
     RUN(draft_feed_equals_ctx_append);
     RUN(draft_truncate_with_pending_rows);
