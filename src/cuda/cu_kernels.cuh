@@ -205,6 +205,43 @@ __device__ __forceinline__ void cu_dequant(uint4 raw, float s, float b, uint32_t
     }
 }
 
+/* The same values as cu_dequant (same f32 FMA, same rounding: identical
+ * bits), fewer instructions per weight: one PRMT places a byte (Q8) or a
+ * pre-masked nibble (Q4) under the 2^23 exponent, where cu_dequant spends a
+ * shift, a mask and an OR. DQ = 1 in k_gemm (the default;
+ * DFLASH_CUDA_GEMM_DQ=0 selects cu_dequant, for comparison). */
+__device__ __forceinline__ float cu_byte2f(uint32_t w, uint32_t sel) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, sel)) - 8388608.0f;
+}
+
+template <int KIND>
+__device__ __forceinline__ void cu_dequant_prmt(uint4 raw, float s, float b, uint32_t *out) {
+    uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (KIND == CW_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[i] = wv[i];
+    } else if (KIND == CW_Q8) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float e0 = fmaf(s, cu_byte2f(wv[i], 0x7540), b), e1 = fmaf(s, cu_byte2f(wv[i], 0x7541), b);
+            float e2 = fmaf(s, cu_byte2f(wv[i], 0x7542), b), e3 = fmaf(s, cu_byte2f(wv[i], 0x7543), b);
+            out[2 * i] = cu_pack_bf16(e0, e1);
+            out[2 * i + 1] = cu_pack_bf16(e2, e3);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t lo = wv[i] & 0x0f0f0f0fu, hi = (wv[i] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float e0 = fmaf(s, cu_byte2f(lo, 0x7540u + j), b);
+                float e1 = fmaf(s, cu_byte2f(hi, 0x7540u + j), b);
+                out[4 * i + j] = cu_pack_bf16(e0, e1);
+            }
+        }
+    }
+}
+
 enum { GEMM_MAX_SPLIT = 8, GEMM_MAX_NT = 4 };
 
 __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
@@ -223,7 +260,7 @@ __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
  * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
  * interleave8), and instead of y the kernel writes h[t][8j + i] =
  * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
-template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU>
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
 __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
                                                                 int ldx, int T, float *__restrict__ y, int ldy,
                                                                 int accumulate, __nv_bfloat16 *__restrict__ h,
@@ -305,8 +342,13 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
             if (s + u >= s1) break;
             int kb = (s + u) * STEP + t * CK;
             uint32_t A[CK / 2], B[CK / 2];
-            cu_dequant<KIND>(ra[u], sca[u], bia[u], A);
-            cu_dequant<KIND>(rb[u], scb[u], bib[u], B);
+            if constexpr (DQ == 1) {
+                cu_dequant_prmt<KIND>(ra[u], sca[u], bia[u], A);
+                cu_dequant_prmt<KIND>(rb[u], scb[u], bib[u], B);
+            } else {
+                cu_dequant<KIND>(ra[u], sca[u], bia[u], A);
+                cu_dequant<KIND>(rb[u], scb[u], bib[u], B);
+            }
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 uint32_t X[CK / 2];

@@ -261,6 +261,9 @@ static int cw_split(int rows, int cols_p, int kind) {
 static int gemm_unroll = 4;
 /* 1: a GEMM of T > 32 rows is one launch (grid.y); 0: one per 32 rows */
 static int gemm_grid = 1;
+/* quantized dequantization: 1 (default) cu_dequant_prmt, 0 cu_dequant; the
+ * same bits either way (cu_kernels.cuh) */
+static int gemm_dq = 1;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -268,6 +271,8 @@ static void tuning_init(void) {
     gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
     e = getenv("DFLASH_CUDA_GEMM_GRID");
     gemm_grid = !(e && *e == '0');
+    e = getenv("DFLASH_CUDA_GEMM_DQ");
+    gemm_dq = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");
@@ -576,6 +581,15 @@ static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x
                         int acc, bf16 *h, int ldh) {
     dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
     constexpr int UQ = KIND == CW_BF16 ? U : 4;
+    if (KIND != CW_BF16 && gemm_dq) {
+        switch (T >= 32 ? 4 : (T + 7) / 8) {
+        case 1: launch(k_gemm<KIND, 1, U, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+        case 2: launch(k_gemm<KIND, 2, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+        case 3: launch(k_gemm<KIND, 3, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+        default: launch(k_gemm<KIND, 4, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+        }
+        return;
+    }
     switch (T >= 32 ? 4 : (T + 7) / 8) {
     case 1: launch(k_gemm<KIND, 1, U, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
     case 2: launch(k_gemm<KIND, 2, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;

@@ -449,6 +449,75 @@ TEST(knobs) {
     rec_free(&b);
 }
 
+/* The quantized GEMM's dequantization kernels (DFLASH_CUDA_GEMM_DQ=1, the
+ * default PRMT form, and =0, the older shift/mask form): within each, the
+ * rows of a T-row forward are the bits of the same rows forwarded one at a
+ * time, for every T = 1..17 (one, two and three MMA column tiles), and the
+ * two forms give the same bits. */
+static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *nl) {
+    setenv("DFLASH_CUDA_GEMM_DQ", dq, 1);
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* reads the knob */
+    loaded g;
+    if (!bi || load(&g, &be_cuda, bi, rel) != 0) {
+        CHECK(0, "open/load %s: %s", rel, dfl_lasterr());
+        if (bi) be_cuda.close(bi);
+        *ok = 0;
+        return;
+    }
+    const mdl_model *m = &g.m;
+    int V = m->cfg.vocab, H = m->cfg.hidden, kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+    int32_t tok[NI];
+    for (int i = 0; i < NI; i++) tok[i] = (int32_t)((i * 53 + 5) % V);
+    rec_init(ref, V, H, kvd);
+    *nl = (size_t)17 * V;
+    rec got;
+    rec_init(&got, V, H, kvd);
+    void *st = be_cuda.create(bi, m, 128);
+    for (int i = 0; i < 17; i++) step(st, m, tok, i, 1, ref);
+    int bad = 0;
+    for (int k = 1; k <= 17; k++) {
+        be_cuda.truncate(st, 0);
+        step(st, m, tok, 0, k, &got);
+        if (k < 17) step(st, m, tok, k, 17 - k, &got);
+        /* rows 0..16: logits, taps, K/V, argmax */
+        size_t nt = (size_t)17 * 2 * H, nk = (size_t)17 * 4 * kvd;
+        if (memcmp(ref->l, got.l, *nl * sizeof(float)) || memcmp(ref->t, got.t, nt * sizeof(float)) ||
+            memcmp(ref->kv, got.kv, nk * sizeof(float)) || memcmp(ref->am, got.am, 17 * sizeof(int32_t))) {
+            CHECK(0, "%s (DFLASH_CUDA_GEMM_DQ=%s): T=%d rows differ from T=1 rows", rel, dq, k);
+            bad = 1;
+        }
+    }
+    *ok = !bad;
+    be_cuda.destroy(st);
+    rec_free(&got);
+    unload(&g);
+    be_cuda.close(bi);
+}
+
+TEST(gemm_dq) {
+    static const char *q[] = {"tests/models/tiny-qwen3-q8", "tests/models/tiny-qwen3-q4", "tests/models/tiny-qwen3@q8g16"};
+    for (int i = 0; i < 3; i++) {
+        rec a, b;
+        int oka = 0, okb = 0;
+        size_t nl = 0;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        dq_run(q[i], "1", &a, &oka, &nl);
+        dq_run(q[i], "0", &b, &okb, &nl);
+        if (a.l && b.l)
+            CHECK(memcmp(a.l, b.l, nl * sizeof(float)) == 0 && memcmp(a.am, b.am, 17 * sizeof(int32_t)) == 0,
+                  "%s: the two dequantization kernels give different logits", q[i]);
+        if (oka && okb) fprintf(stderr, "  %-28s T=1..17 rows identical to T=1 rows, both dequant kernels\n", q[i]);
+        rec_free(&a);
+        rec_free(&b);
+    }
+    unsetenv("DFLASH_CUDA_GEMM_DQ");
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* back to the defaults */
+    if (bi) be_cuda.close(bi);
+}
+
 /* ---- the draft ---------------------------------------------------------------- */
 
 static void draft_case(const char *trel, const char *drel) {
@@ -676,6 +745,7 @@ int main(void) {
     RUN(invariance);
     RUN(chunk_edges);
     RUN(knobs);
+    RUN(gemm_dq);
     RUN(draft);
     RUN(dflash);
     RUN(errors);
