@@ -27,5 +27,9 @@ if start_server -m models/demo/target --draft models/demo/draft; then
     [ -s "$SCREENSHOT" ] && ok "screenshot saved ($SCREENSHOT)" || bad "screenshot saved"
     stop_server
 fi
+if start_server -m models/demo/target --draft models/demo/draft --ctx-size 256; then
+    run_node 180 tests/serve/page_ctx.js
+    stop_server
+fi
 echo "test_serve_page: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

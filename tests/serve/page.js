@@ -55,12 +55,32 @@ async function main() {
     await page.waitForFunction(() => document.body.dataset.state === 'idle' &&
                                      document.querySelector('.msg.assistant .stats'));
     const user = await page.$eval('.msg.user .text', (e) => e.textContent);
-    const reply = await page.$eval('.msg.assistant .text', (e) => e.textContent);
+    const reply = await page.$eval('.msg.assistant .text', (e) => e.innerText);
+    const rendered = await page.$eval('.msg.assistant .text', (e) => !!e.querySelector('p'));
+    check(rendered, 'the real reply is rendered through renderMarkdown (p elements)');
     const stats = await page.$eval('.msg.assistant .stats', (e) => e.textContent);
     check(user === QUESTION, 'the question is shown', user);
     check(reply === want && reply.length > 0, 'the streamed answer equals the API answer', JSON.stringify([reply, want]));
     check(/tok\/s/.test(stats) && /tau \d+\.\d\d/.test(stats), 'the reply shows tok/s and tau', stats);
     if (SHOT) await page.screenshot({ path: SHOT });
+    const boxes = await page.evaluate(() => {
+      const s = document.querySelector('.msg.assistant .stats').getBoundingClientRect();
+      const c = document.getElementById('composer').getBoundingClientRect();
+      return [s.bottom, c.top];
+    });
+    check(boxes[0] <= boxes[1], 'the status line is above the composer', boxes);
+    const md = await page.evaluate(() => {
+      if (typeof renderMarkdown !== 'function') return null;
+      const d = document.createElement('div');
+      d.append(renderMarkdown('# Head\n\nSome **bold** and *it* and `c<b>`.\n\n- a\n- b\n\n1. x\n2. y\n\n```\n<script>x</script>\n```\n[l](https://e.x/) [j](javascript:alert(1)) <img src=x onerror=alert(1)>'));
+      return { h1: !!d.querySelector('h1'), strong: !!d.querySelector('strong'), em: !!d.querySelector('em'),
+               code: d.querySelector('p code') && d.querySelector('p code').textContent, ul: d.querySelectorAll('ul li').length,
+               ol: d.querySelectorAll('ol li').length, pre: d.querySelector('pre code') && d.querySelector('pre code').textContent,
+               links: [...d.querySelectorAll('a')].map((x) => x.getAttribute('href')), bad: !!d.querySelector('script,img,b') };
+    });
+    check(md && md.h1 && md.strong && md.em && md.code === 'c<b>' && md.ul === 2 && md.ol === 2 &&
+          md.pre === '<script>x</script>' && md.links.join() === 'https://e.x/' && !md.bad,
+          'renderMarkdown renders Markdown and escapes HTML', JSON.stringify(md));
 
     // second turn, long, stopped with the button
     await page.$eval('#max-tokens', (e) => { e.value = '4000'; });
