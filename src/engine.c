@@ -20,6 +20,7 @@
 #include "chat.h"
 #include "dflash.h"
 #include "gguf_model.h"
+#include "gguf_write.h"
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"

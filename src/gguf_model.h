@@ -25,7 +25,7 @@
  * values from ggml itself (tests/fixtures/gguf/quants-ggml.bin). llama's Q and K rows, which llama.cpp's converter
  * permutes for its interleaved RoPE, are put back in Hugging Face order.
  *
- * Writing (dflash convert): a Hugging Face / MLX directory to a qwen3 or
+ * Writing (dflash convert, gguf_write.h): a Hugging Face / MLX directory to a qwen3 or
  * llama GGUF with llama.cpp's tensor names and metadata keys, F16, Q8_0 or
  * Q4_0 (quantized as llama.cpp does: Q8_0 d = amax/127, q = round(x/d)
  * away from zero, d stored as f16; Q4_0 below). */
@@ -42,11 +42,6 @@
 int ggm_load(mdl_model *m, const char *path);
 tok_tokenizer *ggm_tokenizer(const char *path);
 
-/* Q8_0 blocks of one row x[n] (n % 32 == 0): n/32 * 34 bytes. */
-void ggm_quantize_q8_0(const float *x, int n, uint8_t *out);
-/* Q4_0 blocks (llama.cpp's rule: d = the largest-magnitude value / -8,
- * q = min(15, (int8)(x/d + 8.5))): n/32 * 18 bytes. */
-void ggm_quantize_q4_0(const float *x, int n, uint8_t *out);
 /* Rows of Q8_0 blocks ([rows][cols/32] blocks, row i taken from src row
  * perm ? perm[i] : i) as an MLX Q8 group-32 kn_weight whose buffers are
  * appended to m->owned. */
@@ -60,11 +55,11 @@ void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const i
  * the kn_weight a GGUF load makes (tests). */
 void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w);
 
-/* dflash convert: IN_DIR -> OUT_PATH, type "f16", "q8_0" or "q4_0" (NULL = f16);
- * the tokenizer from TOK_DIR (NULL = IN_DIR; a draft takes its target's).
- * A DFlash draft becomes architecture "dflash" as llama.cpp's converter
- * writes it: dflash.block_size, dflash.target_layers (layer ids + 1),
- * tokenizer.ggml.mask_token_id, fc.weight, enc.output_norm.weight. */
-int ggm_convert(const char *in_dir, const char *out_path, const char *type, const char *tok_dir);
+/* Shared with gguf_write.c: the Qwen2/Qwen3 and Llama-3 pre-tokenizer
+ * regexes, llama.cpp's token types, and the Q/K row permutation (HF row r
+ * comes from GGUF row perm[r]; dfl_malloc'ed). */
+extern const char ggm_qwen2_re[], ggm_llama3_re[];
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+int *ggm_unpermute(int rows, int hd);
 
 #endif

@@ -45,6 +45,7 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
 
 #include "gguf.h"
 #include "gguf_model.h"
+#include "gguf_write.h"
 #include "safetensors.h"
 
 int qt_parse(const char *s, qt_kind *k) {

@@ -26,6 +26,7 @@
 #include "dflash.h"
 #include "gguf.h"
 #include "gguf_model.h"
+#include "gguf_write.h"
 #include "threads.h"
 #include "model.h"
 #include "backend.h"

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "gguf_model.h"
+#include "gguf_write.h"
 #include "tokenizer.h"
 #include "util.h"
 

@@ -10,6 +10,7 @@
 
 #include "gguf.h"
 #include "gguf_model.h"
+#include "gguf_write.h"
 #include "synth.h"
 #include "util.h"
 

@@ -1,0 +1,388 @@
+/* gguf_write.c - see gguf_write.h: GGUF output (dflash convert). Uses model.c
+ * (to load the input) and gguf_model.c (shared names); nothing calls back. */
+#include "gguf_write.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gguf_model.h"
+#include "util.h"
+
+void ggm_quantize_q8_0(const float *x, int n, uint8_t *out) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        uint8_t *o = out + 34 * b;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = dfl_f32_to_f16(d);
+        o[0] = (uint8_t)h;
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)roundf(v[i] * id);
+    }
+}
+
+void ggm_quantize_q4_0(const float *x, int n, uint8_t *out) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        uint8_t *o = out + 18 * b;
+        float amax = 0, max = 0; /* the value of largest magnitude, with its sign (first one on ties) */
+        for (int i = 0; i < 32; i++)
+            if (amax < fabsf(v[i])) {
+                amax = fabsf(v[i]);
+                max = v[i];
+            }
+        float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = dfl_f32_to_f16(d);
+        o[0] = (uint8_t)h;
+        o[1] = (uint8_t)(h >> 8);
+        for (int i = 0; i < 16; i++) {
+            int q0 = (int)(int8_t)(v[i] * id + 8.5f), q1 = (int)(int8_t)(v[i + 16] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            o[2 + i] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+typedef struct {
+    gguf_writer *w;
+    void **bufs;
+    int nb;
+    int q8; /* 0 f16, 1 q8_0, 2 q4_0 */
+} conv;
+
+static void *keep(conv *cv, size_t n) {
+    cv->bufs = dfl_realloc(cv->bufs, sizeof(void *) * (size_t)(cv->nb + 1));
+    return cv->bufs[cv->nb++] = dfl_malloc(n ? n : 1);
+}
+
+/* A matrix as F16 or Q8_0 rows (HF row order, or llama's Q/K order when hd > 0). */
+static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
+    int rows = w->rows, cols = w->cols, q8 = cols % 32 == 0 ? cv->q8 : 0;
+    size_t rb = q8 == 1 ? (size_t)cols / 32 * 34 : q8 == 2 ? (size_t)cols / 32 * 18 : (size_t)cols * 2;
+    uint8_t *d = keep(cv, rb * (size_t)rows);
+    float *row = dfl_malloc(sizeof(float) * (size_t)cols);
+    int *perm = hd > 0 ? ggm_unpermute(rows, hd) : NULL;
+    for (int r = 0; r < rows; r++) {
+        kn_get_row(row, w, r);
+        /* HF row r goes to GGUF row perm[r] */
+        uint8_t *o = d + (size_t)(perm ? perm[r] : r) * rb;
+        if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
+        else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
+        else
+            for (int j = 0; j < cols; j++) {
+                uint16_t h = dfl_f32_to_f16(row[j]);
+                o[2 * j] = (uint8_t)h;
+                o[2 * j + 1] = (uint8_t)(h >> 8);
+            }
+    }
+    free(row);
+    free(perm);
+    int64_t ne[2] = {cols, rows};
+    gguf_w_tensor(cv->w, name, q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : GGML_F16, 2, ne, d);
+}
+
+static void put_vec(conv *cv, const char *name, const float *v, int n) {
+    float *d = keep(cv, sizeof(float) * (size_t)n);
+    memcpy(d, v, sizeof(float) * (size_t)n);
+    int64_t ne[1] = {n};
+    gguf_w_tensor(cv->w, name, GGML_F32, 1, ne, d);
+}
+
+/* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys */
+static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
+    char *p = dfl_path_join(dir, "tokenizer.json");
+    char *txt = dfl_read_file(p, NULL);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL, *tc = NULL, *cj = NULL;
+    char **tokens = NULL;
+    int32_t *types = NULL;
+    const char **merges = NULL;
+    char **mbuf = NULL;
+    int n = 0, nm = 0, rc = -1;
+    if (!txt) goto out;
+    free(txt);
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a JSON object", p);
+        goto out;
+    }
+    /* the pre-tokenizer regex names llama.cpp's pre-tokenizer */
+    const char *pre = NULL;
+    cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
+        cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "pattern"), "Regex");
+        if (cJSON_IsString(re)) {
+            if (!strcmp(re->valuestring, ggm_qwen2_re)) pre = "qwen2";
+            else if (!strcmp(re->valuestring, ggm_llama3_re)) pre = "llama-bpe";
+        }
+    }
+    if (!pre) {
+        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
+        goto out;
+    }
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    cJSON *mg = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(mg)) {
+        dfl_seterr("%s: model.vocab or model.merges missing", p);
+        goto out;
+    }
+    n = c->vocab;
+    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble >= n && e->valuedouble < (1 << 24)) n =
+        (int)e->valuedouble + 1;
+    cJSON_ArrayForEach(e, added) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsNumber(id) && id->valuedouble >= n && id->valuedouble < (1 << 24)) n = (int)id->valuedouble + 1;
+    }
+    tokens = dfl_calloc((size_t)n, sizeof(char *));
+    types = dfl_calloc((size_t)n, sizeof(int32_t));
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= n) continue;
+        int id = (int)e->valuedouble;
+        free(tokens[id]);
+        tokens[id] = dfl_strdup(e->string);
+        types[id] = TT_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *ct = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(ct) || id->valuedouble < 0 || id->valuedouble >= n) continue;
+        int i = (int)id->valuedouble;
+        const char *s = ct->valuestring;
+        size_t sl = strlen(s);
+        /* llama.cpp: special tokens, and ones that look special (<|...|>), are CONTROL */
+        int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
+                      (sl >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + sl - 2, "|>"));
+        free(tokens[i]);
+        tokens[i] = dfl_strdup(s);
+        types[i] = special ? TT_CONTROL : TT_USER;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tokens[i]) {
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%d]", i);
+            tokens[i] = dfl_strdup(b);
+            types[i] = TT_UNUSED;
+        }
+    nm = cJSON_GetArraySize(mg);
+    merges = dfl_calloc((size_t)(nm ? nm : 1), sizeof(char *));
+    mbuf = dfl_calloc((size_t)(nm ? nm : 1), sizeof(char *));
+    int k = 0;
+    cJSON_ArrayForEach(e, mg) {
+        if (cJSON_IsString(e)) merges[k] = e->valuestring;
+        else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
+                 cJSON_IsString(e->child->next)) {
+            size_t la = strlen(e->child->valuestring), lb = strlen(e->child->next->valuestring);
+            char *b = mbuf[k] = dfl_malloc(la + lb + 2);
+            memcpy(b, e->child->valuestring, la);
+            b[la] = ' ';
+            memcpy(b + la + 1, e->child->next->valuestring, lb + 1);
+            merges[k] = b;
+        } else {
+            dfl_seterr("%s: merge %d is malformed", p, k);
+            goto out;
+        }
+        k++;
+    }
+    gguf_w_str(cv->w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(cv->w, "tokenizer.ggml.pre", pre);
+    gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
+    gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+    gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+    /* ids: tokenizer_config.json tokens (eos, pad), config.json bos / eos */
+    free(p);
+    p = dfl_path_join(dir, "config.json");
+    txt = dfl_read_file(p, NULL);
+    cj = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    cJSON *bos = cJSON_GetObjectItemCaseSensitive(cj, "bos_token_id");
+    int eos = c->n_eos ? c->eos_ids[0] : -1, pad = -1;
+    free(p);
+    p = dfl_path_join(dir, "tokenizer_config.json");
+    const char *tmpl = NULL;
+    if (dfl_file_exists(p)) {
+        txt = dfl_read_file(p, NULL);
+        tc = txt ? cJSON_Parse(txt) : NULL;
+        free(txt);
+        cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+        if (cJSON_IsString(ct)) tmpl = ct->valuestring;
+        const char *names[2] = {"eos_token", "pad_token"};
+        int *ids[2] = {&eos, &pad};
+        for (int i = 0; i < 2; i++) {
+            cJSON *t = cJSON_GetObjectItemCaseSensitive(tc, names[i]);
+            if (cJSON_IsObject(t)) t = cJSON_GetObjectItemCaseSensitive(t, "content");
+            if (!cJSON_IsString(t)) continue;
+            for (int j = 0; j < n; j++)
+                if (!strcmp(tokens[j], t->valuestring) && types[j] != TT_NORMAL) *ids[i] = j;
+        }
+    }
+    if (cJSON_IsNumber(bos)) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)bos->valuedouble);
+    if (eos >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (pad >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    /* as the tokenizer does here: dflash adds no BOS unless tokenizer_config.json asks (Qwen: never) */
+    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")));
+    if (tmpl) gguf_w_str(cv->w, "tokenizer.chat_template", tmpl);
+    rc = 0;
+out:
+    for (int i = 0; i < n && tokens; i++) free(tokens[i]);
+    free(tokens);
+    free(types);
+    for (int i = 0; i < nm && mbuf; i++) free(mbuf[i]);
+    free(mbuf);
+    free(merges);
+    cJSON_Delete(root);
+    cJSON_Delete(tc);
+    cJSON_Delete(cj);
+    free(p);
+    return rc;
+}
+
+static const char *base_name(const char *dir) {
+    const char *s = dir + strlen(dir);
+    while (s > dir && s[-1] == '/') s--;
+    const char *e = s;
+    while (s > dir && s[-1] != '/') s--;
+    static _Thread_local char b[128];
+    snprintf(b, sizeof b, "%.*s", (int)(e - s), s);
+    return b;
+}
+
+int ggm_convert(const char *in, const char *out, const char *type, const char *tok_dir) {
+    int q8 = 0;
+    if (!type || !strcmp(type, "f16")) q8 = 0;
+    else if (!strcmp(type, "q8_0")) q8 = 1;
+    else if (!strcmp(type, "q4_0")) q8 = 2;
+    else {
+        dfl_seterr("--type '%s' not supported (f16, q8_0 or q4_0)", type);
+        return -1;
+    }
+    char *st = dfl_path_join(in, "model.safetensors");
+    int same = dfl_same_file(in, out) || dfl_same_file(st, out);
+    free(st);
+    if (same) {
+        dfl_seterr("output %s is the input %s: choose another -o", out, in);
+        return -1;
+    }
+    if (gguf_is_gguf(in)) {
+        dfl_seterr("%s is already a GGUF file (convert reads Hugging Face / MLX directories)", in);
+        return -1;
+    }
+    struct stat sin;
+    if (stat(in, &sin) == 0 && !S_ISDIR(sin.st_mode)) {
+        dfl_seterr("%s is a file: convert reads a Hugging Face / MLX model directory (config.json, *.safetensors)",
+                   in);
+        return -1;
+    }
+    mdl_model m;
+    if (mdl_load(&m, in) != 0) return -1;
+    if (m.cfg.arch == CFG_QWEN3_MOE) { /* the ffn_*_exps tensors are not written (yet) */
+        dfl_seterr("%s: writing GGUF for a mixture-of-experts model (%s) is not supported", in, m.cfg.arch_name);
+        mdl_free(&m);
+        return -1;
+    }
+    const cfg_model *c = &m.cfg;
+    int rc = -1;
+    conv cv = {gguf_w_new(), NULL, 0, q8};
+    if (!tok_dir) tok_dir = in;
+    char *tj = dfl_path_join(tok_dir, "tokenizer.json");
+    int has_tok = dfl_file_exists(tj);
+    free(tj);
+    if (!has_tok) {
+        dfl_seterr("%s has no tokenizer.json%s", tok_dir,
+                   c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
+        goto out;
+    }
+    const char *arch = c->is_draft ? "dflash" : c->arch == CFG_QWEN3 ? "qwen3" : "llama";
+    char k[128];
+    gguf_writer *w = cv.w;
+    gguf_w_str(w, "general.architecture", arch);
+    gguf_w_str(w, "general.type", "model");
+    gguf_w_str(w, "general.name", base_name(in));
+    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : 1); /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / F16 */
+    gguf_w_u32(w, "general.quantization_version", 2);
+#define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
+#define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
+    KU("block_count", c->n_layers);
+    KU("context_length", c->max_pos);
+    KU("embedding_length", c->hidden);
+    KU("feed_forward_length", c->inter);
+    KU("attention.head_count", c->n_heads);
+    KU("attention.head_count_kv", c->n_kv_heads);
+    KF("rope.freq_base", c->rope_theta);
+    KF("attention.layer_norm_rms_epsilon", c->eps);
+    KU("attention.key_length", c->head_dim);
+    KU("attention.value_length", c->head_dim);
+    if (c->arch == CFG_LLAMA) {
+        KU("vocab_size", c->vocab);
+        KU("rope.dimension_count", c->head_dim);
+    }
+#undef KU
+#undef KF
+    if (c->is_draft) { /* llama.cpp's DFlash keys: target layers stored +1 (hidden-state index) */
+        int32_t tl[CFG_MAX_TAPS];
+        for (int i = 0; i < c->n_taps; i++) tl[i] = c->tap_layers[i] + 1;
+        snprintf(k, sizeof k, "%s.block_size", arch);
+        gguf_w_u32(w, k, (uint32_t)c->block_size);
+        gguf_w_arr_i32(w, "dflash.target_layers", tl, (uint64_t)c->n_taps);
+        gguf_w_u32(w, "dflash.vocab_size", (uint32_t)c->vocab);
+        gguf_w_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->mask_token_id);
+    }
+    if (put_tokenizer(&cv, tok_dir, c) != 0) goto out;
+    if (c->is_draft) {
+        put_mat(&cv, "fc.weight", &m.fc, 0);
+        put_vec(&cv, "enc.output_norm.weight", m.hidden_norm, c->hidden);
+    } else {
+        put_mat(&cv, "token_embd.weight", &m.embed, 0);
+    }
+    put_vec(&cv, "output_norm.weight", m.final_norm, c->hidden);
+    if (!c->is_draft && m.lm_head.data != m.embed.data) put_mat(&cv, "output.weight", &m.lm_head, 0);
+    int llama = c->arch == CFG_LLAMA;
+    if (c->rope_llama3) { /* llama.cpp's rope_freqs: one divisor per frequency */
+        int half = c->head_dim / 2;
+        float *f = keep(&cv, sizeof(float) * (size_t)half);
+        const double pi = 3.14159265358979323846;
+        double lo_wl = c->rope_orig_max_pos / c->rope_low_freq, hi_wl = c->rope_orig_max_pos / c->rope_high_freq;
+        for (int i = 0; i < half; i++) {
+            float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            double wl = 2 * pi / freq;
+            if (wl < hi_wl) f[i] = 1;
+            else if (wl > lo_wl) f[i] = (float)c->rope_factor;
+            else {
+                double sm = (c->rope_orig_max_pos / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+                f[i] = (float)(1 / ((1 - sm) / c->rope_factor + sm));
+            }
+        }
+        int64_t ne[1] = {half};
+        gguf_w_tensor(cv.w, "rope_freqs.weight", GGML_F32, 1, ne, f);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m.layers[l];
+        char b[64];
+#define M(sub, wt, hd) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_mat(&cv, b, wt, hd))
+#define V(sub, v, nn) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_vec(&cv, b, v, nn))
+        V("attn_norm", L->in_norm, c->hidden);
+        M("attn_q", &L->wq, llama ? c->head_dim : 0);
+        M("attn_k", &L->wk, llama ? c->head_dim : 0);
+        M("attn_v", &L->wv, 0);
+        M("attn_output", &L->wo, 0);
+        if (L->q_norm) V("attn_q_norm", L->q_norm, c->head_dim);
+        if (L->k_norm) V("attn_k_norm", L->k_norm, c->head_dim);
+        V("ffn_norm", L->post_norm, c->hidden);
+        M("ffn_gate", &L->wg, 0);
+        M("ffn_up", &L->wu, 0);
+        M("ffn_down", &L->wd, 0);
+#undef M
+#undef V
+    }
+    rc = gguf_w_write(w, out);
+out:
+    gguf_w_free(cv.w);
+    for (int i = 0; i < cv.nb; i++) free(cv.bufs[i]);
+    free(cv.bufs);
+    mdl_free(&m);
+    return rc;
+}
