@@ -501,6 +501,10 @@ static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
+    if (c->n_experts > 0) {
+        dfl_seterr("backend cuda: mixture-of-experts models (qwen3_moe) are not supported yet; use --backend cpu");
+        return -1;
+    }
     cu_model *cm = (cu_model *)dfl_calloc(1, sizeof *cm);
     m->be_data = cm;
     cm->n_layers = c->n_layers;
