@@ -721,6 +721,15 @@ TEST(errors) {
     if (b) be_cuda.close(b);
     CHECK(be_select("cuda") == &be_cuda, "be_select(cuda): %s", dfl_lasterr());
     CHECK(be_select(NULL) == &be_cuda, "auto picks cuda when a GPU is present");
+    /* mixture of experts is CPU-only so far: refused at load, by name */
+    char t[1200];
+    mpath(t, sizeof t, "tests/models/tiny-qwen3moe");
+    dflash_params p = dflash_default_params();
+    p.backend = "cuda";
+    dflash_model *m = dflash_load(t, NULL, &p);
+    CHECK(m == NULL && strstr(dflash_error(), "mixture-of-experts"), "qwen3_moe on cuda: %s",
+          m ? "loaded" : dflash_error());
+    if (m) dflash_free(m);
 }
 
 int main(void) {
