@@ -314,36 +314,32 @@ char *dflash_detokenize(const dflash_model *m, const int32_t *ids, size_t n, siz
     return s;
 }
 
+/* The model's chat format, -1 + error when it has no template we know. */
+static int chat_format_of(const dflash_model *m) {
+    const char *tmpl = tok_chat_template(m->tok);
+    if (!tmpl) return dfl_seterr("the model has no chat_template in tokenizer_config.json"), -1;
+    return chat_detect(tmpl);
+}
+
+static chat_think think_of(int think) { return think < 0 ? CHAT_THINK_UNSET : think ? CHAT_THINK_ON : CHAT_THINK_OFF; }
+
 char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n, int add_generation_prompt,
                          int think) {
-    const char *tmpl = tok_chat_template(m->tok);
-    if (!tmpl) {
-        dfl_seterr("the model has no chat_template in tokenizer_config.json");
-        return NULL;
-    }
-    int f = chat_detect(tmpl);
+    int f = chat_format_of(m);
     if (f < 0) return NULL;
     chat_message *cm = dfl_calloc((size_t)(n ? n : 1), sizeof *cm);
     for (int i = 0; i < n; i++) {
         cm[i].role = msgs[i].role;
         cm[i].content = msgs[i].content ? msgs[i].content : "";
     }
-    char *s = chat_render((chat_format)f, cm, n, add_generation_prompt,
-                          think < 0 ? CHAT_THINK_UNSET : think ? CHAT_THINK_ON : CHAT_THINK_OFF);
+    char *s = chat_render((chat_format)f, cm, n, add_generation_prompt, think_of(think));
     free(cm);
     return s;
 }
 
 char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think) {
-    const char *tmpl = tok_chat_template(m->tok);
-    if (!tmpl) {
-        dfl_seterr("the model has no chat_template in tokenizer_config.json");
-        return NULL;
-    }
-    int f = chat_detect(tmpl);
-    if (f < 0) return NULL;
-    return chat_next_turn((chat_format)f, user ? user : "",
-                          think < 0 ? CHAT_THINK_UNSET : think ? CHAT_THINK_ON : CHAT_THINK_OFF);
+    int f = chat_format_of(m);
+    return f < 0 ? NULL : chat_next_turn((chat_format)f, user ? user : "", think_of(think));
 }
 
 void dflash_reset(dflash_model *m) {
