@@ -1295,13 +1295,25 @@ static int cmd_convert(int argc, char **argv) {
 
 /* --option=VALUE -> --option VALUE, for every command (a flag given a value
  * this way then meets its value as an unknown option, which says so). The
- * new argv lives until exit. */
+ * new argv lives until exit (freed by free_eq_opts). */
+static char **eq_argv, **eq_owned; /* split_eq_opts' argv and the option names it made */
+static int eq_n_owned;
+
+static void free_eq_opts(void) {
+    for (int i = 0; i < eq_n_owned; i++) free(eq_owned[i]);
+    free(eq_owned);
+    free(eq_argv);
+}
+
 static void split_eq_opts(int *argc, char ***argv) {
     int n = 0;
     for (int i = 2; i < *argc; i++) n += !strncmp((*argv)[i], "--", 2) && strchr((*argv)[i], '=');
     if (!n) return;
     char **v = malloc(sizeof *v * (size_t)(*argc + n + 1));
-    if (!v) exit(1);
+    eq_owned = malloc(sizeof *eq_owned * (size_t)n);
+    if (!v || !eq_owned) exit(1);
+    eq_argv = v;
+    atexit(free_eq_opts);
     int k = 0;
     for (int i = 0; i < *argc; i++) {
         char *a = (*argv)[i], *eq = i >= 2 && !strncmp(a, "--", 2) ? strchr(a, '=') : NULL;
@@ -1311,6 +1323,7 @@ static void split_eq_opts(int *argc, char ***argv) {
         }
         char *name = strndup(a, (size_t)(eq - a));
         if (!name) exit(1);
+        eq_owned[eq_n_owned++] = name;
         v[k++] = name;
         v[k++] = eq + 1;
     }
