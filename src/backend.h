@@ -22,6 +22,17 @@
  * the next forward overwrites them. A rolled-back row never influences a
  * later result, so decode after truncate equals a fresh decode bit for bit.
  *
+ * Recurrent state rule (Qwen3.5's Gated DeltaNet layers, beside the KV of
+ * its attention layers): truncate(m) returns the length the sequence now
+ * has. The state after m rows is restored exactly - bit for bit the state
+ * plain decoding has after those m tokens - when m is at or after the last
+ * forward's snapshot point (its first row when it had <= 64 rows, else its
+ * last 64 rows: every DFlash verify rolls back within them); for any other
+ * m the sequence restarts empty and truncate returns 0, and the caller runs
+ * the rows again from there. A model without recurrent layers always keeps
+ * m. The CPU design (a snapshot plus a replay of kept per-row inputs) is in
+ * deltanet.h.
+ *
  * Draft context rule: the draft's context holds one row per target position
  * 0..ctx_len-1, fed from the target's taps (draft_feed) or from host floats
  * (draft_ctx_append). A backend may keep fed rows pending and project them
@@ -112,7 +123,7 @@ typedef struct be_ops {
     void (*destroy)(void *st);
     int (*forward)(void *st, const be_batch *b); /* -1 + error if len+T > n_ctx */
     int (*length)(void *st);
-    void (*truncate)(void *st, int len);
+    int (*truncate)(void *st, int len); /* the length kept (rules above) */
     /* out[n][vocab] (host) = lm_head logits of kept rows row..row+n-1 of the
      * last forward; bit-identical to asking forward() for those rows. */
     int (*logits)(void *st, int row, int n, float *out);

@@ -20,6 +20,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "deltanet.h"
 #include "rope.h"
 #include "sample.h"
 #include "threads.h"
@@ -58,7 +59,7 @@ typedef struct {
 } rope_table;
 
 static void rope_init(rope_table *r, const cfg_model *c, int n_ctx) {
-    int half = c->head_dim / 2;
+    int half = (c->rot_dim ? c->rot_dim : c->head_dim) / 2; /* rotary dims / 2 (rope.h) */
     r->n_ctx = n_ctx;
     r->half = half;
     r->cos = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
@@ -72,10 +73,11 @@ static void rope_free(rope_table *r) {
 }
 
 /* In place on n_heads heads of x[n_heads*hd]: optional per-head RMSNorm with
- * weight norm[hd], then RoPE at position pos. */
+ * weight norm[hd], then RoPE at position pos on dims 0..2*half-1 (pairs d,
+ * d + half; the rest of a partially rotated head passes through). */
 static void norm_rope(float *x, int n_heads, int hd, const float *norm, float eps, const rope_table *r,
                       int pos) {
-    int half = hd / 2;
+    int half = r->half;
     const float *cs = r->cos + (size_t)pos * half, *sn = r->sin + (size_t)pos * half;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * hd;
@@ -94,6 +96,8 @@ typedef struct {
     int rows;
     float *x, *xn;     /* [rows][H] residual stream, normed copy */
     float *q, *att;    /* [rows][nh*hd] */
+    float *qg, *gate;  /* gated attention (Qwen3.5), else NULL: [rows][nh][2*hd] q_proj
+                          as computed, [rows][nh*hd] its output gates */
     float *k, *v;      /* [rows][nkv*hd] */
     float *g, *u;      /* [rows][I] */
     /* expert blocks (a model with experts; NULL otherwise), P = rows * k pairs */
@@ -117,6 +121,11 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     s->v = dfl_malloc64(sizeof(float) * rows * KV);
     s->g = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
     s->u = dfl_malloc64(sizeof(float) * rows * (size_t)c->inter);
+    s->qg = s->gate = NULL;
+    if (c->attn_gate) {
+        s->qg = dfl_malloc64(sizeof(float) * rows * 2 * Q);
+        s->gate = dfl_malloc64(sizeof(float) * rows * Q);
+    }
     s->rl = NULL, s->sel = NULL, s->wsel = NULL, s->slot = NULL, s->start = NULL;
     s->xe = s->ye = s->ge = s->ue = NULL;
     if (c->n_moe_layers) {
@@ -138,6 +147,8 @@ static void scratch_free(scratch *s) {
     free(s->xn);
     free(s->q);
     free(s->att);
+    free(s->qg);
+    free(s->gate);
     free(s->k);
     free(s->v);
     free(s->g);
@@ -265,15 +276,27 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     }
 }
 
-/* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). */
-static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, int T) {
-    float *ys[3] = {s->q, s->k, s->v};
+/* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). With a
+ * gated q_proj, each head's rows [query | gate] are split into q and gate. */
+static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    float *ys[3] = {c->attn_gate ? s->qg : s->q, s->k, s->v};
     const kn_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
     kn_matmul_n(tp, ys, s->xn, ws, 3, T);
+    if (!c->attn_gate) return;
+    size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads;
+    for (size_t t = 0; t < (size_t)T; t++)
+        for (size_t h = 0; h < nh; h++) {
+            const float *src = s->qg + (t * nh + h) * 2 * hd;
+            memcpy(s->q + (t * nh + h) * hd, src, sizeof(float) * hd);
+            memcpy(s->gate + (t * nh + h) * hd, src + hd, sizeof(float) * hd);
+        }
 }
 
-/* x += Wo att */
+/* x += Wo att (gated: att * sigmoid(gate) first) */
 static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    if (c->attn_gate)
+        for (size_t i = 0; i < (size_t)T * c->n_heads * c->head_dim; i++)
+            s->att[i] = s->att[i] * (1.0f / (1.0f + expf(-s->gate[i])));
     kn_matmul(tp, s->xn, s->att, &L->wo, T);
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
@@ -292,22 +315,35 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
 
 /* ---- one decoder layer ----------------------------------------------------- */
 
-/* One Qwen3/Llama decoder layer on the T rows of s->x ([T][H], updated in
- * place), rows at positions pos0..pos0+T-1: the target forward and the draft
- * block both run it, so a layer reads top to bottom in one place.
- *   xn = in_norm(x); q, k, v = Wq xn, Wk xn, Wv xn; q/k norm + RoPE;
+/* One decoder layer (Qwen3, Llama, Qwen3-MoE, Qwen3.5) on the T rows of s->x
+ * ([T][H], updated in place), rows at positions pos0..pos0+T-1: the target
+ * forward and the draft block both run it, so a layer reads top to bottom
+ * in one place.
+ *   xn = in_norm(x);
+ *   a Gated DeltaNet layer (Qwen3.5 linear_attention, dn != NULL): x +=
+ *     dn_mixer(xn), its recurrent state in dn (deltanet.h); else
+ *   q, k, v = Wq xn, Wk xn, Wv xn (Qwen3.5: q_proj also gives a gate per
+ *     head); q/k norm + RoPE (Qwen3.5: on the first rot_dim dims);
  *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd])
  *     before attention, so the rows see themselves causally (J->causal);
- *   att = attention of q over the keys J describes; x += Wo att;
+ *   att = attention of q over the keys J describes (Qwen3.5: times
+ *     sigmoid(gate)); x += Wo att;
  *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x), or the expert block
  *     (moe) in a layer that has one.
  * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
  * strides; out, q and the head counts are filled in here. */
-static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, const rope_table *rope, int pos0,
-                  int T, at_job J, float *kc, float *vc, int n_ctx) {
+static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_model *c, const rope_table *rope,
+                  int pos0, int T, at_job J, float *kc, float *vc, int n_ctx, dn_state *dn) {
     int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd;
     rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
-    qkv(tp, s, L, T);
+    if (dn && c->linear_layer[l]) {
+        dn_mixer(tp, dn, L, l, s->xn, s->xn, T);
+        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
+        if (L->experts) moe(tp, s, L, c, T);
+        else mlp(tp, s, L, c, T);
+        return;
+    }
+    qkv(tp, s, L, c, T);
     for (int t = 0; t < T; t++) {
         norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
         norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
@@ -326,9 +362,11 @@ typedef struct {
     const mdl_model *m;
     tp_pool *tp;     /* the instance's workers */
     int n_ctx, len;
-    float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] */
+    float *kc, *vc;  /* [n_att][nkv][n_ctx][hd]: one per attention layer */
+    int *att_of;     /* [n_layers] attention-layer index of layer l, -1 for a linear one */
     rope_table rope;
     scratch s;
+    dn_state *dn;    /* Gated DeltaNet states (a model with linear layers), else NULL */
     float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
     int n_kept;      /* rows in kept (0: the last forward kept none) */
     float *slice;    /* [BE_KEEP_ROWS][ARGMAX_SLICE] logits of one vocabulary slice */
@@ -346,11 +384,18 @@ static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     q->m = m;
     q->tp = ((cpu_be *)be)->tp;
     q->n_ctx = n_ctx;
-    size_t kv = (size_t)c->n_layers * n_ctx * c->n_kv_heads * c->head_dim;
-    q->kc = dfl_malloc64(sizeof(float) * kv);
-    q->vc = dfl_malloc64(sizeof(float) * kv);
+    q->att_of = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
+    int n_att = 0;
+    for (int l = 0; l < c->n_layers; l++) q->att_of[l] = c->linear_layer[l] ? -1 : n_att++;
+    size_t kv = (size_t)n_att * n_ctx * c->n_kv_heads * c->head_dim;
+    q->kc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
+    q->vc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
     rope_init(&q->rope, c, n_ctx);
     scratch_init(&q->s, c, CHUNK);
+    if (c->n_linear_layers) {
+        q->dn = dfl_calloc(1, sizeof *q->dn);
+        dn_init(q->dn, c, CHUNK);
+    }
     q->kept = dfl_malloc64(sizeof(float) * BE_KEEP_ROWS * (size_t)c->hidden);
     q->slice = dfl_malloc64(sizeof(float) * BE_KEEP_ROWS * (size_t)ARGMAX_SLICE);
     return q;
@@ -364,6 +409,11 @@ static void cpu_destroy(void *st) {
     free(q->taps);
     free(q->kc);
     free(q->vc);
+    free(q->att_of);
+    if (q->dn) {
+        dn_free(q->dn);
+        free(q->dn);
+    }
     rope_free(&q->rope);
     scratch_free(&q->s);
     free(q);
@@ -371,9 +421,12 @@ static void cpu_destroy(void *st) {
 
 static int cpu_length(void *st) { return ((cpu_seq *)st)->len; }
 
-static void cpu_truncate(void *st, int len) {
+/* The KV rule (backend.h); recurrent states by deltanet.h's rollback rule. */
+static int cpu_truncate(void *st, int len) {
     cpu_seq *q = st;
-    if (len >= 0 && len < q->len) q->len = len;
+    if (len < 0 || len >= q->len) return q->len;
+    q->len = q->dn ? dn_rollback(q->tp, q->dn, q->m, len) : len;
+    return q->len;
 }
 
 /* Rows [r0, r0+T) of batch b, at positions q->len.. */
@@ -386,10 +439,11 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     for (int t = 0; t < T; t++) kn_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        float *kc = q->kc + (size_t)l * q->n_ctx * kvd, *vc = q->vc + (size_t)l * q->n_ctx * kvd;
+        int a = q->att_of[l] < 0 ? 0 : q->att_of[l];
+        float *kc = q->kc + (size_t)a * q->n_ctx * kvd, *vc = q->vc + (size_t)a * q->n_ctx * kvd;
         /* keys: the cache, positions 0..pos0+t for row t (causal) */
         at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd};
-        layer(q->tp, s, L, c, &q->rope, pos0, T, J, kc, vc, q->n_ctx);
+        layer(q->tp, s, L, l, c, &q->rope, pos0, T, J, kc, vc, q->n_ctx, q->dn);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
@@ -405,6 +459,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         rmsnorm_rows(s->xn, s->x + (size_t)(a - r0) * H, m->final_norm, n, H, c->eps);
         kn_matmul(q->tp, b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
     }
+    if (q->dn) dn_advance(q->dn, T);
     q->len += T;
 }
 
@@ -421,7 +476,16 @@ static int cpu_forward(void *st, const be_batch *b) {
     q->tap_rows = b->n_taps ? b->T : 0;
     q->n_taps = b->n_taps;
     for (int i = 0; i < b->n_taps; i++) q->tap_layers[i] = b->tap_layers[i];
-    for (int r0 = 0; r0 < b->T; r0 += CHUNK) forward_chunk(q, b, r0, b->T - r0 < CHUNK ? b->T - r0 : CHUNK);
+    /* recurrent states: snapshot at row s0 (deltanet.h), chunks cut there */
+    int s0 = b->T > DN_KEEP ? b->T - DN_KEEP : 0;
+    if (q->dn && s0 > 0) dn_forget(q->dn);
+    for (int r0 = 0; r0 < b->T;) {
+        int n = b->T - r0 < CHUNK ? b->T - r0 : CHUNK;
+        if (r0 < s0 && r0 + n > s0) n = s0 - r0;
+        if (q->dn && r0 == s0) dn_snapshot(q->dn, q->len);
+        forward_chunk(q, b, r0, n);
+        r0 += n;
+    }
     if (b->keep_rows) q->n_kept = b->T;
     return 0;
 }
@@ -652,7 +716,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
                     .Kb = s->k, .Vb = s->v, .na = pos0, .nb = B, .causal = 0,
                     .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd, .b_row = (size_t)kvd};
-        layer(q->tp, s, L, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx);
+        layer(q->tp, s, L, l, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx, NULL);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);

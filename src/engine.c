@@ -381,7 +381,10 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
 static int cb_accept(void *ud, int keep) {
     dflash_model *m = ud;
     int len = m->be->length(m->seq) - m->block_len + keep;
-    m->be->truncate(m->seq, len);
+    if (m->be->truncate(m->seq, len) != len) { /* a verify always rolls back within its own rows */
+        dfl_seterr("rollback to %d rows failed", len);
+        return -1;
+    }
     if (!m->drafting) return 0;
     return m->be->draft_feed(m->dseq, m->seq, 0, keep);
 }
@@ -489,12 +492,10 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     int len = m->be->length(m->seq), p = 0;
     while (p < len && (size_t)p < n_prompt && m->cache_tok[p] == prompt[p]) p++;
     if ((size_t)p == n_prompt) p--; /* the last prompt row must run to give logits */
-    if (m->dseq) {
-        int dl = m->be->draft_ctx_length(m->dseq);
-        if (m->drafting && dl < p) p = dl;
-        m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
-    }
-    m->be->truncate(m->seq, p);
+    int dl = m->dseq ? m->be->draft_ctx_length(m->dseq) : 0;
+    if (m->dseq && m->drafting && dl < p) p = dl;
+    p = m->be->truncate(m->seq, p); /* a recurrent model may keep fewer rows (backend.h) */
+    if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
 
@@ -587,7 +588,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
      * sweep over T at one depth fills the context once) */
     int len = m->be->length(m->seq), keep = 0;
     while (keep < len && keep < depth && m->cache_tok[keep] == tok[keep]) keep++;
-    m->be->truncate(m->seq, keep);
+    keep = m->be->truncate(m->seq, keep); /* a recurrent model may keep fewer */
     int rc = 0;
     for (int r0 = keep; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;

@@ -1,6 +1,7 @@
 /* model.c - see model.h. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,8 +221,9 @@ out:
     return rc;
 }
 
-/* Copy a [n] norm weight to a new f32 array. */
-static float *bind_vec(mdl_model *m, const char *name, int n) {
+/* Copy tensor NAME, of shape [d0] (d1 = d2 = 0), [d0, d1] or [d0, d1, d2]
+ * and a float dtype, to a new f32 array. */
+static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2) {
     const st_tensor *t = need(m, name);
     if (!t) return NULL;
     kn_dtype k;
@@ -229,14 +231,22 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
         dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16)", name, st_dtype_name(t->dtype));
         return NULL;
     }
-    if (!shape_is(t, 1, n, 0)) {
-        char got[64];
+    int nd = d2 ? 3 : d1 ? 2 : 1;
+    int64_t want[3] = {d0, d1, d2};
+    int ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char got[64], w[64];
         shape_str(t, got, sizeof got);
-        dfl_seterr("tensor '%s': shape %s, expected [%d]", name, got, n);
+        if (nd == 1) snprintf(w, sizeof w, "[%lld]", (long long)d0);
+        else if (nd == 2) snprintf(w, sizeof w, "[%lld, %lld]", (long long)d0, (long long)d1);
+        else snprintf(w, sizeof w, "[%lld, %lld, %lld]", (long long)d0, (long long)d1, (long long)d2);
+        dfl_seterr("tensor '%s': shape %s, expected %s", name, got, w);
         return NULL;
     }
-    float *v = dfl_malloc(sizeof(float) * (size_t)n);
-    for (int i = 0; i < n; i++) {
+    size_t n = (size_t)d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
+    float *v = dfl_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
         if (k == KN_F32) memcpy(&v[i], (const char *)t->data + 4 * i, 4);
         else {
             uint16_t h;
@@ -246,6 +256,57 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
     }
     m->weight_bytes += t->nbytes;
     return v;
+}
+
+/* Copy a [n] norm weight to a new f32 array; Qwen3.5's zero-centred RMSNorm
+ * weights become 1 + w here (in f32, as the reference computes it), so every
+ * norm downstream multiplies by the array as it is. */
+static float *bind_vec(mdl_model *m, const char *name, int n) {
+    float *v = bind_f32(m, name, n, 0, 0);
+    if (v && m->cfg.arch == CFG_QWEN3_5 && !m->cfg.is_draft)
+        for (int i = 0; i < n; i++) v[i] = 1.0f + v[i];
+    return v;
+}
+
+/* Layer L's Gated DeltaNet under PRE (".../layers.L.linear_attn."). */
+static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, nv = c->lin_v_heads, vd = nv * c->lin_v_dim;
+    int C = 2 * c->lin_k_heads * c->lin_k_dim + vd, K = c->lin_conv;
+    char b[256];
+#define LA_LIN(field, sub, r, cc)                                              \
+    snprintf(b, sizeof b, "%s%s", pre, sub);                                   \
+    if (bind_linear(m, b, r, cc, &L->field)) return -1;
+#define LA_VEC(field, sub, d0, d1, d2)                                         \
+    snprintf(b, sizeof b, "%s%s", pre, sub);                                   \
+    if (!(L->field = bind_f32(m, b, d0, d1, d2))) return -1;
+    LA_LIN(lin_qkv, "in_proj_qkv", C, H);
+    LA_LIN(lin_z, "in_proj_z", vd, H);
+    LA_LIN(lin_b, "in_proj_b", nv, H);
+    LA_LIN(lin_a, "in_proj_a", nv, H);
+    LA_LIN(lin_out, "out_proj", H, vd);
+    snprintf(b, sizeof b, "%sconv1d.weight", pre);
+    const st_tensor *cw = st_find(&m->st, b);
+    if (cw && cw->ndim == 3 && cw->shape[0] == C && cw->shape[1] == K && cw->shape[2] == 1 && K != 1) {
+        dfl_seterr("tensor '%s': shape [%d, %d, 1] is the MLX-converted layout; MLX conversions of Qwen3.5 "
+                   "are not supported yet (their norm weights may be stored shifted): load the Hugging Face "
+                   "checkpoint, or make 4/8-bit from it with dflash quantize", b, C, K);
+        return -1;
+    }
+    LA_VEC(conv_w, "conv1d.weight", C, 1, K);
+    LA_VEC(dt_bias, "dt_bias", nv, 0, 0);
+    LA_VEC(neg_a, "A_log", nv, 0, 0);
+    LA_VEC(lin_norm, "norm.weight", c->lin_v_dim, 0, 0);
+#undef LA_LIN
+#undef LA_VEC
+    for (int h = 0; h < nv; h++) {
+        if (!isfinite(L->neg_a[h]) || L->neg_a[h] > 80.0f) {
+            dfl_seterr("tensor '%sA_log': value %g at head %d is out of range (exp overflows)", pre, L->neg_a[h], h);
+            return -1;
+        }
+        L->neg_a[h] = -expf(L->neg_a[h]);
+    }
+    return 0;
 }
 
 int mdl_check_path(const char *path) {
@@ -265,16 +326,15 @@ int mdl_load(mdl_model *m, const char *dir) {
     if (mdl_check_path(dir) != 0) return -1;
     if (gguf_is_gguf(dir)) return ggm_load(m, dir);
     if (cfg_load(&m->cfg, dir) != 0) return -1;
-    if (m->cfg.arch == CFG_QWEN3_5) {
-        dfl_seterr("%s: %s (Qwen3.5%s) is recognised but cannot run yet: its Gated DeltaNet (%d linear_attention "
-                   "layers) and gated full attention are not implemented", dir, m->cfg.arch_name,
-                   m->cfg.vision_ignored ? ", text model; vision ignored" : "", m->cfg.n_linear_layers);
-        return -1;
-    }
     if (st_open_dir(&m->st, dir) != 0) return -1;
     const cfg_model *c = &m->cfg;
     int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
     const char *pre = c->is_draft ? "" : "model.";
+    /* a multimodal Qwen3.5 checkpoint keeps its text model under
+     * model.language_model. (lm_head.weight at the top; model.visual.* and
+     * mtp.* are not read) */
+    if (c->arch == CFG_QWEN3_5 && st_find(&m->st, "model.language_model.embed_tokens.weight"))
+        pre = "model.language_model.";
     char base[192];
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
     if (!c->is_draft) {
@@ -304,10 +364,15 @@ int mdl_load(mdl_model *m, const char *dir) {
 #define VEC(field, sub, n)                                                     \
     snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub);               \
     if (!(L->field = bind_vec(m, b, n))) goto fail;
-        LIN(wq, "self_attn.q_proj", q, H);
-        LIN(wk, "self_attn.k_proj", kv, H);
-        LIN(wv, "self_attn.v_proj", kv, H);
-        LIN(wo, "self_attn.o_proj", H, q);
+        if (c->linear_layer[l]) {
+            snprintf(b, sizeof b, "%slayers.%d.linear_attn.", pre, l);
+            if (bind_linear_attn(m, b, L)) goto fail;
+        } else {
+            LIN(wq, "self_attn.q_proj", c->attn_gate ? 2 * q : q, H);
+            LIN(wk, "self_attn.k_proj", kv, H);
+            LIN(wv, "self_attn.v_proj", kv, H);
+            LIN(wo, "self_attn.o_proj", H, q);
+        }
         if (c->moe_layer[l]) {
             snprintf(b, sizeof b, "%slayers.%d.", pre, l);
             if (bind_experts(m, b, L)) goto fail;
@@ -318,7 +383,7 @@ int mdl_load(mdl_model *m, const char *dir) {
         }
         VEC(in_norm, "input_layernorm", H);
         VEC(post_norm, "post_attention_layernorm", H);
-        if (c->qk_norm) {
+        if (c->qk_norm && !c->linear_layer[l]) {
             VEC(q_norm, "self_attn.q_norm", hd);
             VEC(k_norm, "self_attn.k_norm", hd);
         }
@@ -332,6 +397,8 @@ fail:
     return -1;
 }
 
+enum { MDL_LAYER_MATS = 13 }; /* matrices a layer can have (matrices() lists them) */
+
 /* Every distinct matrix of the model that mdl_pack packs, once (a tied
  * lm_head is the embedding): not the experts, which stay in the mapping
  * (a packed copy of a 30B-A3B's experts would not fit beside it in RAM;
@@ -343,15 +410,16 @@ static int matrices(mdl_model *m, kn_weight **out) {
     if (m->fc.rows) out[n++] = &m->fc;
     for (int l = 0; l < m->cfg.n_layers && m->layers; l++) {
         mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->router};
-        for (int i = 0; i < 8; i++)
+        kn_weight *ws[] = {&L->wq,  &L->wk,      &L->wv,    &L->wo,    &L->wg,    &L->wu,   &L->wd,
+                           &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a, &L->lin_out};
+        for (int i = 0; i < MDL_LAYER_MATS; i++)
             if (ws[i]->rows) out[n++] = ws[i];
     }
     return n;
 }
 
 int mdl_pack(mdl_model *m) {
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 8 * m->cfg.n_layers));
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + MDL_LAYER_MATS * m->cfg.n_layers));
     int n = matrices(m, ws), rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
         if (!ws[i]->packed) rc = kn_pack(ws[i]);
@@ -363,7 +431,7 @@ int mdl_pack(mdl_model *m) {
 void mdl_unpack(mdl_model *m) {
     if (!m->layers && !m->embed.rows) return;
     if (m->lm_head.data == m->embed.data) m->lm_head.packed = NULL; /* shares the embedding's copy */
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + 8 * m->cfg.n_layers));
+    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + MDL_LAYER_MATS * m->cfg.n_layers));
     int n = matrices(m, ws);
     for (int i = 0; i < n; i++) kn_unpack(ws[i]);
     free(ws);
@@ -379,6 +447,10 @@ void mdl_free(mdl_model *m) {
             free(L->q_norm);
             free(L->k_norm);
             free(L->experts);
+            free(L->conv_w);
+            free(L->dt_bias);
+            free(L->neg_a);
+            free(L->lin_norm);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

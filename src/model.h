@@ -33,6 +33,20 @@ typedef struct {
      * [E, 2*moe_inter, H] + mlp.experts.down_proj [E, H, moe_inter]. */
     kn_weight router;            /* [n_experts, H] */
     mdl_expert *experts;         /* [n_experts] */
+    /* Qwen3.5 gated full attention (cfg.attn_gate): wq is q_proj as stored,
+     * [nh*2*hd, H], each head's rows its query (hd) then its output gate
+     * (hd). q_norm, k_norm, in_norm, post_norm (and the final norm) hold
+     * 1 + weight: Qwen3.5 stores its RMSNorm weights zero-centred. */
+    /* Qwen3.5 Gated DeltaNet (cfg.linear_layer[l]; wq..wo absent then), on
+     * disk under layers.L.linear_attn.: C = 2*nk*dk + nv*dv channels */
+    kn_weight lin_qkv;           /* in_proj_qkv [C, H]: q [nk*dk], k [nk*dk], v [nv*dv] */
+    kn_weight lin_z;             /* in_proj_z [nv*dv, H]: output gate */
+    kn_weight lin_b, lin_a;      /* in_proj_b, in_proj_a [nv, H]: write strength, decay step */
+    kn_weight lin_out;           /* out_proj [H, nv*dv] */
+    float *conv_w;               /* conv1d.weight [C][K] (stored [C, 1, K]), f32 */
+    float *dt_bias;              /* [nv] */
+    float *neg_a;                /* [nv] = -exp(A_log) */
+    float *lin_norm;             /* norm.weight [dv] (plain weight: the gated norm is not zero-centred) */
 } mdl_layer;
 
 typedef struct {

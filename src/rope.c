@@ -7,7 +7,7 @@
 #include "util.h"
 
 void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t) {
-    int hd = c->head_dim, half = hd / 2;
+    int hd = c->rot_dim ? c->rot_dim : c->head_dim, half = hd / 2; /* rotary dims (Qwen3.5: partial) */
     float *inv = dfl_malloc(sizeof(float) * half);
     for (int i = 0; i < half; i++) {
         inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)hd);

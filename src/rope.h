@@ -1,7 +1,9 @@
 /* rope.h - rotary position tables, shared by every backend. Prefix: rope_.
  *
- * cos/sin [n_ctx][head_dim/2] for the neox pairing (d with d + hd/2), with
- * the inverse frequencies computed as Hugging Face does (1 / theta^(2i/hd)
+ * cos/sin [n_ctx][r/2] for the neox pairing (d with d + r/2) over the first
+ * r = rot_dim dims of a head (Qwen3.5's partial rotary; r = head_dim when
+ * rot_dim is 0, every other family), with the inverse frequencies computed
+ * as Hugging Face does (1 / theta^(2i/r)
  * in float, llama3 rope_scaling applied when configured), so every backend
  * rotates by the same float values. */
 #ifndef DFL_ROPE_H

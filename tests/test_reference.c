@@ -215,6 +215,11 @@ TEST(draft_forward_and_dflash_loop) {
  * bf16 with per-expert tensors, and MLX 4-bit with mlx-lm's stacked
  * switch_mlp experts; bounds as for the dense models. */
 TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
+/* Qwen3.5 (tools/reference/make_tiny_qwen35.py): Gated DeltaNet layers 0, 2,
+ * 3 and a gated full-attention layer 1 with partial RoPE; the reference runs
+ * HF's chunked delta rule on the prompt and its recurrent one on the greedy
+ * steps, dflash the recurrent form on every row; same bounds. */
+TEST(qwen35_bf16_gated_deltanet) { check_target("tiny-qwen35"); }
 TEST(qwen3moe_mlx_q4_switch_mlp) { check_target("tiny-qwen3moe-q4"); }
 
 /* dflash_info.token_bytes: the bytes a decode step reads - every weight but
@@ -346,6 +351,7 @@ int main(void) {
     RUN(qwen3moe_mlx_q4_switch_mlp);
     RUN(qwen3moe_token_bytes);
     RUN(qwen3moe_draft_and_dflash);
+    RUN(qwen35_bf16_gated_deltanet);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }

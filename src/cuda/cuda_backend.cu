@@ -505,6 +505,11 @@ static int cu_prepare(void *p, mdl_model *m) {
         dfl_seterr("backend cuda: mixture-of-experts models (qwen3_moe) are not supported yet; use --backend cpu");
         return -1;
     }
+    if (c->arch == CFG_QWEN3_5) {
+        dfl_seterr("backend cuda: Qwen3.5 models (Gated DeltaNet, gated attention) are not supported yet; "
+                   "use --backend cpu");
+        return -1;
+    }
     cu_model *cm = (cu_model *)dfl_calloc(1, sizeof *cm);
     m->be_data = cm;
     cm->n_layers = c->n_layers;
@@ -999,9 +1004,10 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
 
 static int cu_length(void *p) { return ((cu_seq *)p)->len; }
 
-static void cu_truncate(void *p, int len) {
+static int cu_truncate(void *p, int len) {
     cu_seq *q = (cu_seq *)p;
     if (len >= 0 && len < q->len) q->len = len;
+    return q->len;
 }
 
 static int check_tokens(const int32_t *tok, int n, int vocab) {
