@@ -279,6 +279,25 @@ TEST(lossless_moe_random_pair) {
     dflash_free(m);
 }
 
+/* Qwen3.5 (Gated DeltaNet + gated attention): the committed pair
+ * (tests/models/tiny-qwen35 + its random draft). Every round rolls the
+ * recurrent state back within the verify (deltanet.h). */
+TEST(lossless_qwen35_pair) {
+    dflash_model *m = dflash_load(rpath("tests/models/tiny-qwen35"), rpath("tests/models/tiny-qwen35-draft"), NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { N2 = 16 };
+    int32_t *p[N2];
+    size_t len[N2];
+    random_prompts(N2, 16000, p, len);
+    lossless(m, p, len, N2, 32, 0.0f, "tiny-qwen35 pair, greedy");
+    lossless(m, p, len, 6, 32, 0.8f, "tiny-qwen35 pair, temp 0.8");
+    for (int i = 0; i < N2; i++) free(p[i]);
+    dflash_free(m);
+}
+
 /* A stop token from generation_config.json ends plain and DFlash output at
  * the same place: rewrite the target with eos = a token greedy emits later. */
 TEST(stop_token_end_to_end) {
@@ -515,6 +534,7 @@ int main(void) {
     RUN(stop_token_end_to_end);
     RUN(lossless_tiny_pair);
     RUN(lossless_moe_random_pair);
+    RUN(lossless_qwen35_pair);
     RUN(lossless_demo_pair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

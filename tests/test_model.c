@@ -483,9 +483,8 @@ TEST(qwen35_config) {
           "interval config rejected: %s", dfl_lasterr());
     CHECK(c.n_linear_layers == 2 && c.linear_layer[0] && !c.linear_layer[1] && c.linear_layer[2] && !c.linear_layer[3],
           "full_attention_interval 2 not applied");
-    CHECK(load_fails_with(q35_dir("q35_run", "", 1), "Qwen3.5, text model; vision ignored) is recognised but cannot "
-                                                      "run yet: its Gated DeltaNet (3 linear_attention layers)"),
-          "qwen3_5 must be refused by name until its layers exist");
+    /* the config alone loads as far as the weights, which are missing */
+    CHECK(load_fails_with(q35_dir("q35_run", "", 1), "safetensors"), "qwen3_5 without weights: %s", dfl_lasterr());
     static const struct {
         const char *fields, *err;
     } cases[] = {
