@@ -730,6 +730,11 @@ TEST(errors) {
     CHECK(m == NULL && strstr(dflash_error(), "mixture-of-experts"), "qwen3_moe on cuda: %s",
           m ? "loaded" : dflash_error());
     if (m) dflash_free(m);
+    /* so is Qwen3.5 (Gated DeltaNet) */
+    mpath(t, sizeof t, "tests/models/tiny-qwen35");
+    m = dflash_load(t, NULL, &p);
+    CHECK(m == NULL && strstr(dflash_error(), "Qwen3.5"), "qwen3_5 on cuda: %s", m ? "loaded" : dflash_error());
+    if (m) dflash_free(m);
 }
 
 int main(void) {
