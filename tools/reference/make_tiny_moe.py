@@ -341,7 +341,7 @@ def draft_fixture(tgt, drf, prompts, stats):
         stats.low("draft min gap (draft slots, deciding verify rows)", m)
         out["p%d.ids" % i] = torch.tensor(ids, dtype=torch.int32)
         if i == 0:  # full logits for the first prompt only (fixture size)
-            out["p%d.draft1_logits" % i] = t1["draft_logits"].float().contiguous()
+            out["p%d.draft1_logits" % i] = t1["draft_logits"][:4].float().contiguous()  # slots 1..4 (size)
         out["p%d.draft1_argmax" % i] = torch.tensor(t1["draft_argmax"], dtype=torch.int32)
         out["p%d.dflash" % i] = torch.tensor(r["tokens"], dtype=torch.int32)
         out["p%d.accept" % i] = torch.tensor(r["accept"], dtype=torch.int32)
