@@ -225,6 +225,43 @@ static int parse_moe(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* Qwen3.5-MoE's expert fields, with Qwen3_5MoeTextConfig's defaults
+ * (num_experts 256, num_experts_per_tok 8, moe_intermediate_size 512,
+ * shared_expert_intermediate_size 512): every layer's MLP is the expert
+ * block, the top-k weights always renormalised (its router has no
+ * norm_topk_prob), plus the shared expert with its sigmoid gate. */
+static int parse_qwen35_moe(cfg_model *c, const cJSON *root) {
+    if (get_int(root, "num_experts", &c->n_experts, 0, 256) ||
+        get_int(root, "num_experts_per_tok", &c->n_experts_used, 0, 8) ||
+        get_int(root, "moe_intermediate_size", &c->moe_inter, 0, 512) ||
+        get_int(root, "shared_expert_intermediate_size", &c->shared_inter, 0, 512))
+        return -1;
+    if (c->n_experts < 1 || c->n_experts > CFG_MAX_EXPERTS) {
+        dfl_seterr("%s: num_experts %d out of range (1..%d)", cur_path, c->n_experts, CFG_MAX_EXPERTS);
+        return -1;
+    }
+    if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts || c->n_experts_used > CFG_MAX_EXPERTS_USED) {
+        dfl_seterr("%s: num_experts_per_tok %d out of range (1..%d, at most num_experts %d)", cur_path,
+                   c->n_experts_used, CFG_MAX_EXPERTS_USED, c->n_experts);
+        return -1;
+    }
+    if (c->moe_inter < 1 || c->moe_inter > CFG_MAX_INTER) {
+        dfl_seterr("%s: moe_intermediate_size %d out of range (1..%d)", cur_path, c->moe_inter, CFG_MAX_INTER);
+        return -1;
+    }
+    if (c->shared_inter < 1 || c->shared_inter > CFG_MAX_INTER) {
+        dfl_seterr("%s: shared_expert_intermediate_size %d out of range (1..%d)", cur_path, c->shared_inter,
+                   CFG_MAX_INTER);
+        return -1;
+    }
+    c->norm_topk = 1;
+    c->sparse_step = 1;
+    c->inter = c->shared_inter; /* the only dense MLP width (scratch) */
+    for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+    c->n_moe_layers = c->n_layers;
+    return 0;
+}
+
 /* The Qwen3.5 fields, with Qwen3_5TextConfig's defaults for absent ones
  * (linear heads 16 key / 32 value of 128 dims, conv kernel 4,
  * partial_rotary_factor 0.25, layer_types: every 4th layer full attention,
@@ -275,6 +312,7 @@ static int parse_qwen35(cfg_model *c, const cJSON *root) {
                    cur_path, 2 * (long long)c->n_heads * c->head_dim, CFG_MAX_HIDDEN);
         return -1;
     }
+    if (c->qwen35_moe && parse_qwen35_moe(c, root)) return -1;
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     double prf = -1;
     if (get_num(root, "partial_rotary_factor", &prf, 0, -1)) return -1;
@@ -335,18 +373,27 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     }
     /* a multimodal Qwen3.5 checkpoint: its text model, vision ignored */
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    if ((!strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "qwen3_5")) && cJSON_IsObject(tc)) {
+    int top_tie = 0; /* a multimodal file's top-level tie_word_embeddings, the text config's default */
+    int mm35 = !strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "qwen3_5");
+    int mm35moe = !strcmp(arch, "Qwen3_5MoeForConditionalGeneration") || !strcmp(arch, "qwen3_5_moe");
+    int moe35 = mm35moe || !strcmp(arch, "Qwen3_5MoeForCausalLM") || !strcmp(arch, "qwen3_5_moe_text");
+    if ((mm35 || mm35moe) && cJSON_IsObject(tc)) {
+        const char *want = mm35moe ? "qwen3_5_moe_text" : "qwen3_5_text";
         const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
-        if (cJSON_IsString(tmt) && strcmp(tmt->valuestring, "qwen3_5_text")) {
-            dfl_seterr("%s: text_config.model_type \"%s\" is not qwen3_5_text", path, tmt->valuestring);
+        if (cJSON_IsString(tmt) && strcmp(tmt->valuestring, want)) {
+            dfl_seterr("%s: text_config.model_type \"%s\" is not %s", path, tmt->valuestring, want);
             goto out;
         }
+        /* the top level says whether the lm_head is tied */
+        const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+        if (cJSON_IsBool(tie)) top_tie = cJSON_IsTrue(tie);
         root = tc;
         c->vision_ignored = 1;
     }
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
-    if (c->vision_ignored || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
+    if (c->vision_ignored || moe35 || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
         c->arch = CFG_QWEN3_5;
+        c->qwen35_moe = moe35;
     } else if (!strcmp(arch, "Qwen3ForCausalLM") || !strcmp(arch, "qwen3")) {
         c->arch = CFG_QWEN3;
     } else if (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "llama")) {
@@ -362,7 +409,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         goto out;
     }
     c->qk_norm = c->arch != CFG_LLAMA;
-    if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, 1, 0) ||
+    if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, !c->qwen35_moe, 1) ||
         get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
         get_int(root, "num_attention_heads", &c->n_heads, 1, 0) ||
         get_int(root, "vocab_size", &c->vocab, !c->is_draft, 151936) ||
@@ -421,7 +468,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     }
     c->eps = (float)eps;
     if (parse_rope(c, root)) goto out;
-    if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, 0)) goto out;
+    if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, top_tie)) goto out;
     if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root)) goto out;
     if (c->arch == CFG_QWEN3_5 && parse_qwen35(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");

@@ -29,12 +29,13 @@ enum {
 /* CFG_QWEN3_MOE: Qwen3MoeForCausalLM / model_type qwen3_moe - Qwen3's
  * attention (qk-norm) with the expert block as the MLP of the layers
  * moe_layer[] marks; the other layers have a dense MLP of intermediate_size. */
-/* CFG_QWEN3_5: Qwen3.5 dense text model (model_type qwen3_5_text, or the
- * text_config of a multimodal qwen3_5 checkpoint, vision ignored): layers of
+/* CFG_QWEN3_5: Qwen3.5 text model (model_type qwen3_5_text or
+ * qwen3_5_moe_text, or the text_config of a multimodal qwen3_5 /
+ * qwen3_5_moe checkpoint, vision ignored): layers of
  * Gated DeltaNet ("linear_attention") and gated full attention
  * ("full_attention", q_proj doubled into query + sigmoid output gate, RoPE on
- * the first rot_dim dims of each head). The config is parsed and checked;
- * the layers are not implemented yet, so mdl_load refuses the model. */
+ * the first rot_dim dims of each head); the MoE variant's MLPs are expert
+ * blocks with a gated shared expert. */
 typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5 } cfg_arch;
 
 typedef struct {
@@ -81,6 +82,9 @@ typedef struct {
     unsigned char moe_layer[CFG_MAX_LAYERS];
 
     /* Qwen3.5 hybrid (CFG_QWEN3_5; all 0 otherwise) */
+    int qwen35_moe;      /* Qwen3.5-MoE (qwen3_5_moe_text): every layer's MLP the expert block
+                            (norm_topk always), plus a shared expert */
+    int shared_inter;    /* shared_expert_intermediate_size; 0: no shared expert */
     int vision_ignored;  /* the file was a multimodal qwen3_5 config: its text_config was loaded */
     int attn_gate;       /* full attention: q_proj rows 2 * n_heads * head_dim (query, gate per head) */
     int rot_dim;         /* RoPE on dims 0..rot_dim-1 of a head (head_dim * partial_rotary_factor); else head_dim */

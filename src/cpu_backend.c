@@ -108,6 +108,7 @@ typedef struct {
     int *start;        /* [n_experts + 1] first pair row of each expert */
     float *xe, *ye;    /* [P][H] inputs gathered by expert, expert outputs */
     float *ge, *ue;    /* [P][moe_inter] */
+    float *sh;         /* [rows][H] the shared expert's gated output (Qwen3.5-MoE), else NULL */
 } scratch;
 
 static void scratch_init(scratch *s, const cfg_model *c, int rows) {
@@ -127,7 +128,8 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
         s->gate = dfl_malloc64(sizeof(float) * rows * Q);
     }
     s->rl = NULL, s->sel = NULL, s->wsel = NULL, s->slot = NULL, s->start = NULL;
-    s->xe = s->ye = s->ge = s->ue = NULL;
+    s->xe = s->ye = s->ge = s->ue = s->sh = NULL;
+    if (c->shared_inter) s->sh = dfl_malloc64(sizeof(float) * rows * H);
     if (c->n_moe_layers) {
         size_t E = (size_t)c->n_experts, K = (size_t)c->n_experts_used, P = rows * K;
         s->rl = dfl_malloc64(sizeof(float) * rows * E);
@@ -162,6 +164,7 @@ static void scratch_free(scratch *s) {
     free(s->ye);
     free(s->ge);
     free(s->ue);
+    free(s->sh);
 }
 
 /* g = silu(g) * u elementwise, SWIGLU_PART elements per job (the last
@@ -229,7 +232,7 @@ static void route(float *l, int E, int k, int norm, int *sel, float *w) {
 
 /* The expert block on T rows: n = post_norm(x), each row routed (route),
  * x += sum over its k experts, in rank order, of w_j * Wd_e(silu(Wg_e n) *
- * (Wu_e n)). The rows routed to one expert go through its matrices in one
+ * (Wu_e n)) (+ the gated shared expert, Qwen3.5-MoE). The rows routed to one expert go through its matrices in one
  * kn_matmul (row-invariant, so a row's expert output does not depend on
  * which rows share it), and each row's sum has one order: a row's result is
  * the same bits for any T and any mix of rows. */
@@ -266,11 +269,27 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         int a = s->start[e], n = s->start[e + 1] - a;
         if (n) kn_matmul(tp, s->ye + (size_t)a * H, s->ge + (size_t)a * I, &L->experts[e].wd, n);
     }
+    /* the shared expert (Qwen3.5-MoE): sh = sigmoid(sh_gate . n) * Wd(silu(Wg n) * (Wu n)) */
+    if (L->sh_gate) {
+        float *ys[2] = {s->g, s->u};
+        const kn_weight *ws[2] = {&L->sh_wg, &L->sh_wu};
+        kn_matmul_n(tp, ys, s->xn, ws, 2, T);
+        swiglu(tp, s->g, s->u, (size_t)T * c->shared_inter);
+        kn_matmul(tp, s->sh, s->g, &L->sh_wd, T);
+        for (int t = 0; t < T; t++) {
+            const float *n = s->xn + (size_t)t * H;
+            float dot = 0.0f;
+            for (int d = 0; d < H; d++) dot += L->sh_gate[d] * n[d];
+            float sg = 1.0f / (1.0f + expf(-dot));
+            for (int d = 0; d < H; d++) s->sh[(size_t)t * H + d] *= sg;
+        }
+    }
     for (int t = 0; t < T; t++) {
         float *xr = s->x + (size_t)t * H;
         for (int d = 0; d < H; d++) {
             float acc = 0.0f;
             for (int j = 0; j < K; j++) acc += s->wsel[t * K + j] * s->ye[(size_t)s->slot[t * K + j] * H + d];
+            if (L->sh_gate) acc += s->sh[(size_t)t * H + d];
             xr[d] += acc;
         }
     }

@@ -376,6 +376,13 @@ int mdl_load(mdl_model *m, const char *dir) {
         if (c->moe_layer[l]) {
             snprintf(b, sizeof b, "%slayers.%d.", pre, l);
             if (bind_experts(m, b, L)) goto fail;
+            if (c->shared_inter) {
+                LIN(sh_wg, "mlp.shared_expert.gate_proj", c->shared_inter, H);
+                LIN(sh_wu, "mlp.shared_expert.up_proj", c->shared_inter, H);
+                LIN(sh_wd, "mlp.shared_expert.down_proj", H, c->shared_inter);
+                snprintf(b, sizeof b, "%slayers.%d.mlp.shared_expert_gate.weight", pre, l);
+                if (!(L->sh_gate = bind_f32(m, b, 1, H, 0))) goto fail;
+            }
         } else {
             LIN(wg, "mlp.gate_proj", c->inter, H);
             LIN(wu, "mlp.up_proj", c->inter, H);
@@ -397,7 +404,7 @@ fail:
     return -1;
 }
 
-enum { MDL_LAYER_MATS = 13 }; /* matrices a layer can have (matrices() lists them) */
+enum { MDL_LAYER_MATS = 16 }; /* matrices a layer can have (matrices() lists them) */
 
 /* Every distinct matrix of the model that mdl_pack packs, once (a tied
  * lm_head is the embedding): not the experts, which stay in the mapping
@@ -411,7 +418,8 @@ static int matrices(mdl_model *m, kn_weight **out) {
     for (int l = 0; l < m->cfg.n_layers && m->layers; l++) {
         mdl_layer *L = &m->layers[l];
         kn_weight *ws[] = {&L->wq,  &L->wk,      &L->wv,    &L->wo,    &L->wg,    &L->wu,   &L->wd,
-                           &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a, &L->lin_out};
+                           &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a, &L->lin_out,
+                           &L->sh_wg,  &L->sh_wu,   &L->sh_wd};
         for (int i = 0; i < MDL_LAYER_MATS; i++)
             if (ws[i]->rows) out[n++] = ws[i];
     }
@@ -451,6 +459,7 @@ void mdl_free(mdl_model *m) {
             free(L->dt_bias);
             free(L->neg_a);
             free(L->lin_norm);
+            free(L->sh_gate);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

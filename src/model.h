@@ -33,6 +33,11 @@ typedef struct {
      * [E, 2*moe_inter, H] + mlp.experts.down_proj [E, H, moe_inter]. */
     kn_weight router;            /* [n_experts, H] */
     mdl_expert *experts;         /* [n_experts] */
+    /* Qwen3.5-MoE's shared expert beside the routed ones (cfg.shared_inter),
+     * layers.L.mlp.shared_expert.{gate,up,down}_proj and
+     * mlp.shared_expert_gate.weight [1, H]; else rows 0 / NULL */
+    kn_weight sh_wg, sh_wu, sh_wd; /* [S, H] x2, [H, S] */
+    float *sh_gate;              /* [H]: the expert's share is sigmoid(sh_gate . n) */
     /* Qwen3.5 gated full attention (cfg.attn_gate): wq is q_proj as stored,
      * [nh*2*hd, H], each head's rows its query (hd) then its output gate
      * (hd). q_norm, k_norm, in_norm, post_norm (and the final norm) hold

@@ -1,6 +1,7 @@
 /* test_qwen35.c - Qwen3.5's recurrent layers: batch invariance and the
  * rollback rule (backend.h, deltanet.h), on the committed tiny-qwen35
- * (tests/models; its HF reference is checked in test_reference.c).
+ * and tiny-qwen35moe (tests/models; their HF references are checked in
+ * test_reference.c).
  *
  * Every check here is bit for bit against plain decoding, one token per
  * forward: verify widths, every rollback point of every verify width, a
@@ -50,8 +51,10 @@ static int same_rows(const float *lg, const float *tp, int p, int T) {
            (!tp || !memcmp(tp, ref_t + (size_t)p * L * H, sizeof(float) * (size_t)T * L * H));
 }
 
+static const char *model_dir = "tests/models/tiny-qwen35";
+
 static int setup(void) {
-    if (mdl_load(&m, rp("tests/models/tiny-qwen35")) != 0) {
+    if (mdl_load(&m, rp(model_dir)) != 0) {
         CHECK(0, "load: %s", dfl_lasterr());
         return -1;
     }
@@ -167,7 +170,7 @@ TEST(threads) {
  * row is rerun, which on a recurrent model is a rollback into the prefill's
  * kept rows), and a prompt that extends the cached tokens (a chat turn). */
 TEST(prompt_reuse) {
-    dflash_model *dm = dflash_load(rp("tests/models/tiny-qwen35"), NULL, NULL);
+    dflash_model *dm = dflash_load(rp(model_dir), NULL, NULL);
     if (!dm) {
         CHECK(0, "load: %s", dflash_error());
         return;
@@ -208,18 +211,25 @@ int main(void) {
     if (r) root = r;
     be_options bo = {2, 0};
     bi = be_cpu.open(&bo);
-    if (setup() == 0) {
-        RUN(widths_equal_decode);
-        RUN(rollback_every_point);
-        RUN(long_forward_and_restart);
-        RUN(threads);
-        RUN(prompt_reuse);
-    } else {
-        check_n_fail++;
+    /* the dense model, then Qwen3.5-MoE (experts routed per row: a row's
+     * expert sum has one order whatever rows share the forward) */
+    static const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe"};
+    for (int d = 0; d < 2; d++) {
+        model_dir = dirs[d];
+        fprintf(stderr, "# %s\n", model_dir);
+        if (setup() == 0) {
+            RUN(widths_equal_decode);
+            RUN(rollback_every_point);
+            RUN(long_forward_and_restart);
+            RUN(threads);
+            RUN(prompt_reuse);
+        } else {
+            check_n_fail++;
+        }
+        free(ref_l);
+        free(ref_t);
+        mdl_free(&m);
     }
-    free(ref_l);
-    free(ref_t);
-    mdl_free(&m);
     be_cpu.close(bi);
     CHECK_DONE("test_qwen35");
 }

@@ -221,6 +221,10 @@ TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
  * HF's chunked delta rule on the prompt and its recurrent one on the greedy
  * steps, dflash the recurrent form on every row; same bounds. */
 TEST(qwen35_bf16_gated_deltanet) { check_target("tiny-qwen35"); }
+/* Qwen3.5-MoE: the same hybrid layers, every MLP an expert block (8 experts,
+ * top 2, always renormalised; transformers 5's fused gate_up_proj layout)
+ * plus the sigmoid-gated shared expert */
+TEST(qwen35moe_bf16_shared_expert) { check_target("tiny-qwen35moe"); }
 TEST(qwen3moe_mlx_q4_switch_mlp) { check_target("tiny-qwen3moe-q4"); }
 
 /* dflash_info.token_bytes: the bytes a decode step reads - every weight but
@@ -345,10 +349,9 @@ static void check_draft_pair(const char *tn, const char *dn, int with_logits) {
 }
 
 TEST(qwen3moe_draft_and_dflash) { check_draft_pair("tiny-qwen3moe", "tiny-qwen3moe-draft", 1); }
-/* tiny-qwen35's draft: the fixture keeps proposals only (size); its rounds
- * accept one token each (a random draft), so each round rolls the recurrent
- * state back from 16 rows to 1 */
-TEST(qwen35_draft_and_dflash) { check_draft_pair("tiny-qwen35", "tiny-qwen35-draft", 0); }
+/* tiny-qwen35's draft: its rounds accept one token each (a random draft),
+ * so each round rolls the recurrent state back from 16 rows to 1 */
+TEST(qwen35_draft_and_dflash) { check_draft_pair("tiny-qwen35", "tiny-qwen35-draft", 1); }
 
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
@@ -367,6 +370,7 @@ int main(void) {
     RUN(qwen3moe_draft_and_dflash);
     RUN(qwen35_bf16_gated_deltanet);
     RUN(qwen35_draft_and_dflash);
+    RUN(qwen35moe_bf16_shared_expert);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }

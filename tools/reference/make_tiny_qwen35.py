@@ -55,14 +55,15 @@ LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention", "linear
 MASK = V - 1
 MAX_NEW = 24
 CONV = 2 * NK * DK + NV * DV
+E, K, MI, SI = 8, 2, 32, 48   # tiny-qwen35moe: experts, top k, expert width, shared expert width
 
 
 def log(*a):
     print(*a, flush=True)
 
 
-def qwen35_config():
-    return {
+def qwen35_config(moe=False):
+    c = {
         "architectures": ["Qwen3_5ForCausalLM"],
         "model_type": "qwen3_5_text",
         "attention_bias": False,
@@ -92,9 +93,16 @@ def qwen35_config():
         "use_cache": True,
         "vocab_size": V,
     }
+    if moe:
+        c.update({"architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text",
+                  "num_experts": E, "num_experts_per_tok": K, "moe_intermediate_size": MI,
+                  "shared_expert_intermediate_size": SI, "router_aux_loss_coef": 0.001,
+                  "output_router_logits": False})
+        del c["intermediate_size"]
+    return c
 
 
-def make_weights(seed):
+def make_weights(seed, moe=False):
     """HF names, float32 draws in a fixed order, stored bf16."""
     g = MT.Gen(seed)
     z = lambda n: g.norm(n) - 1.0  # noqa: E731  (1 + w is the scale: 0.6..1.4)
@@ -122,6 +130,15 @@ def make_weights(seed):
             t[q + "norm.weight"] = g.norm(DV)
             t[q + "out_proj.weight"] = g.normal((H, NV * DV), 0.14)
         t[p + "post_attention_layernorm.weight"] = z(H)
+        if moe:  # transformers 5's layout: fused gate_up [E, 2*MI, H], down [E, H, MI]
+            t[p + "mlp.gate.weight"] = g.normal((E, H), 0.5)
+            t[p + "mlp.experts.gate_up_proj"] = g.normal((E, 2 * MI, H), 0.2)
+            t[p + "mlp.experts.down_proj"] = g.normal((E, H, MI), 0.14)
+            t[p + "mlp.shared_expert.gate_proj.weight"] = g.normal((SI, H), 0.2)
+            t[p + "mlp.shared_expert.up_proj.weight"] = g.normal((SI, H), 0.2)
+            t[p + "mlp.shared_expert.down_proj.weight"] = g.normal((H, SI), 0.14)
+            t[p + "mlp.shared_expert_gate.weight"] = g.normal((1, H), 0.5)
+            continue
         t[p + "mlp.gate_proj.weight"] = g.normal((I, H), 0.2)
         t[p + "mlp.up_proj.weight"] = g.normal((I, H), 0.2)
         t[p + "mlp.down_proj.weight"] = g.normal((H, I), 0.14)
@@ -144,7 +161,30 @@ class RefQwen35:
         self.lm = self.W["embed_tokens.weight"]
         self.inv_freq = 1.0 / (cfg["rope_parameters"]["rope_theta"] ** (torch.arange(0, ROT, 2, dtype=torch.float64) / ROT))
         self.n_layers = L
-        self.min_route_gap = float("inf")  # no routing here (make_tiny_moe's bookkeeping)
+        self.moe = "num_experts" in cfg
+        self.min_route_gap = float("inf")  # k-th vs k+1-th router logit, over every routed row
+
+    def mlp(self, p, u):
+        W = self.W
+        if not self.moe:
+            return (F.silu(u @ W[p + "mlp.gate_proj.weight"].T) * (u @ W[p + "mlp.up_proj.weight"].T)) \
+                @ W[p + "mlp.down_proj.weight"].T
+        logits = u @ W[p + "mlp.gate.weight"].T
+        srt = logits.sort(-1, descending=True).values
+        self.min_route_gap = min(self.min_route_gap, float((srt[:, K - 1] - srt[:, K]).min()))
+        prob = torch.softmax(logits, -1)
+        wv, idx = prob.topk(K, -1)
+        wv = wv / wv.sum(-1, keepdim=True)
+        out = torch.zeros_like(u)
+        gu, dn = W[p + "mlp.experts.gate_up_proj"], W[p + "mlp.experts.down_proj"]
+        for t in range(u.shape[0]):
+            for j in range(K):
+                e = int(idx[t, j])
+                h = gu[e] @ u[t]
+                out[t] += wv[t, j] * (dn[e] @ (F.silu(h[:MI]) * h[MI:]))
+        sh = (F.silu(u @ W[p + "mlp.shared_expert.gate_proj.weight"].T) * (u @ W[p + "mlp.shared_expert.up_proj.weight"].T)) \
+            @ W[p + "mlp.shared_expert.down_proj.weight"].T
+        return out + torch.sigmoid(u @ W[p + "mlp.shared_expert_gate.weight"].T) * sh
 
     def new_cache(self):
         return {"n": 0, "k": [None] * L, "v": [None] * L,
@@ -234,8 +274,7 @@ class RefQwen35:
             else:
                 x = x + self.attn(p, u, cache, l, start)
             u = rms1p(x, W[p + "post_attention_layernorm.weight"], eps)
-            x = x + (F.silu(u @ W[p + "mlp.gate_proj.weight"].T) * (u @ W[p + "mlp.up_proj.weight"].T)) \
-                @ W[p + "mlp.down_proj.weight"].T
+            x = x + self.mlp(p, u)
             taps.append(x)
         cache["n"] += ids.shape[0]
         y = rms1p(x, W["norm.weight"], eps)
@@ -361,6 +400,17 @@ def main():
     st.save(os.path.join(fdir, "tiny-qwen35-draft.ref.safetensors"), fx,
             {"model": "tiny-qwen35-draft", "target": "tiny-qwen35", "n_prompts": len(prompts),
              "max_new": MAX_NEW, "block_size": 16})
+
+    # tiny-qwen35moe: Qwen3.5-MoE (every MLP an expert block + gated shared expert)
+    cfgm = qwen35_config(moe=True)
+    wm = make_weights(31, moe=True)
+    d = os.path.join(mdir, "tiny-qwen35moe")
+    MM.write_model(d, cfgm, wm)
+    hfm = hf_load(cfgm, wm, tmp, "tiny-qwen35moe")
+    log("== tiny-qwen35moe")
+    fx, _ = MM.target_fixture("tiny-qwen35moe", hfm, RefQwen35(cfgm, wm), sentences, stats)
+    st.save(os.path.join(fdir, "tiny-qwen35moe.ref.safetensors"), fx,
+            {"model": "tiny-qwen35moe", "n_prompts": len(MF.LENGTHS) + 1, "max_new": MAX_NEW})
 
     log("== stats (over prompts)")
     for k in sorted(stats.d):
