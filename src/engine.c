@@ -92,6 +92,7 @@ int dflash_is_gguf(const char *path) { return gguf_is_gguf(path); }
 
 static const char *weight_format(const mdl_model *m, char *buf, size_t n) {
     const kn_weight *w = &m->layers[0].wq;
+    if (!w->rows) w = &m->layers[0].lin_qkv; /* a Gated DeltaNet layer (Qwen3.5) */
     if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
         snprintf(buf, n, "MLX %d-bit, group %d, scales %s", w->bits, w->group_size, kn_dtype_name(w->scale_dtype));
     else

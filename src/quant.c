@@ -143,8 +143,10 @@ int qt_model(mdl_model *m, qt_kind k, int group) {
     }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->router};
-        for (int i = 0; i < 8; i++)
+        kn_weight *ws[] = {&L->wq,      &L->wk,    &L->wv,    &L->wo,    &L->wg,      &L->wu,
+                           &L->wd,      &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a,
+                           &L->lin_out, &L->sh_wg, &L->sh_wu, &L->sh_wd};
+        for (int i = 0; i < (int)(sizeof ws / sizeof ws[0]); i++)
             if (ws[i]->rows) {
                 *ws[i] = convert(m, ws[i], k, group);
                 bytes += kn_weight_bytes(ws[i]);
@@ -173,7 +175,10 @@ static int quantizable(const st_tensor *t, int group) {
     size_t n = strlen(t->name);
     if (t->ndim != 2 || t->shape[1] % group || n < 7 || strcmp(t->name + n - 7, ".weight")) return 0;
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) return 0;
-    return strstr(t->name, "_proj.") || strstr(t->name, "embed_tokens.") || !strcmp(t->name, "lm_head.weight") ||
+    /* "_proj.": q/k/v/o, MLPs, experts, Qwen3.5's linear_attn in/out_proj
+     * (in_proj_qkv, _z, _a, _b too); routers and the shared-expert gate stay */
+    return strstr(t->name, "_proj.") || strstr(t->name, "in_proj_") || strstr(t->name, "embed_tokens.") ||
+           !strcmp(t->name, "lm_head.weight") ||
            !strcmp(t->name, "fc.weight");
 }
 
