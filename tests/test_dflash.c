@@ -298,6 +298,33 @@ TEST(lossless_qwen35_pair) {
     dflash_free(m);
 }
 
+/* A draft whose heads differ from the target's (2 q / 1 kv heads of 32 vs
+ * 4 / 2 of 16; Qwen3.5 targets have wider heads than their drafts): loads,
+ * drafts, and DFlash still equals plain decoding. */
+TEST(draft_heads_differ) {
+    syn_spec ts = target_spec(), ds = draft_spec();
+    ds.c.n_heads = 2;
+    ds.c.n_kv_heads = 1;
+    ds.c.head_dim = 32;
+    char t[512], d[512];
+    snprintf(t, sizeof t, "%s", tpath("heads_target"));
+    snprintf(d, sizeof d, "%s", tpath("heads_draft"));
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    link_tokenizer(t);
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { NP = 6 };
+    int32_t *p[NP];
+    size_t len[NP];
+    random_prompts(NP, 500, p, len);
+    lossless(m, p, len, NP, 24, 0.0f, "draft with its own heads, greedy");
+    for (int i = 0; i < NP; i++) free(p[i]);
+    dflash_free(m);
+}
+
 /* A stop token from generation_config.json ends plain and DFlash output at
  * the same place: rewrite the target with eos = a token greedy emits later. */
 TEST(stop_token_end_to_end) {
@@ -535,6 +562,7 @@ int main(void) {
     RUN(lossless_tiny_pair);
     RUN(lossless_moe_random_pair);
     RUN(lossless_qwen35_pair);
+    RUN(draft_heads_differ);
     RUN(lossless_demo_pair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
