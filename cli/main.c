@@ -173,16 +173,21 @@ static const char *help_bench =
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
 static const char *help_synth =
-    "usage: dflash synth --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|qwen3-30b-a3b|tiny|tiny-moe [--draft] [--bits 4|8] [--force] -o DIR\n"
+    "usage: dflash synth --shape SHAPE [--draft] [--bits 4|8] [--force] -o DIR\n"
+    "\n"
+    "SHAPE: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b,\n"
+    "qwen3.5-4b, qwen3.5-9b, or the small tiny, tiny-moe, tiny-qwen35.\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching DFlash\n"
-    "draft (5 layers; 2 for tiny). --bits writes the MLX affine layout (group 64);\n"
-    "default bf16. --tokenizer DIR links DIR's tokenizer files into a target (DIR\n"
-    "must hold tokenizer.json; default models/qwen3-tokenizer when it exists). An\n"
-    "existing non-empty DIR is refused unless --force (its model files are then\n"
-    "replaced). The files are written under temporary names and put in place\n"
-    "only when all are written: on failure DIR is left as it was.\n";
+    "draft (5 layers; 2 for the tiny shapes; Qwen3 layers for a Qwen3.5 target).\n"
+    "--bits writes the MLX affine layout (group 64); default bf16. --tokenizer\n"
+    "DIR links DIR's tokenizer files into a target (DIR must hold tokenizer.json;\n"
+    "default models/qwen3-tokenizer when it exists: the Qwen3 tokenizer, whose\n"
+    "ids all fit the Qwen3.5 vocabulary too). An existing non-empty DIR is\n"
+    "refused unless --force (its model files are then replaced). The files are\n"
+    "written under temporary names and put in place only when all are written:\n"
+    "on failure DIR is left as it was.\n";
 
 static const char *help_quantize =
     "usage: dflash quantize -m IN --bits 4|8 [--group-size 32|64|128] [--force] -o OUT\n"

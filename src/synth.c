@@ -195,10 +195,24 @@ static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int
     }
 }
 
+/* A norm weight [n]: the scale 1 + 0.2 N(0, 1); Qwen3.5 stores its norms
+ * zero-centred (the model scales by 1 + w), so there it writes 0.2 N(0, 1). */
 static void vec(tensors *ts, const syn_spec *s, rng *r, const char *name, int n) {
     void *w = dfl_malloc(size_of(s->dtype) * (size_t)n);
-    for (int i = 0; i < n; i++) put(s->dtype, w, (size_t)i, 1.0f + 0.2f * normal(r));
+    float one = s->c.arch == CFG_QWEN3_5 && !s->c.is_draft ? 0.0f : 1.0f;
+    for (int i = 0; i < n; i++) put(s->dtype, w, (size_t)i, one + 0.2f * normal(r));
     add(ts, name, st_of(s->dtype), 1, n, 0, w);
+}
+
+/* A float tensor of shape [d0], [d0, d1] or [d0, d1, d2] (unused trailing
+ * dims 0), never quantized: a + b * N(0, 1), or log(U(a, b)) when lg. */
+static void fvec(tensors *ts, const syn_spec *s, rng *r, const char *name, int64_t d0, int64_t d1, int64_t d2,
+                 float a, float b, int lg) {
+    size_t n = (size_t)d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
+    void *w = dfl_malloc(size_of(s->dtype) * n);
+    for (size_t i = 0; i < n; i++) put(s->dtype, w, i, lg ? logf(a + (b - a) * (float)uniform(r)) : a + b * normal(r));
+    add(ts, name, st_of(s->dtype), d2 ? 3 : d1 ? 2 : 1, d0, d1, w);
+    ts->t[ts->n - 1].shape[2] = d2;
 }
 
 static int write_json(const char *dir, const char *file, cJSON *j) {
@@ -216,10 +230,30 @@ static int write_config(const char *dir, const syn_spec *s) {
     const char *arch = c->is_draft              ? "DFlashDraftModel"
                        : c->arch == CFG_LLAMA     ? "LlamaForCausalLM"
                        : c->arch == CFG_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                       : c->arch == CFG_QWEN3_5   ? "Qwen3_5ForCausalLM"
                                                   : "Qwen3ForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
-    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA ? "llama" : c->arch == CFG_QWEN3_MOE ? "qwen3_moe" : "qwen3");
+    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA       ? "llama"
+                                             : c->arch == CFG_QWEN3_MOE ? "qwen3_moe"
+                                             : c->arch == CFG_QWEN3_5   ? "qwen3_5_text"
+                                                                        : "qwen3");
+    if (c->arch == CFG_QWEN3_5) { /* the text config as Qwen3_5TextConfig writes it (transformers 5) */
+        cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+        for (int l = 0; l < c->n_layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(c->linear_layer[l] ? "linear_attention" : "full_attention"));
+        cJSON_AddNumberToObject(j, "linear_num_key_heads", c->lin_k_heads);
+        cJSON_AddNumberToObject(j, "linear_num_value_heads", c->lin_v_heads);
+        cJSON_AddNumberToObject(j, "linear_key_head_dim", c->lin_k_dim);
+        cJSON_AddNumberToObject(j, "linear_value_head_dim", c->lin_v_dim);
+        cJSON_AddNumberToObject(j, "linear_conv_kernel_dim", c->lin_conv);
+        /* rope_theta and partial_rotary_factor live in rope_parameters (no
+         * mrope_section: text positions make it plain RoPE, config.c) */
+        cJSON *rp = cJSON_AddObjectToObject(j, "rope_parameters");
+        cJSON_AddStringToObject(rp, "rope_type", "default");
+        cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+        cJSON_AddNumberToObject(rp, "partial_rotary_factor", (double)c->rot_dim / c->head_dim);
+    }
     if (c->arch == CFG_QWEN3_MOE) { /* moe_layer[] is written back as mlp_only_layers + decoder_sparse_step */
         cJSON_AddNumberToObject(j, "num_experts", c->n_experts);
         cJSON_AddNumberToObject(j, "num_experts_per_tok", c->n_experts_used);
@@ -240,7 +274,7 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(j, "rms_norm_eps", c->eps);
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    if (c->arch != CFG_QWEN3_5) cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_pos);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
     cJSON_AddBoolToObject(j, "attention_bias", 0);
@@ -337,8 +371,16 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
     snprintf(name, sizeof name, "%snorm.weight", pre);
     vec(&ts, s, &r, name, H);
     if (s->layer_scale > 0) sh *= s->layer_scale, sq *= s->layer_scale, si *= s->layer_scale;
+    /* Qwen3.5: gated q_proj (query + output gate per head); Gated DeltaNet
+     * widths: conv channels C = q, k, v of in_proj_qkv, vd = value width */
+    int qr = c->attn_gate ? 2 * q : q, nv = c->lin_v_heads, vd = nv * c->lin_v_dim;
+    int C = 2 * c->lin_k_heads * c->lin_k_dim + vd;
     /* a layer's bytes (the largest kind of layer) decide the shards */
-    double lb = mat_bytes(s, q, H) + 2 * mat_bytes(s, kv, H) + mat_bytes(s, H, q) +
+    double att = mat_bytes(s, qr, H) + 2 * mat_bytes(s, kv, H) + mat_bytes(s, H, q);
+    double lin = c->n_linear_layers ? mat_bytes(s, C, H) + mat_bytes(s, vd, H) + 2 * mat_bytes(s, nv, H) +
+                                          mat_bytes(s, H, vd)
+                                    : 0;
+    double lb = (att > lin ? att : lin) +
                 (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H)
                                  : 3 * mat_bytes(s, c->inter, H));
     double head = mat_bytes(s, c->vocab, H) * (c->is_draft ? 0 : c->tie_embeddings ? 1 : 2);
@@ -354,10 +396,27 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         char b[224];
 #define M(sub, rows, cols, std) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), matrix(&ts, s, &r, b, rows, cols, std)
 #define V(sub, n) snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub), vec(&ts, s, &r, b, n)
-        M("self_attn.q_proj", q, H, sh);
-        M("self_attn.k_proj", kv, H, sh);
-        M("self_attn.v_proj", kv, H, sh);
-        M("self_attn.o_proj", H, q, sq);
+#define F(sub, d0, d1, d2, x, y, lg) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), fvec(&ts, s, &r, b, d0, d1, d2, x, y, lg)
+        if (c->linear_layer[l]) { /* Gated DeltaNet (model.c bind_linear_attn) */
+            float sv = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)vd);
+            M("linear_attn.in_proj_qkv", C, H, sh);
+            M("linear_attn.in_proj_z", vd, H, sh);
+            M("linear_attn.in_proj_b", nv, H, sh);
+            M("linear_attn.in_proj_a", nv, H, sh);
+            M("linear_attn.out_proj", H, vd, sv);
+            /* conv [C, 1, K] (the Hugging Face layout), std 1/sqrt(K); the
+             * decay rates A = exp(A_log) in 0.5..4; the gated norm inside
+             * the mixer scales by w itself (not 1 + w) */
+            F("linear_attn.conv1d.weight", C, 1, c->lin_conv, 0.0f, 1.0f / sqrtf((float)c->lin_conv), 0);
+            F("linear_attn.dt_bias", nv, 0, 0, 0.0f, 0.5f, 0);
+            F("linear_attn.A_log", nv, 0, 0, 0.5f, 4.0f, 1);
+            F("linear_attn.norm.weight", c->lin_v_dim, 0, 0, 1.0f, 0.2f, 0);
+        } else {
+            M("self_attn.q_proj", qr, H, sh);
+            M("self_attn.k_proj", kv, H, sh);
+            M("self_attn.v_proj", kv, H, sh);
+            M("self_attn.o_proj", H, q, sq);
+        }
         if (c->moe_layer[l]) {
             float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
             if (s->router_bits && c->q_bits) {
@@ -385,12 +444,13 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         }
         V("input_layernorm", H);
         V("post_attention_layernorm", H);
-        if (c->qk_norm) {
+        if (c->qk_norm && !c->linear_layer[l]) {
             V("self_attn.q_norm", hd);
             V("self_attn.k_norm", hd);
         }
 #undef M
 #undef V
+#undef F
         if (stream && ((l + 1) % per == 0 || l == c->n_layers - 1)) rc = flush_shard(&out, &ts);
     }
     if (stream) {
@@ -451,19 +511,30 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         const char *name;
         int hidden, inter, layers, heads, kv, hd;
         int experts, used, moe_inter; /* qwen3_moe (norm_topk_prob true, every layer experts) */
+        /* qwen3_5_text (lk > 0): Gated DeltaNet layers with full attention
+         * every 4th (layers 3, 7, ...), gated q_proj, partial_rotary_factor
+         * 0.25, vocab 248320, theta 1e7; lk/lv key/value heads of ldk/ldv
+         * dims, conv kernel 4; untied: a separate lm_head */
+        int lk, lv, ldk, ldv, untied;
     } shapes[] = {
-        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0},
-        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0},
-        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0},
-        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
-        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0},
-        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64},
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 16, 16, 128, 128, 0},
+        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 16, 32, 128, 128, 0},
+        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 16, 32, 128, 128, 1},
+        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0},
+        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 2, 4, 16, 16, 0},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
-        dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, tiny, tiny-moe)", shape);
+        dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b, qwen3.5-4b, "
+                   "qwen3.5-9b, tiny, tiny-moe, tiny-qwen35)",
+                   shape);
         return -1;
     }
     if (bits != 0 && bits != 4 && bits != 8) {
@@ -485,6 +556,29 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
     c->n_eos = 2;
     c->eos_ids[0] = 151645;
     c->eos_ids[1] = 151643;
+    int q35 = shapes[k].lk > 0;
+    if (q35) { /* the Qwen3.5 tokenizer: <|im_end|> 248046, <|endoftext|> 248044 */
+        c->vocab = 248320;
+        c->max_pos = 262144;
+        c->rope_theta = 1e7;
+        c->eos_ids[0] = 248046;
+        c->eos_ids[1] = 248044;
+        c->tie_embeddings = !shapes[k].untied;
+    }
+    if (q35 && !draft) {
+        c->arch = CFG_QWEN3_5;
+        c->attn_gate = 1;
+        c->rot_dim = c->head_dim / 4;
+        c->lin_k_heads = shapes[k].lk;
+        c->lin_v_heads = shapes[k].lv;
+        c->lin_k_dim = shapes[k].ldk;
+        c->lin_v_dim = shapes[k].ldv;
+        c->lin_conv = 4;
+        for (int l = 0; l < c->n_layers; l++) {
+            c->linear_layer[l] = (l + 1) % 4 != 0;
+            c->n_linear_layers += c->linear_layer[l];
+        }
+    }
     if (shapes[k].experts && !draft) {
         c->arch = CFG_QWEN3_MOE;
         c->n_experts = shapes[k].experts;
@@ -501,7 +595,7 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->n_target_layers = c->n_layers;
         c->n_layers = shapes[k].layers >= 5 ? 5 : 2;
         c->block_size = 16;
-        c->mask_token_id = 151669;
+        c->mask_token_id = q35 ? c->vocab - 1 : 151669; /* Qwen3.5: the last id, as tiny-qwen35-draft */
         c->n_taps = c->n_layers;
         cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
         c->tie_embeddings = 0;

@@ -2,7 +2,19 @@
  *
  * Used by tests (small models that exercise every loader path) and by
  * `dflash synth` (real shapes for speed measurements: speed does not depend
- * on the values). Weights are deterministic for a given seed. */
+ * on the values): Qwen3 0.6B/1.7B/4B, Qwen3-30B-A3B (qwen3_moe), Qwen3.5
+ * 0.8B/4B/9B (qwen3_5_text), and tiny versions of the three families.
+ * Weights are deterministic for a given seed.
+ *
+ * Qwen3.5 (c.arch CFG_QWEN3_5; attn_gate, rot_dim, linear_layer[],
+ * n_linear_layers and the lin_* fields set): the layers linear_layer[] marks
+ * are Gated DeltaNet (linear_attn.in_proj_qkv/z/b/a and out_proj as matrices,
+ * quantized with the others; conv1d.weight [C, 1, K], dt_bias, A_log with
+ * exp(A_log) in 0.5..4, and the gated norm.weight near 1 as float vectors),
+ * the others gated full attention (q_proj [2 * heads * head_dim, hidden]);
+ * the other norms are stored zero-centred (near 0: the model scales by
+ * 1 + w). config.json has layer_types and rope_parameters (rope_theta,
+ * partial_rotary_factor = rot_dim / head_dim). */
 #ifndef DFL_SYNTH_H
 #define DFL_SYNTH_H
 

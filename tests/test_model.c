@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "check.h"
 #include "config.h"
+#include "dflash.h"
 #include "kernels.h"
 #include "model.h"
 #include "sample.h"
@@ -515,6 +516,146 @@ TEST(qwen35_config) {
     }
 }
 
+/* ---- Qwen3.5 checkpoints written by synth --------------------------------- */
+
+/* small() as a Qwen3.5 text model: 4 layers, full attention at layer 3 only
+ * (the 3:1 pattern), gated q_proj, 4 rotary dims of 16, Gated DeltaNet 2 key
+ * / 4 value heads of 16, conv kernel 4. */
+static syn_spec q35_spec(void) {
+    syn_spec s = small();
+    cfg_model *c = &s.c;
+    c->arch = CFG_QWEN3_5;
+    c->n_layers = 4;
+    c->attn_gate = 1;
+    c->rot_dim = 4;
+    c->rope_theta = 1e7;
+    c->lin_k_heads = 2;
+    c->lin_v_heads = 4;
+    c->lin_k_dim = 16;
+    c->lin_v_dim = 16;
+    c->lin_conv = 4;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->linear_layer[l] = (l + 1) % 4 != 0;
+        c->n_linear_layers += c->linear_layer[l];
+    }
+    return s;
+}
+
+/* DIR loads as the Qwen3.5 model WANT describes, every layer bound as its
+ * kind; a forward of 9 tokens gives finite, not constant, logits, the same
+ * bits as 9 forwards of one token. */
+static void check_q35_dir(const char *name, const char *dir, const cfg_model *want) {
+    mdl_model m;
+    if (mdl_load(&m, dir) != 0) {
+        CHECK(0, "%s: load: %s", name, dfl_lasterr());
+        return;
+    }
+    const cfg_model *c = &m.cfg;
+    int q = c->n_heads * c->head_dim, vd = c->lin_v_heads * c->lin_v_dim;
+    int C = 2 * c->lin_k_heads * c->lin_k_dim + vd;
+    CHECK(c->arch == CFG_QWEN3_5 && c->attn_gate && c->qk_norm && c->hidden == want->hidden &&
+              c->n_layers == want->n_layers && c->vocab == want->vocab && c->rot_dim == want->rot_dim &&
+              c->n_linear_layers == want->n_linear_layers && c->lin_k_heads == want->lin_k_heads &&
+              c->lin_v_heads == want->lin_v_heads && c->lin_k_dim == want->lin_k_dim &&
+              c->lin_v_dim == want->lin_v_dim && c->lin_conv == want->lin_conv && c->q_bits == want->q_bits &&
+              c->tie_embeddings == want->tie_embeddings && c->rope_theta == want->rope_theta,
+          "%s: config not as written (arch %d, rot %d, linear %d, bits %d)", name, (int)c->arch, c->rot_dim,
+          c->n_linear_layers, c->q_bits);
+    int bound = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m.layers[l];
+        if (c->linear_layer[l] != want->linear_layer[l]) bound = 0;
+        else if (c->linear_layer[l])
+            bound &= L->lin_qkv.rows == C && L->lin_z.rows == vd && L->lin_b.rows == c->lin_v_heads &&
+                     L->lin_a.rows == c->lin_v_heads && L->lin_out.cols == vd && L->conv_w && L->dt_bias &&
+                     L->neg_a && L->lin_norm && !L->wq.rows && !L->q_norm &&
+                     (c->q_bits ? L->lin_qkv.bits == c->q_bits : !L->lin_qkv.bits);
+        else
+            bound &= L->wq.rows == 2 * q && L->wo.cols == q && L->q_norm && L->k_norm && !L->lin_qkv.rows &&
+                     (c->q_bits ? L->wq.bits == c->q_bits : !L->wq.bits);
+        for (int h = 0; c->linear_layer[l] && L->neg_a && h < c->lin_v_heads; h++)
+            bound &= L->neg_a[h] <= -0.49f && L->neg_a[h] >= -4.01f; /* -exp(A_log), A in 0.5..4 */
+    }
+    CHECK(bound, "%s: layers not bound as their kinds", name);
+    const be_ops *be = &be_cpu;
+    enum { T = 9 };
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 37 + 11) % c->vocab);
+    float *lg = malloc(sizeof(float) * T * (size_t)c->vocab);
+    void *st = be->create(bi, &m, 64);
+    CHECK(fwd(be, st, tok, T, lg, T, NULL, 0, NULL) == 0, "%s: forward: %s", name, dfl_lasterr());
+    int finite = 1;
+    float lo = lg[0], hi = lg[0];
+    for (size_t i = 0; i < (size_t)T * c->vocab; i++) {
+        finite &= isfinite(lg[i]) != 0;
+        lo = lg[i] < lo ? lg[i] : lo;
+        hi = lg[i] > hi ? lg[i] : hi;
+    }
+    CHECK(finite && hi > lo, "%s: logits not finite or constant (%g..%g)", name, lo, hi);
+    /* one token per forward gives the same bits (batch invariance) */
+    float *one = malloc(sizeof(float) * (size_t)c->vocab);
+    void *s1 = be->create(bi, &m, 64);
+    int same = 1;
+    for (int i = 0; i < T; i++) {
+        fwd(be, s1, tok + i, 1, one, 1, NULL, 0, NULL);
+        same &= memcmp(one, lg + (size_t)i * c->vocab, sizeof(float) * (size_t)c->vocab) == 0;
+    }
+    CHECK(same, "%s: one-token forwards differ from the batched forward", name);
+    be->destroy(s1);
+    free(one);
+    be->destroy(st);
+    free(lg);
+    mdl_free(&m);
+}
+
+TEST(synth_qwen35) {
+    syn_spec s = q35_spec();
+    static const struct {
+        const char *name;
+        kn_dtype dtype, scale;
+        int bits, group, untied, sharded;
+    } v[] = {
+        {"q35s_bf16", KN_BF16, KN_BF16, 0, 0, 0, 0},
+        {"q35s_f32_untied_sharded", KN_F32, KN_BF16, 0, 0, 1, 1},
+        {"q35s_q4", KN_BF16, KN_BF16, 4, 32, 0, 0},
+        {"q35s_q8", KN_BF16, KN_F16, 8, 64, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        s = q35_spec();
+        s.dtype = v[i].dtype;
+        s.scale_dtype = v[i].scale;
+        s.c.q_bits = v[i].bits;
+        s.c.q_group = v[i].group;
+        s.c.tie_embeddings = !v[i].untied;
+        s.sharded = v[i].sharded;
+        char *d = path(v[i].name, NULL);
+        CHECK(syn_write(d, &s) == 0, "%s: synth: %s", v[i].name, dfl_lasterr());
+        check_q35_dir(v[i].name, d, &s.c);
+    }
+    /* dflash synth's tiny-qwen35 shape (4-bit) and its draft */
+    char *d = path("q35s_tiny", NULL);
+    CHECK(dflash_synth("tiny-qwen35", 0, 4, NULL, d) == 0, "synth tiny-qwen35: %s", dflash_error());
+    s = q35_spec();
+    s.c.vocab = 248320;
+    s.c.q_bits = 4;
+    check_q35_dir("q35s_tiny", d, &s.c);
+    char *dd = path("q35s_tiny_draft", NULL);
+    CHECK(dflash_synth("tiny-qwen35", 1, 0, NULL, dd) == 0, "synth tiny-qwen35 --draft: %s", dflash_error());
+    mdl_model m;
+    if (mdl_load(&m, dd) == 0) {
+        CHECK(m.cfg.is_draft && m.cfg.arch == CFG_QWEN3 && m.cfg.hidden == 64 && m.cfg.n_target_layers == 4 &&
+                  m.cfg.mask_token_id == 248319,
+              "tiny-qwen35 draft config (draft %d, arch %d, target layers %d, mask %d)", m.cfg.is_draft,
+              (int)m.cfg.arch, m.cfg.n_target_layers, m.cfg.mask_token_id);
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-qwen35 draft: load: %s", dfl_lasterr());
+    }
+    CHECK(dflash_synth("qwen3.5-1b", 0, 0, NULL, path("q35s_none", NULL)) != 0 &&
+              strstr(dflash_error(), "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-9b") && strstr(dflash_error(), "tiny-qwen35"),
+          "unknown shape: %s", dflash_error());
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -846,6 +987,7 @@ int main(void) {
     RUN(moe_batch_invariance_and_rollback);
     RUN(moe_bad_checkpoints);
     RUN(qwen35_config);
+    RUN(synth_qwen35);
     RUN(draft_forward_cached_equals_uncached);
     RUN(draft_feed_equals_ctx_append);
     RUN(draft_truncate_with_pending_rows);
