@@ -108,6 +108,59 @@ typedef struct {
     int T;
 } delta_job;
 
+/* Four floats as one value (16 bytes: SSE on x86-64's baseline, NEON on
+ * arm64; no instruction-set choice involved). Each lane is computed with
+ * the same IEEE operations, in the same order, as a scalar loop would: the
+ * bits do not depend on the vector width. */
+typedef float v4 __attribute__((vector_size(16)));
+static inline v4 ld4(const float *p) {
+    v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void st4(float *p, v4 v) { memcpy(p, &v, sizeof v); }
+
+/* S[i][e] = S[i][e] * decay; mem[e] += S[i][e] * k[i] (i ascending) */
+static void decay_read(float *S, const float *k, float decay, float *mem, int dk, int dv) {
+    int e4 = dv & ~3;
+    for (int e = 0; e < dv; e++) mem[e] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * dv, ki = k[i];
+        v4 dd = {decay, decay, decay, decay}, kk = {ki, ki, ki, ki};
+        for (int e = 0; e < e4; e += 4) {
+            v4 x = ld4(Si + e) * dd;
+            st4(Si + e, x);
+            st4(mem + e, ld4(mem + e) + x * kk);
+        }
+        for (int e = e4; e < dv; e++) {
+            float x = Si[e] * decay;
+            Si[e] = x;
+            mem[e] += x * ki;
+        }
+    }
+}
+
+/* S[i][e] += k[i] * delta[e]; o[e] += S[i][e] * q[i] when q (i ascending) */
+static void write_read(float *S, const float *k, const float *delta, const float *q, float *o, int dk, int dv) {
+    int e4 = dv & ~3;
+    if (q)
+        for (int e = 0; e < dv; e++) o[e] = 0.0f;
+    for (int i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * dv, ki = k[i], qi = q ? q[i] : 0.0f;
+        v4 kk = {ki, ki, ki, ki}, qq = {qi, qi, qi, qi};
+        for (int e = 0; e < e4; e += 4) {
+            v4 x = ld4(Si + e) + kk * ld4(delta + e);
+            st4(Si + e, x);
+            if (q) st4(o + e, ld4(o + e) + x * qq);
+        }
+        for (int e = e4; e < dv; e++) {
+            float x = Si[e] + ki * delta[e];
+            Si[e] = x;
+            if (q) o[e] += x * qi;
+        }
+    }
+}
+
 /* x / sqrt(sum x^2 + 1e-6) into out[n] */
 static void l2norm(float *out, const float *x, int n) {
     float ss = 0.0f;
@@ -136,35 +189,16 @@ static void delta_heads(void *p, int h0, int h1) {
             float sp = a > 20.0f ? a : log1pf(expf(a)); /* softplus, as torch (threshold 20) */
             float decay = expf(j->L->neg_a[h] * sp), beta = 1.0f / (1.0f + expf(-b));
             /* S = decay S; mem = S^T k */
-            for (int e = 0; e < dv; e++) mem[e] = 0.0f;
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t)i * dv, ki = kn[i];
-                for (int e = 0; e < dv; e++) {
-                    float x = Si[e] * decay;
-                    Si[e] = x;
-                    mem[e] += x * ki;
-                }
-            }
+            decay_read(S, kn, decay, mem, dk, dv);
             for (int e = 0; e < dv; e++) delta[e] = (v[e] - mem[e]) * beta;
-            if (!j->core) { /* replay: the state only */
-                for (int i = 0; i < dk; i++) {
-                    float *Si = S + (size_t)i * dv, ki = kn[i];
-                    for (int e = 0; e < dv; e++) Si[e] += ki * delta[e];
-                }
+            if (!j->core) { /* replay: the state only, by the same update */
+                write_read(S, kn, delta, NULL, NULL, dk, dv);
                 continue;
             }
             /* S += k delta^T; o = S^T q */
             l2norm(qn, cv + (size_t)kh * dk, dk);
             for (int i = 0; i < dk; i++) qn[i] *= qscale;
-            for (int e = 0; e < dv; e++) o[e] = 0.0f;
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t)i * dv, ki = kn[i], qi = qn[i];
-                for (int e = 0; e < dv; e++) {
-                    float x = Si[e] + ki * delta[e];
-                    Si[e] = x;
-                    o[e] += x * qi;
-                }
-            }
+            write_read(S, kn, delta, qn, o, dk, dv);
             /* gated RMSNorm over the head */
             float ss = 0.0f;
             for (int e = 0; e < dv; e++) ss += o[e] * o[e];
