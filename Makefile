@@ -90,7 +90,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-rollback all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -248,6 +248,12 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# the exact rollback of Qwen3.5's recurrent state: make bench-rollback ROLLBACK_MODEL=DIR
+# (a Qwen3.5 model, e.g. dflash synth --shape qwen3.5-0.8b --bits 4 -o DIR)
+ROLLBACK_MODEL ?= tests/models/tiny-qwen35
+bench-rollback: bench/rollback_bench.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/rollback_bench && $(BUILD)/rollback_bench $(ROLLBACK_MODEL)
 
 # ---- fuzzing: libFuzzer harnesses in tests/fuzz/ (clang, ASan + UBSan) ------
 #   make fuzz                 each harness for FUZZ_SECONDS (default 60); fails on a crash
