@@ -298,6 +298,57 @@ TEST(lossless_qwen35_pair) {
     dflash_free(m);
 }
 
+/* Qwen3.5 with accepting rounds: near-identity layers (as in the MoE test
+ * above) make greedy repeat the last token and the draft propose its mask
+ * id, so prompts ending in the mask id accept whole blocks, and every round
+ * rolls the recurrent state back to a different point inside its verify. */
+TEST(lossless_qwen35_accepting) {
+    syn_spec ts = target_spec(), ds = draft_spec();
+    cfg_model *c = &ts.c;
+    c->arch = CFG_QWEN3_5;
+    c->attn_gate = 1;
+    c->rot_dim = 8;
+    c->lin_k_heads = 2;
+    c->lin_v_heads = 4;
+    c->lin_k_dim = 16;
+    c->lin_v_dim = 16;
+    c->lin_conv = 4;
+    c->n_linear_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->linear_layer[l] = l != 1; /* full attention at layer 1 */
+        c->n_linear_layers += c->linear_layer[l];
+    }
+    ts.layer_scale = ds.layer_scale = 0.02f;
+    char t[512], d[512];
+    snprintf(t, sizeof t, "%s", tpath("q35acc_target"));
+    snprintf(d, sizeof d, "%s", tpath("q35acc_draft"));
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    link_tokenizer(t);
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { NA = 8 };
+    int32_t *pa[NA];
+    size_t lena[NA];
+    random_prompts(NA, 500, pa, lena);
+    for (int i = 0; i < NA; i++) pa[i][lena[i] - 1] = ds.c.mask_token_id;
+    lossless(m, pa, lena, NA, 40, 0.0f, "qwen3.5 pair with accepting rounds, greedy");
+    lossless(m, pa, lena, 4, 40, 0.8f, "qwen3.5 pair with accepting rounds, temp 0.8");
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 40;
+    int32_t *out;
+    size_t nout;
+    dflash_stats st;
+    CHECK(gen(m, pa[0], lena[0], &g, &out, &nout, &st) == 0 && st.rounds > 0 && st.tau >= 4,
+          "qwen3.5 accepting pair: tau %.2f over %d rounds (the accept path is not exercised)", st.tau, st.rounds);
+    fprintf(stderr, "  qwen3.5 accepting pair: tau %.2f over %d rounds\n", st.tau, st.rounds);
+    free(out);
+    for (int i = 0; i < NA; i++) free(pa[i]);
+    dflash_free(m);
+}
+
 /* A draft whose heads differ from the target's (2 q / 1 kv heads of 32 vs
  * 4 / 2 of 16; Qwen3.5 targets have wider heads than their drafts): loads,
  * drafts, and DFlash still equals plain decoding. */
@@ -563,6 +614,7 @@ int main(void) {
     RUN(lossless_moe_random_pair);
     RUN(lossless_qwen35_pair);
     RUN(draft_heads_differ);
+    RUN(lossless_qwen35_accepting);
     RUN(lossless_demo_pair);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
