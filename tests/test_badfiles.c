@@ -235,6 +235,81 @@ TEST(fifo_and_directories) {
     alarm(0);
 }
 
+/* Edit DIR/model.safetensors in place: tensor NAME renamed to NEW_NAME
+ * (not NULL), its shape set to SHAPE (a JSON list, not NULL; the element
+ * count must stay), and/or NB bytes at its data start replaced by BYTES. */
+static void st_patch(const char *dir, const char *name, const char *new_name, const char *shape, const void *bytes,
+                     size_t nb) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    size_t n;
+    char *b = dfl_read_file(p, &n);
+    uint64_t hl;
+    memcpy(&hl, b, 8);
+    cJSON *h = cJSON_ParseWithLength(b + 8, (size_t)hl);
+    cJSON *t = cJSON_DetachItemFromObjectCaseSensitive(h, name);
+    if (!t) {
+        fprintf(stderr, "st_patch: no tensor %s in %s\n", name, p);
+        exit(1);
+    }
+    if (shape) cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", cJSON_Parse(shape));
+    if (bytes) {
+        double off = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "data_offsets"), 0)->valuedouble;
+        memcpy(b + 8 + hl + (size_t)off, bytes, nb);
+    }
+    cJSON_AddItemToObject(h, new_name ? new_name : name, t);
+    char *js = cJSON_PrintUnformatted(h);
+    size_t jl = strlen(js), pad = (8 - jl % 8) % 8;
+    uint64_t nl = jl + pad;
+    FILE *f = fopen(p, "wb");
+    fwrite(&nl, 8, 1, f);
+    fwrite(js, 1, jl, f);
+    for (size_t i = 0; i < pad; i++) fputc(' ', f);
+    fwrite(b + 8 + hl, 1, n - 8 - hl, f);
+    fclose(f);
+    free(js);
+    cJSON_Delete(h);
+    free(b);
+}
+
+/* Qwen3.5 checkpoints with one tensor wrong: each fails at load, naming it. */
+TEST(qwen35_bad_tensors) {
+    const char *L0 = "model.layers.0.linear_attn.", *d;
+    char a[200], b2[200];
+#define T35(field) (snprintf(a, sizeof a, "%s%s", L0, field), a)
+    d = clone("tiny-qwen35");
+    snprintf(b2, sizeof b2, "%sin_proj_zz.weight", L0);
+    st_patch(d, T35("in_proj_z.weight"), b2, NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.0.linear_attn.in_proj_z.weight'"), "missing in_proj_z");
+    d = clone("tiny-qwen35");
+    st_patch(d, T35("conv1d.weight"), NULL, "[128, 4, 1]", NULL, 0);
+    CHECK(load_fails(d, "is the MLX-converted layout"), "MLX conv layout");
+    d = clone("tiny-qwen35");
+    st_patch(d, T35("conv1d.weight"), NULL, "[64, 1, 8]", NULL, 0);
+    CHECK(load_fails(d, "conv1d.weight': shape [64, 1, 8], expected [128, 1, 4]"), "conv shape");
+    d = clone("tiny-qwen35");
+    st_patch(d, "model.layers.1.self_attn.q_proj.weight", NULL, "[64, 64]", NULL, 0);
+    CHECK(load_fails(d, "q_proj.weight': shape [64, 64], expected [128, 32]"), "q_proj not doubled");
+    d = clone("tiny-qwen35");
+    st_patch(d, T35("in_proj_qkv.weight"), NULL, "[64, 64]", NULL, 0);
+    CHECK(load_fails(d, "in_proj_qkv.weight': shape [64, 64], expected [128, 32]"), "in_proj_qkv shape");
+    d = clone("tiny-qwen35");
+    const uint16_t inf_bf16 = 0x7f80;
+    st_patch(d, T35("A_log"), NULL, NULL, &inf_bf16, 2);
+    CHECK(load_fails(d, "A_log': value inf at head 0 is out of range"), "A_log inf");
+    d = clone("tiny-qwen35moe");
+    st_patch(d, "model.layers.2.mlp.shared_expert_gate.weight", "model.layers.2.mlp.shared_gate.weight", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.2.mlp.shared_expert_gate.weight'"), "missing shared gate");
+    d = clone("tiny-qwen35moe");
+    st_patch(d, "model.layers.0.mlp.experts.gate_up_proj", NULL, "[8, 32, 64]", NULL, 0);
+    CHECK(load_fails(d, "gate_up_proj': shape [8, 32, 64], expected [8, 64, 32]"), "fused experts shape");
+    /* the config: an expert count the tensors do not have */
+    d = clone("tiny-qwen35moe");
+    set_raw(d, "config.json", NULL, "num_experts", "4");
+    CHECK(load_fails(d, "mlp.gate.weight': shape [8, 32], expected [4, 32]"), "num_experts 4 vs 8 in the file");
+#undef T35
+}
+
 TEST(good_models_still_load) {
     mdl_model m;
     CHECK(mdl_load(&m, "tests/models/tiny-qwen3") == 0, "%s", dfl_lasterr());
@@ -342,6 +417,7 @@ int main(void) {
     RUN(json_numbers_out_of_range);
     RUN(safetensors_numbers);
     RUN(fifo_and_directories);
+    RUN(qwen35_bad_tensors);
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);
