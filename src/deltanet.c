@@ -20,8 +20,16 @@ void dn_init(dn_state *s, const cfg_model *c, int rows) {
     size_t nc = (size_t)s->n_lin * (s->K - 1) * s->C, nr = (size_t)s->n_lin * s->nv * s->dk * s->dv;
     s->conv = dfl_malloc64(sizeof(float) * (nc ? nc : 1));
     s->snap_conv = dfl_malloc64(sizeof(float) * (nc ? nc : 1));
-    s->rec = dfl_malloc64(sizeof(float) * nr);
-    s->snap_rec = dfl_malloc64(sizeof(float) * nr);
+    s->rec_mem[0] = dfl_malloc64(sizeof(float) * nr);
+    s->rec_mem[1] = dfl_malloc64(sizeof(float) * nr);
+    s->rec = dfl_malloc(sizeof(float *) * (size_t)(s->n_lin ? s->n_lin : 1));
+    s->snap_rec = dfl_malloc(sizeof(float *) * (size_t)(s->n_lin ? s->n_lin : 1));
+    s->in_snap = dfl_malloc((size_t)(s->n_lin ? s->n_lin : 1));
+    size_t per = (size_t)s->nv * s->dk * s->dv;
+    for (int li = 0; li < s->n_lin; li++) {
+        s->rec[li] = s->rec_mem[0] + per * li;
+        s->snap_rec[li] = s->rec_mem[1] + per * li;
+    }
     s->keep_mix = dfl_malloc64(sizeof(float) * (size_t)s->n_lin * DN_KEEP * s->C);
     s->keep_ab = dfl_malloc64(sizeof(float) * (size_t)s->n_lin * DN_KEEP * 2 * s->nv);
     size_t vd = (size_t)s->nv * s->dv;
@@ -37,8 +45,11 @@ void dn_free(dn_state *s) {
     free(s->lin_of);
     free(s->conv);
     free(s->snap_conv);
+    free(s->rec_mem[0]);
+    free(s->rec_mem[1]);
     free(s->rec);
     free(s->snap_rec);
+    free(s->in_snap);
     free(s->keep_mix);
     free(s->keep_ab);
     free(s->mix);
@@ -51,19 +62,38 @@ void dn_free(dn_state *s) {
 
 void dn_reset(dn_state *s) {
     memset(s->conv, 0, sizeof(float) * (size_t)s->n_lin * (s->K - 1) * s->C);
-    memset(s->rec, 0, sizeof(float) * (size_t)s->n_lin * s->nv * s->dk * s->dv);
+    for (int li = 0; li < s->n_lin; li++) {
+        memset(s->rec[li], 0, sizeof(float) * (size_t)s->nv * s->dk * s->dv);
+        s->in_snap[li] = 0;
+    }
     s->snap_len = -1;
     s->n_keep = 0;
 }
 
 void dn_snapshot(dn_state *s, int len) {
     memcpy(s->snap_conv, s->conv, sizeof(float) * (size_t)s->n_lin * (s->K - 1) * s->C);
-    memcpy(s->snap_rec, s->rec, sizeof(float) * (size_t)s->n_lin * s->nv * s->dk * s->dv);
+    /* S: no copy. The buffer holding the state becomes the snapshot; the
+     * next update reads it and writes the other buffer (in_snap) */
+    for (int li = 0; li < s->n_lin; li++) {
+        if (!s->in_snap[li]) {
+            float *t = s->rec[li];
+            s->rec[li] = s->snap_rec[li];
+            s->snap_rec[li] = t;
+        }
+        s->in_snap[li] = 1;
+    }
     s->snap_len = len;
     s->n_keep = 0;
 }
 
 void dn_forget(dn_state *s) {
+    for (int li = 0; li < s->n_lin; li++) /* the state lives in rec again */
+        if (s->in_snap[li]) {
+            float *t = s->rec[li];
+            s->rec[li] = s->snap_rec[li];
+            s->snap_rec[li] = t;
+            s->in_snap[li] = 0;
+        }
     s->snap_len = -1;
     s->n_keep = 0;
 }
@@ -100,7 +130,8 @@ static void conv_rows(float *state, const float *w, const float *mix, float *cv,
 typedef struct {
     const dn_state *s;
     const mdl_layer *L;
-    float *rec;        /* this layer's [nv][dk][dv] */
+    float *rec;        /* this layer's [nv][dk][dv], updated in place */
+    const float *src;  /* row 0 reads the state from here instead (the snapshot), or NULL */
     const float *cv;   /* [T][C] */
     const float *ab;   /* [T][2][nv]: a, then b */
     const float *z;    /* [T][nv*dv], NULL in a replay */
@@ -120,20 +151,22 @@ static inline v4 ld4(const float *p) {
 }
 static inline void st4(float *p, v4 v) { memcpy(p, &v, sizeof v); }
 
-/* S[i][e] = S[i][e] * decay; mem[e] += S[i][e] * k[i] (i ascending) */
-static void decay_read(float *S, const float *k, float decay, float *mem, int dk, int dv) {
+/* S[i][e] = S0[i][e] * decay; mem[e] += S[i][e] * k[i] (i ascending; S0
+ * may be S) */
+static void decay_read(float *S, const float *S0, const float *k, float decay, float *mem, int dk, int dv) {
     int e4 = dv & ~3;
     for (int e = 0; e < dv; e++) mem[e] = 0.0f;
     for (int i = 0; i < dk; i++) {
         float *Si = S + (size_t)i * dv, ki = k[i];
+        const float *S0i = S0 + (size_t)i * dv;
         v4 dd = {decay, decay, decay, decay}, kk = {ki, ki, ki, ki};
         for (int e = 0; e < e4; e += 4) {
-            v4 x = ld4(Si + e) * dd;
+            v4 x = ld4(S0i + e) * dd;
             st4(Si + e, x);
             st4(mem + e, ld4(mem + e) + x * kk);
         }
         for (int e = e4; e < dv; e++) {
-            float x = Si[e] * decay;
+            float x = S0i[e] * decay;
             Si[e] = x;
             mem[e] += x * ki;
         }
@@ -179,6 +212,7 @@ static void delta_heads(void *p, int h0, int h1) {
     float qscale = 1.0f / sqrtf((float)dk);
     for (int h = h0; h < h1; h++) {
         float *S = j->rec + (size_t)h * dk * dv;
+        const float *S0 = j->src ? j->src + (size_t)h * dk * dv : S;
         int kh = h / rep;
         for (int t = 0; t < j->T; t++) {
             const float *cv = j->cv + (size_t)t * C;
@@ -189,7 +223,7 @@ static void delta_heads(void *p, int h0, int h1) {
             float sp = a > 20.0f ? a : log1pf(expf(a)); /* softplus, as torch (threshold 20) */
             float decay = expf(j->L->neg_a[h] * sp), beta = 1.0f / (1.0f + expf(-b));
             /* S = decay S; mem = S^T k */
-            decay_read(S, kn, decay, mem, dk, dv);
+            decay_read(S, t == 0 ? S0 : S, kn, decay, mem, dk, dv);
             for (int e = 0; e < dv; e++) delta[e] = (v[e] - mem[e]) * beta;
             if (!j->core) { /* replay: the state only, by the same update */
                 write_read(S, kn, delta, NULL, NULL, dk, dv);
@@ -240,8 +274,9 @@ void dn_mixer(tp_pool *tp, dn_state *s, const mdl_layer *L, int l, const float *
         dn_forget(s); /* cannot happen by the forward's chunking; never replay a partial record */
     }
     conv_rows(s->conv + (size_t)li * (s->K - 1) * C, L->conv_w, s->mix, s->cv, T, C, s->K);
-    delta_job j = {s, L, s->rec + (size_t)li * nv * s->dk * s->dv, s->cv, s->ab, s->z, s->core, T};
+    delta_job j = {s, L, s->rec[li], s->in_snap[li] ? s->snap_rec[li] : NULL, s->cv, s->ab, s->z, s->core, T};
     delta_rows(tp, &j);
+    s->in_snap[li] = 0;
     (void)vd;
     kn_matmul(tp, out, s->core, &L->lin_out, T);
 }
@@ -253,7 +288,7 @@ int dn_rollback(tp_pool *tp, dn_state *s, const mdl_model *m, int len) {
     }
     int n = len - s->snap_len, C = s->C, nv = s->nv;
     memcpy(s->conv, s->snap_conv, sizeof(float) * (size_t)s->n_lin * (s->K - 1) * C);
-    memcpy(s->rec, s->snap_rec, sizeof(float) * (size_t)s->n_lin * nv * s->dk * s->dv);
+    for (int li = 0; li < s->n_lin; li++) s->in_snap[li] = 1; /* the state is the snapshot again: no copy */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         int li = s->lin_of[l];
         if (li < 0) continue;
@@ -262,9 +297,10 @@ int dn_rollback(tp_pool *tp, dn_state *s, const mdl_model *m, int len) {
             int T = n - r0 < s->rows ? n - r0 : s->rows;
             const float *mix = s->keep_mix + ((size_t)li * DN_KEEP + r0) * C;
             conv_rows(s->conv + (size_t)li * (s->K - 1) * C, L->conv_w, mix, s->cv, T, C, s->K);
-            delta_job j = {s, L, s->rec + (size_t)li * nv * s->dk * s->dv, s->cv,
+            delta_job j = {s, L, s->rec[li], s->in_snap[li] ? s->snap_rec[li] : NULL, s->cv,
                            s->keep_ab + ((size_t)li * DN_KEEP + r0) * 2 * nv, NULL, NULL, T};
             delta_rows(tp, &j);
+            s->in_snap[li] = 0;
         }
     }
     s->n_keep = n;

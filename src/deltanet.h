@@ -23,7 +23,10 @@
  * Rollback rule. Unlike the KV cache, the state cannot forget rows by moving
  * a length. A forward of T rows keeps a snapshot of every layer's state at
  * row s0 = max(0, T - DN_KEEP) of the batch (T <= DN_KEEP: the state before
- * the forward) and the raw inputs (mix, a, b) of rows s0.. . dn_rollback(m),
+ * the forward) and the raw inputs (mix, a, b) of rows s0.. . Taking the
+ * snapshot copies no S: the buffer that holds S becomes the snapshot, and
+ * the next row's update reads it and writes the other buffer (the conv
+ * state, small, is copied). dn_rollback(m),
  * for m at or past the snapshot and within the kept rows, restores the
  * snapshot and replays rows up to m through the same conv and delta code the
  * forward ran: the state is then, bit for bit, the state plain decoding has
@@ -44,8 +47,12 @@ typedef struct {
     float eps;
     int *lin_of;           /* [n_layers] linear-layer index of layer l, or -1 */
     float *conv;           /* [n_lin][K-1][C] the last K-1 mix rows, oldest first */
-    float *rec;            /* [n_lin][nv][dk][dv] */
-    float *snap_conv, *snap_rec; /* the same at length snap_len */
+    float *rec_mem[2];     /* two [n_lin][nv][dk][dv] buffers: */
+    float **rec;           /* [n_lin] layer li's state S [nv][dk][dv], in one of them */
+    float *snap_conv;      /* [n_lin][K-1][C] the conv state at length snap_len */
+    float **snap_rec;      /* [n_lin] layer li's S at length snap_len, in the other buffer */
+    unsigned char *in_snap; /* [n_lin] 1: layer li's state is snap_rec[li] (rec[li] is free;
+                               the next update reads the snapshot, writes rec) */
     int snap_len;          /* -1: no snapshot (the state moved past it) */
     float *keep_mix;       /* [n_lin][DN_KEEP][C] mix rows of positions snap_len.. */
     float *keep_ab;        /* [n_lin][DN_KEEP][2][nv] their a and b rows */
