@@ -203,9 +203,10 @@ DFLASH_API int dflash_time_draft(dflash_model *m, int depth, int reps, double *m
 
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
  * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-30b-a3b",
- * "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-9b", or the small "tiny",
- * "tiny-moe", "tiny-qwen35"; draft != 0 writes the matching DFlash draft
- * instead (5 layers; 2 for the small shapes; a Qwen3 draft for Qwen3.5);
+ * "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-35b-a3b", or the small
+ * "tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe"; draft != 0 writes
+ * the matching DFlash draft instead (5 layers; 2 for the small shapes; a
+ * Qwen3 draft for Qwen3.5 and Qwen3.5-MoE);
  * bits 0 (bf16), 4 or 8 (MLX, group 64). tokenizer_dir (may be NULL) gets symlinked into a target; it must hold
  * tokenizer.json. Written all or nothing, as dflash_quantize. */
 DFLASH_API int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir);

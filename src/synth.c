@@ -142,11 +142,19 @@ static void *mrows_worker(void *p) {
     }
 }
 
-/* A [rows, cols] matrix of N(0, std^2), plain or MLX-quantized. Small ones
- * draw from the model's generator in order; large ones (real model shapes)
- * are made in parallel, one generator per row. */
+/* A [rows, cols] matrix of N(0, std^2), plain or MLX-quantized (float when
+ * cols is not a multiple of the group size). Small ones draw from the
+ * model's generator in order; large ones (real model shapes) are made in
+ * parallel, one generator per row. */
 static void matrix(tensors *ts, const syn_spec *s, rng *r, const char *base, int rows, int cols, float std) {
     char name[256];
+    syn_spec sf;
+    if (s->c.q_bits && cols % s->c.q_group) { /* kept float, as mlx-lm and dflash quantize keep it
+                                                 (tiny-qwen35moe's 32- and 48-column down_proj at group 64) */
+        sf = *s;
+        sf.c.q_bits = 0;
+        s = &sf;
+    }
     mrows m = {s, 0, rows, cols, std, NULL, NULL, NULL, NULL, 0};
     int b = s->c.q_bits, g = s->c.q_group;
     if (b) {
@@ -227,15 +235,18 @@ static int write_json(const char *dir, const char *file, cJSON *j) {
 static int write_config(const char *dir, const syn_spec *s) {
     const cfg_model *c = &s->c;
     cJSON *j = cJSON_CreateObject();
+    int moe35 = c->arch == CFG_QWEN3_5 && c->qwen35_moe;
     const char *arch = c->is_draft              ? "DFlashDraftModel"
                        : c->arch == CFG_LLAMA     ? "LlamaForCausalLM"
                        : c->arch == CFG_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                       : moe35                    ? "Qwen3_5MoeForCausalLM"
                        : c->arch == CFG_QWEN3_5   ? "Qwen3_5ForCausalLM"
                                                   : "Qwen3ForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
     cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA       ? "llama"
                                              : c->arch == CFG_QWEN3_MOE ? "qwen3_moe"
+                                             : moe35                    ? "qwen3_5_moe_text"
                                              : c->arch == CFG_QWEN3_5   ? "qwen3_5_text"
                                                                         : "qwen3");
     if (c->arch == CFG_QWEN3_5) { /* the text config as Qwen3_5TextConfig writes it (transformers 5) */
@@ -266,8 +277,15 @@ static int write_config(const char *dir, const syn_spec *s) {
                 cJSON_AddItemToArray(mo, cJSON_CreateNumber(l));
         cJSON_AddBoolToObject(j, "use_sliding_window", 0);
     }
+    if (moe35) { /* Qwen3_5MoeTextConfig: every layer experts + the shared one, top-k always renormalised
+                  * (no norm_topk_prob, decoder_sparse_step, mlp_only_layers, intermediate_size) */
+        cJSON_AddNumberToObject(j, "num_experts", c->n_experts);
+        cJSON_AddNumberToObject(j, "num_experts_per_tok", c->n_experts_used);
+        cJSON_AddNumberToObject(j, "moe_intermediate_size", c->moe_inter);
+        cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_inter);
+    }
     cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
+    if (!moe35) cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
     cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
     cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_heads);
@@ -381,7 +399,8 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
                                           mat_bytes(s, H, vd)
                                     : 0;
     double lb = (att > lin ? att : lin) +
-                (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H)
+                (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H) +
+                                       (c->shared_inter ? 3 * mat_bytes(s, c->shared_inter, H) : 0)
                                  : 3 * mat_bytes(s, c->inter, H));
     double head = mat_bytes(s, c->vocab, H) * (c->is_draft ? 0 : c->tie_embeddings ? 1 : 2);
     int per = lb >= SHARD_BYTES ? 1 : (int)(SHARD_BYTES / lb);
@@ -436,6 +455,13 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
                 M(sub, c->moe_inter, H, sh);
                 snprintf(sub, sizeof sub, "mlp.experts.%d.down_proj", e);
                 M(sub, H, c->moe_inter, sm);
+            }
+            if (c->shared_inter) { /* Qwen3.5-MoE: the shared expert, and its sigmoid gate [1, H] (float) */
+                float ss = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->shared_inter);
+                M("mlp.shared_expert.gate_proj", c->shared_inter, H, sh);
+                M("mlp.shared_expert.up_proj", c->shared_inter, H, sh);
+                M("mlp.shared_expert.down_proj", H, c->shared_inter, ss);
+                F("mlp.shared_expert_gate.weight", 1, H, 0, 0.0f, sh, 0);
             }
         } else {
             M("mlp.gate_proj", c->inter, H, sh);
@@ -510,30 +536,36 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
     static const struct {
         const char *name;
         int hidden, inter, layers, heads, kv, hd;
-        int experts, used, moe_inter; /* qwen3_moe (norm_topk_prob true, every layer experts) */
+        /* experts: every layer's MLP the expert block (inter then only the
+         * draft's MLP width); qwen3_moe (norm_topk_prob true), or with lk > 0
+         * qwen3_5_moe_text (top-k renormalised, plus a shared expert of
+         * width shared with its sigmoid gate) */
+        int experts, used, moe_inter, shared;
         /* qwen3_5_text (lk > 0): Gated DeltaNet layers with full attention
          * every 4th (layers 3, 7, ...), gated q_proj, partial_rotary_factor
          * 0.25, vocab 248320, theta 1e7; lk/lv key/value heads of ldk/ldv
          * dims, conv kernel 4; untied: a separate lm_head */
         int lk, lv, ldk, ldv, untied;
     } shapes[] = {
-        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
-        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 16, 16, 128, 128, 0},
-        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 16, 32, 128, 128, 0},
-        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 16, 32, 128, 128, 1},
-        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0},
-        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 2, 4, 16, 16, 0},
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 0, 16, 16, 128, 128, 0},
+        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 0},
+        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 1},
+        {"qwen3.5-35b-a3b", 2048, 6144, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 1}, /* Qwen3.5/3.6-35B-A3B */
+        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0, 0},
+        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 2, 4, 16, 16, 0},
+        {"tiny-qwen35moe", 64, 128, 4, 4, 2, 16, 8, 2, 32, 48, 2, 4, 16, 16, 0},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
         dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b, qwen3.5-4b, "
-                   "qwen3.5-9b, tiny, tiny-moe, tiny-qwen35)",
+                   "qwen3.5-9b, qwen3.5-35b-a3b, tiny, tiny-moe, tiny-qwen35, tiny-qwen35moe)",
                    shape);
         return -1;
     }
@@ -580,7 +612,7 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         }
     }
     if (shapes[k].experts && !draft) {
-        c->arch = CFG_QWEN3_MOE;
+        c->arch = q35 ? CFG_QWEN3_5 : CFG_QWEN3_MOE;
         c->n_experts = shapes[k].experts;
         c->n_experts_used = shapes[k].used;
         c->moe_inter = shapes[k].moe_inter;
@@ -588,7 +620,13 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->sparse_step = 1;
         c->n_moe_layers = c->n_layers;
         for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
-        c->tie_embeddings = 0;
+        if (q35) { /* Qwen3.5-MoE: the shared expert; tied as the table says */
+            c->qwen35_moe = 1;
+            c->shared_inter = shapes[k].shared;
+            c->inter = c->shared_inter; /* as config.c sets it (no intermediate_size) */
+        } else {
+            c->tie_embeddings = 0;
+        }
     }
     if (draft) {
         c->is_draft = 1;

@@ -3,8 +3,8 @@
  * Used by tests (small models that exercise every loader path) and by
  * `dflash synth` (real shapes for speed measurements: speed does not depend
  * on the values): Qwen3 0.6B/1.7B/4B, Qwen3-30B-A3B (qwen3_moe), Qwen3.5
- * 0.8B/4B/9B (qwen3_5_text), and tiny versions of the three families.
- * Weights are deterministic for a given seed.
+ * 0.8B/4B/9B (qwen3_5_text), Qwen3.5-35B-A3B (qwen3_5_moe_text), and tiny
+ * versions of the four families. Weights are deterministic for a given seed.
  *
  * Qwen3.5 (c.arch CFG_QWEN3_5; attn_gate, rot_dim, linear_layer[],
  * n_linear_layers and the lin_* fields set): the layers linear_layer[] marks
@@ -14,7 +14,16 @@
  * the others gated full attention (q_proj [2 * heads * head_dim, hidden]);
  * the other norms are stored zero-centred (near 0: the model scales by
  * 1 + w). config.json has layer_types and rope_parameters (rope_theta,
- * partial_rotary_factor = rot_dim / head_dim). */
+ * partial_rotary_factor = rot_dim / head_dim).
+ *
+ * Qwen3.5-MoE (also c.qwen35_moe, n_experts, n_experts_used, moe_inter and
+ * shared_inter set, every moe_layer[] 1): config.json says
+ * Qwen3_5MoeForCausalLM / qwen3_5_moe_text with num_experts,
+ * num_experts_per_tok, moe_intermediate_size and
+ * shared_expert_intermediate_size (no intermediate_size); each layer has the
+ * router mlp.gate, the experts as qwen3_moe's (mlp.experts.E.*_proj), the
+ * shared expert mlp.shared_expert.{gate,up,down}_proj (matrices, quantized
+ * with the others) and mlp.shared_expert_gate.weight [1, hidden] (float). */
 #ifndef DFL_SYNTH_H
 #define DFL_SYNTH_H
 

@@ -656,6 +656,114 @@ TEST(synth_qwen35) {
           "unknown shape: %s", dflash_error());
 }
 
+/* ---- Qwen3.5-MoE checkpoints written by synth ----------------------------- */
+
+/* q35_spec() as a Qwen3.5-MoE text model (tiny-qwen35moe's widths): every
+ * layer 8 experts of 32, top 2, plus a shared expert of 48. */
+static syn_spec q35moe_spec(void) {
+    syn_spec s = q35_spec();
+    cfg_model *c = &s.c;
+    c->qwen35_moe = 1;
+    c->n_experts = 8;
+    c->n_experts_used = 2;
+    c->moe_inter = 32;
+    c->shared_inter = 48;
+    c->inter = 48;
+    c->norm_topk = 1;
+    c->sparse_step = 1;
+    for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+    c->n_moe_layers = c->n_layers;
+    return s;
+}
+
+/* DIR loads as the Qwen3.5-MoE model WANT describes: its expert fields, no
+ * intermediate_size in config.json, every layer's router, experts and shared
+ * expert bound (a matrix whose columns the group does not divide stored
+ * float), then check_q35_dir's checks (9-token forward = 9 one-token ones). */
+static void check_q35moe_dir(const char *name, const char *dir, const cfg_model *want) {
+    char *cp = dfl_path_join(dir, "config.json");
+    char *txt = dfl_read_file(cp, NULL);
+    CHECK(txt && strstr(txt, "\"Qwen3_5MoeForCausalLM\"") && strstr(txt, "\"qwen3_5_moe_text\"") &&
+              strstr(txt, "\"shared_expert_intermediate_size\"") && !strstr(txt, "\"intermediate_size\""),
+          "%s: config.json not a Qwen3.5-MoE text config", name);
+    free(txt);
+    free(cp);
+    mdl_model m;
+    if (mdl_load(&m, dir) != 0) {
+        CHECK(0, "%s: load: %s", name, dfl_lasterr());
+        return;
+    }
+    const cfg_model *c = &m.cfg;
+    int E = want->n_experts, H = c->hidden, I = want->moe_inter, S = want->shared_inter;
+    CHECK(c->arch == CFG_QWEN3_5 && c->qwen35_moe && c->n_experts == E && c->n_experts_used == want->n_experts_used &&
+              c->moe_inter == I && c->shared_inter == S && c->inter == S && c->norm_topk &&
+              c->n_moe_layers == c->n_layers,
+          "%s: MoE config not as written (moe %d, experts %d top %d, inter %d/%d/%d, moe layers %d)", name,
+          c->qwen35_moe, c->n_experts, c->n_experts_used, c->moe_inter, c->shared_inter, c->inter, c->n_moe_layers);
+    int bound = 1, qb = c->q_bits, g = c->q_group;
+#define QB(w, cols) ((w).bits == (qb && (cols) % g == 0 ? qb : 0))
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m.layers[l];
+        bound &= c->moe_layer[l] && L->experts && L->router.rows == E && L->router.cols == H && QB(L->router, H) &&
+                 !L->wg.rows && L->sh_wg.rows == S && L->sh_wg.cols == H && L->sh_wu.rows == S &&
+                 L->sh_wd.rows == H && L->sh_wd.cols == S && QB(L->sh_wg, H) && QB(L->sh_wu, H) &&
+                 QB(L->sh_wd, S) && L->sh_gate;
+        for (int e = 0; L->experts && e < E; e++)
+            bound &= L->experts[e].wg.rows == I && L->experts[e].wu.rows == I && L->experts[e].wd.cols == I &&
+                     QB(L->experts[e].wg, H) && QB(L->experts[e].wd, I);
+    }
+#undef QB
+    CHECK(bound, "%s: experts / shared expert not bound in every layer", name);
+    mdl_free(&m);
+    check_q35_dir(name, dir, want);
+}
+
+TEST(synth_qwen35moe) {
+    static const struct {
+        const char *name;
+        kn_dtype dtype, scale;
+        int bits, group, untied;
+    } v[] = {
+        {"q35ms_bf16", KN_BF16, KN_BF16, 0, 0, 0},
+        {"q35ms_q4_untied", KN_BF16, KN_BF16, 4, 32, 1},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        syn_spec s = q35moe_spec();
+        s.dtype = v[i].dtype;
+        s.scale_dtype = v[i].scale;
+        s.c.q_bits = v[i].bits;
+        s.c.q_group = v[i].group;
+        s.c.tie_embeddings = !v[i].untied;
+        char *d = path(v[i].name, NULL);
+        CHECK(syn_write(d, &s) == 0, "%s: synth: %s", v[i].name, dfl_lasterr());
+        check_q35moe_dir(v[i].name, d, &s.c);
+    }
+    /* dflash synth's tiny-qwen35moe shape (4-bit, group 64: the 32- and
+     * 48-column down_proj stay bf16) and its draft */
+    char *d = path("q35ms_tiny", NULL);
+    CHECK(dflash_synth("tiny-qwen35moe", 0, 4, NULL, d) == 0, "synth tiny-qwen35moe: %s", dflash_error());
+    syn_spec s = q35moe_spec();
+    s.c.vocab = 248320;
+    s.c.q_bits = 4;
+    s.c.q_group = 64;
+    check_q35moe_dir("q35ms_tiny", d, &s.c);
+    char *dd = path("q35ms_tiny_draft", NULL);
+    CHECK(dflash_synth("tiny-qwen35moe", 1, 0, NULL, dd) == 0, "synth tiny-qwen35moe --draft: %s", dflash_error());
+    mdl_model m;
+    if (mdl_load(&m, dd) == 0) {
+        CHECK(m.cfg.is_draft && m.cfg.arch == CFG_QWEN3 && m.cfg.hidden == 64 && m.cfg.n_target_layers == 4 &&
+                  m.cfg.mask_token_id == 248319 && !m.cfg.n_experts,
+              "tiny-qwen35moe draft config (draft %d, arch %d, target layers %d, mask %d)", m.cfg.is_draft,
+              (int)m.cfg.arch, m.cfg.n_target_layers, m.cfg.mask_token_id);
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-qwen35moe draft: load: %s", dfl_lasterr());
+    }
+    CHECK(dflash_synth("qwen3.5-36b", 0, 0, NULL, path("q35ms_none", NULL)) != 0 &&
+              strstr(dflash_error(), "qwen3.5-35b-a3b") && strstr(dflash_error(), "tiny-qwen35moe"),
+          "unknown shape: %s", dflash_error());
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -988,6 +1096,7 @@ int main(void) {
     RUN(moe_bad_checkpoints);
     RUN(qwen35_config);
     RUN(synth_qwen35);
+    RUN(synth_qwen35moe);
     RUN(draft_forward_cached_equals_uncached);
     RUN(draft_feed_equals_ctx_append);
     RUN(draft_truncate_with_pending_rows);
