@@ -26,8 +26,9 @@
  * its attention layers): truncate(m) returns the length the sequence now
  * has. The state after m rows is restored exactly - bit for bit the state
  * plain decoding has after those m tokens - when m is at or after the last
- * forward's snapshot point (its first row when it had <= 64 rows, else its
- * last 64 rows: every DFlash verify rolls back within them); for any other
+ * forward's snapshot point (its first row when it had <= 64 rows: every
+ * DFlash verify rolls back within them; the CPU also keeps the last 64 rows
+ * of a longer forward, the CUDA backend none); for any other
  * m the sequence restarts empty and truncate returns 0, and the caller runs
  * the rows again from there. A model without recurrent layers always keeps
  * m. The CPU design (a snapshot plus a replay of kept per-row inputs) is in

@@ -569,13 +569,14 @@ __global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const floa
     }
 }
 
-/* The same for any head_dim (16 and 32 here). */
+/* The same for any head_dim (16 and 32 here), and for partial RoPE
+ * (Qwen3.5): dims 0..2*rh-1 rotate, pairs (d, d + rh); tables [pos][rh]. */
 __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
-                            const float *kn, int hd, float eps, const float *cos_t, const float *sin_t,
+                            const float *kn, int hd, int rh, float eps, const float *cos_t, const float *sin_t,
                             const int *pos_p, float *kc, float *vc, int n_ctx) {
     cu_pdl_wait();
     cu_pdl_trigger();
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = hd / 2, pos = *pos_p + t;
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = rh, pos = *pos_p + t;
     int is_k = h >= nq, hh = is_k ? h - nq : h;
     float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * hd;
     const float *nw = is_k ? kn : qn;
@@ -604,6 +605,142 @@ __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float 
             vc[dst + i] = vv[i];
         }
     }
+}
+
+/* ---- Qwen3.5: gated attention and the Gated DeltaNet -------------------------
+ * (the CPU reference is deltanet.c; every kernel runs each row the same way
+ * for any T, so verify rows equal decode rows bit for bit) */
+
+/* A gated q_proj's rows [nh][query hd | gate hd], then K and V (kv2 values):
+ * src [T][lds] -> dst [T][ldd] = [Q | K | V] as norm_rope and attention read
+ * them, gate [T][Q]. Grid T, block 256. */
+__global__ void k_split_gate(const float *src, int lds, float *dst, int ldd, float *gate, int nh, int hd, int kv2) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int t = blockIdx.x, Q = nh * hd;
+    const float *s = src + (size_t)t * lds;
+    float *d = dst + (size_t)t * ldd, *g = gate + (size_t)t * Q;
+    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
+        int h = i / hd, e = i % hd;
+        d[i] = s[(size_t)h * 2 * hd + e];
+        g[i] = s[(size_t)h * 2 * hd + hd + e];
+    }
+    for (int i = threadIdx.x; i < kv2; i += blockDim.x) d[Q + i] = s[2 * Q + i];
+}
+
+/* att [T][lda] (bf16) *= sigmoid(gate [T][Q]). Grid T, block 256. */
+__global__ void k_gate_att(__nv_bfloat16 *att, int lda, const float *gate, int Q) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int t = blockIdx.x;
+    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
+        float g = gate[(size_t)t * Q + i];
+        __nv_bfloat16 *a = att + (size_t)t * lda + i;
+        *a = __float2bfloat16(__bfloat162float(*a) * (1.0f / (1.0f + expf(-g))));
+    }
+}
+
+/* Causal depthwise conv + silu, one thread per channel ch < C, rows in
+ * order: the window is the K-1 state rows (oldest first) then the row, the
+ * sum runs j ascending; afterwards the state holds the last K-1 inputs.
+ * mix [T][ldm] (channels 0..C-1), w [C][K], state [K-1][C], cv [T][C]. */
+__global__ void k_dn_conv(const float *mix, int ldm, int T, float *state, const float *w, int K, float *cv, int C) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    float h[16]; /* K <= 16 (config.c) */
+    for (int j = 0; j < K - 1; j++) h[j] = state[(size_t)j * C + ch];
+    const float *wc = w + (size_t)ch * K;
+    for (int t = 0; t < T; t++) {
+        float x = mix[(size_t)t * ldm + ch], acc = 0.0f;
+        for (int j = 0; j < K - 1; j++) acc += wc[j] * h[j];
+        acc += wc[K - 1] * x;
+        for (int j = 0; j + 1 < K - 1; j++) h[j] = h[j + 1];
+        if (K > 1) h[K - 2] = x;
+        cv[(size_t)t * C + ch] = acc / (1.0f + expf(-acc));
+    }
+    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + ch] = h[j];
+}
+
+/* The gated delta rule for value head blockIdx.x, thread e = column e of S
+ * (kept in registers over the rows: S[i] = S_h[i][e], DK = key dim): per
+ * row, q and k of key head h / (nv / nk) L2-normalised (one thread sums, in
+ * order), decay and beta from a / b, S = decay S, delta = (v - S^T k) beta,
+ * S += k delta^T; with core: o = S^T q / sqrt(DK), its RMSNorm over the
+ * head (one thread sums) times nw and silu(z) -> core (bf16). rec
+ * [nv][DK][dv]; cv [T][C] (q | k | v); mix [T][ldm] with z at z_off, a at
+ * a_off, b at b_off. Block dv threads, shared (2 DK + dv + 4) floats. */
+template <int DK>
+__global__ void k_dn_delta(const float *cv, int C, const float *mix, int ldm, int z_off, int a_off, int b_off,
+                           float *rec, int nk, int nv, int dv, const float *dt_bias, const float *neg_a,
+                           const float *nw, float eps, __nv_bfloat16 *core, int ldc, int T) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    extern __shared__ float sm[];
+    float *ks = sm, *qs = sm + DK, *os = sm + 2 * DK, *sc = sm + 2 * DK + dv;
+    int h = blockIdx.x, e = threadIdx.x, kh = h / (nv / nk);
+    float S[DK];
+    float *Sg = rec + (size_t)h * DK * dv + e;
+#pragma unroll
+    for (int i = 0; i < DK; i++) S[i] = Sg[(size_t)i * dv];
+    const float qscale = 1.0f / sqrtf((float)DK);
+    for (int t = 0; t < T; t++) {
+        const float *row = cv + (size_t)t * C;
+        for (int i = e; i < DK; i += dv) {
+            ks[i] = row[(size_t)nk * DK + (size_t)kh * DK + i];
+            qs[i] = row[(size_t)kh * DK + i];
+        }
+        __syncthreads();
+        if (e == 0) {
+            float sk = 0.0f, sq = 0.0f;
+            for (int i = 0; i < DK; i++) sk += ks[i] * ks[i];
+            for (int i = 0; i < DK; i++) sq += qs[i] * qs[i];
+            sc[0] = 1.0f / sqrtf(sk + 1e-6f);
+            sc[1] = 1.0f / sqrtf(sq + 1e-6f);
+        }
+        __syncthreads();
+        for (int i = e; i < DK; i += dv) {
+            ks[i] = ks[i] * sc[0];
+            qs[i] = qs[i] * sc[1] * qscale;
+        }
+        __syncthreads();
+        const float *mr = mix + (size_t)t * ldm;
+        float a = mr[a_off + h] + dt_bias[h], b = mr[b_off + h];
+        float sp = a > 20.0f ? a : log1pf(expf(a));
+        float decay = expf(neg_a[h] * sp), beta = 1.0f / (1.0f + expf(-b));
+        float v = row[(size_t)2 * nk * DK + (size_t)h * dv + e], mem = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            S[i] = S[i] * decay;
+            mem += S[i] * ks[i];
+        }
+        float delta = (v - mem) * beta;
+        if (core) {
+            float o = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DK; i++) {
+                S[i] = S[i] + ks[i] * delta;
+                o += S[i] * qs[i];
+            }
+            os[e] = o;
+            __syncthreads();
+            if (e == 0) {
+                float ss = 0.0f;
+                for (int i = 0; i < dv; i++) ss += os[i] * os[i];
+                sc[2] = 1.0f / sqrtf(ss / (float)dv + eps);
+            }
+            __syncthreads();
+            float z = mr[z_off + h * dv + e];
+            core[(size_t)t * ldc + (size_t)h * dv + e] = __float2bfloat16(o * sc[2] * nw[e] * (z / (1.0f + expf(-z))));
+        } else {
+#pragma unroll
+            for (int i = 0; i < DK; i++) S[i] = S[i] + ks[i] * delta;
+        }
+        __syncthreads(); /* ks, qs, os are rewritten by the next row */
+    }
+#pragma unroll
+    for (int i = 0; i < DK; i++) Sg[(size_t)i * dv] = S[i];
 }
 
 /* ---- attention ------------------------------------------------------------ */

@@ -29,6 +29,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "deltanet.h" /* DN_KEEP: the rollback window */
 #include "rope.h"
 #include "util.h"
 #include "cuda_backend.h"
@@ -460,8 +461,13 @@ static int upload_vec(float **d, const float *h, int n) {
 }
 
 typedef struct {
-    cw_weight wqkv, wo, wgu, wd;
+    cw_weight wqkv, wo, wgu, wd;  /* wqkv: [Q | K | V] rows; Qwen3.5's gated q_proj: [nh][2 hd] first */
     float *in_norm, *post_norm, *q_norm, *k_norm;
+    /* Qwen3.5 Gated DeltaNet layer (linear): wqkv, wo, q/k_norm absent */
+    int linear;
+    cw_weight lin_in;             /* [C + vd + 2 nv, H]: in_proj_qkv, in_proj_z, in_proj_a, in_proj_b */
+    cw_weight lin_out;            /* [H, vd] */
+    float *conv_w, *dt_bias, *neg_a, *lin_norm; /* [C][K], [nv], [nv], [dv] */
 } cu_layer;
 
 typedef struct {
@@ -482,6 +488,12 @@ static void cu_release(void *p, mdl_model *m) {
         cw_free(&L->wo);
         cw_free(&L->wgu);
         cw_free(&L->wd);
+        cw_free(&L->lin_in);
+        cw_free(&L->lin_out);
+        cudaFree(L->conv_w);
+        cudaFree(L->dt_bias);
+        cudaFree(L->neg_a);
+        cudaFree(L->lin_norm);
         cudaFree(L->in_norm);
         cudaFree(L->post_norm);
         cudaFree(L->q_norm);
@@ -497,17 +509,20 @@ static void cu_release(void *p, mdl_model *m) {
     m->be_data = NULL;
 }
 
+static int dn_dk_supported(int dk);
+
 static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
     if (c->n_experts > 0) {
-        dfl_seterr("backend cuda: mixture-of-experts models (qwen3_moe) are not supported yet; use --backend cpu");
+        dfl_seterr("backend cuda: mixture-of-experts models (%s) are not supported yet; use --backend cpu",
+                   c->qwen35_moe ? "qwen3_5_moe" : "qwen3_moe");
         return -1;
     }
-    if (c->arch == CFG_QWEN3_5) {
-        dfl_seterr("backend cuda: Qwen3.5 models (Gated DeltaNet, gated attention) are not supported yet; "
-                   "use --backend cpu");
+    if (c->n_linear_layers && (!dn_dk_supported(c->lin_k_dim) || c->lin_v_dim > 1024)) {
+        dfl_seterr("backend cuda: Gated DeltaNet key dim %d / value dim %d not supported (key 16, 32, 64, 128 or "
+                   "256; value <= 1024); use --backend cpu", c->lin_k_dim, c->lin_v_dim);
         return -1;
     }
     cu_model *cm = (cu_model *)dfl_calloc(1, sizeof *cm);
@@ -521,9 +536,21 @@ static int cu_prepare(void *p, mdl_model *m) {
         const kn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
                         *d[1] = {&L->wd};
         snprintf(name, sizeof name, "layer %d", l);
-        if (cw_upload(&D->wqkv, qkv, 3, name, 0) != 0 || cw_upload(&D->wo, o, 1, name, 0) != 0 ||
-            cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0)
+        if (c->linear_layer[l]) {
+            const kn_weight *in[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b}, *out[1] = {&L->lin_out};
+            int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+            D->linear = 1;
+            if (cw_upload(&D->lin_in, in, 4, name, 0) != 0 || cw_upload(&D->lin_out, out, 1, name, 0) != 0 ||
+                upload_vec(&D->conv_w, L->conv_w, C * c->lin_conv) != 0 ||
+                upload_vec(&D->dt_bias, L->dt_bias, c->lin_v_heads) != 0 ||
+                upload_vec(&D->neg_a, L->neg_a, c->lin_v_heads) != 0 ||
+                upload_vec(&D->lin_norm, L->lin_norm, c->lin_v_dim) != 0)
+                goto fail;
+            cm->bytes += cw_bytes(&D->lin_in) + cw_bytes(&D->lin_out);
+        } else if (cw_upload(&D->wqkv, qkv, 3, name, 0) != 0 || cw_upload(&D->wo, o, 1, name, 0) != 0) {
             goto fail;
+        }
+        if (cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0) goto fail;
         if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
             upload_vec(&D->q_norm, L->q_norm, c->head_dim) != 0 || upload_vec(&D->k_norm, L->k_norm, c->head_dim) != 0)
@@ -663,10 +690,10 @@ static void argmax(cudaStream_t s, const float *l, int ld, int n, int rows, floa
 /* Per-head RMSNorm + RoPE (+ K/V cache store) over grid (T, nq + nk), one
  * warp per head; the register form for the usual head sizes. */
 static void norm_rope(cudaStream_t s, float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off,
-                      int nk, const float *kn, int hd, float eps, const float *cos_t, const float *sin_t,
+                      int nk, const float *kn, int hd, int rh, float eps, const float *cos_t, const float *sin_t,
                       const int *pos, float *kc, float *vc, int n_ctx, int T) {
     dim3 g(T, nq + nk);
-    switch (hd) {
+    switch (rh == hd / 2 ? hd : 0) { /* partial RoPE (rh < hd / 2): the strided form */
     case 64:
         launch(k_norm_rope_r<64>, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, eps, cos_t, sin_t, pos, kc,
                vc, n_ctx);
@@ -680,7 +707,7 @@ static void norm_rope(cudaStream_t s, float *buf, int ldb, int q_off, int nq, co
                vc, n_ctx);
         break;
     default:
-        launch(k_norm_rope, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, hd, eps, cos_t, sin_t, pos, kc, vc,
+        launch(k_norm_rope, g, 32, s, buf, ldb, q_off, nq, qn, k_off, v_off, nk, kn, hd, rh, eps, cos_t, sin_t, pos, kc, vc,
                n_ctx);
     }
 }
@@ -690,6 +717,11 @@ static void norm_rope(cudaStream_t s, float *buf, int ldb, int q_off, int nq, co
 typedef struct {
     int H, Hp, hd, nh, nkv, Q, KV, Qp, I, Ip, V, L;
     float eps;
+    int rh;                     /* rotary dims / 2 (Qwen3.5: partial) */
+    int gated;                  /* Qwen3.5 gated attention: q_proj gives [nh][2 hd] */
+    int n_lin;                  /* Gated DeltaNet layers (0: none) */
+    int nk, nv, dk, dv, K, C;   /* their heads, dims, conv kernel; C = 2 nk dk + nv dv channels */
+    int vd, vdp, Cm;            /* nv dv, padded; Cm = C + vd + 2 nv: a lin_in output row */
 } cu_dims;
 
 static cu_dims dims_of(const cfg_model *c, int vocab) {
@@ -707,6 +739,14 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.V = vocab;
     d.L = c->n_layers;
     d.eps = c->eps;
+    d.rh = (c->rot_dim ? c->rot_dim : c->head_dim) / 2;
+    d.gated = c->attn_gate;
+    d.n_lin = c->n_linear_layers;
+    d.nk = c->lin_k_heads, d.nv = c->lin_v_heads, d.dk = c->lin_k_dim, d.dv = c->lin_v_dim, d.K = c->lin_conv;
+    d.C = 2 * d.nk * d.dk + d.nv * d.dv;
+    d.vd = d.nv * d.dv;
+    d.vdp = pad(d.vd, CW_COL_ALIGN);
+    d.Cm = d.C + d.vd + 2 * d.nv;
     return d;
 }
 
@@ -714,13 +754,23 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
 typedef struct {
     float *x, *qkv;
     bf16 *xb, *att, *hb;
+    float *qg, *gate;   /* gated attention: q_proj output [rows][2Q + 2KV], gates [rows][Q] (else NULL) */
+    float *mix, *cv;    /* Gated DeltaNet: lin_in output [rows][Cm], conv output [rows][C] */
+    bf16 *core;         /* [rows][vdp] the delta rule's gated output, out_proj's input */
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
+    memset(a, 0, sizeof *a);
     if (cu_alloc(&a->x, sizeof(float) * rows * d->H) || cu_alloc(&a->xb, sizeof(bf16) * rows * d->Hp) ||
         cu_alloc(&a->qkv, sizeof(float) * rows * (d->Q + 2 * d->KV)) ||
         cu_alloc(&a->att, sizeof(bf16) * rows * d->Qp) ||
         cu_alloc(&a->hb, sizeof(bf16) * rows * d->Ip))
+        return -1;
+    if (d->gated && (cu_alloc(&a->qg, sizeof(float) * rows * (2 * d->Q + 2 * d->KV)) ||
+                     cu_alloc(&a->gate, sizeof(float) * rows * d->Q)))
+        return -1;
+    if (d->n_lin && (cu_alloc(&a->mix, sizeof(float) * rows * d->Cm) || cu_alloc(&a->cv, sizeof(float) * rows * d->C) ||
+                     cu_alloc(&a->core, sizeof(bf16) * rows * d->vdp)))
         return -1;
     return 0;
 }
@@ -731,6 +781,48 @@ static void act_free(cu_act *a) {
     cudaFree(a->qkv);
     cudaFree(a->att);
     cudaFree(a->hb);
+    cudaFree(a->qg);
+    cudaFree(a->gate);
+    cudaFree(a->mix);
+    cudaFree(a->cv);
+    cudaFree(a->core);
+}
+
+/* ---- Gated DeltaNet state (Qwen3.5), the rule of backend.h / deltanet.h ----
+ * Per sequence and linear layer li: conv [K-1][C] and S [nv][dk][dv]; a
+ * forward of T <= DN_KEEP rows first copies both to the snapshot and keeps
+ * its lin_in rows (keep [li][DN_KEEP][Cm]); truncate into those rows restores
+ * the snapshot and replays them through the same kernels. A longer forward
+ * keeps no snapshot (truncate below its end restarts the sequence). */
+typedef struct {
+    float *conv, *rec, *snap_conv, *snap_rec, *keep;
+    size_t conv_n, rec_n;   /* floats of one layer's conv / S */
+    int snap_len, n_keep;   /* -1: no snapshot */
+} cu_dn;
+
+static int dn_dk_supported(int dk) { return dk == 16 || dk == 32 || dk == 64 || dk == 128 || dk == 256; }
+
+/* The conv + delta rule of layer li on T rows of mix (ldm = Cm) into
+ * core (NULL: state only, a replay). */
+static void dn_rows(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_dn *dn, int li, const float *mix, float *cv,
+                    bf16 *core, int T) {
+    launch(k_dn_conv, dim3((d->C + 127) / 128), 128, s, mix, d->Cm, T, dn->conv + (size_t)li * dn->conv_n,
+           (const float *)L->conv_w, d->K, cv, d->C);
+    size_t sm = sizeof(float) * (2 * d->dk + d->dv + 4);
+    float *rec = dn->rec + (size_t)li * dn->rec_n;
+    int zo = d->C, ao = d->C + d->vd, bo = d->C + d->vd + d->nv;
+#define DN_DELTA(DK)                                                                                          \
+    launch_smem(k_dn_delta<DK>, dim3(d->nv), dim3(d->dv), sm, s, (const float *)cv, d->C, mix, d->Cm, zo, ao, bo, \
+                rec, d->nk, d->nv, d->dv, (const float *)L->dt_bias, (const float *)L->neg_a,                     \
+                (const float *)L->lin_norm, d->eps, core, d->vdp, T)
+    switch (d->dk) {
+    case 16: DN_DELTA(16); break;
+    case 32: DN_DELTA(32); break;
+    case 64: DN_DELTA(64); break;
+    case 128: DN_DELTA(128); break;
+    default: DN_DELTA(256); break;
+    }
+#undef DN_DELTA
 }
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
@@ -880,19 +972,39 @@ static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, cons
  * cache rows 0..*pos-1 and to every row of the block; nothing is stored. */
 static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
                   const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
-                  int causal) {
+                  int causal, cu_dn *dn, int li) {
     int ldq = d->Q + 2 * d->KV;
     rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
-    gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, a->qkv, ldq, 0);
-    prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
-    norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->eps, cos_t, sin_t,
-              pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
-    prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
-    attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
-    prof_mark(s, causal ? "attention" : "draft attention", 0);
-    gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
-    prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
+    if (L->linear) { /* Qwen3.5 Gated DeltaNet: x += out_proj(delta rule(conv(in_proj xn))) */
+        gemm(s, L->lin_in, d->Cm, a->xb, d->Hp, T, a->mix, d->Cm, 0);
+        prof_mark(s, "gemm lin_in", cw_bytes(&L->lin_in));
+        if (dn->snap_len >= 0 && T <= DN_KEEP) /* this forward's rows, for a replay (see cu_dn) */
+            cudaMemcpyAsync(dn->keep + (size_t)li * DN_KEEP * d->Cm, a->mix, sizeof(float) * T * d->Cm,
+                            cudaMemcpyDeviceToDevice, s);
+        dn_rows(s, d, L, dn, li, a->mix, a->cv, a->core, T);
+        prof_mark(s, "deltanet", 0);
+        gemm(s, L->lin_out, d->H, a->core, d->vdp, T, a->x, d->H, 1);
+        prof_mark(s, "gemm lin_out", cw_bytes(&L->lin_out));
+    } else {
+        float *qb = a->qkv;
+        if (d->gated) { /* q_proj rows [query | gate] per head: split them out */
+            gemm(s, L->wqkv, 2 * d->Q + 2 * d->KV, a->xb, d->Hp, T, a->qg, 2 * d->Q + 2 * d->KV, 0);
+            launch(k_split_gate, T, 256, s, (const float *)a->qg, 2 * d->Q + 2 * d->KV, a->qkv, ldq, a->gate, d->nh,
+                   d->hd, 2 * d->KV);
+        } else {
+            gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, qb, ldq, 0);
+        }
+        prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
+        norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
+                  cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
+        prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
+        prof_mark(s, causal ? "attention" : "draft attention", 0);
+        if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
+        gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+        prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
+    }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
     gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
@@ -902,7 +1014,7 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
 }
 
 static int rope_upload(float **cos_d, float **sin_d, const cfg_model *c, int n) {
-    size_t half = (size_t)c->head_dim / 2;
+    size_t half = (size_t)(c->rot_dim ? c->rot_dim : c->head_dim) / 2; /* rope.h */
     float *cs = (float *)dfl_malloc(sizeof(float) * n * half), *sn = (float *)dfl_malloc(sizeof(float) * n * half);
     rope_fill(c, n, cs, sn);
     int rc = upload_vec(cos_d, cs, (int)(n * half)) || upload_vec(sin_d, sn, (int)(n * half)) ? -1 : 0;
@@ -922,8 +1034,10 @@ typedef struct {
     cu_dims d;
     int n_ctx, len;
     int n_kept, last_T, last_taps;
-    float *kc, *vc;         /* [L][nkv][n_ctx][hd] */
-    float *cos_t, *sin_t;   /* [n_ctx][hd/2] */
+    float *kc, *vc;         /* [L][nkv][n_ctx][hd] (a linear layer's rows unused) */
+    float *cos_t, *sin_t;   /* [n_ctx][rh] */
+    cu_dn dn;               /* Gated DeltaNet states (d.n_lin > 0) */
+    int *lin_of;            /* [L] linear-layer index of layer l, or -1 */
     cu_act a;               /* BE_MAX_ROWS rows */
     cu_split sp;            /* chunked attention scratch (n_ctx positions) */
     float *taps;            /* [BE_MAX_ROWS][taps_cap][H] */
@@ -948,6 +1062,12 @@ static void cu_destroy(void *p) {
     if (!q) return;
     cudaFree(q->kc);
     cudaFree(q->vc);
+    cudaFree(q->dn.conv);
+    cudaFree(q->dn.rec);
+    cudaFree(q->dn.snap_conv);
+    cudaFree(q->dn.snap_rec);
+    cudaFree(q->dn.keep);
+    free(q->lin_of);
     cudaFree(q->cos_t);
     cudaFree(q->sin_t);
     act_free(&q->a);
@@ -999,15 +1119,60 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         cu_destroy(q);
         return NULL;
     }
+    q->lin_of = (int *)dfl_malloc(sizeof(int) * (size_t)d->L);
+    for (int l = 0, n = 0; l < d->L; l++) q->lin_of[l] = m->cfg.linear_layer[l] ? n++ : -1;
+    q->dn.snap_len = -1;
+    if (d->n_lin) {
+        cu_dn *dn = &q->dn;
+        dn->conv_n = (size_t)(d->K - 1) * d->C;
+        dn->rec_n = (size_t)d->nv * d->dk * d->dv;
+        size_t nl = (size_t)d->n_lin;
+        if (cu_alloc(&dn->conv, sizeof(float) * nl * dn->conv_n) ||
+            cu_alloc(&dn->snap_conv, sizeof(float) * nl * dn->conv_n) ||
+            cu_alloc(&dn->rec, sizeof(float) * nl * dn->rec_n) || cu_alloc(&dn->snap_rec, sizeof(float) * nl * dn->rec_n) ||
+            cu_alloc(&dn->keep, sizeof(float) * nl * DN_KEEP * d->Cm)) {
+            cu_destroy(q);
+            return NULL;
+        }
+    }
     return q;
 }
 
 static int cu_length(void *p) { return ((cu_seq *)p)->len; }
 
+/* The KV rule and the recurrent-state rule (backend.h, cu_dn). */
 static int cu_truncate(void *p, int len) {
     cu_seq *q = (cu_seq *)p;
-    if (len >= 0 && len < q->len) q->len = len;
-    return q->len;
+    if (len < 0 || len >= q->len) return q->len;
+    const cu_dims *d = &q->d;
+    cu_dn *dn = &q->dn;
+    if (!d->n_lin) {
+        q->len = len;
+        return len;
+    }
+    cudaStream_t s = q->be->stream;
+    size_t nl = (size_t)d->n_lin;
+    if (dn->snap_len < 0 || len < dn->snap_len || len - dn->snap_len > dn->n_keep) { /* restart empty */
+        cudaMemsetAsync(dn->conv, 0, sizeof(float) * nl * dn->conv_n, s);
+        cudaMemsetAsync(dn->rec, 0, sizeof(float) * nl * dn->rec_n, s);
+        dn->snap_len = -1;
+        dn->n_keep = 0;
+        q->len = 0;
+        q->n_kept = 0;
+        return 0;
+    }
+    int n = len - dn->snap_len;
+    cudaMemcpyAsync(dn->conv, dn->snap_conv, sizeof(float) * nl * dn->conv_n, cudaMemcpyDeviceToDevice, s);
+    cudaMemcpyAsync(dn->rec, dn->snap_rec, sizeof(float) * nl * dn->rec_n, cudaMemcpyDeviceToDevice, s);
+    if (n > 0)
+        for (int l = 0; l < d->L; l++) {
+            int li = q->lin_of[l];
+            if (li < 0) continue;
+            dn_rows(s, d, &q->cm->layers[l], dn, li, dn->keep + (size_t)li * DN_KEEP * d->Cm, q->a.cv, NULL, n);
+        }
+    dn->n_keep = n;
+    q->len = len;
+    return len;
 }
 
 static int check_tokens(const int32_t *tok, int n, int vocab) {
@@ -1029,9 +1194,14 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     launch(k_embed, dim3(T, (d->H + 255) / 256), 256, s, cm->embed, q->d_tok, q->a.x, d->H);
     prof_mark(s, "embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    if (d->n_lin && q->dn.snap_len >= 0) { /* the recurrent state before this forward (cu_dn) */
+        size_t nl = (size_t)d->n_lin;
+        cudaMemcpyAsync(q->dn.snap_conv, q->dn.conv, sizeof(float) * nl * q->dn.conv_n, cudaMemcpyDeviceToDevice, s);
+        cudaMemcpyAsync(q->dn.snap_rec, q->dn.rec, sizeof(float) * nl * q->dn.rec_n, cudaMemcpyDeviceToDevice, s);
+    }
     for (int l = 0; l < d->L; l++) {
         layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 1);
+              q->sin_t, 1, &q->dn, q->lin_of[l]);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
@@ -1057,6 +1227,10 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
+    /* recurrent state: snapshot before a forward of <= DN_KEEP rows (set
+     * before enqueue_forward, which copies it; graphs capture the copies) */
+    q->dn.snap_len = d->n_lin && T <= DN_KEEP ? pos0 : -1;
+    q->dn.n_keep = q->dn.snap_len >= 0 ? T : 0;
     prof_begin(s, T);
     /* tokens and position from pageable memory: the copies are staged before
      * the calls return, so the caller's buffers are free at once */
@@ -1157,8 +1331,8 @@ static int cu_taps(void *p, int row, int n, float *out) {
 extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
     cu_seq *q = (cu_seq *)p;
     const cu_dims *d = &q->d;
-    if (layer < 0 || layer >= d->L || pos < 0 || pos >= q->len) {
-        dfl_seterr("cu_read_kv: layer %d, position %d out of range", layer, pos);
+    if (layer < 0 || layer >= d->L || pos < 0 || pos >= q->len || q->lin_of[layer] >= 0) {
+        dfl_seterr("cu_read_kv: layer %d, position %d out of range (or a linear layer: no K/V)", layer, pos);
         return -1;
     }
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
@@ -1280,7 +1454,7 @@ static int flush(cu_draft *q) {
         const cu_layer *L = &q->dc->layers[l];
         cw_weight kvw = cw_rows(&L->wqkv, d->Q, 2 * d->KV);
         gemm(s, kvw, 2 * d->KV, q->a.xb, d->Hp, n, q->a.qkv, 2 * d->KV, 0);
-        norm_rope(s, q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd, d->eps, q->cos_t, q->sin_t,
+        norm_rope(s, q->a.qkv, 2 * d->KV, 0, 0, NULL, 0, d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps, q->cos_t, q->sin_t,
                   q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, n);
     }
     prof_mark(s, "draft ctx project", 0);
@@ -1375,7 +1549,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
         layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 0);
+              q->sin_t, 0, NULL, -1);
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
