@@ -252,8 +252,10 @@ bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
 # the exact rollback of Qwen3.5's recurrent state: make bench-rollback ROLLBACK_MODEL=DIR
 # (a Qwen3.5 model, e.g. dflash synth --shape qwen3.5-0.8b --bits 4 -o DIR)
 ROLLBACK_MODEL ?= tests/models/tiny-qwen35
+ROLLBACK_BACKEND ?= cpu
 bench-rollback: bench/rollback_bench.c $(BUILD)/libdflash.a
-	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/rollback_bench && $(BUILD)/rollback_bench $(ROLLBACK_MODEL)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/rollback_bench && \
+	    $(BUILD)/rollback_bench $(ROLLBACK_MODEL) 0 $(ROLLBACK_BACKEND)
 
 # ---- fuzzing: libFuzzer harnesses in tests/fuzz/ (clang, ASan + UBSan) ------
 #   make fuzz                 each harness for FUZZ_SECONDS (default 60); fails on a crash
