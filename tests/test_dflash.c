@@ -201,6 +201,68 @@ TEST(lossless_random_pair) {
 
 /* A qwen3_moe target (4 layers, 8 experts, top 2, layer 2 dense; MLX 4-bit
  * too) with a dense random draft: DFlash equals plain decoding. */
+/* A synthesized pair with accepting rounds: near-identity layers (target
+ * and draft, layer_scale 0.02) make greedy repeat the last token and the
+ * draft predict its mask id in every slot, so prompts ending in the mask id
+ * accept whole blocks. DFlash = plain decoding, greedy and temp 0.8, and a
+ * round accepts >= 4 tokens on average (the accept path runs). */
+static void accepting_pair(syn_spec ts, syn_spec ds, const char *name, const char *what) {
+    char t[512], d[600], msg[160];
+    snprintf(t, sizeof t, "%s", tpath(name));
+    snprintf(d, sizeof d, "%s_draft", t);
+    ts.layer_scale = ds.layer_scale = 0.02f;
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    link_tokenizer(t);
+    dflash_model *m = dflash_load(t, d, NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { NA = 8 };
+    int32_t *pa[NA];
+    size_t lena[NA];
+    random_prompts(NA, 500, pa, lena);
+    for (int i = 0; i < NA; i++) pa[i][lena[i] - 1] = ds.c.mask_token_id;
+    snprintf(msg, sizeof msg, "%s with accepting rounds, greedy", what);
+    lossless(m, pa, lena, NA, 40, 0.0f, msg);
+    snprintf(msg, sizeof msg, "%s with accepting rounds, temp 0.8", what);
+    lossless(m, pa, lena, 4, 40, 0.8f, msg);
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 40;
+    int32_t *out;
+    size_t nout;
+    dflash_stats st;
+    CHECK(gen(m, pa[0], lena[0], &g, &out, &nout, &st) == 0 && st.rounds > 0 && st.tau >= 4,
+          "%s accepting pair: tau %.2f over %d rounds (the accept path is not exercised)", what, st.tau, st.rounds);
+    fprintf(stderr, "  %s accepting pair: tau %.2f over %d rounds\n", what, st.tau, st.rounds);
+    free(out);
+    for (int i = 0; i < NA; i++) free(pa[i]);
+    dflash_free(m);
+}
+
+/* A committed pair tests/models/TARGET + DRAFT: DFlash = plain decoding on
+ * 16 random prompts (greedy) and 6 (temp 0.8). */
+static void committed_pair(const char *target, const char *draft) {
+    char a[256], b[256], msg[160];
+    snprintf(a, sizeof a, "tests/models/%s", target);
+    snprintf(b, sizeof b, "tests/models/%s", draft);
+    dflash_model *m = dflash_load(rpath(a), rpath(b), NULL);
+    if (!m) {
+        CHECK(0, "load: %s", dflash_error());
+        return;
+    }
+    enum { N2 = 16 };
+    int32_t *p[N2];
+    size_t len[N2];
+    random_prompts(N2, 16000, p, len);
+    snprintf(msg, sizeof msg, "%s pair, greedy", target);
+    lossless(m, p, len, N2, 32, 0.0f, msg);
+    snprintf(msg, sizeof msg, "%s pair, temp 0.8", target);
+    lossless(m, p, len, 6, 32, 0.8f, msg);
+    for (int i = 0; i < N2; i++) free(p[i]);
+    dflash_free(m);
+}
+
 TEST(lossless_moe_random_pair) {
     char t[512], d[512];
     snprintf(t, sizeof t, "%s", tpath("moe_target"));
@@ -235,75 +297,22 @@ TEST(lossless_moe_random_pair) {
         for (int i = 0; i < N; i++) free(p[i]);
         dflash_free(m);
     }
-    /* accepting rounds: near-identity layers (target and draft) make greedy
-     * repeat the last token and the draft predict its mask id in every slot,
-     * so prompts ending in the mask id accept whole blocks */
     ts.c.q_bits = 0;
-    ts.layer_scale = dspec.layer_scale = 0.02f;
-    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
-    dflash_model *ma = dflash_load(t, d, NULL);
-    if (!ma) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { NA = 8 };
-    int32_t *pa[NA];
-    size_t lena[NA];
-    random_prompts(NA, 500, pa, lena);
-    for (int i = 0; i < NA; i++) pa[i][lena[i] - 1] = dspec.c.mask_token_id;
-    lossless(ma, pa, lena, NA, 40, 0.0f, "moe pair with accepting rounds, greedy");
-    lossless(ma, pa, lena, 4, 40, 0.8f, "moe pair with accepting rounds, temp 0.8");
-    dflash_gen g = dflash_default_gen();
-    g.n_predict = 40;
-    int32_t *out;
-    size_t nout;
-    dflash_stats st;
-    CHECK(gen(ma, pa[0], lena[0], &g, &out, &nout, &st) == 0 && st.rounds > 0 && st.tau >= 4,
-          "moe accepting pair: tau %.2f over %d rounds (the accept path is not exercised)", st.tau, st.rounds);
-    free(out);
-    for (int i = 0; i < NA; i++) free(pa[i]);
-    dflash_free(ma);
-    /* the committed pair (tests/models/tiny-qwen3moe + its random draft) */
-    dflash_model *m = dflash_load(rpath("tests/models/tiny-qwen3moe"), rpath("tests/models/tiny-qwen3moe-draft"), NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { N2 = 16 };
-    int32_t *p[N2];
-    size_t len[N2];
-    random_prompts(N2, 16000, p, len);
-    lossless(m, p, len, N2, 32, 0.0f, "tiny-qwen3moe pair, greedy");
-    lossless(m, p, len, 6, 32, 0.8f, "tiny-qwen3moe pair, temp 0.8");
-    for (int i = 0; i < N2; i++) free(p[i]);
-    dflash_free(m);
+    accepting_pair(ts, dspec, "moe_acc", "moe");
+    committed_pair("tiny-qwen3moe", "tiny-qwen3moe-draft");
 }
 
 /* Qwen3.5 (Gated DeltaNet + gated attention): the committed pair
  * (tests/models/tiny-qwen35 + its random draft). Every round rolls the
  * recurrent state back within the verify (deltanet.h). */
-TEST(lossless_qwen35_pair) {
-    dflash_model *m = dflash_load(rpath("tests/models/tiny-qwen35"), rpath("tests/models/tiny-qwen35-draft"), NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { N2 = 16 };
-    int32_t *p[N2];
-    size_t len[N2];
-    random_prompts(N2, 16000, p, len);
-    lossless(m, p, len, N2, 32, 0.0f, "tiny-qwen35 pair, greedy");
-    lossless(m, p, len, 6, 32, 0.8f, "tiny-qwen35 pair, temp 0.8");
-    for (int i = 0; i < N2; i++) free(p[i]);
-    dflash_free(m);
-}
+TEST(lossless_qwen35_pair) { committed_pair("tiny-qwen35", "tiny-qwen35-draft"); }
 
 /* Qwen3.5 with accepting rounds: near-identity layers (as in the MoE test
  * above) make greedy repeat the last token and the draft propose its mask
  * id, so prompts ending in the mask id accept whole blocks, and every round
  * rolls the recurrent state back to a different point inside its verify. */
 TEST(lossless_qwen35_accepting) {
-    syn_spec ts = target_spec(), ds = draft_spec();
+    syn_spec ts = target_spec();
     cfg_model *c = &ts.c;
     c->arch = CFG_QWEN3_5;
     c->attn_gate = 1;
@@ -318,35 +327,7 @@ TEST(lossless_qwen35_accepting) {
         c->linear_layer[l] = l != 1; /* full attention at layer 1 */
         c->n_linear_layers += c->linear_layer[l];
     }
-    ts.layer_scale = ds.layer_scale = 0.02f;
-    char t[512], d[512];
-    snprintf(t, sizeof t, "%s", tpath("q35acc_target"));
-    snprintf(d, sizeof d, "%s", tpath("q35acc_draft"));
-    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
-    link_tokenizer(t);
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { NA = 8 };
-    int32_t *pa[NA];
-    size_t lena[NA];
-    random_prompts(NA, 500, pa, lena);
-    for (int i = 0; i < NA; i++) pa[i][lena[i] - 1] = ds.c.mask_token_id;
-    lossless(m, pa, lena, NA, 40, 0.0f, "qwen3.5 pair with accepting rounds, greedy");
-    lossless(m, pa, lena, 4, 40, 0.8f, "qwen3.5 pair with accepting rounds, temp 0.8");
-    dflash_gen g = dflash_default_gen();
-    g.n_predict = 40;
-    int32_t *out;
-    size_t nout;
-    dflash_stats st;
-    CHECK(gen(m, pa[0], lena[0], &g, &out, &nout, &st) == 0 && st.rounds > 0 && st.tau >= 4,
-          "qwen3.5 accepting pair: tau %.2f over %d rounds (the accept path is not exercised)", st.tau, st.rounds);
-    fprintf(stderr, "  qwen3.5 accepting pair: tau %.2f over %d rounds\n", st.tau, st.rounds);
-    free(out);
-    for (int i = 0; i < NA; i++) free(pa[i]);
-    dflash_free(m);
+    accepting_pair(ts, draft_spec(), "q35_acc", "qwen3.5");
 }
 
 /* A draft whose heads differ from the target's (2 q / 1 kv heads of 32 vs
