@@ -397,6 +397,45 @@ def dequantized(q, cfg):
     return w
 
 
+def relabel_attractor(hf0, w, name):
+    """Swap the token greedy decoding most often ends on (48 random 8-token
+    prompts, 32 steps) with MASK, the draft's mask id, in w's embedding (as
+    make_tiny.py does for tiny-qwen3), so DFlash rounds can accept."""
+    g2 = np.random.RandomState(101)
+    ends = collections.Counter()
+    for _ in range(48):
+        prompt = g2.randint(0, V, size=8).tolist()
+        ends[D.greedy_generate(hf0, prompt, 32, cached=True)[-1]] += 1
+    top = sorted(ends.items(), key=lambda kv: (-kv[1], kv[0]))
+    a = top[0][0]
+    log("%s: greedy end tokens (token, count):" % name, top[:5], "-> swap", a, "<->", MASK)
+    e = w["model.embed_tokens.weight"].clone()
+    e[[a, MASK]] = e[[MASK, a]]
+    w["model.embed_tokens.weight"] = e
+
+
+def write_random_draft(mdir, name, seed, n_target_layers):
+    """A random z-lab DFlash draft (MT.DRAFT_LAYERS layers, hidden H) for a
+    target of n_target_layers layers, in mdir/name; returns its path."""
+    layer_ids = D.build_target_layer_ids(n_target_layers, MT.DRAFT_LAYERS)
+    g = MT.Gen(seed)
+    dt = {}
+    for l in range(MT.DRAFT_LAYERS):
+        dt.update(MT.layer_tensors(g, "layers.%d." % l, qk_norm=True, scale=MT.DRAFT_SCALE))
+    dt["fc.weight"] = g.normal((H, H * len(layer_ids)), 0.14)
+    dt["hidden_norm.weight"] = g.norm(H)
+    dt["norm.weight"] = g.norm(H)
+    dt = {k: v.to(torch.bfloat16) for k, v in dt.items()}
+    dd = os.path.join(mdir, name)
+    MT.new_dir(dd, target=False)
+    dcfg = MT.draft_config(layer_ids)
+    dcfg["num_target_layers"] = n_target_layers
+    MT.write_json(os.path.join(dd, "config.json"), dcfg)
+    st.save(os.path.join(dd, "model.safetensors"), dt)
+    log("== %s, target layers" % name, layer_ids)
+    return dd
+
+
 def write_model(d, cfg, tensors):
     MT.new_dir(d)
     MT.write_json(os.path.join(d, "config.json"), cfg)
@@ -422,17 +461,7 @@ def main():
     cfg = moe_config(True, True, 1, [1])
     w = make_weights(11, cfg)
     hf0 = hf_load(cfg, w, tmp, "pre")
-    g2 = np.random.RandomState(101)
-    ends = collections.Counter()
-    for _ in range(48):
-        prompt = g2.randint(0, V, size=8).tolist()
-        ends[D.greedy_generate(hf0, prompt, 32, cached=True)[-1]] += 1
-    top = sorted(ends.items(), key=lambda kv: (-kv[1], kv[0]))
-    a = top[0][0]
-    log("tiny-qwen3moe: greedy end tokens (token, count):", top[:5], "-> swap", a, "<->", MASK)
-    e = w["model.embed_tokens.weight"].clone()
-    e[[a, MASK]] = e[[MASK, a]]
-    w["model.embed_tokens.weight"] = e
+    relabel_attractor(hf0, w, "tiny-qwen3moe")
     d = os.path.join(mdir, "tiny-qwen3moe")
     write_model(d, cfg, w)
     hf = hf_load(cfg, w, tmp, "tiny-qwen3moe")
@@ -443,22 +472,7 @@ def main():
             {"model": "tiny-qwen3moe", "n_prompts": len(prompts), "max_new": MAX_NEW})
 
     # 2. the draft
-    layer_ids = D.build_target_layer_ids(L, MT.DRAFT_LAYERS)
-    g = MT.Gen(13)
-    dt = {}
-    for l in range(MT.DRAFT_LAYERS):
-        dt.update(MT.layer_tensors(g, "layers.%d." % l, qk_norm=True, scale=MT.DRAFT_SCALE))
-    dt["fc.weight"] = g.normal((H, H * len(layer_ids)), 0.14)
-    dt["hidden_norm.weight"] = g.norm(H)
-    dt["norm.weight"] = g.norm(H)
-    dt = {k: v.to(torch.bfloat16) for k, v in dt.items()}
-    dd = os.path.join(mdir, "tiny-qwen3moe-draft")
-    MT.new_dir(dd, target=False)
-    dcfg = MT.draft_config(layer_ids)
-    dcfg["num_target_layers"] = L
-    MT.write_json(os.path.join(dd, "config.json"), dcfg)
-    st.save(os.path.join(dd, "model.safetensors"), dt)
-    log("== tiny-qwen3moe-draft, target layers", layer_ids)
+    dd = write_random_draft(mdir, "tiny-qwen3moe-draft", 13, L)
     drf = D.Draft(dd, dtype=torch.float32)
     fx = draft_fixture(hf, drf, prompts, stats)
     st.save(os.path.join(fdir, "tiny-qwen3moe-draft.ref.safetensors"), fx,

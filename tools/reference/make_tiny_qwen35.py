@@ -27,7 +27,6 @@ the delta rule for every row) cross-checks it. Prompts are skipped when any
 stored argmax has a top-1/top-2 gap < 1e-3.
 """
 import argparse
-import collections
 import json
 import os
 import sys
@@ -359,17 +358,7 @@ def main():
     lr, tr = r64.run(ids)
     log("  pre: |HF - ref64| logits %.3e taps %.3e" % ((lh.double() - lr).abs().max(),
                                                        (torch.stack(th).double() - torch.stack(tr)).abs().max()))
-    g2 = np.random.RandomState(101)
-    ends = collections.Counter()
-    for _ in range(48):
-        prompt = g2.randint(0, V, size=8).tolist()
-        ends[D.greedy_generate(hf0, prompt, 32, cached=True)[-1]] += 1
-    top = sorted(ends.items(), key=lambda kv: (-kv[1], kv[0]))
-    a = top[0][0]
-    log("tiny-qwen35: greedy end tokens (token, count):", top[:5], "-> swap", a, "<->", MASK)
-    e = w["model.embed_tokens.weight"].clone()
-    e[[a, MASK]] = e[[MASK, a]]
-    w["model.embed_tokens.weight"] = e
+    MM.relabel_attractor(hf0, w, "tiny-qwen35")
     d = os.path.join(mdir, "tiny-qwen35")
     MM.write_model(d, cfg, w)
     hf = hf_load(cfg, w, tmp, "tiny-qwen35")
@@ -379,22 +368,7 @@ def main():
     st.save(os.path.join(fdir, "tiny-qwen35.ref.safetensors"), fx,
             {"model": "tiny-qwen35", "n_prompts": len(prompts), "max_new": MAX_NEW})
 
-    layer_ids = D.build_target_layer_ids(L, MT.DRAFT_LAYERS)
-    g = MT.Gen(23)
-    dt = {}
-    for l in range(MT.DRAFT_LAYERS):
-        dt.update(MT.layer_tensors(g, "layers.%d." % l, qk_norm=True, scale=MT.DRAFT_SCALE))
-    dt["fc.weight"] = g.normal((H, H * len(layer_ids)), 0.14)
-    dt["hidden_norm.weight"] = g.norm(H)
-    dt["norm.weight"] = g.norm(H)
-    dt = {k: v.to(torch.bfloat16) for k, v in dt.items()}
-    dd = os.path.join(mdir, "tiny-qwen35-draft")
-    MT.new_dir(dd, target=False)
-    dcfg = MT.draft_config(layer_ids)
-    dcfg["num_target_layers"] = L
-    MT.write_json(os.path.join(dd, "config.json"), dcfg)
-    st.save(os.path.join(dd, "model.safetensors"), dt)
-    log("== tiny-qwen35-draft, target layers", layer_ids)
+    dd = MM.write_random_draft(mdir, "tiny-qwen35-draft", 23, L)
     drf = D.Draft(dd, dtype=torch.float32)
     fx = MM.draft_fixture(hf, drf, prompts, stats)
     st.save(os.path.join(fdir, "tiny-qwen35-draft.ref.safetensors"), fx,
