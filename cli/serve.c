@@ -352,6 +352,7 @@ struct sv_server {
     sv_job *running;
     int stopping;              /* refuse new requests */
     int worker_exit;           /* the worker ends when the queue is empty */
+    int n_streams;             /* streamed replies whose response is not freed yet (last event not out) */
     unsigned long next_id;
     sv_metrics mt;
 };
@@ -968,6 +969,7 @@ static void stream_free(void *cls) {
     sv_stream *t = cls;
     pthread_mutex_lock(&t->srv->mu);
     if (t->job->state != JOB_DONE) t->job->cancelled = JOB_CLIENT_GONE; /* the connection went away */
+    t->srv->n_streams--;
     job_release(t->job);
     pthread_mutex_unlock(&t->srv->mu);
     free(t);
@@ -1038,6 +1040,9 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     if (j->stream) {
         sv_stream *t = xcalloc(1, sizeof *t);
         *t = (sv_stream){s, j, fd};
+        pthread_mutex_lock(&s->mu);
+        s->n_streams++;
+        pthread_mutex_unlock(&s->mu);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, t, stream_free);
         if (!r) {
             stream_free(t);
@@ -1588,6 +1593,16 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(worker, NULL);
+    /* the streams write their last event (a cut one: its error event) before
+     * the connections close; a client that does not read gets 2 s */
+    for (double t_end = now_s() + 2.0; d && now_s() < t_end;) {
+        pthread_mutex_lock(&s->mu);
+        int n = s->n_streams;
+        pthread_mutex_unlock(&s->mu);
+        if (!n) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (d) MHD_stop_daemon(d); /* closes connections, joins their threads (jobs are all done) */
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);
