@@ -25,4 +25,15 @@ diff <(sums tests/models) <(sums /tmp/regen-models) > "$OUT/models.diff" \
 # 2. fixtures (HF float32 on CPU; cross-checked by ref_model in float32/float64)
 python3 tools/reference/make_fixtures.py --models tests/models --out tests/fixtures \
     2>&1 | tee "$OUT/fixtures.log"
+# 3. the MoE and Qwen3.5 families: their models and fixtures from their own scripts
+#    (compare the models with tests/models: they must come out bit for bit)
+for g in make_tiny_moe make_tiny_qwen35; do
+    rm -rf /tmp/regen-$g
+    python3 tools/reference/$g.py --out /tmp/regen-$g > "$OUT/$g.log" 2>&1 || echo "$g FAILED (see $g.log)"
+    for f in /tmp/regen-$g/models/*/model.safetensors; do
+        m=${f#/tmp/regen-$g/models/}
+        cmp -s "$f" "tests/models/$m" && echo "$g: $m reproduced" || echo "$g: $m DIFFERS"
+    done
+    cp /tmp/regen-$g/fixtures/*.safetensors tests/fixtures/
+done
 tar cf "$OUT/fixtures.tar" tests/fixtures/*.safetensors
