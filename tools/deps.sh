@@ -6,7 +6,7 @@
 # Without dpkg (not Debian) it only checks with pkg-config that the libraries
 # are there and says what is missing.
 [ "${DFLASH_NO_DEPS:-0}" = 1 ] && exit 0
-pkgs="libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev pkg-config"
+pkgs="libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev pkg-config xz-utils"
 [ "${1:-}" = clang ] && pkgs="clang"
 if ! command -v dpkg >/dev/null 2>&1; then
     [ "${1:-}" = clang ] && { command -v clang >/dev/null 2>&1 && exit 0; echo "deps: clang not found" >&2; exit 1; }
