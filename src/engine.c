@@ -188,11 +188,6 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         dk = qk != QT_KEEP ? qk : fl && m->be->draft_q8(m->bi) ? QT_Q8 : QT_KEEP;
     }
     if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, dk, qg) != 0)) goto fail;
-    if (m->target.cfg.n_moe_layers && strcmp(m->be->name, "cpu") != 0) { /* only the CPU backend has the expert block */
-        dfl_seterr("%s: mixture-of-experts models (%s) run on the CPU backend only for now, not %s", target_dir,
-                   m->target.cfg.arch_name, m->be->name);
-        goto fail;
-    }
     if (m->be->prepare(m->bi, &m->target) != 0) goto fail;
     m->prepared = 1;
     if (m->has_draft) {

@@ -260,19 +260,14 @@ __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
  * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
  * interleave8), and instead of y the kernel writes h[t][8j + i] =
  * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
-template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
-__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
-                                                                int ldx, int T, float *__restrict__ y, int ldy,
-                                                                int accumulate, __nv_bfloat16 *__restrict__ h,
-                                                                int ldh) {
+/* The work of one k_gemm block: weight rows 16 blockIdx.x.. on tokens
+ * 0..min(T, 8 NT)-1 of x (the caller has moved x, y, h to the block's first
+ * token). */
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ>
+__device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __nv_bfloat16 *__restrict__ x, int ldx,
+                                             int T, float *__restrict__ y, int ldy, int accumulate,
+                                             __nv_bfloat16 *__restrict__ h, int ldh) {
     constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
-    {
-        const int t0 = blockIdx.y * 8 * NT; /* this block's tokens */
-        T -= t0;
-        x += (size_t)t0 * ldx;
-        if (y) y += (size_t)t0 * ldy;
-        if (h) h += (size_t)t0 * ldh;
-    }
     __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3, S = w.split;
@@ -417,6 +412,16 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
             *p = accumulate ? *p + v : v;
         }
     }
+}
+
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
+__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
+                                                                int ldx, int T, float *__restrict__ y, int ldy,
+                                                                int accumulate, __nv_bfloat16 *__restrict__ h,
+                                                                int ldh) {
+    const int t0 = blockIdx.y * 8 * NT; /* this block's tokens */
+    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)t0 * ldx, ldx, T - t0, y ? y + (size_t)t0 * ldy : y,
+                                                    ldy, accumulate, h ? h + (size_t)t0 * ldh : h, ldh);
 }
 
 /* ---- row kernels ---------------------------------------------------------- */
@@ -1284,6 +1289,175 @@ __global__ void k_pick_extra(int32_t *ids, const float *best, const float *xl, c
             b = xl[(size_t)i * n_extra + e];
             ids[i] = extra[e];
         }
+}
+
+/* ---- mixture of experts ----------------------------------------------------
+ * A forward of T rows routes each row to K experts (k_moe_route), lists the
+ * (row, rank) pairs grouped by expert, rows ascending inside an expert
+ * (k_moe_plan: the same order as the CPU's moe()), gathers each pair's
+ * normalised row (k_moe_gather), runs every active expert's gate/up + SwiGLU
+ * and down GEMMs over its pairs (k_gemm_moe: a k_gemm block whose weight and
+ * rows come from the plan), and adds each row's expert outputs in rank order,
+ * then the gated shared expert (k_moe_combine). Every step is per row or per
+ * (row, expert) through k_gemm's row-invariant tile, so a row's result is the
+ * same bits for any T and any mix of rows sharing its experts. All sizes are
+ * fixed by T alone (the plan lives on the device), so the forward can be
+ * captured in a graph and replayed. */
+enum { MOE_MAX_E = 1024, MOE_MAX_K = 32 };
+
+/* Where k_gemm_moe finds its weight and rows: block y = slot * per + r
+ * takes rows r*8NT.. of the slot-th active expert (an expert has at most T
+ * pairs: per = ceil(T / 8NT)). data/sb: the experts' tiled weights, all of
+ * one shape (the cw_weight passed with the map gives it). */
+typedef struct {
+    const uint8_t *const *data, *const *sb; /* [E] */
+    const int *start;                       /* [E + 1] first pair of each expert */
+    const int *active;                      /* [E] experts with pairs, ascending; *n_active of them */
+    const int *n_active;
+    int per;
+} cu_moe_map;
+
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
+__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, cu_moe_map mm, int N,
+                                                                    const __nv_bfloat16 *__restrict__ x, int ldx,
+                                                                    float *__restrict__ y, int ldy,
+                                                                    __nv_bfloat16 *__restrict__ h, int ldh) {
+    cu_pdl_wait(); /* the plan is the previous kernels' output */
+    const int slot = blockIdx.y / mm.per, part = blockIdx.y % mm.per;
+    if (slot >= *mm.n_active) return;
+    const int e = mm.active[slot], a = mm.start[e] + part * 8 * NT, T = mm.start[e + 1] - a;
+    if (T <= 0) return;
+    w.data = (uint8_t *)mm.data[e];
+    if (KIND != CW_BF16) w.sb = (uint8_t *)mm.sb[e];
+    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)a * ldx, ldx, T, y ? y + (size_t)a * ldy : y, ldy,
+                                                    0, h ? h + (size_t)a * ldh : h, ldh);
+}
+
+/* Row t's routing, one block (256 threads) per row: p = softmax(rl[t][E])
+ * (max and sum in one fixed tree), sel[t][j] = the K largest p, largest
+ * first (ties: the lower index), wsel[t][j] their p, divided by their sum
+ * taken in rank order when norm. */
+__global__ void k_moe_route(const float *__restrict__ rl, int E, int K, int norm, int *__restrict__ sel,
+                            float *__restrict__ wsel) {
+    __shared__ float p[MOE_MAX_E];
+    __shared__ float sh[32];
+    __shared__ float bv[256 / 32];
+    __shared__ int bi[256 / 32];
+    const int t = blockIdx.x, tid = threadIdx.x;
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const float *l = rl + (size_t)t * E;
+    float mx = -INFINITY;
+    for (int i = tid; i < E; i += blockDim.x) mx = fmaxf(mx, l[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((tid & 31) == 0) sh[tid >> 5] = mx;
+    __syncthreads();
+    mx = sh[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) mx = fmaxf(mx, sh[i]);
+    float part = 0.0f;
+    for (int i = tid; i < E; i += blockDim.x) part += p[i] = expf(l[i] - mx);
+    float sum = cu_block_sum(part, sh);
+    for (int i = tid; i < E; i += blockDim.x) p[i] /= sum;
+    __syncthreads();
+    float w[MOE_MAX_K];
+    for (int j = 0; j < K; j++) {
+        /* the first index of the largest p not yet taken (taken: -1) */
+        float v = -1.0f;
+        int bix = E;
+        for (int i = tid; i < E; i += blockDim.x)
+            if (p[i] > v) v = p[i], bix = i;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bix, o);
+            if (ov > v || (ov == v && oi < bix)) v = ov, bix = oi;
+        }
+        if ((tid & 31) == 0) bv[tid >> 5] = v, bi[tid >> 5] = bix;
+        __syncthreads();
+        if (tid == 0) {
+            for (int q = 1; q < (int)(blockDim.x >> 5); q++)
+                if (bv[q] > bv[0] || (bv[q] == bv[0] && bi[q] < bi[0])) bv[0] = bv[q], bi[0] = bi[q];
+            sel[(size_t)t * K + j] = bi[0];
+            w[j] = bv[0];
+            p[bi[0]] = -1.0f;
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        float tot = 0.0f;
+        for (int j = 0; j < K; j++) tot += w[j];
+        for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
+    }
+}
+
+/* The plan of P = T*K pairs (pair p = row p / K, rank p % K), one block:
+ * start[e] = first pair of expert e in the grouped order (pairs of an
+ * expert in ascending p), slot[p] = pair p's place in that order,
+ * pair_row[place] = its row, active = the experts with pairs, ascending. */
+__global__ void k_moe_plan(const int *__restrict__ sel, int P, int K, int E, int *__restrict__ start,
+                           int *__restrict__ active, int *__restrict__ n_active, int *__restrict__ slot,
+                           int *__restrict__ pair_row) {
+    __shared__ int cnt[MOE_MAX_E];
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int c = 0;
+        for (int q = 0; q < P; q++) c += sel[q] == e;
+        cnt[e] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int a = 0, na = 0;
+        for (int e = 0; e < E; e++) {
+            start[e] = a;
+            if (cnt[e]) active[na++] = e;
+            a += cnt[e];
+        }
+        start[E] = a;
+        *n_active = na;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int c = start[e];
+        for (int q = 0; q < P && c < start[e] + cnt[e]; q++)
+            if (sel[q] == e) slot[q] = c, pair_row[c++] = q / K;
+    }
+}
+
+/* xe[place] = xb[pair_row[place]] for every pair (bf16 rows of ld columns,
+ * padding included), one block per pair. */
+__global__ void k_moe_gather(const __nv_bfloat16 *__restrict__ xb, int ld, const int *__restrict__ pair_row,
+                             __nv_bfloat16 *__restrict__ xe) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const uint4 *src = (const uint4 *)(xb + (size_t)pair_row[blockIdx.x] * ld);
+    uint4 *dst = (uint4 *)(xe + (size_t)blockIdx.x * ld);
+    for (int i = threadIdx.x; i < ld / 8; i += blockDim.x) dst[i] = src[i];
+}
+
+/* x[t] += sum over ranks j of wsel[t][j] * ye[slot[t K + j]] (rank order),
+ * + sigmoid(sh_gate . xb[t]) * sh[t] when there is a shared expert
+ * (sh_gate NULL: none). One block (256 threads) per row. */
+__global__ void k_moe_combine(float *__restrict__ x, int H, const float *__restrict__ ye, const int *__restrict__ slot,
+                              const float *__restrict__ wsel, int K, const float *__restrict__ sh,
+                              const float *__restrict__ sh_gate, const __nv_bfloat16 *__restrict__ xb, int ldxb) {
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    float sg = 0.0f;
+    if (sh_gate) {
+        float part = 0.0f;
+        for (int d = threadIdx.x; d < H; d += blockDim.x) part += sh_gate[d] * __bfloat162float(xb[(size_t)t * ldxb + d]);
+        sg = 1.0f / (1.0f + expf(-cu_block_sum(part, red)));
+    }
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; j++) acc += wsel[(size_t)t * K + j] * ye[(size_t)slot[(size_t)t * K + j] * H + d];
+        if (sh_gate) acc += sh[(size_t)t * H + d] * sg;
+        x[(size_t)t * H + d] += acc;
+    }
 }
 
 #endif

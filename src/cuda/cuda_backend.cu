@@ -468,6 +468,16 @@ typedef struct {
     cw_weight lin_in;             /* [C + vd + 2 nv, H]: in_proj_qkv, in_proj_z, in_proj_a, in_proj_b */
     cw_weight lin_out;            /* [H, vd] */
     float *conv_w, *dt_bias, *neg_a, *lin_norm; /* [C][K], [nv], [nv], [dv] */
+    /* expert block (mixture of experts; wgu/wd unused): the router, every
+     * expert's gate/up (interleave8) and down weight, uploaded one by one;
+     * eptr on the device: [4][E] their data and sb pointers (gate/up data,
+     * gate/up sb, down data, down sb) for k_gemm_moe */
+    int moe;
+    cw_weight router;             /* [E, H] */
+    cw_weight *egu, *edn;         /* host [E]: [2 pad8(MI), H] and [H, MI] */
+    const uint8_t **eptr;
+    cw_weight sh_gu, sh_dn;       /* the shared expert (Qwen3.5-MoE; else empty) */
+    float *sh_gate;               /* [H], NULL without a shared expert */
 } cu_layer;
 
 typedef struct {
@@ -498,6 +508,17 @@ static void cu_release(void *p, mdl_model *m) {
         cudaFree(L->post_norm);
         cudaFree(L->q_norm);
         cudaFree(L->k_norm);
+        if (L->moe) {
+            for (int e = 0; L->egu && e < L->moe; e++) cw_free(&L->egu[e]);
+            for (int e = 0; L->edn && e < L->moe; e++) cw_free(&L->edn[e]);
+            free(L->egu);
+            free(L->edn);
+            cudaFree((void *)L->eptr);
+            cw_free(&L->router);
+            cw_free(&L->sh_gu);
+            cw_free(&L->sh_dn);
+            cudaFree(L->sh_gate);
+        }
     }
     free(cm->layers);
     if (!cm->head_is_embed) cw_free(&cm->lm_head);
@@ -511,13 +532,58 @@ static void cu_release(void *p, mdl_model *m) {
 
 static int dn_dk_supported(int dk);
 
+/* Layer L's expert block onto the device (cu_layer). Every expert must come
+ * out in one storage kind and shape: k_gemm_moe launches them as one. */
+static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, const char *name) {
+    int E = c->n_experts;
+    const kn_weight *r[1] = {&L->router};
+    D->moe = E;
+    D->egu = (cw_weight *)dfl_calloc((size_t)E, sizeof(cw_weight));
+    D->edn = (cw_weight *)dfl_calloc((size_t)E, sizeof(cw_weight));
+    if (cw_upload(&D->router, r, 1, name, 0) != 0) return -1;
+    for (int e = 0; e < E; e++) {
+        const mdl_expert *x = &L->experts[e];
+        const kn_weight *gu[2] = {&x->wg, &x->wu}, *dw[1] = {&x->wd};
+        if (cw_upload(&D->egu[e], gu, 2, name, 1) != 0 || cw_upload(&D->edn[e], dw, 1, name, 0) != 0) return -1;
+        const cw_weight *a = &D->egu[e], *b = &D->edn[e], *a0 = &D->egu[0], *b0 = &D->edn[0];
+        if (a->kind != a0->kind || a->group != a0->group || a->sdt != a0->sdt || a->rows != a0->rows ||
+            b->kind != b0->kind || b->group != b0->group || b->sdt != b0->sdt || b->rows != b0->rows) {
+            dfl_seterr("cuda upload %s: expert %d is stored unlike expert 0 (every expert must share one type)", name,
+                       e);
+            return -1;
+        }
+    }
+    const uint8_t **h = (const uint8_t **)dfl_malloc(sizeof(uint8_t *) * 4 * (size_t)E);
+    for (int e = 0; e < E; e++) {
+        h[e] = D->egu[e].data;
+        h[E + e] = D->egu[e].sb;
+        h[2 * E + e] = D->edn[e].data;
+        h[3 * E + e] = D->edn[e].sb;
+    }
+    int rc = cu_alloc(&D->eptr, sizeof(uint8_t *) * 4 * (size_t)E);
+    if (rc == 0 && cudaMemcpy((void *)D->eptr, h, sizeof(uint8_t *) * 4 * (size_t)E, cudaMemcpyHostToDevice) !=
+                       cudaSuccess) {
+        dfl_seterr("cuda upload %s: expert table copy failed", name);
+        rc = -1;
+    }
+    free(h);
+    if (rc != 0) return -1;
+    if (L->sh_gate) {
+        const kn_weight *sgu[2] = {&L->sh_wg, &L->sh_wu}, *sd[1] = {&L->sh_wd};
+        if (cw_upload(&D->sh_gu, sgu, 2, name, 1) != 0 || cw_upload(&D->sh_dn, sd, 1, name, 0) != 0 ||
+            upload_vec(&D->sh_gate, L->sh_gate, c->hidden) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
-    if (c->n_experts > 0) {
-        dfl_seterr("backend cuda: mixture-of-experts models (%s) are not supported yet; use --backend cpu",
-                   c->qwen35_moe ? "qwen3_5_moe" : "qwen3_moe");
+    if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K)) {
+        dfl_seterr("backend cuda: %d experts, %d per token: at most %d and %d; use --backend cpu", c->n_experts,
+                   c->n_experts_used, MOE_MAX_E, MOE_MAX_K);
         return -1;
     }
     if (c->n_linear_layers && (!dn_dk_supported(c->lin_k_dim) || c->lin_v_dim > 1024)) {
@@ -550,7 +616,13 @@ static int cu_prepare(void *p, mdl_model *m) {
         } else if (cw_upload(&D->wqkv, qkv, 3, name, 0) != 0 || cw_upload(&D->wo, o, 1, name, 0) != 0) {
             goto fail;
         }
-        if (cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0) goto fail;
+        if (L->experts) {
+            if (upload_experts(D, L, c, name) != 0) goto fail;
+            cm->bytes += cw_bytes(&D->router) + cw_bytes(&D->sh_gu) + cw_bytes(&D->sh_dn);
+            for (int e = 0; e < c->n_experts; e++) cm->bytes += cw_bytes(&D->egu[e]) + cw_bytes(&D->edn[e]);
+        } else if (cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0) {
+            goto fail;
+        }
         if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
             upload_vec(&D->q_norm, L->q_norm, c->head_dim) != 0 || upload_vec(&D->k_norm, L->k_norm, c->head_dim) != 0)
@@ -671,6 +743,32 @@ static void gemm_swiglu(cudaStream_t s, const cw_weight &w, const bf16 *x, int l
     gemm_any<1>(s, w, w.rows, x, ldx, T, NULL, 0, 0, h, ldh);
 }
 
+/* The experts' GEMMs of a T-row forward (cu_kernels.cuh, k_gemm_moe): w
+ * gives the shape, mm the weights and rows. An expert holds at most T pairs,
+ * so NT comes from T as in gemm_launch and a row's sums are k_gemm's. */
+template <int KIND, int SW>
+static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int N, int T, int slots, const bf16 *x,
+                          int ldx, float *y, int ldy, bf16 *h, int ldh) {
+    int nt = T >= 32 ? 4 : (T + 7) / 8;
+    mm.per = (T + 8 * nt - 1) / (8 * nt);
+    dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
+    constexpr int DQ = KIND == CW_BF16 ? 0 : 1;
+    switch (nt) {
+    case 1: launch(k_gemm_moe<KIND, 1, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 2: launch(k_gemm_moe<KIND, 2, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 3: launch(k_gemm_moe<KIND, 3, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    default: launch(k_gemm_moe<KIND, 4, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    }
+}
+
+template <int SW>
+static void gemm_moe(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int N, int T, int slots, const bf16 *x,
+                     int ldx, float *y, int ldy, bf16 *h, int ldh) {
+    if (w.kind == CW_BF16) gemm_moe_kind<CW_BF16, SW>(s, w, mm, N, T, slots, x, ldx, y, ldy, h, ldh);
+    else if (w.kind == CW_Q8) gemm_moe_kind<CW_Q8, SW>(s, w, mm, N, T, slots, x, ldx, y, ldy, h, ldh);
+    else gemm_moe_kind<CW_Q4, SW>(s, w, mm, N, T, slots, x, ldx, y, ldy, h, ldh);
+}
+
 static void rmsnorm(cudaStream_t s, const float *x, int ldx, const float *w, int n, float eps, int rows, bf16 *ob,
                     int ldo) {
     if (n % 4 == 0 && n <= RN_THREADS * 4 * RN_PER && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0)
@@ -722,6 +820,8 @@ typedef struct {
     int n_lin;                  /* Gated DeltaNet layers (0: none) */
     int nk, nv, dk, dv, K, C;   /* their heads, dims, conv kernel; C = 2 nk dk + nv dv channels */
     int vd, vdp, Cm;            /* nv dv, padded; Cm = C + vd + 2 nv: a lin_in output row */
+    int E, EK, MI, MIp, S, Sp;  /* experts, per token, expert and shared-expert widths (0: none), padded */
+    int norm_topk;
 } cu_dims;
 
 static cu_dims dims_of(const cfg_model *c, int vocab) {
@@ -747,6 +847,13 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.vd = d.nv * d.dv;
     d.vdp = pad(d.vd, CW_COL_ALIGN);
     d.Cm = d.C + d.vd + 2 * d.nv;
+    d.E = c->n_moe_layers ? c->n_experts : 0;
+    d.EK = d.E ? c->n_experts_used : 0;
+    d.MI = d.E ? c->moe_inter : 0;
+    d.MIp = pad(d.MI, CW_COL_ALIGN);
+    d.S = d.E ? c->shared_inter : 0;
+    d.Sp = pad(d.S, CW_COL_ALIGN);
+    d.norm_topk = c->norm_topk;
     return d;
 }
 
@@ -757,6 +864,13 @@ typedef struct {
     float *qg, *gate;   /* gated attention: q_proj output [rows][2Q + 2KV], gates [rows][Q] (else NULL) */
     float *mix, *cv;    /* Gated DeltaNet: lin_in output [rows][Cm], conv output [rows][C] */
     bf16 *core;         /* [rows][vdp] the delta rule's gated output, out_proj's input */
+    /* expert block, P = rows * EK pairs (k_moe_* in cu_kernels.cuh) */
+    float *rl, *wsel;   /* [rows][E] router logits, [rows][EK] weights by rank */
+    int *sel, *slot;    /* [rows][EK] experts by rank, each pair's place in the grouped order */
+    int *pair_row, *start, *active, *n_active; /* [P], [E + 1], [E], [1] */
+    bf16 *xe, *he;      /* [P][Hp] gathered rows, [P][MIp] SwiGLU outputs */
+    float *ye, *sh;     /* [P][H] expert outputs, [rows][H] the shared expert's */
+    bf16 *shb;          /* [rows][Sp] the shared expert's SwiGLU output */
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
@@ -772,6 +886,16 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
     if (d->n_lin && (cu_alloc(&a->mix, sizeof(float) * rows * d->Cm) || cu_alloc(&a->cv, sizeof(float) * rows * d->C) ||
                      cu_alloc(&a->core, sizeof(bf16) * rows * d->vdp)))
         return -1;
+    size_t P = (size_t)rows * d->EK;
+    if (d->E && (cu_alloc(&a->rl, sizeof(float) * rows * d->E) || cu_alloc(&a->wsel, sizeof(float) * P) ||
+                 cu_alloc(&a->sel, sizeof(int) * P) || cu_alloc(&a->slot, sizeof(int) * P) ||
+                 cu_alloc(&a->pair_row, sizeof(int) * P) || cu_alloc(&a->start, sizeof(int) * (d->E + 1)) ||
+                 cu_alloc(&a->active, sizeof(int) * d->E) || cu_alloc(&a->n_active, sizeof(int)) ||
+                 cu_alloc(&a->xe, sizeof(bf16) * P * d->Hp) || cu_alloc(&a->he, sizeof(bf16) * P * d->MIp) ||
+                 cu_alloc(&a->ye, sizeof(float) * P * d->H)))
+        return -1;
+    if (d->S && (cu_alloc(&a->sh, sizeof(float) * rows * d->H) || cu_alloc(&a->shb, sizeof(bf16) * rows * d->Sp)))
+        return -1;
     return 0;
 }
 
@@ -786,6 +910,9 @@ static void act_free(cu_act *a) {
     cudaFree(a->mix);
     cudaFree(a->cv);
     cudaFree(a->core);
+    void *moe[] = {a->rl, a->wsel, a->sel, a->slot, a->pair_row, a->start, a->active, a->n_active, a->xe, a->he,
+                   a->ye, a->sh, a->shb};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) cudaFree(moe[i]);
 }
 
 /* ---- Gated DeltaNet state (Qwen3.5), the rule of backend.h / deltanet.h ----
@@ -965,6 +1092,35 @@ static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, cons
     }
 }
 
+/* The expert block on rows 0..T-1 of a (a->xb: their post-norm rows): x +=
+ * each row's experts in rank order (+ the gated shared expert). The steps
+ * and why a row's bits do not depend on the other rows: cu_kernels.cuh. */
+static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T) {
+    int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
+    gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
+    prof_mark(s, "gemm router", cw_bytes(&L->router));
+    launch(k_moe_route, T, 256, s, (const float *)a->rl, d->E, d->EK, d->norm_topk, a->sel, a->wsel);
+    launch(k_moe_plan, 1, 1024, s, (const int *)a->sel, P, d->EK, d->E, a->start, a->active, a->n_active, a->slot,
+           a->pair_row);
+    launch(k_moe_gather, P, 128, s, (const bf16 *)a->xb, d->Hp, (const int *)a->pair_row, a->xe);
+    prof_mark(s, "moe route+plan+gather", 0);
+    int E = d->E;
+    cu_moe_map gu = {L->eptr, L->eptr + E, a->start, a->active, a->n_active, 0},
+               dn = {L->eptr + 2 * E, L->eptr + 3 * E, a->start, a->active, a->n_active, 0};
+    gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xe, d->Hp, NULL, 0, a->he, d->MIp);
+    prof_mark(s, "gemm experts gate_up+swiglu", 0);
+    gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
+    prof_mark(s, "gemm experts down", 0);
+    if (L->sh_gate) {
+        gemm_swiglu(s, L->sh_gu, a->xb, d->Hp, T, a->shb, d->Sp);
+        gemm(s, L->sh_dn, d->H, a->shb, d->Sp, T, a->sh, d->H, 0);
+        prof_mark(s, "gemm shared expert", cw_bytes(&L->sh_gu) + cw_bytes(&L->sh_dn));
+    }
+    launch(k_moe_combine, T, 256, s, a->x, d->H, (const float *)a->ye, (const int *)a->slot, (const float *)a->wsel,
+           d->EK, (const float *)a->sh, (const float *)L->sh_gate, (const bf16 *)a->xb, d->Hp);
+    prof_mark(s, "moe combine", 0);
+}
+
 /* One transformer layer on rows 0..T-1 of a at positions *pos.. (device
  * memory: the launches can be captured once and replayed). Target (causal):
  * K/V of the rows are stored into kc/vc first and row t attends to cache rows
@@ -1007,6 +1163,10 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
     }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
+    if (L->moe) {
+        moe(s, d, L, a, T);
+        return;
+    }
     gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
     prof_mark(s, causal ? "gemm gate_up+swiglu" : "draft gemm gate_up+swiglu", cw_bytes(&L->wgu));
     gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);

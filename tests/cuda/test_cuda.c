@@ -714,10 +714,12 @@ TEST(dflash) {
     dflash_free(m);
 }
 
-/* ---- Qwen3.5 (Gated DeltaNet + gated attention) ---------------------------------
- * tiny-qwen35 (and an MLX 4-bit copy): within the bound of the CPU f32 path;
- * every verify width and every rollback point bit-identical to decode rows
- * on the GPU; DFlash = GPU greedy through the public API. */
+/* ---- Qwen3.5 (Gated DeltaNet + gated attention) and mixture of experts ----------
+ * tiny-qwen35 (and an MLX 4-bit copy), tiny-qwen3moe (bf16 and MLX 4-bit),
+ * tiny-qwen35moe: within the bound of the CPU f32 path; every verify width
+ * and every rollback point bit-identical to decode rows on the GPU (for the
+ * experts: a row's result does not depend on which rows share its experts);
+ * DFlash = GPU greedy through the public API. */
 
 /* The bound for the hybrid family: row 0 (no recurrent history) as LOGIT_TOL;
  * every row 10%: the delta rule carries each earlier row's bf16-rounded
@@ -732,7 +734,7 @@ static int q35_fwd(void *st, const int32_t *tok, int T, float *lg, int V) {
     return 0;
 }
 
-static void q35_case(const char *rel) {
+static void family_case(const char *rel) {
     loaded c, g;
     if (load(&c, &be_cpu, cpu_bi, rel) != 0) return;
     if (load(&g, &be_cuda, gpu_bi, rel) != 0) {
@@ -817,15 +819,17 @@ static void q35_case(const char *rel) {
     }
     fprintf(stderr, "  %s: %d (width, keep) rollbacks on the GPU\n", rel, combos);
     CHECK(bad == 0, "%s: %d of %d verify/rollback cases differ from decode rows", rel, bad, combos);
-    /* a forward longer than the rollback window: truncate below its end restarts */
+    /* a forward longer than the rollback window: truncate below its end
+     * restarts a recurrent model; an attention-only one keeps the rows */
     be_cuda.truncate(st, 0);
     CHECK(q35_fwd(st, tok, 64, lg, V) == 0 && !memcmp(lg, ref, sizeof(float) * 64 * V), "64-row prefill");
     be_batch lb = {.T = 70, .tokens = tok, .keep_rows = 0};
     be_cuda.truncate(st, 0);
     CHECK(be_cuda.forward(st, &lb) == 0, "70 rows: %s", dfl_lasterr());
-    CHECK(be_cuda.truncate(st, 60) == 0 && be_cuda.length(st) == 0, "%s: rollback into a 70-row forward", rel);
-    CHECK(q35_fwd(st, tok, 10, lg, V) == 0 && !memcmp(lg, ref, sizeof(float) * 10 * V), "%s: rerun after restart",
-          rel);
+    int kept = m->cfg.n_linear_layers ? 0 : 60;
+    CHECK(be_cuda.truncate(st, 60) == kept && be_cuda.length(st) == kept, "%s: rollback into a 70-row forward", rel);
+    CHECK(q35_fwd(st, tok + kept, 10, lg, V) == 0 && !memcmp(lg, ref + (size_t)kept * V, sizeof(float) * 10 * V),
+          "%s: rerun after the rollback", rel);
     be_cuda.destroy(st);
     free(ref);
     free(lg);
@@ -833,29 +837,18 @@ static void q35_case(const char *rel) {
     unload(&g);
 }
 
-TEST(qwen35) {
-    q35_case("tests/models/tiny-qwen35");
-    /* and MLX 4-bit (dflash quantize's code) */
-    char in[1200], q4[64];
-    mpath(in, sizeof in, "tests/models/tiny-qwen35");
-    snprintf(q4, sizeof q4, "/tmp/dflash-cuda-q35-%d", (int)getpid());
-    if (qt_checkpoint(in, q4, 4, 32) == 0) {
-        q35_case(q4);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", q4);
-        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", q4);
-    } else {
-        CHECK(0, "quantize: %s", dfl_lasterr());
-    }
-    /* DFlash through the public API on the GPU: the committed pair */
+/* DFlash through the public API on the GPU: a committed pair, 12 prompts x
+ * greedy / temperature 0.8 x blocks 2, 4, 8, 16 and auto, each against GPU
+ * plain decoding. */
+static void pair_case(const char *trel, const char *drel) {
     char t[1200], d[1200];
-    mpath(t, sizeof t, "tests/models/tiny-qwen35");
-    mpath(d, sizeof d, "tests/models/tiny-qwen35-draft");
+    mpath(t, sizeof t, trel);
+    mpath(d, sizeof d, drel);
     dflash_params p = dflash_default_params();
     p.backend = "cuda";
     dflash_model *dm = dflash_load(t, d, &p);
     if (!dm) {
-        CHECK(0, "load tiny-qwen35 pair on cuda: %s", dflash_error());
+        CHECK(0, "load %s pair on cuda: %s", trel, dflash_error());
         return;
     }
     int same = 0, total = 0, blocks[5] = {2, 4, 8, 16, 0};
@@ -890,9 +883,36 @@ TEST(qwen35) {
             free(ref);
         }
     }
-    fprintf(stderr, "  tiny-qwen35 pair on the GPU: %d/%d DFlash runs identical to plain decoding\n", same, total);
-    CHECK(same == total, "tiny-qwen35 pair: %d of %d DFlash runs differ", total - same, total);
+    fprintf(stderr, "  %s pair on the GPU: %d/%d DFlash runs identical to plain decoding\n", trel, same, total);
+    CHECK(same == total, "%s pair: %d of %d DFlash runs differ", trel, total - same, total);
     dflash_free(dm);
+}
+
+TEST(qwen35) {
+    family_case("tests/models/tiny-qwen35");
+    /* and MLX 4-bit (dflash quantize's code) */
+    char in[1200], q4[64];
+    mpath(in, sizeof in, "tests/models/tiny-qwen35");
+    snprintf(q4, sizeof q4, "/tmp/dflash-cuda-q35-%d", (int)getpid());
+    if (qt_checkpoint(in, q4, 4, 32) == 0) {
+        family_case(q4);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", q4);
+        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", q4);
+    } else {
+        CHECK(0, "quantize: %s", dfl_lasterr());
+    }
+    pair_case("tests/models/tiny-qwen35", "tests/models/tiny-qwen35-draft");
+}
+
+/* qwen3_moe in bf16 and MLX 4-bit (norm_topk_prob on and off, dense layers
+ * between), qwen3_5_moe (Gated DeltaNet + experts + shared expert), and the
+ * tiny Qwen3-MoE DFlash pair */
+TEST(moe) {
+    family_case("tests/models/tiny-qwen3moe");
+    family_case("tests/models/tiny-qwen3moe-q4");
+    family_case("tests/models/tiny-qwen35moe");
+    pair_case("tests/models/tiny-qwen3moe", "tests/models/tiny-qwen3moe-draft");
 }
 
 TEST(errors) {
@@ -902,21 +922,6 @@ TEST(errors) {
     if (b) be_cuda.close(b);
     CHECK(be_select("cuda") == &be_cuda, "be_select(cuda): %s", dfl_lasterr());
     CHECK(be_select(NULL) == &be_cuda, "auto picks cuda when a GPU is present");
-    /* mixture of experts is CPU-only so far: refused at load, by name */
-    char t[1200];
-    mpath(t, sizeof t, "tests/models/tiny-qwen3moe");
-    dflash_params p = dflash_default_params();
-    p.backend = "cuda";
-    dflash_model *m = dflash_load(t, NULL, &p);
-    CHECK(m == NULL && strstr(dflash_error(), "mixture-of-experts"), "qwen3_moe on cuda: %s",
-          m ? "loaded" : dflash_error());
-    if (m) dflash_free(m);
-    /* so is Qwen3.5-MoE */
-    mpath(t, sizeof t, "tests/models/tiny-qwen35moe");
-    m = dflash_load(t, NULL, &p);
-    CHECK(m == NULL && strstr(dflash_error(), "mixture-of-experts"), "qwen3_5_moe on cuda: %s",
-          m ? "loaded" : dflash_error());
-    if (m) dflash_free(m);
 }
 
 int main(void) {
@@ -945,6 +950,7 @@ int main(void) {
     RUN(draft);
     RUN(dflash);
     RUN(qwen35);
+    RUN(moe);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);

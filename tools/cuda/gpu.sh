@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench depth variants attcheck nographs profile llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe depth variants attcheck nographs profile llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -100,6 +100,20 @@ for s in $steps; do
             timeout 120 ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda --reps ${BENCH_REPS:-20} \
                 > "$OUT/bench-4b-$b.txt" 2>&1
             cat "$OUT/bench-4b-$b.txt"
+        done ;;
+    moe)
+        # mixture-of-experts shapes (MOE_SHAPES, MOE_BITS: 4), random weights,
+        # each with a synthesised draft: dflash bench on the GPU
+        log mixture-of-experts shapes
+        for sh in ${MOE_SHAPES:-qwen3-30b-a3b}; do
+            d=/tmp/moe-$sh-${MOE_BITS:-4}
+            t0=$(date +%s)
+            [ -d "$d" ] || ./dflash synth --shape "$sh" --bits "${MOE_BITS:-4}" -o "$d" 2>&1 | tail -1
+            [ -d "/tmp/moe-$sh-draft" ] || ./dflash synth --shape "$sh" --draft -o "/tmp/moe-$sh-draft" 2>&1 | tail -1
+            echo "synth $sh: $(($(date +%s) - t0)) s, $(du -sh "$d" | cut -f1)"
+            timeout ${MOE_TIMEOUT:-300} ./dflash bench -m "$d" -md "/tmp/moe-$sh-draft" --backend cuda \
+                --reps ${BENCH_REPS:-20} > "$OUT/bench-moe-$sh.txt" 2>&1
+            cat "$OUT/bench-moe-$sh.txt"
         done ;;
     depth)
         log decode at context depths
