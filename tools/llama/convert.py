@@ -8,8 +8,14 @@ llama-bench feeds random token ids and never tokenizes text:
 - a tokenizer whose pre-tokenizer hash the converter does not know is written
   as "qwen2" (the Qwen3 tokenizer's pre-tokenizer) instead of stopping;
 - if the tokenizer cannot be read at all, the GGUF gets no tokenizer
-  ("none") and vocab_size dummy tokens, which llama.cpp loads.
-Both print a warning naming what was done.
+  ("none") and vocab_size dummy tokens, which llama.cpp loads (for the
+  Qwen3, Qwen3-MoE, Qwen3.5 and Qwen3.5-MoE classes);
+- a Qwen3-MoE checkpoint's dense layers (mlp_only_layers: the tiny test
+  model has one) get the dense names blk.L.ffn_{gate,up,down}: the
+  converter's qwen3moe tensor map has no name for them and stops otherwise.
+  llama.cpp cannot run such a file (its qwen3moe wants experts in every
+  layer); dflash reads a layer without ffn_gate_inp as a dense one.
+Each prints a warning naming what was done.
 """
 import logging
 import os
@@ -37,19 +43,30 @@ def main() -> None:
     from conversion import get_model_class  # noqa: E402
     import convert_hf_to_gguf  # noqa: E402
 
-    cls = get_model_class("Qwen3ForCausalLM")
-    set_vocab_orig = cls.set_vocab
+    def no_tokenizer_fallback(cls):
+        set_vocab_orig = cls.set_vocab
 
-    def set_vocab(self):
-        try:
-            set_vocab_orig(self)
-        except Exception as e:  # the tokenizer could not be read: timing needs none
-            log.warning("dflash: tokenizer not converted (%s: %s): vocab 'none' with %d dummy tokens",
-                        type(e).__name__, e, self.hparams["vocab_size"])
-            self.gguf_writer.add_tokenizer_model("none")
-            self.gguf_writer.add_vocab_size(self.hparams["vocab_size"])
+        def set_vocab(self):
+            try:
+                set_vocab_orig(self)
+            except Exception as e:  # the tokenizer could not be read: timing and logit tests need none
+                log.warning("dflash: tokenizer not converted (%s: %s): vocab 'none' with %d dummy tokens",
+                            type(e).__name__, e, self.hparams["vocab_size"])
+                self.gguf_writer.add_tokenizer_model("none")
+                self.gguf_writer.add_vocab_size(self.hparams["vocab_size"])
 
-    cls.set_vocab = set_vocab
+        cls.set_vocab = set_vocab
+
+    for arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"):
+        no_tokenizer_fallback(get_model_class(arch))
+
+    import gguf  # noqa: E402 (the converter's own gguf-py, on the path above)
+    moe = gguf.MODEL_TENSORS[gguf.MODEL_ARCH.QWEN3MOE]
+    dense = [gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP, gguf.MODEL_TENSOR.FFN_DOWN]
+    if any(t not in moe for t in dense):
+        log.warning("dflash: qwen3moe tensor map extended with blk.L.ffn_{gate,up,down} (dense layers of "
+                    "mlp_only_layers; llama.cpp cannot run such a file)")
+        moe.extend(t for t in dense if t not in moe)
     sys.argv = [os.path.join(llama_dir, "convert_hf_to_gguf.py")] + sys.argv[2:]
     convert_hf_to_gguf.main()
 

@@ -1,0 +1,44 @@
+#!/bin/sh
+# tools/llama/zoo_gguf.sh - the GGUF fixtures of the MoE and Qwen3.5 families,
+# made by llama.cpp's own converter (convert_hf_to_gguf.py of the source in
+# .devdeps/llama-src.tar.xz, made by tools/llama/fetch.sh) from the tiny test
+# models: tests/models/tiny-qwen3moe, tiny-qwen35 and tiny-qwen35moe as
+# bf16, tiny-qwen35moe also as q8_0. Needs python3 with torch (the GPU
+# machine; no network). Run from the repository root:
+#   sh tools/llama/zoo_gguf.sh
+# Writes $OUT/zoo-gguf/NAME.gguf and NAME.log (the converter's output) for
+# each, flat (8 files). The tiny models' 16384-token vocabulary is a cut of
+# the Qwen3 tokenizer that the converter refuses, so they go through
+# tools/llama/convert.py, which writes no tokenizer then (the tests compare
+# logits, not text); it also names tiny-qwen3moe's dense layer (see there).
+# Qwen3.5 conversions take --no-mtp: the tiny models have no MTP block.
+set -u
+R=$(pwd)
+OUT=${OUT:-/tmp/dflash-gpu}
+D=$OUT/zoo-gguf
+W=$(mktemp -d "${TMPDIR:-/tmp}/zoo-gguf.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+mkdir -p "$D"
+tar -xJf "$R/.devdeps/llama-src.tar.xz" -C "$W" || { echo "zoo_gguf: no llama.cpp source (sh tools/llama/fetch.sh)"; exit 1; }
+L=$W/llama.cpp
+head -1 "$L/DFLASH-SOURCE"
+python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)'
+rc=0
+# conv NAME ARGS...: $D/NAME.gguf from the converter, its log in $D/NAME.log
+conv() {
+    name=$1
+    shift
+    if python3 "$R/tools/llama/convert.py" "$L" --outfile "$D/$name.gguf" "$@" > "$D/$name.log" 2>&1; then
+        echo "zoo_gguf: $name.gguf $(wc -c < "$D/$name.gguf") bytes"
+    else
+        echo "zoo_gguf: $name FAILED; the end of its log:"
+        tail -n 15 "$D/$name.log"
+        rc=1
+    fi
+}
+conv tiny-qwen3moe-bf16 --outtype bf16 tests/models/tiny-qwen3moe
+conv tiny-qwen35-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35
+conv tiny-qwen35moe-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35moe
+conv tiny-qwen35moe-q8_0 --outtype q8_0 --no-mtp tests/models/tiny-qwen35moe
+ls -l "$D"
+exit $rc
