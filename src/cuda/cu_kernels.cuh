@@ -261,12 +261,12 @@ __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
  * interleave8), and instead of y the kernel writes h[t][8j + i] =
  * bf16(silu(g) * u) (bf16 [T][ldh]) from the finished sums g, u. */
 /* The work of one k_gemm block: weight rows 16 blockIdx.x.. on tokens
- * 0..min(T, 8 NT)-1 of x (the caller has moved x, y, h to the block's first
- * token). */
+ * 0..min(T, 8 NT)-1 (the caller has moved y, h to the block's first token);
+ * token i's input is row xrow[i] of x, or row i without xrow. */
 template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ>
 __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __nv_bfloat16 *__restrict__ x, int ldx,
-                                             int T, float *__restrict__ y, int ldy, int accumulate,
-                                             __nv_bfloat16 *__restrict__ h, int ldh) {
+                                             const int *__restrict__ xrow, int T, float *__restrict__ y, int ldy,
+                                             int accumulate, __nv_bfloat16 *__restrict__ h, int ldh) {
     constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
     __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -296,7 +296,7 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     for (int n = 0; n < NT; n++) {
         int tok = n * 8 + g;
         xv[n] = tok < T;
-        xr[n] = x + (size_t)(xv[n] ? tok : 0) * ldx;
+        xr[n] = x + (size_t)(xv[n] ? (xrow ? xrow[tok] : tok) : 0) * ldx;
     }
     for (int s = s0; s < s1; s += GEMM_UNROLL) {
         uint4 ra[GEMM_UNROLL], rb[GEMM_UNROLL];
@@ -420,8 +420,9 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
                                                                 int accumulate, __nv_bfloat16 *__restrict__ h,
                                                                 int ldh) {
     const int t0 = blockIdx.y * 8 * NT; /* this block's tokens */
-    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)t0 * ldx, ldx, T - t0, y ? y + (size_t)t0 * ldy : y,
-                                                    ldy, accumulate, h ? h + (size_t)t0 * ldh : h, ldh);
+    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)t0 * ldx, ldx, nullptr, T - t0,
+                                                    y ? y + (size_t)t0 * ldy : y, ldy, accumulate,
+                                                    h ? h + (size_t)t0 * ldh : h, ldh);
 }
 
 /* ---- row kernels ---------------------------------------------------------- */
@@ -1292,12 +1293,12 @@ __global__ void k_pick_extra(int32_t *ids, const float *best, const float *xl, c
 }
 
 /* ---- mixture of experts ----------------------------------------------------
- * A forward of T rows routes each row to K experts (k_moe_route), lists the
- * (row, rank) pairs grouped by expert, rows ascending inside an expert
- * (k_moe_plan: the same order as the CPU's moe()), gathers each pair's
- * normalised row (k_moe_gather), runs every active expert's gate/up + SwiGLU
- * and down GEMMs over its pairs (k_gemm_moe: a k_gemm block whose weight and
- * rows come from the plan), and adds each row's expert outputs in rank order,
+ * A forward of T rows routes each row to K experts and lists the (row,
+ * rank) pairs grouped by expert, rows ascending inside an expert (the same
+ * order as the CPU's moe()) in one kernel (k_moe_route), runs every active
+ * expert's gate/up + SwiGLU GEMM over its pairs' normalised rows and its
+ * down GEMM (k_gemm_moe: a k_gemm block whose weight and rows come from the
+ * plan), and adds each row's expert outputs in rank order,
  * then the gated shared expert (k_moe_combine). Every step is per row or per
  * (row, expert) through k_gemm's row-invariant tile, so a row's result is the
  * same bits for any T and any mix of rows sharing its experts. All sizes are
@@ -1311,6 +1312,7 @@ enum { MOE_MAX_E = 1024, MOE_MAX_K = 32 };
  * one shape (the cw_weight passed with the map gives it). */
 typedef struct {
     const uint8_t *const *data, *const *sb; /* [E] */
+    const int *xrow;                        /* [P] each place's input row (NULL: the place itself) */
     const int *start;                       /* [E + 1] first pair of each expert */
     const int *active;                      /* [E] experts with pairs, ascending; *n_active of them */
     const int *n_active;
@@ -1329,78 +1331,76 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, c
     if (T <= 0) return;
     w.data = (uint8_t *)mm.data[e];
     if (KIND != CW_BF16) w.sb = (uint8_t *)mm.sb[e];
-    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)a * ldx, ldx, T, y ? y + (size_t)a * ldy : y, ldy,
-                                                    0, h ? h + (size_t)a * ldh : h, ldh);
+    cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, mm.xrow ? x : x + (size_t)a * ldx, ldx,
+                                                    mm.xrow ? mm.xrow + a : nullptr, T, y ? y + (size_t)a * ldy : y,
+                                                    ldy, 0, h ? h + (size_t)a * ldh : h, ldh);
 }
 
-/* Row t's routing, one block (256 threads) per row: p = softmax(rl[t][E])
- * (max and sum in one fixed tree), sel[t][j] = the K largest p, largest
- * first (ties: the lower index), wsel[t][j] their p, divided by their sum
- * taken in rank order when norm. */
-__global__ void k_moe_route(const float *__restrict__ rl, int E, int K, int norm, int *__restrict__ sel,
-                            float *__restrict__ wsel) {
-    __shared__ float p[MOE_MAX_E];
-    __shared__ float sh[32];
-    __shared__ float bv[256 / 32];
-    __shared__ int bi[256 / 32];
-    const int t = blockIdx.x, tid = threadIdx.x;
-    cu_pdl_wait();
-    cu_pdl_trigger();
-    const float *l = rl + (size_t)t * E;
-    float mx = -INFINITY;
-    for (int i = tid; i < E; i += blockDim.x) mx = fmaxf(mx, l[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if ((tid & 31) == 0) sh[tid >> 5] = mx;
-    __syncthreads();
-    mx = sh[0];
-    for (int i = 1; i < (int)(blockDim.x >> 5); i++) mx = fmaxf(mx, sh[i]);
-    float part = 0.0f;
-    for (int i = tid; i < E; i += blockDim.x) part += p[i] = expf(l[i] - mx);
-    float sum = cu_block_sum(part, sh);
-    for (int i = tid; i < E; i += blockDim.x) p[i] /= sum;
-    __syncthreads();
-    float w[MOE_MAX_K];
-    for (int j = 0; j < K; j++) {
-        /* the first index of the largest p not yet taken (taken: -1) */
-        float v = -1.0f;
-        int bix = E;
-        for (int i = tid; i < E; i += blockDim.x)
-            if (p[i] > v) v = p[i], bix = i;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bix, o);
-            if (ov > v || (ov == v && oi < bix)) v = ov, bix = oi;
-        }
-        if ((tid & 31) == 0) bv[tid >> 5] = v, bi[tid >> 5] = bix;
-        __syncthreads();
-        if (tid == 0) {
-            for (int q = 1; q < (int)(blockDim.x >> 5); q++)
-                if (bv[q] > bv[0] || (bv[q] == bv[0] && bi[q] < bi[0])) bv[0] = bv[q], bi[0] = bi[q];
-            sel[(size_t)t * K + j] = bi[0];
-            w[j] = bv[0];
-            p[bi[0]] = -1.0f;
-        }
-        __syncthreads();
-    }
-    if (tid == 0) {
-        float tot = 0.0f;
-        for (int j = 0; j < K; j++) tot += w[j];
-        for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
-    }
-}
-
-/* The plan of P = T*K pairs (pair p = row p / K, rank p % K), one block:
- * start[e] = first pair of expert e in the grouped order (pairs of an
- * expert in ascending p), slot[p] = pair p's place in that order,
- * pair_row[place] = its row, active = the experts with pairs, ascending. */
-__global__ void k_moe_plan(const int *__restrict__ sel, int P, int K, int E, int *__restrict__ start,
-                           int *__restrict__ active, int *__restrict__ n_active, int *__restrict__ slot,
-                           int *__restrict__ pair_row) {
+/* Routing and plan of a T-row forward, one block of 1024 threads.
+ * Routing, warp w for rows w, w + 32, ...: p = softmax(rl[t][E]) (each
+ * lane's values in ascending index, then a butterfly over the lanes: every
+ * lane gets the same bits), sel[t][j] = the K largest p, largest first
+ * (ties: the lower index), wsel[t][j] their p, divided by their sum taken in
+ * rank order when norm. A row's routing depends on its logits alone.
+ * Plan of the P = T*K pairs (pair q = row q / K, rank q % K): start[e] =
+ * first place of expert e's pairs, which come in ascending q; slot[q] = pair
+ * q's place; pair_row[place] = its row; active = the experts with pairs,
+ * ascending, *n_active of them. */
+__global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl, int T, int E, int K, int norm,
+                                                    int *__restrict__ sel, float *__restrict__ wsel,
+                                                    int *__restrict__ start, int *__restrict__ active,
+                                                    int *__restrict__ n_active, int *__restrict__ slot,
+                                                    int *__restrict__ pair_row) {
+    constexpr int PER = MOE_MAX_E / 32;
     __shared__ int cnt[MOE_MAX_E];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     cu_pdl_wait();
     cu_pdl_trigger();
+    for (int t = warp; t < T; t += nw) {
+        const float *l = rl + (size_t)t * E;
+        float v[PER];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < PER; c++) {
+            int i = c * 32 + lane;
+            v[c] = i < E ? l[i] : -INFINITY;
+            mx = fmaxf(mx, v[c]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < PER; c++)
+            if (c * 32 + lane < E) sum += v[c] = expf(v[c] - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int c = 0; c < PER; c++) v[c] = c * 32 + lane < E ? v[c] / sum : -1.0f;
+        float tot = 0.0f, w[MOE_MAX_K];
+        for (int j = 0; j < K; j++) {
+            float bv = -1.0f;
+            int bi = E;
+#pragma unroll
+            for (int c = 0; c < PER; c++)
+                if (v[c] > bv) bv = v[c], bi = c * 32 + lane;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+            }
+#pragma unroll
+            for (int c = 0; c < PER; c++)
+                if (c * 32 + lane == bi) v[c] = -1.0f;
+            w[j] = bv;
+            tot += bv;
+            if (lane == 0) sel[(size_t)t * K + j] = bi;
+        }
+        if (lane == 0)
+            for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
+    }
+    __syncthreads();
+    const int P = T * K;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int c = 0;
         for (int q = 0; q < P; q++) c += sel[q] == e;
@@ -1423,17 +1423,6 @@ __global__ void k_moe_plan(const int *__restrict__ sel, int P, int K, int E, int
         for (int q = 0; q < P && c < start[e] + cnt[e]; q++)
             if (sel[q] == e) slot[q] = c, pair_row[c++] = q / K;
     }
-}
-
-/* xe[place] = xb[pair_row[place]] for every pair (bf16 rows of ld columns,
- * padding included), one block per pair. */
-__global__ void k_moe_gather(const __nv_bfloat16 *__restrict__ xb, int ld, const int *__restrict__ pair_row,
-                             __nv_bfloat16 *__restrict__ xe) {
-    cu_pdl_wait();
-    cu_pdl_trigger();
-    const uint4 *src = (const uint4 *)(xb + (size_t)pair_row[blockIdx.x] * ld);
-    uint4 *dst = (uint4 *)(xe + (size_t)blockIdx.x * ld);
-    for (int i = threadIdx.x; i < ld / 8; i += blockDim.x) dst[i] = src[i];
 }
 
 /* x[t] += sum over ranks j of wsel[t][j] * ye[slot[t K + j]] (rank order),

@@ -868,7 +868,7 @@ typedef struct {
     float *rl, *wsel;   /* [rows][E] router logits, [rows][EK] weights by rank */
     int *sel, *slot;    /* [rows][EK] experts by rank, each pair's place in the grouped order */
     int *pair_row, *start, *active, *n_active; /* [P], [E + 1], [E], [1] */
-    bf16 *xe, *he;      /* [P][Hp] gathered rows, [P][MIp] SwiGLU outputs */
+    bf16 *he;           /* [P][MIp] the experts' SwiGLU outputs */
     float *ye, *sh;     /* [P][H] expert outputs, [rows][H] the shared expert's */
     bf16 *shb;          /* [rows][Sp] the shared expert's SwiGLU output */
 } cu_act;
@@ -891,7 +891,7 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
                  cu_alloc(&a->sel, sizeof(int) * P) || cu_alloc(&a->slot, sizeof(int) * P) ||
                  cu_alloc(&a->pair_row, sizeof(int) * P) || cu_alloc(&a->start, sizeof(int) * (d->E + 1)) ||
                  cu_alloc(&a->active, sizeof(int) * d->E) || cu_alloc(&a->n_active, sizeof(int)) ||
-                 cu_alloc(&a->xe, sizeof(bf16) * P * d->Hp) || cu_alloc(&a->he, sizeof(bf16) * P * d->MIp) ||
+                 cu_alloc(&a->he, sizeof(bf16) * P * d->MIp) ||
                  cu_alloc(&a->ye, sizeof(float) * P * d->H)))
         return -1;
     if (d->S && (cu_alloc(&a->sh, sizeof(float) * rows * d->H) || cu_alloc(&a->shb, sizeof(bf16) * rows * d->Sp)))
@@ -910,7 +910,7 @@ static void act_free(cu_act *a) {
     cudaFree(a->mix);
     cudaFree(a->cv);
     cudaFree(a->core);
-    void *moe[] = {a->rl, a->wsel, a->sel, a->slot, a->pair_row, a->start, a->active, a->n_active, a->xe, a->he,
+    void *moe[] = {a->rl, a->wsel, a->sel, a->slot, a->pair_row, a->start, a->active, a->n_active, a->he,
                    a->ye, a->sh, a->shb};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) cudaFree(moe[i]);
 }
@@ -1099,15 +1099,13 @@ static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, 
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
-    launch(k_moe_route, T, 256, s, (const float *)a->rl, d->E, d->EK, d->norm_topk, a->sel, a->wsel);
-    launch(k_moe_plan, 1, 1024, s, (const int *)a->sel, P, d->EK, d->E, a->start, a->active, a->n_active, a->slot,
-           a->pair_row);
-    launch(k_moe_gather, P, 128, s, (const bf16 *)a->xb, d->Hp, (const int *)a->pair_row, a->xe);
-    prof_mark(s, "moe route+plan+gather", 0);
+    launch(k_moe_route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start,
+           a->active, a->n_active, a->slot, a->pair_row);
+    prof_mark(s, "moe route+plan", 0);
     int E = d->E;
-    cu_moe_map gu = {L->eptr, L->eptr + E, a->start, a->active, a->n_active, 0},
-               dn = {L->eptr + 2 * E, L->eptr + 3 * E, a->start, a->active, a->n_active, 0};
-    gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xe, d->Hp, NULL, 0, a->he, d->MIp);
+    cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
+               dn = {L->eptr + 2 * E, L->eptr + 3 * E, NULL, a->start, a->active, a->n_active, 0};
+    gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
     prof_mark(s, "gemm experts gate_up+swiglu", 0);
     gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
     prof_mark(s, "gemm experts down", 0);
