@@ -1192,10 +1192,11 @@ typedef struct {
     cu_dims d;
     int n_ctx, len;
     int n_kept, last_T, last_taps;
-    float *kc, *vc;         /* [L][nkv][n_ctx][hd] (a linear layer's rows unused) */
+    float *kc, *vc;         /* [attention layers][nkv][n_ctx][hd]: none for a linear layer */
     float *cos_t, *sin_t;   /* [n_ctx][rh] */
     cu_dn dn;               /* Gated DeltaNet states (d.n_lin > 0) */
     int *lin_of;            /* [L] linear-layer index of layer l, or -1 */
+    int *att_of;            /* [L] attention-layer index of layer l (its K/V block), or -1 */
     cu_act a;               /* BE_MAX_ROWS rows */
     cu_split sp;            /* chunked attention scratch (n_ctx positions) */
     float *taps;            /* [BE_MAX_ROWS][taps_cap][H] */
@@ -1226,6 +1227,7 @@ static void cu_destroy(void *p) {
     cudaFree(q->dn.snap_rec);
     cudaFree(q->dn.keep);
     free(q->lin_of);
+    free(q->att_of);
     cudaFree(q->cos_t);
     cudaFree(q->sin_t);
     act_free(&q->a);
@@ -1264,7 +1266,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
     q->d = dims_of(&m->cfg, m->cfg.vocab);
     q->n_ctx = n_ctx;
     const cu_dims *d = &q->d;
-    size_t kv = (size_t)d->L * d->nkv * n_ctx * d->hd;
+    size_t kv = (size_t)(d->L - d->n_lin) * d->nkv * n_ctx * d->hd;
     if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
         rope_upload(&q->cos_t, &q->sin_t, &m->cfg, n_ctx) || act_alloc(&q->a, d, BE_MAX_ROWS) ||
         split_alloc(&q->sp, be, d, n_ctx) || cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
@@ -1278,7 +1280,11 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         return NULL;
     }
     q->lin_of = (int *)dfl_malloc(sizeof(int) * (size_t)d->L);
-    for (int l = 0, n = 0; l < d->L; l++) q->lin_of[l] = m->cfg.linear_layer[l] ? n++ : -1;
+    q->att_of = (int *)dfl_malloc(sizeof(int) * (size_t)d->L);
+    for (int l = 0, n = 0, a = 0; l < d->L; l++) {
+        q->lin_of[l] = m->cfg.linear_layer[l] ? n++ : -1;
+        q->att_of[l] = m->cfg.linear_layer[l] ? -1 : a++;
+    }
     q->dn.snap_len = -1;
     if (d->n_lin) {
         cu_dn *dn = &q->dn;
@@ -1358,8 +1364,9 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
         cudaMemcpyAsync(q->dn.snap_rec, q->dn.rec, sizeof(float) * nl * q->dn.rec_n, cudaMemcpyDeviceToDevice, s);
     }
     for (int l = 0; l < d->L; l++) {
-        layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 1, &q->dn, q->lin_of[l]);
+        int al = q->att_of[l];
+        layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + al * lkv,
+              al < 0 ? NULL : q->vc + al * lkv, q->n_ctx, q->cos_t, q->sin_t, 1, &q->dn, q->lin_of[l]);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
@@ -1495,7 +1502,7 @@ extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
     }
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int h = 0; h < d->nkv; h++) {
-        size_t off = layer * lkv + ((size_t)h * q->n_ctx + pos) * d->hd;
+        size_t off = q->att_of[layer] * lkv + ((size_t)h * q->n_ctx + pos) * d->hd;
         CUCHK(cudaMemcpy(k + (size_t)h * d->hd, q->kc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
         CUCHK(cudaMemcpy(v + (size_t)h * d->hd, q->vc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
     }
