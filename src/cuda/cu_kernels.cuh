@@ -1304,7 +1304,7 @@ __global__ void k_pick_extra(int32_t *ids, const float *best, const float *xl, c
  * same bits for any T and any mix of rows sharing its experts. All sizes are
  * fixed by T alone (the plan lives on the device), so the forward can be
  * captured in a graph and replayed. */
-enum { MOE_MAX_E = 1024, MOE_MAX_K = 32 };
+enum { MOE_MAX_E = 1024, MOE_MAX_K = 32, MOE_MAX_PAIRS = 8192 }; /* pairs: T * K of one forward */
 
 /* Where k_gemm_moe finds its weight and rows: block y = slot * per + r
  * takes rows r*8NT.. of the slot-th active expert (an expert has at most T
@@ -1345,14 +1345,16 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, c
  * Plan of the P = T*K pairs (pair q = row q / K, rank q % K): start[e] =
  * first place of expert e's pairs, which come in ascending q; slot[q] = pair
  * q's place; pair_row[place] = its row; active = the experts with pairs,
- * ascending, *n_active of them. */
+ * ascending, *n_active of them. PER = ceil(E / 32) values per lane (a
+ * model's E fixes it). */
+template <int PER>
 __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl, int T, int E, int K, int norm,
                                                     int *__restrict__ sel, float *__restrict__ wsel,
                                                     int *__restrict__ start, int *__restrict__ active,
                                                     int *__restrict__ n_active, int *__restrict__ slot,
                                                     int *__restrict__ pair_row) {
-    constexpr int PER = MOE_MAX_E / 32;
     __shared__ int cnt[MOE_MAX_E];
+    __shared__ int ssel[MOE_MAX_PAIRS]; /* sel, for the plan */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     cu_pdl_wait();
     cu_pdl_trigger();
@@ -1394,7 +1396,7 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
                 if (c * 32 + lane == bi) v[c] = -1.0f;
             w[j] = bv;
             tot += bv;
-            if (lane == 0) sel[(size_t)t * K + j] = bi;
+            if (lane == 0) sel[(size_t)t * K + j] = ssel[t * K + j] = bi;
         }
         if (lane == 0)
             for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
@@ -1403,7 +1405,7 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
     const int P = T * K;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int c = 0;
-        for (int q = 0; q < P; q++) c += sel[q] == e;
+        for (int q = 0; q < P; q++) c += ssel[q] == e;
         cnt[e] = c;
     }
     __syncthreads();
@@ -1421,7 +1423,7 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int c = start[e];
         for (int q = 0; q < P && c < start[e] + cnt[e]; q++)
-            if (sel[q] == e) slot[q] = c, pair_row[c++] = q / K;
+            if (ssel[q] == e) slot[q] = c, pair_row[c++] = q / K;
     }
 }
 

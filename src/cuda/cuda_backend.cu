@@ -581,7 +581,8 @@ static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
-    if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K)) {
+    if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K ||
+                            BE_MAX_ROWS * c->n_experts_used > MOE_MAX_PAIRS)) {
         dfl_seterr("backend cuda: %d experts, %d per token: at most %d and %d; use --backend cpu", c->n_experts,
                    c->n_experts_used, MOE_MAX_E, MOE_MAX_K);
         return -1;
@@ -1099,8 +1100,10 @@ static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, 
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
-    launch(k_moe_route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start,
-           a->active, a->n_active, a->slot, a->pair_row);
+    void (*route)(const float *, int, int, int, int, int *, float *, int *, int *, int *, int *, int *) =
+        d->E <= 128 ? k_moe_route<4> : d->E <= 256 ? k_moe_route<8> : d->E <= 512 ? k_moe_route<16> : k_moe_route<32>;
+    launch(route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start, a->active,
+           a->n_active, a->slot, a->pair_row);
     prof_mark(s, "moe route+plan", 0);
     int E = d->E;
     cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
