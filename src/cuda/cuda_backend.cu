@@ -79,6 +79,9 @@ static struct {
         long calls;
     } row[PROF_ROWS];
     int nrows;
+    long moe_layers;      /* expert blocks run, and the experts they used (profile only: */
+    double moe_active;    /* read back after each routing, which costs a sync) */
+    int moe_T;
 } prof;
 
 static void tuning_init(void);
@@ -146,7 +149,13 @@ static void prof_report(void) {
         fprintf(stderr, "  %-18s %9ld %10.2f %9.2f %7.1f%% %9.0f\n", prof.row[r].name, prof.row[r].calls, ms,
                 1e3 * ms / prof.row[r].calls, 100 * ms / tot, ms > 0 ? prof.row[r].bytes / (ms * 1e-3) / 1e9 : 0.0);
     }
+    if (prof.moe_layers)
+        fprintf(stderr, "  expert blocks: %.1f experts active per layer on average (%ld blocks%s)\n",
+                prof.moe_active / prof.moe_layers, prof.moe_layers,
+                prof.moe_T > 0 ? ", forwards of DFLASH_CUDA_PROFILE_T rows" : "");
     prof.nrows = 0;
+    prof.moe_layers = 0;
+    prof.moe_active = 0;
 }
 
 /* ---- backend instance ------------------------------------------------------ */
@@ -1105,13 +1114,24 @@ static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, 
     launch(route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start, a->active,
            a->n_active, a->slot, a->pair_row);
     prof_mark(s, "moe route+plan", 0);
+    double eb = 0; /* the expert bytes this block streams (profile only: needs the plan) */
+    if (prof.on && !prof.skip) {
+        int na = 0;
+        cudaMemcpyAsync(&na, a->n_active, sizeof(int), cudaMemcpyDeviceToHost, s);
+        cudaStreamSynchronize(s);
+        prof.moe_layers++;
+        prof.moe_active += na;
+        prof.moe_T = prof.only_T;
+        eb = na;
+        prof_mark(s, "(moe plan read back)", 0); /* the idle gap of that sync, not the GEMM's */
+    }
     int E = d->E;
     cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
                dn = {L->eptr + 2 * E, L->eptr + 3 * E, NULL, a->start, a->active, a->n_active, 0};
     gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
-    prof_mark(s, "gemm experts gate_up+swiglu", 0);
+    prof_mark(s, "gemm experts gate_up+swiglu", eb * cw_bytes(&L->egu[0]));
     gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
-    prof_mark(s, "gemm experts down", 0);
+    prof_mark(s, "gemm experts down", eb * cw_bytes(&L->edn[0]));
     if (L->sh_gate) {
         gemm_swiglu(s, L->sh_gu, a->xb, d->Hp, T, a->shb, d->Sp);
         gemm(s, L->sh_dn, d->H, a->shb, d->Sp, T, a->sh, d->H, 0);
