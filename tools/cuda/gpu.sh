@@ -63,7 +63,7 @@ for s in $steps; do
         log build
         nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
         nvcc --version | tail -2
-        make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error"
+        make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda models/qwen3-tokenizer/tokenizer.json 2>&1 | grep -E "error|warning|Error"
         # the 4B-shape checkpoints for the benchmarks, made on the CPUs meanwhile
         case " $steps " in *" bench "*|*" llama "*|*" depth "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac ;;
     test)
