@@ -15,6 +15,10 @@ llama-bench feeds random token ids and never tokenizes text:
   converter's qwen3moe tensor map has no name for them and stops otherwise.
   llama.cpp cannot run such a file (its qwen3moe wants experts in every
   layer); dflash reads a layer without ffn_gate_inp as a dense one.
+- without transformers (a Debian machine with python3-torch and
+  python3-numpy only), a stand-in module whose AutoConfig and AutoTokenizer
+  raise: the converter then reads config.json itself, and the tokenizer
+  takes the fallback above.
 Each prints a warning naming what was done.
 """
 import logging
@@ -26,9 +30,28 @@ def main() -> None:
     llama_dir = os.path.abspath(sys.argv[1])
     sys.path.insert(0, llama_dir)
     sys.path.insert(1, os.path.join(llama_dir, "gguf-py"))
+    log = logging.getLogger("dflash-convert")
+    try:
+        import transformers  # noqa: F401 (only whether it is there)
+    except ImportError:
+        import types
+
+        class Unavailable:
+            @staticmethod
+            def from_pretrained(*args, **kwargs):
+                raise RuntimeError("transformers is not installed")
+
+        stand_in = types.ModuleType("transformers")
+        stand_in.AutoConfig = stand_in.AutoTokenizer = Unavailable
+        sys.modules["transformers"] = stand_in
+        log.warning("dflash: no transformers: config.json read directly, no tokenizer conversion")
+    import torch
+    for name in ("float8_e4m3fn", "float8_e5m2"):  # torch < 2.1 (Debian 12's): no float8, none in our files
+        if not hasattr(torch, name):
+            setattr(torch, name, torch.uint8)
+            log.warning("dflash: torch %s has no %s (aliased to uint8)", torch.__version__, name)
     import conversion.base as base  # noqa: E402 (the path is set above)
 
-    log = logging.getLogger("dflash-convert")
     pre_orig = base.TextModel.get_vocab_base_pre
 
     def vocab_base_pre(self, tokenizer):

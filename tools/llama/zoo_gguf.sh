@@ -3,9 +3,15 @@
 # made by llama.cpp's own converter (convert_hf_to_gguf.py of the source in
 # .devdeps/llama-src.tar.xz, made by tools/llama/fetch.sh) from the tiny test
 # models: tests/models/tiny-qwen3moe, tiny-qwen35 and tiny-qwen35moe as
-# bf16, tiny-qwen35moe also as q8_0. Needs python3 with torch (the GPU
-# machine; no network). Run from the repository root:
-#   sh tools/llama/zoo_gguf.sh
+# bf16, tiny-qwen35moe also as q8_0. Needs python3 with torch and numpy:
+# the GPU machine, or here with Debian's packages (python3-torch,
+# python3-numpy, python3-tqdm; convert.py stands in for transformers and
+# torch's missing float8 types). Run from the repository root:
+#   sh tools/llama/zoo_gguf.sh                      (GPU machine)
+#   PATH=/usr/bin:$PATH sh tools/llama/zoo_gguf.sh  (Debian's python3 here)
+# The committed tests/fixtures/gguf/tiny-{qwen3moe,qwen35,qwen35moe}-*.gguf
+# came from the second form (2026-12-03; byte sizes equal to the GPU
+# machine's run of 2026-12-02).
 # Writes $OUT/zoo-gguf/NAME.gguf and NAME.log (the converter's output) for
 # each, flat (8 files). The tiny models' 16384-token vocabulary is a cut of
 # the Qwen3 tokenizer that the converter refuses, so they go through
