@@ -75,7 +75,7 @@ typedef struct {
     const char *model, *draft, *prompt, *file, *system;
     const char *think_given; /* the --think / --no-think given, for the check that needs --chat */
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
-    const char *prompts, *quant, *draft_quant, *plot, *backend;
+    const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
     int raw, max_prompts, reps, depth, json, draft_vocab;
     float temp, top_p;
     int top_k;
@@ -102,6 +102,8 @@ static const char *help_generate =
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in with make CUDA=1 and a GPU is present)\n"
+    "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
+    "                         with tokenizer.json or a GGUF file (default: the model's)\n"
     "      --temp T           sampling temperature (default 0 = greedy)\n"
     "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
     "      --top-p P          nucleus sampling (default 1 = off)\n"
@@ -137,6 +139,8 @@ static const char *help_chat =
     "--draft-quant).\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in with make CUDA=1 and a GPU is present)\n"
+    "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
+    "                         with tokenizer.json or a GGUF file (default: the model's)\n"
     "  -v, --verbose          print timing and DFlash statistics after each answer\n";
 
 static const char *help_tokenize =
@@ -167,6 +171,8 @@ static const char *help_bench =
     "      --draft-max N|auto, --block-size B, --draft-vocab N|full   as for generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
+    "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
+    "                         with tokenizer.json or a GGUF file (default: the model's)\n"
     "      --quant bf16|q8|q4|q8_0 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
@@ -280,6 +286,7 @@ static const struct {
     {NULL, "--reps", 1, "B"},              {NULL, "--depth", 1, "B"},
     {NULL, "--json", 0, "B"},              {NULL, "--plot", 1, "B"},
     {NULL, "--quant", 1, "GCB"},           {NULL, "--draft-quant", 1, "GCB"},
+    {NULL, "--tokenizer", 1, "GCB"},
 };
 
 static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
@@ -373,6 +380,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
         else if (IS("--plot", "--plot")) o->plot = VAL();
         else if (IS("--backend", "--backend")) o->backend = VAL();
+        else if (IS("--tokenizer", "--tokenizer")) o->tokenizer = VAL();
         else if (IS("--draft-vocab", "--draft-vocab")) {
             const char *v = VAL();
             o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 1, INT_MAX);
@@ -466,6 +474,7 @@ static dflash_model *load(const opts *o) {
     p.quant = o->quant;
     p.draft_quant = o->draft_quant;
     p.backend = o->backend;
+    p.tokenizer = o->tokenizer;
     dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);
     if (!m) die("%s", dflash_error());
     return m;

@@ -61,6 +61,14 @@ typedef struct {
                                 output) */
     const char *backend; /* "cpu", "cuda", or NULL / "auto": CUDA when built in
                             (make CUDA=1) and a device is present, else CPU */
+    const char *tokenizer; /* NULL: the target's own (tokenizer.json beside it,
+                              or a GGUF file's tokenizer.ggml.*); else a
+                              directory with tokenizer.json or a GGUF file to
+                              take the tokenizer and chat template from (a
+                              GGUF converted without one, a newer tokenizer
+                              file); prompt ids beyond the target's
+                              vocab_size fail at generation, as for any
+                              tokenizer */
 } dflash_params;
 
 /* "0.1.0": the version the library was built as (DFLASH_VERSION_STRING of

@@ -65,7 +65,8 @@ const char *dflash_error(void) { return dfl_lasterr(); }
 const char *dflash_version(void) { return DFLASH_VERSION_STRING; }
 
 dflash_params dflash_default_params(void) {
-    dflash_params p = {0, 0, NULL, 64, NULL, NULL};
+    dflash_params p = {.n_threads = 0, .n_ctx = 0, .quant = NULL, .quant_group = 64, .draft_quant = NULL,
+                       .backend = NULL, .tokenizer = NULL};
     return p;
 }
 
@@ -165,7 +166,13 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         dfl_seterr("%s is a DFlash draft, not a target model (pass it with --draft)", target_dir);
         goto fail;
     }
-    if (!(m->tok = gguf_is_gguf(target_dir) ? ggm_tokenizer(target_dir) : tok_load(target_dir))) goto fail;
+    const char *tok_from = p->tokenizer ? p->tokenizer : target_dir;
+    if (p->tokenizer && mdl_check_path(p->tokenizer) != 0) goto fail;
+    if (!(m->tok = gguf_is_gguf(tok_from) ? ggm_tokenizer(tok_from) : tok_load(tok_from))) {
+        if (!p->tokenizer && gguf_is_gguf(target_dir))
+            dfl_preferr("%s has no usable tokenizer (pass one with --tokenizer DIR)", target_dir);
+        goto fail;
+    }
     if (draft_dir) {
         if (mdl_load(&m->draft, draft_dir) != 0) goto fail;
         m->has_draft = 1;
