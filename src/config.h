@@ -93,6 +93,12 @@ typedef struct {
     int lin_k_heads, lin_v_heads; /* linear_num_key_heads, linear_num_value_heads (v a multiple of k) */
     int lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
     int lin_conv;                 /* linear_conv_kernel_dim */
+    /* the order of the value heads: 0 (Hugging Face's) groups them by key
+     * head, value head h reading key head h / (lin_v_heads / lin_k_heads);
+     * 1 (llama.cpp's converter, GGUF files, when lin_v_heads > lin_k_heads)
+     * tiles them, value head h reading key head h % lin_k_heads. Every
+     * value-indexed tensor is in the one order, so only this mapping differs. */
+    int lin_v_tiled;
 
     /* DFlash draft (architectures[0] == "DFlashDraftModel") */
     int is_draft;

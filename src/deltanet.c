@@ -13,6 +13,7 @@ void dn_init(dn_state *s, const cfg_model *c, int rows) {
     s->H = c->hidden;
     s->nk = c->lin_k_heads, s->nv = c->lin_v_heads, s->dk = c->lin_k_dim, s->dv = c->lin_v_dim;
     s->C = 2 * s->nk * s->dk + s->nv * s->dv;
+    s->v_tiled = c->lin_v_tiled;
     s->K = c->lin_conv;
     s->eps = c->eps;
     s->lin_of = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
@@ -213,7 +214,7 @@ static void delta_heads(void *p, int h0, int h1) {
     for (int h = h0; h < h1; h++) {
         float *S = j->rec + (size_t)h * dk * dv;
         const float *S0 = j->src ? j->src + (size_t)h * dk * dv : S;
-        int kh = h / rep;
+        int kh = s->v_tiled ? h % s->nk : h / rep; /* config.h: lin_v_tiled */
         for (int t = 0; t < j->T; t++) {
             const float *cv = j->cv + (size_t)t * C;
             l2norm(kn, cv + (size_t)s->nk * dk + (size_t)kh * dk, dk);

@@ -44,6 +44,7 @@ enum { DN_KEEP = 64 }; /* rows a forward keeps for replay (>= the widest verify)
 typedef struct {
     int n_lin, rows;       /* linear layers; scratch rows per dn_mixer call */
     int H, C, K, nk, nv, dk, dv;
+    int v_tiled;                 /* cfg.lin_v_tiled: value head h reads key head h % nk, else h / (nv / nk) */
     float eps;
     int *lin_of;           /* [n_layers] linear-layer index of layer l, or -1 */
     float *conv;           /* [n_lin][K-1][C] the last K-1 mix rows, oldest first */

@@ -386,6 +386,7 @@ static int64_t scalar_int(gguf_vtype t, const uint8_t *p, int *ok) {
     *ok = 1;
     switch (t) {
     case GGUF_UINT8: return p[0];
+    case GGUF_BOOL: return p[0] != 0;
     case GGUF_INT8: return (int8_t)p[0];
     case GGUF_UINT16: return (int64_t)le(p, 2);
     case GGUF_INT16: return (int16_t)le(p, 2);

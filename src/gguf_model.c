@@ -37,20 +37,37 @@ static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* --------------------------------------------------------------- config */
 
-static int arch_of(const gguf_file *g, char *arch, size_t cap) {
+/* The architectures read here (general.architecture) and the Hugging Face
+ * class each one's metadata becomes. */
+typedef enum { GA_QWEN3, GA_LLAMA, GA_DFLASH, GA_QWEN3MOE, GA_QWEN35, GA_QWEN35MOE } ggm_arch;
+static const struct {
+    const char *name, *hf;
+} ga_names[] = {
+    [GA_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
+    [GA_LLAMA] = {"llama", "LlamaForCausalLM"},
+    [GA_DFLASH] = {"dflash", "DFlashDraftModel"},
+    [GA_QWEN3MOE] = {"qwen3moe", "Qwen3MoeForCausalLM"},
+    [GA_QWEN35] = {"qwen35", "Qwen3_5ForCausalLM"},
+    [GA_QWEN35MOE] = {"qwen35moe", "Qwen3_5MoeForCausalLM"},
+};
+enum { GA_N = sizeof ga_names / sizeof ga_names[0] };
+
+static int arch_of(const gguf_file *g, char *arch, size_t cap, ggm_arch *ga) {
     const char *s;
     size_t n;
     if (gguf_get_str(g, "general.architecture", &s, &n, 1)) return -1;
     if (n >= cap) n = cap - 1;
     memcpy(arch, s, n);
     arch[n] = 0;
-    if (strcmp(arch, "qwen3") && strcmp(arch, "llama") && strcmp(arch, "dflash")) {
-        char b[64];
-        dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, llama, dflash)", g->path,
-                   shown(arch, strlen(arch), b));
-        return -1;
-    }
-    return 0;
+    for (int i = 0; i < GA_N; i++)
+        if (!strcmp(arch, ga_names[i].name)) {
+            *ga = (ggm_arch)i;
+            return 0;
+        }
+    char b[64];
+    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, llama, dflash)",
+               g->path, shown(arch, strlen(arch), b));
+    return -1;
 }
 
 static int get_akey(const gguf_file *g, const char *arch, const char *k, int64_t *v, int req) {
@@ -76,13 +93,91 @@ static void add_eos(cfg_model *c, int64_t id) {
     if (c->n_eos < CFG_MAX_EOS) c->eos_ids[c->n_eos++] = (int)id;
 }
 
+/* blk.L.NAME present */
+static int has_blk(const gguf_file *g, int l, const char *name) {
+    char b[96];
+    snprintf(b, sizeof b, "blk.%d.%s", l, name);
+    return gguf_find_tensor(g, b) != NULL;
+}
+
+/* The expert and Qwen3.5 keys of ARCH into J as config.json writes them.
+ * The expert block is llama.cpp's: softmax router, top-k renormalised
+ * (its qwen3moe and qwen35moe graphs always renormalise), weights scale 1;
+ * a layer without blk.L.ffn_gate_inp is dense (mlp_only_layers). */
+static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch ga, int64_t nl, int64_t hd, int64_t rd) {
+    if (ga == GA_QWEN3MOE || ga == GA_QWEN35MOE) {
+        int64_t ne, nu, mi, si = 0, gating = 1;
+        double scale = 1.0;
+        if (get_akey(g, arch, "expert_count", &ne, 1) < 0 || get_akey(g, arch, "expert_used_count", &nu, 1) < 0 ||
+            get_akey(g, arch, "expert_feed_forward_length", &mi, 1) < 0 ||
+            (ga == GA_QWEN35MOE && get_akey(g, arch, "expert_shared_feed_forward_length", &si, 1) < 0) ||
+            get_akey(g, arch, "expert_gating_func", &gating, 0) < 0 ||
+            get_afloat(g, arch, "expert_weights_scale", &scale, 0) < 0)
+            return -1;
+        if (gating != 1) {
+            dfl_seterr("%s: %s.expert_gating_func %lld is not softmax (1), the only router dflash has", g->path,
+                       arch, (long long)gating);
+            return -1;
+        }
+        if (scale != 1.0) {
+            dfl_seterr("%s: %s.expert_weights_scale %g is not 1 (not supported)", g->path, arch, scale);
+            return -1;
+        }
+        cJSON_AddNumberToObject(j, "num_experts", (double)ne);
+        cJSON_AddNumberToObject(j, "num_experts_per_tok", (double)nu);
+        cJSON_AddNumberToObject(j, "moe_intermediate_size", (double)mi);
+        if (ga == GA_QWEN35MOE) cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", (double)si);
+        else {
+            cJSON_AddBoolToObject(j, "norm_topk_prob", 1);
+            cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
+            for (int64_t l = 0; l < nl && l < CFG_MAX_LAYERS; l++)
+                if (!has_blk(g, (int)l, "ffn_gate_inp.weight")) cJSON_AddItemToArray(dense, cJSON_CreateNumber((double)l));
+        }
+    }
+    if (ga != GA_QWEN35 && ga != GA_QWEN35MOE) return 0;
+    /* Qwen3.5: ssm.* are llama.cpp's names for the Gated DeltaNet sizes */
+    int64_t conv, dk, nk, nv, inner, iv = 4;
+    if (get_akey(g, arch, "ssm.conv_kernel", &conv, 1) < 0 || get_akey(g, arch, "ssm.state_size", &dk, 1) < 0 ||
+        get_akey(g, arch, "ssm.group_count", &nk, 1) < 0 || get_akey(g, arch, "ssm.time_step_rank", &nv, 1) < 0 ||
+        get_akey(g, arch, "ssm.inner_size", &inner, 1) < 0 || get_akey(g, arch, "full_attention_interval", &iv, 0) < 0)
+        return -1;
+    if (nv < 1 || inner % nv) {
+        dfl_seterr("%s: %s.ssm.inner_size %lld is not a multiple of ssm.time_step_rank %lld (value heads)", g->path,
+                   arch, (long long)inner, (long long)nv);
+        return -1;
+    }
+    cJSON_AddNumberToObject(j, "linear_conv_kernel_dim", (double)conv);
+    cJSON_AddNumberToObject(j, "linear_key_head_dim", (double)dk);
+    cJSON_AddNumberToObject(j, "linear_num_key_heads", (double)nk);
+    cJSON_AddNumberToObject(j, "linear_num_value_heads", (double)nv);
+    cJSON_AddNumberToObject(j, "linear_value_head_dim", (double)(inner / nv));
+    cJSON_AddNumberToObject(j, "full_attention_interval", (double)iv);
+    cJSON_AddNumberToObject(j, "partial_rotary_factor", rd < 0 ? 0.25 : (double)rd / (double)hd);
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
+    const gguf_kv *rl = gguf_find_kv(g, key);
+    if (rl) {
+        if (rl->type != GGUF_ARRAY || rl->atype == GGUF_STRING || rl->atype == GGUF_ARRAY ||
+            rl->atype == GGUF_FLOAT32 || rl->atype == GGUF_FLOAT64 || rl->n != (uint64_t)nl) {
+            dfl_seterr("%s: key '%s' must be an array of %lld booleans (one per block)", g->path, key, (long long)nl);
+            return -1;
+        }
+        cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+        for (uint64_t i = 0; i < rl->n; i++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(gguf_arr_int(rl, i) ? "linear_attention" : "full_attention"));
+    }
+    return 0;
+}
+
 static int gguf_config(cfg_model *c, const gguf_file *g) {
     char arch[32], where[1200];
-    if (arch_of(g, arch, sizeof arch)) return -1;
-    int64_t nl, H, ff, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
+    ggm_arch ga;
+    if (arch_of(g, arch, sizeof arch, &ga)) return -1;
+    int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE;
+    int64_t nl, H, ff = -1, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
     double eps, theta = 10000.0;
     if (get_akey(g, arch, "block_count", &nl, 1) < 0 || get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
-        get_akey(g, arch, "feed_forward_length", &ff, 1) < 0 ||
+        get_akey(g, arch, "feed_forward_length", &ff, ga != GA_QWEN35MOE) < 0 ||
         get_akey(g, arch, "attention.head_count", &nh, 1) < 0 ||
         get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0 ||
         get_akey(g, arch, "attention.key_length", &hd, 0) < 0 ||
@@ -98,7 +193,7 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
                    (long long)vd, (long long)hd);
         return -1;
     }
-    if (rd >= 0 && rd != hd) {
+    if (rd >= 0 && rd != hd && !q35) {
         dfl_seterr("%s: %s.rope.dimension_count %lld differs from the head size %lld (partial RoPE not supported)",
                    g->path, arch, (long long)rd, (long long)hd);
         return -1;
@@ -112,7 +207,7 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
         dfl_seterr("%s: %s '%s' not supported", g->path, key, shown(st, sn, b));
         return -1;
     }
-    int draft = !strcmp(arch, "dflash");
+    int draft = ga == GA_DFLASH;
     int64_t vocab = 151936;
     cJSON *j = cJSON_CreateObject();
     if (!draft) {
@@ -152,10 +247,13 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
             cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)gguf_arr_int(tl, i) - 1));
     }
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(draft ? "DFlashDraftModel"
-                                               : !strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddItemToArray(a, cJSON_CreateString(ga_names[ga].hf));
+    if (family_json(j, g, arch, ga, nl, hd, rd)) {
+        cJSON_Delete(j);
+        return -1;
+    }
     cJSON_AddNumberToObject(j, "hidden_size", (double)H);
-    cJSON_AddNumberToObject(j, "intermediate_size", (double)ff);
+    if (ff >= 0) cJSON_AddNumberToObject(j, "intermediate_size", (double)ff);
     cJSON_AddNumberToObject(j, "num_hidden_layers", (double)nl);
     cJSON_AddNumberToObject(j, "num_attention_heads", (double)nh);
     cJSON_AddNumberToObject(j, "num_key_value_heads", (double)nkv);
@@ -170,6 +268,8 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     cJSON_Delete(j);
     if (rc) return -1;
     snprintf(c->arch_name, sizeof c->arch_name, "%s (gguf)", arch);
+    /* llama.cpp's converter tiles Qwen3.5's value heads (config.h) */
+    c->lin_v_tiled = q35 && c->lin_v_heads > c->lin_k_heads;
     /* stop tokens: eos, eot, eom and llama.cpp's end-of-generation texts */
     static const char *const ids[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                                       "tokenizer.ggml.eom_token_id"};
@@ -398,29 +498,23 @@ static const gguf_tensor *need_t(const mdl_model *m, const char *name) {
     return t;
 }
 
-/* Bind NAME as a [rows, cols] matrix (GGUF ne = [cols, rows]); permute_hd > 0
- * puts llama Q/K rows back in HF order. */
-static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int permute_hd, kn_weight *w) {
-    const gguf_tensor *t = need_t(m, name);
-    if (!t) return -1;
-    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
-        dfl_seterr("%s: tensor '%s': shape [%lld, %lld] (%d dims), expected [%d, %d] (ne0 = columns) from the metadata",
-                   m->gguf->path, name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, cols, rows);
-        return -1;
-    }
+/* One [rows, cols] matrix of type TYPE at SRC (nbytes) as W: float types
+ * are views into the mapping, block types are converted (owned by m);
+ * permute_hd > 0 puts llama Q/K rows back in HF order. NAME for messages. */
+static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *src, size_t nbytes, int rows, int cols,
+                     int permute_hd, kn_weight *w) {
     memset(w, 0, sizeof *w);
     w->rows = rows;
     w->cols = cols;
     int *perm = permute_hd > 0 ? ggm_unpermute(rows, permute_hd) : NULL;
-    const uint8_t *src = t->data;
-    size_t rb = t->nbytes / (size_t)rows;
-    switch (t->type) {
+    size_t rb = nbytes / (size_t)rows;
+    switch (type) {
     case GGML_F32:
     case GGML_F16:
     case GGML_BF16:
-        w->dtype = t->type == GGML_F32 ? KN_F32 : t->type == GGML_F16 ? KN_F16 : KN_BF16;
+        w->dtype = type == GGML_F32 ? KN_F32 : type == GGML_F16 ? KN_F16 : KN_BF16;
         if (perm) {
-            uint8_t *c = own(m, t->nbytes);
+            uint8_t *c = own(m, nbytes);
             for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * rb, src + (size_t)perm[r] * rb, rb);
             src = c;
         }
@@ -432,12 +526,12 @@ static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int perm
     case GGML_Q5_0:
     case GGML_Q5_1:
     case GGML_Q4_K:
-    case GGML_Q5_K: blocks_weight(m, t->type, src, rows, cols, perm, w); break;
+    case GGML_Q5_K: blocks_weight(m, type, src, rows, cols, perm, w); break;
     case GGML_Q6_K: q6k_weight(m, src, rows, cols, perm, w); break;
     default:
         free(perm);
         dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                   "Q5_K, Q6_K)", m->gguf->path, name, ggml_type_name(t->type));
+                   "Q5_K, Q6_K)", m->gguf->path, name, ggml_type_name(type));
         return -1;
     }
     free(perm);
@@ -447,12 +541,49 @@ static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int perm
     return kn_check_weight(w, full);
 }
 
-static float *bind_vec(mdl_model *m, const char *name, int n) {
+/* Bind NAME as a [rows, cols] matrix (GGUF ne = [cols, rows]). */
+static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int permute_hd, kn_weight *w) {
+    const gguf_tensor *t = need_t(m, name);
+    if (!t) return -1;
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
+        dfl_seterr("%s: tensor '%s': shape [%lld, %lld] (%d dims), expected [%d, %d] (ne0 = columns) from the metadata",
+                   m->gguf->path, name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, cols, rows);
+        return -1;
+    }
+    return bind_data(m, name, t->type, t->data, t->nbytes, rows, cols, permute_hd, w);
+}
+
+/* Bind NAME, llama.cpp's stacked experts (ne = [cols, rows, E]), as E
+ * matrices [rows, cols]: views of the mapping for float types, converted
+ * per expert for block types. */
+static int bind_stack(mdl_model *m, const char *name, int E, int rows, int cols, kn_weight *w) {
+    const gguf_tensor *t = need_t(m, name);
+    if (!t) return -1;
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E) {
+        dfl_seterr("%s: tensor '%s': shape [%lld, %lld, %lld] (%d dims), expected [%d, %d, %d] (ne0 = columns, "
+                   "ne2 = experts) from the metadata", m->gguf->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                   (long long)t->ne[2], t->n_dims, cols, rows, E);
+        return -1;
+    }
+    size_t per = t->nbytes / (size_t)E;
+    for (int e = 0; e < E; e++)
+        if (bind_data(m, name, t->type, (const uint8_t *)t->data + per * (size_t)e, per, rows, cols, 0, &w[e]))
+            return -1;
+    return 0;
+}
+
+/* Copy NAME, a float tensor of ne = [ne0] (ne1 = 0) or [ne0, ne1], to a new
+ * f32 array (row-major [ne1][ne0]). */
+static float *bind_arr(mdl_model *m, const char *name, int ne0, int ne1) {
     const gguf_tensor *t = need_t(m, name);
     if (!t) return NULL;
-    if (t->n_dims != 1 || t->ne[0] != n) {
-        dfl_seterr("%s: tensor '%s': shape [%lld] (%d dims), expected [%d]", m->gguf->path, name,
-                   (long long)t->ne[0], t->n_dims, n);
+    if (t->n_dims != (ne1 ? 2 : 1) || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1)) {
+        if (ne1)
+            dfl_seterr("%s: tensor '%s': shape [%lld, %lld] (%d dims), expected [%d, %d]", m->gguf->path, name,
+                       (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1), t->n_dims, ne0, ne1);
+        else
+            dfl_seterr("%s: tensor '%s': shape [%lld] (%d dims), expected [%d]", m->gguf->path, name,
+                       (long long)t->ne[0], t->n_dims, ne0);
         return NULL;
     }
     if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16) {
@@ -460,9 +591,10 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
                    ggml_type_name(t->type));
         return NULL;
     }
-    float *v = dfl_malloc(sizeof(float) * (size_t)n);
+    size_t n = (size_t)ne0 * (size_t)(ne1 ? ne1 : 1);
+    float *v = dfl_malloc(sizeof(float) * n);
     const uint8_t *p = t->data;
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (t->type == GGML_F32) memcpy(&v[i], p + 4 * i, 4);
         else if (t->type == GGML_F16) v[i] = dfl_f16_to_f32(rd16(p + 2 * i));
         else v[i] = dfl_bf16_to_f32(rd16(p + 2 * i));
@@ -470,6 +602,8 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
     m->weight_bytes += t->nbytes;
     return v;
 }
+
+static float *bind_vec(mdl_model *m, const char *name, int n) { return bind_arr(m, name, n, 0); }
 
 int ggm_load(mdl_model *m, const char *path) {
     memset(m, 0, sizeof *m);
@@ -482,7 +616,9 @@ int ggm_load(mdl_model *m, const char *path) {
     const cfg_model *c = &m->cfg;
     if (gguf_config(&m->cfg, m->gguf) != 0) goto fail;
     int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
-    int llama = c->arch == CFG_LLAMA;
+    int llama = c->arch == CFG_LLAMA, q35 = c->arch == CFG_QWEN3_5;
+    int E = c->n_experts, MI = c->moe_inter, nv = c->lin_v_heads, vd = nv * c->lin_v_dim;
+    int C = 2 * c->lin_k_heads * c->lin_k_dim + vd;
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
     if (c->is_draft) {
         if (bind_mat(m, "fc.weight", H, c->n_taps * H, 0, &m->fc)) goto fail;
@@ -515,18 +651,66 @@ int ggm_load(mdl_model *m, const char *path) {
 #define VEC(field, sub, n)                                                                                          \
     snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub);                                                             \
     if (!(L->field = bind_vec(m, b, n))) goto fail;
-        MAT(wq, "attn_q", q, H, llama ? hd : 0);
-        MAT(wk, "attn_k", kv, H, llama ? hd : 0);
-        MAT(wv, "attn_v", kv, H, 0);
-        MAT(wo, "attn_output", H, q, 0);
-        MAT(wg, "ffn_gate", c->inter, H, 0);
-        MAT(wu, "ffn_up", c->inter, H, 0);
-        MAT(wd, "ffn_down", H, c->inter, 0);
+        /* Qwen3.5 norms hold 1 + weight already (the converter adds it);
+         * its post-attention norm is post_attention_norm, not ffn_norm */
         VEC(in_norm, "attn_norm", H);
-        VEC(post_norm, "ffn_norm", H);
-        if (c->qk_norm) {
-            VEC(q_norm, "attn_q_norm", hd);
-            VEC(k_norm, "attn_k_norm", hd);
+        VEC(post_norm, q35 ? "post_attention_norm" : "ffn_norm", H);
+        if (q35 && c->linear_layer[l]) { /* Gated DeltaNet: llama.cpp's ssm_* names */
+            MAT(lin_qkv, "attn_qkv", C, H, 0);
+            MAT(lin_z, "attn_gate", vd, H, 0);
+            MAT(lin_b, "ssm_beta", nv, H, 0);
+            MAT(lin_a, "ssm_alpha", nv, H, 0);
+            MAT(lin_out, "ssm_out", H, vd, 0);
+            snprintf(b, sizeof b, "blk.%d.ssm_conv1d.weight", l);
+            if (!(L->conv_w = bind_arr(m, b, c->lin_conv, C))) goto fail;
+            snprintf(b, sizeof b, "blk.%d.ssm_dt.bias", l);
+            if (!(L->dt_bias = bind_vec(m, b, nv))) goto fail;
+            snprintf(b, sizeof b, "blk.%d.ssm_a", l); /* -exp(A_log), as the converter stores it */
+            if (!(L->neg_a = bind_vec(m, b, nv))) goto fail;
+            for (int h = 0; h < nv; h++)
+                if (!(L->neg_a[h] <= 0.0f) || !isfinite(L->neg_a[h])) {
+                    dfl_seterr("%s: tensor '%s': value %g at head %d is not a decay rate (-exp(A_log) <= 0)", path,
+                               b, L->neg_a[h], h);
+                    goto fail;
+                }
+            VEC(lin_norm, "ssm_norm", c->lin_v_dim);
+        } else {
+            MAT(wq, "attn_q", c->attn_gate ? 2 * q : q, H, llama ? hd : 0);
+            MAT(wk, "attn_k", kv, H, llama ? hd : 0);
+            MAT(wv, "attn_v", kv, H, 0);
+            MAT(wo, "attn_output", H, q, 0);
+            if (c->qk_norm) {
+                VEC(q_norm, "attn_q_norm", hd);
+                VEC(k_norm, "attn_k_norm", hd);
+            }
+        }
+        if (c->moe_layer[l]) { /* the expert block: router, stacked experts, shared expert */
+            snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
+            if (bind_mat(m, b, E, H, 0, &L->router)) goto fail;
+            L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+            kn_weight *tmp = dfl_malloc(sizeof(kn_weight) * (size_t)E);
+            static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+            for (int p = 0; p < 3; p++) {
+                snprintf(b, sizeof b, "blk.%d.%s.weight", l, stk[p]);
+                if (bind_stack(m, b, E, p == 2 ? H : MI, p == 2 ? MI : H, tmp)) {
+                    free(tmp);
+                    goto fail;
+                }
+                for (int e = 0; e < E; e++)
+                    *(p == 0 ? &L->experts[e].wg : p == 1 ? &L->experts[e].wu : &L->experts[e].wd) = tmp[e];
+            }
+            free(tmp);
+            if (c->shared_inter) {
+                MAT(sh_wg, "ffn_gate_shexp", c->shared_inter, H, 0);
+                MAT(sh_wu, "ffn_up_shexp", c->shared_inter, H, 0);
+                MAT(sh_wd, "ffn_down_shexp", H, c->shared_inter, 0);
+                snprintf(b, sizeof b, "blk.%d.ffn_gate_inp_shexp.weight", l);
+                if (!(L->sh_gate = bind_arr(m, b, H, 1))) goto fail;
+            }
+        } else {
+            MAT(wg, "ffn_gate", c->inter, H, 0);
+            MAT(wu, "ffn_up", c->inter, H, 0);
+            MAT(wd, "ffn_down", H, c->inter, 0);
         }
 #undef MAT
 #undef VEC

@@ -761,6 +761,174 @@ TEST(bad_models) {
     }
 }
 
+/* Greedy ids from MODEL (a tokenizer from TOKDIR) on PROMPT ids. */
+static int32_t *greedy_ids(const char *model, const char *quant, const char *tokdir, const int32_t *prompt, size_t np,
+                           size_t *n) {
+    dflash_params p = dflash_default_params();
+    p.n_threads = 2;
+    p.quant = quant;
+    p.tokenizer = tokdir;
+    dflash_model *m = dflash_load(model, NULL, &p);
+    *n = 0;
+    if (!m) {
+        fprintf(stderr, "  load %s: %s\n", model, dflash_error());
+        return NULL;
+    }
+    int32_t *out = NULL;
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 24;
+    g.ignore_eos = 1;
+    if (dflash_generate(m, prompt, np, &g, NULL, NULL, &out, n, NULL) != 0) fprintf(stderr, "  %s\n", dflash_error());
+    dflash_free(m);
+    return out;
+}
+
+/* The MoE and Qwen3.5 families as llama.cpp's converter writes them
+ * (tests/fixtures/gguf/, tools/llama/zoo_gguf.sh; test_reference.c checks
+ * their logits against transformers): qwen3moe's bf16 file holds exactly the
+ * checkpoint's weights, expert by expert, its dense layer by name; the
+ * Q8_0 qwen35moe file (its 48-wide shared-expert down projection F16: rows
+ * not a multiple of 32) greedy-decodes as the checkpoint with --quant q8_0. */
+TEST(llama_converter_families) {
+    mdl_model hf, gg;
+    if (mdl_load(&hf, "tests/models/tiny-qwen3moe") != 0) return;
+    CHECK(mdl_load(&gg, "tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf") == 0, "load: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg, *b = &gg.cfg;
+        CHECK(b->arch == CFG_QWEN3_MOE && b->n_experts == a->n_experts && b->n_experts_used == a->n_experts_used &&
+                  b->moe_inter == a->moe_inter && b->norm_topk && b->inter == a->inter &&
+                  !memcmp(b->moe_layer, a->moe_layer, (size_t)a->n_layers) && b->tie_embeddings == a->tie_embeddings,
+              "qwen3moe config differs");
+        int bad = !same_matrix(&gg.embed, &hf.embed) || !same_vec(gg.final_norm, hf.final_norm, a->hidden);
+        for (int l = 0; l < a->n_layers && !bad; l++) {
+            const mdl_layer *x = &gg.layers[l], *y = &hf.layers[l];
+            bad |= !same_matrix(&x->wq, &y->wq) || !same_matrix(&x->wk, &y->wk) || !same_matrix(&x->wv, &y->wv) ||
+                   !same_matrix(&x->wo, &y->wo) || !same_vec(x->in_norm, y->in_norm, a->hidden) ||
+                   !same_vec(x->post_norm, y->post_norm, a->hidden) ||
+                   !same_vec(x->q_norm, y->q_norm, a->head_dim) || !same_vec(x->k_norm, y->k_norm, a->head_dim);
+            if (a->moe_layer[l]) {
+                bad |= !same_matrix(&x->router, &y->router);
+                for (int e = 0; e < a->n_experts && !bad; e++)
+                    bad |= !same_matrix(&x->experts[e].wg, &y->experts[e].wg) ||
+                           !same_matrix(&x->experts[e].wu, &y->experts[e].wu) ||
+                           !same_matrix(&x->experts[e].wd, &y->experts[e].wd);
+            } else {
+                bad |= !same_matrix(&x->wg, &y->wg) || !same_matrix(&x->wu, &y->wu) || !same_matrix(&x->wd, &y->wd);
+            }
+            if (bad) fprintf(stderr, "  layer %d differs\n", l);
+        }
+        CHECK(!bad, "a weight of the llama.cpp-converted qwen3moe differs from the checkpoint's");
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* Qwen3.5: the config as the checkpoint's, value heads tiled */
+    if (mdl_load(&hf, "tests/models/tiny-qwen35moe") != 0) return;
+    CHECK(mdl_load(&gg, "tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf") == 0, "load: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg, *b = &gg.cfg;
+        CHECK(b->arch == CFG_QWEN3_5 && b->qwen35_moe && b->shared_inter == a->shared_inter &&
+                  b->n_experts == a->n_experts && b->moe_inter == a->moe_inter && b->rot_dim == a->rot_dim &&
+                  b->attn_gate && !memcmp(b->linear_layer, a->linear_layer, (size_t)a->n_layers) &&
+                  b->lin_k_heads == a->lin_k_heads && b->lin_v_heads == a->lin_v_heads &&
+                  b->lin_k_dim == a->lin_k_dim && b->lin_v_dim == a->lin_v_dim && b->lin_conv == a->lin_conv &&
+                  b->lin_v_tiled && !a->lin_v_tiled,
+              "qwen35moe config differs");
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* Q8_0 experts: every matrix the converter quantized equals the engine's
+     * own Q8_0 of the bf16 file's (the router it keeps F32, dflash's
+     * --quant q8_0 quantizes, so whole-model tokens are not compared) */
+    if (mdl_load(&hf, "tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf") != 0) return;
+    CHECK(mdl_load(&gg, "tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf") == 0, "load: %s", dfl_lasterr());
+    CHECK(qt_model(&hf, QT_Q8_0, 32) == 0, "quantize: %s", dfl_lasterr());
+    if (gg.layers) {
+        const cfg_model *a = &hf.cfg;
+        int bad = !same_matrix(&gg.embed, &hf.embed), n = 1;
+        for (int l = 0; l < a->n_layers && !bad; l++) {
+            const mdl_layer *x = &gg.layers[l], *y = &hf.layers[l];
+            const kn_weight *xs[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
+                                     &x->lin_out, &x->sh_wg, &x->sh_wu};
+            const kn_weight *ys[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
+                                     &y->lin_out, &y->sh_wg, &y->sh_wu};
+            for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+                bad |= !same_matrix(xs[k], ys[k]);
+                n += xs[k]->rows > 0;
+            }
+            for (int e = 0; e < a->n_experts; e++, n += 3)
+                bad |= !same_matrix(&x->experts[e].wg, &y->experts[e].wg) ||
+                       !same_matrix(&x->experts[e].wu, &y->experts[e].wu) ||
+                       !same_matrix(&x->experts[e].wd, &y->experts[e].wd);
+            if (bad) fprintf(stderr, "  layer %d differs\n", l);
+        }
+        CHECK(!bad, "a Q8_0 weight of the converted qwen35moe differs from the engine's Q8_0 of the bf16 file");
+        CHECK(n > 100, "only %d matrices compared", n);
+    }
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* and it runs: greedy through the public API with a tokenizer from elsewhere */
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    size_t nb;
+    int32_t *y = greedy_ids("tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf", NULL, "tests/models/tiny-qwen35moe",
+                            prompt, 6, &nb);
+    CHECK(y && nb == 24, "qwen35moe q8_0 greedy: %zu tokens", nb);
+    free(y);
+}
+
+/* Hostile edits of the family files: each fails at load naming the culprit. */
+TEST(bad_family_models) {
+    static const struct {
+        const char *src, *what, *drop, *set;
+        int kind;
+        double nval;
+        const char *dropt, *expect;
+    } cases[] = {
+        {"tiny-qwen3moe-bf16", "sigmoid router", NULL, "qwen3moe.expert_gating_func", 'u', 2, NULL,
+         "expert_gating_func 2 is not softmax"},
+        {"tiny-qwen3moe-bf16", "scaled experts", NULL, "qwen3moe.expert_weights_scale", 'f', 2.5, NULL,
+         "expert_weights_scale 2.5 is not 1"},
+        {"tiny-qwen3moe-bf16", "no expert count", "qwen3moe.expert_count", NULL, 0, 0, NULL,
+         "missing key 'qwen3moe.expert_count'"},
+        {"tiny-qwen3moe-bf16", "top-k above experts", NULL, "qwen3moe.expert_used_count", 'u', 9, NULL,
+         "num_experts_per_tok 9 out of range"},
+        {"tiny-qwen3moe-bf16", "no expert tensor", NULL, NULL, 0, 0, "blk.2.ffn_down_exps.weight",
+         "missing tensor 'blk.2.ffn_down_exps.weight'"},
+        {"tiny-qwen35moe-bf16", "scalar recurrent_layers", NULL, "qwen35moe.attention.recurrent_layers", 'u', 1, NULL,
+         "must be an array of 4 booleans"},
+        {"tiny-qwen35moe-bf16", "no ssm group count", "qwen35moe.ssm.group_count", NULL, 0, 0, NULL,
+         "missing key 'qwen35moe.ssm.group_count'"},
+        {"tiny-qwen35moe-bf16", "inner size off", NULL, "qwen35moe.ssm.inner_size", 'u', 66, NULL,
+         "ssm.inner_size 66 is not a multiple"},
+        {"tiny-qwen35moe-bf16", "value heads off", NULL, "qwen35moe.ssm.time_step_rank", 'u', 3, NULL,
+         "ssm.inner_size 64 is not a multiple of ssm.time_step_rank 3"},
+        {"tiny-qwen35moe-bf16", "no ssm_a", NULL, NULL, 0, 0, "blk.2.ssm_a", "missing tensor 'blk.2.ssm_a'"},
+        {"tiny-qwen35moe-bf16", "no shared expert", NULL, NULL, 0, 0, "blk.0.ffn_up_shexp.weight",
+         "missing tensor 'blk.0.ffn_up_shexp.weight'"},
+        {"tiny-qwen35moe-bf16", "no shared width", "qwen35moe.expert_shared_feed_forward_length", NULL, 0, 0, NULL,
+         "missing key 'qwen35moe.expert_shared_feed_forward_length'"},
+        {"tiny-qwen35-bf16", "conv kernel off", NULL, "qwen35.ssm.conv_kernel", 'u', 3, NULL,
+         "tensor 'blk.0.ssm_conv1d.weight': shape [4, 128] (2 dims), expected [3, 128]"},
+        {"tiny-qwen35-bf16", "rotary dims odd", NULL, "qwen35.rope.dimension_count", 'u', 7, NULL,
+         "partial_rotary_factor"},
+    };
+    static char src[160];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(src, sizeof src, "tests/fixtures/gguf/%s.gguf", cases[i].src);
+        rewrite_src = src;
+        const char *f = rewrite(cases[i].drop, cases[i].set, cases[i].kind, NULL, cases[i].nval, NULL, cases[i].dropt);
+        mdl_model m;
+        int rc = mdl_load(&m, f);
+        const char *e = dfl_lasterr();
+        CHECK(rc != 0, "%s: loaded", cases[i].what);
+        if (rc == 0) {
+            mdl_free(&m);
+            continue;
+        }
+        CHECK(strstr(e, f) && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: '%s'", cases[i].what, e);
+    }
+    rewrite_src = qwen_f16;
+}
+
 /* tests/fixtures/gguf/quants-ggml.bin: for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
  * Q4_K, Q5_K, Q6_K, random blocks (3 rows x 512) and the floats ggml's own
  * dequantize (to_float of llama.cpp v0.5.0's libggml-base) gives for them.
@@ -1098,6 +1266,8 @@ int main(void) {
     RUN(llama_converter_draft);
     RUN(bad_models);
     RUN(bad_drafts);
+    RUN(llama_converter_families);
+    RUN(bad_family_models);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
     RUN(q6k_model);

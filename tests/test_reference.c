@@ -46,10 +46,11 @@ static float maxdiff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-static void check_target(const char *name) {
+/* The model at PATH (under the repository) against fixture NAME. */
+static void check_model(const char *path, const char *name) {
     mdl_model m;
     st_set fx;
-    if (mdl_load(&m, rp("tests/models/", name)) != 0) {
+    if (mdl_load(&m, rp(path, NULL)) != 0) {
         CHECK(0, "%s: %s", name, dfl_lasterr());
         return;
     }
@@ -109,9 +110,15 @@ static void check_target(const char *name) {
         be->destroy(st);
     }
     CHECK(np >= 4, "%s: only %d prompts in the fixture", name, np);
-    fprintf(stderr, "  %s: %d prompts, max |logit diff| %.2e, max |tap diff| %.2e\n", name, np, worst_l, worst_t);
+    fprintf(stderr, "  %s: %d prompts, max |logit diff| %.2e, max |tap diff| %.2e\n", path, np, worst_l, worst_t);
     st_close(&fx);
     mdl_free(&m);
+}
+
+static void check_target(const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, "tests/models/%s", name);
+    check_model(path, name);
 }
 
 TEST(qwen3_bf16) { check_target("tiny-qwen3"); }
@@ -271,9 +278,9 @@ TEST(qwen3moe_token_bytes) {
  * against the reference (p0, when the fixture keeps them: with_logits),
  * every prompt's round-1 proposals, and DFlash through the public API equal
  * to the reference (which is plain greedy) at block sizes 2..16 and auto. */
-static void check_draft_pair(const char *tn, const char *dn, int with_logits) {
+static void check_draft_pair_at(const char *tpath, const char *tn, const char *dn, int with_logits) {
     char tdir[128], ddir[128], dfx[128], tfx[128];
-    snprintf(tdir, sizeof tdir, "tests/models/%s", tn);
+    snprintf(tdir, sizeof tdir, "%s", tpath);
     snprintf(ddir, sizeof ddir, "tests/models/%s", dn);
     snprintf(dfx, sizeof dfx, "tests/fixtures/%s.ref.safetensors", dn);
     snprintf(tfx, sizeof tfx, "tests/fixtures/%s.ref.safetensors", tn);
@@ -288,7 +295,12 @@ static void check_draft_pair(const char *tn, const char *dn, int with_logits) {
     }
     const be_ops *be = &be_cpu;
     int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
-    dflash_model *api = dflash_load(rp(tdir, NULL), rp(ddir, NULL), NULL);
+    /* a GGUF target converted without a tokenizer takes the checkpoint's */
+    char tokdir[160];
+    snprintf(tokdir, sizeof tokdir, "tests/models/%s", tn);
+    dflash_params pr = dflash_default_params();
+    pr.tokenizer = strcmp(tpath, tokdir) ? rp(tokdir, NULL) : NULL;
+    dflash_model *api = dflash_load(rp(tdir, NULL), rp(ddir, NULL), &pr);
     CHECK(api != NULL, "load: %s", dflash_error());
     float worst = 0;
     int np = 0;
@@ -348,10 +360,32 @@ static void check_draft_pair(const char *tn, const char *dn, int with_logits) {
     mdl_free(&d);
 }
 
+static void check_draft_pair(const char *tn, const char *dn, int with_logits) {
+    char tdir[128];
+    snprintf(tdir, sizeof tdir, "tests/models/%s", tn);
+    check_draft_pair_at(tdir, tn, dn, with_logits);
+}
+
 TEST(qwen3moe_draft_and_dflash) { check_draft_pair("tiny-qwen3moe", "tiny-qwen3moe-draft", 1); }
 /* tiny-qwen35's draft: its rounds accept one token each (a random draft),
  * so each round rolls the recurrent state back from 16 rows to 1 */
 TEST(qwen35_draft_and_dflash) { check_draft_pair("tiny-qwen35", "tiny-qwen35-draft", 1); }
+
+/* The same models as llama.cpp's converter writes them (tools/llama/
+ * zoo_gguf.sh: tests/fixtures/gguf/), against the same fixtures and bounds:
+ * its qwen3moe layout (stacked ffn_*_exps, the dense layer by name), and
+ * qwen35 / qwen35moe (ssm_* tensors, -exp(A_log) stored, norms stored as
+ * 1 + weight, value heads tiled: config.h lin_v_tiled). */
+TEST(gguf_qwen3moe_bf16) { check_model("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf", "tiny-qwen3moe"); }
+TEST(gguf_qwen35_bf16) { check_model("tests/fixtures/gguf/tiny-qwen35-bf16.gguf", "tiny-qwen35"); }
+TEST(gguf_qwen35moe_bf16) { check_model("tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf", "tiny-qwen35moe"); }
+/* a GGUF target with its safetensors draft: DFlash equal to greedy */
+TEST(gguf_qwen35_draft_and_dflash) {
+    check_draft_pair_at("tests/fixtures/gguf/tiny-qwen35-bf16.gguf", "tiny-qwen35", "tiny-qwen35-draft", 1);
+}
+TEST(gguf_qwen3moe_draft_and_dflash) {
+    check_draft_pair_at("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf", "tiny-qwen3moe", "tiny-qwen3moe-draft", 1);
+}
 
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
@@ -371,6 +405,11 @@ int main(void) {
     RUN(qwen35_bf16_gated_deltanet);
     RUN(qwen35_draft_and_dflash);
     RUN(qwen35moe_bf16_shared_expert);
+    RUN(gguf_qwen3moe_bf16);
+    RUN(gguf_qwen35_bf16);
+    RUN(gguf_qwen35moe_bf16);
+    RUN(gguf_qwen35_draft_and_dflash);
+    RUN(gguf_qwen3moe_draft_and_dflash);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }

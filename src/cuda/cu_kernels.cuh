@@ -679,13 +679,13 @@ __global__ void k_dn_conv(const float *mix, int ldm, int T, float *state, const 
  * a_off, b at b_off. Block dv threads, shared (2 DK + dv + 4) floats. */
 template <int DK>
 __global__ void k_dn_delta(const float *cv, int C, const float *mix, int ldm, int z_off, int a_off, int b_off,
-                           float *rec, int nk, int nv, int dv, const float *dt_bias, const float *neg_a,
-                           const float *nw, float eps, __nv_bfloat16 *core, int ldc, int T) {
+                           float *rec, int nk, int nv, int v_tiled, int dv, const float *dt_bias,
+                           const float *neg_a, const float *nw, float eps, __nv_bfloat16 *core, int ldc, int T) {
     cu_pdl_wait();
     cu_pdl_trigger();
     extern __shared__ float sm[];
     float *ks = sm, *qs = sm + DK, *os = sm + 2 * DK, *sc = sm + 2 * DK + dv;
-    int h = blockIdx.x, e = threadIdx.x, kh = h / (nv / nk);
+    int h = blockIdx.x, e = threadIdx.x, kh = v_tiled ? h % nk : h / (nv / nk); /* config.h: lin_v_tiled */
     float S[DK];
     float *Sg = rec + (size_t)h * DK * dv + e;
 #pragma unroll

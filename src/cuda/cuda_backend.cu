@@ -829,6 +829,7 @@ typedef struct {
     int gated;                  /* Qwen3.5 gated attention: q_proj gives [nh][2 hd] */
     int n_lin;                  /* Gated DeltaNet layers (0: none) */
     int nk, nv, dk, dv, K, C;   /* their heads, dims, conv kernel; C = 2 nk dk + nv dv channels */
+    int v_tiled;                /* cfg.lin_v_tiled */
     int vd, vdp, Cm;            /* nv dv, padded; Cm = C + vd + 2 nv: a lin_in output row */
     int E, EK, MI, MIp, S, Sp;  /* experts, per token, expert and shared-expert widths (0: none), padded */
     int norm_topk;
@@ -853,6 +854,7 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.gated = c->attn_gate;
     d.n_lin = c->n_linear_layers;
     d.nk = c->lin_k_heads, d.nv = c->lin_v_heads, d.dk = c->lin_k_dim, d.dv = c->lin_v_dim, d.K = c->lin_conv;
+    d.v_tiled = c->lin_v_tiled;
     d.C = 2 * d.nk * d.dk + d.nv * d.dv;
     d.vd = d.nv * d.dv;
     d.vdp = pad(d.vd, CW_COL_ALIGN);
@@ -950,7 +952,7 @@ static void dn_rows(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_dn *
     int zo = d->C, ao = d->C + d->vd, bo = d->C + d->vd + d->nv;
 #define DN_DELTA(DK)                                                                                          \
     launch_smem(k_dn_delta<DK>, dim3(d->nv), dim3(d->dv), sm, s, (const float *)cv, d->C, mix, d->Cm, zo, ao, bo, \
-                rec, d->nk, d->nv, d->dv, (const float *)L->dt_bias, (const float *)L->neg_a,                     \
+                rec, d->nk, d->nv, d->v_tiled, d->dv, (const float *)L->dt_bias, (const float *)L->neg_a,                     \
                 (const float *)L->lin_norm, d->eps, core, d->vdp, T)
     switch (d->dk) {
     case 16: DN_DELTA(16); break;

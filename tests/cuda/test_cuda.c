@@ -903,6 +903,8 @@ TEST(qwen35) {
         CHECK(0, "quantize: %s", dfl_lasterr());
     }
     pair_case("tests/models/tiny-qwen35", "tests/models/tiny-qwen35-draft");
+    /* llama.cpp's converter's file: value heads tiled (config.h lin_v_tiled) */
+    family_case("tests/fixtures/gguf/tiny-qwen35-bf16.gguf");
 }
 
 /* qwen3_moe in bf16 and MLX 4-bit (norm_topk_prob on and off, dense layers
@@ -913,6 +915,9 @@ TEST(moe) {
     family_case("tests/models/tiny-qwen3moe-q4");
     family_case("tests/models/tiny-qwen35moe");
     pair_case("tests/models/tiny-qwen3moe", "tests/models/tiny-qwen3moe-draft");
+    /* the same families from llama.cpp's converter: stacked experts, Q8_0 ones */
+    family_case("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf");
+    family_case("tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf");
 }
 
 TEST(errors) {
