@@ -2,7 +2,8 @@
  * once from the repository root: cc ... tests/fuzz/make_seeds.c
  * build/libdflash.a; see docs/reliability.md). Small synthetic models in
  * every loader path (BF16, F32, MLX 4/8-bit, sharded index aside, Llama,
- * draft), tokenizer texts and chat message lists. */
+ * draft; the qwen3moe / qwen35 / qwen35moe GGUF fixtures with their
+ * embeddings cut to 64 rows), tokenizer texts and chat message lists. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,34 @@ static void gguf_seed(const char *name, syn_spec s, const char *type) {
     }
 }
 
+/* A llama.cpp-converted family file (tests/fixtures/gguf/SRC.gguf) with its
+ * embedding cut to 64 rows: the seed for the qwen3moe / qwen35 / qwen35moe
+ * binding paths, small enough to fuzz. */
+static void family_seed(const char *src, const char *name) {
+    char in[300], out[300];
+    snprintf(in, sizeof in, "tests/fixtures/gguf/%s.gguf", src);
+    snprintf(out, sizeof out, "tests/fuzz/seeds/gguf/%s", name);
+    gguf_file g;
+    if (gguf_open(&g, in) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+    gguf_writer *w = gguf_w_new();
+    for (int i = 0; i < g.n_kv; i++) gguf_w_copy_kv(w, &g.kv[i]);
+    for (int i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.t[i];
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (!strcmp(t->name, "token_embd.weight")) ne[1] = 64; /* the first 64 rows */
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, ne, t->data);
+    }
+    if (gguf_w_write(w, out) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+    gguf_w_free(w);
+    gguf_close(&g);
+}
+
 int main(void) {
     const char *dirs[] = {"safetensors", "model", "tokenizer", "chat", "gguf"};
     mkdir("tests/fuzz/seeds", 0777);
@@ -158,6 +187,9 @@ int main(void) {
     gguf_seed("llama-f16", s, "f16");
     s = small_draft();
     gguf_seed("draft-f16", s, "f16");
+    family_seed("tiny-qwen3moe-bf16", "qwen3moe-bf16");
+    family_seed("tiny-qwen35-bf16", "qwen35-bf16");
+    family_seed("tiny-qwen35moe-q8_0", "qwen35moe-q8_0");
     {
         gguf_writer *w = gguf_w_new();
         gguf_w_str(w, "general.architecture", "qwen3");
