@@ -96,6 +96,8 @@ static const char *help_serve =
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in and a GPU is present)\n"
+    "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
+    "                         with tokenizer.json or a GGUF file (default: the model's)\n"
     "  -h, --help             this help\n"
     "Options that take a value also take it as --option=VALUE.\n"
     "\n"
@@ -1429,7 +1431,7 @@ static int wait_signal(const sigset_t *set, int ms) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
-    const char *quant = NULL, *draft_quant = NULL, *backend = NULL;
+    const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
     float temp = 0;
     for (int i = 2; i < argc; i++) {
@@ -1462,6 +1464,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
         else if (IS("--backend", "--backend")) backend = VAL();
+        else if (IS("--tokenizer", "--tokenizer")) tokenizer = VAL();
         else usage_err("unknown option", a);
 #undef IS
 #undef VAL
@@ -1505,6 +1508,7 @@ int cmd_serve(int argc, char **argv) {
     p.quant = quant;
     p.draft_quant = draft_quant;
     p.backend = backend;
+    p.tokenizer = tokenizer;
     dflash_model *m = dflash_load(model, draft, &p);
     if (!m) {
         fprintf(stderr, "dflash serve: error: %s\n", dflash_error());

@@ -57,6 +57,28 @@ expect "a draft GGUF as the target" 1 "is a DFlash draft" -- "$BIN" generate -m 
 expect "tokenize from the GGUF" 0 "" -- "$BIN" tokenize -m "$T/f16.gguf" -p "Hello world"
 grep -qx "9707 1879" "$T/out" && ok "GGUF token ids" || bad "GGUF token ids: $(cat "$T/out")"
 
+# llama.cpp-converted family files without a tokenizer: refused by name,
+# then --tokenizer DIR (the checkpoint's) gives the checkpoint's greedy text,
+# plain and with its draft
+G=tests/fixtures/gguf
+expect "GGUF without a tokenizer" 1 "has no usable tokenizer (pass one with --tokenizer DIR)" -- \
+    "$BIN" generate -m "$G/tiny-qwen35-bf16.gguf" -p "Hello" -n 4
+expect "--tokenizer a missing path" 1 "/nonexistent" -- \
+    "$BIN" generate -m "$G/tiny-qwen35-bf16.gguf" --tokenizer /nonexistent -p "Hello" -n 4
+for fam in qwen35 qwen3moe qwen35moe; do
+    "$BIN" generate -m "tests/models/tiny-$fam" -p "The quick brown" -n 24 --ignore-eos >"$T/fh" 2>/dev/null
+    "$BIN" generate -m "$G/tiny-$fam-bf16.gguf" --tokenizer "tests/models/tiny-$fam" -p "The quick brown" -n 24 \
+        --ignore-eos >"$T/fg" 2>/dev/null
+    [ -s "$T/fh" ] && cmp -s "$T/fh" "$T/fg" && ok "$fam GGUF + --tokenizer = directory" || bad "$fam GGUF + --tokenizer"
+done
+for fam in qwen35 qwen3moe; do
+    "$BIN" generate -m "$G/tiny-$fam-bf16.gguf" --tokenizer "tests/models/tiny-$fam" --draft "tests/models/tiny-$fam-draft" \
+        -p "The quick brown" -n 24 --ignore-eos >"$T/fd" 2>/dev/null
+    "$BIN" generate -m "$G/tiny-$fam-bf16.gguf" --tokenizer "tests/models/tiny-$fam" -p "The quick brown" -n 24 \
+        --ignore-eos >"$T/fg" 2>/dev/null
+    [ -s "$T/fg" ] && cmp -s "$T/fd" "$T/fg" && ok "$fam GGUF DFlash = its greedy" || bad "$fam GGUF DFlash = its greedy"
+done
+
 if [ -n "$LLAMA_CPP_BIN" ] && [ -x "$LLAMA_CPP_BIN/llama-simple" ]; then
     expect "llama.cpp loads the F16 file" 0 "" -- "$LLAMA_CPP_BIN/llama-simple" -m "$T/f16.gguf" -n 16 "The answer is"
     expect "llama-quantize Q8_0" 0 "" -- "$LLAMA_CPP_BIN/llama-quantize" "$T/f16.gguf" "$T/lq8.gguf" Q8_0
