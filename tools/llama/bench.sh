@@ -26,6 +26,9 @@ TYPES=${LLAMA_TYPES:-bf16 q8_0 q4_k_m q4_0}
 REPS=${LLAMA_REPS:-5}
 JOBS=${LLAMA_JOBS:-$(nproc)}
 WAIT=${LLAMA_WAIT:-600}
+# a Qwen3.5 checkpoint without an MTP block (dflash synth's) needs --no-mtp
+CONVERT_ARGS=
+grep -q '"model_type":[[:space:]]*"qwen3_5' "$MODEL/config.json" 2>/dev/null && CONVERT_ARGS=--no-mtp
 RES=$OUT/llama
 B=$LW/build/bin
 G=$LW/gguf
@@ -104,7 +107,7 @@ do_models() {
     if [ ! -s "$base" ]; then
         t0=$(now)
         if CUDA_VISIBLE_DEVICES='' PYTHONUNBUFFERED=1 python3 "$R/tools/llama/convert.py" "$LW/llama.cpp" --outtype bf16 \
-            --outfile "$base.tmp" "$MODEL" > "$LW/convert.log" 2>&1; then
+            $CONVERT_ARGS --outfile "$base.tmp" "$MODEL" > "$LW/convert.log" 2>&1; then
             grep "dflash:" "$LW/convert.log"
             mv "$base.tmp" "$base"
             echo "llama: converted $MODEL to GGUF bf16 in $(($(now) - t0)) s ($(du -h "$base" | cut -f1))"
