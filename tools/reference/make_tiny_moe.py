@@ -442,7 +442,10 @@ def write_model(d, cfg, tensors):
     st.save(os.path.join(d, "model.safetensors"), tensors)
 
 
-def main():
+def start():
+    """The generators' common start: --out DIR parsed, DIR/models and
+    DIR/fixtures made, torch set up; returns (out, models dir, fixtures dir,
+    a temporary dir, the prompt sentences, a stats table)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -453,9 +456,11 @@ def main():
     mdir, fdir = os.path.join(args.out, "models"), os.path.join(args.out, "fixtures")
     os.makedirs(mdir, exist_ok=True)
     os.makedirs(fdir, exist_ok=True)
-    tmp = tempfile.mkdtemp()
-    sentences = MF.sentence_ids(REPO)
-    stats = MF.Stats()
+    return args.out, mdir, fdir, tempfile.mkdtemp(), MF.sentence_ids(REPO), MF.Stats()
+
+
+def main():
+    out, mdir, fdir, tmp, sentences, stats = start()
 
     # 1. tiny-qwen3moe (bf16, per-expert names), attractor relabel
     cfg = moe_config(True, True, 1, [1])
@@ -496,7 +501,7 @@ def main():
     log("== stats (over prompts)")
     for k in sorted(stats.d):
         log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(args.out):
+    for r, _, fs in os.walk(out):
         for f in sorted(fs):
             p = os.path.join(r, f)
             if not os.path.islink(p):

@@ -26,11 +26,9 @@ run). A float64 implementation here (no transformers, the recurrent form of
 the delta rule for every row) cross-checks it. Prompts are skipped when any
 stored argmax has a top-1/top-2 gap < 1e-3.
 """
-import argparse
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -334,19 +332,7 @@ def hf_load(cfg, w, tmp, tag):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    torch.set_num_threads(4)
-    torch.set_grad_enabled(False)
-    import transformers
-    log("torch", torch.__version__, "transformers", transformers.__version__)
-    mdir, fdir = os.path.join(args.out, "models"), os.path.join(args.out, "fixtures")
-    os.makedirs(mdir, exist_ok=True)
-    os.makedirs(fdir, exist_ok=True)
-    tmp = tempfile.mkdtemp()
-    sentences = MF.sentence_ids(REPO)
-    stats = MF.Stats()
+    out, mdir, fdir, tmp, sentences, stats = MM.start()
 
     cfg = qwen35_config()
     w = make_weights(21)
@@ -389,7 +375,7 @@ def main():
     log("== stats (over prompts)")
     for k in sorted(stats.d):
         log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(args.out):
+    for r, _, fs in os.walk(out):
         for f in sorted(fs):
             p = os.path.join(r, f)
             if not os.path.islink(p):

@@ -20,10 +20,8 @@ interleaved into those two; make_tiny_qwen35's float64 implementation, run
 on the Qwen3.5 names, must agree with transformers on the Qwen3-Next file
 (logged; a large gap stops the run), which checks the interleave itself.
 """
-import argparse
 import os
 import sys
-import tempfile
 
 import torch
 
@@ -79,19 +77,7 @@ def interleave(w35):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    torch.set_num_threads(4)
-    torch.set_grad_enabled(False)
-    import transformers
-    log("torch", torch.__version__, "transformers", transformers.__version__)
-    mdir, fdir = os.path.join(args.out, "models"), os.path.join(args.out, "fixtures")
-    os.makedirs(mdir, exist_ok=True)
-    os.makedirs(fdir, exist_ok=True)
-    tmp = tempfile.mkdtemp()
-    sentences = MF.sentence_ids(REPO)
-    stats = MF.Stats()
+    out, mdir, fdir, tmp, sentences, stats = MM.start()
     cfg, cfg35 = next_config(), Q.qwen35_config(moe=True)
     w35 = Q.make_weights(41, moe=True)
     hf0 = Q.hf_load(cfg, interleave(w35), tmp, "pre")
@@ -114,7 +100,7 @@ def main():
             {"model": "tiny-qwen3next", "n_prompts": len(MF.LENGTHS) + 1, "max_new": Q.MAX_NEW})
     for k in sorted(stats.d):
         log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(args.out):
+    for r, _, fs in os.walk(out):
         for f in sorted(fs):
             p = os.path.join(r, f)
             if not os.path.islink(p):
