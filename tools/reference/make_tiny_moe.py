@@ -442,6 +442,18 @@ def write_model(d, cfg, tensors):
     st.save(os.path.join(d, "model.safetensors"), tensors)
 
 
+def finish(out, stats):
+    """The generators' common end: the stats table and every file written."""
+    log("== stats (over prompts)")
+    for k in sorted(stats.d):
+        log("  %-60s %.3e" % (k, stats.d[k]))
+    for r, _, fs in os.walk(out):
+        for f in sorted(fs):
+            p = os.path.join(r, f)
+            if not os.path.islink(p):
+                log("  %-70s %9d bytes" % (p, os.path.getsize(p)))
+
+
 def start():
     """The generators' common start: --out DIR parsed, DIR/models and
     DIR/fixtures made, torch set up; returns (out, models dir, fixtures dir,
@@ -498,14 +510,7 @@ def main():
     st.save(os.path.join(fdir, "tiny-qwen3moe-q4.ref.safetensors"), fx,
             {"model": "tiny-qwen3moe-q4", "n_prompts": len(MF.LENGTHS) + 1, "max_new": MAX_NEW})
 
-    log("== stats (over prompts)")
-    for k in sorted(stats.d):
-        log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(out):
-        for f in sorted(fs):
-            p = os.path.join(r, f)
-            if not os.path.islink(p):
-                log("  %-70s %9d bytes" % (p, os.path.getsize(p)))
+    finish(out, stats)
 
 
 if __name__ == "__main__":

@@ -372,14 +372,7 @@ def main():
     st.save(os.path.join(fdir, "tiny-qwen35moe.ref.safetensors"), fx,
             {"model": "tiny-qwen35moe", "n_prompts": len(MF.LENGTHS) + 1, "max_new": MAX_NEW})
 
-    log("== stats (over prompts)")
-    for k in sorted(stats.d):
-        log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(out):
-        for f in sorted(fs):
-            p = os.path.join(r, f)
-            if not os.path.islink(p):
-                log("  %-70s %9d bytes" % (p, os.path.getsize(p)))
+    MM.finish(out, stats)
 
 
 if __name__ == "__main__":

@@ -98,13 +98,7 @@ def main():
     fx, _ = MM.target_fixture("tiny-qwen3next", hf, Q.RefQwen35(cfg35, w35), sentences, stats)
     st.save(os.path.join(fdir, "tiny-qwen3next.ref.safetensors"), fx,
             {"model": "tiny-qwen3next", "n_prompts": len(MF.LENGTHS) + 1, "max_new": Q.MAX_NEW})
-    for k in sorted(stats.d):
-        log("  %-60s %.3e" % (k, stats.d[k]))
-    for r, _, fs in os.walk(out):
-        for f in sorted(fs):
-            p = os.path.join(r, f)
-            if not os.path.islink(p):
-                log("  %-70s %9d bytes" % (p, os.path.getsize(p)))
+    MM.finish(out, stats)
 
 
 if __name__ == "__main__":
