@@ -139,10 +139,16 @@ static int check_draft(const mdl_model *t, const mdl_model *d) {
     return 0;
 }
 
+/* The tokenizer of PATH: a GGUF file's tokenizer.ggml.*, or a directory's
+ * tokenizer.json; NULL + error otherwise. */
+static tok_tokenizer *load_tokenizer(const char *path) {
+    if (mdl_check_path(path) != 0) return NULL;
+    return gguf_is_gguf(path) ? ggm_tokenizer(path) : tok_load(path);
+}
+
 dflash_model *dflash_load_tokenizer(const char *dir) {
-    if (mdl_check_path(dir) != 0) return NULL;
     dflash_model *m = dfl_calloc(1, sizeof *m);
-    if (!(m->tok = gguf_is_gguf(dir) ? ggm_tokenizer(dir) : tok_load(dir))) {
+    if (!(m->tok = load_tokenizer(dir))) {
         free(m);
         return NULL;
     }
@@ -166,9 +172,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
         dfl_seterr("%s is a DFlash draft, not a target model (pass it with --draft)", target_dir);
         goto fail;
     }
-    const char *tok_from = p->tokenizer ? p->tokenizer : target_dir;
-    if (p->tokenizer && mdl_check_path(p->tokenizer) != 0) goto fail;
-    if (!(m->tok = gguf_is_gguf(tok_from) ? ggm_tokenizer(tok_from) : tok_load(tok_from))) {
+    if (!(m->tok = load_tokenizer(p->tokenizer ? p->tokenizer : target_dir))) {
         if (!p->tokenizer && gguf_is_gguf(target_dir))
             dfl_preferr("%s has no usable tokenizer (pass one with --tokenizer DIR)", target_dir);
         goto fail;
