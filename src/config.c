@@ -155,17 +155,24 @@ static int parse_eos(cfg_model *c, const cJSON *v, const char *path) {
     return 0;
 }
 
-/* The expert fields of qwen3_moe, with transformers' Qwen3MoeConfig defaults
- * for absent ones (num_experts 128, num_experts_per_tok 8,
- * moe_intermediate_size 768, decoder_sparse_step 1, norm_topk_prob false,
- * mlp_only_layers []). Fields only training reads (router_aux_loss_coef,
- * output_router_logits) are ignored; a sliding window is refused. */
-static int parse_moe(cfg_model *c, const cJSON *root) {
+/* A family's defaults for the expert fields it leaves out. */
+typedef struct {
+    int n_experts, n_experts_used, moe_inter, norm_topk;
+} moe_defaults;
+
+/* The expert fields of qwen3_moe and qwen3_next, with the family's defaults
+ * (transformers' Qwen3MoeConfig: num_experts 128, num_experts_per_tok 8,
+ * moe_intermediate_size 768, norm_topk_prob false; Qwen3NextConfig: 512,
+ * 10, 512, true; both decoder_sparse_step 1, mlp_only_layers []). Fields
+ * only training reads (router_aux_loss_coef, output_router_logits) are
+ * ignored; a sliding window is refused. */
+static int parse_moe(cfg_model *c, const cJSON *root, const moe_defaults *d) {
     const char *ne = cJSON_GetObjectItemCaseSensitive(root, "num_experts") ? "num_experts" : "num_local_experts";
-    if (get_int(root, ne, &c->n_experts, 0, 128) || get_int(root, "num_experts_per_tok", &c->n_experts_used, 0, 8) ||
-        get_int(root, "moe_intermediate_size", &c->moe_inter, 0, 768) ||
+    if (get_int(root, ne, &c->n_experts, 0, d->n_experts) ||
+        get_int(root, "num_experts_per_tok", &c->n_experts_used, 0, d->n_experts_used) ||
+        get_int(root, "moe_intermediate_size", &c->moe_inter, 0, d->moe_inter) ||
         get_int(root, "decoder_sparse_step", &c->sparse_step, 0, 1) ||
-        get_bool(root, "norm_topk_prob", &c->norm_topk, 0))
+        get_bool(root, "norm_topk_prob", &c->norm_topk, d->norm_topk))
         return -1;
     if (c->n_experts < 0 || c->n_experts > CFG_MAX_EXPERTS) {
         dfl_seterr("%s: %s %d out of range (0..%d)", cur_path, ne, c->n_experts, CFG_MAX_EXPERTS);
@@ -207,7 +214,7 @@ static int parse_moe(cfg_model *c, const cJSON *root) {
         dfl_seterr("%s: use_sliding_window=true is not supported", cur_path);
         return -1;
     }
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    const cJSON *lt = c->arch == CFG_QWEN3_MOE ? cJSON_GetObjectItemCaseSensitive(root, "layer_types") : NULL;
     if (lt && !cJSON_IsNull(lt)) {
         int n = 0, ok = cJSON_IsArray(lt);
         for (const cJSON *e = ok ? lt->child : NULL; e; e = e->next, n++)
@@ -221,6 +228,31 @@ static int parse_moe(cfg_model *c, const cJSON *root) {
     for (int l = 0; l < c->n_layers; l++) {
         c->moe_layer[l] = c->n_experts > 0 && !dense[l] && (l + 1) % c->sparse_step == 0;
         c->n_moe_layers += c->moe_layer[l];
+    }
+    return 0;
+}
+
+/* Qwen3-Next's experts: qwen3_moe's fields (parse_moe) with Qwen3NextConfig's
+ * defaults, and in every expert layer a shared expert of
+ * shared_expert_intermediate_size (default 512) with its sigmoid gate. */
+static int parse_next_moe(cfg_model *c, const cJSON *root) {
+    static const moe_defaults next = {.n_experts = 512, .n_experts_used = 10, .moe_inter = 512, .norm_topk = 1};
+    if (parse_moe(c, root, &next)) return -1;
+    if (!c->n_moe_layers) return 0;
+    if (get_int(root, "shared_expert_intermediate_size", &c->shared_inter, 0, 512)) return -1;
+    if (c->shared_inter < 1 || c->shared_inter > CFG_MAX_INTER) {
+        dfl_seterr("%s: shared_expert_intermediate_size %d out of range (1..%d)", cur_path, c->shared_inter,
+                   CFG_MAX_INTER);
+        return -1;
+    }
+    /* the dense MLP width sizes the scratch the shared expert also uses */
+    if (c->n_moe_layers == c->n_layers) {
+        c->inter = c->shared_inter; /* no dense layer: the shared expert is the only dense MLP */
+    } else if (c->shared_inter > c->inter) {
+        dfl_seterr("%s: shared_expert_intermediate_size %d is wider than intermediate_size %d while some layers "
+                   "are dense (mlp_only_layers / decoder_sparse_step): not supported", cur_path, c->shared_inter,
+                   c->inter);
+        return -1;
     }
     return 0;
 }
@@ -313,6 +345,7 @@ static int parse_qwen35(cfg_model *c, const cJSON *root) {
         return -1;
     }
     if (c->qwen35_moe && parse_qwen35_moe(c, root)) return -1;
+    if (c->qwen3_next && parse_next_moe(c, root)) return -1;
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     double prf = -1;
     if (get_num(root, "partial_rotary_factor", &prf, 0, -1)) return -1;
@@ -394,6 +427,9 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     if (c->vision_ignored || moe35 || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
         c->arch = CFG_QWEN3_5;
         c->qwen35_moe = moe35;
+    } else if (!strcmp(arch, "Qwen3NextForCausalLM") || !strcmp(arch, "qwen3_next")) {
+        c->arch = CFG_QWEN3_5;
+        c->qwen3_next = 1;
     } else if (!strcmp(arch, "Qwen3ForCausalLM") || !strcmp(arch, "qwen3")) {
         c->arch = CFG_QWEN3;
     } else if (!strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "llama")) {
@@ -405,11 +441,13 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         c->is_draft = 1;
     } else {
         dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                   "Qwen3_5ForCausalLM, LlamaForCausalLM, DFlashDraftModel)", path, arch);
+                   "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, LlamaForCausalLM, "
+                   "DFlashDraftModel)", path, arch);
         goto out;
     }
     c->qk_norm = c->arch != CFG_LLAMA;
-    if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, !c->qwen35_moe, 1) ||
+    if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, !c->qwen35_moe && !c->qwen3_next,
+                                                             c->qwen3_next ? 5632 : 1) ||
         get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
         get_int(root, "num_attention_heads", &c->n_heads, 1, 0) ||
         get_int(root, "vocab_size", &c->vocab, !c->is_draft, 151936) ||
@@ -469,7 +507,8 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     c->eps = (float)eps;
     if (parse_rope(c, root)) goto out;
     if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, top_tie)) goto out;
-    if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root)) goto out;
+    static const moe_defaults qwen3_moe = {.n_experts = 128, .n_experts_used = 8, .moe_inter = 768, .norm_topk = 0};
+    if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root, &qwen3_moe)) goto out;
     if (c->arch == CFG_QWEN3_5 && parse_qwen35(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
     if (cJSON_IsTrue(hb)) {

@@ -31,7 +31,7 @@ enum {
  * moe_layer[] marks; the other layers have a dense MLP of intermediate_size. */
 /* CFG_QWEN3_5: Qwen3.5 text model (model_type qwen3_5_text or
  * qwen3_5_moe_text, or the text_config of a multimodal qwen3_5 /
- * qwen3_5_moe checkpoint, vision ignored): layers of
+ * qwen3_5_moe checkpoint, vision ignored; also Qwen3-Next): layers of
  * Gated DeltaNet ("linear_attention") and gated full attention
  * ("full_attention", q_proj doubled into query + sigmoid output gate, RoPE on
  * the first rot_dim dims of each head); the MoE variant's MLPs are expert
@@ -84,6 +84,14 @@ typedef struct {
     /* Qwen3.5 hybrid (CFG_QWEN3_5; all 0 otherwise) */
     int qwen35_moe;      /* Qwen3.5-MoE (qwen3_5_moe_text): every layer's MLP the expert block
                             (norm_topk always), plus a shared expert */
+    /* Qwen3-Next (Qwen3NextForCausalLM / qwen3_next, Qwen3-Coder-Next): the
+     * Qwen3.5 layers, expert layers chosen as qwen3_moe chooses them
+     * (mlp_only_layers, decoder_sparse_step, norm_topk_prob) with a gated
+     * shared expert in each, and the linear layers' input projections fused
+     * per key head g: in_proj_qkvz rows [q_g dk | k_g dk | v_g r*dv | z_g r*dv]
+     * and in_proj_ba rows [b_g r | a_g r] (r = lin_v_heads / lin_k_heads);
+     * the loader regroups them into lin_qkv / lin_z / lin_b / lin_a */
+    int qwen3_next;
     int shared_inter;    /* shared_expert_intermediate_size; 0: no shared expert */
     int vision_ignored;  /* the file was a multimodal qwen3_5 config: its text_config was loaded */
     int attn_gate;       /* full attention: q_proj rows 2 * n_heads * head_dim (query, gate per head) */

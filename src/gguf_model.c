@@ -18,12 +18,6 @@ const char ggm_llama3_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 
-static void *own(mdl_model *m, size_t n) {
-    void *p = dfl_malloc(n ? n : 1);
-    m->owned = dfl_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
-    m->owned[m->n_owned++] = p;
-    return p;
-}
 
 /* s[0..n) for a message: at most 48 bytes, control characters as '?' */
 static const char *shown(const char *s, size_t n, char *buf) {
@@ -318,7 +312,7 @@ static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data,
         f16 = f16 && (dfl_f16_to_f32(h) == sc[i] || isnan(sc[i]));
     }
     if (f16) {
-        uint16_t *s = own(m, 2 * n), *b = own(m, 2 * n);
+        uint16_t *s = mdl_own(m, 2 * n), *b = mdl_own(m, 2 * n);
         for (size_t i = 0; i < n; i++) {
             s[i] = dfl_f32_to_f16(sc[i]);
             b[i] = dfl_f32_to_f16(bi[i]);
@@ -327,7 +321,7 @@ static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data,
         w->biases = b;
         w->scale_dtype = KN_F16;
     } else {
-        float *s = own(m, 4 * n), *b = own(m, 4 * n);
+        float *s = mdl_own(m, 4 * n), *b = mdl_own(m, 4 * n);
         memcpy(s, sc, 4 * n);
         memcpy(b, bi, 4 * n);
         w->scales = s;
@@ -340,7 +334,7 @@ static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data,
 
 int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
     size_t nb = (size_t)cols / 32, n = nb * (size_t)rows;
-    uint8_t *q = own(m, (size_t)rows * (size_t)cols);
+    uint8_t *q = mdl_own(m, (size_t)rows * (size_t)cols);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nb * 34;
@@ -423,7 +417,7 @@ static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, 
     int blck = ggml_blck_size(type), bits = group_bits(type);
     size_t bsz = ggml_type_size(type), nbr = (size_t)cols / (size_t)blck, ng = (size_t)cols / 32;
     size_t n = ng * (size_t)rows;
-    uint8_t *out = own(m, (size_t)rows * (size_t)cols * (size_t)bits / 8);
+    uint8_t *out = mdl_own(m, (size_t)rows * (size_t)cols * (size_t)bits / 8);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
     uint8_t q[32];
     for (int r = 0; r < rows; r++) {
@@ -450,7 +444,7 @@ static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, 
  * f16 d; each half n of 128 weights takes ql[64n..], qh[32n..], sc[8n..]. */
 static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
     size_t nbr = (size_t)cols / 256, ng = (size_t)cols / 16, n = ng * (size_t)rows;
-    uint8_t *out = own(m, (size_t)rows * (size_t)cols);
+    uint8_t *out = mdl_own(m, (size_t)rows * (size_t)cols);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = src + (size_t)(perm ? perm[r] : r) * nbr * 210;
@@ -514,7 +508,7 @@ static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *sr
     case GGML_BF16:
         w->dtype = type == GGML_F32 ? KN_F32 : type == GGML_F16 ? KN_F16 : KN_BF16;
         if (perm) {
-            uint8_t *c = own(m, nbytes);
+            uint8_t *c = mdl_own(m, nbytes);
             for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * rb, src + (size_t)perm[r] * rb, rb);
             src = c;
         }

@@ -279,8 +279,13 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
-    if (m.cfg.arch == CFG_QWEN3_MOE) { /* the ffn_*_exps tensors are not written (yet) */
-        dfl_seterr("%s: writing GGUF for a mixture-of-experts model (%s) is not supported", in, m.cfg.arch_name);
+    /* written: qwen3, llama and DFlash drafts. The expert and Gated DeltaNet
+     * tensors of the other families are not (yet); llama.cpp's converter
+     * writes qwen3moe / qwen35 / qwen35moe files that dflash loads. */
+    if (m.cfg.arch == CFG_QWEN3_MOE || m.cfg.arch == CFG_QWEN3_5) {
+        dfl_seterr("%s: writing GGUF for %s (%s) is not supported; llama.cpp's convert_hf_to_gguf.py writes "
+                   "qwen3moe / qwen35 / qwen35moe GGUF files that dflash loads",
+                   in, m.cfg.arch_name, m.cfg.arch == CFG_QWEN3_MOE ? "mixture of experts" : "Gated DeltaNet layers");
         mdl_free(&m);
         return -1;
     }

@@ -175,6 +175,71 @@ static kn_weight rows_of(const kn_weight *w, int r0, int n) {
     return v;
 }
 
+void *mdl_own(mdl_model *m, size_t n) {
+    void *p = dfl_malloc(n ? n : 1);
+    m->owned = dfl_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* A matrix of its own (owned by m) made of W's row runs: run i is rows
+ * src[i] .. src[i] + len[i] - 1, in the order given, the runs' lengths
+ * summing to ROWS. Float and MLX-quantized rows alike (data, and scales and
+ * biases row for row). */
+static kn_weight gather_rows(mdl_model *m, const kn_weight *w, int n_runs, const int *src, const int *len, int rows) {
+    kn_weight v = *w;
+    v.rows = rows;
+    size_t row = w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
+    size_t srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
+    char *d = mdl_own(m, row * (size_t)rows), *sc = NULL, *bi = NULL;
+    v.data = d;
+    if (w->bits) {
+        v.scales = sc = mdl_own(m, srow * (size_t)rows);
+        v.biases = bi = mdl_own(m, srow * (size_t)rows);
+    }
+    for (int i = 0, at = 0; i < n_runs; at += len[i], i++) {
+        memcpy(d + row * at, (const char *)w->data + row * src[i], row * len[i]);
+        if (w->bits) {
+            memcpy(sc + srow * at, (const char *)w->scales + srow * src[i], srow * len[i]);
+            memcpy(bi + srow * at, (const char *)w->biases + srow * src[i], srow * len[i]);
+        }
+    }
+    return v;
+}
+
+/* Qwen3-Next's fused input projections under PRE (config.h: per key head g,
+ * in_proj_qkvz rows [q_g | k_g | v_g | z_g], in_proj_ba rows [b_g | a_g])
+ * regrouped into the Qwen3.5 matrices: lin_qkv [all q | all k | all v],
+ * lin_z, lin_b, lin_a. Copies (the fused rows are read once, at load). */
+static int bind_fused_in_proj(mdl_model *m, const char *pre, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, nk = c->lin_k_heads, dk = c->lin_k_dim, r = c->lin_v_heads / nk, rv = r * c->lin_v_dim;
+    int G = 2 * dk + 2 * rv; /* in_proj_qkvz rows of one key head */
+    char b[256];
+    kn_weight qkvz, ba;
+    snprintf(b, sizeof b, "%sin_proj_qkvz", pre);
+    if (bind_linear(m, b, nk * G, H, &qkvz)) return -1;
+    snprintf(b, sizeof b, "%sin_proj_ba", pre);
+    if (bind_linear(m, b, 2 * nk * r, H, &ba)) return -1;
+    int *src = dfl_malloc(sizeof(int) * 3 * (size_t)nk), *len = dfl_malloc(sizeof(int) * 3 * (size_t)nk);
+    /* lin_qkv: the q rows of every key head, then the k rows, then the v rows */
+    for (int part = 0; part < 3; part++)
+        for (int g = 0; g < nk; g++) {
+            src[part * nk + g] = g * G + (part == 0 ? 0 : part == 1 ? dk : 2 * dk);
+            len[part * nk + g] = part < 2 ? dk : rv;
+        }
+    L->lin_qkv = gather_rows(m, &qkvz, 3 * nk, src, len, 2 * nk * dk + nk * rv);
+    for (int g = 0; g < nk; g++) src[g] = g * G + 2 * dk + rv, len[g] = rv;
+    L->lin_z = gather_rows(m, &qkvz, nk, src, len, nk * rv);
+    for (int g = 0; g < nk; g++) src[g] = g * 2 * r, len[g] = r;
+    L->lin_b = gather_rows(m, &ba, nk, src, len, nk * r);
+    for (int g = 0; g < nk; g++) src[g] = g * 2 * r + r;
+    L->lin_a = gather_rows(m, &ba, nk, src, len, nk * r);
+    free(src);
+    free(len);
+    return 0;
+}
+
 /* Layer PRE (e.g. "model.layers.3.")'s expert block, in whichever layout
  * the checkpoint has (model.h). */
 static int bind_experts(mdl_model *m, const char *pre, mdl_layer *L) {
@@ -280,10 +345,14 @@ static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
 #define LA_VEC(field, sub, d0, d1, d2)                                         \
     snprintf(b, sizeof b, "%s%s", pre, sub);                                   \
     if (!(L->field = bind_f32(m, b, d0, d1, d2))) return -1;
-    LA_LIN(lin_qkv, "in_proj_qkv", C, H);
-    LA_LIN(lin_z, "in_proj_z", vd, H);
-    LA_LIN(lin_b, "in_proj_b", nv, H);
-    LA_LIN(lin_a, "in_proj_a", nv, H);
+    if (c->qwen3_next) {
+        if (bind_fused_in_proj(m, pre, L)) return -1;
+    } else {
+        LA_LIN(lin_qkv, "in_proj_qkv", C, H);
+        LA_LIN(lin_z, "in_proj_z", vd, H);
+        LA_LIN(lin_b, "in_proj_b", nv, H);
+        LA_LIN(lin_a, "in_proj_a", nv, H);
+    }
     LA_LIN(lin_out, "out_proj", H, vd);
     snprintf(b, sizeof b, "%sconv1d.weight", pre);
     const st_tensor *cw = st_find(&m->st, b);

@@ -66,7 +66,7 @@ typedef struct {
     kn_weight fc;        /* [H, n_taps*H] */
     float *hidden_norm;  /* [H] */
     size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
-    void **owned;        /* buffers made at load (qt_model), freed with the model */
+    void **owned;        /* buffers made at load (mdl_own), freed with the model */
     int n_owned;
     void *be_data;       /* a backend's resident copy of the model (backend.h:
                             set by prepare, freed by release); NULL on the CPU */
@@ -84,5 +84,8 @@ int mdl_pack(mdl_model *m);
 /* Free the packed copies mdl_pack made (a model never packed: nothing). */
 void mdl_unpack(mdl_model *m);
 void mdl_free(mdl_model *m);
+/* A new buffer of N bytes that lives as long as M (freed by mdl_free): the
+ * load's converted and regrouped copies of weights. */
+void *mdl_own(mdl_model *m, size_t n);
 
 #endif

@@ -61,12 +61,6 @@ int qt_parse(const char *s, qt_kind *k) {
     return 0;
 }
 
-static void *own(mdl_model *m, size_t n) {
-    void *p = dfl_malloc(n);
-    m->owned = dfl_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
-    m->owned[m->n_owned++] = p;
-    return p;
-}
 
 /* Re-encode w (any dtype) as kind k; returns the new weight. */
 static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group) {
@@ -90,7 +84,7 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
     if ((k == QT_Q8 && w->dtype == KN_Q8) || (k == QT_Q4 && w->dtype == KN_Q4)) return o;
     float *row = dfl_malloc(sizeof(float) * (size_t)w->cols);
     if (k == QT_BF16) {
-        uint16_t *d = own(m, sizeof(uint16_t) * (size_t)w->rows * w->cols);
+        uint16_t *d = mdl_own(m, sizeof(uint16_t) * (size_t)w->rows * w->cols);
         for (int r = 0; r < w->rows; r++) {
             kn_get_row(row, w, r);
             for (int j = 0; j < w->cols; j++) d[(size_t)r * w->cols + j] = dfl_f32_to_bf16(row[j]);
@@ -101,8 +95,8 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
         o.bits = o.group_size = 0;
     } else {
         size_t words = (size_t)w->cols * bits / 32, ng = (size_t)(w->cols / group);
-        uint32_t *d = own(m, sizeof(uint32_t) * words * w->rows);
-        uint16_t *sc = own(m, sizeof(uint16_t) * ng * w->rows), *bi = own(m, sizeof(uint16_t) * ng * w->rows);
+        uint32_t *d = mdl_own(m, sizeof(uint32_t) * words * w->rows);
+        uint16_t *sc = mdl_own(m, sizeof(uint16_t) * ng * w->rows), *bi = mdl_own(m, sizeof(uint16_t) * ng * w->rows);
         for (int r = 0; r < w->rows; r++) {
             kn_get_row(row, w, r);
             qt_row(row, w->cols, bits, group, KN_BF16, d + words * r, sc + ng * r, bi + ng * r);

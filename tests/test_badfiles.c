@@ -310,6 +310,49 @@ TEST(qwen35_bad_tensors) {
 #undef T35
 }
 
+/* Qwen3-Next checkpoints with one thing wrong: the fused projections, and
+ * the expert fields only this family combines. */
+TEST(qwen3next_bad_files) {
+    const char *d;
+    d = clone("tiny-qwen3next");
+    st_patch(d, "model.layers.2.linear_attn.in_proj_qkvz.weight", NULL, "[96, 64]", NULL, 0);
+    CHECK(load_fails(d, "in_proj_qkvz.weight': shape [96, 64], expected [192, 32]"), "qkvz shape");
+    d = clone("tiny-qwen3next");
+    st_patch(d, "model.layers.0.linear_attn.in_proj_ba.weight", "model.layers.0.linear_attn.in_proj_b.weight",
+             NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.0.linear_attn.in_proj_ba.weight'"), "no in_proj_ba");
+    d = clone("tiny-qwen3next");
+    st_patch(d, "model.layers.3.linear_attn.in_proj_ba.weight", NULL, "[16, 16]", NULL, 0);
+    CHECK(load_fails(d, "in_proj_ba.weight': shape [16, 16], expected [8, 32]"), "ba shape");
+    /* a dense layer narrower than the shared expert (one scratch width) */
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "mlp_only_layers", "[1]");
+    set_raw(d, "config.json", NULL, "intermediate_size", "16");
+    CHECK(load_fails(d, "shared_expert_intermediate_size 48 is wider than intermediate_size 16"), "shared > dense");
+    /* a dense layer where the file has experts: its MLP tensors are missing */
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "mlp_only_layers", "[1]");
+    CHECK(load_fails(d, "missing tensor 'model.layers.1.mlp.gate_proj.weight'"), "dense layer without tensors");
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "shared_expert_intermediate_size", "0");
+    CHECK(load_fails(d, "shared_expert_intermediate_size 0 out of range"), "no shared width");
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "layer_types", "[\"linear_attention\", \"full_attention\", \"mamba\", \"linear_attention\"]");
+    CHECK(load_fails(d, "layer_types[2] must be \"linear_attention\" or \"full_attention\""), "layer type");
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "num_experts_per_tok", "9");
+    CHECK(load_fails(d, "num_experts_per_tok 9 out of range"), "top k > experts");
+    /* without layer_types: full_attention_interval (default 4) decides, so
+     * layer 1 is linear and its attention tensors are not what it needs */
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "layer_types", "null");
+    CHECK(load_fails(d, "missing tensor 'model.layers.1.linear_attn.in_proj_qkvz.weight'"), "interval default");
+    d = clone("tiny-qwen3next");
+    set_raw(d, "config.json", NULL, "layer_types", "null");
+    set_raw(d, "config.json", NULL, "full_attention_interval", "2");
+    CHECK(load_fails(d, "missing tensor 'model.layers.3.self_attn.q_proj.weight'"), "interval 2");
+}
+
 TEST(good_models_still_load) {
     mdl_model m;
     CHECK(mdl_load(&m, "tests/models/tiny-qwen3") == 0, "%s", dfl_lasterr());
@@ -418,6 +461,7 @@ int main(void) {
     RUN(safetensors_numbers);
     RUN(fifo_and_directories);
     RUN(qwen35_bad_tensors);
+    RUN(qwen3next_bad_files);
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);

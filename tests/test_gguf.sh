@@ -27,6 +27,11 @@ cmp -s "$M/model.safetensors" "$T/in.st" && ok "input weights intact" || bad "in
 expect "convert -o a directory" 1 "is a directory" -- "$BIN" convert "$M" -o "$T" --force
 expect "convert --type q4_k" 2 "--type must be f16, q8_0 or q4_0" -- "$BIN" convert "$M" -o "$T/x.gguf" --type q4_k
 expect "convert a GGUF" 1 "already a GGUF file" -- "$BIN" convert "$T/f16.gguf" -o "$T/x.gguf"
+for fam in tiny-qwen3moe tiny-qwen35 tiny-qwen3next; do
+    expect "convert $fam (not written)" 1 "llama.cpp's convert_hf_to_gguf.py writes" -- \
+        "$BIN" convert tests/models/$fam -o "$T/$fam.gguf"
+    if [ -e "$T/$fam.gguf" ]; then bad "convert $fam left a file"; fi
+done
 ls "$T"/*.tmp-dflash >/dev/null 2>&1 && bad "no temporary files left" || ok "no temporary files left"
 
 for p in "Solve for x: 3x + 5 = 20." "Evaluate 44 * 9 - 30." "Write a Python function that reverses a string."; do

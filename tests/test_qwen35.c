@@ -1,6 +1,6 @@
 /* test_qwen35.c - Qwen3.5's recurrent layers: batch invariance and the
  * rollback rule (backend.h, deltanet.h), on the committed tiny-qwen35
- * and tiny-qwen35moe (tests/models; their HF references are checked in
+ * tiny-qwen35moe and tiny-qwen3next (tests/models; their HF references are checked in
  * test_reference.c).
  *
  * Every check here is bit for bit against plain decoding, one token per
@@ -208,6 +208,38 @@ TEST(prompt_reuse) {
     dflash_free(dm);
 }
 
+/* Qwen3-Next's fused in_proj rows regrouped from an MLX 4-bit checkpoint
+ * (packed words, scales and biases moved row for row) equal the bf16
+ * checkpoint's regrouped rows quantized in memory: MLX quantization is per
+ * row, so the two orders of regroup and quantize must give the same bytes. */
+static void regrouped_rows_equal(const char *q4dir) {
+    mdl_model a, b;
+    if (mdl_load(&a, rp("tests/models/tiny-qwen3next")) || qt_model(&a, QT_Q4, 32) || mdl_load(&b, rp(q4dir))) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        return;
+    }
+    int n = 0;
+    for (int l = 0; l < a.cfg.n_layers; l++) {
+        if (!a.cfg.linear_layer[l]) continue;
+        const kn_weight *wa[] = {&a.layers[l].lin_qkv, &a.layers[l].lin_z, &a.layers[l].lin_b, &a.layers[l].lin_a};
+        const kn_weight *wb[] = {&b.layers[l].lin_qkv, &b.layers[l].lin_z, &b.layers[l].lin_b, &b.layers[l].lin_a};
+        for (int i = 0; i < 4; i++, n++) {
+            const kn_weight *x = wa[i], *y = wb[i];
+            size_t words = (size_t)x->rows * x->cols / 8 * 4, ng = (size_t)x->rows * (x->cols / 32) * 2;
+            CHECK(x->bits == 4 && y->bits == 4 && x->rows == y->rows && x->cols == y->cols &&
+                      x->scale_dtype == y->scale_dtype,
+                  "layer %d matrix %d: layouts differ", l, i);
+            CHECK(!memcmp(x->data, y->data, words) && !memcmp(x->scales, y->scales, ng) &&
+                      !memcmp(x->biases, y->biases, ng),
+                  "layer %d matrix %d: regrouped 4-bit rows differ", l, i);
+        }
+    }
+    CHECK(n == 4 * a.cfg.n_linear_layers && n > 0, "%d matrices compared", n);
+    fprintf(stderr, "  qwen3next: %d regrouped 4-bit matrices equal\n", n);
+    mdl_free(&a);
+    mdl_free(&b);
+}
+
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
@@ -215,18 +247,23 @@ int main(void) {
     bi = be_cpu.open(&bo);
     /* the dense model, then Qwen3.5-MoE (experts routed per row: a row's
      * expert sum has one order whatever rows share the forward) */
-    char tmp[] = "/tmp/dflash_q35_XXXXXX", q4[64];
+    char tmp[] = "/tmp/dflash_q35_XXXXXX", q4[64], q4n[64];
     if (!mkdtemp(tmp)) return 1;
     snprintf(q4, sizeof q4, "%s/q4", tmp);
-    /* and an MLX 4-bit copy of the MoE one, made by dflash quantize's code */
+    snprintf(q4n, sizeof q4n, "%s/q4next", tmp);
+    /* and MLX 4-bit copies of the MoE one and of Qwen3-Next (its fused
+     * in_proj rows regrouped from packed rows), made by dflash quantize's code */
     char in[600];
     snprintf(in, sizeof in, "%s", rp("tests/models/tiny-qwen35moe"));
     int qrc = qt_checkpoint(in, q4, 4, 32);
+    snprintf(in, sizeof in, "%s", rp("tests/models/tiny-qwen3next"));
+    if (!qrc) qrc = qt_checkpoint(in, q4n, 4, 32);
     if (qrc) fprintf(stderr, "  quantize: %s\n", dfl_lasterr());
-    const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe", q4};
-    for (int d = 0; d < 3; d++) {
+    const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe", "tests/models/tiny-qwen3next", q4,
+                          q4n};
+    for (int d = 0; d < 5; d++) {
         model_dir = dirs[d];
-        if (d == 2 && qrc) {
+        if (d >= 3 && qrc) {
             check_n_fail++;
             break;
         }
@@ -244,6 +281,7 @@ int main(void) {
         free(ref_t);
         mdl_free(&m);
     }
+    if (!qrc) regrouped_rows_equal(q4n);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", tmp);

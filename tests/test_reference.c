@@ -232,6 +232,10 @@ TEST(qwen35_bf16_gated_deltanet) { check_target("tiny-qwen35"); }
  * top 2, always renormalised; transformers 5's fused gate_up_proj layout)
  * plus the sigmoid-gated shared expert */
 TEST(qwen35moe_bf16_shared_expert) { check_target("tiny-qwen35moe"); }
+/* Qwen3-Next (tools/reference/make_tiny_qwen3next.py): tiny-qwen35moe's
+ * layers with the fused in_proj_qkvz / in_proj_ba per key head, regrouped
+ * at load; experts chosen by mlp_only_layers / decoder_sparse_step */
+TEST(qwen3next_fused_in_proj) { check_target("tiny-qwen3next"); }
 TEST(qwen3moe_mlx_q4_switch_mlp) { check_target("tiny-qwen3moe-q4"); }
 
 /* dflash_info.token_bytes: the bytes a decode step reads - every weight but
@@ -371,6 +375,51 @@ TEST(qwen3moe_draft_and_dflash) { check_draft_pair("tiny-qwen3moe", "tiny-qwen3m
  * so each round rolls the recurrent state back from 16 rows to 1 */
 TEST(qwen35_draft_and_dflash) { check_draft_pair("tiny-qwen35", "tiny-qwen35-draft", 1); }
 
+/* A target without a draft of its own: DFlash with a draft made for another
+ * target of the same widths (its proposals mostly rejected, so nearly every
+ * round rolls the recurrent state back) must still give the target's
+ * reference greedy tokens, at every block size. */
+static void check_dflash_is_greedy(const char *tn, const char *dn) {
+    char tdir[128], ddir[128], tfx[128];
+    snprintf(tdir, sizeof tdir, "tests/models/%s", tn);
+    snprintf(ddir, sizeof ddir, "tests/models/%s", dn);
+    snprintf(tfx, sizeof tfx, "tests/fixtures/%s.ref.safetensors", tn);
+    st_set tf;
+    if (st_open_file(&tf, rp(tfx, NULL))) {
+        CHECK(0, "%s", dfl_lasterr());
+        return;
+    }
+    dflash_params pr = dflash_default_params();
+    dflash_model *api = dflash_load(rp(tdir, NULL), rp(ddir, NULL), &pr);
+    CHECK(api != NULL, "load: %s", dflash_error());
+    int np = 0, rounds = 0;
+    for (int i = 0; api && get(&tf, i, "ids"); i++, np++) {
+        const st_tensor *ids = get(&tf, i, "ids"), *greedy = get(&tf, i, "greedy");
+        int blocks[] = {2, 3, 8, 16, 0};
+        for (int b = 0; b < 5; b++) {
+            dflash_gen g = dflash_default_gen();
+            g.n_predict = (int)greedy->shape[0];
+            g.block_size = blocks[b];
+            g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
+            int32_t *out;
+            size_t nout;
+            dflash_stats s;
+            dflash_reset(api);
+            CHECK(dflash_generate(api, ids->data, (size_t)ids->shape[0], &g, NULL, NULL, &out, &nout, &s) == 0,
+                  "generate: %s", dflash_error());
+            CHECK(nout == (size_t)g.n_predict && !memcmp(out, greedy->data, nout * sizeof(int32_t)),
+                  "p%d block %d: DFlash tokens differ from the reference greedy tokens", i, blocks[b]);
+            rounds += s.rounds;
+            free(out);
+        }
+    }
+    CHECK(np >= 4, "only %d prompts", np);
+    fprintf(stderr, "  %s with %s: %d prompts x 5 block sizes, %d rounds, all = greedy\n", tn, dn, np, rounds);
+    dflash_free(api);
+    st_close(&tf);
+}
+TEST(qwen3next_dflash_is_greedy) { check_dflash_is_greedy("tiny-qwen3next", "tiny-qwen35-draft"); }
+
 /* The same models as llama.cpp's converter writes them (tools/llama/
  * zoo_gguf.sh: tests/fixtures/gguf/), against the same fixtures and bounds:
  * its qwen3moe layout (stacked ffn_*_exps, the dense layer by name), and
@@ -405,6 +454,8 @@ int main(void) {
     RUN(qwen35_bf16_gated_deltanet);
     RUN(qwen35_draft_and_dflash);
     RUN(qwen35moe_bf16_shared_expert);
+    RUN(qwen3next_fused_in_proj);
+    RUN(qwen3next_dflash_is_greedy);
     RUN(gguf_qwen3moe_bf16);
     RUN(gguf_qwen35_bf16);
     RUN(gguf_qwen35moe_bf16);

@@ -914,6 +914,10 @@ TEST(moe) {
     family_case("tests/models/tiny-qwen3moe");
     family_case("tests/models/tiny-qwen3moe-q4");
     family_case("tests/models/tiny-qwen35moe");
+    /* Qwen3-Next: the same layers from fused in_proj_qkvz / in_proj_ba
+     * (regrouped at load), and DFlash on it with another target's draft */
+    family_case("tests/models/tiny-qwen3next");
+    pair_case("tests/models/tiny-qwen3next", "tests/models/tiny-qwen35-draft");
     pair_case("tests/models/tiny-qwen3moe", "tests/models/tiny-qwen3moe-draft");
     /* the same families from llama.cpp's converter: stacked experts, tiled
      * value heads. (Its Q8_0 qwen35moe file is not here: GPU vs CPU f32 rel
