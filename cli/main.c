@@ -211,7 +211,8 @@ static const char *help_quantize =
 static const char *help_convert =
     "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
     "\n"
-    "Write a Hugging Face / MLX target (qwen3 or llama) or a DFlash draft as one\n"
+    "Write a Hugging Face / MLX target (qwen3, llama or qwen3_moe; not the\n"
+    "Qwen3.5 / Qwen3-Next families) or a DFlash draft as one\n"
     "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
     "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
     "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"

@@ -61,30 +61,61 @@ static void *keep(conv *cv, size_t n) {
     return cv->bufs[cv->nb++] = dfl_malloc(n ? n : 1);
 }
 
-/* A matrix as F16 or Q8_0 rows (HF row order, or llama's Q/K order when hd > 0). */
-static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) {
-    int rows = w->rows, cols = w->cols, q8 = cols % 32 == 0 ? cv->q8 : 0;
-    size_t rb = q8 == 1 ? (size_t)cols / 32 * 34 : q8 == 2 ? (size_t)cols / 32 * 18 : (size_t)cols * 2;
-    uint8_t *d = keep(cv, rb * (size_t)rows);
+enum { PUT_F32 = 3 }; /* a put_mats kind beside conv.q8's 0 f16, 1 q8_0, 2 q4_0: exact f32 (routers) */
+
+/* N matrices of one shape as one tensor: [rows, cols] when n == 1, else the
+ * stack [n, rows, cols] (ggml ne {cols, rows, n}: llama.cpp's ffn_*_exps).
+ * Rows as F16, Q8_0 or Q4_0 (conv.q8; kind PUT_F32 overrides it), in HF
+ * row order, or llama's Q/K order when hd > 0. */
+static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int n, int hd, int kind) {
+    int rows = ws[0]->rows, cols = ws[0]->cols, q8 = kind == PUT_F32 ? PUT_F32 : cols % 32 == 0 ? cv->q8 : 0;
+    size_t rb = q8 == 1   ? (size_t)cols / 32 * 34
+                : q8 == 2 ? (size_t)cols / 32 * 18
+                          : (size_t)cols * (q8 == PUT_F32 ? 4 : 2);
+    uint8_t *d = keep(cv, rb * (size_t)rows * (size_t)n);
     float *row = dfl_malloc(sizeof(float) * (size_t)cols);
     int *perm = hd > 0 ? ggm_unpermute(rows, hd) : NULL;
-    for (int r = 0; r < rows; r++) {
-        kn_get_row(row, w, r);
-        /* HF row r goes to GGUF row perm[r] */
-        uint8_t *o = d + (size_t)(perm ? perm[r] : r) * rb;
-        if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
-        else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
-        else
-            for (int j = 0; j < cols; j++) {
-                uint16_t h = dfl_f32_to_f16(row[j]);
-                o[2 * j] = (uint8_t)h;
-                o[2 * j + 1] = (uint8_t)(h >> 8);
-            }
-    }
+    for (int e = 0; e < n; e++)
+        for (int r = 0; r < rows; r++) {
+            kn_get_row(row, ws[e], r);
+            /* HF row r goes to GGUF row perm[r] */
+            uint8_t *o = d + ((size_t)e * rows + (size_t)(perm ? perm[r] : r)) * rb;
+            if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
+            else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
+            else if (q8 == PUT_F32) memcpy(o, row, sizeof(float) * (size_t)cols);
+            else
+                for (int j = 0; j < cols; j++) {
+                    uint16_t h = dfl_f32_to_f16(row[j]);
+                    o[2 * j] = (uint8_t)h;
+                    o[2 * j + 1] = (uint8_t)(h >> 8);
+                }
+        }
     free(row);
     free(perm);
-    int64_t ne[2] = {cols, rows};
-    gguf_w_tensor(cv->w, name, q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : GGML_F16, 2, ne, d);
+    int64_t ne[3] = {cols, rows, n};
+    ggml_type t = q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : q8 == PUT_F32 ? GGML_F32 : GGML_F16;
+    gguf_w_tensor(cv->w, name, t, n > 1 ? 3 : 2, ne, d);
+}
+
+/* One matrix (put_mats with n = 1, the file's kind). */
+static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) { put_mats(cv, name, &w, 1, hd, 0); }
+
+/* Layer L's expert block as llama.cpp's qwen3moe writes it: the router
+ * blk.L.ffn_gate_inp [E, H] (f32: routing decisions kept exact) and the
+ * stacks ffn_{gate,up,down}_exps [E, rows, cols]. */
+static void put_experts(conv *cv, int l, const mdl_layer *L, int E) {
+    char b[64];
+    snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
+    const kn_weight *r = &L->router;
+    put_mats(cv, b, &r, 1, 0, PUT_F32);
+    const kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)E);
+    static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int p = 0; p < 3; p++) {
+        for (int e = 0; e < E; e++) ws[e] = p == 0 ? &L->experts[e].wg : p == 1 ? &L->experts[e].wu : &L->experts[e].wd;
+        snprintf(b, sizeof b, "blk.%d.%s.weight", l, stk[p]);
+        put_mats(cv, b, ws, E, 0, 0);
+    }
+    free(ws);
 }
 
 static void put_vec(conv *cv, const char *name, const float *v, int n) {
@@ -279,13 +310,20 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
-    /* written: qwen3, llama and DFlash drafts. The expert and Gated DeltaNet
-     * tensors of the other families are not (yet); llama.cpp's converter
-     * writes qwen3moe / qwen35 / qwen35moe files that dflash loads. */
-    if (m.cfg.arch == CFG_QWEN3_MOE || m.cfg.arch == CFG_QWEN3_5) {
-        dfl_seterr("%s: writing GGUF for %s (%s) is not supported; llama.cpp's convert_hf_to_gguf.py writes "
-                   "qwen3moe / qwen35 / qwen35moe GGUF files that dflash loads",
-                   in, m.cfg.arch_name, m.cfg.arch == CFG_QWEN3_MOE ? "mixture of experts" : "Gated DeltaNet layers");
+    /* written: qwen3, llama, qwen3moe and DFlash drafts. The Gated DeltaNet
+     * tensors of the Qwen3.5 family are not (yet); llama.cpp's converter
+     * writes qwen35 / qwen35moe files that dflash loads. */
+    if (m.cfg.arch == CFG_QWEN3_5) {
+        dfl_seterr("%s: writing GGUF for %s (Gated DeltaNet layers) is not supported; llama.cpp's "
+                   "convert_hf_to_gguf.py writes qwen35 / qwen35moe GGUF files that dflash loads", in, m.cfg.arch_name);
+        mdl_free(&m);
+        return -1;
+    }
+    /* GGUF qwen3moe has no key for it: llama.cpp's graph (and dflash's GGUF
+     * loader) always renormalise the top-k weights */
+    if (m.cfg.arch == CFG_QWEN3_MOE && m.cfg.n_moe_layers && !m.cfg.norm_topk) {
+        dfl_seterr("%s: norm_topk_prob=false cannot be written to GGUF (a qwen3moe GGUF always renormalises the "
+                   "top-k expert weights)", in);
         mdl_free(&m);
         return -1;
     }
@@ -301,7 +339,10 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
                    c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
         goto out;
     }
-    const char *arch = c->is_draft ? "dflash" : c->arch == CFG_QWEN3 ? "qwen3" : "llama";
+    const char *arch = c->is_draft                ? "dflash"
+                       : c->arch == CFG_QWEN3     ? "qwen3"
+                       : c->arch == CFG_QWEN3_MOE ? "qwen3moe"
+                                                  : "llama";
     char k[128];
     gguf_writer *w = cv.w;
     gguf_w_str(w, "general.architecture", arch);
@@ -321,6 +362,11 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     KF("attention.layer_norm_rms_epsilon", c->eps);
     KU("attention.key_length", c->head_dim);
     KU("attention.value_length", c->head_dim);
+    if (c->arch == CFG_QWEN3_MOE) { /* dense layers (mlp_only_layers) are the ones without ffn_gate_inp */
+        KU("expert_count", c->n_experts);
+        KU("expert_used_count", c->n_experts_used);
+        KU("expert_feed_forward_length", c->moe_inter);
+    }
     if (c->arch == CFG_LLAMA) {
         KU("vocab_size", c->vocab);
         KU("rope.dimension_count", c->head_dim);
@@ -377,9 +423,13 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
         if (L->q_norm) V("attn_q_norm", L->q_norm, c->head_dim);
         if (L->k_norm) V("attn_k_norm", L->k_norm, c->head_dim);
         V("ffn_norm", L->post_norm, c->hidden);
-        M("ffn_gate", &L->wg, 0);
-        M("ffn_up", &L->wu, 0);
-        M("ffn_down", &L->wd, 0);
+        if (c->moe_layer[l]) {
+            put_experts(&cv, l, L, c->n_experts);
+        } else {
+            M("ffn_gate", &L->wg, 0);
+            M("ffn_up", &L->wu, 0);
+            M("ffn_down", &L->wd, 0);
+        }
 #undef M
 #undef V
     }

@@ -875,6 +875,103 @@ TEST(llama_converter_families) {
     free(y);
 }
 
+/* a's rows equal b's rows passed through round (NULL: as they are) */
+static int same_rounded(const kn_weight *a, const kn_weight *b, float (*round)(float)) {
+    if (!round) return same_matrix(a, b);
+    if (a->rows != b->rows || a->cols != b->cols) return 0;
+    float *x = malloc(sizeof(float) * (size_t)a->cols), *y = malloc(sizeof(float) * (size_t)a->cols);
+    int same = x && y;
+    for (int r = 0; r < a->rows && same; r++) {
+        kn_get_row(x, a, r);
+        kn_get_row(y, b, r);
+        for (int j = 0; j < a->cols && same; j++) {
+            float want = round(y[j]);
+            same = !memcmp(&x[j], &want, 4);
+        }
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+/* dflash convert of a qwen3_moe checkpoint: llama.cpp's qwen3moe layout
+ * (the same tensor names and shapes as its own converter's file of the same
+ * checkpoint), the router f32 (exact), the experts F16 = the f16 rounding of
+ * the checkpoint's, Q8_0 = the engine's own Q8_0; the f16 file decodes as
+ * the checkpoint does; norm_topk_prob=false (no GGUF key) is refused. */
+TEST(convert_qwen3moe) {
+    char f16p[512], q8p[512], q4src[512];
+    snprintf(f16p, sizeof f16p, "%s/moe-f16.gguf", tmpdir);
+    snprintf(q8p, sizeof q8p, "%s/moe-q8_0.gguf", tmpdir);
+    CHECK(convert("tests/models/tiny-qwen3moe", f16p, "f16") == 0, "f16");
+    CHECK(convert("tests/models/tiny-qwen3moe", q8p, "q8_0") == 0, "q8_0");
+    gguf_file ours, theirs;
+    if (gguf_open(&ours, f16p) || gguf_open(&theirs, "tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf")) {
+        CHECK(0, "open: %s", dfl_lasterr());
+        return;
+    }
+    int same_set = ours.n_tensors == theirs.n_tensors;
+    for (int i = 0; i < theirs.n_tensors; i++) {
+        const gguf_tensor *t = &theirs.t[i], *o = gguf_find_tensor(&ours, t->name);
+        if (!o || o->n_dims != t->n_dims || memcmp(o->ne, t->ne, sizeof t->ne)) {
+            fprintf(stderr, "  %s: %s in ours\n", t->name, o ? "another shape" : "missing");
+            same_set = 0;
+        }
+    }
+    CHECK(same_set, "tensors differ from llama.cpp's converter's (%d vs %d)", ours.n_tensors, theirs.n_tensors);
+    const gguf_tensor *r = gguf_find_tensor(&ours, "blk.0.ffn_gate_inp.weight");
+    const gguf_tensor *x = gguf_find_tensor(&ours, "blk.0.ffn_gate_exps.weight");
+    CHECK(r && r->type == GGML_F32 && x && x->type == GGML_F16 && x->n_dims == 3, "router / expert types");
+    gguf_close(&ours);
+    gguf_close(&theirs);
+    mdl_model hf, f16, q8;
+    if (mdl_load(&hf, "tests/models/tiny-qwen3moe") != 0) return;
+    CHECK(mdl_load(&f16, f16p) == 0, "load f16: %s", dfl_lasterr());
+    CHECK(mdl_load(&q8, q8p) == 0, "load q8_0: %s", dfl_lasterr());
+    if (f16.layers && q8.layers) {
+        const cfg_model *a = &hf.cfg, *b = &f16.cfg;
+        CHECK(b->arch == CFG_QWEN3_MOE && b->n_experts == a->n_experts && b->n_experts_used == a->n_experts_used &&
+                  b->moe_inter == a->moe_inter && b->norm_topk && b->inter == a->inter &&
+                  b->n_moe_layers == a->n_moe_layers && b->n_moe_layers < a->n_layers &&
+                  !memcmp(b->moe_layer, a->moe_layer, (size_t)a->n_layers),
+              "config differs");
+        CHECK(same_weights(&f16, &hf, to_f16, "f16"), "f16 attention / dense weights");
+        int bad = 0, n = 0;
+        for (int l = 0; l < a->n_layers; l++) {
+            if (!a->moe_layer[l]) continue;
+            const mdl_layer *X = &f16.layers[l], *Y = &hf.layers[l];
+            bad |= !same_matrix(&X->router, &Y->router) || !same_matrix(&q8.layers[l].router, &Y->router);
+            for (int e = 0; e < a->n_experts; e++, n += 3)
+                bad |= !same_rounded(&X->experts[e].wg, &Y->experts[e].wg, to_f16) ||
+                       !same_rounded(&X->experts[e].wu, &Y->experts[e].wu, to_f16) ||
+                       !same_rounded(&X->experts[e].wd, &Y->experts[e].wd, to_f16);
+        }
+        CHECK(!bad && n > 0, "f16 experts / routers differ (%d expert matrices)", n);
+        CHECK(qt_model(&hf, QT_Q8_0, 32) == 0, "quantize: %s", dfl_lasterr());
+        bad = 0;
+        for (int l = 0; l < a->n_layers; l++)
+            for (int e = 0; a->moe_layer[l] && e < a->n_experts; e++)
+                bad |= !same_matrix(&q8.layers[l].experts[e].wg, &hf.layers[l].experts[e].wg) ||
+                       !same_matrix(&q8.layers[l].experts[e].wu, &hf.layers[l].experts[e].wu) ||
+                       !same_matrix(&q8.layers[l].experts[e].wd, &hf.layers[l].experts[e].wd);
+        CHECK(!bad && q8.layers[0].experts[0].wg.dtype == KN_Q8, "Q8_0 experts differ from the engine's Q8_0");
+    }
+    mdl_free(&hf);
+    mdl_free(&f16);
+    mdl_free(&q8);
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    size_t na, nb;
+    int32_t *ya = greedy_ids("tests/models/tiny-qwen3moe", NULL, NULL, prompt, 6, &na);
+    int32_t *yb = greedy_ids(f16p, NULL, NULL, prompt, 6, &nb);
+    CHECK(ya && yb && na == 24 && na == nb && !memcmp(ya, yb, na * sizeof *ya), "f16 file's greedy tokens differ");
+    free(ya);
+    free(yb);
+    snprintf(q4src, sizeof q4src, "%s/moe-q4.gguf", tmpdir);
+    CHECK(ggm_convert("tests/models/tiny-qwen3moe-q4", q4src, "f16", NULL) != 0 &&
+              strstr(dfl_lasterr(), "norm_topk_prob=false cannot be written"),
+          "norm_topk_prob=false: %s", dfl_lasterr());
+}
+
 /* Hostile edits of the family files: each fails at load naming the culprit. */
 TEST(bad_family_models) {
     static const struct {
@@ -1267,6 +1364,7 @@ int main(void) {
     RUN(bad_models);
     RUN(bad_drafts);
     RUN(llama_converter_families);
+    RUN(convert_qwen3moe);
     RUN(bad_family_models);
     RUN(q4_blocks);
     RUN(quants_match_ggml);

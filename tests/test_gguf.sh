@@ -27,7 +27,7 @@ cmp -s "$M/model.safetensors" "$T/in.st" && ok "input weights intact" || bad "in
 expect "convert -o a directory" 1 "is a directory" -- "$BIN" convert "$M" -o "$T" --force
 expect "convert --type q4_k" 2 "--type must be f16, q8_0 or q4_0" -- "$BIN" convert "$M" -o "$T/x.gguf" --type q4_k
 expect "convert a GGUF" 1 "already a GGUF file" -- "$BIN" convert "$T/f16.gguf" -o "$T/x.gguf"
-for fam in tiny-qwen3moe tiny-qwen35 tiny-qwen3next; do
+for fam in tiny-qwen35 tiny-qwen3next; do
     expect "convert $fam (not written)" 1 "llama.cpp's convert_hf_to_gguf.py writes" -- \
         "$BIN" convert tests/models/$fam -o "$T/$fam.gguf"
     if [ -e "$T/$fam.gguf" ]; then bad "convert $fam left a file"; fi
@@ -83,6 +83,20 @@ for fam in qwen35 qwen3moe; do
         --ignore-eos >"$T/fg" 2>/dev/null
     [ -s "$T/fg" ] && cmp -s "$T/fd" "$T/fg" && ok "$fam GGUF DFlash = its greedy" || bad "$fam GGUF DFlash = its greedy"
 done
+
+# a qwen3_moe checkpoint written by dflash convert (llama.cpp's qwen3moe
+# layout): the directory's greedy text, and DFlash with its draft = greedy
+expect "convert qwen3moe q8_0" 0 "wrote" -- "$BIN" convert tests/models/tiny-qwen3moe -o "$T/moe8.gguf" --type q8_0
+expect "convert qwen3moe f16" 0 "wrote" -- "$BIN" convert tests/models/tiny-qwen3moe -o "$T/moe.gguf"
+"$BIN" generate -m tests/models/tiny-qwen3moe -p "The quick brown" -n 24 --ignore-eos >"$T/fh" 2>/dev/null
+"$BIN" generate -m "$T/moe.gguf" -p "The quick brown" -n 24 --ignore-eos >"$T/fg" 2>/dev/null
+[ -s "$T/fh" ] && cmp -s "$T/fh" "$T/fg" && ok "qwen3moe f16 GGUF = directory" || bad "qwen3moe f16 GGUF = directory"
+"$BIN" generate -m "$T/moe8.gguf" -p "The quick brown" -n 24 --ignore-eos >"$T/fg" 2>/dev/null
+"$BIN" generate -m "$T/moe8.gguf" --draft tests/models/tiny-qwen3moe-draft -p "The quick brown" -n 24 --ignore-eos \
+    >"$T/fd" 2>/dev/null
+[ -s "$T/fg" ] && cmp -s "$T/fd" "$T/fg" && ok "qwen3moe q8_0 GGUF DFlash = its greedy" || bad "qwen3moe q8_0 DFlash"
+expect "convert norm_topk_prob=false" 1 "norm_topk_prob=false cannot be written" -- \
+    "$BIN" convert tests/models/tiny-qwen3moe-q4 -o "$T/moe4.gguf"
 
 if [ -n "$LLAMA_CPP_BIN" ] && [ -x "$LLAMA_CPP_BIN/llama-simple" ]; then
     expect "llama.cpp loads the F16 file" 0 "" -- "$LLAMA_CPP_BIN/llama-simple" -m "$T/f16.gguf" -n 16 "The answer is"
