@@ -563,19 +563,23 @@ TEST(convert_draft) {
 }
 
 /* 1 if matrices a and b hold the same values (any dtype each) */
-static int same_matrix(const kn_weight *a, const kn_weight *b) {
+/* a's rows equal b's rows passed through round (NULL: as they are) */
+static int same_rounded(const kn_weight *a, const kn_weight *b, float (*round)(float)) {
     if (a->rows != b->rows || a->cols != b->cols) return 0;
     float *x = malloc(sizeof(float) * (size_t)a->cols), *y = malloc(sizeof(float) * (size_t)a->cols);
     int same = x && y;
     for (int r = 0; r < a->rows && same; r++) {
         kn_get_row(x, a, r);
         kn_get_row(y, b, r);
+        for (int j = 0; round && j < a->cols; j++) y[j] = round(y[j]);
         same = !memcmp(x, y, sizeof(float) * (size_t)a->cols);
     }
     free(x);
     free(y);
     return same;
 }
+
+static int same_matrix(const kn_weight *a, const kn_weight *b) { return same_rounded(a, b, NULL); }
 
 static int same_vec(const float *a, const float *b, int n) {
     return (!a && !b) || (a && b && !memcmp(a, b, sizeof(float) * (size_t)n));
@@ -873,25 +877,6 @@ TEST(llama_converter_families) {
                             prompt, 6, &nb);
     CHECK(y && nb == 24, "qwen35moe q8_0 greedy: %zu tokens", nb);
     free(y);
-}
-
-/* a's rows equal b's rows passed through round (NULL: as they are) */
-static int same_rounded(const kn_weight *a, const kn_weight *b, float (*round)(float)) {
-    if (!round) return same_matrix(a, b);
-    if (a->rows != b->rows || a->cols != b->cols) return 0;
-    float *x = malloc(sizeof(float) * (size_t)a->cols), *y = malloc(sizeof(float) * (size_t)a->cols);
-    int same = x && y;
-    for (int r = 0; r < a->rows && same; r++) {
-        kn_get_row(x, a, r);
-        kn_get_row(y, b, r);
-        for (int j = 0; j < a->cols && same; j++) {
-            float want = round(y[j]);
-            same = !memcmp(&x[j], &want, 4);
-        }
-    }
-    free(x);
-    free(y);
-    return same;
 }
 
 /* dflash convert of a qwen3_moe checkpoint: llama.cpp's qwen3moe layout

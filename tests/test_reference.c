@@ -282,6 +282,29 @@ TEST(qwen3moe_token_bytes) {
  * against the reference (p0, when the fixture keeps them: with_logits),
  * every prompt's round-1 proposals, and DFlash through the public API equal
  * to the reference (which is plain greedy) at block sizes 2..16 and auto. */
+/* DFlash on prompt tok[0..T) at blocks 2, 3, 8, 16 and auto gives want[0..n)
+ * each time (prompt i in messages); returns the drafting rounds run. */
+static int dflash_blocks_equal(dflash_model *api, const int32_t *tok, int T, const int32_t *want, int n, int i) {
+    int blocks[] = {2, 3, 8, 16, 0}, rounds = 0;
+    for (int b = 0; b < 5; b++) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = n;
+        g.block_size = blocks[b];
+        g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
+        int32_t *out = NULL;
+        size_t nout = 0;
+        dflash_stats s;
+        dflash_reset(api);
+        CHECK(dflash_generate(api, tok, (size_t)T, &g, NULL, NULL, &out, &nout, &s) == 0, "generate: %s",
+              dflash_error());
+        CHECK(nout == (size_t)n && !memcmp(out, want, nout * sizeof(int32_t)),
+              "p%d block %d: DFlash tokens differ from the reference", i, blocks[b]);
+        rounds += s.rounds;
+        free(out);
+    }
+    return rounds;
+}
+
 static void check_draft_pair_at(const char *tpath, const char *tn, const char *dn, int with_logits) {
     char tdir[128], ddir[128], dfx[128], tfx[128];
     snprintf(tdir, sizeof tdir, "%s", tpath);
@@ -335,22 +358,7 @@ static void check_draft_pair_at(const char *tpath, const char *tn, const char *d
         const st_tensor *ref = get(&fx, i, "dflash"), *greedy = get(&tf, i, "greedy");
         CHECK(greedy && ref->shape[0] == greedy->shape[0] && !memcmp(ref->data, greedy->data, ref->nbytes),
               "p%d: the reference DFlash output is not the target's greedy output", i);
-        int blocks[] = {2, 3, 8, 16, 0};
-        for (int b = 0; api && b < 5; b++) {
-            dflash_gen g = dflash_default_gen();
-            g.n_predict = (int)ref->shape[0];
-            g.block_size = blocks[b];
-            g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
-            int32_t *out;
-            size_t nout;
-            dflash_stats s;
-            dflash_reset(api);
-            CHECK(dflash_generate(api, tok, (size_t)T, &g, NULL, NULL, &out, &nout, &s) == 0, "generate: %s",
-                  dflash_error());
-            CHECK(nout == (size_t)g.n_predict && !memcmp(out, ref->data, nout * sizeof(int32_t)),
-                  "p%d block %d: DFlash tokens differ from the reference", i, blocks[b]);
-            free(out);
-        }
+        if (api) dflash_blocks_equal(api, tok, T, ref->data, (int)ref->shape[0], i);
         free(logits);
         be->destroy(st);
         be->draft_destroy(ds);
@@ -395,23 +403,7 @@ static void check_dflash_is_greedy(const char *tn, const char *dn) {
     int np = 0, rounds = 0;
     for (int i = 0; api && get(&tf, i, "ids"); i++, np++) {
         const st_tensor *ids = get(&tf, i, "ids"), *greedy = get(&tf, i, "greedy");
-        int blocks[] = {2, 3, 8, 16, 0};
-        for (int b = 0; b < 5; b++) {
-            dflash_gen g = dflash_default_gen();
-            g.n_predict = (int)greedy->shape[0];
-            g.block_size = blocks[b];
-            g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
-            int32_t *out;
-            size_t nout;
-            dflash_stats s;
-            dflash_reset(api);
-            CHECK(dflash_generate(api, ids->data, (size_t)ids->shape[0], &g, NULL, NULL, &out, &nout, &s) == 0,
-                  "generate: %s", dflash_error());
-            CHECK(nout == (size_t)g.n_predict && !memcmp(out, greedy->data, nout * sizeof(int32_t)),
-                  "p%d block %d: DFlash tokens differ from the reference greedy tokens", i, blocks[b]);
-            rounds += s.rounds;
-            free(out);
-        }
+        rounds += dflash_blocks_equal(api, ids->data, (int)ids->shape[0], greedy->data, (int)greedy->shape[0], i);
     }
     CHECK(np >= 4, "only %d prompts", np);
     fprintf(stderr, "  %s with %s: %d prompts x 5 block sizes, %d rounds, all = greedy\n", tn, dn, np, rounds);
