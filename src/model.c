@@ -161,11 +161,17 @@ static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_we
     return bind_mat(m, name, base, 0, rows, cols, w);
 }
 
+/* Bytes of one row of an unpacked matrix's data, and (*srow) of its scales
+ * and of its biases (0 for a float matrix). */
+static size_t row_bytes(const kn_weight *w, size_t *srow) {
+    *srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
+    return w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
+}
+
 /* Rows r0..r0+n-1 of an unpacked matrix as a matrix of their own. */
 static kn_weight rows_of(const kn_weight *w, int r0, int n) {
     kn_weight v = *w;
-    size_t row = w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
-    size_t srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
+    size_t srow, row = row_bytes(w, &srow);
     v.rows = n;
     v.data = (const char *)w->data + row * r0;
     if (w->bits) {
@@ -189,8 +195,7 @@ void *mdl_own(mdl_model *m, size_t n) {
 static kn_weight gather_rows(mdl_model *m, const kn_weight *w, int n_runs, const int *src, const int *len, int rows) {
     kn_weight v = *w;
     v.rows = rows;
-    size_t row = w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
-    size_t srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
+    size_t srow, row = row_bytes(w, &srow);
     char *d = mdl_own(m, row * (size_t)rows), *sc = NULL, *bi = NULL;
     v.data = d;
     if (w->bits) {
