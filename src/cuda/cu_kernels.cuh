@@ -61,6 +61,7 @@ enum { CW_ROW_ALIGN = 16, CW_COL_ALIGN = 128 };
  * row views keep it, so a row's bits never depend on the view. */
 typedef struct {
     int kind, rows, cols, rows_p, cols_p, group, sdt, split;
+    int iq; /* Q4 only, fixed at upload: 1 = the integer-MMA nibble order (cu_iq_pos) */
     size_t row_bytes, sb_row_bytes;
     uint8_t *data, *sb;
 } cw_weight;
@@ -91,6 +92,34 @@ __host__ __device__ __forceinline__ size_t cu_tiled(size_t row_bytes, int r, siz
            (size_t)(((r & 7) << 2) | ((b >> 4) & 3)) * 16 + (b & 15);
 }
 
+/* The integer-MMA order of a Q4 row (w.iq; k_gemm with DQ >= 2): inside
+ * each 128-column step, MMA m (0..7) takes columns 16m..16m+15, lane t
+ * (0..3) columns 16m+4t..16m+4t+3, so one MMA never crosses a group of 16,
+ * 32, 64 or 128. Lane t's 16 bytes (nibble p = its element 4m+j, j < 4)
+ * are 4 words of 8 elements e0..e7 with e0,e2,e4,e6 in nibbles 0-3 and
+ * e1,e3,e5,e7 in nibbles 4-7: then lop3(word >> 4i, 0x000f000f, 0x43004300)
+ * is the bf16 pair (128 + e_2i, 128 + e_2i+1), the MMA operand. Returns the
+ * nibble index (row-major, before tiling) where element k lives. */
+__host__ __device__ __forceinline__ int cu_iq_pos(int k) {
+    int c = k & 127, m = c >> 4, t = (c >> 2) & 3, e = 4 * m + (c & 3); /* element e of lane t's 32 */
+    int word = e >> 3, e8 = e & 7, nib = (e8 >> 1) + (e8 & 1) * 4;
+    return (k & ~127) + t * 32 + word * 8 + nib;
+}
+
+/* Row-major Q4 rows -> the cu_iq_pos order, in place: one thread per
+ * 64-byte step of a row (rows * steps of them). */
+__global__ void k_iq_order(uint8_t *data, size_t n_steps) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_steps) return;
+    uint8_t *p = data + i * 64, in[64], out[64];
+    for (int b = 0; b < 64; b++) in[b] = p[b], out[b] = 0;
+    for (int k = 0; k < 128; k++) {
+        int q = (in[k >> 1] >> ((k & 1) * 4)) & 15, n = cu_iq_pos(k);
+        out[n >> 1] |= (uint8_t)(q << ((n & 1) * 4));
+    }
+    for (int b = 0; b < 64; b++) p[b] = out[b];
+}
+
 /* W[r][k] as f32 (embedding rows, extra logits). */
 __device__ __forceinline__ float cu_get(const cw_weight &w, int r, int k) {
     const uint8_t *d = w.data;
@@ -99,7 +128,10 @@ __device__ __forceinline__ float cu_get(const cw_weight &w, int r, int k) {
         memcpy(&h, d + cu_tiled(w.row_bytes, r, (size_t)k * 2), 2);
         return cu_bf2f(h);
     }
-    int q = w.kind == CW_Q8 ? d[cu_tiled(w.row_bytes, r, k)] : (d[cu_tiled(w.row_bytes, r, k >> 1)] >> ((k & 1) * 4)) & 15;
+    int q;
+    if (w.kind == CW_Q8) q = d[cu_tiled(w.row_bytes, r, k)];
+    else if (w.iq) q = (d[cu_tiled(w.row_bytes, r, cu_iq_pos(k) >> 1)] >> ((cu_iq_pos(k) & 1) * 4)) & 15;
+    else q = (d[cu_tiled(w.row_bytes, r, k >> 1)] >> ((k & 1) * 4)) & 15;
     float s, b;
     cu_load_sb(w, r, k / w.group, &s, &b);
     return fmaf(s, (float)q, b);
@@ -248,6 +280,133 @@ __device__ __forceinline__ __nv_bfloat16 cu_swiglu(float g, float u) {
     return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
 }
 
+/* Integer weights into the MMA (Q4 in the w.iq order, DQ = 2..7): the
+ * MMA takes the bf16 values 128 + q exactly (one LOP3 per pair, no
+ * rounding of the weight), and each fold of GM = 2, 4, 8 MMAs (32, 64, 128
+ * columns: the group, or the step for groups of 128 and more; DQ 2, 3, 4
+ * with 16-bit scales, 5, 6, 7 with f32 ones) is scaled afterwards in f32:
+ *   acc += s * sum_k (128 + q_k) x_k + (b - 128 s) * sum_k x_k
+ * (= sum_k (s q_k + b) x_k). sum_k x_k comes from an MMA with the x of two
+ * token tiles as its A and all-ones as its B. Every step of this is per (row, token) element in a fixed
+ * order, with the rounding pinned (__fmaf_rn, __fmul_rn, __fadd_rn), so a
+ * token's sums do not depend on NT or on which tokens share the MMA. The
+ * scales ride in raw 32-bit words (a 16-bit pair per word, or an f32 scale
+ * and an f32 bias in two), loaded with the weights. */
+__device__ __forceinline__ uint32_t cu_iq_pair(uint32_t w) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(0x000f000fu), "r"(0x43004300u)); /* (a & b) | c */
+    return r;
+}
+
+template <int F32>
+__device__ __forceinline__ void cu_iq_sb(const uint32_t *wd, int f, int sdt, float *s, float *b) {
+    if (F32) {
+        *s = __uint_as_float(wd[2 * f]);
+        *b = __uint_as_float(wd[2 * f + 1]);
+    } else if (sdt == SC_BF16) {
+        *s = cu_bf2f((uint16_t)(wd[f] & 0xffff));
+        *b = cu_bf2f((uint16_t)(wd[f] >> 16));
+    } else {
+        *s = __half2float(__ushort_as_half((unsigned short)(wd[f] & 0xffff)));
+        *b = __half2float(__ushort_as_half((unsigned short)(wd[f] >> 16)));
+    }
+    *b = __fmaf_rn(-128.0f, *s, *b);
+}
+
+/* The NW scale words of one row for step st (NG groups: a 16-bit pair per
+ * word, or two f32 words per group), from word st * NW on (groups of up to
+ * 128), or the one group of the step (NG = 1); aligned vector loads
+ * (cw_upload's sb rows hold cols_p / 128 steps' words). */
+template <int NW, int NG>
+__device__ __forceinline__ void cu_iq_ld_sb(const uint8_t *row, int st, int group, uint32_t *wd) {
+    const uint32_t *p = (const uint32_t *)row + (NG > 1 ? st * NW : (st * 128 / group) * NW);
+    if (NW == 8) {
+        uint4 a = *(const uint4 *)p, b = *(const uint4 *)(p + 4);
+        wd[0] = a.x, wd[1] = a.y, wd[2] = a.z, wd[3] = a.w, wd[4] = b.x, wd[5] = b.y, wd[6] = b.z, wd[7] = b.w;
+    } else if (NW == 4) {
+        uint4 a = *(const uint4 *)p;
+        wd[0] = a.x, wd[1] = a.y, wd[2] = a.z, wd[3] = a.w;
+    } else if (NW == 2) {
+        uint2 a = *(const uint2 *)p;
+        wd[0] = a.x, wd[1] = a.y;
+    } else {
+        wd[0] = *p;
+    }
+}
+
+template <int NT, int GEMM_UNROLL, int DQ>
+__device__ __forceinline__ void cu_gemm_iq_steps(const cw_weight &w, int r0, int g, int t, int s0, int s1,
+                                                 const uint8_t *wa, const uint8_t *wb,
+                                                 const __nv_bfloat16 *const *xr, const bool *xv, float (*acc)[4]) {
+    constexpr int F32 = DQ >= 5, GM = 1 << ((DQ - 2) % 3 + 1), NG = 8 / GM, NW = F32 ? 2 * NG : NG;
+    constexpr uint32_t ONES = 0x3F803F80u; /* bf16 pair (1, 1) */
+    const uint8_t *sa = w.sb + (size_t)(r0 + g) * w.sb_row_bytes, *sbp = sa + 8 * w.sb_row_bytes;
+    const int sdt = w.sdt, group = w.group;
+    for (int s = s0; s < s1; s += GEMM_UNROLL) {
+        uint4 ra[GEMM_UNROLL], rb[GEMM_UNROLL];
+        uint32_t qa[GEMM_UNROLL][NW], qb[GEMM_UNROLL][NW];
+#pragma unroll
+        for (int u = 0; u < GEMM_UNROLL; u++)
+            if (s + u < s1) {
+                size_t off = (size_t)(s + u) * 1024;
+                ra[u] = cu_ld_stream(wa + off);
+                rb[u] = cu_ld_stream(wb + off);
+                cu_iq_ld_sb<NW, NG>(sa, s + u, group, qa[u]);
+                cu_iq_ld_sb<NW, NG>(sbp, s + u, group, qb[u]);
+            }
+#pragma unroll
+        for (int u = 0; u < GEMM_UNROLL; u++) {
+            if (s + u >= s1) break;
+            const int kb = (s + u) * 128 + 4 * t; /* + 16 m: this lane's x of MMA m */
+            uint32_t A[16], B[16];
+            const uint32_t wva[4] = {ra[u].x, ra[u].y, ra[u].z, ra[u].w}, wvb[4] = {rb[u].x, rb[u].y, rb[u].z, rb[u].w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) A[4 * i + j] = cu_iq_pair(wva[i] >> (4 * j)), B[4 * i + j] = cu_iq_pair(wvb[i] >> (4 * j));
+#pragma unroll
+            for (int f = 0; f < NG; f++) {
+                float sA, bA, sB, bB;
+                cu_iq_sb<F32>(qa[u], f, sdt, &sA, &bA);
+                cu_iq_sb<F32>(qb[u], f, sdt, &sB, &bB);
+                /* token tiles in pairs (n0, n1): the x of both are the A rows
+                 * of one all-ones MMA (rows g: token 8 n0 + g, rows g + 8:
+                 * token 8 n1 + g, zeros past NT), whose sums lanes 8t and
+                 * 8t + 4 hold for the tokens 2t, 2t + 1 this lane needs */
+#pragma unroll
+                for (int n0 = 0; n0 < NT; n0 += 2) {
+                    const int n1 = n0 + 1;
+                    float g0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, g1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int mm = 0; mm < GM; mm++) {
+                        const int m = f * GM + mm;
+                        uint2 x0 = make_uint2(0u, 0u), x1 = make_uint2(0u, 0u);
+                        if (xv[n0]) x0 = *(const uint2 *)(xr[n0] + kb + 16 * m);
+                        if (n1 < NT && xv[n1]) x1 = *(const uint2 *)(xr[n1] + kb + 16 * m);
+                        cu_mma(g0, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x0.x, x0.y);
+                        if (n1 < NT) cu_mma(g1, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x1.x, x1.y);
+                        cu_mma(sx, x0.x, x1.x, x0.y, x1.y, ONES, ONES);
+                    }
+                    const float s00 = __shfl_sync(0xffffffffu, sx[0], 8 * t), s01 = __shfl_sync(0xffffffffu, sx[0], 8 * t + 4);
+                    const float s10 = __shfl_sync(0xffffffffu, sx[2], 8 * t), s11 = __shfl_sync(0xffffffffu, sx[2], 8 * t + 4);
+                    /* g[0..1]: row g, tokens 2t, 2t+1; g[2..3]: row g+8, the same tokens */
+                    acc[n0][0] = __fadd_rn(acc[n0][0], __fmaf_rn(sA, g0[0], __fmul_rn(bA, s00)));
+                    acc[n0][1] = __fadd_rn(acc[n0][1], __fmaf_rn(sA, g0[1], __fmul_rn(bA, s01)));
+                    acc[n0][2] = __fadd_rn(acc[n0][2], __fmaf_rn(sB, g0[2], __fmul_rn(bB, s00)));
+                    acc[n0][3] = __fadd_rn(acc[n0][3], __fmaf_rn(sB, g0[3], __fmul_rn(bB, s01)));
+                    if (n1 < NT) {
+                        acc[n1][0] = __fadd_rn(acc[n1][0], __fmaf_rn(sA, g1[0], __fmul_rn(bA, s10)));
+                        acc[n1][1] = __fadd_rn(acc[n1][1], __fmaf_rn(sA, g1[1], __fmul_rn(bA, s11)));
+                        acc[n1][2] = __fadd_rn(acc[n1][2], __fmaf_rn(sB, g1[2], __fmul_rn(bB, s10)));
+                        acc[n1][3] = __fadd_rn(acc[n1][3], __fmaf_rn(sB, g1[3], __fmul_rn(bB, s11)));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
  * takes rows 16bx.. and tokens 8*NT*by .. 8*NT*by + 8*NT - 1 (gridDim.y =
  * ceil(T / (8*NT)); a token's sums do not depend on which block or column
@@ -298,6 +457,9 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
         xv[n] = tok < T;
         xr[n] = x + (size_t)(xv[n] ? (xrow ? xrow[tok] : tok) : 0) * ldx;
     }
+    if constexpr (DQ >= 2) {
+        cu_gemm_iq_steps<NT, GEMM_UNROLL, DQ>(w, r0, g, t, s0, s1, wa, wb, xr, xv, acc);
+    } else
     for (int s = s0; s < s1; s += GEMM_UNROLL) {
         uint4 ra[GEMM_UNROLL], rb[GEMM_UNROLL];
         float sca[GEMM_UNROLL], bia[GEMM_UNROLL], scb[GEMM_UNROLL], bib[GEMM_UNROLL];

@@ -274,6 +274,15 @@ static int gemm_grid = 1;
 /* quantized dequantization: 1 (default) cu_dequant_prmt, 0 cu_dequant; the
  * same bits either way (cu_kernels.cuh) */
 static int gemm_dq = 1;
+/* Q4 weights in the integer-MMA order (cu_iq_pos, k_gemm DQ >= 2): the
+ * default; DFLASH_CUDA_GEMM_DQ=1 or 0 keeps Q4 on the dequantizing kernels
+ * (other bits: the weight is no longer rounded to bf16), for comparison.
+ * Decided at upload. */
+static int gemm_iq = 1;
+/* the integer-MMA kernel's unroll past one column tile: 2 (fewer
+ * registers: the faster 16-row verify, bench/NOTES.md), or 4
+ * (DFLASH_CUDA_GEMM_IQU=4, for comparison); timing only */
+static int iq_unroll = 2;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -283,6 +292,9 @@ static void tuning_init(void) {
     gemm_grid = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_GEMM_DQ");
     gemm_dq = !(e && *e == '0');
+    gemm_iq = !(e && (*e == '0' || *e == '1'));
+    e = getenv("DFLASH_CUDA_GEMM_IQU");
+    iq_unroll = e && *e == '4' ? 4 : 2;
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");
@@ -419,6 +431,9 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
     int ng = o->cols_p / o->group, ngs = cols / o->group, es = o->sdt == SC_F32 ? 4 : 2;
     o->sb_row_bytes = (size_t)ng * 2 * es;
     if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) return -1;
+    /* integer-MMA order: the fold (group, or the 128-column step) must not
+     * cross a group */
+    o->iq = o->kind == CW_Q4 && gemm_iq && (o->group <= 128 ? 128 % o->group == 0 : o->group % 128 == 0);
     size_t src_row = o->kind == CW_Q8 ? (size_t)cols : (size_t)cols / 2;
     uint8_t *sbh = (uint8_t *)dfl_calloc((size_t)o->rows_p, o->sb_row_bytes);
     int r0 = 0;
@@ -440,6 +455,11 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
     }
     cudaError_t e = cudaMemcpy(o->sb, sbh, o->sb_row_bytes * o->rows_p, cudaMemcpyHostToDevice);
     free(sbh);
+    if (e == cudaSuccess && o->iq) {
+        size_t n_steps = o->row_bytes * o->rows_p / 64;
+        k_iq_order<<<(unsigned)((n_steps + 255) / 256), 256>>>(o->data, n_steps);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess) {
         dfl_seterr("cuda upload %s: %s", name, cudaGetErrorString(e));
         return -1;
@@ -694,25 +714,75 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, A
  * ceil(min(T, 32) / 8) column tiles. The unroll is picked per (kind, tile
  * count) to stay within 128 registers (quantized weights hold scales per
  * step); it changes the schedule only, so it may depend on T. */
+/* Which dequantization a quantized weight's GEMM runs (the DQ of k_gemm):
+ * Q4 in the integer-MMA order (w.iq) folds its scale every 32, 64 or 128
+ * columns (DQ 2, 3, 4: the group, or the step); otherwise gemm_dq's PRMT
+ * (1) or shift/mask (0) form, which give the same bits. */
+static int gemm_dq_of(const cw_weight &w) {
+    if (w.kind == CW_BF16) return 0;
+    if (w.kind == CW_Q4 && w.iq) return (w.group == 32 ? 2 : w.group == 64 ? 3 : 4) + (w.sdt == SC_F32 ? 3 : 0);
+    return gemm_dq;
+}
+
+template <int MOE, int NT, int U, int SW, int DQ, typename... A>
+static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
+    if constexpr (MOE) launch(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    else launch(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+}
+
+/* k_gemm or k_gemm_moe (MOE) for one NT and the weight's DQ. The unroll U
+ * is timing only; folds of 32 columns with f32 scales hold 8 scale words
+ * per row and step, so they run U = 2. */
+template <int MOE, int KIND, int NT, int U, int SW, typename... A>
+static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
+    if constexpr (KIND == CW_Q4) {
+        if (dq >= 2) {
+            if (NT > 1 && iq_unroll == 2) {
+                switch (dq) {
+                case 2: gemm_iq_go<MOE, NT, 2, SW, 2>(s, grid, block, args...); break;
+                case 3: gemm_iq_go<MOE, NT, 2, SW, 3>(s, grid, block, args...); break;
+                case 4: gemm_iq_go<MOE, NT, 2, SW, 4>(s, grid, block, args...); break;
+                case 5: gemm_iq_go<MOE, NT, 2, SW, 5>(s, grid, block, args...); break;
+                case 6: gemm_iq_go<MOE, NT, 2, SW, 6>(s, grid, block, args...); break;
+                default: gemm_iq_go<MOE, NT, 2, SW, 7>(s, grid, block, args...); break;
+                }
+                return;
+            }
+            switch (dq) {
+            case 2: gemm_iq_go<MOE, NT, 4, SW, 2>(s, grid, block, args...); break;
+            case 3: gemm_iq_go<MOE, NT, 4, SW, 3>(s, grid, block, args...); break;
+            case 4: gemm_iq_go<MOE, NT, 4, SW, 4>(s, grid, block, args...); break;
+            case 5: gemm_iq_go<MOE, NT, 2, SW, 5>(s, grid, block, args...); break;
+            case 6: gemm_iq_go<MOE, NT, 4, SW, 6>(s, grid, block, args...); break;
+            default: gemm_iq_go<MOE, NT, 4, SW, 7>(s, grid, block, args...); break;
+            }
+            return;
+        }
+    }
+    if constexpr (MOE) {
+        if (dq == 1) launch(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else launch(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
+    } else {
+        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else launch(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
+    }
+}
+
+/* One launch for T rows: blocks of up to 32 rows along grid.y, each with
+ * ceil(min(T, 32) / 8) column tiles. The unroll is picked per (kind, tile
+ * count) to stay within 128 registers (quantized weights hold scales per
+ * step); it changes the schedule only, so it may depend on T. */
 template <int KIND, int U, int SW>
 static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                         int acc, bf16 *h, int ldh) {
     dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
     constexpr int UQ = KIND == CW_BF16 ? U : 4;
-    if (KIND != CW_BF16 && gemm_dq) {
-        switch (T >= 32 ? 4 : (T + 7) / 8) {
-        case 1: launch(k_gemm<KIND, 1, U, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-        case 2: launch(k_gemm<KIND, 2, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-        case 3: launch(k_gemm<KIND, 3, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-        default: launch(k_gemm<KIND, 4, UQ, SW, 1>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-        }
-        return;
-    }
+    int dq = gemm_dq_of(w);
     switch (T >= 32 ? 4 : (T + 7) / 8) {
-    case 1: launch(k_gemm<KIND, 1, U, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    case 2: launch(k_gemm<KIND, 2, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    case 3: launch(k_gemm<KIND, 3, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    default: launch(k_gemm<KIND, 4, UQ, SW>, grid, block, s, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 1: gemm_go<0, KIND, 1, U, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 2: gemm_go<0, KIND, 2, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 3: gemm_go<0, KIND, 3, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    default: gemm_go<0, KIND, 4, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
     }
 }
 
@@ -762,12 +832,12 @@ static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int
     int nt = T >= 32 ? 4 : (T + 7) / 8;
     mm.per = (T + 8 * nt - 1) / (8 * nt);
     dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
-    constexpr int DQ = KIND == CW_BF16 ? 0 : 1;
+    int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && w.iq ? gemm_dq_of(w) : 1;
     switch (nt) {
-    case 1: launch(k_gemm_moe<KIND, 1, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 2: launch(k_gemm_moe<KIND, 2, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 3: launch(k_gemm_moe<KIND, 3, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    default: launch(k_gemm_moe<KIND, 4, 4, SW, DQ>, grid, block, s, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 3: gemm_go<1, KIND, 3, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    default: gemm_go<1, KIND, 4, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
     }
 }
 

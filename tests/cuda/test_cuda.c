@@ -57,8 +57,39 @@ typedef struct {
     int ok;
 } loaded;
 
-/* REL is a model directory, or DIR@q8g16: DIR converted at load to MLX 8-bit
- * with group 16, the layout GGUF Q6_K tensors load into */
+/* The scales and biases of every quantized matrix of a dense model (no
+ * experts) stored as f32 instead of 16-bit: the same values, the storage GGUF
+ * K-quants load into. */
+static void f32_scales(mdl_model *m) {
+    kn_weight *top[] = {&m->embed, &m->lm_head};
+    for (int l = -1; l < m->cfg.n_layers; l++) {
+        mdl_layer *L = l >= 0 ? &m->layers[l] : NULL;
+        kn_weight *lw[] = {L ? &L->wq : NULL, L ? &L->wk : NULL, L ? &L->wv : NULL, L ? &L->wo : NULL,
+                           L ? &L->wg : NULL, L ? &L->wu : NULL, L ? &L->wd : NULL};
+        kn_weight **ws = L ? lw : top;
+        int n = L ? 7 : (m->lm_head.data == m->embed.data ? 1 : 2);
+        for (int i = 0; i < n; i++) {
+            kn_weight *w = ws[i];
+            if ((w->dtype != KN_Q4 && w->dtype != KN_Q8) || w->scale_dtype == KN_F32) continue;
+            size_t ng = (size_t)w->rows * (w->cols / w->group_size);
+            float *sc = mdl_own(m, 4 * ng), *bi = mdl_own(m, 4 * ng);
+            for (size_t j = 0; j < ng; j++) {
+                uint16_t a = ((const uint16_t *)w->scales)[j], b = ((const uint16_t *)w->biases)[j];
+                sc[j] = w->scale_dtype == KN_BF16 ? dfl_bf16_to_f32(a) : dfl_f16_to_f32(a);
+                bi[j] = w->scale_dtype == KN_BF16 ? dfl_bf16_to_f32(b) : dfl_f16_to_f32(b);
+            }
+            w->scales = sc;
+            w->biases = bi;
+            w->scale_dtype = KN_F32;
+        }
+        if (l < 0 && n == 1) m->lm_head = m->embed;
+    }
+}
+
+/* REL is a model directory, or DIR@qBgG[f]: DIR converted at load to MLX
+ * B-bit with group G, through bf16 (q8g16: the layout GGUF Q6_K tensors load
+ * into; q4g64, q4g128: the integer-MMA folds of 64 and 128 columns), f: with
+ * f32 scales */
 static int load(loaded *L, const be_ops *be, void *bi, const char *rel) {
     char d[1200];
     mpath(d, sizeof d, rel);
@@ -71,11 +102,21 @@ static int load(loaded *L, const be_ops *be, void *bi, const char *rel) {
         CHECK(0, "load %s: %s", d, dfl_lasterr());
         return -1;
     }
-    if (at && qt_model(&L->m, QT_Q8, 16) != 0) {
-        CHECK(0, "q8 group 16 %s: %s", d, dfl_lasterr());
+    int bits = 0, group = 0;
+    char f32 = 0;
+    if (at && (sscanf(at + 1, "q%dg%d%c", &bits, &group, &f32) < 2 || (bits != 8 && bits != 4) ||
+               (f32 && f32 != 'f'))) {
+        CHECK(0, "%s: the suffix is not @q8gG, @q4gG or @q4gGf", rel);
         mdl_free(&L->m);
         return -1;
     }
+    /* through bf16 first, so that a quantized model is requantized */
+    if (at && (qt_model(&L->m, QT_BF16, 0) != 0 || qt_model(&L->m, bits == 8 ? QT_Q8 : QT_Q4, group) != 0)) {
+        CHECK(0, "q%d group %d %s: %s", bits, group, d, dfl_lasterr());
+        mdl_free(&L->m);
+        return -1;
+    }
+    if (f32) f32_scales(&L->m);
     if (be->prepare(bi, &L->m) != 0) {
         CHECK(0, "prepare %s on %s: %s", d, be->name, dfl_lasterr());
         mdl_free(&L->m);
@@ -431,6 +472,7 @@ TEST(knobs) {
     setenv("DFLASH_CUDA_PDL", "0", 1);
     setenv("DFLASH_CUDA_GEMM_UNROLL", "8", 1);
     setenv("DFLASH_CUDA_GEMM_GRID", "0", 1);
+    setenv("DFLASH_CUDA_GEMM_IQU", "4", 1);
     knob_run(rel, &b, &V, &H, &kvd);
     rec c;
     setenv("DFLASH_CUDA_ATT", "gqa", 1);
@@ -441,6 +483,7 @@ TEST(knobs) {
     unsetenv("DFLASH_CUDA_PDL");
     unsetenv("DFLASH_CUDA_GEMM_UNROLL");
     unsetenv("DFLASH_CUDA_GEMM_GRID");
+    unsetenv("DFLASH_CUDA_GEMM_IQU");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
     if (bi) be_cuda.close(bi);
@@ -449,11 +492,12 @@ TEST(knobs) {
     rec_free(&b);
 }
 
-/* The quantized GEMM's dequantization kernels (DFLASH_CUDA_GEMM_DQ=1, the
- * default PRMT form, and =0, the older shift/mask form): within each, the
- * rows of a T-row forward are the bits of the same rows forwarded one at a
- * time, for every T = 1..17 (one, two and three MMA column tiles), and the
- * two forms give the same bits. */
+/* The quantized GEMM's kernels. DFLASH_CUDA_GEMM_DQ=1 (PRMT) and =0 (the
+ * older shift/mask form) dequantize to bf16 and give the same bits; unset
+ * (or 2), Q4 weights go into the MMA as integers and are scaled per fold
+ * (cu_gemm_iq_steps: other bits, no weight rounding). Within each kernel,
+ * the rows of a T-row forward are the bits of the same rows forwarded one
+ * at a time, for every T = 1..17 (one, two and three MMA column tiles). */
 static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *nl) {
     setenv("DFLASH_CUDA_GEMM_DQ", dq, 1);
     be_options o = {2, 0};
@@ -512,6 +556,41 @@ TEST(gemm_dq) {
         rec_free(&a);
         rec_free(&b);
     }
+    /* integer MMA: folds of 32, 64 and 128 columns, 16-bit and f32 scales,
+     * a MoE model's experts; the logits stay within IQ_TOL of the
+     * dequantizing kernel's (both approximate the same sums; the integer
+     * form skips the bf16 rounding of each weight), and f32 storage of the
+     * same scales gives the same bits as 16-bit storage */
+    static const char *q4[] = {"tests/models/tiny-qwen3@q4g32",  "tests/models/tiny-qwen3@q4g64",
+                               "models/demo/target@q4g128",      "tests/models/tiny-qwen3@q4g32f",
+                               "tests/models/tiny-qwen3@q4g64f", "models/demo/target@q4g128f",
+                               "tests/models/tiny-qwen3-q4",     "tests/models/tiny-qwen3moe-q4",
+                               "models/demo/target"};
+    enum { NQ4 = sizeof q4 / sizeof q4[0] };
+    const double IQ_TOL = LOGIT_TOL; /* each kernel must be within it of the CPU f32 path (vs_cpu) */
+    float *l16[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < NQ4; i++) {
+        rec a, b;
+        int oka = 0, okb = 0;
+        size_t nl = 0;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        dq_run(q4[i], "2", &a, &oka, &nl);
+        dq_run(q4[i], "1", &b, &okb, &nl);
+        if (a.l && i < 3) l16[i] = memcpy(malloc(nl * sizeof(float)), a.l, nl * sizeof(float));
+        if (a.l && i >= 3 && i < 6 && l16[i - 3])
+            CHECK(memcmp(a.l, l16[i - 3], nl * sizeof(float)) == 0, "%s: f32 scales give other bits than the same scales in 16 bits", q4[i]);
+        if (a.l && b.l) {
+            double r = max_diff(a.l, b.l, nl) / max_abs(b.l, nl);
+            int same = memcmp(a.l, b.l, nl * sizeof(float)) == 0;
+            CHECK(!same, "%s: the integer-MMA kernel gave the dequantizing kernel's exact bits (was it used?)", q4[i]);
+            CHECK(r <= IQ_TOL, "%s: integer MMA vs dequantized logits rel diff %.4f > %.2f", q4[i], r, IQ_TOL);
+            if (oka) fprintf(stderr, "  %-28s integer MMA: T=1..17 rows identical to T=1 rows; vs dequantized %.5f\n", q4[i], r);
+        }
+        rec_free(&a);
+        rec_free(&b);
+    }
+    for (int i = 0; i < 3; i++) free(l16[i]);
     unsetenv("DFLASH_CUDA_GEMM_DQ");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults */

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe depth variants attcheck nographs profile llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys depth variants attcheck nographs profile llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -176,6 +176,27 @@ for s in $steps; do
         log without CUDA graphs
         for mdl in models/demo/target /tmp/s4b-0; do
             [ -d $mdl ] && DFLASH_CUDA_GRAPHS=0 timeout 60 ./dflash bench -m $mdl --backend cuda --reps 10 2>&1 | sed -n 1,8p
+        done ;;
+    nsys)
+        # the kernels' own durations in graph mode (no events between them,
+        # unlike profile): Nsight Systems, or Nsight Compute's per-kernel
+        # time when nsys is absent. NSYS_MODELS (default: the MoE shape).
+        log kernel durations, graph mode
+        NS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+        for mdl in ${NSYS_MODELS:-/tmp/moe-qwen3-30b-a3b-4}; do
+            [ -d "$mdl" ] || { echo "nsys: no $mdl (run the moe step first)"; continue; }
+            nm=$(basename "$mdl")
+            timeout 60 ./dflash bench -m "$mdl" --backend cuda --reps 5 2>&1 | grep -E "decode T=1|^  16 "
+            if [ -n "$NS" ]; then
+                timeout 200 "$NS" profile --cuda-graph-trace=node -t cuda -o "/tmp/ns-$nm" -f true \
+                    ./dflash generate -m "$mdl" --backend cuda -p "The history of" -n ${NSYS_TOKENS:-64} --temp 0 --ignore-eos \
+                    > /tmp/ns-$nm.log 2>&1; tail -3 /tmp/ns-$nm.log
+                "$NS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/nsys-$nm" "/tmp/ns-$nm.nsys-rep" > /dev/null 2>&1
+                f=$(ls "$OUT"/nsys-$nm*.csv 2>/dev/null | head -1)
+                [ -n "$f" ] && python3 tools/cuda/kern_sum.py "$f" ${NSYS_TOKENS:-64}
+            else
+                echo "nsys: not found; ncu: $(command -v ncu)"
+            fi
         done ;;
     llama)
         log llama.cpp side by side
