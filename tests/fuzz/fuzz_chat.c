@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *content = e > p ? p + 1 : p, *reason = strchr(content, 0x1f);
         if (reason) *reason++ = 0;
         bad_role |= r == 4;
-        msgs[n++] = (chat_message){roles[r], content, reason};
+        msgs[n++] = (chat_message){.role = roles[r], .content = content, .reasoning_content = reason};
         p = e + 1;
     }
     char *out = chat_render(f, msgs, n, gen, think);
