@@ -147,8 +147,22 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
     return i;
 }
 
+/* Control bytes: JSON allows none inside strings, and only \t \n \r between
+ * tokens (cJSON is laxer: it skips any byte up to a space, NUL included). */
+static int has_bad_control(const char *s, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 && (in_str || !is_ws((char)c))) return 1;
+        if (in_str && c == '\\') i++;
+        else if (c == '"') in_str = !in_str;
+    }
+    return 0;
+}
+
 int rp_parse_call(const char *s, size_t n, char **name, size_t *args_off, size_t *args_len) {
     *name = NULL;
+    if (has_bad_control(s, n)) return -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     if (!o) return -1;

@@ -105,6 +105,8 @@ TEST(malformed_is_content) {
         "<tool_call>[1, 2]</tool_call>",                                          /* not an object */
         "<tool_call>{\"name\": \"f\", \"arguments\": {}} extra</tool_call>",      /* text after the JSON */
         "<tool_call></tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\ty\"}}</tool_call>", /* a raw tab in a string */
+        "<tool_call>{\"name\": \"f\",\x01\"arguments\": {}}</tool_call>",               /* a control byte between */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect(bad[i], 0, 1, bad[i], "", "", "c");
     /* a bad block between good ones: it and the white space beside it are content */
