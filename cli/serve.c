@@ -939,14 +939,17 @@ static int parse_tool_calls(cJSON *m, const char *param, dflash_tool_call **call
         if ((type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function"))) || !cJSON_IsObject(fn))
             return fail(e, 400, "invalid_value", p, "%s must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", p);
         cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        char f[128];
+        snprintf(f, sizeof f, "%s.function.name", p);
         if (!cJSON_IsString(name) || !name->valuestring[0])
-            return fail(e, 400, "invalid_value", p, "%s.function.name must be a non-empty string", p);
+            return fail(e, 400, "invalid_value", f, "%s must be a non-empty string", f);
+        snprintf(f, sizeof f, "%s.function.arguments", p);
         if (!cJSON_IsString(args))
-            return fail(e, 400, "invalid_type", p, "%s.function.arguments must be a string (JSON text)", p);
+            return fail(e, 400, "invalid_type", f, "%s must be a string (JSON text)", f);
         cJSON *parsed = cJSON_Parse(args->valuestring);
         int obj = cJSON_IsObject(parsed);
         cJSON_Delete(parsed);
-        if (!obj) return fail(e, 400, "invalid_value", p, "%s.function.arguments is not a JSON object", p);
+        if (!obj) return fail(e, 400, "invalid_value", f, "%s is not a JSON object", f);
         (*calls)[(*n)++] = (dflash_tool_call){.name = name->valuestring, .arguments = args->valuestring};
     }
     return 0;
