@@ -1041,6 +1041,14 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
             fail(e, 400, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
             goto out;
         }
+        cJSON *k;
+        cJSON_ArrayForEach(k, kw) if (strcmp(k->string, "enable_thinking")) {
+            char param[96];
+            snprintf(param, sizeof param, "chat_template_kwargs.%.60s", k->string);
+            fail(e, 400, "unsupported_parameter", param,
+                 "'%s' is not supported (the template's one switch is enable_thinking)", param);
+            goto out;
+        }
         if (get_bool(kw, "enable_thinking", &think, e) < 0) goto out;
     }
     if (get_bool(o, "think", &think, e) < 0) goto out;

@@ -189,6 +189,8 @@ async function main() {
     ['tool call of another type', { messages: [...msg, { role: 'assistant', tool_calls: [{ type: 'retrieval', function: { name: 'f', arguments: '{}' } }] }] }, 'messages[1].tool_calls[0]'],
     ['tool call arguments an array', { messages: [...msg, { role: 'assistant', tool_calls: [{ type: 'function', function: { name: 'f', arguments: '[1]' } }] }] }, 'messages[1].tool_calls[0].function.arguments'],
     ['tool_calls on a user message', { messages: [{ role: 'user', content: 'x', tool_calls: [] }] }, 'messages[0]'],
+    ['chat_template_kwargs with another switch', { chat_template_kwargs: { enable_thinking: true, add_vision_id: true } }, 'chat_template_kwargs.add_vision_id'],
+    ['enable_thinking a string', { chat_template_kwargs: { enable_thinking: 'yes' } }, 'enable_thinking'],
     ['reasoning_content a number', { messages: [...msg, { role: 'assistant', content: 'a', reasoning_content: 5 }] }, 'messages[1]'],
   ];
   for (const [name, extra, param] of bad) {
