@@ -521,8 +521,8 @@ static int cmd_generate(int argc, char **argv) {
     if (o.chat) {
         dflash_message msgs[2];
         int n = 0;
-        if (o.system) msgs[n++] = (dflash_message){"system", o.system};
-        msgs[n++] = (dflash_message){"user", text};
+        if (o.system) msgs[n++] = (dflash_message){.role = "system", .content = o.system};
+        msgs[n++] = (dflash_message){.role = "user", .content = text};
         char *p = dflash_chat_prompt(m, msgs, n, 1, o.think);
         if (!p) die("%s", dflash_error());
         free(text);
@@ -624,7 +624,7 @@ static void hist_add(chat_hist *h, const char *role, char *text) {
         if (!h->msgs || !h->owned) die("%s", "out of memory");
     }
     h->owned[h->n] = text;
-    h->msgs[h->n++] = (dflash_message){role, text};
+    h->msgs[h->n++] = (dflash_message){.role = role, .content = text};
 }
 
 static void hist_drop(chat_hist *h, int i, int count) {

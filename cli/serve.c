@@ -1,11 +1,13 @@
 /* serve.c - `dflash serve`: an OpenAI-compatible HTTP server on libmicrohttpd.
  * Talks to the library through dflash.h only (plus the stop-string matcher,
- * src/stopstr.h). Prefix: sv_.
+ * src/stopstr.h, and the reply splitter, src/reply.h: reasoning and tool
+ * calls out of the text). Prefix: sv_.
  *
  *   GET  /                       the chat page (cli/serve_page.html, compiled in)
  *   GET  /health                 {"status":"ok"}
  *   GET  /v1/models              the one model; /v1/models/{id} it alone (404 for another id)
  *   GET  /metrics                Prometheus text
+ *   GET  /props, /slots          llama-server style: model, template, defaults, draft; the one slot
  *   POST /v1/chat/completions    OpenAI chat, "stream": true for SSE
  *   POST /v1/completions         OpenAI text completion
  *   POST /tokenize, /detokenize  llama-server style
@@ -48,6 +50,7 @@
 #include <microhttpd.h>
 
 #include "dflash.h"
+#include "reply.h"
 #include "serve_page.h"
 #include "stopstr.h"
 
@@ -67,8 +70,9 @@ static const char *help_serve =
     "An OpenAI-compatible HTTP server with DFlash speculative decoding:\n"
     "  POST /v1/chat/completions, /v1/completions  (\"stream\": true for SSE)\n"
     "  POST /tokenize, /detokenize                  (llama-server style)\n"
-    "  GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), and a chat\n"
-    "  page at /. Requests may name any model: the one loaded answers them.\n"
+    "  GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), /props and\n"
+    "  /slots (llama-server style), and a chat page at /. Requests may name any\n"
+    "  model: the one loaded answers them.\n"
     "Requests run one at a time, in arrival order, on the one loaded model; the\n"
     "KV cache of the previous request is reused for the longest common prefix\n"
     "(a multi-turn chat pays only for the new turn). SIGTERM or SIGINT: stop\n"
@@ -103,10 +107,15 @@ static const char *help_serve =
     "\n"
     "Request fields: messages, prompt, max_tokens / max_completion_tokens,\n"
     "temperature, top_p, seed, stop (string or array), stream,\n"
-    "stream_options.include_usage, n (1 only); extensions: top_k, ignore_eos,\n"
-    "draft_max (0 = plain decoding, N, or \"auto\"), think or\n"
-    "chat_template_kwargs.enable_thinking, n_predict, cache_prompt. Any other\n"
-    "field is a 400 naming it (README lists those accepted at their off value).\n"
+    "stream_options.include_usage, n (1 only), tools, tool_choice (\"auto\" or\n"
+    "\"none\"); extensions: top_k, ignore_eos, draft_max (0 = plain decoding, N,\n"
+    "or \"auto\"), think or chat_template_kwargs.enable_thinking, n_predict,\n"
+    "cache_prompt. Any other field is a 400 naming it (README lists those\n"
+    "accepted at their off value).\n"
+    "Tools use the model's own format (Qwen3: <tool_call> blocks), parsed into\n"
+    "message.tool_calls (finish_reason \"tool_calls\"; streamed as tool-call\n"
+    "deltas); a block that is not valid tool-call JSON stays in the content.\n"
+    "With thinking on, a reply's <think>...</think> goes to reasoning_content.\n"
     "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
     "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
     "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
@@ -314,6 +323,7 @@ typedef struct sv_job {
     size_t n_ids;
     dflash_gen gen;
     ss_matcher *stop;          /* the worker's alone */
+    rp_splitter *split;        /* chat with thinking or tools: the worker's alone; NULL: text is content */
     int stream, include_usage;
     char id[48];
     long created;
@@ -324,6 +334,8 @@ typedef struct sv_job {
     int cancelled;             /* JOB_LIVE, or why to stop at the next token */
     sbuf out;                  /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
     size_t sent;
+    sbuf reasoning;            /* not streamed: the reasoning_content */
+    cJSON *calls;              /* not streamed: the tool_calls array (NULL: none) */
     int rc;                    /* dflash_generate's result; err says why when -1 */
     char err[256];
     dflash_stats st;
@@ -363,7 +375,10 @@ static void job_release(sv_job *j) { /* srv->mu held */
     if (--j->refs > 0) return;
     free(j->ids);
     ss_free(j->stop);
+    rp_free(j->split);
     free(j->out.p);
+    free(j->reasoning.p);
+    cJSON_Delete(j->calls);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -435,7 +450,10 @@ static cJSON *choice_json(const sv_job *j, int chunk, const char *role, const ch
     if (j->kind == JOB_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (role) cJSON_AddStringToObject(msg, "role", role);
-        if (text) cJSON_AddItemToObject(msg, "content", json_text(text, len));
+        if (!chunk && j->calls && !len) cJSON_AddNullToObject(msg, "content"); /* OpenAI: null beside tool calls */
+        else if (text) cJSON_AddItemToObject(msg, "content", json_text(text, len));
+        if (!chunk && j->reasoning.n) cJSON_AddItemToObject(msg, "reasoning_content", json_text(j->reasoning.p, j->reasoning.n));
+        if (!chunk && j->calls) cJSON_AddItemReferenceToObject(msg, "tool_calls", j->calls);
     } else {
         cJSON_AddItemToObject(c, "text", text ? json_text(text, len) : cJSON_CreateString(""));
     }
@@ -467,11 +485,61 @@ static void sse_chunk(sv_job *j, cJSON *choice, cJSON *usage, cJSON *timings) {
 
 /* ---- the worker ------------------------------------------------------------ */
 
+/* A streamed chunk whose delta holds one string field (content, reasoning_content). */
+static void sse_delta(sv_job *j, const char *field, const char *text, size_t len) {
+    cJSON *c = choice_json(j, 1, NULL, NULL, 0, NULL);
+    cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), field, json_text(text, len));
+    sse_chunk(j, c, NULL, NULL);
+}
+
+/* The id of the reply's call number `index`. */
+static void call_id(const sv_job *j, int index, char *buf, size_t size) {
+    const char *dash = strchr(j->id, '-');
+    snprintf(buf, size, "call_%s_%d", dash ? dash + 1 : j->id, index);
+}
+
+/* rp_emit_fn: a decided piece of a chat reply (srv->mu held). Streamed, a
+ * tool call goes out as OpenAI's deltas do: one with its index, id, type
+ * and name (arguments ""), then one with the arguments. */
+static void job_piece(void *ud, const rp_event *ev) {
+    sv_job *j = ud;
+    if (ev->kind != RP_TOOL_CALL) {
+        if (j->stream) sse_delta(j, ev->kind == RP_CONTENT ? "content" : "reasoning_content", ev->text, ev->len);
+        else sb_add(ev->kind == RP_CONTENT ? &j->out : &j->reasoning, ev->text, ev->len);
+        return;
+    }
+    char id[80];
+    call_id(j, ev->index, id, sizeof id);
+    cJSON *call = cJSON_CreateObject();
+    if (j->stream) cJSON_AddNumberToObject(call, "index", ev->index);
+    cJSON_AddStringToObject(call, "id", id);
+    cJSON_AddStringToObject(call, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(call, "function");
+    cJSON_AddStringToObject(fn, "name", ev->name);
+    if (!j->stream) {
+        cJSON_AddItemToObject(fn, "arguments", json_text(ev->arguments, ev->args_len));
+        if (!j->calls) j->calls = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->calls, call);
+        return;
+    }
+    cJSON_AddStringToObject(fn, "arguments", "");
+    cJSON *c = choice_json(j, 1, NULL, NULL, 0, NULL);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), "tool_calls"), call);
+    sse_chunk(j, c, NULL, NULL);
+    call = cJSON_CreateObject();
+    cJSON_AddNumberToObject(call, "index", ev->index);
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(call, "function"), "arguments", json_text(ev->arguments, ev->args_len));
+    c = choice_json(j, 1, NULL, NULL, 0, NULL);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), "tool_calls"), call);
+    sse_chunk(j, c, NULL, NULL);
+}
+
 /* ss_out_fn: text that is final goes to the client (srv->mu held). */
 static void job_text(void *ud, const char *text, size_t len) {
     sv_job *j = ud;
     if (!len) return;
-    if (j->stream) sse_chunk(j, choice_json(j, 1, NULL, text, len, NULL), NULL, NULL);
+    if (j->split) rp_feed(j->split, text, len, job_piece, j);
+    else if (j->stream) sse_chunk(j, choice_json(j, 1, NULL, text, len, NULL), NULL, NULL);
     else sb_add(&j->out, text, len);
 }
 
@@ -497,6 +565,7 @@ static void run_job(sv_server *s, sv_job *j) {
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
     int cancelled = j->cancelled;
     if (rc == 0 && !cancelled) ss_finish(j->stop, job_text, j);
+    if (rc == 0 && !cancelled && j->split) rp_finish(j->split, job_piece, j);
     if (rc == 0 && cancelled == JOB_SHUTDOWN) { /* a cut reply is not a finished one: say so */
         rc = j->rc = -1;
         snprintf(j->err, sizeof j->err, "the server is shutting down: the reply was cut after %d tokens",
@@ -505,6 +574,7 @@ static void run_job(sv_server *s, sv_job *j) {
     j->finish = ss_matched(j->stop) || !strcmp(st.stop_reason, "stop token") ? "stop"
                 : !strcmp(st.stop_reason, "callback")                       ? "stop"
                                                                             : "length";
+    if (j->split && rp_n_calls(j->split) > 0 && !strcmp(j->finish, "stop")) j->finish = "tool_calls";
     if (j->stream) {
         if (rc != 0) { /* an error event and no [DONE]: the stream did not finish */
             sv_err e;
@@ -636,9 +706,6 @@ static int check_unsupported(cJSON *o, sv_err *e) {
     x = cJSON_GetObjectItemCaseSensitive(o, "top_logprobs");
     if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
         return fail(e, 400, "unsupported_parameter", "top_logprobs", "'top_logprobs' is not supported");
-    x = cJSON_GetObjectItemCaseSensitive(o, "tools");
-    if (x && !cJSON_IsNull(x) && !(cJSON_IsArray(x) && cJSON_GetArraySize(x) == 0))
-        return fail(e, 400, "unsupported_parameter", "tools", "'tools' (function calling) is not supported");
     x = cJSON_GetObjectItemCaseSensitive(o, "functions");
     if (x && !cJSON_IsNull(x))
         return fail(e, 400, "unsupported_parameter", "functions", "'functions' is not supported");
@@ -704,9 +771,10 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
     static const char *const known[] = {
         "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "seed",
         "draft_max", "ignore_eos", "stream", "stream_options", "stop", "frequency_penalty", "presence_penalty",
-        "logprobs", "top_logprobs", "tools", "functions", "logit_bias", "response_format", "n", "user", "metadata",
+        "logprobs", "top_logprobs", "functions", "logit_bias", "response_format", "n", "user", "metadata",
         "store", "service_tier", "cache_prompt"};
-    static const char *const chat_only[] = {"messages", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "think"};
+    static const char *const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                            "chat_template_kwargs", "think"};
     static const char *const completion_only[] = {"prompt", "echo", "suffix", "best_of"};
     cJSON *x;
     cJSON_ArrayForEach(x, o) {
@@ -721,10 +789,6 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
             return fail(e, 400, "unsupported_parameter", x->string,
                         "'%.60s' is not supported by this server (README lists the request fields)", x->string);
     }
-    /* the tool fields only with their "off" values, as tools itself */
-    x = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
-    if (x && !cJSON_IsNull(x) && !(cJSON_IsString(x) && !strcmp(x->valuestring, "none")))
-        return fail(e, 400, "unsupported_parameter", "tool_choice", "'tool_choice' is not supported (only \"none\")");
     x = cJSON_GetObjectItemCaseSensitive(o, "cache_prompt");
     if (x && !cJSON_IsNull(x) && !cJSON_IsBool(x))
         return fail(e, 400, "invalid_type", "cache_prompt", "'cache_prompt' must be true or false");
@@ -785,8 +849,115 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     return parse_stop(o, &j->stop, e);
 }
 
-/* messages -> the chat prompt text (malloc'd). */
-static char *chat_prompt(sv_server *s, cJSON *o, sv_err *e) {
+/* A function name as OpenAI allows it: 1-64 of a-z, A-Z, 0-9, _ and -. */
+static int tool_name_ok(const char *n) {
+    size_t k = strlen(n);
+    if (k < 1 || k > 64) return 0;
+    for (size_t i = 0; i < k; i++)
+        if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= 'A' && n[i] <= 'Z') || (n[i] >= '0' && n[i] <= '9') ||
+              n[i] == '_' || n[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* tools and tool_choice: *tools_json the checked array (malloc'd JSON text)
+ * or NULL when there are none or tool_choice is "none". */
+static int parse_tools(cJSON *o, char **tools_json, sv_err *e) {
+    *tools_json = NULL;
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    cJSON *par = cJSON_GetObjectItemCaseSensitive(o, "parallel_tool_calls");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+        return fail(e, 400, "invalid_type", "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+    int i = 0;
+    cJSON *t;
+    if (tools) cJSON_ArrayForEach(t, tools) {
+        char param[64];
+        snprintf(param, sizeof param, "tools[%d]", i);
+        cJSON *type = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "type") : NULL;
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return fail(e, 400, "invalid_value", param, "%s must be an object with \"type\": \"function\"", param);
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (!cJSON_IsObject(fn))
+            return fail(e, 400, "invalid_type", param, "%s.function must be an object", param);
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        snprintf(param, sizeof param, "tools[%d].function.name", i);
+        if (!cJSON_IsString(name) || !tool_name_ok(name->valuestring))
+            return fail(e, 400, "invalid_value", param, "%s must be a string of 1-64 letters, digits, _ or -", param);
+        cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+        snprintf(param, sizeof param, "tools[%d].function.description", i);
+        if (desc && !cJSON_IsString(desc)) return fail(e, 400, "invalid_type", param, "%s must be a string", param);
+        cJSON *pars = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+        if (pars && !cJSON_IsObject(pars))
+            return fail(e, 400, "invalid_type", param, "%s must be a JSON Schema object", param);
+        cJSON *strict = cJSON_GetObjectItemCaseSensitive(fn, "strict");
+        snprintf(param, sizeof param, "tools[%d].function.strict", i);
+        if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+            return fail(e, 400, "invalid_type", param, "%s must be true or false", param);
+        for (cJSON *u = tools->child; u != t; u = u->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "function"), "name")->valuestring,
+                        name->valuestring)) {
+                snprintf(param, sizeof param, "tools[%d].function.name", i);
+                return fail(e, 400, "invalid_value", param, "%s: a second function named '%.64s'", param, name->valuestring);
+            }
+        i++;
+    }
+    int none = 0;
+    if (choice && !cJSON_IsNull(choice)) {
+        if (!cJSON_IsString(choice) && !cJSON_IsObject(choice))
+            return fail(e, 400, "invalid_type", "tool_choice", "'tool_choice' must be \"auto\" or \"none\"");
+        if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none")))
+            return fail(e, 400, "unsupported_parameter", "tool_choice",
+                        "'tool_choice' may be \"auto\" or \"none\" (\"required\" and a named function are not supported)");
+        none = !strcmp(choice->valuestring, "none");
+    }
+    if (par && !cJSON_IsNull(par)) {
+        if (!cJSON_IsBool(par)) return fail(e, 400, "invalid_type", "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+        if (cJSON_IsFalse(par))
+            return fail(e, 400, "unsupported_parameter", "parallel_tool_calls",
+                        "'parallel_tool_calls': false is not supported (the model may call several tools in one reply)");
+    }
+    if (i > 0 && !none) *tools_json = cJSON_PrintUnformatted(tools);
+    return 0;
+}
+
+/* messages[i].tool_calls into calls (n of them); 0 or -1 (e filled). */
+static int parse_tool_calls(cJSON *m, const char *param, dflash_tool_call **calls, int *n, sv_err *e) {
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    *calls = NULL;
+    *n = 0;
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    if (!cJSON_IsArray(tc)) return fail(e, 400, "invalid_type", param, "%s.tool_calls must be an array", param);
+    *calls = xcalloc((size_t)cJSON_GetArraySize(tc), sizeof **calls);
+    cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+        char p[96];
+        snprintf(p, sizeof p, "%s.tool_calls[%d]", param, *n);
+        cJSON *type = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "type") : NULL;
+        cJSON *fn = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "function") : NULL;
+        if ((type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function"))) || !cJSON_IsObject(fn))
+            return fail(e, 400, "invalid_value", p, "%s must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", p);
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        char f[128];
+        snprintf(f, sizeof f, "%s.function.name", p);
+        if (!cJSON_IsString(name) || !name->valuestring[0])
+            return fail(e, 400, "invalid_value", f, "%s must be a non-empty string", f);
+        snprintf(f, sizeof f, "%s.function.arguments", p);
+        if (!cJSON_IsString(args))
+            return fail(e, 400, "invalid_type", f, "%s must be a string (JSON text)", f);
+        cJSON *parsed = cJSON_Parse(args->valuestring);
+        int obj = cJSON_IsObject(parsed);
+        cJSON_Delete(parsed);
+        if (!obj) return fail(e, 400, "invalid_value", f, "%s is not a JSON object", f);
+        (*calls)[(*n)++] = (dflash_tool_call){.name = name->valuestring, .arguments = args->valuestring};
+    }
+    return 0;
+}
+
+/* messages (and tools) -> the chat prompt text (malloc'd); j->split set up
+ * when the reply needs splitting (thinking on, or tools). */
+static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!msgs || cJSON_IsNull(msgs)) {
         fail(e, 400, "missing_required_parameter", "messages", "'messages' is required");
@@ -796,9 +967,12 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_err *e) {
         fail(e, 400, "invalid_type", "messages", "'messages' must be a non-empty array");
         return NULL;
     }
+    char *tools_json = NULL;
+    if (parse_tools(o, &tools_json, e) < 0) return NULL;
     int n = cJSON_GetArraySize(msgs), i = 0;
-    dflash_message *dm = xcalloc((size_t)n, sizeof *dm);
+    dflash_chat_message *dm = xcalloc((size_t)n, sizeof *dm);
     char **owned = xcalloc((size_t)n, sizeof *owned); /* joined content parts */
+    dflash_tool_call **calls = xcalloc((size_t)n, sizeof *calls);
     char *prompt = NULL;
     cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
@@ -845,6 +1019,19 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_err *e) {
         }
         dm[i].role = r;
         dm[i].content = text;
+        cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (rc && !cJSON_IsNull(rc) && (!cJSON_IsString(rc) || strcmp(r, "assistant"))) {
+            fail(e, 400, "invalid_type", param, "%s.reasoning_content must be a string, on an assistant message", param);
+            goto out;
+        }
+        if (cJSON_IsString(rc)) dm[i].reasoning_content = rc->valuestring;
+        cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (tc && !cJSON_IsNull(tc) && strcmp(r, "assistant")) {
+            fail(e, 400, "invalid_value", param, "%s: only assistant messages have tool_calls", param);
+            goto out;
+        }
+        if (parse_tool_calls(m, param, &calls[i], &dm[i].n_tool_calls, e) < 0) goto out;
+        dm[i].tool_calls = calls[i];
         i++;
     }
     int think = s->think;
@@ -854,15 +1041,27 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_err *e) {
             fail(e, 400, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
             goto out;
         }
+        cJSON *k;
+        cJSON_ArrayForEach(k, kw) if (strcmp(k->string, "enable_thinking")) {
+            char param[96];
+            snprintf(param, sizeof param, "chat_template_kwargs.%.60s", k->string);
+            fail(e, 400, "unsupported_parameter", param,
+                 "'%s' is not supported (the template's one switch is enable_thinking)", param);
+            goto out;
+        }
         if (get_bool(kw, "enable_thinking", &think, e) < 0) goto out;
     }
     if (get_bool(o, "think", &think, e) < 0) goto out;
-    prompt = dflash_chat_prompt(s->m, dm, n, 1, think);
-    if (!prompt) fail(e, 400, "invalid_value", "messages", "%s", dflash_error());
+    prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
+    if (!prompt) fail(e, 400, "invalid_value", tools_json && strstr(dflash_error(), "tools") ? "tools" : "messages", "%s",
+                      dflash_error());
+    else if (think == 1 || tools_json) j->split = rp_new(think == 1, tools_json != NULL);
 out:
-    for (int k = 0; k < n; k++) free(owned[k]);
+    for (int k = 0; k < n; k++) free(owned[k]), free(calls[k]);
     free(owned);
+    free(calls);
     free(dm);
+    free(tools_json);
     return prompt;
 }
 
@@ -1015,7 +1214,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     char *prompt = NULL;
     int bad = parse_common(s, o, j, &e) < 0;
     if (!bad && kind == JOB_CHAT) {
-        prompt = chat_prompt(s, o, &e);
+        prompt = chat_prompt(s, o, j, &e);
         bad = !prompt || job_tokens(s, j, prompt, "messages", &e) < 0;
     } else if (!bad) {
         bad = completion_prompt(s, o, j, &e) < 0;
@@ -1236,6 +1435,76 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     return ok;
 }
 
+#ifndef DFLASH_GIT_REV
+#define DFLASH_GIT_REV ""
+#endif
+
+/* The settings a request that gives none runs with (llama-server's "params"). */
+static cJSON *default_params_json(const sv_server *s) {
+    dflash_gen g = dflash_default_gen();
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "n_predict", s->n_predict > 0 ? s->n_predict : -1);
+    cJSON_AddNumberToObject(p, "temperature", s->temp);
+    cJSON_AddNumberToObject(p, "top_p", g.top_p);
+    cJSON_AddNumberToObject(p, "top_k", g.top_k);
+    if (s->draft_max < 0) cJSON_AddStringToObject(p, "draft_max", "auto");
+    else cJSON_AddNumberToObject(p, "draft_max", s->draft_max);
+    cJSON_AddBoolToObject(p, "enable_thinking", s->think == 1);
+    cJSON_AddBoolToObject(p, "ignore_eos", 0);
+    return p;
+}
+
+/* GET /props, as llama-server has it (read-only here: POST is 405). */
+static enum MHD_Result handle_props(struct MHD_Connection *c, sv_server *s) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON *d = cJSON_AddObjectToObject(r, "default_generation_settings");
+    cJSON_AddNumberToObject(d, "id", 0);
+    cJSON_AddNumberToObject(d, "n_ctx", s->info.n_ctx);
+    cJSON_AddBoolToObject(d, "speculative", s->info.has_draft);
+    cJSON_AddItemToObject(d, "params", default_params_json(s));
+    cJSON_AddNumberToObject(r, "total_slots", 1);
+    cJSON_AddStringToObject(r, "model_path", s->model_path);
+    cJSON_AddStringToObject(r, "model_alias", s->alias);
+    cJSON_AddNumberToObject(r, "n_ctx", s->info.n_ctx);
+    cJSON_AddNumberToObject(r, "n_vocab", s->info.vocab);
+    const char *tmpl = dflash_chat_template(s->m);
+    if (tmpl) cJSON_AddStringToObject(r, "chat_template", tmpl);
+    else cJSON_AddNullToObject(r, "chat_template");
+    cJSON *dr = cJSON_AddObjectToObject(r, "draft");
+    cJSON_AddBoolToObject(dr, "loaded", s->info.has_draft);
+    cJSON_AddNumberToObject(dr, "block_size", s->info.has_draft ? s->info.block_size : 0);
+    cJSON_AddNumberToObject(dr, "layers", s->info.has_draft ? s->info.draft_layers : 0);
+    cJSON_AddStringToObject(dr, "weight_format", s->info.draft_weight_format ? s->info.draft_weight_format : "");
+    cJSON *mod = cJSON_AddObjectToObject(r, "modalities");
+    cJSON_AddBoolToObject(mod, "vision", 0);
+    cJSON_AddBoolToObject(mod, "audio", 0);
+    char build[96];
+    snprintf(build, sizeof build, "dflash %s%s%s", dflash_version(), DFLASH_GIT_REV[0] ? " git " : "", DFLASH_GIT_REV);
+    cJSON_AddStringToObject(r, "build_info", build);
+    cJSON_AddStringToObject(r, "backend", s->info.backend ? s->info.backend : "");
+    return send_json(c, s, 200, r);
+}
+
+/* GET /slots: the one slot (one worker): what runs and what waits. */
+static enum MHD_Result handle_slots(struct MHD_Connection *c, sv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int queued = s->n_queued;
+    char task[48] = "";
+    if (s->running) snprintf(task, sizeof task, "%s", s->running->id);
+    pthread_mutex_unlock(&s->mu);
+    cJSON *r = cJSON_CreateArray(), *slot = cJSON_CreateObject();
+    cJSON_AddItemToArray(r, slot);
+    cJSON_AddNumberToObject(slot, "id", 0);
+    cJSON_AddNumberToObject(slot, "n_ctx", s->info.n_ctx);
+    cJSON_AddBoolToObject(slot, "speculative", s->info.has_draft);
+    cJSON_AddBoolToObject(slot, "is_processing", task[0] != 0);
+    if (task[0]) cJSON_AddStringToObject(slot, "id_task", task);
+    else cJSON_AddNullToObject(slot, "id_task");
+    cJSON_AddNumberToObject(slot, "n_queued", queued);
+    cJSON_AddItemToObject(slot, "params", default_params_json(s));
+    return send_json(c, s, 200, r);
+}
+
 /* The {id} of /v1/models/{id} or /models/{id} (not empty), else NULL. */
 static const char *model_id(const char *url) {
     const char *p = !strncmp(url, "/v1/models/", 11) ? url + 11 : !strncmp(url, "/models/", 8) ? url + 8 : NULL;
@@ -1255,6 +1524,8 @@ static const char *route(const char *url, int *post) {
         {"/v1/models", "models", 0},
         {"/models", "models", 0},
         {"/metrics", "metrics", 0},
+        {"/props", "props", 0},
+        {"/slots", "slots", 0},
         {"/v1/chat/completions", "chat", 1},
         {"/chat/completions", "chat", 1},
         {"/v1/completions", "completions", 1},
@@ -1356,6 +1627,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(name, "health")) return queue(c, s, 200, "application/json", "{\"status\":\"ok\"}", 15);
         if (!strcmp(name, "models")) return handle_models(c, s, NULL);
         if (!strcmp(name, "model")) return handle_models(c, s, model_id(url));
+        if (!strcmp(name, "props")) return handle_props(c, s);
+        if (!strcmp(name, "slots")) return handle_slots(c, s);
         return handle_metrics(c, s);
     }
     if (json_has_nul(q->body.p, q->body.n)) { /* cJSON's strings would end there: refuse, never truncate */

@@ -133,6 +133,37 @@ typedef struct {
 DFLASH_API char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n,
                                     int add_generation_prompt, int think);
 
+/* The chat template's text as the model carries it (tokenizer_config.json's
+ * chat_template, a GGUF's tokenizer.chat_template); NULL without one. Lives
+ * as long as the model. */
+DFLASH_API const char *dflash_chat_template(const dflash_model *m);
+
+/* An assistant message's call of a tool (OpenAI's tool_calls[].function). */
+typedef struct {
+    const char *name;
+    const char *arguments; /* JSON text, put into the prompt as it is */
+} dflash_tool_call;
+
+/* A message with everything the template renders (dflash_message is this
+ * with role and content only). */
+typedef struct {
+    const char *role;              /* "system", "user", "assistant", "tool" */
+    const char *content;           /* NULL: "" */
+    const char *reasoning_content; /* assistant: its thinking; NULL: none given */
+    const dflash_tool_call *tool_calls; /* assistant: the calls it made */
+    int n_tool_calls;
+} dflash_chat_message;
+
+/* dflash_chat_prompt with reasoning, tool calls and the functions the model
+ * may call: tools_json is a JSON array of OpenAI tool objects ({"type":
+ * "function", "function": {"name", "description", "parameters"}}), NULL for
+ * none; Qwen3's template writes them into the system prompt (its tojson:
+ * Python's json.dumps; a number as its shortest form, an integral one
+ * without ".0"). The objects are not checked beyond being JSON. Tools with
+ * a template other than Qwen3's (ChatML) are an error. */
+DFLASH_API char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message *msgs, int n,
+                                          const char *tools_json, int add_generation_prompt, int think);
+
 /* The text that closes a generated answer's turn and opens the next, with
  * the user message and the generation prompt (think as above): a chat that
  * appends its tokens to the prompt + answer tokens it already has reuses

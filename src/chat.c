@@ -14,10 +14,14 @@
  *   - consecutive "tool" messages share one user turn of <tool_response> blocks;
  *   - the generation prompt is "<|im_start|>assistant\n", followed by an empty
  *     think block only when thinking is switched off (CHAT_THINK_OFF).
- * Not implemented: the template's `tools` list (system prompt with function
- * signatures) and assistant `tool_calls`; callers wanting them must pass the
- * rendered text in the content. Roles other than system/user/assistant/tool
- * are an error here (the template silently drops them).
+ *   - with tools, the system turn holds the "# Tools" section: the first
+ *     system message's content and a blank line, then one tojson line per
+ *     tool inside <tools></tools> and the <tool_call> instructions;
+ *   - an assistant message's tool_calls follow its content as
+ *     <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call> blocks,
+ *     separated by a newline (and from the content, when there is some).
+ * Roles other than system/user/assistant/tool are an error here (the
+ * template silently drops them).
  *
  * CHAT_LLAMA3 is the Llama-3 Instruct template: <|begin_of_text|>, then per
  * message "<|start_header_id|>ROLE<|end_header_id|>\n\n" + content with
@@ -26,8 +30,12 @@
  * template's date/tools system preamble is not reproduced. */
 #include "chat.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cJSON.h>
 
 #include "util.h"
 
@@ -89,6 +97,68 @@ static int ends_with(span x, const char *p) {
     return x.n >= k && memcmp(x.s + x.n - k, p, k) == 0;
 }
 
+/* ---- Python's json.dumps(x, ensure_ascii=False): the template's tojson ---- */
+
+static void py_json_str(sbuf *b, const char *s) {
+    put(b, "\"", 1);
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+        char e[8];
+        switch (*u) {
+        case '"': puts_(b, "\\\""); break;
+        case '\\': puts_(b, "\\\\"); break;
+        case '\n': puts_(b, "\\n"); break;
+        case '\r': puts_(b, "\\r"); break;
+        case '\t': puts_(b, "\\t"); break;
+        case '\b': puts_(b, "\\b"); break;
+        case '\f': puts_(b, "\\f"); break;
+        default:
+            if (*u < 0x20) {
+                snprintf(e, sizeof e, "\\u%04x", *u);
+                puts_(b, e);
+            } else {
+                put(b, (const char *)u, 1);
+            }
+        }
+    }
+    put(b, "\"", 1);
+}
+
+static void py_json_num(sbuf *b, double v) {
+    char t[40];
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) { /* an integer (cJSON cannot tell 1 from 1.0) */
+        snprintf(t, sizeof t, "%.0f", v);
+    } else if (!isfinite(v)) {
+        snprintf(t, sizeof t, "%s", isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+    } else { /* Python's repr: the shortest form that reads back the same */
+        for (int p = 1; p <= 17; p++) {
+            snprintf(t, sizeof t, "%.*g", p, v);
+            if (strtod(t, NULL) == v) break;
+        }
+    }
+    puts_(b, t);
+}
+
+static void py_json(sbuf *b, const cJSON *x) {
+    if (cJSON_IsNull(x)) puts_(b, "null");
+    else if (cJSON_IsTrue(x)) puts_(b, "true");
+    else if (cJSON_IsFalse(x)) puts_(b, "false");
+    else if (cJSON_IsNumber(x)) py_json_num(b, x->valuedouble);
+    else if (cJSON_IsString(x)) py_json_str(b, x->valuestring);
+    else if (cJSON_IsArray(x) || cJSON_IsObject(x)) {
+        int obj = cJSON_IsObject(x);
+        puts_(b, obj ? "{" : "[");
+        for (const cJSON *c = x->child; c; c = c->next) {
+            if (c != x->child) puts_(b, ", ");
+            if (obj) {
+                py_json_str(b, c->string ? c->string : "");
+                puts_(b, ": ");
+            }
+            py_json(b, c);
+        }
+        puts_(b, obj ? "}" : "]");
+    }
+}
+
 int chat_detect(const char *template_text) {
     if (!template_text) {
         dfl_seterr("chat_detect: the model has no chat template");
@@ -121,16 +191,41 @@ static int check_messages(const chat_message *m, int n, int qwen) {
             dfl_seterr("chat_render: message %d: unknown role \"%s\"", i, r);
             return -1;
         }
+        if (m[i].n_tool_calls < 0 || (m[i].n_tool_calls > 0 && (!m[i].tool_calls || strcmp(r, "assistant")))) {
+            dfl_seterr("chat_render: message %d (%s): tool_calls only on assistant messages", i, r);
+            return -1;
+        }
+        for (int k = 0; k < m[i].n_tool_calls; k++)
+            if (!m[i].tool_calls[k].name || !m[i].tool_calls[k].arguments) {
+                dfl_seterr("chat_render: message %d: tool call %d has no name or arguments", i, k);
+                return -1;
+            }
     }
     return 0;
 }
 
 static int is_role(const chat_message *m, const char *role) { return strcmp(m->role, role) == 0; }
 
-static char *render_qwen3(const chat_message *m, int n, int add_generation_prompt, chat_think think) {
+static char *render_qwen3(const chat_message *m, int n, const cJSON *tools, int add_generation_prompt,
+                          chat_think think) {
     sbuf b = {0};
     puts_(&b, "");
-    if (is_role(&m[0], "system")) {
+    if (tools && tools->child) {
+        puts_(&b, "<|im_start|>system\n");
+        if (is_role(&m[0], "system")) {
+            puts_(&b, m[0].content);
+            puts_(&b, "\n\n");
+        }
+        puts_(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+                  "provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (const cJSON *t = tools->child; t; t = t->next) {
+            puts_(&b, "\n");
+            py_json(&b, t);
+        }
+        puts_(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                  "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                  "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (is_role(&m[0], "system")) {
         puts_(&b, "<|im_start|>system\n");
         puts_(&b, m[0].content);
         puts_(&b, "<|im_end|>\n");
@@ -176,6 +271,14 @@ static char *render_qwen3(const chat_message *m, int n, int add_generation_promp
                 put_span(&b, lstrip_nl(content));
             } else {
                 put_span(&b, content);
+            }
+            for (int k = 0; k < msg->n_tool_calls; k++) {
+                if (k > 0 || content.n > 0) puts_(&b, "\n");
+                puts_(&b, "<tool_call>\n{\"name\": \"");
+                puts_(&b, msg->tool_calls[k].name);
+                puts_(&b, "\", \"arguments\": ");
+                puts_(&b, msg->tool_calls[k].arguments);
+                puts_(&b, "}\n</tool_call>");
             }
             puts_(&b, "<|im_end|>\n");
         } else if (is_role(msg, "tool")) {
@@ -235,15 +338,40 @@ static char *render_llama3(const chat_message *m, int n, int add_generation_prom
     return b.s;
 }
 
-char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
-                  chat_think think) {
+char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
+                        int add_generation_prompt, chat_think think) {
     if (f != CHAT_QWEN3 && f != CHAT_LLAMA3) {
         dfl_seterr("chat_render: unknown chat format %d", (int)f);
         return NULL;
     }
     if (check_messages(m, n, f == CHAT_QWEN3) != 0) return NULL;
-    return f == CHAT_QWEN3 ? render_qwen3(m, n, add_generation_prompt, think)
-                           : render_llama3(m, n, add_generation_prompt);
+    cJSON *tools = NULL;
+    if (tools_json) {
+        tools = cJSON_Parse(tools_json);
+        if (!cJSON_IsArray(tools)) {
+            cJSON_Delete(tools);
+            dfl_seterr("chat_render: tools must be a JSON array");
+            return NULL;
+        }
+    }
+    if (f == CHAT_LLAMA3) {
+        int calls = 0;
+        for (int i = 0; i < n; i++) calls |= m[i].n_tool_calls > 0;
+        if ((tools && tools->child) || calls) {
+            cJSON_Delete(tools);
+            dfl_seterr("chat_render: tools and tool_calls need the Qwen3 (ChatML) template; this model's is Llama-3");
+            return NULL;
+        }
+    }
+    char *s = f == CHAT_QWEN3 ? render_qwen3(m, n, tools, add_generation_prompt, think)
+                              : render_llama3(m, n, add_generation_prompt);
+    cJSON_Delete(tools);
+    return s;
+}
+
+char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
+                  chat_think think) {
+    return chat_render_tools(f, m, n, NULL, add_generation_prompt, think);
 }
 
 char *chat_next_turn(chat_format f, const char *user, chat_think think) {

@@ -6,10 +6,18 @@
 #ifndef DFL_CHAT_H
 #define DFL_CHAT_H
 
+/* A call an assistant message made (OpenAI's tool_calls[].function). */
+typedef struct {
+    const char *name;
+    const char *arguments; /* JSON text, written into the prompt as it is */
+} chat_tool_call;
+
 typedef struct {
     const char *role;              /* "system", "user", "assistant", "tool" */
     const char *content;           /* never NULL */
     const char *reasoning_content; /* NULL when absent */
+    const chat_tool_call *tool_calls; /* assistant: n_tool_calls of them (Qwen3 only) */
+    int n_tool_calls;
 } chat_message;
 
 typedef enum { CHAT_THINK_UNSET = -1, CHAT_THINK_OFF = 0, CHAT_THINK_ON = 1 } chat_think;
@@ -23,6 +31,16 @@ int chat_detect(const char *template_text);
  * (unknown role, for example). */
 char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
                   chat_think think);
+
+/* chat_render with the functions the model may call: tools_json is a JSON
+ * array of OpenAI tool objects ({"type": "function", "function": {...}}),
+ * NULL or "[]" for none. Qwen3 writes each into the system prompt as its
+ * template's tojson does (Python's json.dumps: ", " and ": ", keys in the
+ * given order, non-ASCII as is; a number as its shortest round-trip form,
+ * an integral one without ".0"). Llama-3: tools are an error. The objects
+ * are not checked here beyond being JSON (the server checks them). */
+char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
+                        int add_generation_prompt, chat_think think);
 
 /* The text that follows a generated answer (its tokens as generated, the
  * stop token not included) to close that assistant turn and open the next:

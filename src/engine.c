@@ -342,6 +342,31 @@ char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int 
     return s;
 }
 
+const char *dflash_chat_template(const dflash_model *m) { return tok_chat_template(m->tok); }
+
+char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message *msgs, int n, const char *tools_json,
+                               int add_generation_prompt, int think) {
+    int f = chat_format_of(m);
+    if (f < 0) return NULL;
+    chat_message *cm = dfl_calloc((size_t)(n ? n : 1), sizeof *cm);
+    int n_calls = 0;
+    for (int i = 0; i < n; i++) n_calls += msgs[i].n_tool_calls > 0 ? msgs[i].n_tool_calls : 0;
+    chat_tool_call *calls = dfl_calloc((size_t)(n_calls ? n_calls : 1), sizeof *calls), *c = calls;
+    for (int i = 0; i < n; i++) {
+        cm[i] = (chat_message){.role = msgs[i].role,
+                               .content = msgs[i].content ? msgs[i].content : "",
+                               .reasoning_content = msgs[i].reasoning_content,
+                               .tool_calls = c,
+                               .n_tool_calls = msgs[i].n_tool_calls};
+        for (int k = 0; k < msgs[i].n_tool_calls; k++)
+            *c++ = (chat_tool_call){.name = msgs[i].tool_calls[k].name, .arguments = msgs[i].tool_calls[k].arguments};
+    }
+    char *s = chat_render_tools((chat_format)f, cm, n, tools_json, add_generation_prompt, think_of(think));
+    free(calls);
+    free(cm);
+    return s;
+}
+
 char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think) {
     int f = chat_format_of(m);
     return f < 0 ? NULL : chat_next_turn((chat_format)f, user ? user : "", think_of(think));

@@ -36,18 +36,34 @@ TEST(fixture_cases) {
         const cJSON *think = cJSON_GetObjectItem(c, "enable_thinking");
         int n = cJSON_GetArraySize(msgs);
         chat_message *m = dfl_calloc((size_t)n, sizeof *m);
+        chat_tool_call calls[8][4];
         for (int i = 0; i < n; i++) {
             const cJSON *x = cJSON_GetArrayItem(msgs, i);
             const cJSON *rc = cJSON_GetObjectItem(x, "reasoning_content");
+            const cJSON *tc = cJSON_GetObjectItem(x, "tool_calls");
             m[i].role = cJSON_GetObjectItem(x, "role")->valuestring;
             m[i].content = cJSON_GetObjectItem(x, "content")->valuestring;
             m[i].reasoning_content = cJSON_IsString(rc) ? rc->valuestring : NULL; /* null = absent */
+            CHECK(!tc || (i < 8 && cJSON_GetArraySize(tc) <= 4), "%s: the test holds 4 calls in 8 messages", name);
+            if (tc && i < 8 && cJSON_GetArraySize(tc) <= 4) {
+                const cJSON *c1;
+                cJSON_ArrayForEach(c1, tc) {
+                    const cJSON *fn = cJSON_GetObjectItem(c1, "function");
+                    calls[i][m[i].n_tool_calls++] = (chat_tool_call){
+                        .name = cJSON_GetObjectItem(fn, "name")->valuestring,
+                        .arguments = cJSON_GetObjectItem(fn, "arguments")->valuestring};
+                }
+                m[i].tool_calls = calls[i];
+            }
         }
+        const cJSON *tools = cJSON_GetObjectItem(c, "tools");
+        char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
         chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
         chat_format f = strcmp(fmt, "llama3") == 0 ? CHAT_LLAMA3 : CHAT_QWEN3;
         int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
-        char *got = chat_render(f, m, n, agp, th);
+        char *got = chat_render_tools(f, m, n, tools_json, agp, th);
+        free(tools_json);
         CHECK(got != NULL, "%s: %s", name, dfl_lasterr());
         if (got) {
             int same = strcmp(got, want) == 0;
@@ -61,7 +77,7 @@ TEST(fixture_cases) {
 
 /* the Qwen3 prompt format the engine relies on, spelled out */
 TEST(known_prompts) {
-    chat_message one[] = {{"user", "Hello", NULL}};
+    chat_message one[] = {{.role = "user", .content = "Hello", .reasoning_content = NULL}};
     char *s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_OFF);
     CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n") == 0,
           "no-think prompt");
@@ -69,7 +85,7 @@ TEST(known_prompts) {
     s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_UNSET);
     CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n") == 0, "think prompt");
     free(s);
-    chat_message two[] = {{"user", "Hello", NULL}, {"assistant", "Hi there", NULL}};
+    chat_message two[] = {{.role = "user", .content = "Hello", .reasoning_content = NULL}, {.role = "assistant", .content = "Hi there", .reasoning_content = NULL}};
     s = chat_render(CHAT_QWEN3, two, 2, 0, CHAT_THINK_UNSET);
     CHECK(s && strcmp(s, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
                          "Hi there<|im_end|>\n") == 0,
@@ -90,8 +106,8 @@ static char *cat3(const char *a, const char *b, const char *c) {
 }
 
 TEST(next_turn) {
-    chat_message m[] = {{"system", "Be brief.", NULL}, {"user", "What is 2+2?", NULL}, {"assistant", "4.", NULL},
-                        {"user", "And 3+3?", NULL}};
+    chat_message m[] = {{.role = "system", .content = "Be brief.", .reasoning_content = NULL}, {.role = "user", .content = "What is 2+2?", .reasoning_content = NULL}, {.role = "assistant", .content = "4.", .reasoning_content = NULL},
+                        {.role = "user", .content = "And 3+3?", .reasoning_content = NULL}};
     char *p1 = chat_render(CHAT_QWEN3, m, 2, 1, CHAT_THINK_OFF), *nt = chat_next_turn(CHAT_QWEN3, "And 3+3?", CHAT_THINK_OFF);
     char *full = chat_render(CHAT_QWEN3, m, 4, 1, CHAT_THINK_OFF);
     CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
@@ -124,7 +140,7 @@ TEST(render_then_tokenize) {
     CHECK(t != NULL, "tok_load: %s", dfl_lasterr());
     if (!t) return;
     CHECK(chat_detect(tok_chat_template(t)) == CHAT_QWEN3, "detect the shipped template");
-    chat_message one[] = {{"user", "Hello", NULL}};
+    chat_message one[] = {{.role = "user", .content = "Hello", .reasoning_content = NULL}};
     char *s = chat_render(CHAT_QWEN3, one, 1, 1, CHAT_THINK_OFF);
     int32_t *ids = NULL;
     size_t n = 0;
@@ -144,16 +160,33 @@ TEST(detect) {
 }
 
 TEST(bad_input) {
-    chat_message bad_role[] = {{"user", "a", NULL}, {"narrator", "b", NULL}};
+    chat_message bad_role[] = {{.role = "user", .content = "a", .reasoning_content = NULL}, {.role = "narrator", .content = "b", .reasoning_content = NULL}};
     CHECK(chat_render(CHAT_QWEN3, bad_role, 2, 1, CHAT_THINK_UNSET) == NULL &&
               strstr(dfl_lasterr(), "narrator"),
           "unknown role: %s", dfl_lasterr());
     CHECK(chat_render(CHAT_QWEN3, bad_role, 0, 1, CHAT_THINK_UNSET) == NULL, "no messages");
-    chat_message no_content[] = {{"user", NULL, NULL}};
+    chat_message no_content[] = {{.role = "user", .content = NULL, .reasoning_content = NULL}};
     CHECK(chat_render(CHAT_QWEN3, no_content, 1, 1, CHAT_THINK_UNSET) == NULL, "NULL content");
-    chat_message no_role[] = {{NULL, "x", NULL}};
+    chat_message no_role[] = {{.role = NULL, .content = "x", .reasoning_content = NULL}};
     CHECK(chat_render(CHAT_LLAMA3, no_role, 1, 1, CHAT_THINK_UNSET) == NULL, "NULL role");
     CHECK(chat_render((chat_format)7, bad_role, 1, 1, CHAT_THINK_UNSET) == NULL, "bad format");
+    chat_message user[] = {{.role = "user", .content = "x", .reasoning_content = NULL}};
+    CHECK(chat_render_tools(CHAT_QWEN3, user, 1, "{\"a\": 1}", 1, CHAT_THINK_OFF) == NULL &&
+              strstr(dfl_lasterr(), "array"),
+          "tools not an array: %s", dfl_lasterr());
+    CHECK(chat_render_tools(CHAT_QWEN3, user, 1, "[{", 1, CHAT_THINK_OFF) == NULL, "tools not JSON");
+    CHECK(chat_render_tools(CHAT_LLAMA3, user, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_OFF) == NULL &&
+              strstr(dfl_lasterr(), "Qwen3"),
+          "tools with Llama-3: %s", dfl_lasterr());
+    char *s = chat_render_tools(CHAT_LLAMA3, user, 1, "[]", 1, CHAT_THINK_OFF);
+    CHECK(s != NULL, "no tools with Llama-3 is fine: %s", dfl_lasterr());
+    free(s);
+    chat_tool_call call = {.name = "f", .arguments = NULL};
+    chat_message no_args[] = {{.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+    CHECK(chat_render(CHAT_QWEN3, no_args, 1, 0, CHAT_THINK_UNSET) == NULL, "a call without arguments");
+    call.arguments = "{}";
+    chat_message user_call[] = {{.role = "user", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+    CHECK(chat_render(CHAT_QWEN3, user_call, 1, 0, CHAT_THINK_UNSET) == NULL, "tool_calls on a user message");
 }
 
 int main(void) {

@@ -3,6 +3,7 @@
 # driven by the official openai npm client and raw HTTP (tests/serve/api.js):
 # chat, streaming, stop strings, seeds, usage, DFlash == plain, prompt-cache
 # reuse, metrics, every error case with its status and type, the queue limit,
+# tools, tool calls, reasoning and /props /slots (tests/serve/tools.js),
 # clients that go away; then SIGTERM must give a clean exit 0 (under ASan: no
 # leaks). Also: the command line's own errors.
 . "$(dirname "$0")/serve/lib.sh"
@@ -29,6 +30,7 @@ fi
 export API_KEY=test-key-123
 if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_KEY" --queue 1 --ctx-size 1024; then
     run_node 300 tests/serve/api.js
+    run_node 300 tests/serve/tools.js
     # the README's curl examples
     command -v curl >/dev/null 2>&1 || apt_install curl
     if curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
@@ -70,6 +72,10 @@ fi
 # an error event (code server_shutdown), without finish_reason "stop" or
 # [DONE], and the log must not call it "client gone"
 if start_server -m models/demo/target --ctx-size 4096; then
+    # /props without a draft (tools.js checks it with one)
+    curl -sS "$BASE/props" -o "$T/props.json" 2>"$T/err" && grep -q '"draft":{"loaded":false,"block_size":0' "$T/props.json" &&
+        grep -q '"speculative":false' "$T/props.json" && ok "/props without a draft: loaded false, block_size 0" ||
+        bad "/props without a draft: loaded false, block_size 0 ($(cut -c1-300 "$T/props.json"))"
     curl -sSN "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Count to a million."}],
         "max_tokens": 4000, "ignore_eos": true, "stream": true}' >"$T/cut.sse" 2>"$T/err" &
     cpid=$!

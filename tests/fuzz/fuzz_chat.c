@@ -2,7 +2,8 @@
  * messages. Byte 0 picks the format, the generation prompt and thinking;
  * the rest is records separated by 0x1E, each starting with a role byte;
  * an 0x1F inside a record starts its reasoning_content. The whole input is
- * also given to chat_detect as template text. Oracle: no crash or sanitizer
+ * also given to chat_detect as template text and to chat_render_tools as
+ * the tools JSON. Oracle: no crash or sanitizer
  * report; an unknown role is refused (Qwen3); with valid UTF-8
  * messages the output is valid UTF-8 and (Qwen3, which does not trim) holds
  * every user message. */
@@ -16,6 +17,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(txt, data, size);
     txt[size] = 0;
     chat_detect(txt);
+    /* the whole input as the tools array (any JSON goes through the tojson writer) */
+    chat_message one = {.role = "user", .content = "q"};
+    char *with_tools = chat_render_tools(CHAT_QWEN3, &one, 1, txt, 1, CHAT_THINK_OFF);
+    if (with_tools && !strstr(with_tools, "<|im_start|>user\nq<|im_end|>")) abort();
+    free(with_tools);
     free(txt);
     static const char *roles[] = {"system", "user", "assistant", "tool", "bogus"};
     chat_format f = data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
@@ -34,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *content = e > p ? p + 1 : p, *reason = strchr(content, 0x1f);
         if (reason) *reason++ = 0;
         bad_role |= r == 4;
-        msgs[n++] = (chat_message){roles[r], content, reason};
+        msgs[n++] = (chat_message){.role = roles[r], .content = content, .reasoning_content = reason};
         p = e + 1;
     }
     char *out = chat_render(f, msgs, n, gen, think);

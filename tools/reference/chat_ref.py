@@ -9,7 +9,8 @@ ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
 loopcontrols extension, a raise_exception global and a tojson filter; the
 special tokens are passed as variables and enable_thinking only when set.
 Each case: name, format ("qwen3" or "llama3"), messages (role, content,
-optional reasoning_content), add_generation_prompt, optional enable_thinking,
+optional reasoning_content and tool_calls), optional tools, add_generation_prompt,
+optional enable_thinking,
 expected (the rendered text). tests/test_chat.c renders each with
 chat_render() and compares.
 """
@@ -70,6 +71,27 @@ def T(c):
     return {"role": "tool", "content": c}
 
 
+def AC(c, *calls):
+    """An assistant message with tool_calls, OpenAI-shaped (arguments a JSON string)."""
+    return {"role": "assistant", "content": c,
+            "tool_calls": [{"id": "call_%d" % i, "type": "function",
+                            "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)]}
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+ODD = {"type": "function", "function": {
+    "name": "odd_one", "description": "Gr\u00fc\u00dfe \u4e16\u754c \U0001f469 tab\there nl\nthere \x01 \\ / </tools> \u2028",
+    "parameters": {"type": "object", "properties": {}, "required": [],
+                   "x-numbers": [0, -3, 0.5, 1e-07, 2.5e+300, 123456789, -0.25],
+                   "x-consts": [True, False, None], "x-empty": {}}},
+    "strict": False}
+
+
 UNI = "Grüße, 世界! 👩\u200d💻 e\u0301 \u180e\u3000\u00a0 tab\there \"quotes\" 'single' \\backslash {{ x }} {% raw %} <|im_end|> </think>"
 
 QWEN_CASES = [
@@ -123,6 +145,18 @@ QWEN_CASES = [
     ("final_assistant_with_gen", [U("q"), A("a")], True, False),
     ("empty_contents", [S(""), U(""), A("")], True, False),
     ("unicode_and_specials", [S(UNI), U(UNI + "\n\n"), A("<think>" + UNI + "</think>" + UNI)], True, None),
+    ("tools_user_gen_off", [U("Weather in Paris?")], True, False, [WEATHER]),
+    ("tools_system_two", [S("Be brief."), U("Weather in Paris?")], True, None, [WEATHER, ODD]),
+    ("tools_empty_list", [S("sys"), U("hi")], True, False, []),
+    ("tool_calls_history",
+     [U("Weather in Paris and Rome?"),
+      AC("", ("get_weather", "{\"city\": \"Paris\"}"), ("get_weather", "{\"city\":\"Rome\",\"unit\":\"celsius\"}")),
+      T("{\"temp\": 21}"), T("{\"temp\": 25}"), A("Paris 21 C, Rome 25 C.")], True, False, [WEATHER]),
+    ("tool_calls_with_content_gen",
+     [S("sys"), U("Paris?"), AC("Let me check.", ("get_weather", "{\"city\": \"Paris\"}")), T("sunny")],
+     True, None, [WEATHER]),
+    ("tool_calls_with_reasoning",
+     [U("Paris?"), AC("<think>\nneed the tool\n</think>\n\n", ("get_weather", "{}"))], False, None, [WEATHER]),
     ("long_multi_turn",
      [S("s")] + [m for i in range(6) for m in (U("u%d" % i), A("<think>t%d</think>a%d" % (i, i)))],
      False, None),
@@ -142,13 +176,16 @@ def main():
     qwen = environment().from_string(cfg["chat_template"])
     llama = environment().from_string(LLAMA3_TEMPLATE)
     cases = []
-    for name, msgs, agp, think in QWEN_CASES:
-        kw = dict(messages=msgs, tools=None, documents=None, add_generation_prompt=agp,
+    for name, msgs, agp, think, *tools in QWEN_CASES:
+        tools = tools[0] if tools else None
+        kw = dict(messages=msgs, tools=tools, documents=None, add_generation_prompt=agp,
                   eos_token=cfg["eos_token"], pad_token=cfg["pad_token"], bos_token=None,
                   additional_special_tokens=cfg["additional_special_tokens"])
         if think is not None:
             kw["enable_thinking"] = think
         c = {"name": name, "format": "qwen3", "messages": msgs, "add_generation_prompt": agp}
+        if tools is not None:
+            c["tools"] = tools
         if think is not None:
             c["enable_thinking"] = think
         c["expected"] = qwen.render(**kw)

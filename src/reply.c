@@ -1,0 +1,316 @@
+/* reply.c - reasoning / content / tool-call splitting of a reply (see reply.h).
+ *
+ * The splitter keeps the text it cannot decide yet in `hold`: the start of a
+ * tag that may be "<think>", "</think>" or "<tool_call>", the inside of an
+ * open <tool_call> block, newlines that may precede "</think>", and white
+ * space that is dropped if a tool call follows (`ws`). Everything decided
+ * goes out at once, so a stream lags the model only by such pieces. */
+#include "reply.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "util.h"
+
+enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL };
+
+static const char TAG_THINK[] = "<think>", TAG_THINK_END[] = "</think>";
+static const char TAG_CALL[] = "<tool_call>", TAG_CALL_END[] = "</tool_call>";
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} rp_buf;
+
+struct rp_splitter {
+    int tools;
+    int state;
+    int at_start;     /* ST_REASON / ST_CONTENT: nothing emitted yet, leading newlines go */
+    int after_call;   /* the last thing decided was a tool call */
+    int n_calls;
+    rp_buf hold;      /* undecided text, oldest first */
+    rp_buf ws;        /* ST_CONTENT: white space held back (dropped before a tool call) */
+};
+
+static void buf_put(rp_buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) b->s = dfl_realloc(b->s, b->cap = (b->n + n + 1) * 2 + 64);
+    if (n) memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void buf_drop(rp_buf *b, size_t n) { /* the first n bytes */
+    memmove(b->s, b->s + n, b->n - n);
+    b->n -= n;
+    b->s[b->n] = 0;
+}
+
+static long find(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, needle, k) == 0) return (long)i;
+    return -1;
+}
+
+/* Length of the longest proper suffix of s[0..n) that starts `tag`. */
+static size_t partial_tag(const char *s, size_t n, const char *tag) {
+    size_t k = strlen(tag);
+    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
+        if (memcmp(s + n - l, tag, l) == 0) return l;
+    return 0;
+}
+
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+rp_splitter *rp_new(int reasoning, int tools) {
+    rp_splitter *p = dfl_calloc(1, sizeof *p);
+    p->tools = tools;
+    p->state = reasoning ? ST_PROBE : ST_CONTENT;
+    buf_put(&p->hold, "", 0);
+    buf_put(&p->ws, "", 0);
+    return p;
+}
+
+void rp_free(rp_splitter *p) {
+    if (!p) return;
+    free(p->hold.s);
+    free(p->ws.s);
+    free(p);
+}
+
+int rp_n_calls(const rp_splitter *p) { return p->n_calls; }
+
+static void emit_text(rp_kind k, const char *s, size_t n, rp_emit_fn emit, void *ud) {
+    if (!n) return;
+    rp_event ev = {.kind = k, .text = s, .len = n};
+    emit(ud, &ev);
+}
+
+/* Content s[0..n): the held white space goes out first. */
+static void content(rp_splitter *p, const char *s, size_t n, rp_emit_fn emit, void *ud) {
+    if (!n) return;
+    emit_text(RP_CONTENT, p->ws.s, p->ws.n, emit, ud);
+    p->ws.n = 0;
+    p->ws.s[0] = 0;
+    emit_text(RP_CONTENT, s, n, emit, ud);
+    p->after_call = 0;
+}
+
+/* Content text that is decided: with tools on, its trailing white space is
+ * held (a tool call may follow). */
+static void content_run(rp_splitter *p, const char *s, size_t n, rp_emit_fn emit, void *ud) {
+    if (!p->tools) {
+        emit_text(RP_CONTENT, s, n, emit, ud);
+        return;
+    }
+    size_t t = n;
+    while (t > 0 && is_ws(s[t - 1])) t--;
+    if (t) content(p, s, t, emit, ud);
+    buf_put(&p->ws, s + t, n - t);
+}
+
+/* ---- one <tool_call> block ------------------------------------------------ */
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && is_ws(s[i])) i++;
+    return i;
+}
+
+/* End of the JSON string starting at s[i] == '"' (one past its closing quote). */
+static size_t skip_string(const char *s, size_t n, size_t i) {
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    return i < n ? i + 1 : n;
+}
+
+/* End of the JSON value at s[i] (the text is valid JSON: cJSON said so). */
+static size_t skip_value(const char *s, size_t n, size_t i) {
+    if (s[i] == '"') return skip_string(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        int depth = 0;
+        while (i < n) {
+            char c = s[i];
+            if (c == '"') {
+                i = skip_string(s, n, i);
+                continue;
+            }
+            if (c == '{' || c == '[') depth++;
+            if (c == '}' || c == ']') depth--;
+            i++;
+            if (depth == 0) break;
+        }
+        return i;
+    }
+    while (i < n && !is_ws(s[i]) && s[i] != ',' && s[i] != '}' && s[i] != ']') i++;
+    return i;
+}
+
+/* Control bytes: JSON allows none inside strings, and only \t \n \r between
+ * tokens (cJSON is laxer: it skips any byte up to a space, NUL included). */
+static int has_bad_control(const char *s, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 && (in_str || !is_ws((char)c))) return 1;
+        if (in_str && c == '\\') i++;
+        else if (c == '"') in_str = !in_str;
+    }
+    return 0;
+}
+
+int rp_parse_call(const char *s, size_t n, char **name, size_t *args_off, size_t *args_len) {
+    *name = NULL;
+    if (has_bad_control(s, n)) return -1;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+    if (!o) return -1;
+    size_t rest = (size_t)(end - s);
+    cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name");
+    cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    int ok = cJSON_IsObject(o) && skip_ws(s, n, rest) == n && cJSON_IsString(nm) && nm->valuestring[0] &&
+             cJSON_IsObject(args);
+    if (ok) { /* the span of the first "arguments" member, as cJSON takes the first */
+        ok = 0;
+        size_t i = skip_ws(s, n, 0) + 1; /* past '{' */
+        while (i < n) {
+            i = skip_ws(s, n, i);
+            if (i >= n || s[i] != '"') break;
+            size_t k = i, ke = skip_string(s, n, i);
+            i = skip_ws(s, n, ke);
+            if (i >= n || s[i] != ':') break;
+            i = skip_ws(s, n, i + 1);
+            size_t v = i;
+            i = skip_value(s, n, i);
+            if (ke - k == 11 && !memcmp(s + k, "\"arguments\"", 11)) {
+                *args_off = v;
+                *args_len = i - v;
+                ok = 1;
+                break;
+            }
+            i = skip_ws(s, n, i);
+            if (i < n && s[i] == ',') i++;
+        }
+    }
+    if (ok) *name = dfl_strdup(nm->valuestring);
+    cJSON_Delete(o);
+    return ok ? 0 : -1;
+}
+
+/* The block hold[0..k) is complete (its end tag follows). */
+static void call_block(rp_splitter *p, size_t k, rp_emit_fn emit, void *ud) {
+    char *name;
+    size_t off, len;
+    if (rp_parse_call(p->hold.s, k, &name, &off, &len) == 0) {
+        p->ws.n = 0; /* white space before a tool call is dropped */
+        p->ws.s[0] = 0;
+        rp_event ev = {.kind = RP_TOOL_CALL, .index = p->n_calls++, .name = name, .arguments = p->hold.s + off,
+                       .args_len = len};
+        emit(ud, &ev);
+        free(name);
+        p->after_call = 1;
+    } else { /* not a tool call: the block is content, tags and all */
+        content(p, TAG_CALL, strlen(TAG_CALL), emit, ud);
+        emit_text(RP_CONTENT, p->hold.s, k, emit, ud);
+        emit_text(RP_CONTENT, TAG_CALL_END, strlen(TAG_CALL_END), emit, ud);
+    }
+}
+
+/* ---- the state machine ------------------------------------------------------ */
+
+/* Decide what hold allows; at the end (final) everything. */
+static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
+    for (;;) {
+        rp_buf *h = &p->hold;
+        if (p->state == ST_PROBE) {
+            size_t k = strlen(TAG_THINK);
+            if (h->n >= k && !memcmp(h->s, TAG_THINK, k)) {
+                buf_drop(h, k);
+                p->state = ST_REASON;
+                p->at_start = 1;
+                continue;
+            }
+            if (!final && h->n < k && !memcmp(h->s, TAG_THINK, h->n)) return; /* may still become "<think>" */
+            p->state = ST_CONTENT;
+            continue;
+        }
+        if (p->state == ST_REASON) {
+            if (p->at_start) {
+                size_t i = 0;
+                while (i < h->n && h->s[i] == '\n') i++;
+                buf_drop(h, i);
+                if (!h->n) return;
+                p->at_start = 0;
+            }
+            long e = find(h->s, h->n, TAG_THINK_END);
+            if (e >= 0) {
+                size_t t = (size_t)e;
+                while (t > 0 && h->s[t - 1] == '\n') t--;
+                emit_text(RP_REASONING, h->s, t, emit, ud);
+                buf_drop(h, (size_t)e + strlen(TAG_THINK_END));
+                p->state = ST_CONTENT;
+                p->at_start = 1;
+                continue;
+            }
+            if (final) {
+                emit_text(RP_REASONING, h->s, h->n, emit, ud);
+                h->n = 0;
+                return;
+            }
+            size_t t = h->n - partial_tag(h->s, h->n, TAG_THINK_END);
+            while (t > 0 && h->s[t - 1] == '\n') t--; /* they may precede "</think>" */
+            emit_text(RP_REASONING, h->s, t, emit, ud);
+            buf_drop(h, t);
+            return;
+        }
+        if (p->state == ST_CONTENT) {
+            if (p->at_start) {
+                size_t i = 0;
+                while (i < h->n && h->s[i] == '\n') i++;
+                buf_drop(h, i);
+                if (!h->n && !final) return;
+                p->at_start = 0;
+            }
+            long c = p->tools ? find(h->s, h->n, TAG_CALL) : -1;
+            if (c >= 0) {
+                content_run(p, h->s, (size_t)c, emit, ud);
+                buf_drop(h, (size_t)c + strlen(TAG_CALL));
+                p->state = ST_CALL;
+                continue;
+            }
+            if (final) {
+                content_run(p, h->s, h->n, emit, ud);
+                h->n = 0;
+                if (!p->after_call) emit_text(RP_CONTENT, p->ws.s, p->ws.n, emit, ud); /* the reply's end */
+                p->ws.n = 0; /* after the last tool call: dropped */
+                return;
+            }
+            size_t t = h->n - (p->tools ? partial_tag(h->s, h->n, TAG_CALL) : 0);
+            content_run(p, h->s, t, emit, ud);
+            buf_drop(h, t);
+            return;
+        }
+        /* ST_CALL */
+        long e = find(h->s, h->n, TAG_CALL_END);
+        if (e >= 0) {
+            call_block(p, (size_t)e, emit, ud);
+            buf_drop(h, (size_t)e + strlen(TAG_CALL_END));
+            p->state = ST_CONTENT;
+            continue;
+        }
+        if (final) { /* never closed: content */
+            content(p, TAG_CALL, strlen(TAG_CALL), emit, ud);
+            emit_text(RP_CONTENT, h->s, h->n, emit, ud);
+            h->n = 0;
+        }
+        return;
+    }
+}
+
+void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud) {
+    buf_put(&p->hold, text, len);
+    run(p, 0, emit, ud);
+}
+
+void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud) { run(p, 1, emit, ud); }
