@@ -500,6 +500,8 @@ typedef struct {
     int n_dims;
     int64_t ne[4];
     const void *data;
+    int (*fill)(void *ctx, void *dst, size_t nbytes); /* instead of data: made at write time */
+    void *ctx;
     size_t nbytes;
     uint64_t offset;
 } w_tensor;
@@ -626,6 +628,13 @@ void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
     w->data_len += (t->nbytes + 31) / 32 * 32;
 }
 
+void gguf_w_tensor_fill(gguf_writer *w, const char *name, ggml_type type, int n_dims, const int64_t *ne,
+                        int (*fill)(void *ctx, void *dst, size_t nbytes), void *ctx) {
+    gguf_w_tensor(w, name, type, n_dims, ne, NULL);
+    w->t[w->n_t - 1].fill = fill;
+    w->t[w->n_t - 1].ctx = ctx;
+}
+
 int gguf_w_write(gguf_writer *w, const char *path) {
     char *tmp;
     FILE *f = dfl_create_tmp(path, &tmp);
@@ -649,10 +658,31 @@ int gguf_w_write(gguf_writer *w, const char *path) {
     put(&h, zero, (32 - h.kv_len % 32) % 32);
     int ok = fwrite(h.kv, 1, h.kv_len, f) == h.kv_len;
     free(h.kv);
+    /* one scratch buffer, as large as the largest filled tensor: the only
+     * tensor data this writer holds */
+    void *scratch = NULL;
+    size_t scratch_n = 0;
+    char fill_err[768] = ""; /* a fill's own message outlives dfl_commit_tmp's */
     for (int i = 0; i < w->n_t && ok; i++) {
         const w_tensor *t = &w->t[i];
         size_t padn = (32 - t->nbytes % 32) % 32;
-        ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes && fwrite(zero, 1, padn, f) == padn;
+        const void *d = t->data;
+        if (t->fill) {
+            if (t->nbytes > scratch_n) {
+                free(scratch);
+                scratch = dfl_malloc(t->nbytes);
+                scratch_n = t->nbytes;
+            }
+            if (t->fill(t->ctx, scratch, t->nbytes) != 0) {
+                snprintf(fill_err, sizeof fill_err, "%s: tensor %s: %s", path, t->name, dfl_lasterr());
+                ok = 0;
+            }
+            d = scratch;
+        }
+        ok = ok && fwrite(d, 1, t->nbytes, f) == t->nbytes && fwrite(zero, 1, padn, f) == padn;
     }
-    return dfl_commit_tmp(f, tmp, path, ok);
+    free(scratch);
+    int rc = dfl_commit_tmp(f, tmp, path, ok);
+    if (fill_err[0]) dfl_seterr("%s", fill_err);
+    return rc;
 }

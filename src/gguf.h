@@ -112,6 +112,12 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
  * gguf_w_write. ne innermost first. */
 void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims, const int64_t *ne,
                    const void *data);
+/* A tensor whose bytes are made while the file is written: fill(ctx, dst,
+ * nbytes) writes them into a scratch buffer the writer owns (returns 0, or
+ * -1 with dfl_seterr to fail the write). ctx must stay valid until
+ * gguf_w_write. So a writer holds one tensor's data at a time. */
+void gguf_w_tensor_fill(gguf_writer *w, const char *name, ggml_type type, int n_dims, const int64_t *ne,
+                        int (*fill)(void *ctx, void *dst, size_t nbytes), void *ctx);
 /* Write PATH through a temporary file (dfl_create_tmp / dfl_commit_tmp). */
 int gguf_w_write(gguf_writer *w, const char *path);
 

@@ -63,38 +63,60 @@ static void *keep(conv *cv, size_t n) {
 
 enum { PUT_F32 = 3 }; /* a put_mats kind beside conv.q8's 0 f16, 1 q8_0, 2 q4_0: exact f32 (routers) */
 
-/* N matrices of one shape as one tensor: [rows, cols] when n == 1, else the
- * stack [n, rows, cols] (ggml ne {cols, rows, n}: llama.cpp's ffn_*_exps).
- * Rows as F16, Q8_0 or Q4_0 (conv.q8; kind PUT_F32 overrides it), in HF
- * row order, or llama's Q/K order when hd > 0. */
-static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int n, int hd, int kind) {
-    int rows = ws[0]->rows, cols = ws[0]->cols, q8 = kind == PUT_F32 ? PUT_F32 : cols % 32 == 0 ? cv->q8 : 0;
-    size_t rb = q8 == 1   ? (size_t)cols / 32 * 34
-                : q8 == 2 ? (size_t)cols / 32 * 18
-                          : (size_t)cols * (q8 == PUT_F32 ? 4 : 2);
-    uint8_t *d = keep(cv, rb * (size_t)rows * (size_t)n);
+/* One tensor of put_mats, converted when the writer reaches it (the
+ * matrices stay in the mapped model until then). */
+typedef struct {
+    const kn_weight **ws; /* [n] */
+    int n, hd, q8;
+    size_t rb; /* bytes per output row */
+} mats_job;
+
+static int fill_mats(void *ctx, void *dst, size_t nbytes) {
+    const mats_job *j = ctx;
+    int rows = j->ws[0]->rows, cols = j->ws[0]->cols, q8 = j->q8;
     float *row = dfl_malloc(sizeof(float) * (size_t)cols);
-    int *perm = hd > 0 ? ggm_unpermute(rows, hd) : NULL;
-    for (int e = 0; e < n; e++)
+    int *perm = j->hd > 0 ? ggm_unpermute(rows, j->hd) : NULL;
+    uint8_t *d = dst;
+    for (int e = 0; e < j->n; e++)
         for (int r = 0; r < rows; r++) {
-            kn_get_row(row, ws[e], r);
+            kn_get_row(row, j->ws[e], r);
             /* HF row r goes to GGUF row perm[r] */
-            uint8_t *o = d + ((size_t)e * rows + (size_t)(perm ? perm[r] : r)) * rb;
+            uint8_t *o = d + ((size_t)e * rows + (size_t)(perm ? perm[r] : r)) * j->rb;
             if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
             else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
             else if (q8 == PUT_F32) memcpy(o, row, sizeof(float) * (size_t)cols);
             else
-                for (int j = 0; j < cols; j++) {
-                    uint16_t h = dfl_f32_to_f16(row[j]);
-                    o[2 * j] = (uint8_t)h;
-                    o[2 * j + 1] = (uint8_t)(h >> 8);
+                for (int k = 0; k < cols; k++) {
+                    uint16_t h = dfl_f32_to_f16(row[k]);
+                    o[2 * k] = (uint8_t)h;
+                    o[2 * k + 1] = (uint8_t)(h >> 8);
                 }
         }
     free(row);
     free(perm);
+    (void)nbytes; /* = rb * rows * n, as put_mats declared it */
+    return 0;
+}
+
+/* N matrices of one shape as one tensor: [rows, cols] when n == 1, else the
+ * stack [n, rows, cols] (ggml ne {cols, rows, n}: llama.cpp's ffn_*_exps).
+ * Rows as F16, Q8_0 or Q4_0 (conv.q8; kind PUT_F32 overrides it), in HF
+ * row order, or llama's Q/K order when hd > 0. Converted while the file is
+ * written (fill_mats), so convert holds one tensor at a time. */
+static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int n, int hd, int kind) {
+    int rows = ws[0]->rows, cols = ws[0]->cols, q8 = kind == PUT_F32 ? PUT_F32 : cols % 32 == 0 ? cv->q8 : 0;
+    mats_job *j = keep(cv, sizeof *j);
+    j->ws = keep(cv, sizeof(kn_weight *) * (size_t)n);
+    memcpy(j->ws, ws, sizeof(kn_weight *) * (size_t)n);
+    j->n = n;
+    j->hd = hd;
+    j->q8 = q8;
+    j->rb = q8 == 1   ? (size_t)cols / 32 * 34
+            : q8 == 2 ? (size_t)cols / 32 * 18
+                      : (size_t)cols * (q8 == PUT_F32 ? 4 : 2);
     int64_t ne[3] = {cols, rows, n};
     ggml_type t = q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : q8 == PUT_F32 ? GGML_F32 : GGML_F16;
-    gguf_w_tensor(cv->w, name, t, n > 1 ? 3 : 2, ne, d);
+    gguf_w_tensor_fill(cv->w, name, t, n > 1 ? 3 : 2, ne, fill_mats, j);
 }
 
 /* One matrix (put_mats with n = 1, the file's kind). */

@@ -125,6 +125,55 @@ TEST(round_trip) {
     gguf_close(&g);
 }
 
+/* Tensors made at write time (gguf_w_tensor_fill): bytes i * k + 1 of
+ * tensor k; a fill that fails fails the write and leaves no file. */
+static int fill_pattern(void *ctx, void *dst, size_t n) {
+    int k = *(const int *)ctx;
+    if (k < 0) {
+        dfl_seterr("fill %d refused", k);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)(i * (size_t)k + 1);
+    return 0;
+}
+
+TEST(filled_tensors) {
+    const char *p = tpath("filled.gguf");
+    static int k1 = 3, k2 = 7, bad = -1;
+    gguf_writer *w = gguf_w_new();
+    gguf_w_str(w, "general.architecture", "test");
+    int64_t small[2] = {64, 2}, large[2] = {64, 40}, ne1[1] = {3};
+    gguf_w_tensor_fill(w, "t.small", GGML_F16, 2, small, fill_pattern, &k1);
+    gguf_w_tensor(w, "t.f32", GGML_F32, 1, ne1, f32v);
+    gguf_w_tensor_fill(w, "t.large", GGML_F16, 2, large, fill_pattern, &k2); /* the scratch grows */
+    gguf_w_tensor_fill(w, "t.again", GGML_F16, 2, small, fill_pattern, &k2); /* and is reused */
+    CHECK(gguf_w_write(w, p) == 0, "write: %s", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_file g;
+    CHECK(gguf_open(&g, p) == 0, "open: %s", dfl_lasterr());
+    if (!g.path) return;
+    const char *names[] = {"t.small", "t.large", "t.again"};
+    int ks[] = {3, 7, 7};
+    size_t sizes[] = {256, 5120, 256};
+    for (int i = 0; i < 3; i++) {
+        const gguf_tensor *t = gguf_find_tensor(&g, names[i]);
+        CHECK(t && t->nbytes == sizes[i], "%s size", names[i]);
+        int same = t != NULL;
+        for (size_t b = 0; t && b < t->nbytes; b++) same = same && ((const uint8_t *)t->data)[b] == (uint8_t)(b * (size_t)ks[i] + 1);
+        CHECK(same, "%s: bytes are not the fill's", names[i]);
+    }
+    const gguf_tensor *t = gguf_find_tensor(&g, "t.f32");
+    CHECK(t && t->nbytes == 12 && !memcmp(t->data, f32v, 12), "t.f32 between filled tensors");
+    gguf_close(&g);
+    const char *q = tpath("fill-fails.gguf");
+    w = gguf_w_new();
+    gguf_w_tensor_fill(w, "t.small", GGML_F16, 2, small, fill_pattern, &k1);
+    gguf_w_tensor_fill(w, "t.bad", GGML_F16, 2, small, fill_pattern, &bad);
+    CHECK(gguf_w_write(w, q) == -1 && strstr(dfl_lasterr(), "fill -1 refused"), "a failing fill: %s", dfl_lasterr());
+    gguf_w_free(w);
+    CHECK(access(q, F_OK) != 0, "a failed write left %s", q);
+}
+
 /* ------------------------------------------------------------ bad files */
 
 /* Offsets of the fields of sample.gguf, found by walking it. */
@@ -1339,6 +1388,7 @@ int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-gguf-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     RUN(round_trip);
+    RUN(filled_tensors);
     RUN(bad_files);
     RUN(convert_qwen3);
     RUN(q8_0_tokens_equal_engine_q8_0);
