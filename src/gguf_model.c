@@ -98,7 +98,8 @@ static int has_blk(const gguf_file *g, int l, const char *name) {
  * The expert block is llama.cpp's: softmax router, top-k renormalised
  * (its qwen3moe and qwen35moe graphs always renormalise), weights scale 1;
  * a layer without blk.L.ffn_gate_inp is dense (mlp_only_layers). */
-static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch ga, int64_t nl, int64_t hd, int64_t rd) {
+static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch ga, int64_t nl, int64_t nb, int64_t hd,
+                       int64_t rd) {
     if (ga == GA_QWEN3MOE || ga == GA_QWEN35MOE) {
         int64_t ne, nu, mi, si = 0, gating = 1;
         double scale = 1.0;
@@ -152,12 +153,12 @@ static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch 
     const gguf_kv *rl = gguf_find_kv(g, key);
     if (rl) {
         if (rl->type != GGUF_ARRAY || rl->atype == GGUF_STRING || rl->atype == GGUF_ARRAY ||
-            rl->atype == GGUF_FLOAT32 || rl->atype == GGUF_FLOAT64 || rl->n != (uint64_t)nl) {
-            dfl_seterr("%s: key '%s' must be an array of %lld booleans (one per block)", g->path, key, (long long)nl);
+            rl->atype == GGUF_FLOAT32 || rl->atype == GGUF_FLOAT64 || rl->n != (uint64_t)nb) {
+            dfl_seterr("%s: key '%s' must be an array of %lld booleans (one per block)", g->path, key, (long long)nb);
             return -1;
         }
         cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
-        for (uint64_t i = 0; i < rl->n; i++)
+        for (uint64_t i = 0; i < (uint64_t)nl; i++) /* the decoder's; the nextn blocks' entries are not read */
             cJSON_AddItemToArray(lt, cJSON_CreateString(gguf_arr_int(rl, i) ? "linear_attention" : "full_attention"));
     }
     return 0;
@@ -168,9 +169,10 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     ggm_arch ga;
     if (arch_of(g, arch, sizeof arch, &ga)) return -1;
     int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE;
-    int64_t nl, H, ff = -1, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
+    int64_t nl, nb, nextn = 0, H, ff = -1, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
     double eps, theta = 10000.0;
-    if (get_akey(g, arch, "block_count", &nl, 1) < 0 || get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
+    if (get_akey(g, arch, "block_count", &nb, 1) < 0 || get_akey(g, arch, "nextn_predict_layers", &nextn, 0) < 0 ||
+        get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
         get_akey(g, arch, "feed_forward_length", &ff, ga != GA_QWEN35MOE) < 0 ||
         get_akey(g, arch, "attention.head_count", &nh, 1) < 0 ||
         get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0 ||
@@ -180,6 +182,16 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
         get_afloat(g, arch, "attention.layer_norm_rms_epsilon", &eps, 1) < 0 ||
         get_afloat(g, arch, "rope.freq_base", &theta, 0) < 0)
         return -1;
+    /* llama.cpp's converter appends the checkpoint's multi-token-prediction
+     * blocks (Qwen3.5's mtp.*) after the decoder and counts them in
+     * block_count: they are a draft of its own, not decoder layers, and
+     * dflash does not read them */
+    if (nextn < 0 || nextn >= nb) {
+        dfl_seterr("%s: %s.nextn_predict_layers %lld is out of range (0..block_count - 1 = %lld)", g->path, arch,
+                   (long long)nextn, (long long)nb - 1);
+        return -1;
+    }
+    nl = nb - nextn;
     if (nkv < 0) nkv = nh;
     if (hd < 0 && nh > 0) hd = H / nh;
     if (vd >= 0 && vd != hd) {
@@ -242,7 +254,7 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     }
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(ga_names[ga].hf));
-    if (family_json(j, g, arch, ga, nl, hd, rd)) {
+    if (family_json(j, g, arch, ga, nl, nb, hd, rd)) {
         cJSON_Delete(j);
         return -1;
     }

@@ -1006,6 +1006,87 @@ TEST(convert_qwen3moe) {
           "norm_topk_prob=false: %s", dfl_lasterr());
 }
 
+/* A qwen35moe file with one multi-token-prediction block appended the way
+ * llama.cpp's converter writes Qwen3.5 checkpoints (block_count + 1,
+ * nextn_predict_layers 1, recurrent_layers one longer, the block's layer
+ * tensors and its nextn.* tensors under blk.N): dflash decodes it exactly
+ * as the file without the block; nextn_predict_layers >= block_count is
+ * refused. */
+static const char *with_nextn(const char *src, const char *arch, int64_t nextn) {
+    static char out[600];
+    snprintf(out, sizeof out, "%s/nextn.gguf", tmpdir);
+    gguf_file g;
+    if (gguf_open(&g, src) != 0) return out;
+    char kb[96], kr[96], kn[96];
+    snprintf(kb, sizeof kb, "%s.block_count", arch);
+    snprintf(kr, sizeof kr, "%s.attention.recurrent_layers", arch);
+    snprintf(kn, sizeof kn, "%s.nextn_predict_layers", arch);
+    int64_t nl = 0, full = -1;
+    gguf_get_int(&g, kb, &nl, 1);
+    const gguf_kv *rk = gguf_find_kv(&g, kr);
+    for (uint64_t k = 0; rk && k < rk->n; k++)
+        if (!gguf_arr_int(rk, k)) full = (int64_t)k; /* the last full-attention block: the MTP block's kind */
+    gguf_writer *w = gguf_w_new();
+    for (int i = 0; i < g.n_kv; i++) {
+        const gguf_kv *kv = &g.kv[i];
+        if (!strcmp(kv->key, kb)) {
+            gguf_w_u32(w, kb, (uint32_t)(nl + 1));
+        } else if (!strcmp(kv->key, kr)) {
+            int32_t rl[64];
+            for (uint64_t k = 0; k < kv->n && k < 63; k++) rl[k] = (int32_t)gguf_arr_int(kv, k);
+            rl[kv->n] = 0; /* the MTP block is a full-attention block */
+            gguf_w_arr_i32(w, kr, rl, kv->n + 1);
+        } else {
+            gguf_w_copy_kv(w, kv);
+        }
+    }
+    gguf_w_u32(w, kn, (uint32_t)nextn);
+    char pre[32], name[160];
+    snprintf(pre, sizeof pre, "blk.%lld.", (long long)full);
+    int nt = g.n_tensors;
+    for (int i = 0; i < nt; i++) {
+        const gguf_tensor *t = &g.t[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    for (int i = 0; i < nt; i++) {
+        const gguf_tensor *t = &g.t[i];
+        if (strncmp(t->name, pre, strlen(pre))) continue;
+        snprintf(name, sizeof name, "blk.%lld.%s", (long long)nl, t->name + strlen(pre));
+        gguf_w_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    const gguf_tensor *norm = gguf_find_tensor(&g, "output_norm.weight");
+    static const char *const nx[] = {"nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm"};
+    for (int i = 0; norm && i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)nl, nx[i]);
+        gguf_w_tensor(w, name, norm->type, norm->n_dims, norm->ne, norm->data);
+    }
+    if (gguf_w_write(w, out) != 0) fprintf(stderr, "  nextn: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    return out;
+}
+
+TEST(nextn_blocks) {
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    const char *src = "tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf", *tok = "tests/models/tiny-qwen35moe";
+    size_t na, nb;
+    int32_t *ya = greedy_ids(src, NULL, tok, prompt, 6, &na);
+    const char *f = with_nextn(src, "qwen35moe", 1);
+    mdl_model m;
+    CHECK(mdl_load(&m, f) == 0, "load with a nextn block: %s", dfl_lasterr());
+    if (m.layers) {
+        CHECK(m.cfg.n_layers == 4, "%d decoder layers (the nextn block counted)", m.cfg.n_layers);
+        mdl_free(&m);
+    }
+    int32_t *yb = greedy_ids(f, NULL, tok, prompt, 6, &nb);
+    CHECK(ya && yb && na == 24 && na == nb && !memcmp(ya, yb, na * sizeof *ya),
+          "greedy tokens with the nextn block differ from the file without it");
+    free(ya);
+    free(yb);
+    f = with_nextn(src, "qwen35moe", 5);
+    CHECK(mdl_load(&m, f) != 0 && strstr(dfl_lasterr(), "nextn_predict_layers 5 is out of range"), "%s", dfl_lasterr());
+}
+
 /* Hostile edits of the family files: each fails at load naming the culprit. */
 TEST(bad_family_models) {
     static const struct {
@@ -1400,6 +1481,7 @@ int main(void) {
     RUN(bad_drafts);
     RUN(llama_converter_families);
     RUN(convert_qwen3moe);
+    RUN(nextn_blocks);
     RUN(bad_family_models);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
