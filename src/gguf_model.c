@@ -33,7 +33,7 @@ static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* The architectures read here (general.architecture) and the Hugging Face
  * class each one's metadata becomes. */
-typedef enum { GA_QWEN3, GA_LLAMA, GA_DFLASH, GA_QWEN3MOE, GA_QWEN35, GA_QWEN35MOE } ggm_arch;
+typedef enum { GA_QWEN3, GA_LLAMA, GA_DFLASH, GA_QWEN3MOE, GA_QWEN35, GA_QWEN35MOE, GA_QWEN3NEXT } ggm_arch;
 static const struct {
     const char *name, *hf;
 } ga_names[] = {
@@ -43,6 +43,7 @@ static const struct {
     [GA_QWEN3MOE] = {"qwen3moe", "Qwen3MoeForCausalLM"},
     [GA_QWEN35] = {"qwen35", "Qwen3_5ForCausalLM"},
     [GA_QWEN35MOE] = {"qwen35moe", "Qwen3_5MoeForCausalLM"},
+    [GA_QWEN3NEXT] = {"qwen3next", "Qwen3NextForCausalLM"},
 };
 enum { GA_N = sizeof ga_names / sizeof ga_names[0] };
 
@@ -59,7 +60,7 @@ static int arch_of(const gguf_file *g, char *arch, size_t cap, ggm_arch *ga) {
             return 0;
         }
     char b[64];
-    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, llama, dflash)",
+    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, llama, dflash)",
                g->path, shown(arch, strlen(arch), b));
     return -1;
 }
@@ -100,12 +101,13 @@ static int has_blk(const gguf_file *g, int l, const char *name) {
  * a layer without blk.L.ffn_gate_inp is dense (mlp_only_layers). */
 static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch ga, int64_t nl, int64_t nb, int64_t hd,
                        int64_t rd) {
-    if (ga == GA_QWEN3MOE || ga == GA_QWEN35MOE) {
+    int shared = ga == GA_QWEN35MOE || ga == GA_QWEN3NEXT;
+    if (ga == GA_QWEN3MOE || shared) {
         int64_t ne, nu, mi, si = 0, gating = 1;
         double scale = 1.0;
         if (get_akey(g, arch, "expert_count", &ne, 1) < 0 || get_akey(g, arch, "expert_used_count", &nu, 1) < 0 ||
             get_akey(g, arch, "expert_feed_forward_length", &mi, 1) < 0 ||
-            (ga == GA_QWEN35MOE && get_akey(g, arch, "expert_shared_feed_forward_length", &si, 1) < 0) ||
+            (shared && get_akey(g, arch, "expert_shared_feed_forward_length", &si, 1) < 0) ||
             get_akey(g, arch, "expert_gating_func", &gating, 0) < 0 ||
             get_afloat(g, arch, "expert_weights_scale", &scale, 0) < 0)
             return -1;
@@ -121,15 +123,15 @@ static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch 
         cJSON_AddNumberToObject(j, "num_experts", (double)ne);
         cJSON_AddNumberToObject(j, "num_experts_per_tok", (double)nu);
         cJSON_AddNumberToObject(j, "moe_intermediate_size", (double)mi);
-        if (ga == GA_QWEN35MOE) cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", (double)si);
-        else {
+        if (shared) cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", (double)si);
+        if (ga != GA_QWEN35MOE) { /* qwen3moe / qwen3next config.json keys (Qwen3.5-MoE has neither) */
             cJSON_AddBoolToObject(j, "norm_topk_prob", 1);
             cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
             for (int64_t l = 0; l < nl && l < CFG_MAX_LAYERS; l++)
                 if (!has_blk(g, (int)l, "ffn_gate_inp.weight")) cJSON_AddItemToArray(dense, cJSON_CreateNumber((double)l));
         }
     }
-    if (ga != GA_QWEN35 && ga != GA_QWEN35MOE) return 0;
+    if (ga != GA_QWEN35 && ga != GA_QWEN35MOE && ga != GA_QWEN3NEXT) return 0;
     /* Qwen3.5: ssm.* are llama.cpp's names for the Gated DeltaNet sizes */
     int64_t conv, dk, nk, nv, inner, iv = 4;
     if (get_akey(g, arch, "ssm.conv_kernel", &conv, 1) < 0 || get_akey(g, arch, "ssm.state_size", &dk, 1) < 0 ||
@@ -168,12 +170,12 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     char arch[32], where[1200];
     ggm_arch ga;
     if (arch_of(g, arch, sizeof arch, &ga)) return -1;
-    int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE;
+    int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE || ga == GA_QWEN3NEXT;
     int64_t nl, nb, nextn = 0, H, ff = -1, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
     double eps, theta = 10000.0;
     if (get_akey(g, arch, "block_count", &nb, 1) < 0 || get_akey(g, arch, "nextn_predict_layers", &nextn, 0) < 0 ||
         get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
-        get_akey(g, arch, "feed_forward_length", &ff, ga != GA_QWEN35MOE) < 0 ||
+        get_akey(g, arch, "feed_forward_length", &ff, ga != GA_QWEN35MOE && ga != GA_QWEN3NEXT) < 0 ||
         get_akey(g, arch, "attention.head_count", &nh, 1) < 0 ||
         get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0 ||
         get_akey(g, arch, "attention.key_length", &hd, 0) < 0 ||
@@ -274,8 +276,9 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     cJSON_Delete(j);
     if (rc) return -1;
     snprintf(c->arch_name, sizeof c->arch_name, "%s (gguf)", arch);
-    /* llama.cpp's converter tiles Qwen3.5's value heads (config.h) */
-    c->lin_v_tiled = q35 && c->lin_v_heads > c->lin_k_heads;
+    /* llama.cpp's converter tiles Qwen3.5's value heads (config.h), not
+     * Qwen3-Next's */
+    c->lin_v_tiled = (ga == GA_QWEN35 || ga == GA_QWEN35MOE) && c->lin_v_heads > c->lin_k_heads;
     /* stop tokens: eos, eot, eom and llama.cpp's end-of-generation texts */
     static const char *const ids[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                                       "tokenizer.ggml.eom_token_id"};
@@ -664,8 +667,15 @@ int ggm_load(mdl_model *m, const char *path) {
         if (q35 && c->linear_layer[l]) { /* Gated DeltaNet: llama.cpp's ssm_* names */
             MAT(lin_qkv, "attn_qkv", C, H, 0);
             MAT(lin_z, "attn_gate", vd, H, 0);
-            MAT(lin_b, "ssm_beta", nv, H, 0);
-            MAT(lin_a, "ssm_alpha", nv, H, 0);
+            if (c->qwen3_next) { /* one ssm_ba: per key head [b | a] (in_proj_ba as it is) */
+                kn_weight ba;
+                snprintf(b, sizeof b, "blk.%d.ssm_ba.weight", l);
+                if (bind_mat(m, b, 2 * nv, H, 0, &ba)) goto fail;
+                mdl_split_ba(m, &ba, c->lin_k_heads, nv / c->lin_k_heads, &L->lin_b, &L->lin_a);
+            } else {
+                MAT(lin_b, "ssm_beta", nv, H, 0);
+                MAT(lin_a, "ssm_alpha", nv, H, 0);
+            }
             MAT(lin_out, "ssm_out", H, vd, 0);
             snprintf(b, sizeof b, "blk.%d.ssm_conv1d.weight", l);
             if (!(L->conv_w = bind_arr(m, b, c->lin_conv, C))) goto fail;

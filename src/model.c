@@ -236,13 +236,20 @@ static int bind_fused_in_proj(mdl_model *m, const char *pre, mdl_layer *L) {
     L->lin_qkv = gather_rows(m, &qkvz, 3 * nk, src, len, 2 * nk * dk + nk * rv);
     for (int g = 0; g < nk; g++) src[g] = g * G + 2 * dk + rv, len[g] = rv;
     L->lin_z = gather_rows(m, &qkvz, nk, src, len, nk * rv);
-    for (int g = 0; g < nk; g++) src[g] = g * 2 * r, len[g] = r;
-    L->lin_b = gather_rows(m, &ba, nk, src, len, nk * r);
-    for (int g = 0; g < nk; g++) src[g] = g * 2 * r + r;
-    L->lin_a = gather_rows(m, &ba, nk, src, len, nk * r);
     free(src);
     free(len);
+    mdl_split_ba(m, &ba, nk, r, &L->lin_b, &L->lin_a);
     return 0;
+}
+
+void mdl_split_ba(mdl_model *m, const kn_weight *ba, int nk, int r, kn_weight *b, kn_weight *a) {
+    int *src = dfl_malloc(sizeof(int) * (size_t)nk), *len = dfl_malloc(sizeof(int) * (size_t)nk);
+    for (int g = 0; g < nk; g++) src[g] = g * 2 * r, len[g] = r;
+    *b = gather_rows(m, ba, nk, src, len, nk * r);
+    for (int g = 0; g < nk; g++) src[g] = g * 2 * r + r;
+    *a = gather_rows(m, ba, nk, src, len, nk * r);
+    free(src);
+    free(len);
 }
 
 /* Layer PRE (e.g. "model.layers.3.")'s expert block, in whichever layout

@@ -87,5 +87,9 @@ void mdl_free(mdl_model *m);
 /* A new buffer of N bytes that lives as long as M (freed by mdl_free): the
  * load's converted and regrouped copies of weights. */
 void *mdl_own(mdl_model *m, size_t n);
+/* Qwen3-Next's fused beta/alpha projection BA (in_proj_ba, GGUF ssm_ba:
+ * per key head g of NK the rows [b_g (R rows) | a_g (R rows)]) split into B
+ * and A, NK * R rows each (copies owned by m; float or MLX rows). */
+void mdl_split_ba(mdl_model *m, const kn_weight *ba, int nk, int r, kn_weight *b, kn_weight *a);
 
 #endif

@@ -1122,6 +1122,12 @@ TEST(bad_family_models) {
          "tensor 'blk.0.ssm_conv1d.weight': shape [4, 128] (2 dims), expected [3, 128]"},
         {"tiny-qwen35-bf16", "rotary dims odd", NULL, "qwen35.rope.dimension_count", 'u', 7, NULL,
          "partial_rotary_factor"},
+        {"tiny-qwen3next-bf16", "no ssm_ba", NULL, NULL, 0, 0, "blk.2.ssm_ba.weight",
+         "missing tensor 'blk.2.ssm_ba.weight'"},
+        {"tiny-qwen3next-bf16", "value heads off", NULL, "qwen3next.ssm.time_step_rank", 'u', 2, NULL,
+         "tensor 'blk.0.ssm_ba.weight': shape [32, 8] (2 dims), expected [32, 4]"},
+        {"tiny-qwen3next-bf16", "no shared width", "qwen3next.expert_shared_feed_forward_length", NULL, 0, 0, NULL,
+         "missing key 'qwen3next.expert_shared_feed_forward_length'"},
     };
     static char src[160];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -387,7 +387,9 @@ TEST(qwen35_draft_and_dflash) { check_draft_pair("tiny-qwen35", "tiny-qwen35-dra
  * target of the same widths (its proposals mostly rejected, so nearly every
  * round rolls the recurrent state back) must still give the target's
  * reference greedy tokens, at every block size. */
-static void check_dflash_is_greedy(const char *tn, const char *dn) {
+/* TPATH: the target as another file (a GGUF) of TN's weights, with TN's
+ * tokenizer; NULL: tests/models/TN. */
+static void check_dflash_is_greedy_at(const char *tpath, const char *tn, const char *dn) {
     char tdir[128], ddir[128], tfx[128];
     snprintf(tdir, sizeof tdir, "tests/models/%s", tn);
     snprintf(ddir, sizeof ddir, "tests/models/%s", dn);
@@ -398,7 +400,9 @@ static void check_dflash_is_greedy(const char *tn, const char *dn) {
         return;
     }
     dflash_params pr = dflash_default_params();
-    dflash_model *api = dflash_load(rp(tdir, NULL), rp(ddir, NULL), &pr);
+    char tok[1024];
+    if (tpath) pr.tokenizer = strcpy(tok, rp(tdir, NULL));
+    dflash_model *api = dflash_load(tpath ? rp(tpath, NULL) : rp(tdir, NULL), rp(ddir, NULL), &pr);
     CHECK(api != NULL, "load: %s", dflash_error());
     int np = 0, rounds = 0;
     for (int i = 0; api && get(&tf, i, "ids"); i++, np++) {
@@ -406,10 +410,12 @@ static void check_dflash_is_greedy(const char *tn, const char *dn) {
         rounds += dflash_blocks_equal(api, ids->data, (int)ids->shape[0], greedy->data, (int)greedy->shape[0], i);
     }
     CHECK(np >= 4, "only %d prompts", np);
-    fprintf(stderr, "  %s with %s: %d prompts x 5 block sizes, %d rounds, all = greedy\n", tn, dn, np, rounds);
+    fprintf(stderr, "  %s with %s: %d prompts x 5 block sizes, %d rounds, all = greedy\n", tpath ? tpath : tn, dn, np,
+            rounds);
     dflash_free(api);
     st_close(&tf);
 }
+static void check_dflash_is_greedy(const char *tn, const char *dn) { check_dflash_is_greedy_at(NULL, tn, dn); }
 TEST(qwen3next_dflash_is_greedy) { check_dflash_is_greedy("tiny-qwen3next", "tiny-qwen35-draft"); }
 
 /* The same models as llama.cpp's converter writes them (tools/llama/
@@ -420,12 +426,18 @@ TEST(qwen3next_dflash_is_greedy) { check_dflash_is_greedy("tiny-qwen3next", "tin
 TEST(gguf_qwen3moe_bf16) { check_model("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf", "tiny-qwen3moe"); }
 TEST(gguf_qwen35_bf16) { check_model("tests/fixtures/gguf/tiny-qwen35-bf16.gguf", "tiny-qwen35"); }
 TEST(gguf_qwen35moe_bf16) { check_model("tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf", "tiny-qwen35moe"); }
+/* qwen3next: in_proj_qkvz regrouped by the converter into attn_qkv +
+ * attn_gate, value heads not tiled, in_proj_ba kept fused as ssm_ba */
+TEST(gguf_qwen3next_bf16) { check_model("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf", "tiny-qwen3next"); }
 /* a GGUF target with its safetensors draft: DFlash equal to greedy */
 TEST(gguf_qwen35_draft_and_dflash) {
     check_draft_pair_at("tests/fixtures/gguf/tiny-qwen35-bf16.gguf", "tiny-qwen35", "tiny-qwen35-draft", 1);
 }
 TEST(gguf_qwen3moe_draft_and_dflash) {
     check_draft_pair_at("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf", "tiny-qwen3moe", "tiny-qwen3moe-draft", 1);
+}
+TEST(gguf_qwen3next_dflash_is_greedy) {
+    check_dflash_is_greedy_at("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf", "tiny-qwen3next", "tiny-qwen35-draft");
 }
 
 int main(void) {
@@ -453,6 +465,8 @@ int main(void) {
     RUN(gguf_qwen35moe_bf16);
     RUN(gguf_qwen35_draft_and_dflash);
     RUN(gguf_qwen3moe_draft_and_dflash);
+    RUN(gguf_qwen3next_bf16);
+    RUN(gguf_qwen3next_dflash_is_greedy);
     be_cpu.close(bi);
     CHECK_DONE("test_reference");
 }

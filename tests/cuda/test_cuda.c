@@ -1040,6 +1040,7 @@ TEST(moe) {
     family_case("tests/fixtures/gguf/tiny-qwen3moe-bf16.gguf");
     family_case("tests/fixtures/gguf/tiny-qwen35moe-bf16.gguf");
     family_case("tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf");
+    family_case("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf"); /* fused ssm_ba split at load */
 }
 
 TEST(errors) {

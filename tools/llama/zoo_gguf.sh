@@ -2,7 +2,7 @@
 # tools/llama/zoo_gguf.sh - the GGUF fixtures of the MoE and Qwen3.5 families,
 # made by llama.cpp's own converter (convert_hf_to_gguf.py of the source in
 # .devdeps/llama-src.tar.xz, made by tools/llama/fetch.sh) from the tiny test
-# models: tests/models/tiny-qwen3moe, tiny-qwen35 and tiny-qwen35moe as
+# models: tests/models/tiny-qwen3moe, tiny-qwen35, tiny-qwen35moe and tiny-qwen3next as
 # bf16, tiny-qwen35moe also as q8_0. Needs python3 with torch and numpy:
 # the GPU machine, or here with Debian's packages (python3-torch,
 # python3-numpy, python3-tqdm; convert.py stands in for transformers and
@@ -13,7 +13,7 @@
 # came from the second form (2026-12-03; byte sizes equal to the GPU
 # machine's run of 2026-12-02).
 # Writes $OUT/zoo-gguf/NAME.gguf and NAME.log (the converter's output) for
-# each, flat (8 files). The tiny models' 16384-token vocabulary is a cut of
+# each, flat (10 files). The tiny models' 16384-token vocabulary is a cut of
 # the Qwen3 tokenizer that the converter refuses, so they go through
 # tools/llama/convert.py, which writes no tokenizer then (the tests compare
 # logits, not text); it also names tiny-qwen3moe's dense layer (see there).
@@ -46,5 +46,6 @@ conv tiny-qwen3moe-bf16 --outtype bf16 tests/models/tiny-qwen3moe
 conv tiny-qwen35-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35
 conv tiny-qwen35moe-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35moe
 conv tiny-qwen35moe-q8_0 --outtype q8_0 --no-mtp tests/models/tiny-qwen35moe
+conv tiny-qwen3next-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen3next
 ls -l "$D"
 exit $rc
