@@ -730,32 +730,30 @@ static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
     else launch(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
 }
 
+/* The integer-MMA kernel for DQ 2..7 (folds of 32/64/128 columns, 16-bit
+ * or f32 scales); f32 scales with folds of 32 hold 8 words a row and step,
+ * so they run at most U = 2. */
+template <int MOE, int NT, int U, int SW, typename... A>
+static void gemm_iq_dq(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
+    constexpr int U5 = U > 2 ? 2 : U;
+    switch (dq) {
+    case 2: gemm_iq_go<MOE, NT, U, SW, 2>(s, grid, block, args...); break;
+    case 3: gemm_iq_go<MOE, NT, U, SW, 3>(s, grid, block, args...); break;
+    case 4: gemm_iq_go<MOE, NT, U, SW, 4>(s, grid, block, args...); break;
+    case 5: gemm_iq_go<MOE, NT, U5, SW, 5>(s, grid, block, args...); break;
+    case 6: gemm_iq_go<MOE, NT, U, SW, 6>(s, grid, block, args...); break;
+    default: gemm_iq_go<MOE, NT, U, SW, 7>(s, grid, block, args...); break;
+    }
+}
+
 /* k_gemm or k_gemm_moe (MOE) for one NT and the weight's DQ. The unroll U
- * is timing only; folds of 32 columns with f32 scales hold 8 scale words
- * per row and step, so they run U = 2. */
+ * is timing only (gemm_iq_dq picks it for the integer-MMA kernel). */
 template <int MOE, int KIND, int NT, int U, int SW, typename... A>
 static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     if constexpr (KIND == CW_Q4) {
         if (dq >= 2) {
-            if (NT > 1 && iq_unroll == 2) {
-                switch (dq) {
-                case 2: gemm_iq_go<MOE, NT, 2, SW, 2>(s, grid, block, args...); break;
-                case 3: gemm_iq_go<MOE, NT, 2, SW, 3>(s, grid, block, args...); break;
-                case 4: gemm_iq_go<MOE, NT, 2, SW, 4>(s, grid, block, args...); break;
-                case 5: gemm_iq_go<MOE, NT, 2, SW, 5>(s, grid, block, args...); break;
-                case 6: gemm_iq_go<MOE, NT, 2, SW, 6>(s, grid, block, args...); break;
-                default: gemm_iq_go<MOE, NT, 2, SW, 7>(s, grid, block, args...); break;
-                }
-                return;
-            }
-            switch (dq) {
-            case 2: gemm_iq_go<MOE, NT, 4, SW, 2>(s, grid, block, args...); break;
-            case 3: gemm_iq_go<MOE, NT, 4, SW, 3>(s, grid, block, args...); break;
-            case 4: gemm_iq_go<MOE, NT, 4, SW, 4>(s, grid, block, args...); break;
-            case 5: gemm_iq_go<MOE, NT, 2, SW, 5>(s, grid, block, args...); break;
-            case 6: gemm_iq_go<MOE, NT, 4, SW, 6>(s, grid, block, args...); break;
-            default: gemm_iq_go<MOE, NT, 4, SW, 7>(s, grid, block, args...); break;
-            }
+            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
+            else gemm_iq_dq<MOE, NT, 4, SW>(s, grid, block, dq, args...);
             return;
         }
     }

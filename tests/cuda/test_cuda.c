@@ -539,16 +539,23 @@ static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *n
     be_cuda.close(bi);
 }
 
+/* dq_run of REL under two settings of the knob. */
+static void dq_two(const char *rel, const char *dqa, const char *dqb, rec *a, rec *b, int *oka, int *okb, size_t *nl) {
+    memset(a, 0, sizeof *a);
+    memset(b, 0, sizeof *b);
+    *oka = *okb = 0;
+    *nl = 0;
+    dq_run(rel, dqa, a, oka, nl);
+    dq_run(rel, dqb, b, okb, nl);
+}
+
 TEST(gemm_dq) {
     static const char *q[] = {"tests/models/tiny-qwen3-q8", "tests/models/tiny-qwen3-q4", "tests/models/tiny-qwen3@q8g16"};
     for (int i = 0; i < 3; i++) {
         rec a, b;
-        int oka = 0, okb = 0;
-        size_t nl = 0;
-        memset(&a, 0, sizeof a);
-        memset(&b, 0, sizeof b);
-        dq_run(q[i], "1", &a, &oka, &nl);
-        dq_run(q[i], "0", &b, &okb, &nl);
+        int oka, okb;
+        size_t nl;
+        dq_two(q[i], "1", "0", &a, &b, &oka, &okb, &nl);
         if (a.l && b.l)
             CHECK(memcmp(a.l, b.l, nl * sizeof(float)) == 0 && memcmp(a.am, b.am, 17 * sizeof(int32_t)) == 0,
                   "%s: the two dequantization kernels give different logits", q[i]);
@@ -571,12 +578,9 @@ TEST(gemm_dq) {
     float *l16[3] = {NULL, NULL, NULL};
     for (int i = 0; i < NQ4; i++) {
         rec a, b;
-        int oka = 0, okb = 0;
-        size_t nl = 0;
-        memset(&a, 0, sizeof a);
-        memset(&b, 0, sizeof b);
-        dq_run(q4[i], "2", &a, &oka, &nl);
-        dq_run(q4[i], "1", &b, &okb, &nl);
+        int oka, okb;
+        size_t nl;
+        dq_two(q4[i], "2", "1", &a, &b, &oka, &okb, &nl);
         if (a.l && i < 3) l16[i] = memcpy(malloc(nl * sizeof(float)), a.l, nl * sizeof(float));
         if (a.l && i >= 3 && i < 6 && l16[i - 3])
             CHECK(memcmp(a.l, l16[i - 3], nl * sizeof(float)) == 0, "%s: f32 scales give other bits than the same scales in 16 bits", q4[i]);
