@@ -172,6 +172,35 @@ DFLASH_API char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_ch
  * malloc'd; NULL + error when the model has no template we know. */
 DFLASH_API char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think);
 
+/* One token's log-probability at a generated position (dflash_gen.on_logprob). */
+enum { DFLASH_MAX_TOP_LOGPROBS = 20 };
+
+typedef struct {
+    int32_t id;
+    float logprob;
+} dflash_token_logprob;
+
+typedef struct {
+    int32_t id;          /* the token emitted at this position */
+    float logprob;       /* its log-probability */
+    int n_top;           /* = dflash_gen.top_logprobs */
+    dflash_token_logprob top[DFLASH_MAX_TOP_LOGPROBS]; /* the most likely tokens, most likely first
+                                                         (ties: lower id first) */
+} dflash_logprob;
+
+/* Called for each emitted token just before dflash_on_token reports it, with
+ * the ud given to dflash_generate. The distribution is the target's, at the
+ * position, from the target's logits (never the draft's): log-softmax of the
+ * logits after logit_bias and the penalties, before temperature, top-k,
+ * top-p and min-p - with none of those set, the model's own log-softmax.
+ * Identical bit for bit with and without the draft. Return non-zero to stop. */
+typedef int (*dflash_on_logprob)(void *ud, const dflash_logprob *lp);
+
+typedef struct {
+    int32_t id;
+    float bias;          /* added to the token's logit; -100..100 (OpenAI's range) */
+} dflash_logit_bias;
+
 typedef struct {
     int n_predict;     /* new tokens at most (default 256) */
     float temp;        /* 0 = greedy (default) */
@@ -186,6 +215,22 @@ typedef struct {
                           65536), -1 = the whole vocabulary. Changes speed
                           only: every token is still the target's choice. */
     int ignore_eos;
+    /* Logit controls, applied to the target's logits at every position (in
+     * this order: logit_bias, repeat_penalty, frequency/presence), with the
+     * history plain decoding has there (prompt + tokens generated before
+     * it), so DFlash output still equals plain output, greedy or sampled. */
+    float min_p;       /* 0 = off; keep tokens with p >= min_p * p(most likely), 0..1,
+                          after top-k and top-p (sampling only) */
+    float repeat_penalty;   /* 1 = off (default); > 0: a token in the last repeat_last_n
+                               of the history: logit > 0 ? logit / r : logit * r (llama.cpp) */
+    int repeat_last_n;      /* the penalties' window: 64 (default, llama.cpp's), -1 = the
+                               whole history, 0 = penalties off */
+    float frequency_penalty; /* 0 = off; logit -= f * times the token is in the window */
+    float presence_penalty;  /* 0 = off; logit -= p if the token is in the window */
+    const dflash_logit_bias *logit_bias; /* NULL = none; ids in the vocabulary (repeats add up) */
+    int n_logit_bias;
+    dflash_on_logprob on_logprob; /* NULL = off; else called per emitted token */
+    int top_logprobs;       /* 0..DFLASH_MAX_TOP_LOGPROBS most likely tokens per position */
 } dflash_gen;
 
 DFLASH_API dflash_gen dflash_default_gen(void);

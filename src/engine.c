@@ -12,6 +12,7 @@
  * Per round only ids cross from the backend (argmax, draft_block's out);
  * the hidden taps stay in the target's sequence state and reach the draft
  * through draft_feed. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,18 @@ struct dflash_model {
     int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
     float *logits;       /* [SPEC_MAX_BLOCK][vocab]: prefill's last row, sampling */
     void *smp_work;
+    int *pen_count;      /* [vocab] zeros: smp_transform_apply's scratch */
     double load_s;
     char format[96], draft_format[96];
     /* per-call state used by the spec_iface callbacks */
     smp_params sp;
+    smp_transform tf;    /* logit_bias and penalties of this call */
+    smp_bias *bias;      /* [tf.n_bias], this call's copy */
+    int host_logits;     /* rows come to the host (sampling, transforms, logprobs); else argmax on the backend */
+    dflash_on_logprob on_lp;
+    int top_lp;
+    dflash_logprob lp[SPEC_MAX_BLOCK]; /* per verify row (the first token: [0]), filled by pick_row */
+    int lp_row;          /* the row of the next emitted token */
     int drafting;        /* this call computes taps and feeds the draft */
     int block_len;       /* verify rows of the last forward */
     int verify_len;      /* committed length before the last verify */
@@ -78,6 +87,8 @@ dflash_gen dflash_default_gen(void) {
     g.use_draft = 1;
     g.draft_max = -1;
     g.draft_vocab = 0;
+    g.repeat_penalty = 1.0f;
+    g.repeat_last_n = 64;
     return g;
 }
 
@@ -224,6 +235,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
     m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
     m->smp_work = dfl_malloc(smp_work_size(c->vocab));
+    m->pen_count = dfl_calloc((size_t)c->vocab, sizeof(int));
     weight_format(&m->target, m->format, sizeof m->format);
     if (m->has_draft) weight_format(&m->draft, m->draft_format, sizeof m->draft_format);
     m->load_s = dfl_now() - t0;
@@ -246,6 +258,8 @@ void dflash_free(dflash_model *m) {
     free(m->cache_tok);
     free(m->logits);
     free(m->smp_work);
+    free(m->pen_count);
+    free(m->bias);
     free(m);
 }
 
@@ -395,13 +409,34 @@ static int cb_verify(void *ud, const int32_t *tok, int T) {
     return 0;
 }
 
+/* The target's token for absolute position pos from its logits row (changed
+ * in place): logit_bias and penalties with the history cache_tok[0..pos) -
+ * the prompt, the committed tokens and, inside a verify, the drafts before
+ * this row, i.e. what plain decoding has there - then the sampler (argmax at
+ * temp 0); the log-probabilities into *lp when asked for. */
+static int32_t pick_row(dflash_model *m, float *row, int64_t pos, dflash_logprob *lp) {
+    int V = m->target.cfg.vocab;
+    smp_transform_apply(&m->tf, row, V, m->cache_tok, pos, m->pen_count);
+    int32_t t = smp_pick(&m->sp, row, V, pos, m->smp_work);
+    if (t >= 0 && m->on_lp) {
+        int32_t ids[DFLASH_MAX_TOP_LOGPROBS];
+        float lps[DFLASH_MAX_TOP_LOGPROBS];
+        int n_top = m->top_lp < V ? m->top_lp : V;
+        smp_logprobs(row, V, t, &lp->logprob, n_top, ids, lps);
+        lp->id = t;
+        lp->n_top = n_top;
+        for (int k = 0; k < n_top; k++) lp->top[k] = (dflash_token_logprob){.id = ids[k], .logprob = lps[k]};
+    }
+    return t;
+}
+
 static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     dflash_model *m = ud;
     int V = m->target.cfg.vocab;
-    if (m->sp.temp <= 0) return m->be->argmax(m->seq, i, n, pred); /* greedy: no logits written */
+    if (!m->host_logits) return m->be->argmax(m->seq, i, n, pred); /* plain greedy: no logits written */
     if (m->be->logits(m->seq, i, n, m->logits) != 0) return -1;
     for (int j = 0; j < n; j++)
-        pred[j] = smp_pick(&m->sp, m->logits + (size_t)j * V, V, (int64_t)m->verify_len + i + j + 1, m->smp_work);
+        pred[j] = pick_row(m, m->logits + (size_t)j * V, (int64_t)m->verify_len + i + j + 1, &m->lp[i + j]);
     return 0;
 }
 
@@ -415,6 +450,7 @@ static int cb_accept(void *ud, int keep) {
         dfl_seterr("rollback to %d rows failed", len);
         return -1;
     }
+    m->lp_row = 0; /* spec_run emits rows 0..keep-1 next */
     if (!m->drafting) return 0;
     return m->be->draft_feed(m->dseq, m->seq, 0, keep);
 }
@@ -456,6 +492,8 @@ static int on_emit(void *ud, int32_t id) {
         e->out = dfl_realloc(e->out, sizeof(int32_t) * e->cap_out);
     }
     e->out[e->n_out++] = id;
+    dflash_model *m = e->m;
+    if (m->on_lp && m->on_lp(e->ud, &m->lp[m->lp_row++])) return 1;
     if (!e->cb) return 0;
     size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
     return e->cb(e->ud, id, e->piece, n);
@@ -493,6 +531,42 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
                    g->top_p, g->n_predict);
         return -1;
     }
+    if (!(g->min_p >= 0 && g->min_p <= 1)) {
+        dfl_seterr("min_p %g: must be in 0..1", g->min_p);
+        return -1;
+    }
+    if (!(g->repeat_penalty > 0 && isfinite(g->repeat_penalty))) {
+        dfl_seterr("repeat_penalty %g: must be a number > 0 (1 = off)", g->repeat_penalty);
+        return -1;
+    }
+    if (g->repeat_last_n < -1) {
+        dfl_seterr("repeat_last_n %d: must be -1 (the whole history), 0 (off) or a window length", g->repeat_last_n);
+        return -1;
+    }
+    if (!isfinite(g->frequency_penalty) || !isfinite(g->presence_penalty)) {
+        dfl_seterr("frequency_penalty %g / presence_penalty %g: must be finite numbers", g->frequency_penalty,
+                   g->presence_penalty);
+        return -1;
+    }
+    if (g->n_logit_bias < 0 || (g->n_logit_bias > 0 && !g->logit_bias)) {
+        dfl_seterr("logit_bias: %d entries%s", g->n_logit_bias, g->n_logit_bias > 0 ? " but no array" : "");
+        return -1;
+    }
+    for (int i = 0; i < g->n_logit_bias; i++) {
+        const dflash_logit_bias *b = &g->logit_bias[i];
+        if (b->id < 0 || b->id >= c->vocab) {
+            dfl_seterr("logit_bias[%d]: token id %d is outside the vocabulary (0..%d)", i, b->id, c->vocab - 1);
+            return -1;
+        }
+        if (!(b->bias >= -100 && b->bias <= 100)) {
+            dfl_seterr("logit_bias[%d]: bias %g for token %d is outside -100..100", i, b->bias, b->id);
+            return -1;
+        }
+    }
+    if (g->top_logprobs < 0 || g->top_logprobs > DFLASH_MAX_TOP_LOGPROBS) {
+        dfl_seterr("top_logprobs %d: must be in 0..%d", g->top_logprobs, DFLASH_MAX_TOP_LOGPROBS);
+        return -1;
+    }
     int block = 1;
     m->drafting = m->has_draft && g->use_draft;
     if (m->drafting) {
@@ -502,7 +576,18 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
             return -1;
         }
     }
-    m->sp = (smp_params){g->temp, g->top_k, g->top_p, g->seed};
+    m->sp = (smp_params){.temp = g->temp, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed, .min_p = g->min_p};
+    free(m->bias);
+    m->bias = dfl_malloc(sizeof(smp_bias) * (size_t)(g->n_logit_bias ? g->n_logit_bias : 1));
+    for (int i = 0; i < g->n_logit_bias; i++)
+        m->bias[i] = (smp_bias){.id = g->logit_bias[i].id, .bias = g->logit_bias[i].bias};
+    m->tf = (smp_transform){.bias = m->bias, .n_bias = g->n_logit_bias, .repeat = g->repeat_penalty,
+                            .frequency = g->frequency_penalty, .presence = g->presence_penalty,
+                            .last_n = g->repeat_last_n};
+    m->on_lp = g->on_logprob;
+    m->top_lp = g->top_logprobs;
+    m->lp_row = 0;
+    m->host_logits = m->sp.temp > 0 || smp_transform_active(&m->tf) || m->on_lp;
     m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
     if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
     m->n_stop = 0;
@@ -542,7 +627,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
         if (m->drafting && m->be->draft_feed(m->dseq, m->seq, 0, T) != 0) return -1;
     }
-    int32_t first = smp_pick(&m->sp, m->logits, c->vocab, (int64_t)n_prompt, m->smp_work);
+    int32_t first = pick_row(m, m->logits, (int64_t)n_prompt, &m->lp[0]);
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
@@ -550,7 +635,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     /* sampling reads each row's logits on the host and sorts candidates: a
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */
-    int rows = m->sp.temp > 0 && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
+    int rows = m->host_logits && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
     spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
                       m->n_stop, &m->ctl, rows};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};

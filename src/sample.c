@@ -218,7 +218,8 @@ static void grow(order *o, int want) {
 
 /* Candidates are the tokens whose probability is within exp(-30) of the
  * best one (the rest carry less than ~1e-13 of the mass each and are
- * dropped), in order of logit; then top-k, then top-p, then one draw that
+ * dropped), in order of logit; then top-k, then top-p, then min-p (as
+ * llama.cpp and vLLM order them), then one draw that
  * walks the candidates in that order. Only the part of the order a draw
  * needs is sorted (a partial selection growing in doubling chunks; the walk
  * usually stops within the first few dozen tokens), so the results are the
@@ -259,6 +260,18 @@ int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void 
         sum = 0;
         for (int i = 0; i < o.k; i++) sum += o.prob[i];
     }
+    if (p->min_p > 0.0f) { /* prob[i] = p_i / p(best): the candidates are in order, cut at the first below */
+        for (int i = 0; i < o.k; i++) {
+            if (i == o.done) grow(&o, 2 * o.done + 64);
+            if (o.prob[i] < p->min_p && i > 0) {
+                o.k = i;
+                break;
+            }
+        }
+        grow(&o, o.k);
+        sum = 0;
+        for (int i = 0; i < o.k; i++) sum += o.prob[i];
+    }
     double u = smp_uniform(p->seed, pos) * sum, c = 0;
     for (int i = 0; i < o.k; i++) {
         if (i == o.done) grow(&o, 2 * o.done + 64);
@@ -267,4 +280,58 @@ int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void 
     }
     grow(&o, o.k);
     return o.idx[o.k - 1];
+}
+
+int smp_transform_active(const smp_transform *t) {
+    return t->n_bias > 0 || (t->last_n != 0 && (t->repeat != 1.0f || t->frequency != 0.0f || t->presence != 0.0f));
+}
+
+void smp_transform_apply(const smp_transform *t, float *logits, int n, const int32_t *hist, int64_t n_hist,
+                         int *count) {
+    (void)n;
+    for (int i = 0; i < t->n_bias; i++) logits[t->bias[i].id] += t->bias[i].bias;
+    if (t->last_n == 0 || (t->repeat == 1.0f && t->frequency == 0.0f && t->presence == 0.0f)) return;
+    int64_t from = t->last_n < 0 || t->last_n >= n_hist ? 0 : n_hist - t->last_n;
+    for (int64_t h = from; h < n_hist; h++) count[hist[h]]++;
+    for (int64_t h = from; h < n_hist; h++) { /* each distinct token once; count[] back to zero */
+        int32_t id = hist[h];
+        int c = count[id];
+        if (!c) continue;
+        float z = logits[id];
+        if (t->repeat != 1.0f) z = z > 0 ? z / t->repeat : z * t->repeat;
+        z -= (float)c * t->frequency + t->presence;
+        logits[id] = z;
+        count[id] = 0;
+    }
+}
+
+void smp_logprobs(const float *logits, int n, int32_t id, float *lp, int n_top, int32_t *top, float *top_lp) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) /* NaNs never compare greater */
+        if (logits[i] > mx) mx = logits[i];
+    double lse;
+    if (isfinite(mx)) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            if (logits[i] > -INFINITY) sum += exp((double)logits[i] - (double)mx);
+        lse = (double)mx + log(sum);
+    } else { /* +inf: the infinite ones share the mass; all -inf / NaN: nothing has any */
+        lse = mx;
+    }
+#define SMP_LP(v) (isnan(v) || (v) == -INFINITY ? -INFINITY : isinf(lse) ? ((v) == mx ? 0.0f : -INFINITY) \
+                                                                     : (float)((double)(v) - lse))
+    *lp = SMP_LP(logits[id]);
+    int have = 0; /* top[0..have): logit descending, ties by id ascending (ids arrive ascending) */
+    for (int i = 0; i < n && n_top > 0; i++) {
+        float v = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (have == n_top && !(v > (isnan(logits[top[have - 1]]) ? -INFINITY : logits[top[have - 1]]))) continue;
+        int j = have < n_top ? have++ : have - 1;
+        while (j > 0 && v > (isnan(logits[top[j - 1]]) ? -INFINITY : logits[top[j - 1]])) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    for (int i = 0; i < have; i++) top_lp[i] = SMP_LP(logits[top[i]]);
+#undef SMP_LP
 }
