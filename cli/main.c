@@ -70,6 +70,8 @@ static void usage_err(const char *cmd, const char *msg, const char *arg) {
     exit(2);
 }
 
+enum { CLI_MAX_LOGIT_BIAS = 1024 }; /* --logit-bias given at most this often */
+
 typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
@@ -81,6 +83,11 @@ typedef struct {
     int top_k;
     unsigned long long seed;
     int seed_given; /* -s N with N >= 0; otherwise a random seed */
+    float min_p, repeat_penalty, frequency_penalty, presence_penalty;
+    int repeat_last_n;
+    dflash_logit_bias logit_bias[CLI_MAX_LOGIT_BIAS];
+    int n_logit_bias;
+    int logprobs; /* -1: off; else print each token's log-probability and its N most likely alternatives */
 } opts;
 
 static const char *help_generate =
@@ -108,6 +115,21 @@ static const char *help_generate =
     "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
     "      --top-p P          nucleus sampling (default 1 = off)\n"
     "  -s, --seed S           sampling seed (default -1 = random, printed on stderr)\n"
+    "      --min-p P          drop tokens less likely than P x the most likely one\n"
+    "                         (0..1, default 0 = off; after top-k and top-p)\n"
+    "      --repeat-penalty R penalise tokens of the last --repeat-last-n: a logit\n"
+    "                         l > 0 becomes l / R, else l x R (default 1 = off)\n"
+    "      --repeat-last-n N  the penalties' window over prompt + output (default 64;\n"
+    "                         -1 = all of it, 0 = penalties off)\n"
+    "      --presence-penalty P   subtract P from the logit of a token in the window\n"
+    "      --frequency-penalty F  subtract F x its count in the window (default 0)\n"
+    "      --logit-bias ID=BIAS   add BIAS (-100..100) to token ID's logit; repeatable\n"
+    "                         (every control is applied to the target's logits with\n"
+    "                         plain decoding's history: DFlash output is unchanged)\n"
+    "      --logprobs N       after the text, print each token's log-probability and\n"
+    "                         its N (0..20) most likely alternatives on stderr (the\n"
+    "                         target's, after --logit-bias and the penalties, before\n"
+    "                         --temp, top-k/top-p/min-p)\n"
     "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
     "      --draft-max N|auto most drafted tokens per round (default auto)\n"
     "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
@@ -135,8 +157,9 @@ static const char *help_chat =
     "refused and the conversation kept. On a terminal, lines can be edited and\n"
     "recalled (arrow keys) when dflash was built with libedit.\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
-    "--no-think, --temp, --top-k, --top-p, -s, --block-size, --draft-max, --quant,\n"
-    "--draft-quant).\n"
+    "--no-think, --temp, --top-k, --top-p, -s, --min-p, --repeat-penalty,\n"
+    "--repeat-last-n, --presence-penalty, --frequency-penalty, --logit-bias,\n"
+    "--block-size, --draft-max, --quant, --draft-quant).\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in with make CUDA=1 and a GPU is present)\n"
     "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
@@ -287,7 +310,10 @@ static const struct {
     {NULL, "--reps", 1, "B"},              {NULL, "--depth", 1, "B"},
     {NULL, "--json", 0, "B"},              {NULL, "--plot", 1, "B"},
     {NULL, "--quant", 1, "GCB"},           {NULL, "--draft-quant", 1, "GCB"},
-    {NULL, "--tokenizer", 1, "GCB"},
+    {NULL, "--tokenizer", 1, "GCB"},      {NULL, "--min-p", 1, "GC"},
+    {NULL, "--repeat-penalty", 1, "GC"},   {NULL, "--repeat-last-n", 1, "GC"},
+    {NULL, "--presence-penalty", 1, "GC"}, {NULL, "--frequency-penalty", 1, "GC"},
+    {NULL, "--logit-bias", 1, "GC"},       {NULL, "--logprobs", 1, "G"},
 };
 
 static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
@@ -333,6 +359,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     o->draft_max = -1;
     o->reps = 3;
     o->depth = 256;
+    o->repeat_penalty = 1.0f;
+    o->repeat_last_n = 64;
+    o->logprobs = -1;
     if (!strcmp(o->cmd, "bench")) o->n_predict = 128;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -382,6 +411,23 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--plot", "--plot")) o->plot = VAL();
         else if (IS("--backend", "--backend")) o->backend = VAL();
         else if (IS("--tokenizer", "--tokenizer")) o->tokenizer = VAL();
+        else if (IS("--min-p", "--min-p")) o->min_p = parse_float(o->cmd, a, VAL(), 0, 1);
+        else if (IS("--repeat-penalty", "--repeat-penalty")) o->repeat_penalty = parse_float(o->cmd, a, VAL(), 1e-6f, 100);
+        else if (IS("--repeat-last-n", "--repeat-last-n")) o->repeat_last_n = (int)parse_int(o->cmd, a, VAL(), -1, INT_MAX);
+        else if (IS("--presence-penalty", "--presence-penalty")) o->presence_penalty = parse_float(o->cmd, a, VAL(), -100, 100);
+        else if (IS("--frequency-penalty", "--frequency-penalty")) o->frequency_penalty = parse_float(o->cmd, a, VAL(), -100, 100);
+        else if (IS("--logit-bias", "--logit-bias")) {
+            const char *v = VAL();
+            char *end, *eq;
+            errno = 0;
+            long id = strtol(v, &eq, 10);
+            float b = *eq == '=' ? strtof(eq + 1, &end) : 0;
+            if (errno || eq == v || *eq != '=' || end == eq + 1 || *end || id < 0 || id > INT32_MAX || !(b >= -100 && b <= 100))
+                usage_err(o->cmd, "--logit-bias expects ID=BIAS (a token id >= 0, a bias in -100..100), got", v);
+            if (o->n_logit_bias == CLI_MAX_LOGIT_BIAS) usage_err(o->cmd, "too many --logit-bias (at most 1024)", NULL);
+            o->logit_bias[o->n_logit_bias++] = (dflash_logit_bias){.id = (int32_t)id, .bias = b};
+        }
+        else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
         else if (IS("--draft-vocab", "--draft-vocab")) {
             const char *v = VAL();
             o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 1, INT_MAX);
@@ -426,6 +472,52 @@ static int on_token(void *ud, int32_t id, const char *text, size_t len) {
     (void)id;
     if (len) last_out = text[len - 1];
     return out_write(text, len) != 0; /* stdout failed: stop generating */
+}
+
+/* --logprobs: the entries of the emitted tokens, in order. */
+typedef struct {
+    dflash_logprob *v;
+    size_t n, cap;
+} lp_list;
+
+static int on_logprob(void *ud, const dflash_logprob *lp) {
+    lp_list *l = ud;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = realloc(l->v, l->cap * sizeof *l->v);
+        if (!l->v) die("%s", "out of memory");
+    }
+    l->v[l->n++] = *lp;
+    return 0;
+}
+
+/* A token's bytes for a terminal line: printable ASCII as is, the rest \xNN. */
+static void put_piece(const dflash_model *m, int32_t id) {
+    char buf[256];
+    int n = dflash_token_piece(m, id, buf, sizeof buf);
+    fputc('\'', stderr);
+    for (int i = 0; i < n && i < (int)sizeof buf - 1; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') fputc(c, stderr);
+        else fprintf(stderr, "\\x%02x", c);
+    }
+    fputc('\'', stderr);
+}
+
+static void print_logprobs(const dflash_model *m, const lp_list *l) {
+    fprintf(stderr, "\nlogprobs (the target's log-softmax after --logit-bias and penalties, before --temp):\n");
+    for (size_t i = 0; i < l->n; i++) {
+        const dflash_logprob *e = &l->v[i];
+        fprintf(stderr, "%zu\t%d\t%.6f\t", i, e->id, e->logprob);
+        put_piece(m, e->id);
+        for (int k = 0; k < e->n_top; k++) {
+            fprintf(stderr, k ? " " : "\ttop: ");
+            fprintf(stderr, "%d:", e->top[k].id);
+            put_piece(m, e->top[k].id);
+            fprintf(stderr, ":%.6f", e->top[k].logprob);
+        }
+        fputc('\n', stderr);
+    }
 }
 
 static void print_stats(const dflash_model *m, const dflash_stats *st, int json) {
@@ -510,6 +602,13 @@ static dflash_gen gen_params(const opts *o) {
     g.draft_vocab = o->draft_vocab;
     g.ignore_eos = o->ignore_eos;
     g.use_draft = !o->no_draft;
+    g.min_p = o->min_p;
+    g.repeat_penalty = o->repeat_penalty;
+    g.repeat_last_n = o->repeat_last_n;
+    g.frequency_penalty = o->frequency_penalty;
+    g.presence_penalty = o->presence_penalty;
+    g.logit_bias = o->logit_bias;
+    g.n_logit_bias = o->n_logit_bias;
     return g;
 }
 
@@ -530,8 +629,15 @@ static int cmd_generate(int argc, char **argv) {
     }
     dflash_gen g = gen_params(&o);
     dflash_stats st;
-    int rc = dflash_generate_text(m, text, &g, on_token, NULL, &st);
+    lp_list lps = {0};
+    if (o.logprobs >= 0) {
+        g.on_logprob = on_logprob;
+        g.top_logprobs = o.logprobs;
+    }
+    int rc = dflash_generate_text(m, text, &g, on_token, &lps, &st);
     free(text);
+    if (rc == 0 && o.logprobs >= 0) print_logprobs(m, &lps);
+    free(lps.v);
     if (last_out != '\n' && isatty(STDOUT_FILENO)) out_write("\n", 1); /* the shell prompt on its own line */
     if (rc != 0) {
         fflush(stdout);
