@@ -1,9 +1,11 @@
 /* test_sample.c - the sampler (src/sample.c) against a reference that fully
  * sorts the candidates (the sampler as it was before the partial selection):
  * same token for random logits with and without ties, every top-k / top-p /
- * temperature combination; reentrant (two threads sampling different logits
- * at once get their single-thread answers); non-finite logits give an error,
- * never an id. */
+ * temperature combination, min_p after them; the logit transforms
+ * (logit_bias, repeat / frequency / presence penalties over a window) against
+ * their definition; log-probabilities against double arithmetic; reentrant
+ * (two threads sampling different logits at once get their single-thread
+ * answers); non-finite logits give an error, never an id. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -49,6 +51,15 @@ static int ref_pick(const smp_params *p, const float *logits, int n, int64_t pos
                 break;
             }
         }
+        sum = 0;
+        for (int i = 0; i < k; i++) sum += prob[i];
+    }
+    if (p->min_p > 0) { /* prob[0] is the best one's: exp(0) = 1 */
+        for (int i = 1; i < k; i++)
+            if (prob[i] < p->min_p * prob[0]) {
+                k = i;
+                break;
+            }
         sum = 0;
         for (int i = 0; i < k; i++) sum += prob[i];
     }
@@ -104,7 +115,7 @@ TEST(matches_full_sort) {
                     for (int q = 0; q < 4; q++) {
                         int reps = n > 100000 ? 1 : 6;
                         for (int r = 0; r < reps; r++) {
-                            smp_params p = {temps[t], topk[k], topp[q], 1234 + (uint64_t)r};
+                            smp_params p = {.temp = temps[t], .top_k = topk[k], .top_p = topp[q], .seed = 1234 + (uint64_t)r};
                             int64_t pos = 17 * r + k;
                             int got = smp_pick(&p, l, n, pos, work), want = ref_pick(&p, l, n, pos);
                             checked++;
@@ -121,11 +132,143 @@ TEST(matches_full_sort) {
     fprintf(stderr, "  %d picks equal to the full-sort reference\n", checked);
 }
 
+/* min_p after top-k and top-p: the full-sort reference with the same cut. */
+TEST(min_p_matches_full_sort) {
+    static const float minp[] = {0.001f, 0.05f, 0.3f, 0.9f, 1.0f};
+    static const int topk[] = {0, 40};
+    static const float topp[] = {1.0f, 0.9f};
+    enum { N = 5000 };
+    float *l = malloc(sizeof(float) * N);
+    void *work = malloc(smp_work_size(N));
+    int checked = 0, differ = 0, cut = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        fill(l, N, kind);
+        for (int m = 0; m < 5; m++)
+            for (int k = 0; k < 2; k++)
+                for (int q = 0; q < 2; q++)
+                    for (int r = 0; r < 8; r++) {
+                        smp_params p = {.temp = 1.0f, .top_k = topk[k], .top_p = topp[q], .seed = 99 + (uint64_t)r,
+                                        .min_p = minp[m]};
+                        smp_params off = p;
+                        off.min_p = 0;
+                        int got = smp_pick(&p, l, N, r, work), want = ref_pick(&p, l, N, r);
+                        cut += got != smp_pick(&off, l, N, r, work);
+                        checked++;
+                        differ += got != want;
+                    }
+    }
+    CHECK(differ == 0, "%d of %d min_p picks differ from the full sort", differ, checked);
+    CHECK(cut > 0, "min_p never changed a pick (of %d)", checked);
+    /* min_p 1 keeps only the best token (no ties in kind 0): the argmax */
+    fill(l, N, 0);
+    smp_params p1 = {.temp = 1.5f, .top_p = 1.0f, .seed = 3, .min_p = 1.0f};
+    int bad = 0;
+    for (int r = 0; r < 50; r++) bad += smp_pick(&p1, l, N, r, work) != smp_argmax(l, N);
+    CHECK(bad == 0, "min_p 1: %d of 50 picks are not the argmax", bad);
+    free(l);
+    free(work);
+}
+
+/* The transforms against a direct reading of their definition: per vocab
+ * id, its count in the window, then bias, repeat, frequency, presence. */
+static void ref_transform(const smp_transform *t, float *l, int n, const int32_t *hist, int n_hist) {
+    for (int i = 0; i < t->n_bias; i++) l[t->bias[i].id] += t->bias[i].bias;
+    int from = t->last_n < 0 ? 0 : n_hist - t->last_n < 0 ? 0 : n_hist - t->last_n;
+    if (t->last_n == 0) from = n_hist;
+    for (int id = 0; id < n; id++) {
+        int c = 0;
+        for (int h = from; h < n_hist; h++) c += hist[h] == id;
+        if (!c) continue;
+        float z = l[id];
+        if (t->repeat != 1.0f) z = z > 0 ? z / t->repeat : z * t->repeat;
+        z -= (float)c * t->frequency + t->presence;
+        l[id] = z;
+    }
+}
+
+TEST(transforms) {
+    enum { N = 700, H = 90 };
+    float l[N], a[N], b[N];
+    int32_t hist[H];
+    int *count = calloc(N, sizeof(int));
+    for (int i = 0; i < H; i++) hist[i] = (int32_t)(rnd() * 40) * 7; /* repeats */
+    smp_bias bias[3] = {{.id = 5, .bias = 3.5f}, {.id = 7, .bias = -100}, {.id = 5, .bias = 1.0f}};
+    static const int windows[] = {-1, 0, 1, 10, 64, 500};
+    static const float reps[] = {1.0f, 1.3f, 0.7f};
+    int bad = 0, changed = 0, zero = 1;
+    fill(l, N, 0);
+    for (int w = 0; w < 6; w++)
+        for (int r = 0; r < 3; r++)
+            for (int fp = 0; fp < 3; fp++) {
+                smp_transform t = {.bias = bias, .n_bias = fp == 1 ? 3 : 0, .repeat = reps[r],
+                                   .frequency = fp == 2 ? 0.4f : fp == 1 ? -0.2f : 0, .presence = fp ? 0.6f : 0,
+                                   .last_n = windows[w]};
+                memcpy(a, l, sizeof l);
+                memcpy(b, l, sizeof l);
+                smp_transform_apply(&t, a, N, hist, H, count);
+                ref_transform(&t, b, N, hist, H);
+                bad += memcmp(a, b, sizeof a) != 0;
+                changed += memcmp(a, l, sizeof a) != 0;
+                CHECK(smp_transform_active(&t) == (memcmp(a, l, sizeof a) != 0),
+                      "active %d but the logits %s (window %d, repeat %g)", smp_transform_active(&t),
+                      memcmp(a, l, sizeof a) ? "changed" : "did not change", windows[w], reps[r]);
+                for (int i = 0; i < N; i++) zero &= count[i] == 0;
+            }
+    CHECK(bad == 0, "%d transforms differ from the reference", bad);
+    CHECK(changed > 20, "only %d of 54 settings changed the logits", changed);
+    CHECK(zero, "the count scratch is not all zero afterwards");
+    smp_transform t = {.bias = bias, .n_bias = 3, .repeat = 1, .last_n = 64};
+    memcpy(a, l, sizeof l);
+    smp_transform_apply(&t, a, N, hist, H, count);
+    CHECK(a[5] == l[5] + 3.5f + 1.0f && a[7] == l[7] - 100, "biases add up: %g -> %g", l[5], a[5]);
+    free(count);
+}
+
+/* log-softmax against double arithmetic over the whole row, the top ids
+ * against the full sort */
+TEST(logprobs) {
+    enum { N = 151936 };
+    float *l = malloc(sizeof(float) * N);
+    int *idx = malloc(sizeof(int) * N);
+    for (int kind = 0; kind < 4; kind++) {
+        fill(l, N, kind);
+        if (kind == 1) l[77] = NAN;
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < N; i++)
+            if (l[i] > mx) mx = l[i];
+        for (int i = 0; i < N; i++)
+            if (!isnan(l[i])) sum += exp(l[i] - mx);
+        double lse = mx + log(sum);
+        int32_t top[20];
+        float top_lp[20], lp;
+        int k = 0;
+        for (int i = 0; i < N; i++)
+            if (!isnan(l[i])) idx[k++] = i;
+        ref_logits = l;
+        qsort(idx, (size_t)k, sizeof(int), ref_cmp);
+        double worst = 0;
+        for (int id = 0; id < N; id += 997) {
+            smp_logprobs(l, N, id, &lp, 20, top, top_lp);
+            double want = l[id] - lse, d = fabs(lp - want);
+            if (d > worst) worst = d;
+        }
+        CHECK(worst < 1e-4, "kind %d: log-softmax off by %g", kind, worst);
+        smp_logprobs(l, N, 3, &lp, 20, top, top_lp);
+        int same = 1;
+        for (int i = 0; i < 20; i++) same &= top[i] == idx[i] && fabs(top_lp[i] - (l[idx[i]] - lse)) < 1e-4;
+        CHECK(same, "kind %d: the top 20 differ from the full sort (first %d vs %d)", kind, top[0], idx[0]);
+        smp_logprobs(l, N, 77, &lp, 0, top, top_lp);
+        if (kind == 1) CHECK(lp == -INFINITY, "a NaN logit's logprob is -inf, got %g", lp);
+    }
+    free(l);
+    free(idx);
+}
+
 TEST(greedy_unchanged) {
     float l[300];
     fill(l, 300, 1);
     void *work = malloc(smp_work_size(300));
-    smp_params p = {0, 0, 1, 0};
+    smp_params p = {.temp = 0, .top_p = 1};
     CHECK(smp_pick(&p, l, 300, 5, work) == smp_argmax(l, 300), "temp 0 is argmax");
     free(work);
 }
@@ -134,7 +277,7 @@ TEST(non_finite_logits) {
     enum { N = 4096 };
     float *l = malloc(sizeof(float) * N);
     void *work = malloc(smp_work_size(N));
-    smp_params p = {0.8f, 0, 0.9f, 7};
+    smp_params p = {.temp = 0.8f, .top_p = 0.9f, .seed = 7};
     for (int i = 0; i < N; i++) l[i] = NAN;
     dfl_seterr("(none)");
     CHECK(smp_pick(&p, l, N, 3, work) == -1 && strstr(dfl_lasterr(), "not finite"), "all NaN: %s", dfl_lasterr());
@@ -168,7 +311,7 @@ typedef struct {
 static void *sampler(void *arg) {
     job *j = arg;
     void *work = malloc(smp_work_size(TN));
-    smp_params p = {1.0f, 0, 1.0f, 99};
+    smp_params p = {.temp = 1.0f, .top_p = 1.0f, .seed = 99};
     for (int r = 0; r < TPICKS; r++) j->got[r] = smp_pick(&p, j->l, TN, r, work);
     free(work);
     return NULL;
@@ -177,7 +320,7 @@ static void *sampler(void *arg) {
 TEST(reentrant) {
     job jobs[2];
     void *work = malloc(smp_work_size(TN));
-    smp_params p = {1.0f, 0, 1.0f, 99};
+    smp_params p = {.temp = 1.0f, .top_p = 1.0f, .seed = 99};
     for (int t = 0; t < 2; t++) {
         jobs[t].l = malloc(sizeof(float) * TN);
         fill(jobs[t].l, TN, t ? 1 : 3); /* coarse vs flat: a shared order would mix them up */
@@ -250,6 +393,9 @@ TEST(argmax_every_variant) {
 int main(void) {
     RUN(argmax_every_variant);
     RUN(matches_full_sort);
+    RUN(min_p_matches_full_sort);
+    RUN(transforms);
+    RUN(logprobs);
     RUN(greedy_unchanged);
     RUN(non_finite_logits);
     RUN(reentrant);
