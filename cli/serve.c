@@ -315,6 +315,13 @@ enum { JOB_LIVE = 0, JOB_CLIENT_GONE, JOB_SHUTDOWN };
 
 typedef struct sv_server sv_server;
 
+/* One emitted token's log-probabilities and where its text lies in the
+ * generated text: bytes [start, end), start_cp code points before it. */
+typedef struct {
+    dflash_logprob lp;
+    size_t start, end, start_cp;
+} sv_logprob;
+
 typedef struct sv_job {
     /* the request: set before queueing, read-only afterwards */
     sv_server *srv;
@@ -325,6 +332,8 @@ typedef struct sv_job {
     ss_matcher *stop;          /* the worker's alone */
     rp_splitter *split;        /* chat with thinking or tools: the worker's alone; NULL: text is content */
     int stream, include_usage;
+    dflash_logit_bias *bias;   /* [gen.n_logit_bias], gen.logit_bias points here */
+    int logprobs;              /* report log-probabilities (gen.top_logprobs alternatives) */
     char id[48];
     long created;
     struct sv_job *next;       /* queue link */
@@ -340,6 +349,13 @@ typedef struct sv_job {
     char err[256];
     dflash_stats st;
     const char *finish;        /* "stop" or "length" */
+    /* logprobs: the worker's, under srv->mu. A token's entry goes out with
+     * the first text chunk that releases all of its text (stop strings hold
+     * text back); tokens cut by a stop string are never reported. */
+    sv_logprob *lps;
+    size_t n_lps, cap_lps, sent_lps;
+    size_t gen_bytes, gen_cp;  /* generated text so far: bytes, code points */
+    size_t released;           /* bytes of it passed to the client (the stop matcher's output) */
     pthread_cond_t cv;         /* out grew or state changed */
 } sv_job;
 
@@ -374,6 +390,8 @@ struct sv_server {
 static void job_release(sv_job *j) { /* srv->mu held */
     if (--j->refs > 0) return;
     free(j->ids);
+    free(j->bias);
+    free(j->lps);
     ss_free(j->stop);
     rp_free(j->split);
     free(j->out.p);
@@ -463,6 +481,95 @@ static cJSON *choice_json(const sv_job *j, int chunk, const char *role, const ch
     return c;
 }
 
+/* A token as OpenAI shows it: its text, or "bytes:\\xNN..." when its bytes
+ * are not whole UTF-8 characters (or hold a NUL); *bytes gets them as
+ * numbers when not NULL. The text is malloc'd. */
+static char *lp_token(const sv_job *j, int32_t id, cJSON **bytes) {
+    char small[256], *buf = small;
+    int n = dflash_token_piece(j->srv->m, id, small, sizeof small);
+    if (n >= (int)sizeof small) {
+        buf = xrealloc(NULL, (size_t)n + 1);
+        dflash_token_piece(j->srv->m, id, buf, (size_t)n + 1);
+    }
+    if (n < 0) n = 0;
+    sbuf t = {0};
+    if (utf8_valid(buf, (size_t)n) && memchr(buf, 0, (size_t)n) == NULL) {
+        sb_add(&t, buf, (size_t)n);
+    } else {
+        sb_str(&t, "bytes:");
+        for (int i = 0; i < n; i++) sb_printf(&t, "\\x%02x", (unsigned char)buf[i]);
+    }
+    if (bytes) {
+        *bytes = cJSON_CreateArray();
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber((unsigned char)buf[i]));
+    }
+    if (buf != small) free(buf);
+    return t.p;
+}
+
+/* {"token", "logprob", "bytes"} of a chat entry */
+static cJSON *lp_entry(const sv_job *j, int32_t id, float logprob) {
+    cJSON *e = cJSON_CreateObject(), *bytes;
+    char *t = lp_token(j, id, &bytes);
+    cJSON_AddStringToObject(e, "token", t);
+    cJSON_AddNumberToObject(e, "logprob", isfinite(logprob) ? (double)logprob : -9999.0);
+    cJSON_AddItemToObject(e, "bytes", bytes);
+    free(t);
+    return e;
+}
+
+/* -inf has no JSON number: OpenAI's -9999 */
+static double lp_num(float x) { return isfinite(x) ? (double)x : -9999.0; }
+
+/* The "logprobs" of a choice for entries lps[from..to): chat
+ * {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null},
+ * completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+ * (text_offset in code points of the completion text). */
+static cJSON *logprobs_json(const sv_job *j, size_t from, size_t to) {
+    cJSON *o = cJSON_CreateObject();
+    if (j->kind == JOB_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = from; i < to; i++) {
+            const dflash_logprob *lp = &j->lps[i].lp;
+            cJSON *e = lp_entry(j, lp->id, lp->logprob);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int k = 0; k < lp->n_top; k++) cJSON_AddItemToArray(top, lp_entry(j, lp->top[k].id, lp->top[k].logprob));
+            cJSON_AddItemToArray(content, e);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (size_t i = from; i < to; i++) {
+        const dflash_logprob *lp = &j->lps[i].lp;
+        char *t = lp_token(j, lp->id, NULL);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(t));
+        free(t);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_num(lp->logprob)));
+        cJSON *top = cJSON_CreateObject();
+        for (int k = 0; k < lp->n_top; k++) { /* two ids of the same text: the likelier one */
+            char *key = lp_token(j, lp->top[k].id, NULL);
+            if (!cJSON_GetObjectItemCaseSensitive(top, key)) cJSON_AddNumberToObject(top, key, lp_num(lp->top[k].logprob));
+            free(key);
+        }
+        cJSON_AddItemToArray(tops, top);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)j->lps[i].start_cp));
+    }
+    return o;
+}
+
+/* Put the logprobs of the entries whose text is all released and not yet
+ * sent into choice c (srv->mu held); with nothing to report, they stay null. */
+static void attach_logprobs(sv_job *j, cJSON *c) {
+    if (!j->logprobs) return;
+    size_t to = j->sent_lps;
+    while (to < j->n_lps && j->lps[to].end <= j->released) to++;
+    if (to == j->sent_lps && j->stream) return;
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "logprobs", logprobs_json(j, j->sent_lps, to));
+    j->sent_lps = to;
+}
+
 static void sse_event(sbuf *b, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     sb_str(b, "data: ");
@@ -489,6 +596,7 @@ static void sse_chunk(sv_job *j, cJSON *choice, cJSON *usage, cJSON *timings) {
 static void sse_delta(sv_job *j, const char *field, const char *text, size_t len) {
     cJSON *c = choice_json(j, 1, NULL, NULL, 0, NULL);
     cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), field, json_text(text, len));
+    attach_logprobs(j, c); /* the tokens released to the splitter so far */
     sse_chunk(j, c, NULL, NULL);
 }
 
@@ -538,9 +646,29 @@ static void job_piece(void *ud, const rp_event *ev) {
 static void job_text(void *ud, const char *text, size_t len) {
     sv_job *j = ud;
     if (!len) return;
-    if (j->split) rp_feed(j->split, text, len, job_piece, j);
-    else if (j->stream) sse_chunk(j, choice_json(j, 1, NULL, text, len, NULL), NULL, NULL);
-    else sb_add(&j->out, text, len);
+    j->released += len;
+    if (j->split) {
+        rp_feed(j->split, text, len, job_piece, j); /* its content / reasoning deltas carry the logprobs */
+    } else if (j->stream) {
+        cJSON *c = choice_json(j, 1, NULL, text, len, NULL);
+        attach_logprobs(j, c);
+        sse_chunk(j, c, NULL, NULL);
+    } else {
+        sb_add(&j->out, text, len);
+    }
+}
+
+/* dflash_on_logprob: called before job_on_token for the same token. */
+static int job_on_logprob(void *ud, const dflash_logprob *lp) {
+    sv_job *j = ud;
+    pthread_mutex_lock(&j->srv->mu);
+    if (j->n_lps == j->cap_lps) {
+        j->cap_lps = j->cap_lps ? 2 * j->cap_lps : 64;
+        j->lps = xrealloc(j->lps, j->cap_lps * sizeof *j->lps);
+    }
+    j->lps[j->n_lps++] = (sv_logprob){.lp = *lp, .start = j->gen_bytes, .end = j->gen_bytes, .start_cp = j->gen_cp};
+    pthread_mutex_unlock(&j->srv->mu);
+    return 0;
 }
 
 static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
@@ -548,6 +676,9 @@ static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
     (void)id;
     pthread_mutex_lock(&j->srv->mu);
     int stop = j->cancelled;
+    j->gen_bytes += len; /* the text of the last token (id -1: the decoder's flushed tail, also its) */
+    for (size_t i = 0; i < len; i++) j->gen_cp += ((unsigned char)text[i] & 0xC0) != 0x80;
+    if (j->n_lps) j->lps[j->n_lps - 1].end = j->gen_bytes;
     if (!stop) {
         stop = ss_feed(j->stop, text, len, job_text, j);
         pthread_cond_broadcast(&j->cv);
@@ -582,7 +713,9 @@ static void run_job(sv_server *s, sv_job *j) {
             else fail(&e, 500, NULL, NULL, "generation failed: %s", j->err);
             sse_event(&j->out, err_json(&e));
         } else {
-            sse_chunk(j, choice_json(j, 1, NULL, NULL, 0, j->finish), NULL, timings_json(&st));
+            cJSON *c = choice_json(j, 1, NULL, NULL, 0, j->finish);
+            attach_logprobs(j, c); /* tokens whose text came out with no chunk of its own */
+            sse_chunk(j, c, NULL, timings_json(&st));
             if (j->include_usage) sse_chunk(j, NULL, usage_json(&st), NULL);
             sb_str(&j->out, "data: [DONE]\n\n");
         }
@@ -694,24 +827,9 @@ static int json_has_nul(const char *p, size_t n) {
 /* Parameters OpenAI defines that this server does not implement: accepted
  * only at their "off" values. */
 static int check_unsupported(cJSON *o, sv_err *e) {
-    static const char *zero[] = {"frequency_penalty", "presence_penalty"};
-    for (int i = 0; i < 2; i++) {
-        cJSON *x = cJSON_GetObjectItemCaseSensitive(o, zero[i]);
-        if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
-            return fail(e, 400, "unsupported_parameter", zero[i], "'%s' is not supported (only 0)", zero[i]);
-    }
-    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
-    if (x && !cJSON_IsNull(x) && !cJSON_IsFalse(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
-        return fail(e, 400, "unsupported_parameter", "logprobs", "'logprobs' is not supported");
-    x = cJSON_GetObjectItemCaseSensitive(o, "top_logprobs");
-    if (x && !cJSON_IsNull(x) && !(cJSON_IsNumber(x) && x->valuedouble == 0))
-        return fail(e, 400, "unsupported_parameter", "top_logprobs", "'top_logprobs' is not supported");
-    x = cJSON_GetObjectItemCaseSensitive(o, "functions");
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "functions");
     if (x && !cJSON_IsNull(x))
         return fail(e, 400, "unsupported_parameter", "functions", "'functions' is not supported");
-    x = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
-    if (x && !cJSON_IsNull(x) && !(cJSON_IsObject(x) && !x->child))
-        return fail(e, 400, "unsupported_parameter", "logit_bias", "'logit_bias' is not supported");
     x = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (x && !cJSON_IsNull(x)) {
         cJSON *t = cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "type") : NULL;
@@ -762,7 +880,8 @@ static int parse_stop(cJSON *o, ss_matcher **out, sv_err *e) {
 }
 
 /* One rule for every field of a generation request: a field is read (the
- * lists below), accepted only at its "off" value (check_unsupported), or
+ * lists below; the logit controls and logprobs in parse_controls), accepted
+ * only at its "off" value (check_unsupported), or
  * refused with 400 naming it - never ignored silently. Accepted and
  * ignored: OpenAI's bookkeeping fields (user, metadata, store,
  * service_tier) and llama-server's cache_prompt (the cache is always
@@ -771,10 +890,10 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
     static const char *const known[] = {
         "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "seed",
         "draft_max", "ignore_eos", "stream", "stream_options", "stop", "frequency_penalty", "presence_penalty",
-        "logprobs", "top_logprobs", "functions", "logit_bias", "response_format", "n", "user", "metadata",
-        "store", "service_tier", "cache_prompt"};
+        "logprobs", "functions", "logit_bias", "response_format", "n", "user", "metadata",
+        "store", "service_tier", "cache_prompt", "min_p", "repeat_penalty", "repeat_last_n", "n_probs"};
     static const char *const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                                            "chat_template_kwargs", "think"};
+                                            "chat_template_kwargs", "think", "top_logprobs"};
     static const char *const completion_only[] = {"prompt", "echo", "suffix", "best_of"};
     cJSON *x;
     cJSON_ArrayForEach(x, o) {
@@ -792,6 +911,86 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
     x = cJSON_GetObjectItemCaseSensitive(o, "cache_prompt");
     if (x && !cJSON_IsNull(x) && !cJSON_IsBool(x))
         return fail(e, 400, "invalid_type", "cache_prompt", "'cache_prompt' must be true or false");
+    return 0;
+}
+
+/* logit_bias: {"token id": bias, ...} -> j->bias. */
+static int parse_logit_bias(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsObject(x))
+        return fail(e, 400, "invalid_type", "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(x), i = 0;
+    j->bias = xcalloc((size_t)n, sizeof *j->bias);
+    cJSON *it;
+    cJSON_ArrayForEach(it, x) {
+        char *end;
+        errno = 0;
+        long id = strtol(it->string, &end, 10);
+        if (errno || end == it->string || *end || id < 0 || id >= s->info.vocab)
+            return fail(e, 400, "invalid_value", "logit_bias",
+                        "'logit_bias' key '%.40s' is not a token id in 0..%d", it->string, s->info.vocab - 1);
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return fail(e, 400, "invalid_value", "logit_bias",
+                        "'logit_bias' of token %ld must be a number in -100..100", id);
+        j->bias[i++] = (dflash_logit_bias){.id = (int32_t)id, .bias = (float)it->valuedouble};
+    }
+    j->gen.logit_bias = j->bias;
+    j->gen.n_logit_bias = n;
+    return 0;
+}
+
+/* The logit controls and log-probabilities into j->gen (the library applies
+ * them to the target's logits with plain decoding's history: DFlash output
+ * is unchanged). */
+static int parse_controls(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
+    dflash_gen *g = &j->gen;
+    double d;
+    long long v;
+    int r;
+    if ((r = get_num(o, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (r) g->min_p = (float)d;
+    if ((r = get_num(o, "repeat_penalty", 0, 100, &d, e)) < 0) return -1;
+    if (r && d <= 0) return fail(e, 400, "invalid_value", "repeat_penalty", "'repeat_penalty' must be in (0, 100] (1 = off)");
+    if (r) g->repeat_penalty = (float)d;
+    if ((r = get_int(o, "repeat_last_n", -1, INT_MAX, &v, e)) < 0) return -1;
+    if (r) g->repeat_last_n = (int)v;
+    if ((r = get_num(o, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (r) g->frequency_penalty = (float)d;
+    if ((r = get_num(o, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (r) g->presence_penalty = (float)d;
+    if (parse_logit_bias(s, o, j, e) < 0) return -1;
+    /* chat: logprobs true/false + top_logprobs N; completions: logprobs N;
+     * both: llama-server's n_probs N (> 0: logprobs with N alternatives) */
+    int top = 0, on = 0;
+    cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+    if (j->kind == JOB_CHAT) {
+        if (get_bool(o, "logprobs", &on, e) < 0) return -1;
+        if ((r = get_int(o, "top_logprobs", 0, DFLASH_MAX_TOP_LOGPROBS, &v, e)) < 0) return -1;
+        if (r && !on)
+            return fail(e, 400, "invalid_value", "top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        if (r) top = (int)v;
+    } else if (lp && !cJSON_IsNull(lp) && !cJSON_IsFalse(lp)) {
+        if (!cJSON_IsNumber(lp) || lp->valuedouble != floor(lp->valuedouble) || lp->valuedouble < 0 ||
+            lp->valuedouble > DFLASH_MAX_TOP_LOGPROBS)
+            return fail(e, 400, "invalid_value", "logprobs", "'logprobs' must be an integer in 0..%d (alternatives per token)",
+                        DFLASH_MAX_TOP_LOGPROBS);
+        on = 1;
+        top = (int)lp->valuedouble;
+    }
+    if ((r = get_int(o, "n_probs", 0, DFLASH_MAX_TOP_LOGPROBS, &v, e)) < 0) return -1;
+    if (r && v > 0) {
+        if (on && top != v)
+            return fail(e, 400, "invalid_value", "n_probs", "'n_probs' %lld differs from the top_logprobs / logprobs given (%d)",
+                        v, top);
+        on = 1;
+        top = (int)v;
+    }
+    j->logprobs = on;
+    if (on) {
+        g->on_logprob = job_on_logprob;
+        g->top_logprobs = top;
+    }
     return 0;
 }
 
@@ -839,6 +1038,7 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     else if (r) g->draft_max = (int)v;
     if (g->draft_max == 0) g->use_draft = 0; /* plain decoding */
     if (get_bool(o, "ignore_eos", &g->ignore_eos, e) < 0) return -1;
+    if (parse_controls(s, o, j, e) < 0) return -1;
     if (get_bool(o, "stream", &j->stream, e) < 0) return -1;
     cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {
@@ -1279,7 +1479,9 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     } else {
         cJSON *r = reply_head(j, 0);
         cJSON *arr = cJSON_AddArrayToObject(r, "choices");
-        cJSON_AddItemToArray(arr, choice_json(j, 0, "assistant", j->out.p ? j->out.p : "", j->out.n, j->finish));
+        cJSON *choice = choice_json(j, 0, "assistant", j->out.p ? j->out.p : "", j->out.n, j->finish);
+        attach_logprobs(j, choice);
+        cJSON_AddItemToArray(arr, choice);
         cJSON_AddItemToObject(r, "usage", usage_json(&j->st));
         cJSON_AddItemToObject(r, "timings", timings_json(&j->st));
         ok = send_json(c, s, 200, r);
