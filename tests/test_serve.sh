@@ -31,6 +31,7 @@ export API_KEY=test-key-123
 if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_KEY" --queue 1 --ctx-size 1024; then
     run_node 300 tests/serve/api.js
     run_node 300 tests/serve/tools.js
+    run_node 300 tests/serve/sampling.js
     # the README's curl examples
     command -v curl >/dev/null 2>&1 || apt_install curl
     if curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \
@@ -44,11 +45,28 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     # one rule for every field (issue 19 item 7): read, accepted at its off
     # value, or refused naming it; no silent truncation at a NUL
     post() { curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -d "$1" -o "$T/f.json" -w '%{http_code}'; }
-    for f in '"min_p": 0.05' '"repeat_penalty": 1.1' '"mirostat": 2'; do
+    for f in '"mirostat": 2' '"dry_multiplier": 0.8' '"post_sampling_probs": true'; do
         name=${f%%\":*}; name=${name#\"}
         code=$(post '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, '"$f"'}')
         [ "$code" = 400 ] && grep -q '"code":"unsupported_parameter"' "$T/f.json" && grep -q "\"param\":\"$name\"" "$T/f.json" &&
             ok "field $name: 400 naming it" || bad "field $name: 400 naming it (got $code: $(cat "$T/f.json"))"
+    done
+    # the fields that were a 400 (frequency_penalty, presence_penalty, logprobs,
+    # top_logprobs, logit_bias) or silently ignored (min_p, repeat_penalty) are
+    # read now: 200, and each one changes the reply (tests/serve/sampling.js
+    # checks what they do)
+    base='"messages": [{"role": "user", "content": "Solve for x: 3x + 5 = 20."}], "max_tokens": 24'
+    content() { sed 's/.*"content":"\([^"]*\)".*/\1/' "$1"; }
+    for f in '"frequency_penalty": 1.5' '"presence_penalty": 2' '"logit_bias": {"3136": -100}' '"repeat_penalty": 1.8' \
+        '"min_p": 0.5' '"logprobs": true, "top_logprobs": 2'; do
+        name=${f%%\":*}; name=${name#\"}
+        off='"temperature": 1.5, "seed": 3' # min_p matters when sampling: the same seed without it
+        [ "$name" = min_p ] || off='"temperature": 0'
+        post "{$base, $off}" >/dev/null; content "$T/f.json" >"$T/off.txt"
+        code=$(post "{$base, $off, $f}")
+        if [ "$name" = logprobs ]; then grep -q '"top_logprobs":\[{' "$T/f.json"; else ! content "$T/f.json" | cmp -s - "$T/off.txt"; fi
+        [ $? = 0 ] && [ "$code" = 200 ] && ok "field $name: read and applied (200, the reply changes)" ||
+            bad "field $name: read and applied (got $code: $(cut -c1-300 "$T/f.json"))"
     done
     code=$(post '{"messages": [{"role": "user", "content": "a\u0000b"}], "max_tokens": 4}')
     [ "$code" = 400 ] && grep -q 'NUL' "$T/f.json" && ok "a NUL in a string: 400, not truncated" ||
