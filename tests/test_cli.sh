@@ -89,6 +89,27 @@ expect "unknown backend" 1 "unknown backend 'tpu'" -- "$BIN" generate -m "$T/tgt
 "$BIN" generate -m "$T/tgt" -p hi -n 2 --backend cuda >"$T/out" 2>"$T/err"; rc=$?
 if [ "$rc" -eq 0 ] || { [ "$rc" -eq 1 ] && grep -q "error: backend cuda: " "$T/err"; }; then ok "--backend cuda: runs or says why"
 else bad "--backend cuda: runs or says why (exit $rc)"; fi
+# the logit controls: DFlash text = plain text with them on, they change the
+# text, --logprobs prints one line per token; bad values are usage errors
+ctl="--repeat-penalty 1.5 --frequency-penalty -1 --presence-penalty 0.5 --logit-bias 13=-100 --logit-bias=7=2.5"
+for s in "" "--temp 0.8 --seed 5 --min-p 0.1"; do
+    expect "generate with controls $s" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 16 --ignore-eos $ctl $s
+    cp "$T/out" "$T/ctl.txt"
+    expect "generate --draft with controls $s" 0 "tau" -- "$BIN" generate -m "$T/tgt" --draft "$T/drf" -p "Hello there" \
+        -n 16 --ignore-eos --draft-max 7 $ctl $s
+    cmp -s "$T/out" "$T/ctl.txt" && ok "controls $s: DFlash text equals plain" || bad "controls $s: DFlash text equals plain"
+done
+expect "generate with controls, greedy" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 12 --ignore-eos $ctl
+! cmp -s "$T/out" "$T/greedy.txt" && ok "the controls change the text" || bad "the controls change the text"
+expect "--logprobs 2" 0 "logprobs (the target's" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 6 --ignore-eos --logprobs 2
+[ "$(grep -cE '^[0-9]+	[0-9]+	-?[0-9.]+	.*	top: [0-9]+:.* [0-9]+:' "$T/err")" -eq 6 ] && ok "--logprobs: a line per token, 2 alternatives" ||
+    bad "--logprobs: a line per token ($(tail -3 "$T/err"))"
+expect "bad --logit-bias" 2 "--logit-bias expects ID=BIAS" -- "$BIN" generate -m x -p hi --logit-bias 5=200
+expect "bad --logit-bias form" 2 "--logit-bias expects ID=BIAS" -- "$BIN" generate -m x -p hi --logit-bias five
+expect "bad --min-p" 2 "--min-p expects a number in 0..1" -- "$BIN" generate -m x -p hi --min-p 2
+expect "bad --repeat-last-n" 2 "--repeat-last-n expects an integer in -1.." -- "$BIN" generate -m x -p hi --repeat-last-n -5
+expect "--logprobs is generate's" 2 "not used by 'chat'" -- "$BIN" chat -m x --logprobs 2
+expect "logit bias id beyond the vocabulary" 1 "outside the vocabulary" -- "$BIN" generate -m "$T/tgt" -p hi --logit-bias 99999999=1
 expect "bench" 0 "" -- "$BIN" bench -m "$T/tgt" --reps 1 --depth 8
 grep -q "CPU read bandwidth (parallel read): " "$T/out" && ok "bench names what its bandwidth measured" || bad "bench bandwidth label"
 
