@@ -9,9 +9,10 @@
  * draft leaves the draft context at min(its length, the common prefix); the
  * next drafting call prefills from the shorter of the two.
  *
- * Per round only ids cross from the backend (argmax, draft_block's out);
- * the hidden taps stay in the target's sequence state and reach the draft
- * through draft_feed. */
+ * Per greedy round only ids cross from the backend (argmax, draft_block's
+ * out); sampling, the logit controls (logit_bias, penalties) and logprobs
+ * bring the verify rows' logits to the host (pick_row). The hidden taps stay
+ * in the target's sequence state and reach the draft through draft_feed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
