@@ -135,7 +135,10 @@ async function main() {
   // ---- the controls: they change the output; DFlash == plain; stream == whole ---------
   const tokOf = async (s) => (await raw('/tokenize', { content: s })).json.tokens;
   const off = {};
-  for (const temp of [0, 0.8]) off[temp] = await Promise.all(PROMPTS.map((q) => chat(q, { temperature: temp, seed: 11 }, false)));
+  for (const temp of [0, 0.8]) { // one request at a time: the server runs with --queue 1
+    off[temp] = [];
+    for (const q of PROMPTS) off[temp].push(await chat(q, { temperature: temp, seed: 11 }, false));
+  }
   const firstTok = (await tokOf(off[0][0].text))[0];
   const controls = [
     ['frequency_penalty 1', { frequency_penalty: 1 }],
