@@ -382,6 +382,9 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     fast = getenv("DFLASH_FAST") != NULL;
+#if defined(__SANITIZE_ADDRESS__)
+    fast = 1; /* the sanitizers' build is several times slower */
+#endif
     demo = load_demo();
     if (demo) make_prompts(demo);
     RUN(bad_settings);
