@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys depth variants attcheck nographs profile llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys controls depth variants attcheck nographs profile llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -198,6 +198,25 @@ for s in $steps; do
                 echo "nsys: not found; ncu: $(command -v ncu)"
             fi
         done ;;
+    controls)
+        # the logit controls and logprobs on the GPU: DFlash output (and the
+        # logprob lines) identical to plain decoding for each setting
+        # (CTL_BACKEND=cpu: the same check on the CPU)
+        log logit controls: DFlash = plain on the GPU
+        bad=0
+        for ctl in "--repeat-penalty 1.3" "--presence-penalty 0.8 --frequency-penalty 0.5" \
+                   "--min-p 0.2 --temp 0.8 --seed 3" "--logit-bias 13=4 --logit-bias 264=-3" \
+                   "--repeat-penalty 1.2 --temp 0.8 --seed 5 --logprobs 2"; do
+            for d in "" "-md models/demo/draft"; do
+                timeout 60 ./dflash generate -m models/demo/target $d --backend ${CTL_BACKEND:-cuda} -p "Evaluate 44 * 9 - 30, step by step." \
+                    -n 96 --ignore-eos $ctl > /tmp/ctl-out${d:+-d}.txt 2> /tmp/ctl-err${d:+-d}.txt
+                grep -E "^[0-9]+$(printf '\t')|^logprobs" /tmp/ctl-err${d:+-d}.txt > /tmp/ctl-lp${d:+-d}.txt
+            done
+            if [ -s /tmp/ctl-out.txt ] && cmp -s /tmp/ctl-out.txt /tmp/ctl-out-d.txt && cmp -s /tmp/ctl-lp.txt /tmp/ctl-lp-d.txt; then
+                echo "controls: identical ($ctl; $(wc -c < /tmp/ctl-out.txt) bytes, $(wc -l < /tmp/ctl-lp.txt) logprob lines)"
+            else echo "controls: DIFFERENT ($ctl)"; bad=1; tail -n 3 /tmp/ctl-err.txt /tmp/ctl-err-d.txt; fi
+        done
+        echo "controls exit $bad" ;;
     llama)
         log llama.cpp side by side
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
