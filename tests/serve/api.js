@@ -12,14 +12,7 @@ const KEY = process.env.API_KEY;
 const MODEL = 'target';
 const MATH = 'Solve for x: 3x + 5 = 20.';
 
-let failed = 0;
-function check(cond, name, detail) {
-  if (cond) console.log('ok - ' + name);
-  else {
-    failed++;
-    console.log('not ok - ' + name + (detail !== undefined ? ': ' + String(detail).slice(0, 400) : ''));
-  }
-}
+const { check, failures } = require('./tap');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const client = new OpenAI({ baseURL: BASE + '/v1', apiKey: KEY, maxRetries: 0, timeout: 120000 });
@@ -338,5 +331,5 @@ async function main() {
 }
 
 const timer = setTimeout(() => { console.log('not ok - api.js finished in time'); process.exit(1); }, 280000);
-main().then(() => { clearTimeout(timer); process.exit(failed ? 1 : 0); },
+main().then(() => { clearTimeout(timer); process.exit(failures() ? 1 : 0); },
             (e) => { clearTimeout(timer); console.log('not ok - api.js threw: ' + (e && e.stack || e)); process.exit(1); });

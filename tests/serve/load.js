@@ -21,14 +21,7 @@ const PROMPTS = [
   'List three uses of a paperclip.',
 ];
 
-let failed = 0;
-function check(cond, name, detail) {
-  if (cond) console.log('ok - ' + name);
-  else {
-    failed++;
-    console.log('not ok - ' + name + (detail !== undefined ? ': ' + String(detail).slice(0, 400) : ''));
-  }
-}
+const { check, failures } = require('./tap');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function body(p, variant, stream) {
@@ -200,5 +193,5 @@ async function main() {
 }
 
 const timer = setTimeout(() => { console.log('not ok - load.js finished in time'); process.exit(1); }, 560000);
-main().then(() => { clearTimeout(timer); process.exit(failed ? 1 : 0); },
+main().then(() => { clearTimeout(timer); process.exit(failures() ? 1 : 0); },
             (e) => { clearTimeout(timer); console.log('not ok - load.js threw: ' + (e && e.stack || e)); process.exit(1); });

@@ -13,14 +13,7 @@ const SHOT = process.env.SCREENSHOT;
 const SYSTEM = 'You are a careful maths tutor.';
 const QUESTION = 'Solve for x: 3x + 5 = 20.';
 
-let failed = 0;
-function check(cond, name, detail) {
-  if (cond) console.log('ok - ' + name);
-  else {
-    failed++;
-    console.log('not ok - ' + name + (detail !== undefined ? ': ' + String(detail).slice(0, 400) : ''));
-  }
-}
+const { check, failures } = require('./tap');
 
 async function main() {
   // what the API answers to the page's request (greedy, page defaults)
@@ -103,5 +96,5 @@ async function main() {
 }
 
 const timer = setTimeout(() => { console.log('not ok - page.js finished in time'); process.exit(1); }, 170000);
-main().then(() => { clearTimeout(timer); process.exit(failed ? 1 : 0); },
+main().then(() => { clearTimeout(timer); process.exit(failures() ? 1 : 0); },
             (e) => { clearTimeout(timer); console.log('not ok - page.js threw: ' + (e && e.stack || e)); process.exit(1); });

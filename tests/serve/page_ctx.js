@@ -6,8 +6,7 @@
 'use strict';
 const puppeteer = require('puppeteer-core');
 const BASE = process.env.BASE;
-let failed = 0;
-function check(c, n, d) { if (c) console.log('ok - ' + n); else { failed++; console.log('not ok - ' + n + (d !== undefined ? ': ' + String(d).slice(0, 400) : '')); } }
+const { check, failures } = require('./tap');
 async function turn(page, text, n) {
   await page.type('#input', text);
   await page.click('#send');
@@ -43,5 +42,5 @@ async function main() {
   } finally { await browser.close(); }
 }
 const timer = setTimeout(() => { console.log('not ok - page_ctx.js finished in time'); process.exit(1); }, 170000);
-main().then(() => { clearTimeout(timer); process.exit(failed ? 1 : 0); },
+main().then(() => { clearTimeout(timer); process.exit(failures() ? 1 : 0); },
   (e) => { clearTimeout(timer); console.log('not ok - page_ctx.js threw: ' + (e && e.stack || e)); process.exit(1); });

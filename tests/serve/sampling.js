@@ -15,14 +15,7 @@ const KEY = process.env.API_KEY;
 const MODEL = 'target';
 const PROMPTS = ['Solve for x: 3x + 5 = 20.', 'Tell me a story about a cat.'];
 
-let failed = 0;
-function check(cond, name, detail) {
-  if (cond) console.log('ok - ' + name);
-  else {
-    failed++;
-    console.log('not ok - ' + name + (detail !== undefined ? ': ' + String(detail).slice(0, 400) : ''));
-  }
-}
+const { check, failures } = require('./tap');
 const client = new OpenAI({ baseURL: BASE + '/v1', apiKey: KEY, maxRetries: 0, timeout: 120000 });
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -208,5 +201,5 @@ async function main() {
 }
 
 const timer = setTimeout(() => { console.log('not ok - sampling.js finished in time'); process.exit(1); }, 280000);
-main().then(() => { clearTimeout(timer); process.exit(failed ? 1 : 0); },
+main().then(() => { clearTimeout(timer); process.exit(failures() ? 1 : 0); },
             (e) => { clearTimeout(timer); console.log('not ok - sampling.js threw: ' + (e && e.stack || e)); process.exit(1); });
