@@ -530,7 +530,7 @@ static void put(gguf_writer *w, const void *p, size_t n) {
         w->kv_cap = (w->kv_len + n) * 2 + 256;
         w->kv = dfl_realloc(w->kv, w->kv_cap);
     }
-    memcpy(w->kv + w->kv_len, p, n);
+    if (n) memcpy(w->kv + w->kv_len, p, n); /* p may be NULL when n is 0 (a writer with no key/values) */
     w->kv_len += n;
 }
 static void put_le(gguf_writer *w, uint64_t v, int n) {
