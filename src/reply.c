@@ -47,6 +47,12 @@ static void buf_drop(rp_buf *b, size_t n) { /* the first n bytes */
     b->s[b->n] = 0;
 }
 
+static void drop_newlines(rp_buf *b) { /* the newlines a section starts with */
+    size_t i = 0;
+    while (i < b->n && b->s[i] == '\n') i++;
+    buf_drop(b, i);
+}
+
 static long find(const char *s, size_t n, const char *needle) {
     size_t k = strlen(needle);
     for (size_t i = 0; i + k <= n; i++)
@@ -237,9 +243,7 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
         }
         if (p->state == ST_REASON) {
             if (p->at_start) {
-                size_t i = 0;
-                while (i < h->n && h->s[i] == '\n') i++;
-                buf_drop(h, i);
+                drop_newlines(h);
                 if (!h->n) return;
                 p->at_start = 0;
             }
@@ -266,9 +270,7 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
         }
         if (p->state == ST_CONTENT) {
             if (p->at_start) {
-                size_t i = 0;
-                while (i < h->n && h->s[i] == '\n') i++;
-                buf_drop(h, i);
+                drop_newlines(h);
                 if (!h->n && !final) return;
                 p->at_start = 0;
             }
