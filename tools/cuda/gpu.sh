@@ -194,8 +194,16 @@ for s in $steps; do
                 "$NS" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/nsys-$nm" "/tmp/ns-$nm.nsys-rep" > /dev/null 2>&1
                 f=$(ls "$OUT"/nsys-$nm*.csv 2>/dev/null | head -1)
                 [ -n "$f" ] && python3 tools/cuda/kern_sum.py "$f" ${NSYS_TOKENS:-64}
+            elif command -v ncu > /dev/null; then
+                # each kernel (graph nodes too) timed alone: NCU_SKIP launches
+                # (prefill, graph capture) then NCU_COUNT (several tokens)
+                timeout ${NCU_TIMEOUT:-240} ncu --csv --metrics gpu__time_duration.sum --launch-skip ${NCU_SKIP:-2000} \
+                    --launch-count ${NCU_COUNT:-3000} ./dflash generate -m "$mdl" --backend cuda -p "The history of" \
+                    -n ${NCU_TOKENS:-16} --temp 0 --ignore-eos > "$OUT/ncu-$nm.csv" 2> /tmp/ncu-$nm.err
+                echo "ncu exit $?"; tail -2 /tmp/ncu-$nm.err
+                python3 tools/cuda/ncu_sum.py "$OUT/ncu-$nm.csv" k_argmax_merge
             else
-                echo "nsys: not found; ncu: $(command -v ncu)"
+                echo "nsys, ncu: not found"
             fi
         done ;;
     controls)
