@@ -1613,4 +1613,87 @@ __global__ void k_moe_combine(float *__restrict__ x, int H, const float *__restr
     }
 }
 
+/* k_moe_combine and the next RMSNorm in one kernel (one block of
+ * RN_THREADS per row; n % 4 == 0, n <= RN_THREADS*4*RN_PER, as k_rmsnorm4):
+ * x[t] += the experts (and the gated shared expert) exactly as k_moe_combine
+ * sums them, then ob[t] = RMSNorm(x[t]) with weight w exactly as k_rmsnorm4
+ * (thread i holds float4s i, i + 256, ...: the same order of the sum of
+ * squares). So the bits equal the two kernels run one after the other; one
+ * launch and one pass over x fewer per expert block. */
+__global__ void __launch_bounds__(RN_THREADS) k_moe_combine_norm(float *__restrict__ x, int H,
+                                                                 const float *__restrict__ ye,
+                                                                 const int *__restrict__ slot,
+                                                                 const float *__restrict__ wsel, int K,
+                                                                 const float *__restrict__ sh,
+                                                                 const float *__restrict__ sh_gate,
+                                                                 const __nv_bfloat16 *__restrict__ xb, int ldxb,
+                                                                 const float *__restrict__ w, float eps,
+                                                                 __nv_bfloat16 *__restrict__ ob, int ldo) {
+    __shared__ float red[32];
+    __shared__ float ws[MOE_MAX_K];
+    __shared__ int ps[MOE_MAX_K];
+    const int t = blockIdx.x;
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    if (threadIdx.x < K) {
+        ws[threadIdx.x] = wsel[(size_t)t * K + threadIdx.x];
+        ps[threadIdx.x] = slot[(size_t)t * K + threadIdx.x];
+    }
+    float sg = 0.0f;
+    if (sh_gate) { /* k_moe_combine's gate: the same scalar order */
+        float part = 0.0f;
+        for (int d = threadIdx.x; d < H; d += blockDim.x) part += sh_gate[d] * __bfloat162float(xb[(size_t)t * ldxb + d]);
+        sg = 1.0f / (1.0f + expf(-cu_block_sum(part, red)));
+    }
+    __syncthreads();
+    float4 *xr = (float4 *)(x + (size_t)t * H);
+    const int n4 = H / 4;
+    float4 v[RN_PER];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < RN_PER; i++) {
+        int k = threadIdx.x + i * RN_THREADS;
+        if (k < n4) {
+            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int j = 0; j < K; j++) {
+                float4 e = ((const float4 *)(ye + (size_t)ps[j] * H))[k];
+                a[0] += ws[j] * e.x;
+                a[1] += ws[j] * e.y;
+                a[2] += ws[j] * e.z;
+                a[3] += ws[j] * e.w;
+            }
+            if (sh_gate) {
+                float4 e = ((const float4 *)(sh + (size_t)t * H))[k];
+                a[0] += e.x * sg;
+                a[1] += e.y * sg;
+                a[2] += e.z * sg;
+                a[3] += e.w * sg;
+            }
+            float4 o = xr[k];
+            o.x += a[0];
+            o.y += a[1];
+            o.z += a[2];
+            o.w += a[3];
+            xr[k] = v[i] = o;
+            ss += v[i].x * v[i].x;
+            ss += v[i].y * v[i].y;
+            ss += v[i].z * v[i].z;
+            ss += v[i].w * v[i].w;
+        }
+    }
+    ss = cu_block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)H + eps);
+    const float4 *w4 = (const float4 *)w;
+    __nv_bfloat162 *o = (__nv_bfloat162 *)(ob + (size_t)t * ldo);
+#pragma unroll
+    for (int i = 0; i < RN_PER; i++) {
+        int k = threadIdx.x + i * RN_THREADS;
+        if (k < n4) {
+            float4 g = w4[k];
+            o[2 * k] = __floats2bfloat162_rn(v[i].x * inv * g.x, v[i].y * inv * g.y);
+            o[2 * k + 1] = __floats2bfloat162_rn(v[i].z * inv * g.z, v[i].w * inv * g.w);
+        }
+    }
+}
+
 #endif

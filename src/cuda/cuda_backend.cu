@@ -283,6 +283,10 @@ static int gemm_iq = 1;
  * registers: the faster 16-row verify, bench/NOTES.md), or 4
  * (DFLASH_CUDA_GEMM_IQU=4, for comparison); timing only */
 static int iq_unroll = 2;
+/* 1: an expert block's combine and the next RMSNorm run as one kernel
+ * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
+ * for comparison */
+static int moe_fuse = 1;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -295,6 +299,8 @@ static void tuning_init(void) {
     gemm_iq = !(e && (*e == '0' || *e == '1'));
     e = getenv("DFLASH_CUDA_GEMM_IQU");
     iq_unroll = e && *e == '4' ? 4 : 2;
+    e = getenv("DFLASH_CUDA_MOE_FUSE");
+    moe_fuse = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");
@@ -1175,7 +1181,8 @@ static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, cons
 /* The expert block on rows 0..T-1 of a (a->xb: their post-norm rows): x +=
  * each row's experts in rank order (+ the gated shared expert). The steps
  * and why a row's bits do not depend on the other rows: cu_kernels.cuh. */
-static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T) {
+static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, const float *next_norm,
+               bf16 *next_ob) {
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
@@ -1207,9 +1214,17 @@ static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, 
         gemm(s, L->sh_dn, d->H, a->shb, d->Sp, T, a->sh, d->H, 0);
         prof_mark(s, "gemm shared expert", cw_bytes(&L->sh_gu) + cw_bytes(&L->sh_dn));
     }
+    if (next_norm && moe_fuse && d->H % 4 == 0 && d->H <= RN_THREADS * 4 * RN_PER) {
+        launch(k_moe_combine_norm, T, RN_THREADS, s, a->x, d->H, (const float *)a->ye, (const int *)a->slot,
+               (const float *)a->wsel, d->EK, (const float *)a->sh, (const float *)L->sh_gate, (const bf16 *)a->xb,
+               d->Hp, next_norm, d->eps, next_ob, d->Hp);
+        prof_mark(s, "moe combine+next rmsnorm", 0);
+        return 1;
+    }
     launch(k_moe_combine, T, 256, s, a->x, d->H, (const float *)a->ye, (const int *)a->slot, (const float *)a->wsel,
            d->EK, (const float *)a->sh, (const float *)L->sh_gate, (const bf16 *)a->xb, d->Hp);
     prof_mark(s, "moe combine", 0);
+    return 0;
 }
 
 /* One transformer layer on rows 0..T-1 of a at positions *pos.. (device
@@ -1217,12 +1232,14 @@ static void moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, 
  * K/V of the rows are stored into kc/vc first and row t attends to cache rows
  * 0..*pos+t. Draft block (causal = 0): the rows attend, without mask, to
  * cache rows 0..*pos-1 and to every row of the block; nothing is stored. */
-static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
+static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
                   const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
-                  int causal, cu_dn *dn, int li) {
+                  int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob) {
     int ldq = d->Q + 2 * d->KV;
-    rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
-    prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
+    if (!normed) { /* else the previous layer's expert block wrote a->xb (moe) */
+        rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
+        prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
+    }
     if (L->linear) { /* Qwen3.5 Gated DeltaNet: x += out_proj(delta rule(conv(in_proj xn))) */
         gemm(s, L->lin_in, d->Cm, a->xb, d->Hp, T, a->mix, d->Cm, 0);
         prof_mark(s, "gemm lin_in", cw_bytes(&L->lin_in));
@@ -1254,14 +1271,12 @@ static void layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a
     }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
-    if (L->moe) {
-        moe(s, d, L, a, T);
-        return;
-    }
+    if (L->moe) return moe(s, d, L, a, T, next_norm, next_ob);
     gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
     prof_mark(s, causal ? "gemm gate_up+swiglu" : "draft gemm gate_up+swiglu", cw_bytes(&L->wgu));
     gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
     prof_mark(s, causal ? "gemm down" : "draft gemm down", cw_bytes(&L->wd));
+    return 0;
 }
 
 static int rope_upload(float **cos_d, float **sin_d, const cfg_model *c, int n) {
@@ -1456,18 +1471,23 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
         cudaMemcpyAsync(q->dn.snap_conv, q->dn.conv, sizeof(float) * nl * q->dn.conv_n, cudaMemcpyDeviceToDevice, s);
         cudaMemcpyAsync(q->dn.snap_rec, q->dn.rec, sizeof(float) * nl * q->dn.rec_n, cudaMemcpyDeviceToDevice, s);
     }
+    int normed = 0; /* q->a.xb (or, after the last layer, q->kept) holds the next norm's output */
     for (int l = 0; l < d->L; l++) {
-        int al = q->att_of[l];
-        layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + al * lkv,
-              al < 0 ? NULL : q->vc + al * lkv, q->n_ctx, q->cos_t, q->sin_t, 1, &q->dn, q->lin_of[l]);
+        int al = q->att_of[l], last = l + 1 == d->L;
+        const float *nn = !last ? cm->layers[l + 1].in_norm : b->keep_rows ? cm->final_norm : NULL;
+        normed = layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + al * lkv,
+                       al < 0 ? NULL : q->vc + al * lkv, q->n_ctx, q->cos_t, q->sin_t, 1, &q->dn, q->lin_of[l],
+                       normed, nn, last ? q->kept : q->a.xb);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
                                   sizeof(float) * d->H, sizeof(float) * d->H, T, cudaMemcpyDeviceToDevice, s);
         if (b->n_taps) prof_mark(s, "taps copy", 0);
     }
-    if (b->keep_rows) rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
-    prof_mark(s, "final norm", 0);
+    if (b->keep_rows && !normed) {
+        rmsnorm(s, q->a.x, d->H, cm->final_norm, d->H, d->eps, T, q->kept, d->Hp);
+        prof_mark(s, "final norm", 0);
+    }
 }
 
 static int cu_forward(void *p, const be_batch *b) {
@@ -1807,7 +1827,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)
         layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 0, NULL, -1);
+              q->sin_t, 0, NULL, -1, 0, NULL, NULL);
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);

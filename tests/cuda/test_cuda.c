@@ -230,10 +230,13 @@ static void step(void *st, const mdl_model *m, const int32_t *tok, int pos, int 
     CHECK(be_cuda.logits(st, 0, T, r->l + (size_t)pos * V) == 0, "logits: %s", dfl_lasterr());
     CHECK(be_cuda.argmax(st, 0, T, r->am + pos) == 0, "argmax: %s", dfl_lasterr());
     CHECK(be_cuda.taps(st, 0, T, r->t + (size_t)pos * 2 * H) == 0, "taps: %s", dfl_lasterr());
-    for (int i = 0; i < T; i++) {
+    for (int i = 0; i < T; i++) { /* K/V of layers 0 and L-1 (zeros for a Gated DeltaNet layer: none) */
         float *kv = r->kv + (size_t)(pos + i) * 4 * kvd;
-        CHECK(cu_read_kv(st, 0, pos + i, kv, kv + kvd) == 0, "kv: %s", dfl_lasterr());
-        CHECK(cu_read_kv(st, L - 1, pos + i, kv + 2 * kvd, kv + 3 * kvd) == 0, "kv: %s", dfl_lasterr());
+        memset(kv, 0, sizeof(float) * 4 * kvd);
+        if (!m->cfg.linear_layer[0])
+            CHECK(cu_read_kv(st, 0, pos + i, kv, kv + kvd) == 0, "kv: %s", dfl_lasterr());
+        if (!m->cfg.linear_layer[L - 1])
+            CHECK(cu_read_kv(st, L - 1, pos + i, kv + 2 * kvd, kv + 3 * kvd) == 0, "kv: %s", dfl_lasterr());
     }
 }
 
@@ -490,6 +493,28 @@ TEST(knobs) {
     CHECK(a.l && b.l && rec_equal(&a, &b, V, H, kvd, 0), "%s: the timing knobs changed the results", rel);
     rec_free(&a);
     rec_free(&b);
+}
+
+/* DFLASH_CUDA_MOE_FUSE=0 runs an expert block's combine and the next
+ * RMSNorm as two kernels instead of k_moe_combine_norm: the same bits, with
+ * and without a shared expert, 4-bit experts too. */
+TEST(moe_fuse) {
+    const char *models[] = {"tests/models/tiny-qwen3moe", "tests/models/tiny-qwen3moe-q4", "tests/models/tiny-qwen35moe"};
+    for (int i = 0; i < 3; i++) {
+        rec a, b;
+        int V, H, kvd;
+        knob_run(models[i], &a, &V, &H, &kvd);
+        setenv("DFLASH_CUDA_MOE_FUSE", "0", 1);
+        knob_run(models[i], &b, &V, &H, &kvd);
+        unsetenv("DFLASH_CUDA_MOE_FUSE");
+        CHECK(a.l && b.l && rec_equal(&a, &b, V, H, kvd, 0), "%s: the fused combine + RMSNorm changed the results",
+              models[i]);
+        rec_free(&a);
+        rec_free(&b);
+    }
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* back to the defaults */
+    if (bi) be_cuda.close(bi);
 }
 
 /* The quantized GEMM's kernels. DFLASH_CUDA_GEMM_DQ=1 (PRMT) and =0 (the
@@ -1078,6 +1103,7 @@ int main(void) {
     RUN(invariance);
     RUN(chunk_edges);
     RUN(knobs);
+    RUN(moe_fuse);
     RUN(gemm_dq);
     RUN(draft);
     RUN(dflash);

@@ -197,8 +197,10 @@ for s in $steps; do
             elif command -v ncu > /dev/null; then
                 # each kernel (graph nodes too) timed alone: NCU_SKIP launches
                 # (prefill, graph capture) then NCU_COUNT (several tokens)
-                timeout ${NCU_TIMEOUT:-240} ncu --csv --metrics gpu__time_duration.sum --launch-skip ${NCU_SKIP:-2000} \
-                    --launch-count ${NCU_COUNT:-3000} ./dflash generate -m "$mdl" --backend cuda -p "The history of" \
+                # (the upload kernels k_tile, k_iq_order, k_interleave8 are not counted)
+                timeout ${NCU_TIMEOUT:-240} ncu --csv --metrics gpu__time_duration.sum \
+                    --kernel-name regex:'^k_(gemm|moe|rmsnorm|norm_rope|att|argmax|split_gate|gate_att|embed|dn_|extra|pick|to_bf16)' \
+                    --launch-skip ${NCU_SKIP:-1500} --launch-count ${NCU_COUNT:-2500} ./dflash generate -m "$mdl" --backend cuda -p "The history of" \
                     -n ${NCU_TOKENS:-16} --temp 0 --ignore-eos > "$OUT/ncu-$nm.csv" 2> /tmp/ncu-$nm.err
                 echo "ncu exit $?"; tail -2 /tmp/ncu-$nm.err
                 python3 tools/cuda/ncu_sum.py "$OUT/ncu-$nm.csv" k_argmax_merge
