@@ -1563,29 +1563,50 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
         if (lane == 0)
             for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
     }
+    /* the plan: integer counts (shared atomics: any order gives the same
+     * numbers), then thread e (E <= MOE_MAX_E = blockDim.x) takes expert e's
+     * exclusive prefix of the counts and of the active flags from a block
+     * scan: warp scans, then warp 0 scans the warp totals */
+    __shared__ int sst[MOE_MAX_E], wc[32], wf[32];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     const int P = T * K;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int c = 0;
-        for (int q = 0; q < P; q++) c += ssel[q] == e;
-        cnt[e] = c;
-    }
+    for (int q = threadIdx.x; q < P; q += blockDim.x) atomicAdd(&cnt[ssel[q]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int a = 0, na = 0;
-        for (int e = 0; e < E; e++) {
-            start[e] = a;
-            if (cnt[e]) active[na++] = e;
-            a += cnt[e];
+    const int e = threadIdx.x, c = e < E ? cnt[e] : 0, f = c > 0;
+    int ic = c, jf = f; /* inclusive scans within the warp */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int u = __shfl_up_sync(0xffffffffu, ic, o), g = __shfl_up_sync(0xffffffffu, jf, o);
+        if (lane >= o) ic += u, jf += g;
+    }
+    if (lane == 31) wc[warp] = ic, wf[warp] = jf;
+    __syncthreads();
+    if (warp == 0) {
+        int a = lane < nw ? wc[lane] : 0, b = lane < nw ? wf[lane] : 0, ia = a, ib = b;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(0xffffffffu, ia, o), g = __shfl_up_sync(0xffffffffu, ib, o);
+            if (lane >= o) ia += u, ib += g;
         }
-        start[E] = a;
-        *n_active = na;
+        wc[lane] = ia - a; /* exclusive: the warps before */
+        wf[lane] = ib - b;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int c = start[e];
-        for (int q = 0; q < P && c < start[e] + cnt[e]; q++)
-            if (ssel[q] == e) slot[q] = c, pair_row[c++] = q / K;
+    if (e < E) {
+        int st = wc[warp] + ic - c, na = wf[warp] + jf - f;
+        sst[e] = start[e] = st;
+        if (f) active[na] = e;
+        if (e == E - 1) {
+            start[E] = st + c;
+            *n_active = na + f;
+        }
+    }
+    __syncthreads();
+    if (e < E && c) { /* expert e's pairs in ascending q */
+        int a = sst[e];
+        for (int q = 0; q < P && a < sst[e] + c; q++)
+            if (ssel[q] == e) slot[q] = a, pair_row[a++] = q / K;
     }
 }
 
