@@ -377,11 +377,12 @@ static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
     if (cw && cw->ndim == 3 && cw->shape[0] == C && K != 1 &&
         ((m->mlx_norms && cw->shape[1] == 1 && cw->shape[2] == K) ||
          (!m->mlx_norms && cw->shape[1] == K && cw->shape[2] == 1))) {
-        dfl_seterr("tensor '%s': shape %s, but the first linear-attention layer's conv1d.weight is %s: a "
-                   "checkpoint half converted by mlx-lm (whether its norm weights are stored as w or 1 + w "
-                   "cannot be told); convert the Hugging Face checkpoint again",
-                   b, m->mlx_norms ? "[C, 1, K] (Hugging Face)" : "[C, K, 1] (mlx-lm)",
-                   m->mlx_norms ? "[C, K, 1] (mlx-lm)" : "[C, 1, K] (Hugging Face)");
+        char got[64];
+        shape_str(cw, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s (%s layout), but the first linear-attention layer's conv1d.weight "
+                   "has %s's: a checkpoint half converted by mlx-lm (whether its norm weights are stored as w "
+                   "or 1 + w cannot be told); convert the Hugging Face checkpoint again",
+                   b, got, m->mlx_norms ? "Hugging Face's" : "mlx-lm's", m->mlx_norms ? "mlx-lm" : "Hugging Face");
         return -1;
     }
     if (m->mlx_norms) {

@@ -19,7 +19,13 @@ mlx-lm has no module for model_type "qwen3_5_text" / "qwen3_5_moe_text" (the
 text-only configs of tests/models/tiny-qwen35*): it loads the published
 multimodal checkpoints (model_type "qwen3_5", a text_config, weights under
 model.language_model.). So a Qwen3.5 input is first put in that published
-layout (no vision tower), then converted.
+layout (no vision tower), then converted; a Qwen3-Next one with fused
+experts (transformers 5's save) is first split into one tensor per expert,
+as the published checkpoints are (mlx-lm's sanitize takes only those).
+
+mlx-lm quantizes MoE routers (mlp.gate, shared_expert_gate) at 8 bits,
+group 64, which fails on the tiny models' 32 columns: their MoE
+conversions can only be made with --bits 0.
 
 The quantizer is MLX's affine rule as tools/reference/ref_model.py states it
 (there in torch; here in numpy float64, scales and biases rounded to the
@@ -184,6 +190,20 @@ def convert(src, bits, group):
         n_experts, tdt = tc.get("num_experts", 0), tc.get("dtype")
     elif mt == "qwen3_next":
         tc = cfg
+        # The published Qwen3-Next checkpoints keep one tensor per expert;
+        # transformers 5 saves them fused (tests/models/tiny-qwen3next), which
+        # mlx-lm's sanitize does not take (it returns such weights as they
+        # are). So fused experts are first split into the published layout.
+        for l in range(cfg["num_hidden_layers"]):
+            p = "model.layers.%d.mlp.experts" % l
+            if p + ".gate_up_proj" in w:
+                dt, gu = w.pop(p + ".gate_up_proj")
+                dt2, dn = w.pop(p + ".down_proj")
+                mid = gu.shape[-2] // 2
+                for e in range(gu.shape[0]):
+                    w["%s.%d.gate_proj.weight" % (p, e)] = (dt, gu[e, :mid, :])
+                    w["%s.%d.up_proj.weight" % (p, e)] = (dt, gu[e, mid:, :])
+                    w["%s.%d.down_proj.weight" % (p, e)] = (dt2, dn[e])
         if "model.layers.0.mlp.experts.0.up_proj.weight" in w:  # qwen3_next.py Model.sanitize
             w = {k: v for k, v in w.items() if "mtp." not in k}
             for l in range(cfg["num_hidden_layers"]):
