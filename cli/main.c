@@ -1393,8 +1393,8 @@ static int cmd_convert(int argc, char **argv) {
         else usage_err("convert", "unknown or incomplete option", a);
     }
     if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
-    if (strcmp(type, "f16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
-        usage_err("convert", "--type must be f16, q8_0 or q4_0, got", type);
+    if (strcmp(type, "f16") && strcmp(type, "bf16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
+        usage_err("convert", "--type must be f16, bf16, q8_0 or q4_0, got", type);
     struct stat so, si;
     if (stat(out, &so) == 0) {
         if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {
