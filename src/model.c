@@ -458,9 +458,8 @@ int mdl_load(mdl_model *m, const char *dir) {
     const char *pre = c->is_draft ? "" : "model.";
     /* a multimodal Qwen3.5 checkpoint keeps its text model under
      * model.language_model. (lm_head.weight at the top; model.visual.* and
-     * mtp.* are not read) */
-    /* mlx-lm's Qwen3.5 Model keeps it under language_model.model. (and an
-     * untied head as language_model.lm_head.weight) */
+     * mtp.* are not read); mlx-lm's conversion of one under
+     * language_model.model. (an untied head as language_model.lm_head.weight) */
     const char *head = "lm_head";
     if (c->arch == CFG_QWEN3_5 && st_find(&m->st, "model.language_model.embed_tokens.weight"))
         pre = "model.language_model.";

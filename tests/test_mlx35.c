@@ -17,7 +17,9 @@
  *   - half-converted files (conv1d layouts mixed across layers; mlx-lm's
  *     names with the HF conv1d layout) are refused naming the tensor. A file
  *     whose conv1d was moved but whose norms were not shifted (or shifted
- *     twice) cannot be told from a real conversion: nothing checks that. */
+ *     twice) cannot be told from a real conversion: nothing checks that.
+ * KEEPTMP=1 keeps the files written under /tmp/dflash_mlx35_* (to compare
+ * them with tools/reference/make_tiny_mlx.py's: the same tensors). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
