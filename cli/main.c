@@ -232,16 +232,18 @@ static const char *help_quantize =
     "place only when all are written: on failure OUT is left as it was.\n";
 
 static const char *help_convert =
-    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|q8_0|q4_0] [--target DIR] [--force]\n"
+    "usage: dflash convert IN_DIR -o OUT.gguf [--type f16|bf16|q8_0|q4_0] [--target DIR] [--force]\n"
     "\n"
-    "Write a Hugging Face / MLX target (qwen3, llama or qwen3_moe; not the\n"
-    "Qwen3.5 / Qwen3-Next families) or a DFlash draft as one\n"
+    "Write a Hugging Face / MLX target (qwen3, llama, qwen3_moe; Qwen3.5,\n"
+    "Qwen3.5-MoE and Qwen3-Next as GGUF qwen35, qwen35moe, qwen3next, the\n"
+    "multi-token-prediction blocks left out) or a DFlash draft as one\n"
     "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
     "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
     "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"
-    "stored +1, mask token). --type f16 (default), q8_0 or q4_0 (llama.cpp's\n"
-    "Q8_0 / Q4_0: blocks of 32 8-/4-bit values with an f16 scale, quantized as\n"
-    "llama.cpp does); norms stay F32. OUT must not be the input; an existing OUT\n"
+    "stored +1, mask token). --type f16 (default), bf16 (exact for a bf16\n"
+    "checkpoint), q8_0 or q4_0 (llama.cpp's Q8_0 / Q4_0: blocks of 32 8-/4-bit\n"
+    "values with an f16 scale, quantized as llama.cpp does; a matrix whose rows\n"
+    "are not whole blocks is written F16); norms and routers stay F32. OUT must not be the input; an existing OUT\n"
     "is refused unless --force. OUT is written under a temporary name and renamed\n"
     "when complete: on failure it is left as it was.\n";
 
@@ -258,7 +260,7 @@ static const char *help_main =
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
-    "  convert    write a checkpoint as a GGUF file (f16, q8_0 or q4_0)\n"
+    "  convert    write a checkpoint as a GGUF file (f16, bf16, q8_0 or q4_0)\n"
     "\n"
     "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
@@ -1393,8 +1395,8 @@ static int cmd_convert(int argc, char **argv) {
         else usage_err("convert", "unknown or incomplete option", a);
     }
     if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
-    if (strcmp(type, "f16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
-        usage_err("convert", "--type must be f16, q8_0 or q4_0, got", type);
+    if (strcmp(type, "f16") && strcmp(type, "bf16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
+        usage_err("convert", "--type must be f16, bf16, q8_0 or q4_0, got", type);
     struct stat so, si;
     if (stat(out, &so) == 0) {
         if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {

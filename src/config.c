@@ -407,6 +407,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     /* a multimodal Qwen3.5 checkpoint: its text model, vision ignored */
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
     int top_tie = 0; /* a multimodal file's top-level tie_word_embeddings, the text config's default */
+    const cJSON *top = root; /* mlx-lm writes "quantization" here, beside text_config */
     int mm35 = !strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "qwen3_5");
     int mm35moe = !strcmp(arch, "Qwen3_5MoeForConditionalGeneration") || !strcmp(arch, "qwen3_5_moe");
     int moe35 = mm35moe || !strcmp(arch, "Qwen3_5MoeForCausalLM") || !strcmp(arch, "qwen3_5_moe_text");
@@ -522,6 +523,8 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization");
     if (!q) q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (!q && top != root) q = cJSON_GetObjectItemCaseSensitive(top, "quantization");
+    if (!q && top != root) q = cJSON_GetObjectItemCaseSensitive(top, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         if (!cJSON_IsObject(q) || get_int(q, "group_size", &c->q_group, 1, 0) ||
             get_int(q, "bits", &c->q_bits, 1, 0)) {

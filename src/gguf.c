@@ -585,6 +585,12 @@ void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t 
     put_le(w, n, 8);
     for (uint64_t i = 0; i < n; i++) put_le(w, (uint32_t)v[i], 4);
 }
+void gguf_w_arr_bool(gguf_writer *w, const char *key, const uint8_t *v, uint64_t n) {
+    put_key(w, key, GGUF_ARRAY);
+    put_le(w, GGUF_BOOL, 4);
+    put_le(w, n, 8);
+    for (uint64_t i = 0; i < n; i++) put_le(w, v[i] ? 1 : 0, 1);
+}
 void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
     put_key(w, key, GGUF_ARRAY);
     put_le(w, GGUF_FLOAT32, 4);

@@ -106,6 +106,7 @@ void gguf_w_bool(gguf_writer *w, const char *key, int v);
 void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
 void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
+void gguf_w_arr_bool(gguf_writer *w, const char *key, const uint8_t *v, uint64_t n); /* one byte each, 0 / 1 */
 /* A key/value of an open file, as it is. */
 void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
 /* A tensor; data (nbytes, as ggml_type_size says) must stay valid until

@@ -61,7 +61,37 @@ static void *keep(conv *cv, size_t n) {
     return cv->bufs[cv->nb++] = dfl_malloc(n ? n : 1);
 }
 
-enum { PUT_F32 = 3 }; /* a put_mats kind beside conv.q8's 0 f16, 1 q8_0, 2 q4_0: exact f32 (routers) */
+/* conv.q8 / put_mats kinds: 0 f16, 1 q8_0, 2 q4_0, PUT_BF16 (exact for a
+ * bf16 checkpoint); PUT_F32 overrides the file's kind (routers: exact) */
+enum { PUT_F32 = 3, PUT_BF16 = 4 };
+
+/* One row of COLS floats in kind Q8 at O (row_size(q8, cols) bytes). */
+static void put_row(int q8, const float *row, int cols, uint8_t *o) {
+    if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
+    else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
+    else if (q8 == PUT_F32) memcpy(o, row, sizeof(float) * (size_t)cols);
+    else
+        for (int k = 0; k < cols; k++) {
+            uint16_t h = q8 == PUT_BF16 ? dfl_f32_to_bf16(row[k]) : dfl_f32_to_f16(row[k]);
+            o[2 * k] = (uint8_t)h;
+            o[2 * k + 1] = (uint8_t)(h >> 8);
+        }
+}
+
+static size_t row_size(int q8, int cols) {
+    return q8 == 1 ? (size_t)cols / 32 * 34 : q8 == 2 ? (size_t)cols / 32 * 18 : (size_t)cols * (q8 == PUT_F32 ? 4 : 2);
+}
+
+static ggml_type kind_type(int q8) {
+    return q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : q8 == PUT_F32 ? GGML_F32 : q8 == PUT_BF16 ? GGML_BF16 : GGML_F16;
+}
+
+/* The kind a matrix of COLS columns gets in a file of kind FILE_Q8 (KIND
+ * PUT_F32 forces f32): Q8_0 / Q4_0 need whole blocks of 32, else f16, as
+ * llama.cpp's converter falls back. */
+static int mat_kind(int file_q8, int kind, int cols) {
+    return kind == PUT_F32 ? PUT_F32 : (file_q8 != 1 && file_q8 != 2) || cols % 32 == 0 ? file_q8 : 0;
+}
 
 /* One tensor of put_mats, converted when the writer reaches it (the
  * matrices stay in the mapped model until then). */
@@ -82,15 +112,7 @@ static int fill_mats(void *ctx, void *dst, size_t nbytes) {
             kn_get_row(row, j->ws[e], r);
             /* HF row r goes to GGUF row perm[r] */
             uint8_t *o = d + ((size_t)e * rows + (size_t)(perm ? perm[r] : r)) * j->rb;
-            if (q8 == 1) ggm_quantize_q8_0(row, cols, o);
-            else if (q8 == 2) ggm_quantize_q4_0(row, cols, o);
-            else if (q8 == PUT_F32) memcpy(o, row, sizeof(float) * (size_t)cols);
-            else
-                for (int k = 0; k < cols; k++) {
-                    uint16_t h = dfl_f32_to_f16(row[k]);
-                    o[2 * k] = (uint8_t)h;
-                    o[2 * k + 1] = (uint8_t)(h >> 8);
-                }
+            put_row(q8, row, cols, o);
         }
     free(row);
     free(perm);
@@ -104,19 +126,57 @@ static int fill_mats(void *ctx, void *dst, size_t nbytes) {
  * row order, or llama's Q/K order when hd > 0. Converted while the file is
  * written (fill_mats), so convert holds one tensor at a time. */
 static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int n, int hd, int kind) {
-    int rows = ws[0]->rows, cols = ws[0]->cols, q8 = kind == PUT_F32 ? PUT_F32 : cols % 32 == 0 ? cv->q8 : 0;
+    int rows = ws[0]->rows, cols = ws[0]->cols, q8 = mat_kind(cv->q8, kind, cols);
     mats_job *j = keep(cv, sizeof *j);
     j->ws = keep(cv, sizeof(kn_weight *) * (size_t)n);
     memcpy(j->ws, ws, sizeof(kn_weight *) * (size_t)n);
     j->n = n;
     j->hd = hd;
     j->q8 = q8;
-    j->rb = q8 == 1   ? (size_t)cols / 32 * 34
-            : q8 == 2 ? (size_t)cols / 32 * 18
-                      : (size_t)cols * (q8 == PUT_F32 ? 4 : 2);
+    j->rb = row_size(q8, cols);
     int64_t ne[3] = {cols, rows, n};
-    ggml_type t = q8 == 1 ? GGML_Q8_0 : q8 == 2 ? GGML_Q4_0 : q8 == PUT_F32 ? GGML_F32 : GGML_F16;
-    gguf_w_tensor_fill(cv->w, name, t, n > 1 ? 3 : 2, ne, fill_mats, j);
+    gguf_w_tensor_fill(cv->w, name, kind_type(q8), n > 1 ? 3 : 2, ne, fill_mats, j);
+}
+
+/* A matrix gathered row by row (put_rows): output row o is row src_r[o] of
+ * src_w[o]; column c of it is the source's column colperm[c] (NULL: c). */
+typedef struct {
+    const kn_weight **src_w; /* [rows] */
+    int *src_r;              /* [rows] */
+    int *colperm;            /* [cols] or NULL */
+    int rows, cols, q8;
+    size_t rb;
+} rows_job;
+
+static int fill_rows(void *ctx, void *dst, size_t nbytes) {
+    const rows_job *j = ctx;
+    float *row = dfl_malloc(sizeof(float) * (size_t)j->cols), *pr = dfl_malloc(sizeof(float) * (size_t)j->cols);
+    for (int o = 0; o < j->rows; o++) {
+        kn_get_row(row, j->src_w[o], j->src_r[o]);
+        if (j->colperm)
+            for (int c = 0; c < j->cols; c++) pr[c] = row[j->colperm[c]];
+        put_row(j->q8, j->colperm ? pr : row, j->cols, (uint8_t *)dst + (size_t)o * j->rb);
+    }
+    free(row);
+    free(pr);
+    (void)nbytes; /* = rb * rows */
+    return 0;
+}
+
+/* A new rows_job of ROWS rows of COLS columns in the file's kind; the
+ * caller fills src_w / src_r (and colperm) before the file is written. */
+static rows_job *put_rows(conv *cv, const char *name, int rows, int cols) {
+    rows_job *j = keep(cv, sizeof *j);
+    j->src_w = keep(cv, sizeof(kn_weight *) * (size_t)rows);
+    j->src_r = keep(cv, sizeof(int) * (size_t)rows);
+    j->colperm = NULL;
+    j->rows = rows;
+    j->cols = cols;
+    j->q8 = mat_kind(cv->q8, 0, cols);
+    j->rb = row_size(j->q8, cols);
+    int64_t ne[2] = {cols, rows};
+    gguf_w_tensor_fill(cv->w, name, kind_type(j->q8), 2, ne, fill_rows, j);
+    return j;
 }
 
 /* One matrix (put_mats with n = 1, the file's kind). */
@@ -145,6 +205,232 @@ static void put_vec(conv *cv, const char *name, const float *v, int n) {
     memcpy(d, v, sizeof(float) * (size_t)n);
     int64_t ne[1] = {n};
     gguf_w_tensor(cv->w, name, GGML_F32, 1, ne, d);
+}
+
+/* ---- the Qwen3.5 family: llama.cpp's qwen35, qwen35moe, qwen3next ---------
+ *
+ * What llama.cpp's converter (conversion/qwen.py: Qwen3NextModel,
+ * _LinearAttentionVReorderBase) writes, and gguf_model.c reads back:
+ *   - norms (attn_norm, post_attention_norm, attn_q/k_norm, output_norm) as
+ *     1 + w in f32 (model.c holds exactly that); ssm_norm as it is;
+ *   - ssm_a = -exp(A_log) (model.c's neg_a), ssm_dt.bias = dt_bias,
+ *     ssm_conv1d [C, K] squeezed (ne {K, C}), f32;
+ *   - Qwen3.5 (not Qwen3-Next) with more value heads than key heads: the
+ *     value heads moved from grouped order (value head h = g*r + j of key
+ *     head g) to tiled order (slot j*nk + g) in attn_qkv's v rows,
+ *     attn_gate's rows, ssm_beta / ssm_alpha rows, ssm_a, ssm_dt,
+ *     ssm_conv1d's v channels and ssm_out's columns (gguf_model.c keeps that
+ *     order and sets cfg.lin_v_tiled);
+ *   - Qwen3-Next: in_proj_qkvz regrouped into attn_qkv [all q | all k |
+ *     all v] and attn_gate (model.c's lin_qkv and lin_z already are), and
+ *     in_proj_ba kept fused as ssm_ba (per key head g: its r b rows, then
+ *     its r a rows), re-fused here from lin_b / lin_a.
+ * The multi-token-prediction blocks (mtp.*) are not read by model.c, so
+ * none are written (no nextn_predict_layers key). */
+
+/* The source index, in grouped order, of slot O of a value-head block of
+ * NK * R heads of D values each laid out in the file's order (tiled: slot
+ * j*nk + g holds grouped head g*r + j). */
+static int v_src(int o, int nk, int r, int d, int tiled) {
+    if (!tiled) return o;
+    int p = o / d, i = o % d, j = p / nk, g = p % nk;
+    return (g * r + j) * d + i;
+}
+
+static void put_vec_perm(conv *cv, const char *name, const float *v, int n, int nk, int r, int tiled) {
+    float *d = keep(cv, sizeof(float) * (size_t)n);
+    for (int o = 0; o < n; o++) d[o] = v[v_src(o, nk, r, 1, tiled)];
+    int64_t ne[1] = {n};
+    gguf_w_tensor(cv->w, name, GGML_F32, 1, ne, d);
+}
+
+/* config.json's (its text_config's) keys that cfg_model does not keep:
+ * intermediate_size as given (0: none; Qwen3-Next's cfg.inter is its
+ * shared expert's width), the mrope sections (padded with 0 to
+ * 4; Qwen3.5's default [11, 11, 10, 0] as the converter writes it), and
+ * full_attention_interval (default 4). */
+static int q35_json(const char *dir, int *has_inter, int32_t sec[4], int *iv) {
+    char *p = dfl_path_join(dir, "config.json"), *txt = dfl_read_file(p, NULL);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!cJSON_IsObject(root)) {
+        dfl_seterr("%s: not a JSON object", p);
+        free(p);
+        cJSON_Delete(root);
+        return -1;
+    }
+    free(p);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (!cJSON_IsObject(t)) t = root;
+    const cJSON *is = cJSON_GetObjectItemCaseSensitive(t, "intermediate_size");
+    *has_inter = cJSON_IsNumber(is) && is->valuedouble >= 1 && is->valuedouble < 1e9 ? (int)is->valuedouble : 0;
+    const cJSON *fi = cJSON_GetObjectItemCaseSensitive(t, "full_attention_interval");
+    *iv = cJSON_IsNumber(fi) ? (int)fi->valuedouble : 4;
+    static const int32_t def[4] = {11, 11, 10, 0};
+    memcpy(sec, def, sizeof def);
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(t, "rope_parameters");
+    if (!cJSON_IsObject(rp)) rp = cJSON_GetObjectItemCaseSensitive(t, "rope_scaling");
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section"), *e;
+    if (cJSON_IsArray(ms) && cJSON_GetArraySize(ms) <= 4) {
+        int i = 0;
+        memset(sec, 0, sizeof(int32_t) * 4);
+        cJSON_ArrayForEach(e, ms) if (cJSON_IsNumber(e)) sec[i++] = (int32_t)e->valuedouble;
+    }
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* ARCH's keys of a Qwen3.5-family model M read from directory IN. */
+static int q35_keys(conv *cv, const mdl_model *m, const char *in, const char *arch) {
+    const cfg_model *c = &m->cfg;
+    int has_inter, iv;
+    int32_t sec[4];
+    if (q35_json(in, &has_inter, sec, &iv)) return -1;
+    int moe = c->qwen35_moe || c->qwen3_next;
+    char k[128];
+    gguf_writer *w = cv->w;
+#define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
+#define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
+    KU("block_count", c->n_layers);
+    KU("context_length", c->max_pos);
+    KU("embedding_length", c->hidden);
+    if (has_inter) KU("feed_forward_length", has_inter);
+    KU("attention.head_count", c->n_heads);
+    KU("attention.head_count_kv", c->n_kv_heads);
+    if (!c->qwen3_next) {
+        snprintf(k, sizeof k, "%s.rope.dimension_sections", arch);
+        gguf_w_arr_i32(w, k, sec, 4);
+    }
+    KF("rope.freq_base", c->rope_theta);
+    KF("attention.layer_norm_rms_epsilon", c->eps);
+    if (moe) {
+        KU("expert_count", c->n_experts);
+        KU("expert_used_count", c->n_experts_used);
+    }
+    KU("attention.key_length", c->head_dim);
+    KU("attention.value_length", c->head_dim);
+    if (moe) {
+        KU("expert_feed_forward_length", c->moe_inter);
+        if (c->shared_inter) KU("expert_shared_feed_forward_length", c->shared_inter);
+    }
+    KU("ssm.conv_kernel", c->lin_conv);
+    KU("ssm.state_size", c->lin_k_dim);
+    KU("ssm.group_count", c->lin_k_heads);
+    KU("ssm.time_step_rank", c->lin_v_heads);
+    KU("ssm.inner_size", c->lin_v_dim * c->lin_v_heads);
+    uint8_t rec[CFG_MAX_LAYERS];
+    for (int l = 0; l < c->n_layers; l++) rec[l] = (uint8_t)(c->linear_layer[l] != 0);
+    snprintf(k, sizeof k, "%s.attention.recurrent_layers", arch);
+    gguf_w_arr_bool(w, k, rec, (uint64_t)c->n_layers);
+    KU("full_attention_interval", iv);
+    KU("rope.dimension_count", c->rot_dim ? c->rot_dim : c->head_dim);
+#undef KU
+#undef KF
+    return 0;
+}
+
+/* Layer l's Gated DeltaNet tensors (see above). */
+static void q35_linear(conv *cv, const mdl_model *m, int l) {
+    const cfg_model *c = &m->cfg;
+    const mdl_layer *L = &m->layers[l];
+    int H = c->hidden, nk = c->lin_k_heads, nv = c->lin_v_heads, r = nv / nk, dv = c->lin_v_dim;
+    int qk = 2 * nk * c->lin_k_dim, vd = nv * dv, C = qk + vd, K = c->lin_conv;
+    int tiled = !c->qwen3_next && nv > nk;
+    char b[64];
+#define NAME(sub) (snprintf(b, sizeof b, "blk.%d.%s", l, sub), b)
+    put_vec_perm(cv, NAME("ssm_a"), L->neg_a, nv, nk, r, tiled);
+    float *cw = keep(cv, sizeof(float) * (size_t)C * K); /* [C][K]: ne {K, C} */
+    for (int o = 0; o < C; o++) {
+        int src = o < qk ? o : qk + v_src(o - qk, nk, r, dv, tiled);
+        memcpy(cw + (size_t)o * K, L->conv_w + (size_t)src * K, sizeof(float) * (size_t)K);
+    }
+    int64_t ne[2] = {K, C};
+    gguf_w_tensor(cv->w, NAME("ssm_conv1d.weight"), GGML_F32, 2, ne, cw);
+    put_vec_perm(cv, NAME("ssm_dt.bias"), L->dt_bias, nv, nk, r, tiled);
+    rows_job *j;
+    if (c->qwen3_next) { /* per key head g: b rows g*r.., then a rows g*r.. */
+        j = put_rows(cv, NAME("ssm_ba.weight"), 2 * nv, H);
+        for (int o = 0; o < 2 * nv; o++) {
+            int g = o / (2 * r), i = o % (2 * r);
+            j->src_w[o] = i < r ? &L->lin_b : &L->lin_a;
+            j->src_r[o] = g * r + i % r;
+        }
+    } else {
+        const kn_weight *ab[2] = {&L->lin_a, &L->lin_b};
+        for (int t = 0; t < 2; t++) {
+            j = put_rows(cv, NAME(t ? "ssm_beta.weight" : "ssm_alpha.weight"), nv, H);
+            for (int o = 0; o < nv; o++) j->src_w[o] = ab[t], j->src_r[o] = v_src(o, nk, r, 1, tiled);
+        }
+    }
+    j = put_rows(cv, NAME("attn_qkv.weight"), C, H);
+    for (int o = 0; o < C; o++) j->src_w[o] = &L->lin_qkv, j->src_r[o] = o < qk ? o : qk + v_src(o - qk, nk, r, dv, tiled);
+    j = put_rows(cv, NAME("attn_gate.weight"), vd, H);
+    for (int o = 0; o < vd; o++) j->src_w[o] = &L->lin_z, j->src_r[o] = v_src(o, nk, r, dv, tiled);
+    put_vec(cv, NAME("ssm_norm.weight"), L->lin_norm, dv);
+    j = put_rows(cv, NAME("ssm_out.weight"), H, vd);
+    for (int o = 0; o < H; o++) j->src_w[o] = &L->lin_out, j->src_r[o] = o;
+    if (tiled) {
+        j->colperm = keep(cv, sizeof(int) * (size_t)vd);
+        for (int o = 0; o < vd; o++) j->colperm[o] = v_src(o, nk, r, dv, 1);
+    }
+#undef NAME
+}
+
+/* Every tensor of a Qwen3.5-family model, in the converter's order. */
+static void q35_tensors(conv *cv, const mdl_model *m) {
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, hd = c->head_dim;
+    put_mat(cv, "token_embd.weight", &m->embed, 0);
+    if (m->lm_head.data != m->embed.data) put_mat(cv, "output.weight", &m->lm_head, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        char b[64];
+#define M(sub, wt) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_mat(cv, b, wt, 0))
+#define V(sub, v, nn) (snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub), put_vec(cv, b, v, nn))
+        V("attn_norm", L->in_norm, H);
+        if (c->linear_layer[l]) q35_linear(cv, m, l);
+        if (c->moe_layer[l]) {
+            /* the stacks, then the router (the converter's order here) */
+            const kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)c->n_experts);
+            static const char *const stk[3] = {"ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"};
+            for (int p = 0; p < 3; p++) {
+                for (int e = 0; e < c->n_experts; e++)
+                    ws[e] = p == 0 ? &L->experts[e].wd : p == 1 ? &L->experts[e].wg : &L->experts[e].wu;
+                snprintf(b, sizeof b, "blk.%d.%s.weight", l, stk[p]);
+                put_mats(cv, b, ws, c->n_experts, 0, 0);
+            }
+            free(ws);
+            const kn_weight *rt = &L->router;
+            snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
+            put_mats(cv, b, &rt, 1, 0, PUT_F32);
+            if (c->shared_inter) {
+                M("ffn_down_shexp", &L->sh_wd);
+                M("ffn_gate_shexp", &L->sh_wg);
+                M("ffn_up_shexp", &L->sh_wu);
+                float *g = keep(cv, sizeof(float) * (size_t)H);
+                memcpy(g, L->sh_gate, sizeof(float) * (size_t)H);
+                int64_t ne[2] = {H, 1};
+                snprintf(b, sizeof b, "blk.%d.ffn_gate_inp_shexp.weight", l);
+                gguf_w_tensor(cv->w, b, GGML_F32, 2, ne, g);
+            }
+        } else {
+            M("ffn_down", &L->wd);
+            M("ffn_gate", &L->wg);
+            M("ffn_up", &L->wu);
+        }
+        V("post_attention_norm", L->post_norm, H);
+        if (!c->linear_layer[l]) {
+            V("attn_k_norm", L->k_norm, hd);
+            M("attn_k", &L->wk);
+            M("attn_output", &L->wo);
+            V("attn_q_norm", L->q_norm, hd);
+            M("attn_q", &L->wq);
+            M("attn_v", &L->wv);
+        }
+#undef M
+#undef V
+    }
+    put_vec(cv, "output_norm.weight", m->final_norm, H);
 }
 
 /* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys */
@@ -309,8 +595,9 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     if (!type || !strcmp(type, "f16")) q8 = 0;
     else if (!strcmp(type, "q8_0")) q8 = 1;
     else if (!strcmp(type, "q4_0")) q8 = 2;
+    else if (!strcmp(type, "bf16")) q8 = PUT_BF16;
     else {
-        dfl_seterr("--type '%s' not supported (f16, q8_0 or q4_0)", type);
+        dfl_seterr("--type '%s' not supported (f16, bf16, q8_0 or q4_0)", type);
         return -1;
     }
     char *st = dfl_path_join(in, "model.safetensors");
@@ -332,20 +619,11 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
-    /* written: qwen3, llama, qwen3moe and DFlash drafts. The Gated DeltaNet
-     * tensors of the Qwen3.5 family are not (yet); llama.cpp's converter
-     * writes qwen35 / qwen35moe files that dflash loads. */
-    if (m.cfg.arch == CFG_QWEN3_5) {
-        dfl_seterr("%s: writing GGUF for %s (Gated DeltaNet layers) is not supported; llama.cpp's "
-                   "convert_hf_to_gguf.py writes qwen35 / qwen35moe GGUF files that dflash loads", in, m.cfg.arch_name);
-        mdl_free(&m);
-        return -1;
-    }
-    /* GGUF qwen3moe has no key for it: llama.cpp's graph (and dflash's GGUF
-     * loader) always renormalise the top-k weights */
-    if (m.cfg.arch == CFG_QWEN3_MOE && m.cfg.n_moe_layers && !m.cfg.norm_topk) {
-        dfl_seterr("%s: norm_topk_prob=false cannot be written to GGUF (a qwen3moe GGUF always renormalises the "
-                   "top-k expert weights)", in);
+    /* GGUF qwen3moe / qwen3next have no key for it: llama.cpp's graphs (and
+     * dflash's GGUF loader) always renormalise the top-k weights */
+    if ((m.cfg.arch == CFG_QWEN3_MOE || m.cfg.qwen3_next) && m.cfg.n_moe_layers && !m.cfg.norm_topk) {
+        dfl_seterr("%s: norm_topk_prob=false cannot be written to GGUF (a %s GGUF always renormalises the "
+                   "top-k expert weights)", in, m.cfg.qwen3_next ? "qwen3next" : "qwen3moe");
         mdl_free(&m);
         return -1;
     }
@@ -361,17 +639,28 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
                    c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
         goto out;
     }
+    int q35 = c->arch == CFG_QWEN3_5 && !c->is_draft;
     const char *arch = c->is_draft                ? "dflash"
                        : c->arch == CFG_QWEN3     ? "qwen3"
                        : c->arch == CFG_QWEN3_MOE ? "qwen3moe"
+                       : q35 && c->qwen3_next     ? "qwen3next"
+                       : q35 && c->qwen35_moe     ? "qwen35moe"
+                       : q35                      ? "qwen35"
                                                   : "llama";
     char k[128];
     gguf_writer *w = cv.w;
     gguf_w_str(w, "general.architecture", arch);
     gguf_w_str(w, "general.type", "model");
     gguf_w_str(w, "general.name", base_name(in));
-    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : 1); /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / F16 */
+    /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / BF16 / F16 */
+    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : q8 == PUT_BF16 ? 32 : 1);
     gguf_w_u32(w, "general.quantization_version", 2);
+    if (q35) {
+        if (q35_keys(&cv, &m, in, arch) || put_tokenizer(&cv, tok_dir, c)) goto out;
+        q35_tensors(&cv, &m);
+        rc = gguf_w_write(w, out);
+        goto out;
+    }
 #define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
 #define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
     KU("block_count", c->n_layers);

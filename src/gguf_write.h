@@ -11,7 +11,7 @@ void ggm_quantize_q8_0(const float *x, int n, uint8_t *out);
 /* Q4_0 blocks (llama.cpp's rule: d = the largest-magnitude value / -8,
  * q = min(15, (int8)(x/d + 8.5))): n/32 * 18 bytes. */
 void ggm_quantize_q4_0(const float *x, int n, uint8_t *out);
-/* dflash convert: IN_DIR -> OUT_PATH, type "f16", "q8_0" or "q4_0" (NULL = f16);
+/* dflash convert: IN_DIR -> OUT_PATH, type "f16", "bf16", "q8_0" or "q4_0" (NULL = f16);
  * the tokenizer from TOK_DIR (NULL = IN_DIR; a draft takes its target's).
  * A DFlash draft becomes architecture "dflash" as llama.cpp's converter
  * writes it: dflash.block_size, dflash.target_layers (layer ids + 1),

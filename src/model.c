@@ -337,10 +337,13 @@ static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, i
 
 /* Copy a [n] norm weight to a new f32 array; Qwen3.5's zero-centred RMSNorm
  * weights become 1 + w here (in f32, as the reference computes it), so every
- * norm downstream multiplies by the array as it is. */
+ * norm downstream multiplies by the array as it is. An mlx-lm conversion
+ * (m->mlx_norms) stored 1 + w itself, rounded to the file's dtype (its
+ * sanitize() adds 1.0 in bf16): that stored value is the scale, and adding
+ * 1 again would be wrong by a factor near 2. */
 static float *bind_vec(mdl_model *m, const char *name, int n) {
     float *v = bind_f32(m, name, n, 0, 0);
-    if (v && m->cfg.arch == CFG_QWEN3_5 && !m->cfg.is_draft)
+    if (v && m->cfg.arch == CFG_QWEN3_5 && !m->cfg.is_draft && !m->mlx_norms)
         for (int i = 0; i < n; i++) v[i] = 1.0f + v[i];
     return v;
 }
@@ -366,15 +369,27 @@ static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
         LA_LIN(lin_a, "in_proj_a", nv, H);
     }
     LA_LIN(lin_out, "out_proj", H, vd);
+    /* conv1d: HF [C, 1, K], mlx-lm [C, K, 1] (its sanitize() moves the axis);
+     * the same C*K values in the same order either way. Every layer must have
+     * the layout the first one has (mdl_load set m->mlx_norms from it). */
     snprintf(b, sizeof b, "%sconv1d.weight", pre);
     const st_tensor *cw = st_find(&m->st, b);
-    if (cw && cw->ndim == 3 && cw->shape[0] == C && cw->shape[1] == K && cw->shape[2] == 1 && K != 1) {
-        dfl_seterr("tensor '%s': shape [%d, %d, 1] is the MLX-converted layout; MLX conversions of Qwen3.5 "
-                   "are not supported yet (their norm weights may be stored shifted): load the Hugging Face "
-                   "checkpoint, or make 4/8-bit from it with dflash quantize", b, C, K);
+    if (cw && cw->ndim == 3 && cw->shape[0] == C && K != 1 &&
+        ((m->mlx_norms && cw->shape[1] == 1 && cw->shape[2] == K) ||
+         (!m->mlx_norms && cw->shape[1] == K && cw->shape[2] == 1))) {
+        char got[64];
+        shape_str(cw, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s (%s layout), but the first linear-attention layer's conv1d.weight "
+                   "has %s's: a checkpoint half converted by mlx-lm (whether its norm weights are stored as w "
+                   "or 1 + w cannot be told); convert the Hugging Face checkpoint again",
+                   b, got, m->mlx_norms ? "Hugging Face's" : "mlx-lm's", m->mlx_norms ? "mlx-lm" : "Hugging Face");
         return -1;
     }
-    LA_VEC(conv_w, "conv1d.weight", C, 1, K);
+    if (m->mlx_norms) {
+        LA_VEC(conv_w, "conv1d.weight", C, K, 1);
+    } else {
+        LA_VEC(conv_w, "conv1d.weight", C, 1, K);
+    }
     LA_VEC(dt_bias, "dt_bias", nv, 0, 0);
     LA_VEC(neg_a, "A_log", nv, 0, 0);
     LA_VEC(lin_norm, "norm.weight", c->lin_v_dim, 0, 0);
@@ -386,6 +401,36 @@ static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
             return -1;
         }
         L->neg_a[h] = -expf(L->neg_a[h]);
+    }
+    return 0;
+}
+
+/* Qwen3.5 / Qwen3-Next under PRE: an mlx-lm conversion or not, from the
+ * first linear-attention layer's conv1d.weight, [C, K, 1] there and
+ * [C, 1, K] in the HF checkpoint (mlx-lm's sanitize() moves the axis and,
+ * in the same pass, stores the zero-centred norms input_layernorm,
+ * post_attention_layernorm, q_norm, k_norm and the final norm as 1 + w;
+ * linear_attn.norm is a plain RMSNorm in both). Sets m->mlx_norms. Names
+ * under language_model.model. are mlx-lm's own, so they must come with its
+ * conv1d layout. A missing or misshapen tensor is left to bind_linear_attn
+ * to name. */
+static int mlx_layout(mdl_model *m, const char *pre) {
+    const cfg_model *c = &m->cfg;
+    int l = 0;
+    while (l < c->n_layers && !c->linear_layer[l]) l++;
+    if (l == c->n_layers) return 0;
+    char b[224];
+    snprintf(b, sizeof b, "%slayers.%d.linear_attn.conv1d.weight", pre, l);
+    const st_tensor *t = st_find(&m->st, b);
+    m->mlx_norms = t && t->ndim == 3 && t->shape[1] == c->lin_conv && t->shape[2] == 1 && c->lin_conv != 1;
+    if (t && !m->mlx_norms && !strcmp(pre, "language_model.model.")) {
+        char got[64];
+        shape_str(t, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s, but names under language_model.model. are mlx-lm's, whose "
+                   "conv1d.weight is [C, %d, 1]: a checkpoint half converted by mlx-lm (whether its norm "
+                   "weights are stored as w or 1 + w cannot be told); convert the Hugging Face checkpoint again",
+                   b, got, c->lin_conv);
+        return -1;
     }
     return 0;
 }
@@ -413,9 +458,14 @@ int mdl_load(mdl_model *m, const char *dir) {
     const char *pre = c->is_draft ? "" : "model.";
     /* a multimodal Qwen3.5 checkpoint keeps its text model under
      * model.language_model. (lm_head.weight at the top; model.visual.* and
-     * mtp.* are not read) */
+     * mtp.* are not read); mlx-lm's conversion of one under
+     * language_model.model. (an untied head as language_model.lm_head.weight) */
+    const char *head = "lm_head";
     if (c->arch == CFG_QWEN3_5 && st_find(&m->st, "model.language_model.embed_tokens.weight"))
         pre = "model.language_model.";
+    else if (c->arch == CFG_QWEN3_5 && st_find(&m->st, "language_model.model.embed_tokens.weight"))
+        pre = "language_model.model.", head = "language_model.lm_head";
+    if (c->arch == CFG_QWEN3_5 && !c->is_draft && mlx_layout(m, pre) != 0) goto fail;
     char base[192];
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
     if (!c->is_draft) {
@@ -424,11 +474,12 @@ int mdl_load(mdl_model *m, const char *dir) {
         if (c->tie_embeddings) {
             m->lm_head = m->embed;
         } else {
-            if (!st_find(&m->st, "lm_head.weight")) {
-                dfl_seterr("missing tensor 'lm_head.weight' (config.json has tie_word_embeddings=false)");
+            snprintf(base, sizeof base, "%s.weight", head);
+            if (!st_find(&m->st, base)) {
+                dfl_seterr("missing tensor '%s' (config.json has tie_word_embeddings=false)", base);
                 goto fail;
             }
-            if (bind_linear(m, "lm_head", c->vocab, H, &m->lm_head)) goto fail;
+            if (bind_linear(m, head, c->vocab, H, &m->lm_head)) goto fail;
         }
     } else {
         if (bind_linear(m, "fc", H, c->n_taps * H, &m->fc)) goto fail;

@@ -66,6 +66,9 @@ typedef struct {
     kn_weight fc;        /* [H, n_taps*H] */
     float *hidden_norm;  /* [H] */
     size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
+    /* Qwen3.5 / Qwen3-Next as mlx-lm converts them (conv1d.weight [C, K, 1]):
+     * the zero-centred norms are stored as 1 + w already, read as they are */
+    int mlx_norms;
     void **owned;        /* buffers made at load (mdl_own), freed with the model */
     int n_owned;
     void *be_data;       /* a backend's resident copy of the model (backend.h:

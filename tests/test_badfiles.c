@@ -283,7 +283,10 @@ TEST(qwen35_bad_tensors) {
     CHECK(load_fails(d, "missing tensor 'model.layers.0.linear_attn.in_proj_z.weight'"), "missing in_proj_z");
     d = clone("tiny-qwen35");
     st_patch(d, T35("conv1d.weight"), NULL, "[128, 4, 1]", NULL, 0);
-    CHECK(load_fails(d, "is the MLX-converted layout"), "MLX conv layout");
+    /* layer 0 in mlx-lm's conv1d layout, layer 2 not: half converted */
+    CHECK(load_fails(d, "tensor 'model.layers.2.linear_attn.conv1d.weight': shape [128, 1, 4] (Hugging Face's "
+                        "layout), but the first linear-attention layer's conv1d.weight has mlx-lm's"),
+          "MLX conv layout in layer 0 only");
     d = clone("tiny-qwen35");
     st_patch(d, T35("conv1d.weight"), NULL, "[64, 1, 8]", NULL, 0);
     CHECK(load_fails(d, "conv1d.weight': shape [64, 1, 8], expected [128, 1, 4]"), "conv shape");

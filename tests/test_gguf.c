@@ -32,6 +32,7 @@
 #include "backend.h"
 #include "quant.h"
 #include "rope.h"
+#include "safetensors.h"
 #include "sample.h"
 #include "synth.h"
 #include <math.h>
@@ -1006,6 +1007,193 @@ TEST(convert_qwen3moe) {
           "norm_topk_prob=false: %s", dfl_lasterr());
 }
 
+/* Key/value A equal to B: type, count and bytes (strings: their text). */
+static int same_kv(const gguf_kv *a, const gguf_kv *b) {
+    if (a->type != b->type || a->atype != b->atype || a->n != b->n) return 0;
+    if (a->type == GGUF_STRING) { /* u64 length, then the bytes */
+        uint64_t la, lb;
+        memcpy(&la, a->val, 8), memcpy(&lb, b->val, 8);
+        return la == lb && !memcmp(a->val + 8, b->val + 8, (size_t)la);
+    }
+    if (a->type == GGUF_ARRAY && a->atype == GGUF_STRING) {
+        for (uint64_t i = 0; i < a->n; i++) {
+            size_t na, nb;
+            const char *x = gguf_arr_str(a, i, &na), *y = gguf_arr_str(b, i, &nb);
+            if (na != nb || memcmp(x, y, na)) return 0;
+        }
+        return 1;
+    }
+    static const int sz[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    gguf_vtype t = a->type == GGUF_ARRAY ? a->atype : a->type;
+    return t <= 12 && sz[t] && !memcmp(a->val, b->val, (size_t)sz[t] * a->n);
+}
+
+/* keys the comparison leaves out: the tokenizer (llama.cpp's files here were
+ * written without one; dflash convert writes tokenizer.json's), the name
+ * and size label, and the vocab_size the converter adds for no tokenizer */
+static int skip_key(const char *k) {
+    size_t n = strlen(k);
+    return !strncmp(k, "tokenizer.", 10) || !strcmp(k, "general.name") || !strcmp(k, "general.size_label") ||
+           (n > 11 && !strcmp(k + n - 11, ".vocab_size"));
+}
+
+/* dflash convert of tiny-qwen35 / tiny-qwen35moe / tiny-qwen3next at
+ * --type bf16 against llama.cpp's converter's file of the same checkpoint
+ * (tests/fixtures/gguf/NAME-bf16.gguf): the same keys and values (but
+ * skip_key's), the same tensors in the same order with the same shapes and
+ * types, the same bytes but ssm_a's (-exp(A_log): C's expf and torch's exp
+ * may differ in the last bit; within 1 ulp here). Then our file loaded,
+ * logits of the fixture's prompts against the HF checkpoint's load:
+ * bit-identical for qwen3next (no reordering); for qwen35 / qwen35moe
+ * within test_reference.c's 1e-3 with every row's argmax equal (their value
+ * heads stay in the converter's tiled order, cfg.lin_v_tiled, so ssm_out
+ * sums its columns in another order: 1e-4 and 2.4e-4 seen), as llama.cpp's
+ * own files load; and DFlash with tiny-qwen35-draft = greedy of our file. */
+static void convert_q35_one(const char *name) {
+    char in[128], ours_p[512], fx[160];
+    snprintf(in, sizeof in, "tests/models/%s", name);
+    snprintf(ours_p, sizeof ours_p, "%s/%s-bf16.gguf", tmpdir, name);
+    snprintf(fx, sizeof fx, "tests/fixtures/gguf/%s-bf16.gguf", name);
+    if (convert(in, ours_p, "bf16") != 0) {
+        CHECK(0, "%s: convert", name);
+        return;
+    }
+    gguf_file ours, theirs;
+    if (gguf_open(&ours, ours_p) || gguf_open(&theirs, fx)) {
+        CHECK(0, "open: %s", dfl_lasterr());
+        return;
+    }
+    int nk = 0;
+    for (int i = 0; i < theirs.n_kv; i++) {
+        const gguf_kv *t = &theirs.kv[i], *o = gguf_find_kv(&ours, t->key);
+        if (skip_key(t->key)) continue;
+        nk++;
+        CHECK(o && same_kv(o, t), "%s: key %s %s", name, t->key, o ? "differs" : "missing");
+    }
+    for (int i = 0; i < ours.n_kv; i++)
+        CHECK(skip_key(ours.kv[i].key) || gguf_find_kv(&theirs, ours.kv[i].key), "%s: key %s not in llama.cpp's", name,
+              ours.kv[i].key);
+    CHECK(ours.n_tensors == theirs.n_tensors, "%s: %d tensors, llama.cpp's %d", name, ours.n_tensors, theirs.n_tensors);
+    int ulp_off = 0;
+    for (int i = 0; i < theirs.n_tensors && i < ours.n_tensors; i++) {
+        const gguf_tensor *t = &theirs.t[i], *o = &ours.t[i];
+        int same = !strcmp(o->name, t->name) && o->n_dims == t->n_dims && !memcmp(o->ne, t->ne, sizeof t->ne) &&
+                   o->type == t->type && o->nbytes == t->nbytes;
+        CHECK(same, "%s: tensor %d: %s vs llama.cpp's %s (shape, type or order)", name, i, o->name, t->name);
+        if (!same || !memcmp(o->data, t->data, t->nbytes)) continue;
+        size_t nm = strlen(t->name);
+        int ok = nm > 6 && !strcmp(t->name + nm - 6, ".ssm_a") && t->type == GGML_F32;
+        for (size_t k = 0; ok && k < t->nbytes / 4; k++) {
+            float x, y;
+            memcpy(&x, (const char *)o->data + 4 * k, 4), memcpy(&y, (const char *)t->data + 4 * k, 4);
+            ok = fabsf(x - y) <= fabsf(y) * 1.2e-7f;
+        }
+        ulp_off += ok;
+        CHECK(ok, "%s: tensor %s: data differ from llama.cpp's", name, t->name);
+    }
+    fprintf(stderr, "  %s: %d keys, %d tensors as llama.cpp's, %d ssm_a within 1 ulp\n", name, nk, theirs.n_tensors,
+            ulp_off);
+    gguf_close(&ours);
+    gguf_close(&theirs);
+    mdl_model hf, gg;
+    if (mdl_load(&hf, in) || mdl_load(&gg, ours_p)) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        return;
+    }
+    int tiled = !hf.cfg.qwen3_next && hf.cfg.lin_v_heads > hf.cfg.lin_k_heads;
+    CHECK(gg.cfg.lin_v_tiled == tiled && gg.cfg.arch == CFG_QWEN3_5 && gg.cfg.qwen3_next == hf.cfg.qwen3_next &&
+              gg.cfg.qwen35_moe == hf.cfg.qwen35_moe && gg.cfg.n_moe_layers == hf.cfg.n_moe_layers &&
+              gg.cfg.rot_dim == hf.cfg.rot_dim && !memcmp(gg.cfg.linear_layer, hf.cfg.linear_layer, (size_t)hf.cfg.n_layers),
+          "%s: config differs", name);
+    st_set fxs;
+    char rf[160];
+    snprintf(rf, sizeof rf, "tests/fixtures/%s.ref.safetensors", name);
+    be_options bo = {2, 0};
+    void *be = be_cpu.open(&bo);
+    kn_set_act_quant(0);
+    float worst = 0;
+    int np = 0;
+    if (be && st_open_file(&fxs, rf) == 0) {
+        int V = hf.cfg.vocab;
+        for (int i = 0;; i++, np++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "p%d.ids", i);
+            const st_tensor *ids = st_find(&fxs, nm);
+            if (!ids) break;
+            int T = (int)ids->shape[0];
+            float *la = malloc(sizeof(float) * (size_t)T * V), *lb = malloc(sizeof(float) * (size_t)T * V);
+            mdl_model *ms[2] = {&gg, &hf};
+            float *ls[2] = {la, lb};
+            for (int k = 0; k < 2; k++) {
+                void *st = be_cpu.create(be, ms[k], 256);
+                be_batch b = {T, ids->data, T, ls[k], 0, NULL, 0};
+                CHECK(st && be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+                if (st) be_cpu.destroy(st);
+            }
+            if (!tiled) CHECK(!memcmp(la, lb, sizeof(float) * (size_t)T * V), "%s p%d: logits not bit-identical", name, i);
+            for (size_t j = 0; j < (size_t)T * V; j++) worst = fmaxf(worst, fabsf(la[j] - lb[j]));
+            for (int t = 0; t < T; t++)
+                CHECK(smp_argmax(la + (size_t)t * V, V) == smp_argmax(lb + (size_t)t * V, V), "%s p%d row %d argmax", name, i, t);
+            free(la), free(lb);
+        }
+        st_close(&fxs);
+    }
+    CHECK(np >= 4 && worst <= 1e-3f, "%s: %d prompts, logits %g off the HF checkpoint's", name, np, worst);
+    fprintf(stderr, "  %s: logits of our file vs the HF checkpoint's: max |diff| %.2e%s\n", name, worst,
+            tiled ? " (tiled value heads)" : " (bit-identical)");
+    if (be) be_cpu.close(be);
+    mdl_free(&hf);
+    mdl_free(&gg);
+    /* DFlash = greedy on our file */
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    dflash_params pr = dflash_default_params();
+    pr.n_threads = 2;
+    pr.tokenizer = in;
+    dflash_model *plain = dflash_load(ours_p, NULL, &pr), *spec = dflash_load(ours_p, "tests/models/tiny-qwen35-draft", &pr);
+    CHECK(plain && spec, "load: %s", dflash_error());
+    for (int b = 0; plain && spec && b < 3; b++) {
+        static const int blocks[3] = {2, 16, 0};
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = 24;
+        g.ignore_eos = 1;
+        int32_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        dflash_generate(plain, prompt, 6, &g, NULL, NULL, &x, &nx, NULL);
+        g.block_size = blocks[b];
+        g.draft_max = blocks[b] ? blocks[b] - 1 : -1;
+        dflash_reset(spec);
+        CHECK(dflash_generate(spec, prompt, 6, &g, NULL, NULL, &y, &ny, NULL) == 0, "dflash: %s", dflash_error());
+        CHECK(nx == 24 && nx == ny && !memcmp(x, y, nx * sizeof *x), "%s block %d: DFlash differs from greedy", name,
+              blocks[b]);
+        free(x), free(y);
+    }
+    dflash_free(plain);
+    dflash_free(spec);
+}
+
+TEST(convert_qwen35_family) {
+    convert_q35_one("tiny-qwen35");
+    convert_q35_one("tiny-qwen35moe");
+    convert_q35_one("tiny-qwen3next");
+    /* --type q8_0: the tensor types llama.cpp's q8_0 file has (its 48-wide
+     * ffn_down_shexp F16, routers and vectors F32) */
+    char p8[512];
+    snprintf(p8, sizeof p8, "%s/q35moe-q8_0.gguf", tmpdir);
+    gguf_file ours, theirs;
+    if (convert("tests/models/tiny-qwen35moe", p8, "q8_0") || gguf_open(&ours, p8) ||
+        gguf_open(&theirs, "tests/fixtures/gguf/tiny-qwen35moe-q8_0.gguf")) {
+        CHECK(0, "q8_0: %s", dfl_lasterr());
+        return;
+    }
+    int same = ours.n_tensors == theirs.n_tensors;
+    for (int i = 0; same && i < theirs.n_tensors; i++)
+        same = !strcmp(ours.t[i].name, theirs.t[i].name) && ours.t[i].type == theirs.t[i].type &&
+               !memcmp(ours.t[i].ne, theirs.t[i].ne, sizeof ours.t[i].ne);
+    CHECK(same, "q8_0 tensor table differs from llama.cpp's");
+    gguf_close(&ours);
+    gguf_close(&theirs);
+}
+
 /* A qwen35moe file with one multi-token-prediction block appended the way
  * llama.cpp's converter writes Qwen3.5 checkpoints (block_count + 1,
  * nextn_predict_layers 1, recurrent_layers one longer, the block's layer
@@ -1489,6 +1677,7 @@ int main(void) {
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);
+    RUN(convert_qwen35_family);
     RUN(q4_blocks);
     RUN(quants_match_ggml);
     RUN(q6k_model);
