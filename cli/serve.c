@@ -351,6 +351,7 @@ typedef struct sv_job {
     size_t sent;
     sbuf reasoning;            /* not streamed: the reasoning_content */
     cJSON *calls;              /* not streamed: the tool_calls array (NULL: none) */
+    sbuf args;                 /* not streamed: the open call's arguments so far */
     int rc;                    /* dflash_generate's result; err says why when -1 */
     char err[256];
     dflash_stats st;
@@ -402,6 +403,7 @@ static void job_release(sv_job *j) { /* srv->mu held */
     rp_free(j->split);
     free(j->out.p);
     free(j->reasoning.p);
+    free(j->args.p);
     cJSON_Delete(j->calls);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -612,16 +614,45 @@ static void call_id(const sv_job *j, int index, char *buf, size_t size) {
     snprintf(buf, size, "call_%s_%d", dash ? dash + 1 : j->id, index);
 }
 
+/* A streamed chunk whose delta is one tool call's (tool_calls: [call]). */
+static void sse_call(sv_job *j, cJSON *call) {
+    cJSON *c = choice_json(j, 1, NULL, NULL, 0, NULL);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), "tool_calls"), call);
+    sse_chunk(j, c, NULL, NULL);
+}
+
 /* rp_emit_fn: a decided piece of a chat reply (srv->mu held). Streamed, a
  * tool call goes out as OpenAI's deltas do: one with its index, id, type
- * and name (arguments ""), then one with the arguments. */
+ * and name (arguments ""), then one per piece of the arguments' text as the
+ * splitter releases it (index and function.arguments); not streamed, the
+ * pieces are joined into the call's arguments, the same text. */
 static void job_piece(void *ud, const rp_event *ev) {
     sv_job *j = ud;
-    if (ev->kind != RP_TOOL_CALL) {
+    if (ev->kind == RP_CONTENT || ev->kind == RP_REASONING) {
         if (j->stream) sse_delta(j, ev->kind == RP_CONTENT ? "content" : "reasoning_content", ev->text, ev->len);
         else sb_add(ev->kind == RP_CONTENT ? &j->out : &j->reasoning, ev->text, ev->len);
         return;
     }
+    if (ev->kind == RP_CALL_ARGS) {
+        if (!j->stream) {
+            sb_add(&j->args, ev->text, ev->len);
+            return;
+        }
+        cJSON *call = cJSON_CreateObject();
+        cJSON_AddNumberToObject(call, "index", ev->index);
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(call, "function"), "arguments", json_text(ev->text, ev->len));
+        sse_call(j, call);
+        return;
+    }
+    if (ev->kind == RP_CALL_END) {
+        if (!j->stream) { /* the last call of j->calls is this one */
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(j->calls, ev->index), "function");
+            cJSON_AddItemToObject(fn, "arguments", json_text(j->args.p ? j->args.p : "", j->args.n));
+            j->args.n = 0;
+        }
+        return;
+    }
+    /* RP_CALL_BEGIN */
     char id[80];
     call_id(j, ev->index, id, sizeof id);
     cJSON *call = cJSON_CreateObject();
@@ -631,21 +662,13 @@ static void job_piece(void *ud, const rp_event *ev) {
     cJSON *fn = cJSON_AddObjectToObject(call, "function");
     cJSON_AddStringToObject(fn, "name", ev->name);
     if (!j->stream) {
-        cJSON_AddItemToObject(fn, "arguments", json_text(ev->arguments, ev->args_len));
         if (!j->calls) j->calls = cJSON_CreateArray();
         cJSON_AddItemToArray(j->calls, call);
+        j->args.n = 0;
         return;
     }
     cJSON_AddStringToObject(fn, "arguments", "");
-    cJSON *c = choice_json(j, 1, NULL, NULL, 0, NULL);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), "tool_calls"), call);
-    sse_chunk(j, c, NULL, NULL);
-    call = cJSON_CreateObject();
-    cJSON_AddNumberToObject(call, "index", ev->index);
-    cJSON_AddItemToObject(cJSON_AddObjectToObject(call, "function"), "arguments", json_text(ev->arguments, ev->args_len));
-    c = choice_json(j, 1, NULL, NULL, 0, NULL);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_GetObjectItemCaseSensitive(c, "delta"), "tool_calls"), call);
-    sse_chunk(j, c, NULL, NULL);
+    sse_call(j, call);
 }
 
 /* ss_out_fn: text that is final goes to the client (srv->mu held). */
@@ -687,6 +710,8 @@ static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
     if (j->n_lps) j->lps[j->n_lps - 1].end = j->gen_bytes;
     if (!stop) {
         stop = ss_feed(j->stop, text, len, job_text, j);
+        /* parallel_tool_calls false: the first call has ended, the rest would be dropped */
+        if (j->split && rp_done(j->split)) stop = 1;
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->srv->mu);
@@ -1066,10 +1091,12 @@ static int tool_name_ok(const char *n) {
     return 1;
 }
 
-/* tools and tool_choice: *tools_json the checked array (malloc'd JSON text)
- * or NULL when there are none or tool_choice is "none". */
-static int parse_tools(cJSON *o, char **tools_json, sv_err *e) {
+/* tools, tool_choice and parallel_tool_calls: *tools_json the checked array
+ * (malloc'd JSON text) or NULL when there are none or tool_choice is
+ * "none"; *one_call 1 for parallel_tool_calls false. */
+static int parse_tools(cJSON *o, char **tools_json, int *one_call, sv_err *e) {
     *tools_json = NULL;
+    *one_call = 0;
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
     cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
     cJSON *par = cJSON_GetObjectItemCaseSensitive(o, "parallel_tool_calls");
@@ -1120,9 +1147,10 @@ static int parse_tools(cJSON *o, char **tools_json, sv_err *e) {
     }
     if (par && !cJSON_IsNull(par)) {
         if (!cJSON_IsBool(par)) return fail(e, 400, "invalid_type", "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
-        if (cJSON_IsFalse(par))
-            return fail(e, 400, "unsupported_parameter", "parallel_tool_calls",
-                        "'parallel_tool_calls': false is not supported (the model may call several tools in one reply)");
+        /* OpenAI: at most one call per reply. The prompt is the same (Qwen3's
+         * template has no switch for it): the reply ends at the first call's
+         * "</tool_call>" (finish_reason "tool_calls"), src/reply.h rp_max_calls */
+        *one_call = cJSON_IsFalse(par);
     }
     if (i > 0 && !none) *tools_json = cJSON_PrintUnformatted(tools);
     return 0;
@@ -1174,7 +1202,8 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
         return NULL;
     }
     char *tools_json = NULL;
-    if (parse_tools(o, &tools_json, e) < 0) return NULL;
+    int one_call;
+    if (parse_tools(o, &tools_json, &one_call, e) < 0) return NULL;
     int n = cJSON_GetArraySize(msgs), i = 0;
     dflash_chat_message *dm = xcalloc((size_t)n, sizeof *dm);
     char **owned = xcalloc((size_t)n, sizeof *owned); /* joined content parts */
@@ -1261,7 +1290,10 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
     if (!prompt) fail(e, 400, "invalid_value", tools_json && strstr(dflash_error(), "tools") ? "tools" : "messages", "%s",
                       dflash_error());
-    else if (think == 1 || tools_json) j->split = rp_new(think == 1, tools_json != NULL);
+    else if (think == 1 || tools_json) {
+        j->split = rp_new(think == 1, tools_json != NULL);
+        if (one_call) rp_max_calls(j->split, 1);
+    }
 out:
     for (int k = 0; k < n; k++) free(owned[k]), free(calls[k]);
     free(owned);

@@ -1,10 +1,14 @@
 /* reply.c - reasoning / content / tool-call splitting of a reply (see reply.h).
  *
  * The splitter keeps the text it cannot decide yet in `hold`: the start of a
- * tag that may be "<think>", "</think>" or "<tool_call>", the inside of an
- * open <tool_call> block, newlines that may precede "</think>", and white
- * space that is dropped if a tool call follows (`ws`). Everything decided
- * goes out at once, so a stream lags the model only by such pieces. */
+ * tag that may be "<think>", "</think>", "<tool_call>" or "</tool_call>",
+ * the inside of an open <tool_call> block until its head is known (a
+ * streamed call's, ST_ARGS) or until it closes (any other block), newlines
+ * that may precede "</think>", and white space that is dropped if a tool
+ * call follows (`ws`). Everything decided goes out at once, so a stream lags
+ * the model only by such pieces: a streamed call's arguments by nothing but
+ * a possible start of "</tool_call>". Every decision is a function of the
+ * text so far, never of where the pieces were cut. */
 #include "reply.h"
 
 #include <stdlib.h>
@@ -14,7 +18,15 @@
 
 #include "util.h"
 
-enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL };
+/* ST_CALL: in a block, its head undecided (or not a streamed call: the
+ * whole block is parsed at its end); ST_ARGS: a streamed call's arguments;
+ * ST_TAIL: after them, up to the end tag (dropped); ST_DONE: the call
+ * limit was reached, everything is dropped. */
+enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE };
+
+/* A streamed call's head must lie in its block's first HEAD_MAX bytes (it
+ * bounds the rescans of an undecided head). */
+enum { HEAD_MAX = 4096 };
 
 static const char TAG_THINK[] = "<think>", TAG_THINK_END[] = "</think>";
 static const char TAG_CALL[] = "<tool_call>", TAG_CALL_END[] = "</tool_call>";
@@ -29,7 +41,10 @@ struct rp_splitter {
     int state;
     int at_start;     /* ST_REASON / ST_CONTENT: nothing emitted yet, leading newlines go */
     int after_call;   /* the last thing decided was a tool call */
-    int n_calls;
+    int n_calls;      /* calls begun */
+    int max_calls;    /* 0: no limit */
+    int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
+    int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
     rp_buf hold;      /* undecided text, oldest first */
     rp_buf ws;        /* ST_CONTENT: white space held back (dropped before a tool call) */
 };
@@ -87,6 +102,10 @@ void rp_free(rp_splitter *p) {
 }
 
 int rp_n_calls(const rp_splitter *p) { return p->n_calls; }
+
+void rp_max_calls(rp_splitter *p, int n) { p->max_calls = n > 0 ? n : 0; }
+
+int rp_done(const rp_splitter *p) { return p->state == ST_DONE; }
 
 static void emit_text(rp_kind k, const char *s, size_t n, rp_emit_fn emit, void *ud) {
     if (!n) return;
@@ -204,23 +223,82 @@ int rp_parse_call(const char *s, size_t n, char **name, size_t *args_off, size_t
     return ok ? 0 : -1;
 }
 
-/* The block hold[0..k) is complete (its end tag follows). */
+static void call_begin(rp_splitter *p, const char *name, rp_emit_fn emit, void *ud) {
+    p->ws.n = 0; /* white space before a tool call is dropped */
+    p->ws.s[0] = 0;
+    rp_event ev = {.kind = RP_CALL_BEGIN, .index = p->n_calls++, .name = name};
+    emit(ud, &ev);
+}
+
+static void call_args(rp_splitter *p, const char *s, size_t n, rp_emit_fn emit, void *ud) {
+    if (!n) return;
+    rp_event ev = {.kind = RP_CALL_ARGS, .index = p->n_calls - 1, .text = s, .len = n};
+    emit(ud, &ev);
+}
+
+/* The call's END; the state after it. */
+static void call_end(rp_splitter *p, rp_emit_fn emit, void *ud) {
+    rp_event ev = {.kind = RP_CALL_END, .index = p->n_calls - 1};
+    emit(ud, &ev);
+    p->after_call = 1;
+    p->state = p->max_calls && p->n_calls >= p->max_calls ? ST_DONE : ST_CONTENT;
+}
+
+/* The block hold[0..k) is complete (its end tag follows) and not a streamed
+ * call. */
 static void call_block(rp_splitter *p, size_t k, rp_emit_fn emit, void *ud) {
     char *name;
     size_t off, len;
+    p->state = ST_CONTENT;
     if (rp_parse_call(p->hold.s, k, &name, &off, &len) == 0) {
-        p->ws.n = 0; /* white space before a tool call is dropped */
-        p->ws.s[0] = 0;
-        rp_event ev = {.kind = RP_TOOL_CALL, .index = p->n_calls++, .name = name, .arguments = p->hold.s + off,
-                       .args_len = len};
-        emit(ud, &ev);
+        call_begin(p, name, emit, ud);
+        call_args(p, p->hold.s + off, len, emit, ud);
+        call_end(p, emit, ud);
         free(name);
-        p->after_call = 1;
     } else { /* not a tool call: the block is content, tags and all */
         content(p, TAG_CALL, strlen(TAG_CALL), emit, ud);
         emit_text(RP_CONTENT, p->hold.s, k, emit, ud);
         emit_text(RP_CONTENT, TAG_CALL_END, strlen(TAG_CALL_END), emit, ud);
     }
+}
+
+enum { HEAD_NO, HEAD_PART, HEAD_YES };
+
+/* Is s[0..n), a block's text so far, the head of a streamed call,
+ *     ws { ws "name" ws : ws STRING ws , ws "arguments" ws : ws {
+ * (HEAD_YES: *args_at is the offset of the arguments' "{", *name the
+ * unescaped name, malloc'd), a prefix of one (HEAD_PART), or neither? The
+ * answer for a text never contradicts the one for a prefix of it. */
+static int head(const char *s, size_t n, size_t *args_at, char **name) {
+    static const char *const lit[] = {"{", "\"name\"", ":", NULL, ",", "\"arguments\"", ":", "{"};
+    size_t i = 0, ns = 0, ne = 0;
+    for (int t = 0; t < 8; t++) {
+        i = skip_ws(s, n, i);
+        if (i >= n) return n > HEAD_MAX ? HEAD_NO : HEAD_PART;
+        if (!lit[t]) { /* the name: a JSON string with no control bytes */
+            if (s[i] != '"') return HEAD_NO;
+            ns = i;
+            for (i++; i < n && s[i] != '"'; i++) {
+                if ((unsigned char)s[i] < 0x20) return HEAD_NO;
+                if (s[i] == '\\') i++;
+            }
+            if (i >= n) return n > HEAD_MAX ? HEAD_NO : HEAD_PART;
+            ne = ++i;
+            continue;
+        }
+        for (const char *c = lit[t]; *c; c++, i++) {
+            if (i >= n) return n > HEAD_MAX ? HEAD_NO : HEAD_PART;
+            if (s[i] != *c) return HEAD_NO;
+        }
+    }
+    if (i > HEAD_MAX) return HEAD_NO; /* i: one past the arguments' "{" */
+    cJSON *v = cJSON_ParseWithLength(s + ns, ne - ns);
+    int ok = cJSON_IsString(v) && v->valuestring[0];
+    if (ok) *name = dfl_strdup(v->valuestring);
+    cJSON_Delete(v);
+    if (!ok) return HEAD_NO;
+    *args_at = i - 1;
+    return HEAD_YES;
 }
 
 /* ---- the state machine ------------------------------------------------------ */
@@ -293,19 +371,78 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
             buf_drop(h, t);
             return;
         }
-        /* ST_CALL */
-        long e = find(h->s, h->n, TAG_CALL_END);
-        if (e >= 0) {
-            call_block(p, (size_t)e, emit, ud);
-            buf_drop(h, (size_t)e + strlen(TAG_CALL_END));
-            p->state = ST_CONTENT;
-            continue;
+        if (p->state == ST_CALL) {
+            long e = find(h->s, h->n, TAG_CALL_END);
+            size_t at;
+            char *name;
+            int hs = p->whole_block ? HEAD_NO : head(h->s, e >= 0 ? (size_t)e : h->n, &at, &name);
+            if (hs == HEAD_YES) {
+                call_begin(p, name, emit, ud);
+                free(name);
+                buf_drop(h, at);
+                p->state = ST_ARGS;
+                p->depth = p->in_str = p->esc = 0;
+                continue;
+            }
+            if (hs == HEAD_NO) p->whole_block = 1;
+            if (e >= 0) {
+                call_block(p, (size_t)e, emit, ud);
+                buf_drop(h, (size_t)e + strlen(TAG_CALL_END));
+                p->whole_block = 0;
+                continue;
+            }
+            if (final) { /* never closed: content */
+                content(p, TAG_CALL, strlen(TAG_CALL), emit, ud);
+                emit_text(RP_CONTENT, h->s, h->n, emit, ud);
+                h->n = 0;
+                p->whole_block = 0;
+                p->state = ST_CONTENT;
+            }
+            return;
         }
-        if (final) { /* never closed: content */
-            content(p, TAG_CALL, strlen(TAG_CALL), emit, ud);
-            emit_text(RP_CONTENT, h->s, h->n, emit, ud);
-            h->n = 0;
+        if (p->state == ST_ARGS) { /* hold starts inside the arguments (at their "{" first) */
+            long e = find(h->s, h->n, TAG_CALL_END);
+            size_t lim = e >= 0 ? (size_t)e : final ? h->n : h->n - partial_tag(h->s, h->n, TAG_CALL_END);
+            size_t i = 0;
+            int closed = 0;
+            while (i < lim && !closed) {
+                char c = h->s[i++];
+                if (p->esc) p->esc = 0;
+                else if (p->in_str) {
+                    if (c == '\\') p->esc = 1;
+                    else if (c == '"') p->in_str = 0;
+                } else if (c == '"') p->in_str = 1;
+                else if (c == '{' || c == '[') p->depth++;
+                else if ((c == '}' || c == ']') && --p->depth == 0) closed = 1;
+            }
+            call_args(p, h->s, i, emit, ud);
+            buf_drop(h, i);
+            if (closed) {
+                p->state = ST_TAIL;
+                continue;
+            }
+            if (e >= 0 || final) { /* never closed: the arguments end at the tag or the reply's end */
+                buf_drop(h, e >= 0 ? strlen(TAG_CALL_END) : h->n);
+                call_end(p, emit, ud);
+                continue;
+            }
+            return;
         }
+        if (p->state == ST_TAIL) { /* after the arguments: dropped up to the end tag */
+            long e = find(h->s, h->n, TAG_CALL_END);
+            if (e >= 0 || final) {
+                buf_drop(h, e >= 0 ? (size_t)e + strlen(TAG_CALL_END) : h->n);
+                call_end(p, emit, ud);
+                continue;
+            }
+            buf_drop(h, h->n - partial_tag(h->s, h->n, TAG_CALL_END));
+            return;
+        }
+        /* ST_DONE */
+        h->n = 0;
+        h->s[0] = 0;
+        p->ws.n = 0;
+        p->ws.s[0] = 0;
         return;
     }
 }

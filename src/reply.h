@@ -5,31 +5,44 @@
  *   - with reasoning on, a reply that starts with "<think>" is reasoning up
  *     to "</think>" (newlines next to the tags dropped, as the template's
  *     strip('\n') does); one that never closes it is all reasoning;
- *   - with tools on, each "<tool_call>JSON</tool_call>" block whose JSON is
- *     an object with a string "name" (not empty) and an object "arguments"
- *     is a tool call; white space between such blocks, and before and after
- *     them, is dropped;
- *   - everything else is content, exactly as generated: a block that is not
- *     valid tool-call JSON, or is never closed, is content too (its tags
- *     included).
+ *   - with tools on, "<tool_call>" opens a block that ends at the first
+ *     "</tool_call>" (or the reply's end). A block whose text starts as the
+ *     template writes calls,
+ *         {"name": "NAME", "arguments": {
+ *     (any JSON white space between the tokens, NAME a JSON string that is
+ *     not empty, all of it in the block's first 4096 bytes) is a tool call
+ *     from that point on, and streams: its arguments are the text of that
+ *     object as the model writes it, from its "{" to the matching "}"
+ *     (strings and nesting followed, the JSON not checked), or to the end
+ *     tag / the reply's end when the model never closes it; what follows
+ *     the object inside the block (the wrapper's "}") is dropped. Such a
+ *     call's arguments are valid JSON when the model wrote valid JSON, as
+ *     OpenAI's are;
+ *   - any other block is a tool call if its whole text is an object with a
+ *     string "name" (not empty) and an object "arguments" (its arguments
+ *     come in one piece when the block closes), and content otherwise;
+ *   - white space between tool calls, and before and after them, is
+ *     dropped; everything else is content, exactly as generated (a block
+ *     that is not a call, or is never closed, tags included).
  * Feeding the same text in any pieces gives the same events, concatenated
- * per kind (tests/test_reply.c and tests/fuzz/fuzz_reply.c check that), so
- * a streamed reply reassembles to the whole one. */
+ * per kind and call (tests/test_reply.c and tests/fuzz/fuzz_reply.c check
+ * that), so a streamed reply reassembles to the whole one. */
 #ifndef DFL_REPLY_H
 #define DFL_REPLY_H
 
 #include <stddef.h>
 
-typedef enum { RP_CONTENT = 0, RP_REASONING, RP_TOOL_CALL } rp_kind;
+/* A tool call is RP_CALL_BEGIN, then RP_CALL_ARGS pieces (none for an
+ * arguments text of 0 bytes: never, it starts with "{"), then RP_CALL_END;
+ * calls do not overlap, and nothing else comes between a BEGIN and its END. */
+typedef enum { RP_CONTENT = 0, RP_REASONING, RP_CALL_BEGIN, RP_CALL_ARGS, RP_CALL_END } rp_kind;
 
 typedef struct {
     rp_kind kind;
-    const char *text; /* RP_CONTENT, RP_REASONING: a piece, len bytes */
+    const char *text; /* RP_CONTENT, RP_REASONING, RP_CALL_ARGS: a piece, len > 0 bytes */
     size_t len;
-    int index;             /* RP_TOOL_CALL: 0 for the reply's first call, 1, ... */
-    const char *name;      /* RP_TOOL_CALL: the function name (NUL-terminated, JSON unescaped) */
-    const char *arguments; /* RP_TOOL_CALL: the arguments object's JSON text as the model wrote it */
-    size_t args_len;
+    int index;        /* RP_CALL_*: 0 for the reply's first call, 1, ... */
+    const char *name; /* RP_CALL_BEGIN: the function name (NUL-terminated, JSON unescaped) */
 } rp_event;
 
 /* Called for each piece; the event's pointers live until it returns. */
@@ -43,8 +56,13 @@ rp_splitter *rp_new(int reasoning, int tools);
 void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud);
 /* The end of the reply: whatever was held back goes out. */
 void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud);
-/* How many tool calls were emitted so far. */
+/* How many tool calls were begun so far. */
 int rp_n_calls(const rp_splitter *p);
+/* At most n tool calls (n >= 1; 0: no limit, the default): after the n-th
+ * call's END the rest of the reply is dropped and rp_done says 1, so the
+ * caller may stop generating (parallel_tool_calls: false is n = 1). */
+void rp_max_calls(rp_splitter *p, int n);
+int rp_done(const rp_splitter *p);
 void rp_free(rp_splitter *p);
 
 /* One block's inside (the text between <tool_call> and </tool_call>):

@@ -1,7 +1,9 @@
 /* test_reply.c - a reply split into reasoning, content and tool calls
  * (src/reply.c): valid calls, several calls, malformed JSON, an unterminated
- * block, tags and JSON cut across pieces at every byte; the result never
- * depends on how the text is split. */
+ * block, tags and JSON cut across pieces at every byte and at every pair of
+ * cut points; the result never depends on how the text is split; a
+ * streamed call's arguments come out as they arrive (held back: only what
+ * may start "</tool_call>"); the call limit (parallel_tool_calls: false). */
 #include "check.h"
 #include "reply.h"
 
@@ -9,9 +11,9 @@
  * as "name|arguments" lines, and the order of kinds as letters (c, r, t;
  * consecutive text pieces of one kind count once). */
 typedef struct {
-    char content[4096], reasoning[4096], calls[4096], order[64];
+    char content[8192], reasoning[8192], calls[8192], order[64];
     size_t nc, nr, nt, no;
-    int n_calls, bad_index;
+    int n_calls, bad_index, in_call;
 } sink;
 
 static void add(char *dst, size_t *n, size_t cap, const char *s, size_t len) {
@@ -22,31 +24,84 @@ static void add(char *dst, size_t *n, size_t cap, const char *s, size_t len) {
 static void on_event(void *ud, const rp_event *ev) {
     sink *k = ud;
     char letter = ev->kind == RP_CONTENT ? 'c' : ev->kind == RP_REASONING ? 'r' : 't';
-    if (ev->kind == RP_TOOL_CALL || k->no == 0 || k->order[k->no - 1] != letter)
+    if (ev->kind == RP_CALL_BEGIN || (ev->kind < RP_CALL_BEGIN && (k->no == 0 || k->order[k->no - 1] != letter)))
         add(k->order, &k->no, sizeof k->order, &letter, 1);
+    /* BEGIN, ARGS..., END of one index at a time, indices 0, 1, ... */
+    if (k->in_call != (ev->kind == RP_CALL_ARGS || ev->kind == RP_CALL_END)) k->bad_index = 1;
+    if (ev->kind >= RP_CALL_BEGIN && ev->index != k->n_calls - (ev->kind != RP_CALL_BEGIN)) k->bad_index = 1;
     if (ev->kind == RP_CONTENT) add(k->content, &k->nc, sizeof k->content, ev->text, ev->len);
     if (ev->kind == RP_REASONING) add(k->reasoning, &k->nr, sizeof k->reasoning, ev->text, ev->len);
-    if (ev->kind == RP_TOOL_CALL) {
-        if (ev->index != k->n_calls) k->bad_index = 1;
+    if (ev->kind == RP_CALL_BEGIN) {
         k->n_calls++;
+        k->in_call = 1;
         add(k->calls, &k->nt, sizeof k->calls, ev->name, strlen(ev->name));
         add(k->calls, &k->nt, sizeof k->calls, "|", 1);
-        add(k->calls, &k->nt, sizeof k->calls, ev->arguments, ev->args_len);
+    }
+    if (ev->kind == RP_CALL_ARGS) add(k->calls, &k->nt, sizeof k->calls, ev->text, ev->len);
+    if (ev->kind == RP_CALL_END) {
+        k->in_call = 0;
         add(k->calls, &k->nt, sizeof k->calls, "\n", 1);
     }
-    if (ev->kind != RP_TOOL_CALL && ev->len == 0) k->bad_index = 1; /* no empty pieces */
+    if ((ev->kind == RP_CONTENT || ev->kind == RP_REASONING || ev->kind == RP_CALL_ARGS) && ev->len == 0)
+        k->bad_index = 1; /* no empty pieces */
 }
 
 /* text fed in pieces of `step` bytes (0: all at once) */
+static int max_calls; /* rp_max_calls of the splitters split() makes */
+
 static void split(const char *text, int reasoning, int tools, size_t step, sink *k) {
     memset(k, 0, sizeof *k);
     rp_splitter *p = rp_new(reasoning, tools);
+    rp_max_calls(p, max_calls);
     size_t n = strlen(text);
     if (!step) step = n ? n : 1;
     for (size_t i = 0; i < n; i += step) rp_feed(p, text + i, i + step <= n ? step : n - i, on_event, k);
     rp_finish(p, on_event, k);
     CHECK(rp_n_calls(p) == k->n_calls, "rp_n_calls %d, events %d", rp_n_calls(p), k->n_calls);
+    CHECK(!k->in_call, "every call ended");
+    CHECK(rp_done(p) == (max_calls > 0 && k->n_calls >= max_calls), "rp_done");
     rp_free(p);
+}
+
+/* text cut at the given points (sorted, n_cuts of them) */
+static void split_at(const char *text, int reasoning, int tools, const size_t *cuts, int n_cuts, sink *k) {
+    memset(k, 0, sizeof *k);
+    rp_splitter *p = rp_new(reasoning, tools);
+    rp_max_calls(p, max_calls);
+    size_t n = strlen(text), at = 0;
+    for (int i = 0; i <= n_cuts; i++) {
+        size_t to = i < n_cuts ? cuts[i] : n;
+        rp_feed(p, text + at, to - at, on_event, k);
+        at = to;
+    }
+    rp_finish(p, on_event, k);
+    CHECK(!k->in_call, "every call ended");
+    rp_free(p);
+}
+
+static int same_sink(const sink *a, const sink *b) {
+    return !strcmp(a->content, b->content) && !strcmp(a->reasoning, b->reasoning) && !strcmp(a->calls, b->calls) &&
+           !strcmp(a->order, b->order) && a->n_calls == b->n_calls && !b->bad_index;
+}
+
+/* Every way of cutting the text at one or two points gives what the whole
+ * text gives. */
+static void every_cut(const char *text, int reasoning, int tools) {
+    sink whole, k;
+    split(text, reasoning, tools, 0, &whole);
+    size_t n = strlen(text);
+    int bad = 0;
+    for (size_t a = 0; a <= n && !bad; a++)
+        for (size_t b = a; b <= n && !bad; b++) {
+            size_t cuts[2] = {a, b};
+            split_at(text, reasoning, tools, cuts, 2, &k);
+            if (!same_sink(&whole, &k)) {
+                bad = 1;
+                CHECK(0, "cut at %zu, %zu: calls '%s' content '%s', whole: '%s' '%s'", a, b, k.calls, k.content,
+                      whole.calls, whole.content);
+            }
+        }
+    CHECK(!bad, "every cut of '%.40s...' gives the whole text's events", text);
 }
 
 /* The whole text and every piece size from 1 to 12 give the expected result. */
@@ -96,30 +151,134 @@ TEST(several_calls) {
 }
 
 TEST(malformed_is_content) {
+    /* blocks that do not start as a streamed call's head and are not whole calls */
     const char *bad[] = {
-        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>", /* not JSON */
         "<tool_call>{\"name\": \"f\"}</tool_call>",                              /* no arguments */
         "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",             /* empty name */
         "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",                /* name not a string */
         "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",        /* arguments not an object */
+        "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",           /* an array */
         "<tool_call>[1, 2]</tool_call>",                                          /* not an object */
-        "<tool_call>{\"name\": \"f\", \"arguments\": {}} extra</tool_call>",      /* text after the JSON */
         "<tool_call></tool_call>",
-        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\ty\"}}</tool_call>", /* a raw tab in a string */
         "<tool_call>{\"name\": \"f\",\x01\"arguments\": {}}</tool_call>",               /* a control byte between */
+        "<tool_call>{\"name\": \"a\tb\", \"arguments\": {}}</tool_call>",                /* a raw tab in the name */
+        "<tool_call>{\"name\": \"a\\q\", \"arguments\": {}}</tool_call>",               /* a bad escape */
+        "<tool_call>{\"arguments\": {}, \"name\": \"f\"} extra</tool_call>",            /* text after the JSON */
+        "<tool_call>{\"name\": \"a</tool_call>\", \"arguments\": {}}</tool_call>",       /* the tag ends the block */
+        "<tool_call>{\"arguments\": {\"x\": }, \"name\": \"f\"}</tool_call>",           /* not JSON */
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect(bad[i], 0, 1, bad[i], "", "", "c");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        expect(bad[i], 0, 1, bad[i], "", "", "c");
+        every_cut(bad[i], 0, 1);
+    }
     /* a bad block between good ones: it and the white space beside it are content */
     expect("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>oops</tool_call>\n"
            "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>",
            0, 1, "\n<tool_call>oops</tool_call>", "", "a|{}\nb|{}\n", "tct");
+    /* a block too long to be a streamed call's head is parsed whole */
+    char big[6000];
+    int n = snprintf(big, sizeof big, "<tool_call>{%4200s\"name\": \"f\", \"arguments\": {\"k\": 1}}</tool_call>", "");
+    CHECK(n > 0 && (size_t)n < sizeof big, "big");
+    expect(big, 0, 1, "", "", "f|{\"k\": 1}\n", "t");
+    big[n - 12] = 'x'; /* "}}x/tool_call>": never closed: content */
+    expect(big, 0, 1, big, "", "", "c");
 }
 
-TEST(unterminated_block_is_content) {
-    const char *t = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}";
-    expect(t, 0, 1, t, "", "", "c");
+TEST(streamed_call_commits_at_its_head) {
+    /* once '{"name": "f", "arguments": {' is there it is a call, whatever follows:
+     * the arguments as written, as OpenAI's may be (not checked as JSON) */
+    expect("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>", 0, 1, "", "", "f|{\"x\": }\n", "t");
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\ty\"}}</tool_call>", 0, 1, "", "",
+           "f|{\"a\": \"x\ty\"}\n", "t");
+    /* after the arguments' object, the rest of the block is dropped */
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {}} extra</tool_call>", 0, 1, "", "", "f|{}\n", "t");
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, {\"b\": \"}]\\\"\"}]}, \"id\": 7}</tool_call>!", 0,
+           1, "!", "", "f|{\"a\": [1, {\"b\": \"}]\\\"\"}]}\n", "tc");
+    /* never closed (the reply was cut): the arguments so far */
+    const char *cut = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}";
+    expect(cut, 0, 1, "Sure.", "", "f|{\"x\": 1}\n", "ct");
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"abc", 0, 1, "", "", "f|{\"q\": \"abc\n", "t");
+    /* the object not closed by the end tag: the arguments end there */
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a</tool_call> b", 0, 1, " b", "",
+           "f|{\"q\": \"a\n", "tc");
+    /* the head not complete when the reply ends: content */
+    expect("<tool_call>{\"name\": \"f\", \"argu", 0, 1, "<tool_call>{\"name\": \"f\", \"argu", "", "", "c");
     expect("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"na", 0, 1,
            "\n<tool_call>{\"na", "", "a|{}\n", "tc");
+    /* escapes in the name are unescaped */
+    expect("<tool_call>{\"name\": \"s\\u00e9\\\"q\", \"arguments\": {}}</tool_call>", 0, 1, "", "",
+           "s\xc3\xa9\"q|{}\n", "t");
+    /* JSON white space anywhere in the head, none needed */
+    expect("<tool_call>\r\n\t{ \"name\"\n:\t\"f\" ,\n\"arguments\" :\n{\"k\":1}\n}\n</tool_call>", 0, 1, "", "",
+           "f|{\"k\":1}\n", "t");
+    expect("<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>", 0, 1, "", "", "f|{}\n", "t");
+}
+
+/* What a splitter fed byte by byte has emitted of the first call's
+ * arguments after each byte: everything written of them but a possible
+ * start of "</tool_call>". */
+static void one_by_one(const char *text, const char *args_want) {
+    rp_splitter *p = rp_new(0, 1);
+    sink k;
+    memset(&k, 0, sizeof k);
+    size_t n = strlen(text);
+    const char *a = strstr(text, "\"arguments\": {") + 13; /* the arguments' "{" */
+    size_t a0 = (size_t)(a - text), alen = strlen(args_want);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        rp_feed(p, text + i, 1, on_event, &k);
+        size_t have = i + 1 > a0 ? i + 1 - a0 : 0; /* bytes of the arguments region fed */
+        if (have > alen) have = alen;
+        /* the held back part: a start of "</tool_call>" just fed */
+        size_t held = 0;
+        for (size_t l = 1; l < 12 && l <= i + 1; l++)
+            if (!memcmp(text + i + 1 - l, "</tool_call>", l)) held = l;
+        size_t want = i + 1 >= a0 + alen ? alen : have >= held ? have - held : 0;
+        const char *bar = strchr(k.calls, '|');
+        size_t got = bar ? strlen(bar + 1) : 0;
+        if (got && bar[got] == '\n') got--; /* the call ended */
+        if (i + 1 > a0 && (got != want || memcmp(bar + 1, args_want, got))) {
+            bad = 1;
+            CHECK(0, "after byte %zu: %zu bytes of the arguments out, want %zu ('%s')", i, got, want, k.calls);
+            break;
+        }
+    }
+    rp_finish(p, on_event, &k);
+    rp_free(p);
+    CHECK(!bad, "'%.30s...': the arguments stream byte by byte", text);
+}
+
+TEST(arguments_stream_as_written) {
+    one_by_one("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n"
+               "</tool_call>",
+               "{\"city\": \"Paris\", \"days\": [1, 2]}");
+    /* "<" and "</" inside the arguments are held only while they may start the end tag */
+    one_by_one("<tool_call>{\"name\": \"f\", \"arguments\": {\"html\": \"<b></b></tool\"}}</tool_call>",
+               "{\"html\": \"<b></b></tool\"}");
+    /* several calls, several pieces: every cut */
+    const char *t = "Checking.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"}<\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"arguments\": {\"y\": 2}, \"name\": \"b\"}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"c\", \"arguments\": {\"z\": [3]}}\n</tool_call>";
+    expect(t, 0, 1, "Checking.", "", "a|{\"x\": \"}<\"}\nb|{\"y\": 2}\nc|{\"z\": [3]}\n", "cttt");
+    every_cut(t, 0, 1);
+    every_cut("<think>\nhm </think>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"a\\\\\"}}\n</tool_call>\n",
+              1, 1);
+    every_cut("<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a</tool_call> b <tool_call>{\"x\"", 0, 1);
+}
+
+TEST(call_limit) {
+    const char *t = "Hi.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call> more";
+    max_calls = 1; /* after the first call everything is dropped */
+    expect(t, 0, 1, "Hi.", "", "a|{\"x\": 1}\n", "ct");
+    every_cut(t, 0, 1);
+    /* a block that is not a call does not count */
+    expect("<tool_call>oops</tool_call>\n<tool_call>{\"arguments\": {}, \"name\": \"b\"}</tool_call>x", 0, 1,
+           "<tool_call>oops</tool_call>", "", "b|{}\n", "ct");
+    max_calls = 2;
+    expect(t, 0, 1, "Hi.", "", "a|{\"x\": 1}\nb|{}\n", "ctt");
+    max_calls = 0;
+    expect(t, 0, 1, "Hi. more", "", "a|{\"x\": 1}\nb|{}\n", "cttc");
 }
 
 TEST(reasoning) {
@@ -155,7 +314,9 @@ int main(void) {
     RUN(one_call);
     RUN(several_calls);
     RUN(malformed_is_content);
-    RUN(unterminated_block_is_content);
+    RUN(streamed_call_commits_at_its_head);
+    RUN(arguments_stream_as_written);
+    RUN(call_limit);
     RUN(reasoning);
     RUN(parse_call_direct);
     CHECK_DONE("test_reply");

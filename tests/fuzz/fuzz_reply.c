@@ -1,12 +1,14 @@
 /* fuzz_reply.c - the reply splitter (src/reply.c) on arbitrary model text.
- * Byte 0: bit 0 reasoning, bit 1 tools, the other bits seed the piece
- * sizes; the rest is the reply. Oracle: no crash or sanitizer report; the
- * reply fed whole and fed in pieces gives the same content, reasoning and
- * tool calls; every call's name and arguments parse back (rp_parse_call of
- * {"name": ..., "arguments": ...} with the arguments as given is a call);
- * content + reasoning + calls never hold more bytes than the reply (+ the
- * tags a malformed block keeps); with neither switch on, content is the
- * reply byte for byte. */
+ * Byte 0: bit 0 reasoning, bit 1 tools, bit 2 at most one call
+ * (rp_max_calls 1), the other bits seed the piece sizes; the rest is the
+ * reply. Oracle: no crash or sanitizer report; the reply fed whole and fed
+ * in pieces gives the same content, reasoning and tool calls; events come
+ * as BEGIN, ARGS..., END per call, indices 0, 1, ..., nothing else inside a
+ * call, no empty pieces; every call has a name and its arguments are a
+ * piece of the reply that starts with "{" (as written, not made up), and
+ * with the limit there is at most one call; content + reasoning never hold
+ * more bytes than the reply; with neither switch on, content is the reply
+ * byte for byte. */
 #include "fuzz_common.h"
 #include "reply.h"
 #include "util.h"
@@ -17,44 +19,56 @@ typedef struct {
 } fz_buf;
 
 typedef struct {
-    fz_buf content, reasoning, calls;
-    int n_calls;
+    fz_buf content, reasoning, calls, args;
+    int n_calls, in_call;
+    const char *reply;
+    size_t reply_n;
 } fz_sink;
 
 static void fz_put(fz_buf *b, const char *s, size_t n) {
     b->s = dfl_realloc(b->s, b->n + n + 1);
-    memcpy(b->s + b->n, s, n);
+    if (n) memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = 0;
 }
 
+static int has_piece(const char *s, size_t n, const char *p, size_t k) {
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, p, k)) return 1;
+    return 0;
+}
+
 static void on_event(void *ud, const rp_event *ev) {
     fz_sink *k = ud;
+    int text = ev->kind == RP_CONTENT || ev->kind == RP_REASONING || ev->kind == RP_CALL_ARGS;
+    if (text && !ev->len) abort();
+    if (k->in_call != (ev->kind == RP_CALL_ARGS || ev->kind == RP_CALL_END)) abort();
     if (ev->kind == RP_CONTENT) fz_put(&k->content, ev->text, ev->len);
     else if (ev->kind == RP_REASONING) fz_put(&k->reasoning, ev->text, ev->len);
-    else {
-        if (ev->index != k->n_calls++) abort();
-        /* the call must read back as one */
-        fz_buf j = {0};
-        fz_put(&j, "{\"name\": \"x\", \"arguments\": ", 27);
-        fz_put(&j, ev->arguments, ev->args_len);
-        fz_put(&j, "}", 1);
-        char *name;
-        size_t off, len;
-        if (rp_parse_call(j.s, j.n, &name, &off, &len) != 0 || len != ev->args_len) abort();
-        free(name);
-        free(j.s);
-        if (!ev->name[0]) abort();
+    else if (ev->kind == RP_CALL_BEGIN) {
+        if (ev->index != k->n_calls++ || !ev->name[0]) abort();
+        k->in_call = 1;
+        k->args.n = 0;
         fz_put(&k->calls, ev->name, strlen(ev->name));
         fz_put(&k->calls, "\x01", 1);
-        fz_put(&k->calls, ev->arguments, ev->args_len);
+    } else if (ev->kind == RP_CALL_ARGS) {
+        if (ev->index != k->n_calls - 1) abort();
+        fz_put(&k->args, ev->text, ev->len);
+        fz_put(&k->calls, ev->text, ev->len);
+    } else {
+        if (ev->index != k->n_calls - 1) abort();
+        k->in_call = 0;
+        if (!k->args.n || k->args.s[0] != '{' || !has_piece(k->reply, k->reply_n, k->args.s, k->args.n)) abort();
         fz_put(&k->calls, "\x02", 1);
     }
 }
 
-static void run(const char *s, size_t n, int reasoning, int tools, unsigned seed, fz_sink *k) {
+static void run(const char *s, size_t n, int reasoning, int tools, int one_call, unsigned seed, fz_sink *k) {
     memset(k, 0, sizeof *k);
+    k->reply = s;
+    k->reply_n = n;
     rp_splitter *p = rp_new(reasoning, tools);
+    rp_max_calls(p, one_call);
     for (size_t i = 0; i < n;) {
         size_t step = seed ? 1 + (seed = seed * 1103515245u + 12345u) % 7 : n;
         if (step > n - i) step = n - i;
@@ -62,7 +76,8 @@ static void run(const char *s, size_t n, int reasoning, int tools, unsigned seed
         i += step;
     }
     rp_finish(p, on_event, k);
-    if (rp_n_calls(p) != k->n_calls) abort();
+    if (rp_n_calls(p) != k->n_calls || k->in_call || (one_call && k->n_calls > 1)) abort();
+    if (rp_done(p) != (one_call && k->n_calls == 1)) abort();
     rp_free(p);
 }
 
@@ -72,17 +87,18 @@ static void fz_free(fz_sink *k) {
     free(k->content.s);
     free(k->reasoning.s);
     free(k->calls.s);
+    free(k->args.s);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    int reasoning = data[0] & 1, tools = (data[0] >> 1) & 1;
-    unsigned seed = (data[0] >> 2) | 1u;
+    int reasoning = data[0] & 1, tools = (data[0] >> 1) & 1, one_call = (data[0] >> 2) & 1;
+    unsigned seed = (data[0] >> 3) | 1u;
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     fz_sink whole, pieces;
-    run(s, n, reasoning, tools, 0, &whole);
-    run(s, n, reasoning, tools, seed, &pieces);
+    run(s, n, reasoning, tools, one_call, 0, &whole);
+    run(s, n, reasoning, tools, one_call, seed, &pieces);
     if (!same(&whole.content, &pieces.content) || !same(&whole.reasoning, &pieces.reasoning) ||
         !same(&whole.calls, &pieces.calls) || whole.n_calls != pieces.n_calls)
         abort();
