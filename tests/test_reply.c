@@ -6,6 +6,8 @@
  * may start "</tool_call>"); the call limit (parallel_tool_calls: false). */
 #include "check.h"
 #include "reply.h"
+#include "tokenizer.h"
+#include "util.h"
 
 /* What a splitter emitted: content and reasoning concatenated, the calls
  * as "name|arguments" lines, and the order of kinds as letters (c, r, t;
@@ -309,6 +311,62 @@ TEST(parse_call_direct) {
     CHECK(rp_parse_call("", 0, &name, &off, &len) == -1, "empty");
 }
 
+/* A reply as the model's tokens bring it: the real Qwen3 tokenizer's pieces,
+ * one feed per token. The events equal the whole text's, and the first
+ * call's arguments come out over many tokens, not at the end. */
+static int args_feeds; /* feeds that released arguments */
+static int args_seen;
+static void count_args(void *ud, const rp_event *ev) {
+    if (ev->kind == RP_CALL_ARGS && ev->index == 0) args_seen = 1;
+    on_event(ud, ev);
+}
+
+TEST(real_token_pieces) {
+    const char *env = getenv("DFLASH_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/qwen3-tokenizer", env ? env : ".");
+    tok_tokenizer *t = tok_load(dir);
+    CHECK(t != NULL, "tok_load %s: %s", dir, dfl_lasterr());
+    if (!t) return;
+    const char *texts[] = {
+        "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"S\xc3\xa3o Paulo\", \"unit\": \"celsius\", \"days\": [1, 2, 3], \"note\": \"a \\\"quoted\\\" <b>\"}}\n"
+        "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"America/Sao_Paulo\"}}\n"
+        "</tool_call>",
+        "Let me check.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"C11 threads vs pthreads\", "
+        "\"limit\": 5}}\n</tool_call>",
+    };
+    for (size_t c = 0; c < sizeof texts / sizeof *texts; c++) {
+        int32_t *ids;
+        size_t n;
+        CHECK(tok_encode(t, texts[c], strlen(texts[c]), &ids, &n) == 0, "encode");
+        sink whole, k;
+        split(texts[c], 1, 1, 0, &whole);
+        memset(&k, 0, sizeof k);
+        rp_splitter *p = rp_new(1, 1);
+        size_t cap = tok_max_piece(t);
+        char *buf = dfl_malloc(cap + 1);
+        tok_decoder d = {0};
+        args_feeds = 0;
+        for (size_t i = 0; i <= n; i++) {
+            size_t w = i < n ? tok_decode(t, &d, ids[i], buf, cap) : tok_decode_flush(&d, buf, cap);
+            args_seen = 0;
+            rp_feed(p, buf, w, count_args, &k);
+            args_feeds += args_seen;
+        }
+        rp_finish(p, on_event, &k);
+        rp_free(p);
+        free(buf);
+        free(ids);
+        CHECK(same_sink(&whole, &k), "text %zu: token pieces: calls '%s' content '%s' reasoning '%s'; whole '%s'", c,
+              k.calls, k.content, k.reasoning, whole.calls);
+        CHECK(args_feeds >= 12, "text %zu: the first call's arguments came out in %d tokens' feeds (of %zu tokens)", c,
+              args_feeds, n);
+        CHECK(whole.n_calls == (c == 0 ? 2 : 1), "text %zu: %d calls", c, whole.n_calls);
+    }
+    tok_free(t);
+}
+
 int main(void) {
     RUN(plain_text_passes_through);
     RUN(one_call);
@@ -317,6 +375,7 @@ int main(void) {
     RUN(streamed_call_commits_at_its_head);
     RUN(arguments_stream_as_written);
     RUN(call_limit);
+    RUN(real_token_pieces);
     RUN(reasoning);
     RUN(parse_call_direct);
     CHECK_DONE("test_reply");

@@ -118,11 +118,22 @@ async function main() {
         'tool_choice omitted = "auto"');
   check(!autoR.choices[0].message.tool_calls && autoR.choices[0].finish_reason !== 'tool_calls',
         'no <tool_call> written: no tool_calls, finish_reason not tool_calls', JSON.stringify(autoR.choices[0]));
+  // parallel_tool_calls: read (a 400 before), the prompt unchanged; false only
+  // ends the reply after a first call (tests/test_reply.c call_limit), so
+  // with no call written the reply is the same
+  const parF = await client.chat.completions.create({ model: 'target', messages: q, max_tokens: 24, tools: [WEATHER], parallel_tool_calls: false });
+  const parT = await client.chat.completions.create({ model: 'target', messages: q, max_tokens: 24, tools: [WEATHER], parallel_tool_calls: true });
+  check(parF.usage.prompt_tokens === autoR.usage.prompt_tokens && parT.usage.prompt_tokens === autoR.usage.prompt_tokens &&
+        shape(parF.choices[0].message, parF.choices[0].finish_reason) === shape(autoR.choices[0].message, autoR.choices[0].finish_reason) &&
+        shape(parT.choices[0].message, parT.choices[0].finish_reason) === shape(autoR.choices[0].message, autoR.choices[0].finish_reason),
+        'parallel_tool_calls false / true: accepted, same prompt; no call written: the same reply',
+        JSON.stringify([parF.usage, parF.choices[0].message, autoR.choices[0].message]));
 
   // ---- streamed = whole, with and without the draft ----------------------------------------
   const histories = [
     { name: 'tools', messages: q, tools: [WEATHER] },
     { name: 'tools + thinking', messages: q, tools: [WEATHER], chat_template_kwargs: { enable_thinking: true } },
+    { name: 'parallel_tool_calls false', messages: q, tools: [WEATHER], parallel_tool_calls: false },
     { name: 'a tool round', tools: [WEATHER], messages: [...q,
       { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: '{"temp_c": 21, "sky": "clear"}' }] },
@@ -147,7 +158,7 @@ async function main() {
   // the template keeps the reasoning of answers after the last query only
   const rcPrompt = async (msgs) => (await client.chat.completions.create({ model: 'target', max_tokens: 1, messages: msgs,
                                                                            chat_template_kwargs: { enable_thinking: true } })).usage.prompt_tokens;
-  const later = histories[3].messages, last = later.slice(0, 2);
+  const later = histories.find((h) => h.name === 'reasoning_content in history').messages, last = later.slice(0, 2);
   const strip = (ms) => ms.map((m) => ({ role: m.role, content: m.content }));
   const [lastRc, lastNo, laterRc, laterNo] = [await rcPrompt(last), await rcPrompt(strip(last)), await rcPrompt(later), await rcPrompt(strip(later))];
   check(lastRc > lastNo && laterRc === laterNo,
@@ -172,7 +183,6 @@ async function main() {
     ['tool_choice required', { tools: [WEATHER], tool_choice: 'required' }, 'tool_choice'],
     ['tool_choice a named function', { tools: [WEATHER], tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice'],
     ['tool_choice a number', { tools: [WEATHER], tool_choice: 3 }, 'tool_choice'],
-    ['parallel_tool_calls false', { tools: [WEATHER], parallel_tool_calls: false }, 'parallel_tool_calls'],
     ['parallel_tool_calls a string', { tools: [WEATHER], parallel_tool_calls: 'no' }, 'parallel_tool_calls'],
     ['functions (the old API)', { functions: [{ name: 'f' }] }, 'functions'],
     ['tool_calls not an array', { messages: [...msg, { role: 'assistant', content: '', tool_calls: {} }] }, 'messages[1]'],
