@@ -79,8 +79,9 @@ int gr_next_bytes(const gr_state *s, gr_state *scratch, uint8_t allowed[256]);
  * $id, default, examples, $comment, format, strict. Anything else is
  * refused: NULL + dfl_seterr naming the keyword and its JSON path, e.g.
  * "json_schema: unsupported keyword 'pattern' at #/properties/name". The
- * output may contain whitespace between tokens (" ws "), at most one
- * newline in a row... see the rule `ws` written with it. */
+ * output allows white space between JSON tokens (rule ws: nothing, a
+ * space, or a newline and up to 16 spaces or tabs); numbers have at most
+ * 16 digits in the integral and fractional parts, 3 in the exponent. */
 char *gr_from_json_schema(const char *schema, size_t len);
 /* The GBNF of any JSON object at the top level ({"type":"json_object"}). */
 const char *gr_json_object_gbnf(void);
