@@ -284,6 +284,10 @@ DFLASH_API int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_
  * unsupported keyword or a malformed schema. */
 DFLASH_API char *dflash_json_schema_grammar(const char *schema);
 
+/* 0 if gbnf is a valid grammar for dflash_gen.grammar, else -1 and
+ * dflash_error() names the problem (rule, line). */
+DFLASH_API int dflash_grammar_check(const char *gbnf);
+
 /* Tokenize text and generate. */
 DFLASH_API int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb,
                                     void *ud, dflash_stats *st);

@@ -966,3 +966,12 @@ char *dflash_json_schema_grammar(const char *schema) {
     if (!schema) return dfl_strdup(gr_json_object_gbnf());
     return gr_from_json_schema(schema, strlen(schema));
 }
+
+int dflash_grammar_check(const char *gbnf) {
+    gr_grammar *g = gr_parse(gbnf, gbnf ? strlen(gbnf) : 0);
+    gr_state *st = g ? gr_state_new(g) : NULL;
+    int rc = st ? 0 : -1;
+    gr_state_free(st);
+    gr_free(g);
+    return rc;
+}
