@@ -210,10 +210,126 @@ TEST(done_and_bounds) {
     gr_free(g);
 }
 
+/* The GBNF of a schema up to the shared JSON rules. */
+static char *schema_rules(const char *schema) {
+    char *s = gr_from_json_schema(schema, strlen(schema));
+    char *e = s ? strstr(s, "json-value ::=") : NULL;
+    if (e) *e = 0;
+    return s;
+}
+
+static int schema_matches(const char *schema, const char *json) {
+    char *s = gr_from_json_schema(schema, strlen(schema));
+    gr_grammar *g = s ? gr_parse(s, strlen(s)) : NULL;
+    int r = g ? matches(g, json) : -1;
+    gr_free(g);
+    free(s);
+    return r;
+}
+
+/* Hand-checked conversions: an object with a required and an optional
+ * property (first_k / rest_k rules), an array of an enum with bounds,
+ * anyOf with a $ref to a list of types. */
+TEST(schema_strings) {
+    static const struct {
+        const char *schema, *want;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"const\":\"x\\\"y\"}},\"required\":[\"a\"]}",
+         "root ::= s11\n"
+         "s9 ::= json-integer\n"
+         "s0 ::= \"\\\"a\\\"\" ws \":\" ws s9 ws\n"
+         "s3 ::= s0 s7\n"
+         "s6 ::= \",\" ws s0 s7\n"
+         "s10 ::= \"\\\"x\\\\\\\"y\\\"\"\n"
+         "s1 ::= \"\\\"b\\\"\" ws \":\" ws s10 ws\n"
+         "s4 ::= s1 s8 | s5\n"
+         "s7 ::= \",\" ws s1 s8 | s8\n"
+         "s5 ::= \"\"\n"
+         "s8 ::= \"\"\n"
+         "s11 ::= \"{\" ws s3 \"}\"\n"},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,\"two\",null]},\"minItems\":1,\"maxItems\":3}",
+         "root ::= s1\n"
+         "s0 ::= \"1\" | \"\\\"two\\\"\" | \"null\"\n"
+         "s1 ::= \"[\" ws s0 ws ( \",\" ws s0 ws ){0,2} \"]\"\n"},
+        {"{\"anyOf\":[{\"type\":\"string\"},{\"$ref\":\"#/$defs/n\"}],\"$defs\":{\"n\":{\"type\":[\"number\",\"null\"]}}}",
+         "root ::= s2\n"
+         "s0 ::= json-string\n"
+         "s1 ::= ( json-number ) | ( json-null )\n"
+         "def-0 ::= s1\n"
+         "s2 ::= s0 | def-0\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = schema_rules(cases[i].schema);
+        CHECK(got && !strcmp(got, cases[i].want), "schema %zu:\n%s\nwant:\n%s", i, got ? got : dfl_lasterr(), cases[i].want);
+        free(got);
+    }
+    const char *obj = cases[0].schema;
+    CHECK(schema_matches(obj, "{\"a\": 5, \"b\": \"x\\\"y\"}") == 1, "a and b");
+    CHECK(schema_matches(obj, "{\"a\":-12}") == 1, "a only");
+    CHECK(schema_matches(obj, "{ \"a\" : 0 }") == 1, "spaces");
+    CHECK(schema_matches(obj, "{\"b\": \"x\\\"y\"}") == 0, "a is required");
+    CHECK(schema_matches(obj, "{\"a\": 1, \"c\": 2}") == 0, "no other properties");
+    CHECK(schema_matches(obj, "{\"a\": 1.5}") == 0, "integer");
+    CHECK(schema_matches(obj, "{\"a\": 01}") == 0, "no leading zero");
+    CHECK(schema_matches(obj, "{\"a\": 1, \"b\": \"z\"}") == 0, "const");
+    CHECK(schema_matches(cases[1].schema, "[]") == 0, "minItems 1");
+    CHECK(schema_matches(cases[1].schema, "[1, \"two\", null]") == 1, "three items");
+    CHECK(schema_matches(cases[1].schema, "[1,1,1,1]") == 0, "maxItems 3");
+    CHECK(schema_matches(cases[2].schema, "-1.5e+10") == 1 && schema_matches(cases[2].schema, "\"\\u00e9\"") == 1 &&
+          schema_matches(cases[2].schema, "true") == 0, "anyOf");
+    /* recursion through $defs, json_object */
+    const char *tree = "{\"$ref\":\"#/$defs/t\",\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"kids\":"
+                       "{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}}}}}}";
+    CHECK(schema_matches(tree, "{\"kids\":[{},{\"kids\":[{}]}]}") == 1, "recursive schema");
+    gr_grammar *g = gr_parse(gr_json_object_gbnf(), strlen(gr_json_object_gbnf()));
+    CHECK(g && matches(g, "{\"a\": [1, {\"b\": null}], \"c\": \"\\n\"}") == 1 && matches(g, "[1]") == 0 &&
+          matches(g, "{\"a\" 1}") == 0, "json_object grammar");
+    gr_free(g);
+}
+
+/* Refusals name the keyword and where it is. */
+TEST(schema_errors) {
+    static const struct {
+        const char *schema, *needle;
+    } bad[] = {
+        {"{\"type\":\"string\",\"pattern\":\"a\"}", "unsupported keyword 'pattern' at #"},
+        {"{\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":1}}}", "unsupported keyword 'minimum' at #/properties/n"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2}}", "'minLength' at #/items"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}", "additionalProperties"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required property 'b' is not in properties"},
+        {"{\"type\":\"uuid\"}", "unknown type 'uuid' at #/type"},
+        {"{\"$ref\":\"http://x/y\"}", "is not of the form"},
+        {"{\"$ref\":\"#/$defs/q\"}", "names no definition"},
+        {"{\"enum\":[]}", "enum must be a non-empty array"},
+        {"{\"type\":\"array\",\"maxItems\":-1}", "maxItems must be a non-negative integer"},
+        {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems below minItems"},
+        {"false", "matches nothing"},
+        {"[1]", "must be an object or a boolean"},
+        {"{\"type\":", "not valid JSON"},
+        {"{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}]}}}", "can never finish"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *s = gr_from_json_schema(bad[i].schema, strlen(bad[i].schema));
+        CHECK(!s && strstr(dfl_lasterr(), bad[i].needle) && !strncmp(dfl_lasterr(), "json_schema", 11),
+              "%s: %s, want '%s'", bad[i].schema, s ? s : dfl_lasterr(), bad[i].needle);
+        free(s);
+    }
+    /* deep nesting: refused, not a stack overflow */
+    char deep[8192] = "";
+    for (int i = 0; i < 500; i++) strcat(deep, "{\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 500; i++) strcat(deep, "}");
+    char *s = gr_from_json_schema(deep, strlen(deep));
+    CHECK(!s && strstr(dfl_lasterr(), "nested more than 64"), "deep: %s", s ? "converted" : dfl_lasterr());
+    free(s);
+}
+
 int main(void) {
     RUN(parse_errors);
     RUN(matcher_basics);
     RUN(utf8_split);
     RUN(done_and_bounds);
+    RUN(schema_strings);
+    RUN(schema_errors);
     CHECK_DONE("test_grammar");
 }
