@@ -607,6 +607,25 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     return m->be->draft_block(m->dseq, &b);
 }
 
+/* The drafts the grammar allows in a row after the emitted tokens (the
+ * anchor included); a refused one and everything after it can never be
+ * accepted (spec_iface.trim). A stop token is kept where the grammar can
+ * end, and nothing after it. A matcher bound on a draft's state cuts there
+ * (plain decoding may never reach that state: no error). */
+static int cb_trim(void *ud, const int32_t *d, int k) {
+    dflash_model *m = ud;
+    if (!m->gr) return k;
+    gr_state_copy(m->gr_row, m->gr_emitted);
+    for (int j = 0; j < k; j++) {
+        if (is_stop_tok(m, d[j]))
+            return gr_can_end(m->gr_row) && (!m->gr_eos_when_done || gr_is_done(m->gr_row)) ? j + 1 : j;
+        size_t len;
+        const char *p = tok_piece(m->tok, d[j], &len);
+        if (!p || !len || gr_feed(m->gr_row, p, len) != 1) return j;
+    }
+    return k;
+}
+
 /* ---- generation ---------------------------------------------------------- */
 
 typedef struct {
@@ -803,7 +822,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
-    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL};
+    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL, m->gr ? cb_trim : NULL};
     /* sampling reads each row's logits on the host and sorts candidates: a
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */

@@ -651,9 +651,14 @@ typedef struct {
 struct gr_state {
     const gr_grammar *g;
     gr_set cur, next;
-    /* dedup of next: slot = offset in next.v + 1, valid when gen == the set's generation */
+    /* dedup of next: slot = offset in next.v, valid when slot_gen == gen (this step) */
     uint32_t *slot, *slot_gen, gen;
+    /* the stacks expansion has popped to in this step (the same table scheme
+     * over popped.v): each is expanded once, however many empty paths reach it */
+    gr_set popped;
+    uint32_t *pslot, *pslot_gen;
     int32_t tmp[GR_MAX_DEPTH + 2]; /* the stack being expanded */
+    long n_expand;                  /* expansion steps of the current character (GR_MAX_EXPAND) */
     uint8_t u8[4];                  /* a partial UTF-8 character fed so far */
     int u8_have, u8_need;           /* bytes held, bytes it needs in all (0: none pending) */
     int dead, err;
@@ -692,14 +697,42 @@ static int set_add(gr_state *st, const int32_t *s, int d) {
     return 0;
 }
 
+/* 1 if stack s[0..d) was popped to before in this step, else record it
+ * (while the table has room) and 0. */
+static int seen_pop(gr_state *st, const int32_t *s, int d) {
+    gr_set *o = &st->popped;
+    uint32_t h = hash_stack(s, d) & (GR_SLOTS - 1);
+    for (; st->pslot_gen[h] == st->gen; h = (h + 1) & (GR_SLOTS - 1)) {
+        const int32_t *q = o->v + st->pslot[h];
+        if (q[0] == d && !memcmp(q + 1, s, sizeof(int32_t) * (size_t)d)) return 1;
+    }
+    if (2 * o->n >= GR_SLOTS) return 0; /* full: expand again (correct, only slower) */
+    if (o->len + (size_t)d + 1 > o->cap) {
+        o->cap = 2 * (o->len + (size_t)d + 1) + 64;
+        o->v = dfl_realloc(o->v, sizeof(int32_t) * o->cap);
+    }
+    st->pslot[h] = (uint32_t)o->len;
+    st->pslot_gen[h] = st->gen;
+    o->v[o->len] = d;
+    memcpy(o->v + o->len + 1, s, sizeof(int32_t) * (size_t)d);
+    o->len += (size_t)d + 1;
+    o->n++;
+    return 0;
+}
+
 /* Expand st->tmp[0..d) until each resulting stack has a character set on
  * top (or is empty) and add them to st->next. tmp is restored on return. */
 static int expand(gr_state *st, int d) {
     const gr_grammar *g = st->g;
+    if (++st->n_expand > GR_MAX_EXPAND) {
+        dfl_seterr("grammar: more than %d expansion steps for one character (the grammar is too ambiguous here: "
+                   "alternatives that match the same empty text multiply)", GR_MAX_EXPAND);
+        return -1;
+    }
     if (d == 0) return set_add(st, st->tmp, 0);
     int32_t p = st->tmp[d - 1];
     const gr_sym *y = &g->sym[p];
-    if (y->kind == GR_SYM_END) return expand(st, d - 1);
+    if (y->kind == GR_SYM_END) return d > 1 && seen_pop(st, st->tmp, d - 1) ? 0 : expand(st, d - 1);
     if (y->kind == GR_SYM_CHARS) return set_add(st, st->tmp, d);
     /* a rule: the continuation (dropped when it is an END), then each alternative */
     int base = d;
@@ -722,10 +755,14 @@ static int expand(gr_state *st, int d) {
 }
 
 static void begin_next(gr_state *st) {
+    st->n_expand = 0;
     st->next.len = 0;
     st->next.n = 0;
+    st->popped.len = 0;
+    st->popped.n = 0;
     if (++st->gen == 0) { /* wrapped: clear so no stale slot matches */
         memset(st->slot_gen, 0, sizeof(uint32_t) * GR_SLOTS);
+        memset(st->pslot_gen, 0, sizeof(uint32_t) * GR_SLOTS);
         st->gen = 1;
     }
 }
@@ -741,6 +778,8 @@ gr_state *gr_state_new(const gr_grammar *g) {
     st->g = g;
     st->slot = dfl_malloc(sizeof(uint32_t) * GR_SLOTS);
     st->slot_gen = dfl_calloc(GR_SLOTS, sizeof(uint32_t));
+    st->pslot = dfl_malloc(sizeof(uint32_t) * GR_SLOTS);
+    st->pslot_gen = dfl_calloc(GR_SLOTS, sizeof(uint32_t));
     begin_next(st);
     int rc = 0;
     for (int a = 0; a < g->rule_nalt[g->root] && rc == 0; a++) {
@@ -761,6 +800,9 @@ void gr_state_free(gr_state *st) {
     free(st->next.v);
     free(st->slot);
     free(st->slot_gen);
+    free(st->popped.v);
+    free(st->pslot);
+    free(st->pslot_gen);
     free(st);
 }
 

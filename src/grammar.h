@@ -20,8 +20,8 @@
  * The matcher is a pushdown automaton run on a set of stacks (one per way
  * the input so far can be parsed): each stack holds the positions still to
  * match, the top being a character set. A byte that no stack accepts kills
- * the state. Bounds: GR_MAX_STACKS stacks and GR_MAX_DEPTH positions per
- * stack; reaching either is an error (-1 with a message), never a silently
+ * the state. Bounds: GR_MAX_STACKS stacks, GR_MAX_DEPTH positions per
+ * stack and GR_MAX_EXPAND expansion steps per character; reaching one is an error (-1 with a message), never a silently
  * different language. */
 #ifndef DFL_GRAMMAR_H
 #define DFL_GRAMMAR_H
@@ -37,6 +37,8 @@ enum {
     GR_MAX_NESTING = 128,      /* nested parentheses */
     GR_MAX_STACKS = 1024,      /* parse stacks one state may hold */
     GR_MAX_DEPTH = 512,        /* positions on one stack (nesting of the text being matched) */
+    GR_MAX_EXPAND = 1 << 16,   /* expansion steps for one character (a backstop: each stack popped
+                                  to is expanded once per character) */
 };
 
 typedef struct gr_grammar gr_grammar;

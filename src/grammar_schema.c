@@ -17,6 +17,7 @@
  * A list of types is an alternative per type. Keywords outside this set
  * are refused by name and path (pattern, minLength, minimum, ...), so a
  * schema is never silently weakened; pure annotations are ignored. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +157,7 @@ static int count_of(const cJSON *n, const char *key, const char *path, long *v, 
     *v = dflt;
     if (!x) return 0;
     char p[512];
-    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != (double)(long)x->valuedouble)
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0) || x->valuedouble != floor(x->valuedouble))
         return cv_err(sub_path(p, sizeof p, path, key), "%s must be a non-negative integer", key);
     if (x->valuedouble > GR_MAX_REPEAT) return cv_err(sub_path(p, sizeof p, path, key), "%s above 4096", key);
     *v = (long)x->valuedouble;

@@ -192,6 +192,14 @@ TEST(done_and_bounds) {
     CHECK(!st && strstr(dfl_lasterr(), "more than 1024 parse stacks"), "ambiguous: %s", st ? "no error" : dfl_lasterr());
     gr_state_free(st);
     gr_free(g);
+    /* empty paths that multiply (2^40 ways to match nothing): each stack
+     * popped to is expanded once, so this is quick and exact */
+    g = parse("root ::= e{40} \"b\" e{40} \"c\"\ne ::= \"\" | \"\" | \"x\"");
+    CHECK(g != NULL, "parse: %s", dfl_lasterr());
+    if (g) {
+        CHECK(matches(g, "bc") == 1 && matches(g, "xxbxc") == 1 && matches(g, "xb") == 0, "exponential empty paths");
+        gr_free(g);
+    }
     /* ambiguity that dedup keeps small */
     g = parse("root ::= (\"x\" | \"x\" | [x])*");
     st = gr_state_new(g);

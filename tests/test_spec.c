@@ -101,7 +101,7 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     m->len = prompt;
     s->n = 0;
     m->rows_predicted = m->rows_wasted = 0;
-    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL};
+    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL, NULL};
     spec_params p = {n_predict, block, draft_max, room, stop, n_stop, NULL, m->predict_rows};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
