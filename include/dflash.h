@@ -192,7 +192,10 @@ typedef struct {
  * the ud given to dflash_generate. The distribution is the target's, at the
  * position, from the target's logits (never the draft's): log-softmax of the
  * logits after logit_bias and the penalties, before temperature, top-k,
- * top-p and min-p - with none of those set, the model's own log-softmax.
+ * top-p and min-p - with none of those set, the model's own log-softmax;
+ * with a grammar (dflash_gen.grammar), of that row with the tokens the
+ * grammar refuses at -inf (they never appear among top unless fewer than
+ * n_top tokens are allowed, then with logprob -inf).
  * Identical bit for bit with and without the draft. Return non-zero to stop. */
 typedef int (*dflash_on_logprob)(void *ud, const dflash_logprob *lp);
 
