@@ -270,12 +270,12 @@ bench-rollback: bench/rollback_bench.c $(BUILD)/libdflash.a
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
 FUZZ_CC ?= clang
-FUZZ_ONLY ?= safetensors model tokenizer chat gguf reply
+FUZZ_ONLY ?= safetensors model tokenizer chat gguf reply grammar schema
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
               -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
               $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 # the library files the harnesses reach: instrumented
-FUZZ_LIB := util safetensors config model cpu kernels threads tokenizer chat gguf gguf_model gguf_write reply
+FUZZ_LIB := util safetensors config model cpu kernels threads tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
 # SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
 # feature name they test)

@@ -88,6 +88,8 @@ typedef struct {
     dflash_logit_bias logit_bias[CLI_MAX_LOGIT_BIAS];
     int n_logit_bias;
     int logprobs; /* -1: off; else print each token's log-probability and its N most likely alternatives */
+    const char *grammar_file, *json_schema_file; /* constrained decoding (generate) */
+    int json_object;
 } opts;
 
 static const char *help_generate =
@@ -130,6 +132,12 @@ static const char *help_generate =
     "                         its N (0..20) most likely alternatives on stderr (the\n"
     "                         target's, after --logit-bias and the penalties, before\n"
     "                         --temp, top-k/top-p/min-p)\n"
+    "      --grammar FILE     constrain the output to a GBNF grammar (llama.cpp's\n"
+    "                         format, start rule root); DFlash output is unchanged\n"
+    "      --json-schema FILE constrain the output to JSON matching a JSON Schema\n"
+    "                         (types, properties, required, items, enum, const,\n"
+    "                         anyOf/oneOf, $ref; other keywords are refused)\n"
+    "      --json-object      constrain the output to a JSON object\n"
     "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
     "      --draft-max N|auto most drafted tokens per round (default auto)\n"
     "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
@@ -316,6 +324,8 @@ static const struct {
     {NULL, "--repeat-penalty", 1, "GC"},   {NULL, "--repeat-last-n", 1, "GC"},
     {NULL, "--presence-penalty", 1, "GC"}, {NULL, "--frequency-penalty", 1, "GC"},
     {NULL, "--logit-bias", 1, "GC"},       {NULL, "--logprobs", 1, "G"},
+    {NULL, "--grammar", 1, "G"},           {NULL, "--json-schema", 1, "G"},
+    {NULL, "--json-object", 0, "G"},
 };
 
 static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
@@ -408,6 +418,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--reps", "--reps")) o->reps = (int)parse_int(o->cmd, a, VAL(), 1, 1000);
         else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
         else if (IS("--json", "--json")) o->json = 1;
+        else if (IS("--grammar", "--grammar")) o->grammar_file = VAL();
+        else if (IS("--json-schema", "--json-schema")) o->json_schema_file = VAL();
+        else if (IS("--json-object", "--json-object")) o->json_object = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
         else if (IS("--plot", "--plot")) o->plot = VAL();
@@ -630,6 +643,34 @@ static int cmd_generate(int argc, char **argv) {
         text = p;
     }
     dflash_gen g = gen_params(&o);
+    char *grammar = NULL;
+    if ((o.grammar_file != NULL) + (o.json_schema_file != NULL) + o.json_object > 1)
+        usage_err(o.cmd, "give one of --grammar, --json-schema and --json-object", NULL);
+    if (o.grammar_file || o.json_schema_file) {
+        const char *path = o.grammar_file ? o.grammar_file : o.json_schema_file;
+        FILE *f = fopen(path, "rb");
+        if (!f) die("cannot open %s", path);
+        size_t cap = 4096, n = 0, r;
+        char *s = malloc(cap);
+        while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0)
+            if ((n += r) + 1 == cap) s = realloc(s, cap *= 2);
+        fclose(f);
+        if (!s) die("out of memory reading %s", path);
+        s[n] = 0;
+        if (strlen(s) != n) die("%s contains a NUL byte", path);
+        if (o.grammar_file) grammar = s;
+        else {
+            grammar = dflash_json_schema_grammar(s);
+            free(s);
+            if (!grammar) {
+                fprintf(stderr, "%s: %s: %s\n", prog, path, dflash_error());
+                exit(1);
+            }
+        }
+    } else if (o.json_object) {
+        grammar = dflash_json_schema_grammar(NULL);
+    }
+    g.grammar = grammar;
     dflash_stats st;
     lp_list lps = {0};
     if (o.logprobs >= 0) {
@@ -638,6 +679,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     int rc = dflash_generate_text(m, text, &g, on_token, &lps, &st);
     free(text);
+    free(grammar);
     if (rc == 0 && o.logprobs >= 0) print_logprobs(m, &lps);
     free(lps.v);
     if (last_out != '\n' && isatty(STDOUT_FILENO)) out_write("\n", 1); /* the shell prompt on its own line */

@@ -343,6 +343,7 @@ typedef struct sv_job {
     rp_splitter *split;        /* chat with thinking or tools: the worker's alone; NULL: text is content */
     int stream, include_usage;
     dflash_logit_bias *bias;   /* [gen.n_logit_bias], gen.logit_bias points here */
+    char *grammar;             /* GBNF (response_format, grammar, json_schema); gen.grammar points here */
     int logprobs;              /* report log-probabilities (gen.top_logprobs alternatives) */
     char id[48];
     long created;
@@ -402,6 +403,7 @@ static void job_release(sv_job *j) { /* srv->mu held */
     if (--j->refs > 0) return;
     free(j->ids);
     free(j->bias);
+    free(j->grammar);
     free(j->lps);
     ss_free(j->stop);
     rp_free(j->split);
@@ -865,13 +867,6 @@ static int check_unsupported(cJSON *o, sv_err *e) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "functions");
     if (x && !cJSON_IsNull(x))
         return fail(e, 400, "unsupported_parameter", "functions", "'functions' is not supported");
-    x = cJSON_GetObjectItemCaseSensitive(o, "response_format");
-    if (x && !cJSON_IsNull(x)) {
-        cJSON *t = cJSON_IsObject(x) ? cJSON_GetObjectItemCaseSensitive(x, "type") : NULL;
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return fail(e, 400, "unsupported_parameter", "response_format",
-                        "'response_format' other than {\"type\": \"text\"} is not supported");
-    }
     x = cJSON_GetObjectItemCaseSensitive(o, "echo");
     if (x && !cJSON_IsNull(x) && !cJSON_IsFalse(x))
         return fail(e, 400, "unsupported_parameter", "echo", "'echo' is not supported");
@@ -926,7 +921,8 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
         "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "seed",
         "draft_max", "ignore_eos", "stream", "stream_options", "stop", "frequency_penalty", "presence_penalty",
         "logprobs", "functions", "logit_bias", "response_format", "n", "user", "metadata",
-        "store", "service_tier", "cache_prompt", "min_p", "repeat_penalty", "repeat_last_n", "n_probs"};
+        "store", "service_tier", "cache_prompt", "min_p", "repeat_penalty", "repeat_last_n", "n_probs", "grammar",
+        "json_schema"};
     static const char *const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                             "chat_template_kwargs", "think", "top_logprobs"};
     static const char *const completion_only[] = {"prompt", "echo", "suffix", "best_of"};
@@ -972,6 +968,79 @@ static int parse_logit_bias(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     }
     j->gen.logit_bias = j->bias;
     j->gen.n_logit_bias = n;
+    return 0;
+}
+
+/* A JSON Schema (an object or a boolean) into j->grammar; param names it in errors. */
+static int schema_grammar(cJSON *schema, sv_job *j, const char *param, sv_err *e) {
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return fail(e, 400, "invalid_type", param, "'%s' must be a JSON Schema object", param);
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return fail(e, 500, NULL, NULL, "out of memory");
+    j->grammar = dflash_json_schema_grammar(text);
+    free(text);
+    if (!j->grammar) return fail(e, 400, "invalid_value", param, "'%s': %s", param, dflash_error());
+    return 0;
+}
+
+/* Constrained output: OpenAI's response_format (text, json_object,
+ * json_schema) or llama-server's grammar (GBNF) / json_schema, one of them,
+ * into j->grammar and j->gen.grammar. Every malformed or unsupported part
+ * is a 400 naming its field. */
+static int parse_grammar(cJSON *o, sv_job *j, sv_err *e) {
+    cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format"), *gb = cJSON_GetObjectItemCaseSensitive(o, "grammar"),
+          *js = cJSON_GetObjectItemCaseSensitive(o, "json_schema");
+    int n = 0;
+    if (rf && !cJSON_IsNull(rf)) {
+        cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return fail(e, 400, "invalid_type", "response_format", "'response_format' must be an object with a string 'type'");
+        if (!strcmp(t->valuestring, "json_object")) {
+            j->grammar = dflash_json_schema_grammar(NULL);
+            n++;
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            cJSON *w = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            if (!cJSON_IsObject(w))
+                return fail(e, 400, "invalid_type", "response_format.json_schema",
+                            "'response_format.json_schema' must be an object with 'name' and 'schema'");
+            cJSON *k;
+            cJSON_ArrayForEach(k, w) {
+                if (strcmp(k->string, "name") && strcmp(k->string, "schema") && strcmp(k->string, "strict") &&
+                    strcmp(k->string, "description"))
+                    return fail(e, 400, "unsupported_parameter", "response_format.json_schema",
+                                "'response_format.json_schema.%.60s' is not supported", k->string);
+            }
+            cJSON *nm = cJSON_GetObjectItemCaseSensitive(w, "name"), *st = cJSON_GetObjectItemCaseSensitive(w, "strict"),
+                  *sc = cJSON_GetObjectItemCaseSensitive(w, "schema");
+            if (nm && !cJSON_IsString(nm))
+                return fail(e, 400, "invalid_type", "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+            if (st && !cJSON_IsNull(st) && !cJSON_IsBool(st))
+                return fail(e, 400, "invalid_type", "response_format.json_schema.strict",
+                            "'response_format.json_schema.strict' must be true or false");
+            if (!sc) /* OpenAI: no schema = any JSON object */
+                j->grammar = dflash_json_schema_grammar(NULL);
+            else if (schema_grammar(sc, j, "response_format.json_schema.schema", e) < 0)
+                return -1;
+            n++;
+        } else if (strcmp(t->valuestring, "text")) {
+            return fail(e, 400, "invalid_value", "response_format",
+                        "'response_format' type '%.40s' is not one of text, json_object, json_schema", t->valuestring);
+        }
+    }
+    if (gb && !cJSON_IsNull(gb)) {
+        if (!cJSON_IsString(gb)) return fail(e, 400, "invalid_type", "grammar", "'grammar' must be a GBNF string");
+        if (n) return fail(e, 400, "invalid_value", "grammar", "give one of 'response_format' (json), 'grammar' and 'json_schema'");
+        if (dflash_grammar_check(gb->valuestring) != 0)
+            return fail(e, 400, "invalid_value", "grammar", "'grammar': %s", dflash_error());
+        j->grammar = strdup(gb->valuestring);
+        if (!j->grammar) return fail(e, 500, NULL, NULL, "out of memory");
+        n++;
+    }
+    if (js && !cJSON_IsNull(js)) {
+        if (n) return fail(e, 400, "invalid_value", "json_schema", "give one of 'response_format' (json), 'grammar' and 'json_schema'");
+        if (schema_grammar(js, j, "json_schema", e) < 0) return -1;
+    }
+    j->gen.grammar = j->grammar;
     return 0;
 }
 
@@ -1074,6 +1143,7 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     if (g->draft_max == 0) g->use_draft = 0; /* plain decoding */
     if (get_bool(o, "ignore_eos", &g->ignore_eos, e) < 0) return -1;
     if (parse_controls(s, o, j, e) < 0) return -1;
+    if (parse_grammar(o, j, e) < 0) return -1;
     if (get_bool(o, "stream", &j->stream, e) < 0) return -1;
     cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {

@@ -192,7 +192,10 @@ typedef struct {
  * the ud given to dflash_generate. The distribution is the target's, at the
  * position, from the target's logits (never the draft's): log-softmax of the
  * logits after logit_bias and the penalties, before temperature, top-k,
- * top-p and min-p - with none of those set, the model's own log-softmax.
+ * top-p and min-p - with none of those set, the model's own log-softmax;
+ * with a grammar (dflash_gen.grammar), of that row with the tokens the
+ * grammar refuses at -inf (they never appear among top unless fewer than
+ * n_top tokens are allowed, then with logprob -inf).
  * Identical bit for bit with and without the draft. Return non-zero to stop. */
 typedef int (*dflash_on_logprob)(void *ud, const dflash_logprob *lp);
 
@@ -231,6 +234,21 @@ typedef struct {
     int n_logit_bias;
     dflash_on_logprob on_logprob; /* NULL = off; else called per emitted token */
     int top_logprobs;       /* 0..DFLASH_MAX_TOP_LOGPROBS most likely tokens per position */
+    /* Constrained decoding: NULL = off; else a GBNF grammar (llama.cpp's
+     * format, start rule `root`; dflash_json_schema_grammar() makes one
+     * from a JSON Schema), checked before anything runs (an error names
+     * the rule and line). Every emitted token's bytes continue a string of
+     * the grammar: at each position the target's choice is made among the
+     * tokens the grammar allows after the tokens before it (greedy: the
+     * allowed token with the highest logit; sampling: a draw from the
+     * row, kept if allowed, else a second draw, with its own random number,
+     * from the row with the disallowed tokens at -inf - together exactly
+     * the masked distribution when top-k, top-p and min-p are off). Stop
+     * tokens are allowed only where the grammar can end (with ignore_eos:
+     * only where nothing else can follow); where the grammar is complete
+     * and nothing else can follow, generation ends. Log-probabilities are
+     * those of the masked row. DFlash output still equals plain output. */
+    const char *grammar;
 } dflash_gen;
 
 DFLASH_API dflash_gen dflash_default_gen(void);
@@ -262,6 +280,16 @@ typedef int (*dflash_on_token)(void *ud, int32_t id, const char *text, size_t le
  * not NULL (malloc'd, *n_out set). */
 DFLASH_API int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                                dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
+
+/* GBNF text (malloc'd) for a JSON Schema given as JSON text (the
+ * supported keywords: src/grammar.h); schema NULL = any JSON object
+ * (OpenAI's response_format json_object). NULL + dflash_error() naming an
+ * unsupported keyword or a malformed schema. */
+DFLASH_API char *dflash_json_schema_grammar(const char *schema);
+
+/* 0 if gbnf is a valid grammar for dflash_gen.grammar, else -1 and
+ * dflash_error() names the problem (rule, line). */
+DFLASH_API int dflash_grammar_check(const char *gbnf);
 
 /* Tokenize text and generate. */
 DFLASH_API int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb,

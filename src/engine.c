@@ -12,7 +12,16 @@
  * Per greedy round only ids cross from the backend (argmax, draft_block's
  * out); sampling, the logit controls (logit_bias, penalties) and logprobs
  * bring the verify rows' logits to the host (pick_row). The hidden taps stay
- * in the target's sequence state and reach the draft through draft_feed. */
+ * in the target's sequence state and reach the draft through draft_feed.
+ *
+ * Grammar rule (dflash_gen.grammar): m->gr_emitted is the matcher state
+ * after the prompt's generated continuation so far - exactly the tokens
+ * on_emit has reported, and only those (a rolled-back draft never reaches
+ * it). Verify row r is picked with m->gr_row = gr_emitted advanced over the
+ * drafts before row r, which are the target's own picks for rows 0..r-1
+ * while the row is one spec_run can use (a row after a rejected draft is
+ * never used and gets no grammar work): the state plain decoding has at
+ * that position. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +32,7 @@
 #include "dflash.h"
 #include "gguf_model.h"
 #include "gguf_write.h"
+#include "grammar.h"
 #include "kernels.h"
 #include "quant.h"
 #include "sample.h"
@@ -68,6 +78,16 @@ struct dflash_model {
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
     int32_t draft_extra[CFG_MAX_EOS + 1]; /* these stop ids beyond it */
     spec_auto ctl;       /* draft length control, kept across calls */
+    /* constrained decoding (this call's grammar; NULL: none) */
+    gr_grammar *gr;
+    gr_state *gr_emitted;  /* after the emitted tokens (the grammar rule above) */
+    gr_state *gr_row;      /* for the verify row being picked */
+    gr_state *gr_try;      /* scratch: testing one token */
+    int gr_row_live;       /* gr_row is a row spec_run may use */
+    int32_t gr_prev_pick;  /* the pick for the row before gr_row's */
+    int gr_eos_when_done;  /* ignore_eos: stop tokens only where nothing else can follow */
+    int gr_failed;         /* on_emit could not advance gr_emitted (message set) */
+    int16_t *tok_first;    /* [vocab] first byte of each token's piece, -1: no bytes (lazily, once) */
 };
 
 const char *dflash_error(void) { return dfl_lasterr(); }
@@ -261,6 +281,11 @@ void dflash_free(dflash_model *m) {
     free(m->smp_work);
     free(m->pen_count);
     free(m->bias);
+    free(m->tok_first);
+    gr_state_free(m->gr_emitted);
+    gr_state_free(m->gr_row);
+    gr_state_free(m->gr_try);
+    gr_free(m->gr);
     free(m);
 }
 
@@ -410,15 +435,96 @@ static int cb_verify(void *ud, const int32_t *tok, int T) {
     return 0;
 }
 
+static int is_stop_tok(const dflash_model *m, int32_t t) {
+    for (int i = 0; i < m->n_stop; i++)
+        if (m->stop[i] == t) return 1;
+    return 0;
+}
+
+/* Does the grammar in state s allow token t next? first: the bytes s
+ * allows first (gr_next_bytes); eos_ok: stop tokens allowed. -1 + error on
+ * a matcher bound. */
+static int gr_allows(dflash_model *m, const gr_state *s, int32_t t, int eos_ok, const uint8_t *first) {
+    if (is_stop_tok(m, t)) return eos_ok;
+    if (m->tok_first[t] < 0 || !first[m->tok_first[t]]) return 0;
+    size_t n;
+    const char *p = tok_piece(m->tok, t, &n);
+    gr_state_copy(m->gr_try, s);
+    return gr_feed(m->gr_try, p, n);
+}
+
+/* row[t] = -inf for every token s does not allow; the number allowed, -1 on error. */
+static int gr_mask(dflash_model *m, float *row, const gr_state *s, int eos_ok, const uint8_t *first) {
+    int V = m->target.cfg.vocab, n = 0;
+    for (int t = 0; t < V; t++) {
+        int a = gr_allows(m, s, t, eos_ok, first);
+        if (a < 0) return -1;
+        if (!a) row[t] = -INFINITY;
+        n += a;
+    }
+    return n;
+}
+
+/* The random number of a sampling position's second draw (after the first
+ * drew a token the grammar refuses) comes from this seed. */
+#define GR_RESAMPLE_SEED 0x6a09e667f3bcc909ull
+
+/* The constrained choice for position pos in grammar state s (row after the
+ * transforms; changed in place): see dflash_gen.grammar. */
+static int32_t pick_grammar(dflash_model *m, float *row, int64_t pos, const gr_state *s) {
+    int V = m->target.cfg.vocab;
+    uint8_t first[256];
+    if (gr_next_bytes(s, m->gr_try, first) != 0) return -1;
+    int eos_ok = gr_can_end(s) && (!m->gr_eos_when_done || gr_is_done(s));
+    int32_t t;
+    if (m->sp.temp > 0) {
+        t = smp_pick(&m->sp, row, V, pos, m->smp_work);
+        if (t < 0) return -1;
+        int a = gr_allows(m, s, t, eos_ok, first);
+        if (a < 0) return -1;
+        if (a) return t;
+        int n = gr_mask(m, row, s, eos_ok, first);
+        if (n < 0) return -1;
+        smp_params p2 = m->sp;
+        p2.seed = m->sp.seed ^ GR_RESAMPLE_SEED;
+        t = n ? smp_pick(&p2, row, V, pos, m->smp_work) : -1;
+    } else { /* candidates in descending logit order (ties: lower id), the first allowed */
+        for (int i = 0; i < V; i++)
+            if (is_stop_tok(m, i) ? !eos_ok : m->tok_first[i] < 0 || !first[m->tok_first[i]]) row[i] = -INFINITY;
+        for (;;) {
+            t = smp_argmax(row, V);
+            if (!(row[t] > -INFINITY)) {
+                t = -1;
+                break;
+            }
+            int a = gr_allows(m, s, t, eos_ok, first);
+            if (a < 0) return -1;
+            if (a) break;
+            row[t] = -INFINITY;
+        }
+    }
+    if (t < 0)
+        dfl_seterr("grammar: at position %lld no token of the vocabulary can continue the grammar (or every "
+                   "allowed one has logit -inf)", (long long)pos);
+    return t;
+}
+
 /* The target's token for absolute position pos from its logits row (changed
  * in place): logit_bias and penalties with the history cache_tok[0..pos) -
  * the prompt, the committed tokens and, inside a verify, the drafts before
  * this row, i.e. what plain decoding has there - then the sampler (argmax at
- * temp 0); the log-probabilities into *lp when asked for. */
-static int32_t pick_row(dflash_model *m, float *row, int64_t pos, dflash_logprob *lp) {
+ * temp 0), constrained by the grammar in state gs when not NULL; the
+ * log-probabilities (of the masked row with a grammar) into *lp when asked for. */
+static int32_t pick_row(dflash_model *m, float *row, int64_t pos, dflash_logprob *lp, const gr_state *gs) {
     int V = m->target.cfg.vocab;
     smp_transform_apply(&m->tf, row, V, m->cache_tok, pos, m->pen_count);
-    int32_t t = smp_pick(&m->sp, row, V, pos, m->smp_work);
+    int32_t t = gs ? pick_grammar(m, row, pos, gs) : smp_pick(&m->sp, row, V, pos, m->smp_work);
+    if (t >= 0 && gs && m->on_lp) {
+        uint8_t first[256];
+        if (gr_next_bytes(gs, m->gr_try, first) != 0 ||
+            gr_mask(m, row, gs, gr_can_end(gs) && (!m->gr_eos_when_done || gr_is_done(gs)), first) < 0)
+            return -1;
+    }
     if (t >= 0 && m->on_lp) {
         int32_t ids[DFLASH_MAX_TOP_LOGPROBS];
         float lps[DFLASH_MAX_TOP_LOGPROBS];
@@ -436,8 +542,36 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     int V = m->target.cfg.vocab;
     if (!m->host_logits) return m->be->argmax(m->seq, i, n, pred); /* plain greedy: no logits written */
     if (m->be->logits(m->seq, i, n, m->logits) != 0) return -1;
-    for (int j = 0; j < n; j++)
-        pred[j] = pick_row(m, m->logits + (size_t)j * V, (int64_t)m->verify_len + i + j + 1, &m->lp[i + j]);
+    for (int j = 0; j < n; j++) {
+        int r = i + j;
+        if (m->gr) { /* the grammar state of row r (the rule at the top) */
+            if (r == 0) {
+                gr_state_copy(m->gr_row, m->gr_emitted);
+                m->gr_row_live = 1;
+            } else if (m->gr_row_live) {
+                int32_t d = m->cache_tok[m->verify_len + r];
+                if (d != m->gr_prev_pick || is_stop_tok(m, d)) {
+                    m->gr_row_live = 0; /* rejected (or a stop): spec_run uses no later row */
+                } else {
+                    size_t len;
+                    const char *p = tok_piece(m->tok, d, &len);
+                    int rc = gr_feed(m->gr_row, p, len);
+                    if (rc < 0) return -1;
+                    if (rc == 0) {
+                        dfl_seterr("grammar: internal error: token %d picked under the grammar does not advance it", d);
+                        return -1;
+                    }
+                }
+            }
+            if (!m->gr_row_live) {
+                pred[j] = 0; /* never used: the row after a rejected draft */
+                continue;
+            }
+        }
+        pred[j] = pick_row(m, m->logits + (size_t)j * V, (int64_t)m->verify_len + r + 1, &m->lp[r],
+                           m->gr ? m->gr_row : NULL);
+        m->gr_prev_pick = pred[j];
+    }
     return 0;
 }
 
@@ -473,6 +607,25 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     return m->be->draft_block(m->dseq, &b);
 }
 
+/* The drafts the grammar allows in a row after the emitted tokens (the
+ * anchor included); a refused one and everything after it can never be
+ * accepted (spec_iface.trim). A stop token is kept where the grammar can
+ * end, and nothing after it. A matcher bound on a draft's state cuts there
+ * (plain decoding may never reach that state: no error). */
+static int cb_trim(void *ud, const int32_t *d, int k) {
+    dflash_model *m = ud;
+    if (!m->gr) return k;
+    gr_state_copy(m->gr_row, m->gr_emitted);
+    for (int j = 0; j < k; j++) {
+        if (is_stop_tok(m, d[j]))
+            return gr_can_end(m->gr_row) && (!m->gr_eos_when_done || gr_is_done(m->gr_row)) ? j + 1 : j;
+        size_t len;
+        const char *p = tok_piece(m->tok, d[j], &len);
+        if (!p || !len || gr_feed(m->gr_row, p, len) != 1) return j;
+    }
+    return k;
+}
+
 /* ---- generation ---------------------------------------------------------- */
 
 typedef struct {
@@ -494,6 +647,16 @@ static int on_emit(void *ud, int32_t id) {
     }
     e->out[e->n_out++] = id;
     dflash_model *m = e->m;
+    if (m->gr) { /* the emitted tokens, and only they, advance gr_emitted */
+        size_t len;
+        const char *p = tok_piece(m->tok, id, &len);
+        int rc = p ? gr_feed(m->gr_emitted, p, len) : 0;
+        if (rc != 1) {
+            if (rc == 0) dfl_seterr("grammar: internal error: emitted token %d does not advance the grammar", id);
+            m->gr_failed = 1;
+            return 1;
+        }
+    }
     if (m->on_lp && m->on_lp(e->ud, &m->lp[m->lp_row++])) return 1;
     if (!e->cb) return 0;
     size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
@@ -588,11 +751,38 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     m->on_lp = g->on_logprob;
     m->top_lp = g->top_logprobs;
     m->lp_row = 0;
-    m->host_logits = m->sp.temp > 0 || smp_transform_active(&m->tf) || m->on_lp;
+    gr_state_free(m->gr_emitted);
+    gr_state_free(m->gr_row);
+    gr_state_free(m->gr_try);
+    gr_free(m->gr);
+    m->gr = NULL;
+    m->gr_emitted = m->gr_row = m->gr_try = NULL;
+    m->gr_failed = 0;
+    if (g->grammar) {
+        if (!m->tok) {
+            dfl_seterr("grammar: the model has no tokenizer");
+            return -1;
+        }
+        if (!(m->gr = gr_parse(g->grammar, strlen(g->grammar)))) return -1;
+        m->gr_emitted = gr_state_new(m->gr);
+        m->gr_row = gr_state_new(m->gr);
+        m->gr_try = gr_state_new(m->gr);
+        if (!m->gr_emitted || !m->gr_row || !m->gr_try) return -1;
+        if (!m->tok_first) { /* once per model: the first byte of each piece */
+            m->tok_first = dfl_malloc(sizeof(int16_t) * (size_t)c->vocab);
+            for (int t = 0; t < c->vocab; t++) {
+                size_t len;
+                const char *pc = tok_piece(m->tok, t, &len);
+                m->tok_first[t] = (int16_t)(pc && len ? (uint8_t)pc[0] : -1);
+            }
+        }
+        m->gr_eos_when_done = g->ignore_eos;
+    }
+    m->host_logits = m->sp.temp > 0 || smp_transform_active(&m->tf) || m->on_lp || m->gr;
     m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
     if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
     m->n_stop = 0;
-    if (!g->ignore_eos) {
+    if (!g->ignore_eos || m->gr) { /* a grammar ends with a stop token (ignore_eos: only where it must) */
         for (int i = 0; i < c->n_eos; i++) m->stop[m->n_stop++] = c->eos_ids[i];
         int e = m->tok ? tok_eos_id(m->tok) : -1;
         int dup = 0;
@@ -628,11 +818,11 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
         if (m->drafting && m->be->draft_feed(m->dseq, m->seq, 0, T) != 0) return -1;
     }
-    int32_t first = pick_row(m, m->logits, (int64_t)n_prompt, &m->lp[0]);
+    int32_t first = pick_row(m, m->logits, (int64_t)n_prompt, &m->lp[0], m->gr ? m->gr_emitted : NULL);
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
-    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL};
+    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL, m->gr ? cb_trim : NULL};
     /* sampling reads each row's logits on the host and sorts candidates: a
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */
@@ -643,6 +833,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
     int rc = spec_run(&it, &sp, first, on_emit, &e, &ss);
+    if (m->gr_failed) rc = -1;
     if (cb && m->tok) {
         size_t n = tok_decode_flush(&e.dec, e.piece, tok_max_piece(m->tok) + 8);
         if (n) cb(ud, -1, e.piece, n);
@@ -789,3 +980,17 @@ double dflash_bandwidth(dflash_model *m) {
 
 /* The CPU's read bandwidth, whatever backend a model uses. */
 double dflash_read_bandwidth(void) { return be_cpu.bandwidth(NULL); }
+
+char *dflash_json_schema_grammar(const char *schema) {
+    if (!schema) return dfl_strdup(gr_json_object_gbnf());
+    return gr_from_json_schema(schema, strlen(schema));
+}
+
+int dflash_grammar_check(const char *gbnf) {
+    gr_grammar *g = gr_parse(gbnf, gbnf ? strlen(gbnf) : 0);
+    gr_state *st = g ? gr_state_new(g) : NULL;
+    int rc = st ? 0 : -1;
+    gr_state_free(st);
+    gr_free(g);
+    return rc;
+}

@@ -143,6 +143,11 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
+        int k_drafted = k;
+        if (k > 0 && it->trim) {
+            int kt = it->trim(it->ud, tok + 1, k);
+            if (kt >= 0 && kt < k) k = kt;
+        }
         double t1 = dfl_now();
         if (it->verify(it->ud, tok, k + 1) != 0) return -1;
         ema(&ctl->verify[k + 1], dfl_now() - t1);
@@ -173,8 +178,8 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         st->verify_s += t2 - t1;
         st->other_s += t3 - t2;
         st->width_hist[k + 1]++;
+        if (k_drafted > 0) ema(&ctl->draft[k_drafted], t1 - t0);
         if (k > 0) {
-            ema(&ctl->draft[k], t1 - t0);
             auto_update(ctl, k, a);
             st->rounds++;
             st->committed_in_rounds += a + 1;

@@ -33,6 +33,11 @@ typedef struct {
     int (*accept)(void *ud, int keep);
     /* k draft tokens for the k positions after the anchor (NULL: no draft). */
     int (*draft)(void *ud, int32_t anchor, int k, int32_t *out);
+    /* Optional (NULL: keep all): how many of the drafts d[0..k) to verify,
+     * 0..k. Only drafts the target can never choose may be cut (a grammar's
+     * refused tokens): a cut draft would have been rejected at verify, so
+     * the output is unchanged and the verify is narrower. */
+    int (*trim)(void *ud, const int32_t *d, int k);
 } spec_iface;
 
 /* Draft length control state (--draft-max auto). Running costs of a verify

@@ -55,6 +55,24 @@ cp "$T/out" "$T/s1"
 expect "sampling plain" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 10 --temp 0.8 --seed 3 --ignore-eos
 cmp -s "$T/out" "$T/s1" && ok "DFlash sampling equals plain sampling (seed 3)" || bad "DFlash sampling equals plain sampling"
 
+# constrained output: --grammar, --json-schema, --json-object (DFlash = plain, the text in the language)
+printf 'root ::= "n" [0-9]{1,4} ("," [a-z]{1,3})?\n' >"$T/g.gbnf"
+expect "generate --grammar" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 12 --grammar "$T/g.gbnf"
+cp "$T/out" "$T/g1"
+grep -qE '^n[0-9]{1,4}(,[a-z]{0,3})?$' "$T/g1" && ok "--grammar output in the language" || bad "--grammar output in the language: $(cat "$T/g1")"
+expect "generate --grammar -md" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello" -n 12 --grammar "$T/g.gbnf"
+cmp -s "$T/out" "$T/g1" && ok "--grammar: DFlash equals plain" || bad "--grammar: DFlash equals plain"
+printf '{"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"]}' >"$T/s.json"
+expect "generate --json-schema" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello" -n 16 --json-schema "$T/s.json" --temp 0.8 --seed 5
+grep -qE '^[{]' "$T/out" && ok "--json-schema output starts an object" || bad "--json-schema output: $(cat "$T/out")"
+expect "generate --json-object" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 8 --json-object
+printf 'root ::= item\n' >"$T/bad.gbnf"
+expect "bad --grammar" 1 "rule 'item' is used but not defined" -- "$BIN" generate -m "$T/tgt" -p "Hello" --grammar "$T/bad.gbnf"
+printf '{"type":"string","pattern":"x"}' >"$T/bad.json"
+expect "bad --json-schema" 1 "unsupported keyword 'pattern'" -- "$BIN" generate -m "$T/tgt" -p "Hello" --json-schema "$T/bad.json"
+expect "--grammar and --json-object" 2 "give one of" -- "$BIN" generate -m "$T/tgt" -p "Hello" --grammar "$T/g.gbnf" --json-object
+expect "--grammar missing file" 1 "cannot open" -- "$BIN" generate -m "$T/tgt" -p "Hello" --grammar "$T/none.gbnf"
+
 # quantize ahead of time == quantize at load
 expect "quantize --bits 4" 0 "" -- "$BIN" quantize -m "$T/tgt" --bits 4 --group-size 64 -o "$T/qz"
 expect "generate quantized dir" 0 "MLX 4-bit, group 64" -- "$BIN" generate -m "$T/qz" -p "Hello" -n 8 --ignore-eos

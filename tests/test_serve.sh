@@ -32,6 +32,7 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     run_node 300 tests/serve/api.js
     run_node 300 tests/serve/tools.js
     run_node 300 tests/serve/sampling.js
+    run_node 300 tests/serve/grammar.js
     # the README's curl examples
     command -v curl >/dev/null 2>&1 || apt_install curl
     if curl -sS "$BASE/v1/chat/completions" -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' \

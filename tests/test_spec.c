@@ -26,6 +26,8 @@ typedef struct {
     int rejected_at_verify; /* a predicted row rejected its draft */
     int predict_rows;       /* spec_params.predict_rows for run() */
     long rows_predicted, rows_wasted; /* rows projected; of them after a rejection in the same call */
+    int trim;               /* cut the drafts at the first wrong one (spec_iface.trim, as a grammar does) */
+    int trim_calls, trimmed; /* calls, drafts cut */
 } mock;
 
 static int mock_verify(void *ud, const int32_t *tok, int T) {
@@ -83,6 +85,19 @@ static int mock_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     return 0;
 }
 
+/* The drafts before the first one the target can never choose (the
+ * scripted draft's wrong tokens are 80000 + pos, which seq[] never holds). */
+static int mock_trim(void *ud, const int32_t *d, int k) {
+    mock *m = ud;
+    m->trim_calls++;
+    for (int i = 0; i < k; i++)
+        if (d[i] >= 80000) {
+            m->trimmed += k - i;
+            return i;
+        }
+    return k;
+}
+
 typedef struct {
     int32_t out[SEQ_LEN];
     int n;
@@ -101,7 +116,7 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     m->len = prompt;
     s->n = 0;
     m->rows_predicted = m->rows_wasted = 0;
-    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL};
+    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL, m->trim ? mock_trim : NULL};
     spec_params p = {n_predict, block, draft_max, room, stop, n_stop, NULL, m->predict_rows};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
@@ -127,6 +142,28 @@ TEST(plain_decoding) {
     for (int i = 0; i < s.n; i++) CHECK(s.out[i] == seq[10 + i], "token %d", i);
     CHECK(m.draft_calls == 0 && m.max_width == 1, "plain used drafts");
     CHECK(st.rounds == 0 && st.plain_steps == 49, "rounds %d plain %d", st.rounds, st.plain_steps);
+}
+
+/* A trimmed block verifies only the drafts before the first refused one:
+ * the output is plain decoding's, no verify holds a wrong draft, and every
+ * verified draft is accepted. */
+TEST(trim_cuts_refused_drafts) {
+    for (int we = 2; we <= 5; we++) {
+        mock m = {.prompt = 7, .wrong_every = we, .trim = 1};
+        sink s, ref;
+        spec_stats st;
+        m.trim = 0;
+        run(&m, &ref, 120, 1, -1, 1000, NULL, 0, &st);
+        m.trim = 1;
+        run(&m, &s, 120, 16, 15, 1000, NULL, 0, &st);
+        CHECK(same(&s, &ref), "wrong_every %d: output differs from plain", we);
+        CHECK(m.trim_calls > 0 && m.trimmed > 0, "wrong_every %d: nothing trimmed (%d calls)", we, m.trim_calls);
+        CHECK(m.max_width <= we, "wrong_every %d: a verify of width %d holds a wrong draft", we, m.max_width);
+        long verified = 0;
+        for (int w = 2; w <= SPEC_MAX_BLOCK; w++) verified += (long)st.width_hist[w] * (w - 1);
+        CHECK(st.committed_in_rounds - st.rounds == verified, "wrong_every %d: %ld accepted of %ld verified", we,
+              st.committed_in_rounds - st.rounds, verified);
+    }
 }
 
 TEST(full_acceptance_plus_bonus) {
@@ -288,6 +325,7 @@ int main(void) {
     RUN(argmax_first_maximum);
     RUN(plain_decoding);
     RUN(full_acceptance_plus_bonus);
+    RUN(trim_cuts_refused_drafts);
     RUN(first_draft_rejected);
     RUN(stop_token_inside_accepted_prefix);
     RUN(stop_token_first);

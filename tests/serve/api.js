@@ -235,7 +235,7 @@ async function main() {
     ['models/{id} of another model', 'GET', '/v1/models/gpt-4o', undefined, {}, 404, 'invalid_request_error', 'model_not_found'],
     ['n = 2', 'POST', '/v1/chat/completions', { messages: msg, n: 2 }, {}, 400, 'invalid_request_error', 'unsupported_parameter', 'n'],
     ['logprobs not a boolean', 'POST', '/v1/chat/completions', { messages: msg, logprobs: 'yes' }, {}, 400, 'invalid_request_error', null, 'logprobs'],
-    ['response_format json', 'POST', '/v1/chat/completions', { messages: msg, response_format: { type: 'json_object' } }, {}, 400, 'invalid_request_error', 'unsupported_parameter'],
+    ['response_format xml', 'POST', '/v1/chat/completions', { messages: msg, response_format: { type: 'xml' } }, {}, 400, 'invalid_request_error', 'invalid_value'],
     ['prompt longer than the context', 'POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'word '.repeat(1500) }] }, {}, 400, 'invalid_request_error', 'context_length_exceeded'],
     ['completions without prompt', 'POST', '/v1/completions', { max_tokens: 3 }, {}, 400, 'invalid_request_error', null, 'prompt'],
     ['completions with bad token ids', 'POST', '/v1/completions', { prompt: [1, -5] }, {}, 400, 'invalid_request_error', null, 'prompt'],

@@ -209,14 +209,16 @@ for s in $steps; do
             fi
         done ;;
     controls)
-        # the logit controls and logprobs on the GPU: DFlash output (and the
+        # the logit controls, logprobs and grammars on the GPU: DFlash output (and the
         # logprob lines) identical to plain decoding for each setting
         # (CTL_BACKEND=cpu: the same check on the CPU)
         log logit controls: DFlash = plain on the GPU
         bad=0
         for ctl in "--repeat-penalty 1.3" "--presence-penalty 0.8 --frequency-penalty 0.5" \
                    "--min-p 0.2 --temp 0.8 --seed 3" "--logit-bias 13=4 --logit-bias 264=-3" \
-                   "--repeat-penalty 1.2 --temp 0.8 --seed 5 --logprobs 2"; do
+                   "--repeat-penalty 1.2 --temp 0.8 --seed 5 --logprobs 2" \
+                   "--json-object" "--json-object --temp 0.8 --seed 7 --logprobs 1" \
+                   "--grammar tests/fixtures/grammar/arith.gbnf"; do
             for d in "" "-md models/demo/draft"; do
                 timeout 60 ./dflash generate -m models/demo/target $d --backend ${CTL_BACKEND:-cuda} -p "Evaluate 44 * 9 - 30, step by step." \
                     -n 96 --ignore-eos $ctl > /tmp/ctl-out${d:+-d}.txt 2> /tmp/ctl-err${d:+-d}.txt
