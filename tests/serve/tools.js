@@ -4,7 +4,14 @@
 // --api-key $API_KEY --ctx-size 1024).
 //
 // The demo model never writes <tool_call> or <think> by itself, so the
-// parsing of those is tested in C (tests/test_reply.c, on text); here:
+// parsing of those is tested in C (tests/test_reply.c, on text and on the
+// real tokenizer's pieces); here:
+//   - tool calls the real model writes under a GBNF grammar (llama-server's
+//     "grammar" field: the wrapper is fixed, the city's letters are the
+//     model's, one token at a time): the header delta, then the arguments in
+//     many deltas joining to the whole reply's arguments, streamed = whole,
+//     draft = plain, index 0 and 1 for two calls, parallel_tool_calls false
+//     stopping after the first;
 //   - every Qwen3 fixture case of tests/fixtures/chat/cases.json (jinja2's
 //     rendering of the real template: tools, tool_calls, tool messages,
 //     reasoning_content) sent as a chat request gives the same prompt tokens
@@ -128,6 +135,54 @@ async function main() {
         shape(parT.choices[0].message, parT.choices[0].finish_reason) === shape(autoR.choices[0].message, autoR.choices[0].finish_reason),
         'parallel_tool_calls false / true: accepted, same prompt; no call written: the same reply',
         JSON.stringify([parF.usage, parF.choices[0].message, autoR.choices[0].message]));
+
+  // ---- tool calls the model writes under a grammar -------------------------------------------
+  const CALL = 'call ::= "<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"" [A-Za-z]{1,6} "\\"}}\\n</tool_call>"\n';
+  const grammars = { one: 'root ::= call\n' + CALL, two: 'root ::= call "\\n" call\n' + CALL };
+  const run = async (g, extra, stream) => {
+    const params = { model: 'target', messages: q, tools: [WEATHER], max_tokens: 200, temperature: 0, grammar: grammars[g], ...extra };
+    if (!stream) {
+      const r = await client.chat.completions.create(params);
+      return { shape: shape(r.choices[0].message, r.choices[0].finish_reason), msg: r.choices[0].message, n: r.usage.completion_tokens,
+               finish: r.choices[0].finish_reason, drafted: r.timings.draft_n };
+    }
+    const chunks = [];
+    for await (const c of await client.chat.completions.create({ ...params, stream: true })) chunks.push(c);
+    const s = assemble(chunks);
+    return { shape: shape(s.msg, s.finish), msg: s.msg, chunks, finish: s.finish };
+  };
+  for (const g of ['one', 'two']) {
+    const whole = await run(g, { draft_max: 8 }, false), plain = await run(g, { draft_max: 0 }, false);
+    const st = await run(g, { draft_max: 8 }, true), stPlain = await run(g, { draft_max: 0 }, true);
+    const calls = whole.msg.tool_calls || [];
+    const want = g === 'one' ? 1 : 2;
+    check(calls.length === want && whole.finish === 'tool_calls' && whole.msg.content === null &&
+          calls.every((c, i) => c.type === 'function' && c.function.name === 'get_weather' && c.id === calls[0].id.replace(/_0$/, '_' + i) &&
+                               /^[A-Za-z]{1,6}$/.test(JSON.parse(c.function.arguments).city)),
+          `grammar "${g}": the model's ${want} call(s) in message.tool_calls, finish_reason tool_calls, content null`, JSON.stringify(whole.msg));
+    check(st.shape === whole.shape && stPlain.shape === whole.shape && plain.shape === whole.shape && whole.drafted > 0 && plain.drafted === 0,
+          `grammar "${g}": streamed = whole, with the draft (it ran) and without`,
+          [st.shape, stPlain.shape, plain.shape, whole.shape, whole.drafted, plain.drafted].join(' | '));
+    // the deltas: per call a header {index, id, type, name, arguments ""}, then argument pieces {index, function.arguments}
+    const deltas = st.chunks.flatMap((c) => (c.choices[0] && c.choices[0].delta.tool_calls) || []);
+    let okDeltas = true;
+    for (let i = 0; i < want; i++) {
+      const mine = deltas.filter((d) => d.index === i);
+      const [head, ...rest] = mine;
+      okDeltas = okDeltas && head && head.id && head.type === 'function' && head.function.name === 'get_weather' && head.function.arguments === '' &&
+        rest.length >= 4 && rest.every((d) => !d.id && !d.type && d.function && d.function.name === undefined && d.function.arguments.length > 0) &&
+        rest.map((d) => d.function.arguments).join('') === calls[i].function.arguments;
+    }
+    check(okDeltas && deltas.every((d, k) => k === 0 || d.index >= deltas[k - 1].index),
+          `grammar "${g}": each call streams as a header delta then >= 4 argument pieces joining to the whole reply's arguments`,
+          JSON.stringify(deltas).slice(0, 400));
+  }
+  const one = await run('two', { parallel_tool_calls: false }, false), oneSt = await run('two', { parallel_tool_calls: false }, true);
+  const both = await run('two', {}, false);
+  check((one.msg.tool_calls || []).length === 1 && one.finish === 'tool_calls' && one.n < both.n && oneSt.shape === one.shape &&
+        one.msg.tool_calls[0].function.arguments === both.msg.tool_calls[0].function.arguments,
+        'parallel_tool_calls false: the reply ends at the first call (one call, finish_reason tool_calls, fewer tokens), streamed the same',
+        JSON.stringify([one.msg, one.n, both.n]));
 
   // ---- streamed = whole, with and without the draft ----------------------------------------
   const histories = [
