@@ -617,6 +617,36 @@ __global__ void k_embed(cw_weight e, const int32_t *tok, float *x, int H) {
 
 enum { RN_THREADS = 256, RN_PER = 8 }; /* k_rmsnorm4: rows of up to 256*4*8 = 8192 values */
 
+/* The sum of squares of a float4, added in x, y, z, w order. */
+__device__ __forceinline__ float cu_ss4(float ss, float4 v) {
+    ss += v.x * v.x;
+    ss += v.y * v.y;
+    ss += v.z * v.z;
+    ss += v.w * v.w;
+    return ss;
+}
+
+/* The end of an RMSNorm row held as thread i's float4s i, i + RN_THREADS, ...
+ * (v, n values in all, ss this thread's sum of squares in that order): one
+ * block tree, then o [n] bf16 = v * inv * w. Every kernel that ends in this
+ * norm calls it, so their bits are the same by construction. */
+__device__ __forceinline__ void cu_rmsnorm4_out(const float4 (&v)[RN_PER], float ss, int n, const float *w, float eps,
+                                                __nv_bfloat16 *orow, float *red) {
+    ss = cu_block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    const float4 *w4 = (const float4 *)w;
+    __nv_bfloat162 *o = (__nv_bfloat162 *)orow;
+#pragma unroll
+    for (int i = 0; i < RN_PER; i++) {
+        int k = threadIdx.x + i * RN_THREADS;
+        if (k < n / 4) {
+            float4 g = w4[k];
+            o[2 * k] = __floats2bfloat162_rn(v[i].x * inv * g.x, v[i].y * inv * g.y);
+            o[2 * k + 1] = __floats2bfloat162_rn(v[i].z * inv * g.z, v[i].w * inv * g.w);
+        }
+    }
+}
+
 /* Row blockIdx.x of x [.][ldx] f32 -> RMSNorm with weight w [n] -> ob (bf16
  * [.][ldo]). n % 4 == 0, n <= RN_THREADS*4*RN_PER, ldx % 4 == 0: thread i holds
  * float4s i, i + 256, ... in registers; its sum of squares runs over them in
@@ -627,7 +657,6 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm4(const float *x, int ldx
     cu_pdl_trigger();
     __shared__ float sh[32];
     const float4 *r = (const float4 *)(x + (size_t)blockIdx.x * ldx);
-    const float4 *w4 = (const float4 *)w;
     int n4 = n / 4;
     float4 v[RN_PER];
     float ss = 0.0f;
@@ -636,24 +665,10 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm4(const float *x, int ldx
         int k = threadIdx.x + i * RN_THREADS;
         if (k < n4) {
             v[i] = r[k];
-            ss += v[i].x * v[i].x;
-            ss += v[i].y * v[i].y;
-            ss += v[i].z * v[i].z;
-            ss += v[i].w * v[i].w;
+            ss = cu_ss4(ss, v[i]);
         }
     }
-    ss = cu_block_sum(ss, sh);
-    float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    __nv_bfloat162 *o = (__nv_bfloat162 *)(ob + (size_t)blockIdx.x * ldo);
-#pragma unroll
-    for (int i = 0; i < RN_PER; i++) {
-        int k = threadIdx.x + i * RN_THREADS;
-        if (k < n4) {
-            float4 g = w4[k];
-            o[2 * k] = __floats2bfloat162_rn(v[i].x * inv * g.x, v[i].y * inv * g.y);
-            o[2 * k + 1] = __floats2bfloat162_rn(v[i].z * inv * g.z, v[i].w * inv * g.w);
-        }
-    }
+    cu_rmsnorm4_out(v, ss, n, w, eps, ob + (size_t)blockIdx.x * ldo, sh);
 }
 
 /* Any n: one block per row, strided loops. */
@@ -1696,25 +1711,10 @@ __global__ void __launch_bounds__(RN_THREADS) k_moe_combine_norm(float *__restri
             o.z += a[2];
             o.w += a[3];
             xr[k] = v[i] = o;
-            ss += v[i].x * v[i].x;
-            ss += v[i].y * v[i].y;
-            ss += v[i].z * v[i].z;
-            ss += v[i].w * v[i].w;
+            ss = cu_ss4(ss, v[i]);
         }
     }
-    ss = cu_block_sum(ss, red);
-    float inv = 1.0f / sqrtf(ss / (float)H + eps);
-    const float4 *w4 = (const float4 *)w;
-    __nv_bfloat162 *o = (__nv_bfloat162 *)(ob + (size_t)t * ldo);
-#pragma unroll
-    for (int i = 0; i < RN_PER; i++) {
-        int k = threadIdx.x + i * RN_THREADS;
-        if (k < n4) {
-            float4 g = w4[k];
-            o[2 * k] = __floats2bfloat162_rn(v[i].x * inv * g.x, v[i].y * inv * g.y);
-            o[2 * k + 1] = __floats2bfloat162_rn(v[i].z * inv * g.z, v[i].w * inv * g.w);
-        }
-    }
+    cu_rmsnorm4_out(v, ss, H, w, eps, ob + (size_t)t * ldo, red);
 }
 
 #endif
