@@ -11,9 +11,14 @@
 
 #include "util.h"
 
-/* Qwen2/Qwen3 and Llama-3 pre-tokenizer regexes (tokenizer.json Split patterns) */
+/* Qwen2/Qwen3, Qwen3.5 and Llama-3 pre-tokenizer regexes (tokenizer.json Split
+ * patterns; llama.cpp's tokenizer.ggml.pre "qwen2", "qwen35", "llama-bpe").
+ * Qwen3.5's differs from Qwen3's in its letter classes: combining marks
+ * (\p{M}) join the letters of a word instead of starting a symbol run. */
 const char ggm_qwen2_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                                "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char ggm_qwen35_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+                             "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char ggm_llama3_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
@@ -780,11 +785,14 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
     if (!strcmp(pre, "qwen2")) {
         re = ggm_qwen2_re;
         nfc = 1;
+    } else if (!strcmp(pre, "qwen35")) { /* NFC as Qwen3's tokenizer.json */
+        re = ggm_qwen35_re;
+        nfc = 1;
     } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3")) {
         re = ggm_llama3_re;
     } else if (strcmp(pre, "default") && strcmp(pre, "gpt2")) {
         char b[64];
-        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
+        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
         goto out;
     }
     const gguf_kv *tk = str_array(&g, "tokenizer.ggml.tokens", 1), *mg, *ty = NULL;

@@ -58,7 +58,7 @@ void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, in
 /* Shared with gguf_write.c: the Qwen2/Qwen3 and Llama-3 pre-tokenizer
  * regexes, llama.cpp's token types, and the Q/K row permutation (HF row r
  * comes from GGUF row perm[r]; dfl_malloc'ed). */
-extern const char ggm_qwen2_re[], ggm_llama3_re[];
+extern const char ggm_qwen2_re[], ggm_qwen35_re[], ggm_llama3_re[];
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 int *ggm_unpermute(int rows, int hd);
 

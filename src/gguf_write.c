@@ -456,11 +456,12 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "pattern"), "Regex");
         if (cJSON_IsString(re)) {
             if (!strcmp(re->valuestring, ggm_qwen2_re)) pre = "qwen2";
+            else if (!strcmp(re->valuestring, ggm_qwen35_re)) pre = "qwen35";
             else if (!strcmp(re->valuestring, ggm_llama3_re)) pre = "llama-bpe";
         }
     }
     if (!pre) {
-        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
+        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
         goto out;
     }
     cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -267,6 +267,22 @@ typedef struct {
 } corpus;
 static corpus C;
 
+/* Ids separated by spaces, up to the end of s, into a malloc'd array. */
+static int32_t *parse_ids(const char *s, size_t *n) {
+    size_t k = 0, cap = 16;
+    int32_t *ids = dfl_malloc(cap * sizeof *ids);
+    for (const char *q = s; *q;) {
+        char *e;
+        long v = strtol(q, &e, 10);
+        if (e == q) break;
+        if (k == cap) ids = dfl_realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[k++] = (int32_t)v;
+        q = e;
+    }
+    *n = k;
+    return ids;
+}
+
 static int load_corpus(void) {
     char *cp = root_path("tests/fixtures/tokenizer/corpus.txt.xz");
     char *ip = root_path("tests/fixtures/tokenizer/ids.txt.xz");
@@ -298,24 +314,16 @@ static int load_corpus(void) {
         char *nl = strchr(s, '\n');
         if (!nl) return -1;
         *nl = 0;
-        size_t k = 0, capi = 16;
-        C.ids[d] = dfl_malloc(capi * sizeof **C.ids);
-        for (char *q = s; *q;) {
-            char *e;
-            long v = strtol(q, &e, 10);
-            if (e == q) break;
-            if (k == capi) C.ids[d] = dfl_realloc(C.ids[d], (capi *= 2) * sizeof **C.ids);
-            C.ids[d][k++] = (int32_t)v;
-            q = e;
-        }
-        C.nids[d] = k;
+        C.ids[d] = parse_ids(s, &C.nids[d]);
         s = nl + 1;
     }
     free(idtxt);
     return 0;
 }
 
-TEST(corpus_matches_reference) {
+/* T's ids for every corpus document against the reference: C.ids, or
+ * ovr[d] where ovr (NULL: none) has an entry for document d. */
+static void corpus_check(int32_t **ovr, const size_t *novr) {
     CHECK(C.ndocs > 0, "corpus fixtures missing or malformed");
     size_t bytes = 0, ntok = 0;
     int bad = 0;
@@ -323,16 +331,18 @@ TEST(corpus_matches_reference) {
     for (int d = 0; d < C.ndocs; d++) {
         size_t n;
         int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        const int32_t *want = ovr && ovr[d] ? ovr[d] : C.ids[d];
+        size_t nwant = ovr && ovr[d] ? novr[d] : C.nids[d];
         bytes += C.len[d];
         ntok += n;
-        if (!ids || !ids_equal(ids, n, C.ids[d], C.nids[d])) {
+        if (!ids || !ids_equal(ids, n, want, nwant)) {
             size_t i = 0;
-            while (ids && i < n && i < C.nids[d] && ids[i] == C.ids[d][i]) i++;
+            while (ids && i < n && i < nwant && ids[i] == want[i]) i++;
             if (bad++ < 5) {
                 fprintf(stderr, "  doc %d (%zu bytes): first difference at id %zu\n", d, C.len[d], i);
                 size_t from = i > 3 ? i - 3 : 0;
                 print_ids("got ", ids ? ids + from : NULL, ids && n > from ? n - from : 0);
-                print_ids("want", C.ids[d] + from, C.nids[d] - from);
+                print_ids("want", want + from, nwant - from);
             }
         }
         free(ids);
@@ -343,6 +353,8 @@ TEST(corpus_matches_reference) {
     CHECK(bytes >= 1000000, "corpus has only %zu bytes", bytes);
     CHECK(bad == 0, "%d of %d documents differ", bad, C.ndocs);
 }
+
+TEST(corpus_matches_reference) { corpus_check(NULL, NULL); }
 
 /* decode(encode(x)) == NFC(x), whole and streamed; no streamed chunk ends inside a character */
 TEST(round_trip) {
@@ -716,6 +728,109 @@ TEST(gguf_same_ids) {
     T = json;
 }
 
+/* Qwen3.5's pre-tokenizer (combining marks join a word's letters) on the
+ * Qwen3 vocabulary: the Qwen3 tokenizer.json with ggm_qwen35_re as its Split
+ * regex, from tokenizer.json and from a GGUF whose tokenizer.ggml.pre is
+ * "qwen35" (dflash convert writes it for that regex), against
+ * tests/fixtures/tokenizer/ids-qwen35.txt.xz (@lenml/tokenizers on the same
+ * tokenizer.json: "DOC ids" for the documents whose ids differ from Qwen3's;
+ * tools/reference/tokenizer_qwen35_ref.py). */
+TEST(qwen35_pretokenizer) {
+    char dir[256], path[300], gg[300];
+    snprintf(dir, sizeof dir, "/tmp/dflash-test-q35tok-%d", (int)getpid());
+    mkdir(dir, 0755);
+    char *src = root_path("models/qwen3-tokenizer/tokenizer.json"), *txt = dfl_read_file(src, NULL);
+    free(src);
+    cJSON *root = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    cJSON *split = cJSON_GetArrayItem(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "pretokenizers"), 0);
+    cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(split, "pattern"), "Regex");
+    CHECK(cJSON_IsString(re) && !strcmp(re->valuestring, ggm_qwen2_re), "the Qwen3 tokenizer's regex is not ggm_qwen2_re");
+    if (!cJSON_IsString(re)) {
+        cJSON_Delete(root);
+        return;
+    }
+    cJSON_SetValuestring(re, ggm_qwen35_re);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(out, f) >= 0 && fclose(f) == 0, "write %s", path);
+    free(out);
+    char *cs = root_path("models/qwen3-tokenizer/tokenizer_config.json"), cp[300];
+    size_t ncfg = 0;
+    char *cfg = dfl_read_file(cs, &ncfg);
+    free(cs);
+    snprintf(cp, sizeof cp, "%s/tokenizer_config.json", dir);
+    f = fopen(cp, "w");
+    CHECK(cfg && f && fwrite(cfg, 1, ncfg, f) == ncfg && fclose(f) == 0, "write %s", cp);
+    free(cfg);
+    /* the reference: Qwen3's ids except where the fixture has a line */
+    int32_t **ovr = dfl_calloc(C.ndocs ? C.ndocs : 1, sizeof *ovr);
+    size_t *novr = dfl_calloc(C.ndocs ? C.ndocs : 1, sizeof *novr), nt;
+    char *fx = root_path("tests/fixtures/tokenizer/ids-qwen35.txt.xz"), *lines = read_xz(fx, &nt);
+    free(fx);
+    CHECK(lines != NULL, "ids-qwen35.txt.xz missing");
+    int n_ovr = 0;
+    for (char *s = lines; s && *s;) {
+        char *nl = strchr(s, '\n'), *e;
+        if (nl) *nl = 0;
+        long d = strtol(s, &e, 10);
+        if (e != s && d >= 0 && d < C.ndocs && !ovr[d]) ovr[d] = parse_ids(e, &novr[d]), n_ovr++;
+        s = nl ? nl + 1 : s + strlen(s);
+    }
+    free(lines);
+    CHECK(n_ovr >= 30, "only %d documents in ids-qwen35.txt.xz", n_ovr);
+    tok_tokenizer *qwen3 = T;
+    /* the documents of the fixture tokenize differently with Qwen3's regex:
+     * the test tells the two pre-tokenizers apart */
+    int same = 0;
+    for (int d = 0; d < C.ndocs; d++) {
+        if (!ovr[d]) continue;
+        size_t n;
+        int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        same += ids && ids_equal(ids, n, ovr[d], novr[d]);
+        free(ids);
+    }
+    CHECK(same == 0, "%d documents give Qwen3.5's ids with Qwen3's pre-tokenizer", same);
+    T = tok_load(dir);
+    CHECK(T != NULL, "tok_load %s: %s", dir, dfl_lasterr());
+    if (T) {
+        corpus_check(ovr, novr);
+        tok_free(T);
+    }
+    /* dflash convert names the regex "qwen35"; the GGUF's tokenizer reads it back */
+    snprintf(gg, sizeof gg, "%s/tiny.gguf", dir);
+    char *tiny = root_path("tests/models/tiny-qwen3");
+    CHECK(ggm_convert(tiny, gg, "f16", dir) == 0, "convert with the Qwen3.5 regex: %s", dfl_lasterr());
+    free(tiny);
+    gguf_file g;
+    const char *pre;
+    size_t npre = 0;
+    if (gguf_open(&g, gg) == 0) {
+        CHECK(gguf_get_str(&g, "tokenizer.ggml.pre", &pre, &npre, 1) == 0 && npre == 6 && !memcmp(pre, "qwen35", 6),
+              "tokenizer.ggml.pre is not qwen35");
+        gguf_close(&g);
+    } else {
+        CHECK(0, "gguf_open %s: %s", gg, dfl_lasterr());
+    }
+    T = ggm_tokenizer(gg);
+    CHECK(T != NULL, "ggm_tokenizer %s: %s", gg, dfl_lasterr());
+    if (T) {
+        corpus_check(ovr, novr);
+        tok_free(T);
+    }
+    T = qwen3;
+    for (int d = 0; d < C.ndocs; d++) free(ovr[d]);
+    free(ovr);
+    free(novr);
+    unlink(gg);
+    unlink(path);
+    unlink(cp);
+    rmdir(dir);
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -752,6 +867,7 @@ int main(void) {
     free(tiny);
     RUN(gguf_load);
     RUN(gguf_same_ids);
+    RUN(qwen35_pretokenizer);
     unlink(GGUF_PATH);
     tok_free(T);
     for (int d = 0; d < C.ndocs; d++) free(C.ids[d]);
