@@ -1,0 +1,33 @@
+#!/bin/sh
+# tools/cuda/bin_ab.sh - this tree's ./dflash against an older version in the
+# same device call: dflash bench on the 4B-shape synth models (gpu.sh synth)
+# at the context depths of AB_RUNS ("bits,depth ..."), each run of the new
+# binary followed by the same run of the old one. The old one is built here
+# from a copy of this tree with AB_PATCH (a file of `git diff OLD` output)
+# applied in reverse, with gpu.sh's build environment (the call's size limit
+# leaves no room to carry a second binary). Run after `gpu.sh build`; one
+# line per run, logs in $OUT/bin-ab.txt.
+set -u
+OUT=${OUT:-/tmp/dflash-gpu}
+mkdir -p "$OUT"
+R=$(pwd) D=$(pwd)/.devdeps/root
+L=$D/usr/lib/x86_64-linux-gnu
+export C_INCLUDE_PATH=$D/usr/include LIBRARY_PATH=$L LD_LIBRARY_PATH=$L DFLASH_NO_DEPS=1 PATH=/tmp/pcshim:$PATH
+[ -f "${AB_PATCH:-}" ] || { echo "bin_ab: AB_PATCH must name a diff file" >&2; exit 1; }
+rm -rf /tmp/ab-old && mkdir /tmp/ab-old
+tar cf - --exclude=./build --exclude=./build-cuda --exclude=./dflash . | tar xf - -C /tmp/ab-old
+(cd /tmp/ab-old && patch -s -R -p1 < "$R/$AB_PATCH" && make -s -j"$(nproc)" CUDA=1 dflash > "$OUT/ab-old-build.log" 2>&1) &
+[ -f /tmp/synth.done ] || sh tools/cuda/gpu.sh synth > "$OUT/synth.log" 2>&1
+wait
+[ -x /tmp/ab-old/dflash ] || { echo "bin_ab: the old build failed"; tail -20 "$OUT/ab-old-build.log"; exit 1; }
+for run in ${AB_RUNS:-4,256 4,4096}; do
+    b=${run%,*} dp=${run#*,}
+    for v in new old; do
+        bin=./dflash; [ $v = old ] && bin=/tmp/ab-old/dflash
+        timeout ${AB_TIMEOUT:-100} $bin bench -m /tmp/s4b-$b --backend cuda --depth "$dp" --reps ${AB_REPS:-10} \
+            > /tmp/bin-ab-one.txt 2>&1
+        cat /tmp/bin-ab-one.txt >> "$OUT/bin-ab.txt"
+        echo "bits $b depth $dp $v: $(grep -o 'decode T=1: [0-9.]* ms, [0-9.]* tok/s' /tmp/bin-ab-one.txt)" \
+             "| T=16 ms, T16/T1: $(awk '$1 == "16" && NF == 4 {print $2, $3}' /tmp/bin-ab-one.txt)"
+    done
+done
