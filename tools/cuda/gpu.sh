@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys controls depth variants attcheck nographs profile llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys controls depth variants attcheck nographs profile prefill llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -229,6 +229,27 @@ for s in $steps; do
             else echo "controls: DIFFERENT ($ctl)"; bad=1; tail -n 3 /tmp/ctl-err.txt /tmp/ctl-err-d.txt; fi
         done
         echo "controls exit $bad" ;;
+    prefill)
+        # prompt processing of a Qwen3.5 shape (its DeltaNet layers run the
+        # recurrent form row by row) against the Qwen3 shape of the same
+        # size, 4-bit, random weights, prompts of ~PREFILL_BYTES bytes of
+        # README text; the last run per model with the per-kernel profile
+        log prefill: Qwen3.5-4B and Qwen3-4B shapes
+        [ -d /tmp/p35-4 ] || ./dflash synth --shape qwen3.5-4b --bits 4 -o /tmp/p35-4 2>&1 | tail -1
+        [ -d /tmp/s4b-4 ] || ./dflash synth --shape qwen3-4b --bits 4 -o /tmp/s4b-4 2>&1 | tail -1
+        for mdl in /tmp/p35-4 /tmp/s4b-4; do
+            for nb in ${PREFILL_BYTES:-2000 16000 32000}; do
+                head -c "$nb" README.md > /tmp/prefill-prompt.txt
+                for rep in 1 2; do
+                    timeout 120 ./dflash generate -m $mdl --backend cuda --tokenizer models/qwen3-tokenizer -c 16384 \
+                        -f /tmp/prefill-prompt.txt -n 1 > /dev/null 2> /tmp/prefill-err.txt
+                    echo "$mdl $nb bytes (run $rep): $(grep '^prompt:' /tmp/prefill-err.txt)"
+                done
+            done
+            DFLASH_CUDA_PROFILE=1 timeout 120 ./dflash generate -m $mdl --backend cuda --tokenizer models/qwen3-tokenizer \
+                -c 16384 -f /tmp/prefill-prompt.txt -n 1 > /dev/null 2> "$OUT/prefill-profile-$(basename $mdl).txt"
+            grep -E 'deltanet|attention|gemm|total' "$OUT/prefill-profile-$(basename $mdl).txt" | head -12
+        done ;;
     llama)
         log llama.cpp side by side
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
