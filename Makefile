@@ -275,7 +275,7 @@ FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-s
               -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
               $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 # the library files the harnesses reach: instrumented
-FUZZ_LIB := util weight safetensors config model cpu kernels threads tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
+FUZZ_LIB := util weight safetensors config model cpu cpu_pack kernels threads tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
 # SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
 # feature name they test)

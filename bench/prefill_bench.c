@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_backend.h"
 #include "kernels.h"
 #include "model.h"
 #include "threads.h"
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
     int threads = argc > 2 ? atoi(argv[2]) : 0;
     kn_init();
     mdl_model md;
-    if (mdl_load(&md, argv[1]) != 0 || mdl_pack(&md) != 0) {
+    if (mdl_load(&md, argv[1]) != 0 || cb_pack(&md) != 0) {
         fprintf(stderr, "prefill_bench: %s\n", dfl_lasterr());
         return 1;
     }

@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
     }
     B->destroy(st);
     free(tok);
+    B->release(be, &m);
     mdl_free(&m);
     B->close(be);
     return 0;

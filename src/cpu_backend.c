@@ -6,7 +6,8 @@
  * different threads never share or restart each other's workers) and makes
  * sure the kernel variant is chosen (kn_init_once: process-wide, chosen once
  * from the CPU and the environment); prepare() gives the model's Q8/Q4 matrices
- * the kernels' packed copies (mdl_pack), release() frees them (mdl_unpack).
+ * the kernels' packed copies (cb_pack, cpu_pack.c), release() frees them
+ * (cb_unpack): they are the backend's, as cu_model's device copies are CUDA's.
  * Weights stay where mdl_load put them: be_data is not used.
  *
  * Every step works row by row with a fixed reduction order (kn_matmul is
@@ -20,6 +21,7 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "cpu_backend.h"
 #include "deltanet.h"
 #include "kernels.h"
 #include "rope.h"
@@ -804,9 +806,9 @@ static const char *cpu_describe(void *be) {
 
 static int cpu_draft_q8(void *be) { return kn_act_quant(); }
 
-static int cpu_prepare(void *be, mdl_model *m) { return mdl_pack(m); }
+static int cpu_prepare(void *be, mdl_model *m) { return cb_pack(m); }
 
-static void cpu_release(void *be, mdl_model *m) { mdl_unpack(m); }
+static void cpu_release(void *be, mdl_model *m) { cb_unpack(m); }
 
 /* Each chunk of the buffer is read as 8 sequential streams side by side
  * (one stream per core leaves bandwidth unused), summed in 32-byte vectors. */

@@ -80,12 +80,6 @@ typedef struct {
 int mdl_check_path(const char *path);
 /* DIR: a Hugging Face / MLX directory, or a GGUF file (gguf_model.h). */
 int mdl_load(mdl_model *m, const char *dir);
-/* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the
- * current kernel mode uses one; freed by mdl_unpack (or mdl_free). Call
- * after any conversion (qt_model). */
-int mdl_pack(mdl_model *m);
-/* Free the packed copies mdl_pack made (a model never packed: nothing). */
-void mdl_unpack(mdl_model *m);
 void mdl_free(mdl_model *m);
 /* A new buffer of N bytes that lives as long as M (freed by mdl_free): the
  * load's converted and regrouped copies of weights. */

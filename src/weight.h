@@ -48,9 +48,10 @@ typedef struct {
     const void *scales, *biases;
     wt_dtype scale_dtype;
     int group_size, bits;
-    /* kn_pack's copy of a Q8/Q4 weight in the layout of the q8-mode kernels,
-     * or NULL. Owned by whoever called kn_pack (kn_unpack frees it); copies
-     * of the struct share it. */
+    /* The CPU backend's packed copy of a Q8/Q4 weight (kn_pack's layout of
+     * the q8-mode kernels), or NULL; only the CPU kernels read it. Made and
+     * freed by the CPU backend (cpu_backend.h: cb_pack in prepare, cb_unpack
+     * in release); copies of the struct share it. */
     const void *packed;
 } wt_weight;
 

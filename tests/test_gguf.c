@@ -1388,7 +1388,7 @@ TEST(quants_match_ggml) {
         kn_matmul(tp, y16, act, &w, 16);
         kn_matmul(tp, y1, act + 5 * cols, &w, 1);
         CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
-        /* the kernels' packed copy (made at load by mdl_pack) gives the same bits */
+        /* the kernels' packed copy (made by the CPU backend, cb_pack) gives the same bits */
         float yp[16 * 3];
         CHECK(kn_pack(&w) == 0, "pack");
         kn_matmul(tp, yp, act, &w, 16);
