@@ -21,9 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu.h"
-#include "kernels.h"
-#include "threads.h"
+#include "cpu/cpu.h"
+#include "cpu/kernels.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* The pool the timed calls run on (NULL: the calling thread only). */

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_backend.h"
-#include "kernels.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
 #include "model.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* The pool the timed calls run on (NULL: the calling thread only). */

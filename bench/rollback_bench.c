@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "deltanet.h"
+#include "cpu/deltanet.h"
 #include "model.h"
 #include "util.h"
 

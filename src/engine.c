@@ -33,7 +33,6 @@
 #include "gguf_model.h"
 #include "gguf_write.h"
 #include "grammar.h"
-#include "kernels.h"
 #include "quant.h"
 #include "sample.h"
 #include "spec.h"

@@ -36,10 +36,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "cpu.h"
-#include "kernels.h"
-#include "kernels_impl.h"
-#include "threads.h"
+#include "cpu/cpu.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_impl.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* ---- random numbers ---------------------------------------------------- */

@@ -22,11 +22,11 @@
 
 #include "backend.h"
 #include "check.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "safetensors.h"
 #include "sample.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 #define LOGIT_BOUND 1.5f

@@ -30,7 +30,7 @@
 #include "backend.h"
 #include "check.h"
 #include "dflash.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "quant.h"
 #include "safetensors.h"

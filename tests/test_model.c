@@ -13,12 +13,12 @@
 #include "check.h"
 #include "config.h"
 #include "dflash.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "sample.h"
 #include "safetensors.h"
 #include "synth.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 static char tmpdir[256];

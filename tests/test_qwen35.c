@@ -15,7 +15,7 @@
 
 #include "backend.h"
 #include "check.h"
-#include "deltanet.h"
+#include "cpu/deltanet.h"
 #include "dflash.h"
 #include "model.h"
 #include "quant.h"

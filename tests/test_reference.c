@@ -14,11 +14,11 @@
 #include "backend.h"
 #include "check.h"
 #include "dflash.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "safetensors.h"
 #include "sample.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 static const char *root = ".";

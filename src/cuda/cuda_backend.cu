@@ -29,7 +29,6 @@
 
 extern "C" {
 #include "backend.h"
-#include "deltanet.h" /* DN_KEEP: the rollback window */
 #include "rope.h"
 #include "util.h"
 #include "weight.h"
@@ -1004,8 +1003,8 @@ static void act_free(cu_act *a) {
 
 /* ---- Gated DeltaNet state (Qwen3.5), the rule of backend.h / deltanet.h ----
  * Per sequence and linear layer li: conv [K-1][C] and S [nv][dk][dv]; a
- * forward of T <= DN_KEEP rows first copies both to the snapshot and keeps
- * its lin_in rows (keep [li][DN_KEEP][Cm]); truncate into those rows restores
+ * forward of T <= BE_DN_KEEP rows first copies both to the snapshot and keeps
+ * its lin_in rows (keep [li][BE_DN_KEEP][Cm]); truncate into those rows restores
  * the snapshot and replays them through the same kernels. A longer forward
  * keeps no snapshot (truncate below its end restarts the sequence). */
 typedef struct {
@@ -1244,8 +1243,8 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
     if (L->linear) { /* Qwen3.5 Gated DeltaNet: x += out_proj(delta rule(conv(in_proj xn))) */
         gemm(s, L->lin_in, d->Cm, a->xb, d->Hp, T, a->mix, d->Cm, 0);
         prof_mark(s, "gemm lin_in", cw_bytes(&L->lin_in));
-        if (dn->snap_len >= 0 && T <= DN_KEEP) /* this forward's rows, for a replay (see cu_dn) */
-            cudaMemcpyAsync(dn->keep + (size_t)li * DN_KEEP * d->Cm, a->mix, sizeof(float) * T * d->Cm,
+        if (dn->snap_len >= 0 && T <= BE_DN_KEEP) /* this forward's rows, for a replay (see cu_dn) */
+            cudaMemcpyAsync(dn->keep + (size_t)li * BE_DN_KEEP * d->Cm, a->mix, sizeof(float) * T * d->Cm,
                             cudaMemcpyDeviceToDevice, s);
         dn_rows(s, d, L, dn, li, a->mix, a->cv, a->core, T);
         prof_mark(s, "deltanet", 0);
@@ -1403,7 +1402,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         if (cu_alloc(&dn->conv, sizeof(float) * nl * dn->conv_n) ||
             cu_alloc(&dn->snap_conv, sizeof(float) * nl * dn->conv_n) ||
             cu_alloc(&dn->rec, sizeof(float) * nl * dn->rec_n) || cu_alloc(&dn->snap_rec, sizeof(float) * nl * dn->rec_n) ||
-            cu_alloc(&dn->keep, sizeof(float) * nl * DN_KEEP * d->Cm)) {
+            cu_alloc(&dn->keep, sizeof(float) * nl * BE_DN_KEEP * d->Cm)) {
             cu_destroy(q);
             return NULL;
         }
@@ -1441,7 +1440,7 @@ static int cu_truncate(void *p, int len) {
         for (int l = 0; l < d->L; l++) {
             int li = q->lin_of[l];
             if (li < 0) continue;
-            dn_rows(s, d, &q->cm->layers[l], dn, li, dn->keep + (size_t)li * DN_KEEP * d->Cm, q->a.cv, NULL, n);
+            dn_rows(s, d, &q->cm->layers[l], dn, li, dn->keep + (size_t)li * BE_DN_KEEP * d->Cm, q->a.cv, NULL, n);
         }
     dn->n_keep = n;
     q->len = len;
@@ -1506,9 +1505,9 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
-    /* recurrent state: snapshot before a forward of <= DN_KEEP rows (set
+    /* recurrent state: snapshot before a forward of <= BE_DN_KEEP rows (set
      * before enqueue_forward, which copies it; graphs capture the copies) */
-    q->dn.snap_len = d->n_lin && T <= DN_KEEP ? pos0 : -1;
+    q->dn.snap_len = d->n_lin && T <= BE_DN_KEEP ? pos0 : -1;
     q->dn.n_keep = q->dn.snap_len >= 0 ? T : 0;
     prof_begin(s, T);
     /* tokens and position from pageable memory: the copies are staged before

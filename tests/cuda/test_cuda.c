@@ -29,7 +29,7 @@
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 #include "dflash.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "quant.h"
 #include "sample.h"

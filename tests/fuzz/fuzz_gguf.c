@@ -6,7 +6,7 @@
  * byte counts matching their shapes and types; every key and tensor name is
  * findable; a loaded model's sizes are within the config limits. */
 #include "config.h"
-#include "cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "fuzz_common.h"
 #include "gguf_model.h"
 #include "model.h"

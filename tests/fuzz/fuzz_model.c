@@ -5,7 +5,7 @@
  * safetensors bytes. Oracle: no crash or sanitizer report, no abort on a
  * huge allocation; a loaded model's sizes are within the config limits. */
 #include "config.h"
-#include "cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "fuzz_common.h"
 #include "model.h"
 
