@@ -1,10 +1,10 @@
 /* weight.h - what a weight matrix is, for every backend. Prefix: wt_.
  *
- * The ground floor of the weight types: the loaders (model.c, gguf_model.c,
- * safetensors), the converters (quant.c, synth.c) and every backend (the
- * CPU one in src/cpu/, CUDA's in src/cuda/) share this description and
- * nothing else; how a backend computes with a weight, and any copy it
- * makes for that, is its own (src/cpu/kernels.h, src/cuda/cu_kernels.cuh).
+ * The ground floor of the weight types: the loaders (model.c,
+ * gguf_model.c), the converters (quant.c, gguf_write.c, synth.c) and every
+ * backend (the CPU one in src/cpu/, CUDA's in src/cuda/) share this
+ * description; how a backend computes with a weight, and any copy it makes
+ * for that, is its own (src/cpu/kernels.h, src/cuda/cu_kernels.cuh).
  *
  * Weights stay in their on-disk dtype (mmap'd, or the load's converted
  * copies owned by the model) and are converted by the backends' kernels.
