@@ -69,8 +69,13 @@ LIBDIR  ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
+# src/*.c: the ground floor and the engine; src/cpu/*.c: the CPU backend
+# (objects cpu_*.o); src/cuda/*.cu: the CUDA backend (CUDA=1, cuda_*.o)
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/%.o)
+CPU_SRC := $(wildcard src/cpu/*.c)
+LIB_OBJ += $(CPU_SRC:src/cpu/%.c=$(BUILD)/cpu_%.o)
+LIB_HDR := $(wildcard src/*.h src/cpu/*.h include/*.h)
 
 # CUDA backend: objects in their own build directory (the registry in
 # backend.c is compiled with -DDFLASH_CUDA there), linked against cudart.
@@ -111,10 +116,13 @@ deps: $(DEPS_STAMP) $(TOKENIZER_JSON)
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(BUILD) $(DEPS_STAMP)
+$(BUILD)/%.o: src/%.c $(LIB_HDR) | $(BUILD) $(DEPS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/*.h include/*.h) | $(BUILD) $(DEPS_STAMP)
+$(BUILD)/cpu_%.o: src/cpu/%.c $(LIB_HDR) | $(BUILD) $(DEPS_STAMP)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/cuda_%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h) $(LIB_HDR) | $(BUILD) $(DEPS_STAMP)
 	$(NVCC) $(NVCCFLAGS) -Isrc -Iinclude -DDFLASH_CUDA -c $< -o $@
 
 $(BUILD)/libdflash.a: $(LIB_OBJ)
@@ -274,22 +282,27 @@ FUZZ_ONLY ?= safetensors model tokenizer chat gguf reply grammar schema
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
               -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
               $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
-# the library files the harnesses reach: instrumented
-FUZZ_LIB := util safetensors config model cpu kernels threads tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
-# SIMD kernel variants: linked (kernels.c's dispatch table), never run by a
+# the library files the harnesses reach: instrumented (src/ and, _CPU, src/cpu/)
+FUZZ_LIB := util weight safetensors config model tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
+FUZZ_LIB_CPU := cpu cpu_pack kernels threads
+# SIMD kernel variants (src/cpu/): linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu
 # feature name they test)
 FUZZ_PLAIN := kernels_avx2 kernels_avx2q8 kernels_avxvnni kernels_avx512 kernels_vnni kernels_bf16 kernels_neon
-FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/%.o)
+FUZZ_OBJ := $(FUZZ_LIB:%=$(FUZZ_BUILD)/lib/%.o) $(FUZZ_LIB_CPU:%=$(FUZZ_BUILD)/lib/cpu_%.o) \
+            $(FUZZ_PLAIN:%=$(FUZZ_BUILD)/plain/cpu_%.o)
 
 $(FUZZ_BUILD)/.deps-ok:
 	@mkdir -p $(FUZZ_BUILD)/lib $(FUZZ_BUILD)/plain
 	@$(DEPS_SH) && sh tools/deps.sh clang && touch $@
 
-$(FUZZ_BUILD)/lib/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+$(FUZZ_BUILD)/lib/%.o: src/%.c $(LIB_HDR) | $(FUZZ_BUILD)/.deps-ok
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_BUILD)/plain/%.o: src/%.c $(wildcard src/*.h include/*.h) | $(FUZZ_BUILD)/.deps-ok
+$(FUZZ_BUILD)/lib/cpu_%.o: src/cpu/%.c $(LIB_HDR) | $(FUZZ_BUILD)/.deps-ok
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/plain/cpu_%.o: src/cpu/%.c $(LIB_HDR) | $(FUZZ_BUILD)/.deps-ok
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(FUZZ_BUILD)/libfuzzdeps.a: $(FUZZ_OBJ)

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "attention.h"
-#include "kernels.h"
-#include "threads.h"
+#include "cpu/attention.h"
+#include "cpu/kernels.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 enum { NH = 16, NKV = 8, HD = 128, LAYERS = 28, ROUNDS = 5 };

@@ -21,9 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu.h"
-#include "kernels.h"
-#include "threads.h"
+#include "cpu/cpu.h"
+#include "cpu/kernels.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* The pool the timed calls run on (NULL: the calling thread only). */
@@ -110,7 +110,7 @@ static double read_bandwidth(const uint64_t *buf, size_t bytes) {
 /* ---- test matrices ------------------------------------------------------ */
 
 typedef struct {
-    kn_weight w[1];    /* template (data of copy 0) */
+    wt_weight w[1];    /* template (data of copy 0) */
     uint8_t *arena;    /* n_copies * stride bytes */
     size_t stride;     /* bytes per copy: data, then scales, then biases */
     int n_copies;
@@ -121,62 +121,62 @@ static size_t round_up(size_t n) { return (n + 4095) & ~(size_t)4095; }
 
 /* Q weights: group and scale dtype (MLX's usual; "q6k" changes them). */
 static int q_group = 64;
-static kn_dtype q_sd = KN_BF16;
-static size_t sc_size(kn_dtype t) { return t == KN_F32 ? 4 : 2; }
+static wt_dtype q_sd = WT_BF16;
+static size_t sc_size(wt_dtype t) { return t == WT_F32 ? 4 : 2; }
 
 /* Weight of dtype dt, Q with group q_group and q_sd scales. */
-static void bmat_init(bmat *m, kn_dtype dt, int rows, int cols, int hot) {
+static void bmat_init(bmat *m, wt_dtype dt, int rows, int cols, int hot) {
     memset(m, 0, sizeof *m);
-    kn_weight *w = m->w;
+    wt_weight *w = m->w;
     w->dtype = dt;
     w->rows = rows;
     w->cols = cols;
     size_t n = (size_t)rows * cols, data_b, sc_b = 0;
-    if (dt == KN_Q8 || dt == KN_Q4) {
-        w->bits = dt == KN_Q8 ? 8 : 4;
+    if (dt == WT_Q8 || dt == WT_Q4) {
+        w->bits = dt == WT_Q8 ? 8 : 4;
         w->group_size = q_group;
         w->scale_dtype = q_sd;
         data_b = n * w->bits / 8;
         sc_b = n / (size_t)q_group * sc_size(q_sd);
     } else {
-        data_b = n * (dt == KN_F32 ? 4 : 2);
+        data_b = n * (dt == WT_F32 ? 4 : 2);
     }
     m->stride = round_up(data_b) + 2 * round_up(sc_b);
     m->n_copies = hot ? 1 : (int)(COLD_BYTES / m->stride) + 1;
     if (m->n_copies > 1 && (double)m->stride > COLD_BYTES) m->n_copies = 1;
     m->arena = dfl_malloc(m->stride * m->n_copies);
     uint8_t *d = m->arena;
-    if (dt == KN_F32) {
+    if (dt == WT_F32) {
         for (size_t i = 0; i < n; i++) ((float *)d)[i] = rndf();
-    } else if (dt == KN_F16 || dt == KN_BF16) {
+    } else if (dt == WT_F16 || dt == WT_BF16) {
         for (size_t i = 0; i < n; i++)
-            ((uint16_t *)d)[i] = dt == KN_F16 ? dfl_f32_to_f16(rndf()) : dfl_f32_to_bf16(rndf());
+            ((uint16_t *)d)[i] = dt == WT_F16 ? dfl_f32_to_f16(rndf()) : dfl_f32_to_bf16(rndf());
     } else {
         for (size_t i = 0; i < data_b / 4; i++) ((uint32_t *)d)[i] = rnd32();
         uint8_t *s = d + round_up(data_b), *b = d + round_up(data_b) + round_up(sc_b);
         for (size_t i = 0; i < sc_b / sc_size(q_sd); i++) {
             float sv = 0.01f * (1.5f + rndf()), bv = -0.1f * (1.5f + rndf());
-            if (q_sd == KN_F32) {
+            if (q_sd == WT_F32) {
                 ((float *)s)[i] = sv;
                 ((float *)b)[i] = bv;
             } else {
-                ((uint16_t *)s)[i] = q_sd == KN_F16 ? dfl_f32_to_f16(sv) : dfl_f32_to_bf16(sv);
-                ((uint16_t *)b)[i] = q_sd == KN_F16 ? dfl_f32_to_f16(bv) : dfl_f32_to_bf16(bv);
+                ((uint16_t *)s)[i] = q_sd == WT_F16 ? dfl_f32_to_f16(sv) : dfl_f32_to_bf16(sv);
+                ((uint16_t *)b)[i] = q_sd == WT_F16 ? dfl_f32_to_f16(bv) : dfl_f32_to_bf16(bv);
             }
         }
     }
     for (int k = 1; k < m->n_copies; k++) memcpy(m->arena + k * m->stride, m->arena, m->stride);
 }
 
-static kn_weight bmat_copy(const bmat *m, int k) {
-    kn_weight w = m->w[0];
+static wt_weight bmat_copy(const bmat *m, int k) {
+    wt_weight w = m->w[0];
     if (m->packed) { /* the original of copy 0 (never read), packed copy k */
         w.packed = m->packed[k];
         k = 0;
     }
     const uint8_t *base = m->arena + (size_t)k * m->stride;
     size_t n = (size_t)w.rows * w.cols;
-    size_t data_b = w.dtype == KN_Q8 || w.dtype == KN_Q4 ? n * w.bits / 8 : 0;
+    size_t data_b = w.dtype == WT_Q8 || w.dtype == WT_Q4 ? n * w.bits / 8 : 0;
     w.data = base;
     if (data_b) {
         w.scales = base + round_up(data_b);
@@ -189,7 +189,7 @@ static kn_weight bmat_copy(const bmat *m, int k) {
  * except copy 0, and as many packed copies take their place, so memory
  * stays at about COLD_BYTES. Returns 0, or -1 if the variant packs nothing. */
 static int bmat_pack(bmat *m) {
-    kn_weight w = bmat_copy(m, 0);
+    wt_weight w = bmat_copy(m, 0);
     if (kn_pack(&w) != 0 || !w.packed) return -1;
     int n = m->n_copies;
     uint8_t *c0 = dfl_malloc(m->stride);
@@ -197,7 +197,7 @@ static int bmat_pack(bmat *m) {
     free(m->arena);
     m->arena = c0;
     /* the packed size: rows padded to 16, each as many bytes as before */
-    size_t pb = ((size_t)w.rows + 15) / 16 * 16 * (kn_weight_bytes(&w) / (size_t)w.rows);
+    size_t pb = ((size_t)w.rows + 15) / 16 * 16 * (wt_bytes(&w) / (size_t)w.rows);
     m->packed = dfl_malloc(sizeof(void *) * (size_t)n);
     m->packed[0] = (void *)w.packed;
     for (int k = 1; k < n; k++) {
@@ -216,19 +216,19 @@ static void bmat_free(bmat *m) {
 
 /* Activation modes to measure for dtype dt: 1 (f32), 2 (+ q8 / bf16), 3
  * (+ q8 packed); and the label of mode a. */
-static int n_modes(kn_dtype dt, int has_q8, int has_bf16) {
-    if (dt == KN_Q8 || dt == KN_Q4) return has_q8 ? 3 : 1;
-    return dt == KN_BF16 && has_bf16 ? 2 : 1;
+static int n_modes(wt_dtype dt, int has_q8, int has_bf16) {
+    if (dt == WT_Q8 || dt == WT_Q4) return has_q8 ? 3 : 1;
+    return dt == WT_BF16 && has_bf16 ? 2 : 1;
 }
-static const char *mode_name(kn_dtype dt, int a) {
-    if (dt == KN_Q8 || dt == KN_Q4) return a == 2 ? " q8 act packed" : a ? " q8 act" : " f32 act";
-    if (dt == KN_BF16) return a ? " bf16 act" : " f32 act";
+static const char *mode_name(wt_dtype dt, int a) {
+    if (dt == WT_Q8 || dt == WT_Q4) return a == 2 ? " q8 act packed" : a ? " q8 act" : " f32 act";
+    if (dt == WT_BF16) return a ? " bf16 act" : " f32 act";
     return "";
 }
 
 /* ms per kn_matmul call: best over ROUNDS of the mean over >= ROUND_SECONDS. */
 static double time_matmul(const bmat *m, float *y, const float *x, int T) {
-    kn_weight w0 = bmat_copy(m, 0);
+    wt_weight w0 = bmat_copy(m, 0);
     kn_matmul(pool, y, x, &w0, T); /* warm up: pool, page faults of y */
     double best = 1e30;
     int k = 0;
@@ -236,7 +236,7 @@ static double time_matmul(const bmat *m, float *y, const float *x, int T) {
         int calls = 0;
         double t0 = dfl_now(), t;
         do {
-            kn_weight w = bmat_copy(m, k);
+            wt_weight w = bmat_copy(m, k);
             k = (k + 1) % m->n_copies;
             kn_matmul(pool, y, x, &w, T);
             calls++;
@@ -275,8 +275,8 @@ static void model_bench(void) {
         double gb = 0;
         for (int i = 0; i < NW; i++) {
             int rows = i == NW - 1 ? 151936 : shp[i % 7][0], cols = i == NW - 1 ? 1024 : shp[i % 7][1];
-            bmat_init(&m[i], bits == 8 ? KN_Q8 : KN_Q4, rows, cols, 1);
-            gb += kn_weight_bytes(m[i].w) / 1e9;
+            bmat_init(&m[i], bits == 8 ? WT_Q8 : WT_Q4, rows, cols, 1);
+            gb += wt_bytes(m[i].w) / 1e9;
         }
         kn_set_act_quant(1);
         int nmode = kn_act_quant() ? 3 : 1;
@@ -286,7 +286,7 @@ static void model_bench(void) {
             if (mode == 2) { /* packed copies, the originals stay */
                 pk = dfl_malloc(sizeof(void *) * NW);
                 for (int i = 0; i < NW; i++) {
-                    kn_weight w = bmat_copy(&m[i], 0);
+                    wt_weight w = bmat_copy(&m[i], 0);
                     if (kn_pack(&w) != 0) {
                         printf("kn_pack: %s\n", dfl_lasterr());
                         return;
@@ -300,7 +300,7 @@ static void model_bench(void) {
                 for (int pass = 0; pass < 3; pass++) {
                     double t0 = cpu_now();
                     for (int i = 0; i < NW; i++) {
-                        kn_weight w = bmat_copy(&m[i], 0);
+                        wt_weight w = bmat_copy(&m[i], 0);
                         if (pk) w.packed = pk[i];
                         kn_matmul(pool, y, x, &w, Ts[k]);
                     }
@@ -333,7 +333,7 @@ static void q6k_bench(void) {
     float *x = dfl_malloc(sizeof(float) * 16 * 1024), *y = dfl_malloc(sizeof(float) * 16 * 151936);
     for (int i = 0; i < 16 * 1024; i++) x[i] = rndf();
     q_group = 16;
-    q_sd = KN_F32;
+    q_sd = WT_F32;
     kn_set_act_quant(1);
     int has_q8 = kn_act_quant();
     kn_set_act_quant(-1);
@@ -341,10 +341,10 @@ static void q6k_bench(void) {
     for (int s = 0; s < 2; s++) {
         double f32_ms[3] = {0};
         for (int d = 0; d < 2; d++) {
-            kn_dtype dt = d ? KN_Q8 : KN_F32;
+            wt_dtype dt = d ? WT_Q8 : WT_F32;
             bmat m;
             bmat_init(&m, dt, shapes[s][0], shapes[s][1], s == 1);
-            double gb = kn_weight_bytes(m.w) / 1e9;
+            double gb = wt_bytes(m.w) / 1e9;
             for (int act = 0; act < n_modes(dt, has_q8, 0); act++) {
                 kn_set_act_quant(act > 0);
                 if (act == 2 && bmat_pack(&m) != 0) break;
@@ -363,7 +363,7 @@ static void q6k_bench(void) {
         }
     }
     q_group = 64;
-    q_sd = KN_BF16;
+    q_sd = WT_BF16;
     free(x);
     free(y);
 }
@@ -410,7 +410,7 @@ int main(int argc, char **argv) {
     free(buf);
 
     int shapes[2][2] = {{1024, 3072}, {3072, 1024}}; /* rows (out) x cols (in) */
-    kn_dtype dts[5] = {KN_F32, KN_F16, KN_BF16, KN_Q8, KN_Q4};
+    wt_dtype dts[5] = {WT_F32, WT_F16, WT_BF16, WT_Q8, WT_Q4};
     int Ts[5] = {1, 2, 4, 8, 16};
     float *x = dfl_malloc(sizeof(float) * 16 * 3072), *y = dfl_malloc(sizeof(float) * 16 * 3072);
     for (int i = 0; i < 16 * 3072; i++) x[i] = rndf();
@@ -419,10 +419,10 @@ int main(int argc, char **argv) {
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < 2; s++)
         for (int d = quant_only ? 3 : 0; d < 5; d++) {
-            int isq = dts[d] == KN_Q8 || dts[d] == KN_Q4;
+            int isq = dts[d] == WT_Q8 || dts[d] == WT_Q4;
             bmat m;
             bmat_init(&m, dts[d], shapes[s][0], shapes[s][1], hot);
-            double gb = kn_weight_bytes(m.w) / 1e9;
+            double gb = wt_bytes(m.w) / 1e9;
             for (int act = 0; act < n_modes(dts[d], has_q8, has_bf16); act++) {
                 kn_set_act_quant(act > 0);
                 if (act == 2 && bmat_pack(&m) != 0) break;
@@ -431,7 +431,7 @@ int main(int argc, char **argv) {
                     double ms[5];
                     for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
                     printf("| %dx%d | %s%s%s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f%% | %.2f |\n",
-                           shapes[s][0], shapes[s][1], kn_dtype_name(dts[d]),
+                           shapes[s][0], shapes[s][1], wt_dtype_name(dts[d]),
                            isq ? " g64" : "", mode_name(dts[d], act), nt,
                            ms[0], ms[1], ms[2], ms[3],
                            ms[4], gb / (ms[0] * 1e-3), 100 * gb / (ms[0] * 1e-3) / peak[nt], ms[4] / ms[0]);
@@ -444,19 +444,19 @@ int main(int argc, char **argv) {
 
     /* the LM head of a Qwen3-0.6B-sized model: one copy is already > LLC */
     printf("\n| LM head 151936x1024 | dtype | thr | T=1 ms | T=16 ms | T=1 GB/s | T16/T1 |\n|---|---|---|---|---|---|---|\n");
-    kn_dtype lm[3] = {KN_BF16, KN_Q8, KN_Q4};
+    wt_dtype lm[3] = {WT_BF16, WT_Q8, WT_Q4};
     for (int d = quant_only ? 1 : 0; d < 3; d++) {
         bmat m;
         bmat_init(&m, lm[d], 151936, 1024, 1);
         float *yl = dfl_malloc(sizeof(float) * 16 * 151936);
-        double gb = kn_weight_bytes(m.w) / 1e9;
+        double gb = wt_bytes(m.w) / 1e9;
         for (int act = 0; act < n_modes(lm[d], has_q8, has_bf16); act++) {
             kn_set_act_quant(act > 0);
             if (act == 2 && bmat_pack(&m) != 0) break;
             for (int nt = 1; nt <= 2; nt++) {
                 bench_threads(nt);
                 double t1 = time_matmul(&m, yl, x, 1), t16 = time_matmul(&m, yl, x, 16);
-                printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", kn_dtype_name(lm[d]),
+                printf("| | %s%s | %d | %.2f | %.2f | %.1f | %.2f |\n", wt_dtype_name(lm[d]),
                        mode_name(lm[d], act), nt, t1, t16,
                        gb / (t1 * 1e-3), t16 / t1);
                 fflush(stdout);

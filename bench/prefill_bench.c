@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
 #include "model.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* The pool the timed calls run on (NULL: the calling thread only). */
@@ -32,7 +33,7 @@ void openblas_set_num_threads(int n);
 
 typedef struct {
     const char *name;
-    const kn_weight *w;
+    const wt_weight *w;
     float *f32; /* [rows][cols] dequantized copy */
     int per_model; /* how many per forward */
 } mat;
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
     int threads = argc > 2 ? atoi(argv[2]) : 0;
     kn_init();
     mdl_model md;
-    if (mdl_load(&md, argv[1]) != 0 || mdl_pack(&md) != 0) {
+    if (mdl_load(&md, argv[1]) != 0 || cb_pack(&md) != 0) {
         fprintf(stderr, "prefill_bench: %s\n", dfl_lasterr());
         return 1;
     }
@@ -79,9 +80,9 @@ int main(int argc, char **argv) {
     int nm = (int)(sizeof ms / sizeof ms[0]);
     size_t maxc = 0, maxr = 0;
     for (int i = 0; i < nm; i++) {
-        const kn_weight *w = ms[i].w;
+        const wt_weight *w = ms[i].w;
         ms[i].f32 = dfl_malloc64(sizeof(float) * (size_t)w->rows * w->cols);
-        for (int r = 0; r < w->rows; r++) kn_get_row(ms[i].f32 + (size_t)r * w->cols, w, r);
+        for (int r = 0; r < w->rows; r++) wt_get_row(ms[i].f32 + (size_t)r * w->cols, w, r);
         if ((size_t)w->cols > maxc) maxc = (size_t)w->cols;
         if ((size_t)w->rows > maxr) maxr = (size_t)w->rows;
     }
@@ -89,7 +90,7 @@ int main(int argc, char **argv) {
     float *x = dfl_malloc64(sizeof(float) * 256 * maxc), *y = dfl_malloc64(sizeof(float) * 256 * maxr);
     for (size_t i = 0; i < 256 * maxc; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     printf("prefill matmuls of %s: %d layers, hidden %d, weights %s; %d threads, kernels %s%s\n", argv[1],
-           md.cfg.n_layers, md.cfg.hidden, kn_dtype_name(L->wq.dtype), tp_threads(pool), kn_variant(),
+           md.cfg.n_layers, md.cfg.hidden, wt_dtype_name(L->wq.dtype), tp_threads(pool), kn_variant(),
            kn_act_quant() ? "+int8-act" : "");
     printf("(layer 0 timed, x the layer count; no LM head: a prompt needs logits for its last row only)\n\n");
     printf("| T rows | ours ms/forward | OpenBLAS sgemm ms | ours tok/s | OpenBLAS tok/s | ours GMAC/s | OpenBLAS GMAC/s |\n");

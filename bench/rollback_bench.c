@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "deltanet.h"
+#include "cpu/deltanet.h"
 #include "model.h"
 #include "util.h"
 
@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
     }
     B->destroy(st);
     free(tok);
+    B->release(be, &m);
     mdl_free(&m);
     B->close(be);
     return 0;

@@ -53,6 +53,8 @@
 enum {
     BE_MAX_ROWS = 256,  /* most rows of one forward() */
     BE_KEEP_ROWS = 64,  /* most rows a forward may keep for logits/argmax */
+    BE_DN_KEEP = 64,    /* rows of its last forward a recurrent (Gated DeltaNet) state
+                         * rolls back into exactly (>= the widest verify) */
 };
 
 typedef struct {

@@ -33,7 +33,6 @@
 #include "gguf_model.h"
 #include "gguf_write.h"
 #include "grammar.h"
-#include "kernels.h"
 #include "quant.h"
 #include "sample.h"
 #include "spec.h"
@@ -124,12 +123,12 @@ int dflash_convert(const char *in_dir, const char *out_path, const char *type, c
 int dflash_is_gguf(const char *path) { return gguf_is_gguf(path); }
 
 static const char *weight_format(const mdl_model *m, char *buf, size_t n) {
-    const kn_weight *w = &m->layers[0].wq;
+    const wt_weight *w = &m->layers[0].wq;
     if (!w->rows) w = &m->layers[0].lin_qkv; /* a Gated DeltaNet layer (Qwen3.5) */
-    if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
-        snprintf(buf, n, "MLX %d-bit, group %d, scales %s", w->bits, w->group_size, kn_dtype_name(w->scale_dtype));
+    if (w->dtype == WT_Q8 || w->dtype == WT_Q4)
+        snprintf(buf, n, "MLX %d-bit, group %d, scales %s", w->bits, w->group_size, wt_dtype_name(w->scale_dtype));
     else
-        snprintf(buf, n, "%s", kn_dtype_name(w->dtype));
+        snprintf(buf, n, "%s", wt_dtype_name(w->dtype));
     return buf;
 }
 
@@ -226,8 +225,8 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
             goto fail;
         }
     } else if (!p->draft_quant) {
-        kn_dtype dt = m->draft.layers ? m->draft.layers[0].wq.dtype : KN_Q8;
-        int fl = dt == KN_BF16 || dt == KN_F16 || dt == KN_F32;
+        wt_dtype dt = m->draft.layers ? m->draft.layers[0].wq.dtype : WT_Q8;
+        int fl = dt == WT_BF16 || dt == WT_F16 || dt == WT_F32;
         dk = qk != QT_KEEP ? qk : fl && m->be->draft_q8(m->bi) ? QT_Q8 : QT_KEEP;
     }
     if (qt_model(&m->target, qk, qg) != 0 || (m->has_draft && qt_model(&m->draft, dk, qg) != 0)) goto fail;
@@ -317,7 +316,7 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
         if (!c->moe_layer[l] || !L->experts) continue;
         size_t eb = 0;
         for (int e = 0; e < c->n_experts; e++)
-            eb += kn_weight_bytes(&L->experts[e].wg) + kn_weight_bytes(&L->experts[e].wu) + kn_weight_bytes(&L->experts[e].wd);
+            eb += wt_bytes(&L->experts[e].wg) + wt_bytes(&L->experts[e].wu) + wt_bytes(&L->experts[e].wd);
         in->token_bytes -= eb / (size_t)c->n_experts * (size_t)(c->n_experts - c->n_experts_used);
     }
 }

@@ -319,8 +319,8 @@ int *ggm_unpermute(int rows, int hd) {
 /* Finish a converted weight as MLX bits-bit with groups of `group`: data
  * (owned by m), and the n scales/biases as F16 when every one is exactly an
  * f16, else F32. Takes sc and bi (dfl_malloc'ed) and frees them. */
-static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data, float *sc, float *bi, size_t n) {
-    w->dtype = bits == 8 ? KN_Q8 : KN_Q4;
+static void put_mlx(mdl_model *m, wt_weight *w, int bits, int group, void *data, float *sc, float *bi, size_t n) {
+    w->dtype = bits == 8 ? WT_Q8 : WT_Q4;
     w->bits = bits;
     w->group_size = group;
     w->data = data;
@@ -339,20 +339,20 @@ static void put_mlx(mdl_model *m, kn_weight *w, int bits, int group, void *data,
         }
         w->scales = s;
         w->biases = b;
-        w->scale_dtype = KN_F16;
+        w->scale_dtype = WT_F16;
     } else {
         float *s = mdl_own(m, 4 * n), *b = mdl_own(m, 4 * n);
         memcpy(s, sc, 4 * n);
         memcpy(b, bi, 4 * n);
         w->scales = s;
         w->biases = b;
-        w->scale_dtype = KN_F32;
+        w->scale_dtype = WT_F32;
     }
     free(sc);
     free(bi);
 }
 
-int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
+int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, wt_weight *w) {
     size_t nb = (size_t)cols / 32, n = nb * (size_t)rows;
     uint8_t *q = mdl_own(m, (size_t)rows * (size_t)cols);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
@@ -433,7 +433,7 @@ static int group_bits(int type) { return type == GGML_Q4_0 || type == GGML_Q4_1 
 
 /* Q4_0/Q4_1/Q4_K -> MLX Q4, Q5_0/Q5_1/Q5_K -> MLX Q8 (codes 0..31), group 32 */
 static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, const int *perm,
-                          kn_weight *w) {
+                          wt_weight *w) {
     int blck = ggml_blck_size(type), bits = group_bits(type);
     size_t bsz = ggml_type_size(type), nbr = (size_t)cols / (size_t)blck, ng = (size_t)cols / 32;
     size_t n = ng * (size_t)rows;
@@ -457,12 +457,12 @@ static void blocks_weight(mdl_model *m, int type, const uint8_t *src, int rows, 
 
 /* Q6_K -> MLX Q8 with group 16, one group per sub-block: code q (6 bits,
  * 0..63) as a byte, scale d*sc (an f16 times an int8: exact in f32), bias
- * -32*(d*sc). kn_get_row's s*q + b is then exactly ggml's d*sc*(q-32):
+ * -32*(d*sc). wt_get_row's s*q + b is then exactly ggml's d*sc*(q-32):
  * s has at most 18 significant bits, so s*q (q < 64) and s*(q-32) are
  * exact and so is their difference's rounding. Bit layout of a 210-byte
  * block (ggml's): ql[128] low nibbles, qh[64] high 2 bits, int8 sc[16],
  * f16 d; each half n of 128 weights takes ql[64n..], qh[32n..], sc[8n..]. */
-static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w) {
+static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, wt_weight *w) {
     size_t nbr = (size_t)cols / 256, ng = (size_t)cols / 16, n = ng * (size_t)rows;
     uint8_t *out = mdl_own(m, (size_t)rows * (size_t)cols);
     float *sc = dfl_malloc(4 * n), *bi = dfl_malloc(4 * n);
@@ -493,11 +493,11 @@ static void q6k_weight(mdl_model *m, const uint8_t *src, int rows, int cols, con
     put_mlx(m, w, 8, 16, out, sc, bi, n);
 }
 
-void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w) {
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, wt_weight *w) {
     blocks_weight(m, q41 ? GGML_Q4_1 : GGML_Q4_0, src, rows, cols, perm, w);
 }
 
-void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w) {
+void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, wt_weight *w) {
     memset(w, 0, sizeof *w);
     w->rows = rows;
     w->cols = cols;
@@ -516,7 +516,7 @@ static const gguf_tensor *need_t(const mdl_model *m, const char *name) {
  * are views into the mapping, block types are converted (owned by m);
  * permute_hd > 0 puts llama Q/K rows back in HF order. NAME for messages. */
 static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *src, size_t nbytes, int rows, int cols,
-                     int permute_hd, kn_weight *w) {
+                     int permute_hd, wt_weight *w) {
     memset(w, 0, sizeof *w);
     w->rows = rows;
     w->cols = cols;
@@ -526,7 +526,7 @@ static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *sr
     case GGML_F32:
     case GGML_F16:
     case GGML_BF16:
-        w->dtype = type == GGML_F32 ? KN_F32 : type == GGML_F16 ? KN_F16 : KN_BF16;
+        w->dtype = type == GGML_F32 ? WT_F32 : type == GGML_F16 ? WT_F16 : WT_BF16;
         if (perm) {
             uint8_t *c = mdl_own(m, nbytes);
             for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * rb, src + (size_t)perm[r] * rb, rb);
@@ -549,14 +549,14 @@ static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *sr
         return -1;
     }
     free(perm);
-    m->weight_bytes += kn_weight_bytes(w);
+    m->weight_bytes += wt_bytes(w);
     char full[300];
     snprintf(full, sizeof full, "%s: tensor '%s'", m->gguf->path, name);
-    return kn_check_weight(w, full);
+    return wt_check(w, full);
 }
 
 /* Bind NAME as a [rows, cols] matrix (GGUF ne = [cols, rows]). */
-static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int permute_hd, kn_weight *w) {
+static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int permute_hd, wt_weight *w) {
     const gguf_tensor *t = need_t(m, name);
     if (!t) return -1;
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
@@ -570,7 +570,7 @@ static int bind_mat(mdl_model *m, const char *name, int rows, int cols, int perm
 /* Bind NAME, llama.cpp's stacked experts (ne = [cols, rows, E]), as E
  * matrices [rows, cols]: views of the mapping for float types, converted
  * per expert for block types. */
-static int bind_stack(mdl_model *m, const char *name, int E, int rows, int cols, kn_weight *w) {
+static int bind_stack(mdl_model *m, const char *name, int E, int rows, int cols, wt_weight *w) {
     const gguf_tensor *t = need_t(m, name);
     if (!t) return -1;
     if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E) {
@@ -673,7 +673,7 @@ int ggm_load(mdl_model *m, const char *path) {
             MAT(lin_qkv, "attn_qkv", C, H, 0);
             MAT(lin_z, "attn_gate", vd, H, 0);
             if (c->qwen3_next) { /* one ssm_ba: per key head [b | a] (in_proj_ba as it is) */
-                kn_weight ba;
+                wt_weight ba;
                 snprintf(b, sizeof b, "blk.%d.ssm_ba.weight", l);
                 if (bind_mat(m, b, 2 * nv, H, 0, &ba)) goto fail;
                 mdl_split_ba(m, &ba, c->lin_k_heads, nv / c->lin_k_heads, &L->lin_b, &L->lin_a);
@@ -709,7 +709,7 @@ int ggm_load(mdl_model *m, const char *path) {
             snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
             if (bind_mat(m, b, E, H, 0, &L->router)) goto fail;
             L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
-            kn_weight *tmp = dfl_malloc(sizeof(kn_weight) * (size_t)E);
+            wt_weight *tmp = dfl_malloc(sizeof(wt_weight) * (size_t)E);
             static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
             for (int p = 0; p < 3; p++) {
                 snprintf(b, sizeof b, "blk.%d.%s.weight", l, stk[p]);

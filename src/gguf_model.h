@@ -43,17 +43,17 @@ int ggm_load(mdl_model *m, const char *path);
 tok_tokenizer *ggm_tokenizer(const char *path);
 
 /* Rows of Q8_0 blocks ([rows][cols/32] blocks, row i taken from src row
- * perm ? perm[i] : i) as an MLX Q8 group-32 kn_weight whose buffers are
+ * perm ? perm[i] : i) as an MLX Q8 group-32 wt_weight whose buffers are
  * appended to m->owned. */
-int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, kn_weight *w);
+int ggm_q8_0_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, wt_weight *w);
 
 /* The same for Q4_0 (q41 = 0: f16 d + 16 bytes) or Q4_1 (f16 d, f16 m + 16
  * bytes) blocks as MLX Q4 group 32. */
-void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, kn_weight *w);
+void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const int *perm, int q41, wt_weight *w);
 
 /* Rows of TYPE blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as
- * the kn_weight a GGUF load makes (tests). */
-void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, kn_weight *w);
+ * the wt_weight a GGUF load makes (tests). */
+void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, wt_weight *w);
 
 /* Shared with gguf_write.c: the Qwen2/Qwen3 and Llama-3 pre-tokenizer
  * regexes, llama.cpp's token types, and the Q/K row permutation (HF row r

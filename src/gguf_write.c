@@ -11,6 +11,7 @@
 
 #include "gguf_model.h"
 #include "util.h"
+#include "weight.h"
 
 void ggm_quantize_q8_0(const float *x, int n, uint8_t *out) {
     for (int b = 0; b < n / 32; b++) {
@@ -96,7 +97,7 @@ static int mat_kind(int file_q8, int kind, int cols) {
 /* One tensor of put_mats, converted when the writer reaches it (the
  * matrices stay in the mapped model until then). */
 typedef struct {
-    const kn_weight **ws; /* [n] */
+    const wt_weight **ws; /* [n] */
     int n, hd, q8;
     size_t rb; /* bytes per output row */
 } mats_job;
@@ -109,7 +110,7 @@ static int fill_mats(void *ctx, void *dst, size_t nbytes) {
     uint8_t *d = dst;
     for (int e = 0; e < j->n; e++)
         for (int r = 0; r < rows; r++) {
-            kn_get_row(row, j->ws[e], r);
+            wt_get_row(row, j->ws[e], r);
             /* HF row r goes to GGUF row perm[r] */
             uint8_t *o = d + ((size_t)e * rows + (size_t)(perm ? perm[r] : r)) * j->rb;
             put_row(q8, row, cols, o);
@@ -125,11 +126,11 @@ static int fill_mats(void *ctx, void *dst, size_t nbytes) {
  * Rows as F16, Q8_0 or Q4_0 (conv.q8; kind PUT_F32 overrides it), in HF
  * row order, or llama's Q/K order when hd > 0. Converted while the file is
  * written (fill_mats), so convert holds one tensor at a time. */
-static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int n, int hd, int kind) {
+static void put_mats(conv *cv, const char *name, const wt_weight *const *ws, int n, int hd, int kind) {
     int rows = ws[0]->rows, cols = ws[0]->cols, q8 = mat_kind(cv->q8, kind, cols);
     mats_job *j = keep(cv, sizeof *j);
-    j->ws = keep(cv, sizeof(kn_weight *) * (size_t)n);
-    memcpy(j->ws, ws, sizeof(kn_weight *) * (size_t)n);
+    j->ws = keep(cv, sizeof(wt_weight *) * (size_t)n);
+    memcpy(j->ws, ws, sizeof(wt_weight *) * (size_t)n);
     j->n = n;
     j->hd = hd;
     j->q8 = q8;
@@ -141,7 +142,7 @@ static void put_mats(conv *cv, const char *name, const kn_weight *const *ws, int
 /* A matrix gathered row by row (put_rows): output row o is row src_r[o] of
  * src_w[o]; column c of it is the source's column colperm[c] (NULL: c). */
 typedef struct {
-    const kn_weight **src_w; /* [rows] */
+    const wt_weight **src_w; /* [rows] */
     int *src_r;              /* [rows] */
     int *colperm;            /* [cols] or NULL */
     int rows, cols, q8;
@@ -152,7 +153,7 @@ static int fill_rows(void *ctx, void *dst, size_t nbytes) {
     const rows_job *j = ctx;
     float *row = dfl_malloc(sizeof(float) * (size_t)j->cols), *pr = dfl_malloc(sizeof(float) * (size_t)j->cols);
     for (int o = 0; o < j->rows; o++) {
-        kn_get_row(row, j->src_w[o], j->src_r[o]);
+        wt_get_row(row, j->src_w[o], j->src_r[o]);
         if (j->colperm)
             for (int c = 0; c < j->cols; c++) pr[c] = row[j->colperm[c]];
         put_row(j->q8, j->colperm ? pr : row, j->cols, (uint8_t *)dst + (size_t)o * j->rb);
@@ -167,7 +168,7 @@ static int fill_rows(void *ctx, void *dst, size_t nbytes) {
  * caller fills src_w / src_r (and colperm) before the file is written. */
 static rows_job *put_rows(conv *cv, const char *name, int rows, int cols) {
     rows_job *j = keep(cv, sizeof *j);
-    j->src_w = keep(cv, sizeof(kn_weight *) * (size_t)rows);
+    j->src_w = keep(cv, sizeof(wt_weight *) * (size_t)rows);
     j->src_r = keep(cv, sizeof(int) * (size_t)rows);
     j->colperm = NULL;
     j->rows = rows;
@@ -180,7 +181,7 @@ static rows_job *put_rows(conv *cv, const char *name, int rows, int cols) {
 }
 
 /* One matrix (put_mats with n = 1, the file's kind). */
-static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) { put_mats(cv, name, &w, 1, hd, 0); }
+static void put_mat(conv *cv, const char *name, const wt_weight *w, int hd) { put_mats(cv, name, &w, 1, hd, 0); }
 
 /* Layer L's expert block as llama.cpp's qwen3moe writes it: the router
  * blk.L.ffn_gate_inp [E, H] (f32: routing decisions kept exact) and the
@@ -188,9 +189,9 @@ static void put_mat(conv *cv, const char *name, const kn_weight *w, int hd) { pu
 static void put_experts(conv *cv, int l, const mdl_layer *L, int E) {
     char b[64];
     snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
-    const kn_weight *r = &L->router;
+    const wt_weight *r = &L->router;
     put_mats(cv, b, &r, 1, 0, PUT_F32);
-    const kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)E);
+    const wt_weight **ws = dfl_malloc(sizeof(wt_weight *) * (size_t)E);
     static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     for (int p = 0; p < 3; p++) {
         for (int e = 0; e < E; e++) ws[e] = p == 0 ? &L->experts[e].wg : p == 1 ? &L->experts[e].wu : &L->experts[e].wd;
@@ -356,7 +357,7 @@ static void q35_linear(conv *cv, const mdl_model *m, int l) {
             j->src_r[o] = g * r + i % r;
         }
     } else {
-        const kn_weight *ab[2] = {&L->lin_a, &L->lin_b};
+        const wt_weight *ab[2] = {&L->lin_a, &L->lin_b};
         for (int t = 0; t < 2; t++) {
             j = put_rows(cv, NAME(t ? "ssm_beta.weight" : "ssm_alpha.weight"), nv, H);
             for (int o = 0; o < nv; o++) j->src_w[o] = ab[t], j->src_r[o] = v_src(o, nk, r, 1, tiled);
@@ -391,7 +392,7 @@ static void q35_tensors(conv *cv, const mdl_model *m) {
         if (c->linear_layer[l]) q35_linear(cv, m, l);
         if (c->moe_layer[l]) {
             /* the stacks, then the router (the converter's order here) */
-            const kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)c->n_experts);
+            const wt_weight **ws = dfl_malloc(sizeof(wt_weight *) * (size_t)c->n_experts);
             static const char *const stk[3] = {"ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"};
             for (int p = 0; p < 3; p++) {
                 for (int e = 0; e < c->n_experts; e++)
@@ -400,7 +401,7 @@ static void q35_tensors(conv *cv, const mdl_model *m) {
                 put_mats(cv, b, ws, c->n_experts, 0, 0);
             }
             free(ws);
-            const kn_weight *rt = &L->router;
+            const wt_weight *rt = &L->router;
             snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
             put_mats(cv, b, &rt, 1, 0, PUT_F32);
             if (c->shared_inter) {

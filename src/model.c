@@ -29,11 +29,11 @@ static void shape_str(const st_tensor *t, char *buf, size_t n) {
     if ((size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
-static int float_kind(st_dtype d, kn_dtype *out) {
+static int float_kind(st_dtype d, wt_dtype *out) {
     switch (d) {
-    case ST_F32: *out = KN_F32; return 1;
-    case ST_F16: *out = KN_F16; return 1;
-    case ST_BF16: *out = KN_BF16; return 1;
+    case ST_F32: *out = WT_F32; return 1;
+    case ST_F16: *out = WT_F16; return 1;
+    case ST_BF16: *out = WT_BF16; return 1;
     default: return 0;
     }
 }
@@ -54,14 +54,14 @@ static void want_str(char *buf, size_t len, int n, int64_t d0, int64_t d1) {
  * or the MLX affine layout when QBASE.scales exists (QBASE.biases beside
  * it; packed U32 [.., rows, cols*bits/32], scales/biases [.., rows,
  * cols/group]). */
-static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, int rows, int cols, kn_weight *w) {
+static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, int rows, int cols, wt_weight *w) {
     char sname[320], bname[320], got[64], want[64];
     snprintf(sname, sizeof sname, "%s.scales", qbase);
     snprintf(bname, sizeof bname, "%s.biases", qbase);
     const st_tensor *t = need(m, name);
     if (!t) return -1;
     int nw = n ? n : 1;
-    kn_weight v;
+    wt_weight v;
     memset(&v, 0, sizeof v);
     v.rows = rows;
     v.cols = cols;
@@ -115,7 +115,7 @@ static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, in
         }
         const st_tensor *sb[2] = {s, b};
         for (int i = 0; i < 2; i++) {
-            kn_dtype k;
+            wt_dtype k;
             if (!float_kind(sb[i]->dtype, &k)) {
                 dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16)", sb[i]->name,
                            st_dtype_name(sb[i]->dtype));
@@ -133,7 +133,7 @@ static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, in
             dfl_seterr("tensors '%s' and '%s' have different dtypes", sname, bname);
             return -1;
         }
-        v.dtype = bits == 8 ? KN_Q8 : KN_Q4;
+        v.dtype = bits == 8 ? WT_Q8 : WT_Q4;
         v.bits = bits;
         v.group_size = g;
         v.scales = s->data;
@@ -149,13 +149,13 @@ static int bind_mat(mdl_model *m, const char *name, const char *qbase, int n, in
             w[i].scales = (const char *)s->data + scale_step * i;
             w[i].biases = (const char *)b->data + scale_step * i;
         }
-        if (kn_check_weight(&w[i], name) != 0) return -1;
+        if (wt_check(&w[i], name) != 0) return -1;
     }
     return 0;
 }
 
 /* Bind BASE.weight as a [rows, cols] matrix (see bind_mat). */
-static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_weight *w) {
+static int bind_linear(mdl_model *m, const char *base, int rows, int cols, wt_weight *w) {
     char name[320];
     snprintf(name, sizeof name, "%s.weight", base);
     return bind_mat(m, name, base, 0, rows, cols, w);
@@ -163,14 +163,14 @@ static int bind_linear(mdl_model *m, const char *base, int rows, int cols, kn_we
 
 /* Bytes of one row of an unpacked matrix's data, and (*srow) of its scales
  * and of its biases (0 for a float matrix). */
-static size_t row_bytes(const kn_weight *w, size_t *srow) {
-    *srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == KN_F32 ? 4 : 2) : 0;
-    return w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == KN_F32 ? 4 : 2);
+static size_t row_bytes(const wt_weight *w, size_t *srow) {
+    *srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == WT_F32 ? 4 : 2) : 0;
+    return w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == WT_F32 ? 4 : 2);
 }
 
 /* Rows r0..r0+n-1 of an unpacked matrix as a matrix of their own. */
-static kn_weight rows_of(const kn_weight *w, int r0, int n) {
-    kn_weight v = *w;
+static wt_weight rows_of(const wt_weight *w, int r0, int n) {
+    wt_weight v = *w;
     size_t srow, row = row_bytes(w, &srow);
     v.rows = n;
     v.data = (const char *)w->data + row * r0;
@@ -192,8 +192,8 @@ void *mdl_own(mdl_model *m, size_t n) {
  * src[i] .. src[i] + len[i] - 1, in the order given, the runs' lengths
  * summing to ROWS. Float and MLX-quantized rows alike (data, and scales and
  * biases row for row). */
-static kn_weight gather_rows(mdl_model *m, const kn_weight *w, int n_runs, const int *src, const int *len, int rows) {
-    kn_weight v = *w;
+static wt_weight gather_rows(mdl_model *m, const wt_weight *w, int n_runs, const int *src, const int *len, int rows) {
+    wt_weight v = *w;
     v.rows = rows;
     size_t srow, row = row_bytes(w, &srow);
     char *d = mdl_own(m, row * (size_t)rows), *sc = NULL, *bi = NULL;
@@ -221,7 +221,7 @@ static int bind_fused_in_proj(mdl_model *m, const char *pre, mdl_layer *L) {
     int H = c->hidden, nk = c->lin_k_heads, dk = c->lin_k_dim, r = c->lin_v_heads / nk, rv = r * c->lin_v_dim;
     int G = 2 * dk + 2 * rv; /* in_proj_qkvz rows of one key head */
     char b[256];
-    kn_weight qkvz, ba;
+    wt_weight qkvz, ba;
     snprintf(b, sizeof b, "%sin_proj_qkvz", pre);
     if (bind_linear(m, b, nk * G, H, &qkvz)) return -1;
     snprintf(b, sizeof b, "%sin_proj_ba", pre);
@@ -242,7 +242,7 @@ static int bind_fused_in_proj(mdl_model *m, const char *pre, mdl_layer *L) {
     return 0;
 }
 
-void mdl_split_ba(mdl_model *m, const kn_weight *ba, int nk, int r, kn_weight *b, kn_weight *a) {
+void mdl_split_ba(mdl_model *m, const wt_weight *ba, int nk, int r, wt_weight *b, wt_weight *a) {
     int *src = dfl_malloc(sizeof(int) * (size_t)nk), *len = dfl_malloc(sizeof(int) * (size_t)nk);
     for (int g = 0; g < nk; g++) src[g] = g * 2 * r, len[g] = r;
     *b = gather_rows(m, ba, nk, src, len, nk * r);
@@ -261,7 +261,7 @@ static int bind_experts(mdl_model *m, const char *pre, mdl_layer *L) {
     snprintf(b, sizeof b, "%smlp.gate", pre);
     if (bind_linear(m, b, E, H, &L->router)) return -1;
     L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
-    kn_weight *tmp = dfl_malloc(sizeof(kn_weight) * (size_t)E);
+    wt_weight *tmp = dfl_malloc(sizeof(wt_weight) * (size_t)E);
     int rc = -1;
     static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
     snprintf(b, sizeof b, "%smlp.switch_mlp.gate_proj.weight", pre);
@@ -303,7 +303,7 @@ out:
 static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2) {
     const st_tensor *t = need(m, name);
     if (!t) return NULL;
-    kn_dtype k;
+    wt_dtype k;
     if (!float_kind(t->dtype, &k)) {
         dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16)", name, st_dtype_name(t->dtype));
         return NULL;
@@ -324,11 +324,11 @@ static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, i
     size_t n = (size_t)d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
     float *v = dfl_malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) {
-        if (k == KN_F32) memcpy(&v[i], (const char *)t->data + 4 * i, 4);
+        if (k == WT_F32) memcpy(&v[i], (const char *)t->data + 4 * i, 4);
         else {
             uint16_t h;
             memcpy(&h, (const char *)t->data + 2 * i, 2);
-            v[i] = k == KN_BF16 ? dfl_bf16_to_f32(h) : dfl_f16_to_f32(h);
+            v[i] = k == WT_BF16 ? dfl_bf16_to_f32(h) : dfl_f16_to_f32(h);
         }
     }
     m->weight_bytes += t->nbytes;
@@ -536,49 +536,7 @@ fail:
     return -1;
 }
 
-enum { MDL_LAYER_MATS = 16 }; /* matrices a layer can have (matrices() lists them) */
-
-/* Every distinct matrix of the model that mdl_pack packs, once (a tied
- * lm_head is the embedding): not the experts, which stay in the mapping
- * (a packed copy of a 30B-A3B's experts would not fit beside it in RAM;
- * the kernels give the same bits without one). */
-static int matrices(mdl_model *m, kn_weight **out) {
-    int n = 0;
-    if (m->embed.rows) out[n++] = &m->embed;
-    if (m->lm_head.rows && m->lm_head.data != m->embed.data) out[n++] = &m->lm_head;
-    if (m->fc.rows) out[n++] = &m->fc;
-    for (int l = 0; l < m->cfg.n_layers && m->layers; l++) {
-        mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq,  &L->wk,      &L->wv,    &L->wo,    &L->wg,    &L->wu,   &L->wd,
-                           &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a, &L->lin_out,
-                           &L->sh_wg,  &L->sh_wu,   &L->sh_wd};
-        for (int i = 0; i < MDL_LAYER_MATS; i++)
-            if (ws[i]->rows) out[n++] = ws[i];
-    }
-    return n;
-}
-
-int mdl_pack(mdl_model *m) {
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + MDL_LAYER_MATS * m->cfg.n_layers));
-    int n = matrices(m, ws), rc = 0;
-    for (int i = 0; i < n && rc == 0; i++)
-        if (!ws[i]->packed) rc = kn_pack(ws[i]);
-    free(ws);
-    if (m->lm_head.data == m->embed.data) m->lm_head.packed = m->embed.packed;
-    return rc;
-}
-
-void mdl_unpack(mdl_model *m) {
-    if (!m->layers && !m->embed.rows) return;
-    if (m->lm_head.data == m->embed.data) m->lm_head.packed = NULL; /* shares the embedding's copy */
-    kn_weight **ws = dfl_malloc(sizeof(kn_weight *) * (size_t)(3 + MDL_LAYER_MATS * m->cfg.n_layers));
-    int n = matrices(m, ws);
-    for (int i = 0; i < n; i++) kn_unpack(ws[i]);
-    free(ws);
-}
-
 void mdl_free(mdl_model *m) {
-    mdl_unpack(m);
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             mdl_layer *L = &m->layers[l];

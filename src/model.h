@@ -10,19 +10,19 @@
 #define DFL_MODEL_H
 
 #include "config.h"
-#include "kernels.h"
+#include "weight.h"
 #include "gguf.h"
 #include "safetensors.h"
 
 /* One expert of an expert block: views into the mapping (never copied,
  * never packed: a 30B-A3B checkpoint's experts are most of its bytes). */
 typedef struct {
-    kn_weight wg, wu, wd;        /* [moe_inter, H] x2, [H, moe_inter] */
+    wt_weight wg, wu, wd;        /* [moe_inter, H] x2, [H, moe_inter] */
 } mdl_expert;
 
 typedef struct {
-    kn_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
-    kn_weight wg, wu, wd;        /* [I, H] x2, [H, I]; absent (rows 0) in an expert layer */
+    wt_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+    wt_weight wg, wu, wd;        /* [I, H] x2, [H, I]; absent (rows 0) in an expert layer */
     float *in_norm, *post_norm;  /* [H] */
     float *q_norm, *k_norm;      /* [hd], NULL without qk-norm */
     /* expert block (cfg.moe_layer[l]), else router.rows = 0, experts NULL.
@@ -31,12 +31,12 @@ typedef struct {
      * mlp.switch_mlp.{gate,up,down}_proj.weight [E, rows, cols] (MLX
      * quantized or not), or transformers 5's fused mlp.experts.gate_up_proj
      * [E, 2*moe_inter, H] + mlp.experts.down_proj [E, H, moe_inter]. */
-    kn_weight router;            /* [n_experts, H] */
+    wt_weight router;            /* [n_experts, H] */
     mdl_expert *experts;         /* [n_experts] */
     /* Qwen3.5-MoE's shared expert beside the routed ones (cfg.shared_inter),
      * layers.L.mlp.shared_expert.{gate,up,down}_proj and
      * mlp.shared_expert_gate.weight [1, H]; else rows 0 / NULL */
-    kn_weight sh_wg, sh_wu, sh_wd; /* [S, H] x2, [H, S] */
+    wt_weight sh_wg, sh_wu, sh_wd; /* [S, H] x2, [H, S] */
     float *sh_gate;              /* [H]: the expert's share is sigmoid(sh_gate . n) */
     /* Qwen3.5 gated full attention (cfg.attn_gate): wq is q_proj as stored,
      * [nh*2*hd, H], each head's rows its query (hd) then its output gate
@@ -44,10 +44,10 @@ typedef struct {
      * 1 + weight: Qwen3.5 stores its RMSNorm weights zero-centred. */
     /* Qwen3.5 Gated DeltaNet (cfg.linear_layer[l]; wq..wo absent then), on
      * disk under layers.L.linear_attn.: C = 2*nk*dk + nv*dv channels */
-    kn_weight lin_qkv;           /* in_proj_qkv [C, H]: q [nk*dk], k [nk*dk], v [nv*dv] */
-    kn_weight lin_z;             /* in_proj_z [nv*dv, H]: output gate */
-    kn_weight lin_b, lin_a;      /* in_proj_b, in_proj_a [nv, H]: write strength, decay step */
-    kn_weight lin_out;           /* out_proj [H, nv*dv] */
+    wt_weight lin_qkv;           /* in_proj_qkv [C, H]: q [nk*dk], k [nk*dk], v [nv*dv] */
+    wt_weight lin_z;             /* in_proj_z [nv*dv, H]: output gate */
+    wt_weight lin_b, lin_a;      /* in_proj_b, in_proj_a [nv, H]: write strength, decay step */
+    wt_weight lin_out;           /* out_proj [H, nv*dv] */
     float *conv_w;               /* conv1d.weight [C][K] (stored [C, 1, K]), f32 */
     float *dt_bias;              /* [nv] */
     float *neg_a;                /* [nv] = -exp(A_log) */
@@ -59,11 +59,11 @@ typedef struct {
     st_set st;
     gguf_file *gguf;    /* the mapped GGUF file when loaded from one (st unused) */
     mdl_layer *layers;  /* [n_layers] */
-    kn_weight embed;    /* [vocab, H]; absent (rows 0) in a draft */
-    kn_weight lm_head;  /* [vocab, H]; == embed when tied; absent in a draft */
+    wt_weight embed;    /* [vocab, H]; absent (rows 0) in a draft */
+    wt_weight lm_head;  /* [vocab, H]; == embed when tied; absent in a draft */
     float *final_norm;  /* [H] */
     /* DFlash draft only */
-    kn_weight fc;        /* [H, n_taps*H] */
+    wt_weight fc;        /* [H, n_taps*H] */
     float *hidden_norm;  /* [H] */
     size_t weight_bytes; /* bytes of all weight data, for bandwidth figures */
     /* Qwen3.5 / Qwen3-Next as mlx-lm converts them (conv1d.weight [C, K, 1]):
@@ -80,12 +80,6 @@ typedef struct {
 int mdl_check_path(const char *path);
 /* DIR: a Hugging Face / MLX directory, or a GGUF file (gguf_model.h). */
 int mdl_load(mdl_model *m, const char *dir);
-/* Give every Q8/Q4 matrix the kernels' packed copy (kn_pack), when the
- * current kernel mode uses one; freed by mdl_unpack (or mdl_free). Call
- * after any conversion (qt_model). */
-int mdl_pack(mdl_model *m);
-/* Free the packed copies mdl_pack made (a model never packed: nothing). */
-void mdl_unpack(mdl_model *m);
 void mdl_free(mdl_model *m);
 /* A new buffer of N bytes that lives as long as M (freed by mdl_free): the
  * load's converted and regrouped copies of weights. */
@@ -93,6 +87,6 @@ void *mdl_own(mdl_model *m, size_t n);
 /* Qwen3-Next's fused beta/alpha projection BA (in_proj_ba, GGUF ssm_ba:
  * per key head g of NK the rows [b_g (R rows) | a_g (R rows)]) split into B
  * and A, NK * R rows each (copies owned by m; float or MLX rows). */
-void mdl_split_ba(mdl_model *m, const kn_weight *ba, int nk, int r, kn_weight *b, kn_weight *a);
+void mdl_split_ba(mdl_model *m, const wt_weight *ba, int nk, int r, wt_weight *b, wt_weight *a);
 
 #endif

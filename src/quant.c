@@ -6,17 +6,17 @@
 
 #include "util.h"
 
-static float store(kn_dtype t, void *arr, int i, float v) {
-    if (t == KN_F32) {
+static float store(wt_dtype t, void *arr, int i, float v) {
+    if (t == WT_F32) {
         ((float *)arr)[i] = v;
         return v;
     }
-    uint16_t h = t == KN_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
+    uint16_t h = t == WT_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
     ((uint16_t *)arr)[i] = h;
-    return t == KN_BF16 ? dfl_bf16_to_f32(h) : dfl_f16_to_f32(h);
+    return t == WT_BF16 ? dfl_bf16_to_f32(h) : dfl_f16_to_f32(h);
 }
 
-void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *packed, void *scales, void *biases) {
+void qt_row(const float *w, int cols, int bits, int g, wt_dtype st, uint32_t *packed, void *scales, void *biases) {
     int qmax = (1 << bits) - 1;
     memset(packed, 0, sizeof(uint32_t) * (size_t)cols * bits / 32);
     for (int g0 = 0; g0 < cols; g0 += g) {
@@ -47,6 +47,7 @@ void qt_row(const float *w, int cols, int bits, int g, kn_dtype st, uint32_t *pa
 #include "gguf_model.h"
 #include "gguf_write.h"
 #include "safetensors.h"
+#include "weight.h"
 
 int qt_parse(const char *s, qt_kind *k) {
     if (!s || !*s) *k = QT_KEEP;
@@ -63,15 +64,15 @@ int qt_parse(const char *s, qt_kind *k) {
 
 
 /* Re-encode w (any dtype) as kind k; returns the new weight. */
-static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group) {
-    kn_weight o = *w;
+static wt_weight convert(mdl_model *m, const wt_weight *w, qt_kind k, int group) {
+    wt_weight o = *w;
     if (k == QT_Q8_0) { /* Q8_0 blocks, then the same conversion as a GGUF load */
         if (w->cols % 32) return o;
         size_t rb = (size_t)w->cols / 32 * 34;
         uint8_t *blk = dfl_malloc(rb * (size_t)w->rows);
         float *x = dfl_malloc(sizeof(float) * (size_t)w->cols);
         for (int r = 0; r < w->rows; r++) {
-            kn_get_row(x, w, r);
+            wt_get_row(x, w, r);
             ggm_quantize_q8_0(x, w->cols, blk + rb * (size_t)r);
         }
         ggm_q8_0_weight(m, blk, w->rows, w->cols, NULL, &o);
@@ -80,16 +81,16 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
         return o;
     }
     int bits = k == QT_Q8 ? 8 : 4;
-    if (k == QT_KEEP || (k == QT_BF16 && w->dtype == KN_BF16) || (k != QT_BF16 && w->cols % group)) return o;
-    if ((k == QT_Q8 && w->dtype == KN_Q8) || (k == QT_Q4 && w->dtype == KN_Q4)) return o;
+    if (k == QT_KEEP || (k == QT_BF16 && w->dtype == WT_BF16) || (k != QT_BF16 && w->cols % group)) return o;
+    if ((k == QT_Q8 && w->dtype == WT_Q8) || (k == QT_Q4 && w->dtype == WT_Q4)) return o;
     float *row = dfl_malloc(sizeof(float) * (size_t)w->cols);
     if (k == QT_BF16) {
         uint16_t *d = mdl_own(m, sizeof(uint16_t) * (size_t)w->rows * w->cols);
         for (int r = 0; r < w->rows; r++) {
-            kn_get_row(row, w, r);
+            wt_get_row(row, w, r);
             for (int j = 0; j < w->cols; j++) d[(size_t)r * w->cols + j] = dfl_f32_to_bf16(row[j]);
         }
-        o.dtype = KN_BF16;
+        o.dtype = WT_BF16;
         o.data = d;
         o.scales = o.biases = NULL;
         o.bits = o.group_size = 0;
@@ -98,14 +99,14 @@ static kn_weight convert(mdl_model *m, const kn_weight *w, qt_kind k, int group)
         uint32_t *d = mdl_own(m, sizeof(uint32_t) * words * w->rows);
         uint16_t *sc = mdl_own(m, sizeof(uint16_t) * ng * w->rows), *bi = mdl_own(m, sizeof(uint16_t) * ng * w->rows);
         for (int r = 0; r < w->rows; r++) {
-            kn_get_row(row, w, r);
-            qt_row(row, w->cols, bits, group, KN_BF16, d + words * r, sc + ng * r, bi + ng * r);
+            wt_get_row(row, w, r);
+            qt_row(row, w->cols, bits, group, WT_BF16, d + words * r, sc + ng * r, bi + ng * r);
         }
-        o.dtype = bits == 8 ? KN_Q8 : KN_Q4;
+        o.dtype = bits == 8 ? WT_Q8 : WT_Q4;
         o.data = d;
         o.scales = sc;
         o.biases = bi;
-        o.scale_dtype = KN_BF16;
+        o.scale_dtype = WT_BF16;
         o.bits = bits;
         o.group_size = group;
     }
@@ -124,32 +125,32 @@ int qt_model(mdl_model *m, qt_kind k, int group) {
     int tied = m->lm_head.data == m->embed.data;
     if (m->embed.rows) {
         m->embed = convert(m, &m->embed, k, group);
-        bytes += kn_weight_bytes(&m->embed);
+        bytes += wt_bytes(&m->embed);
         if (tied) m->lm_head = m->embed;
         else {
             m->lm_head = convert(m, &m->lm_head, k, group);
-            bytes += kn_weight_bytes(&m->lm_head);
+            bytes += wt_bytes(&m->lm_head);
         }
     }
     if (m->fc.rows) {
         m->fc = convert(m, &m->fc, k, group);
-        bytes += kn_weight_bytes(&m->fc);
+        bytes += wt_bytes(&m->fc);
     }
     for (int l = 0; l < m->cfg.n_layers; l++) {
         mdl_layer *L = &m->layers[l];
-        kn_weight *ws[] = {&L->wq,      &L->wk,    &L->wv,    &L->wo,    &L->wg,      &L->wu,
+        wt_weight *ws[] = {&L->wq,      &L->wk,    &L->wv,    &L->wo,    &L->wg,      &L->wu,
                            &L->wd,      &L->router, &L->lin_qkv, &L->lin_z, &L->lin_b, &L->lin_a,
                            &L->lin_out, &L->sh_wg, &L->sh_wu, &L->sh_wd};
         for (int i = 0; i < (int)(sizeof ws / sizeof ws[0]); i++)
             if (ws[i]->rows) {
                 *ws[i] = convert(m, ws[i], k, group);
-                bytes += kn_weight_bytes(ws[i]);
+                bytes += wt_bytes(ws[i]);
             }
         for (int e = 0; L->experts && e < m->cfg.n_experts; e++) {
-            kn_weight *xs[] = {&L->experts[e].wg, &L->experts[e].wu, &L->experts[e].wd};
+            wt_weight *xs[] = {&L->experts[e].wg, &L->experts[e].wu, &L->experts[e].wd};
             for (int i = 0; i < 3; i++) {
                 *xs[i] = convert(m, xs[i], k, group);
-                bytes += kn_weight_bytes(xs[i]);
+                bytes += wt_bytes(xs[i]);
             }
         }
     }
@@ -262,15 +263,15 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
             n++;
             continue;
         }
-        kn_weight w = {.rows = (int)t->shape[0], .cols = (int)t->shape[1], .data = t->data,
-                       .dtype = t->dtype == ST_F32 ? KN_F32 : t->dtype == ST_F16 ? KN_F16 : KN_BF16};
+        wt_weight w = {.rows = (int)t->shape[0], .cols = (int)t->shape[1], .data = t->data,
+                       .dtype = t->dtype == ST_F32 ? WT_F32 : t->dtype == ST_F16 ? WT_F16 : WT_BF16};
         size_t words = (size_t)w.cols * bits / 32, ng = (size_t)(w.cols / group);
         uint32_t *pk = bufs[nb++] = dfl_malloc(sizeof(uint32_t) * words * w.rows);
         uint16_t *sc = bufs[nb++] = dfl_malloc(2 * ng * w.rows), *bi = bufs[nb++] = dfl_malloc(2 * ng * w.rows);
         float *row = dfl_malloc(sizeof(float) * (size_t)w.cols);
         for (int r = 0; r < w.rows; r++) {
-            kn_get_row(row, &w, r);
-            qt_row(row, w.cols, bits, group, KN_BF16, pk + words * r, sc + ng * r, bi + ng * r);
+            wt_get_row(row, &w, r);
+            qt_row(row, w.cols, bits, group, WT_BF16, pk + words * r, sc + ng * r, bi + ng * r);
         }
         free(row);
         size_t base = strlen(t->name) - 7; /* without ".weight" */

@@ -10,11 +10,11 @@
 
 #include <stdint.h>
 
-#include "kernels.h"
+#include "weight.h"
 
 /* Quantize one row w[cols]. packed: cols*bits/32 words; scales, biases:
- * cols/g elements of scale_dtype (KN_F32, KN_F16 or KN_BF16). */
-void qt_row(const float *w, int cols, int bits, int g, kn_dtype scale_dtype, uint32_t *packed, void *scales,
+ * cols/g elements of scale_dtype (WT_F32, WT_F16 or WT_BF16). */
+void qt_row(const float *w, int cols, int bits, int g, wt_dtype scale_dtype, uint32_t *packed, void *scales,
             void *biases);
 
 /* ---- whole models --------------------------------------------------------- */

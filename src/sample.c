@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "util.h"
 
 static int argmax_generic(const float *x, int n) {

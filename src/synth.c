@@ -32,8 +32,8 @@ syn_spec syn_default(void) {
     c->qk_norm = 1;
     c->tie_embeddings = 1;
     c->max_pos = 256;
-    s.dtype = KN_BF16;
-    s.scale_dtype = KN_BF16;
+    s.dtype = WT_BF16;
+    s.scale_dtype = WT_BF16;
     s.seed = 1;
     return s;
 }
@@ -86,12 +86,12 @@ static void add(tensors *ts, const char *name, st_dtype d, int ndim, int64_t d0,
     ts->bufs[ts->n++] = data;
 }
 
-static st_dtype st_of(kn_dtype k) { return k == KN_F32 ? ST_F32 : k == KN_F16 ? ST_F16 : ST_BF16; }
-static size_t size_of(kn_dtype k) { return k == KN_F32 ? 4 : 2; }
+static st_dtype st_of(wt_dtype k) { return k == WT_F32 ? ST_F32 : k == WT_F16 ? ST_F16 : ST_BF16; }
+static size_t size_of(wt_dtype k) { return k == WT_F32 ? 4 : 2; }
 
-static void put(kn_dtype k, void *arr, size_t i, float v) {
-    if (k == KN_F32) ((float *)arr)[i] = v;
-    else ((uint16_t *)arr)[i] = k == KN_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
+static void put(wt_dtype k, void *arr, size_t i, float v) {
+    if (k == WT_F32) ((float *)arr)[i] = v;
+    else ((uint16_t *)arr)[i] = k == WT_BF16 ? dfl_f32_to_bf16(v) : dfl_f32_to_f16(v);
 }
 
 /* Rows [a, b) of a [rows, cols] matrix of N(0, std^2), plain or
@@ -297,7 +297,7 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
     cJSON_AddBoolToObject(j, "attention_bias", 0);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddStringToObject(j, "torch_dtype", s->dtype == KN_F32 ? "float32" : s->dtype == KN_F16 ? "float16" : "bfloat16");
+    cJSON_AddStringToObject(j, "torch_dtype", s->dtype == WT_F32 ? "float32" : s->dtype == WT_F16 ? "float16" : "bfloat16");
     if (c->q_bits) {
         cJSON *q = cJSON_AddObjectToObject(j, "quantization");
         cJSON_AddNumberToObject(q, "group_size", c->q_group);

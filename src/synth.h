@@ -30,12 +30,12 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "kernels.h"
+#include "weight.h"
 
 typedef struct {
     cfg_model c;        /* shapes and options; c.q_bits/q_group select MLX layout */
-    kn_dtype dtype;     /* KN_BF16, KN_F16 or KN_F32 for unquantized tensors */
-    kn_dtype scale_dtype;
+    wt_dtype dtype;     /* WT_BF16, WT_F16 or WT_F32 for unquantized tensors */
+    wt_dtype scale_dtype;
     uint64_t seed;
     int sharded;        /* write N shards + model.safetensors.index.json */
     float layer_scale;  /* decoder-layer matrices' std times this (0 = 1): small makes the

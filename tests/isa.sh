@@ -8,7 +8,7 @@
 # (QEMU 7.2's TCG has no AVX-512 nor AVX-VNNI: those variants are tested on
 # hosts that have them, by make test.) Before each model's tests,
 # build/variants -c must print the variant expected there: that checks the
-# CPUID + XGETBV dispatch (src/cpu.c) itself, and an instruction the model
+# CPUID + XGETBV dispatch (src/cpu/cpu.c) itself, and an instruction the model
 # lacks kills the test (SIGILL), so a wrong dispatch fails here.
 #
 # Usage: tests/isa.sh BUILD_DIR (the programs BUILD/test_* of ISA_TESTS and

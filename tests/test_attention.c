@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
+#include "cpu/attention.h"
 #include "check.h"
-#include "kernels.h"
-#include "threads.h"
+#include "cpu/kernels.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* The pool at_run uses (NULL: the calling thread). */

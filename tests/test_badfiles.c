@@ -394,7 +394,7 @@ TEST(output_dirs) {
     CHECK(dflash_quantize(inp, out, 8, 32) == 0, "%s", dfl_lasterr());
     mdl_model m;
     CHECK(mdl_load(&m, out) == 0, "quantized output: %s", dfl_lasterr());
-    CHECK(m.cfg.q_bits == 8 && m.layers && m.layers[0].wq.dtype == KN_Q8, "quantized output: bits %d",
+    CHECK(m.cfg.q_bits == 8 && m.layers && m.layers[0].wq.dtype == WT_Q8, "quantized output: bits %d",
           m.cfg.q_bits);
     mdl_free(&m);
     /* synth -o the tokenizer directory would unlink the tokenizer */

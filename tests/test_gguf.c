@@ -27,7 +27,8 @@
 #include "gguf.h"
 #include "gguf_model.h"
 #include "gguf_write.h"
-#include "threads.h"
+#include "cpu/kernels.h"
+#include "cpu/threads.h"
 #include "model.h"
 #include "backend.h"
 #include "quant.h"
@@ -375,10 +376,10 @@ static int convert(const char *in, const char *out, const char *type) {
     return rc;
 }
 
-/* Every matrix of a and b, row by row through kn_get_row, equal (b's row
+/* Every matrix of a and b, row by row through wt_get_row, equal (b's row
  * values passed through round() first when round is set). */
 static int same_weights(const mdl_model *a, const mdl_model *b, float (*round)(float), const char *what) {
-    const kn_weight *wa[8], *wb[8];
+    const wt_weight *wa[8], *wb[8];
     int bad = 0;
     float *x = NULL, *y = NULL;
     for (int l = -1; l < a->cfg.n_layers && !bad; l++) {
@@ -388,8 +389,8 @@ static int same_weights(const mdl_model *a, const mdl_model *b, float (*round)(f
             wa[k] = &a->lm_head, wb[k++] = &b->lm_head;
         } else {
             const mdl_layer *A = &a->layers[l], *B = &b->layers[l];
-            const kn_weight *xa[] = {&A->wq, &A->wk, &A->wv, &A->wo, &A->wg, &A->wu, &A->wd};
-            const kn_weight *xb[] = {&B->wq, &B->wk, &B->wv, &B->wo, &B->wg, &B->wu, &B->wd};
+            const wt_weight *xa[] = {&A->wq, &A->wk, &A->wv, &A->wo, &A->wg, &A->wu, &A->wd};
+            const wt_weight *xb[] = {&B->wq, &B->wk, &B->wv, &B->wo, &B->wg, &B->wu, &B->wd};
             for (int i = 0; i < 7; i++) wa[k] = xa[i], wb[k++] = xb[i];
             for (int i = 0; i < a->cfg.hidden; i++)
                 if (A->in_norm[i] != B->in_norm[i] || A->post_norm[i] != B->post_norm[i]) bad = 1;
@@ -402,8 +403,8 @@ static int same_weights(const mdl_model *a, const mdl_model *b, float (*round)(f
             x = dfl_realloc(x, sizeof(float) * (size_t)wa[i]->cols);
             y = dfl_realloc(y, sizeof(float) * (size_t)wa[i]->cols);
             for (int r = 0; r < wa[i]->rows && !bad; r++) {
-                kn_get_row(x, wa[i], r);
-                kn_get_row(y, wb[i], r);
+                wt_get_row(x, wa[i], r);
+                wt_get_row(y, wb[i], r);
                 for (int j = 0; j < wa[i]->cols; j++) {
                     float want = round ? round(y[j]) : y[j];
                     if (memcmp(&x[j], &want, 4)) {
@@ -439,7 +440,7 @@ TEST(convert_qwen3) {
               a->tie_embeddings == b->tie_embeddings && b->qk_norm && b->arch == CFG_QWEN3,
           "config differs");
     CHECK(b->n_eos >= 1 && b->eos_ids[0] == 151645, "eos %d", b->eos_ids[0]);
-    CHECK(f16.layers[0].wq.dtype == KN_F16 && q8.layers[0].wq.dtype == KN_Q8 && q8.layers[0].wq.group_size == 32,
+    CHECK(f16.layers[0].wq.dtype == WT_F16 && q8.layers[0].wq.dtype == WT_Q8 && q8.layers[0].wq.group_size == 32,
           "dtypes");
     CHECK(same_weights(&f16, &hf, to_f16, "f16"), "f16 weights are not the f16 rounding of the checkpoint's");
     CHECK(qt_model(&hf, QT_Q8_0, 0) == 0, "qt_model");
@@ -525,7 +526,7 @@ TEST(convert_llama) {
     if (gguf_open(&g, out) == 0) {
         const gguf_tensor *t = gguf_find_tensor(&g, "blk.0.attn_q.weight");
         float x[64];
-        kn_get_row(x, &hf.layers[0].wq, hf.cfg.head_dim / 2);
+        wt_get_row(x, &hf.layers[0].wq, hf.cfg.head_dim / 2);
         const uint16_t *row1 = (const uint16_t *)t->data + t->ne[0];
         CHECK(t && dfl_f16_to_f32(row1[0]) == to_f16(x[0]) && dfl_f16_to_f32(row1[5]) == to_f16(x[5]),
               "row 1 is not HF row hd/2");
@@ -601,8 +602,8 @@ TEST(convert_draft) {
         int bad = 0;
         float x[1024], y[1024];
         for (int r = 0; r < hf.fc.rows && !bad; r++) {
-            kn_get_row(x, &gg.fc, r);
-            kn_get_row(y, &hf.fc, r);
+            wt_get_row(x, &gg.fc, r);
+            wt_get_row(y, &hf.fc, r);
             for (int j = 0; j < hf.fc.cols; j++) bad |= x[j] != to_f16(y[j]);
         }
         for (int i = 0; i < a->hidden; i++) bad |= gg.hidden_norm[i] != hf.hidden_norm[i];
@@ -614,13 +615,13 @@ TEST(convert_draft) {
 
 /* 1 if matrices a and b hold the same values (any dtype each) */
 /* a's rows equal b's rows passed through round (NULL: as they are) */
-static int same_rounded(const kn_weight *a, const kn_weight *b, float (*round)(float)) {
+static int same_rounded(const wt_weight *a, const wt_weight *b, float (*round)(float)) {
     if (a->rows != b->rows || a->cols != b->cols) return 0;
     float *x = malloc(sizeof(float) * (size_t)a->cols), *y = malloc(sizeof(float) * (size_t)a->cols);
     int same = x && y;
     for (int r = 0; r < a->rows && same; r++) {
-        kn_get_row(x, a, r);
-        kn_get_row(y, b, r);
+        wt_get_row(x, a, r);
+        wt_get_row(y, b, r);
         for (int j = 0; round && j < a->cols; j++) y[j] = round(y[j]);
         same = !memcmp(x, y, sizeof(float) * (size_t)a->cols);
     }
@@ -629,7 +630,7 @@ static int same_rounded(const kn_weight *a, const kn_weight *b, float (*round)(f
     return same;
 }
 
-static int same_matrix(const kn_weight *a, const kn_weight *b) { return same_rounded(a, b, NULL); }
+static int same_matrix(const wt_weight *a, const wt_weight *b) { return same_rounded(a, b, NULL); }
 
 static int same_vec(const float *a, const float *b, int n) {
     return (!a && !b) || (a && b && !memcmp(a, b, sizeof(float) * (size_t)n));
@@ -696,12 +697,12 @@ TEST(q4_blocks) {
     for (int k = 0; k < 2; k++) {
         mdl_model m;
         memset(&m, 0, sizeof m);
-        kn_weight w = {.rows = R, .cols = C};
+        wt_weight w = {.rows = R, .cols = C};
         ggm_q4_weight(&m, k ? q41 : q40, R, C, NULL, k, &w);
-        CHECK(w.dtype == KN_Q4 && w.group_size == 32 && kn_check_weight(&w, "q4") == 0, "weight");
+        CHECK(w.dtype == WT_Q4 && w.group_size == 32 && wt_check(&w, "q4") == 0, "weight");
         float x[C];
         for (int r = 0; r < R; r++) {
-            kn_get_row(x, &w, r);
+            wt_get_row(x, &w, r);
             CHECK(!memcmp(x, k ? want1[r] : want0[r], sizeof x), "Q4_%d row %d differs", k, r);
         }
         mdl_free(&m);
@@ -901,9 +902,9 @@ TEST(llama_converter_families) {
         int bad = !same_matrix(&gg.embed, &hf.embed), n = 1;
         for (int l = 0; l < a->n_layers && !bad; l++) {
             const mdl_layer *x = &gg.layers[l], *y = &hf.layers[l];
-            const kn_weight *xs[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
+            const wt_weight *xs[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
                                      &x->lin_out, &x->sh_wg, &x->sh_wu};
-            const kn_weight *ys[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
+            const wt_weight *ys[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
                                      &y->lin_out, &y->sh_wg, &y->sh_wu};
             for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
                 bad |= !same_matrix(xs[k], ys[k]);
@@ -989,7 +990,7 @@ TEST(convert_qwen3moe) {
                 bad |= !same_matrix(&q8.layers[l].experts[e].wg, &hf.layers[l].experts[e].wg) ||
                        !same_matrix(&q8.layers[l].experts[e].wu, &hf.layers[l].experts[e].wu) ||
                        !same_matrix(&q8.layers[l].experts[e].wd, &hf.layers[l].experts[e].wd);
-        CHECK(!bad && q8.layers[0].experts[0].wg.dtype == KN_Q8, "Q8_0 experts differ from the engine's Q8_0");
+        CHECK(!bad && q8.layers[0].experts[0].wg.dtype == WT_Q8, "Q8_0 experts differ from the engine's Q8_0");
     }
     mdl_free(&hf);
     mdl_free(&f16);
@@ -1360,16 +1361,16 @@ TEST(quants_match_ggml) {
         if (o > n) break;
         mdl_model m;
         memset(&m, 0, sizeof m);
-        kn_weight w;
+        wt_weight w;
         ggm_dequant_weight(&m, type, blocks, rows, cols, &w);
-        CHECK(kn_check_weight(&w, ggml_type_name(type)) == 0, "%s", dfl_lasterr());
+        CHECK(wt_check(&w, ggml_type_name(type)) == 0, "%s", dfl_lasterr());
         if (type == GGML_Q6_K) /* the MLX 8-bit layout with groups of 16, not F32 */
-            CHECK(w.dtype == KN_Q8 && w.bits == 8 && w.group_size == 16 && kn_weight_bytes(&w) <= (size_t)rows * cols * 3 / 2,
-                  "Q6_K became %s g%d, %zu bytes", kn_dtype_name(w.dtype), w.group_size, kn_weight_bytes(&w));
+            CHECK(w.dtype == WT_Q8 && w.bits == 8 && w.group_size == 16 && wt_bytes(&w) <= (size_t)rows * cols * 3 / 2,
+                  "Q6_K became %s g%d, %zu bytes", wt_dtype_name(w.dtype), w.group_size, wt_bytes(&w));
         float x[512];
         int bad = 0;
         for (int r = 0; r < rows; r++) {
-            kn_get_row(x, &w, r);
+            wt_get_row(x, &w, r);
             for (int j = 0; j < cols && !bad; j++)
                 if (x[j] != want[r * cols + j]) { /* as numbers: scale*q + bias gives +0 where ggml's d*(q-8) gives -0 */
                     CHECK(0, "%s row %d col %d: %.9g, ggml %.9g", ggml_type_name(type), r, j, x[j], want[r * cols + j]);
@@ -1387,7 +1388,7 @@ TEST(quants_match_ggml) {
         kn_matmul(tp, y16, act, &w, 16);
         kn_matmul(tp, y1, act + 5 * cols, &w, 1);
         CHECK(!memcmp(y1, y16 + 5 * rows, sizeof y1), "%s: T=1 and T=16 differ", ggml_type_name(type));
-        /* the kernels' packed copy (made at load by mdl_pack) gives the same bits */
+        /* the kernels' packed copy (made by the CPU backend, cb_pack) gives the same bits */
         float yp[16 * 3];
         CHECK(kn_pack(&w) == 0, "pack");
         kn_matmul(tp, yp, act, &w, 16);
@@ -1471,7 +1472,7 @@ TEST(q6k_model) {
     s.c.inter = 512;
     s.c.head_dim = 64;
     s.c.tie_embeddings = 0;
-    s.dtype = KN_F16;
+    s.dtype = WT_F16;
     const char *src = tpath("q6k-src"), *f16p = tpath("q6k-f16.gguf"), *q6p = tpath("q6k.gguf");
     CHECK(syn_write(src, &s) == 0, "synth: %s", dfl_lasterr());
     if (ggm_convert(src, f16p, "f16", "tests/models/tiny-qwen3") != 0) {
@@ -1527,15 +1528,15 @@ TEST(q6k_model) {
             for (int i = 0; i < g.n_tensors; i++) {
                 const gguf_tensor *t = &g.t[i];
                 if (t->type != GGML_Q6_K) continue;
-                const kn_weight *kw = !strcmp(t->name, "token_embd.weight") ? &m.embed
+                const wt_weight *kw = !strcmp(t->name, "token_embd.weight") ? &m.embed
                                       : !strcmp(t->name, "output.weight")   ? &m.lm_head
                                       : strstr(t->name, "attn_v")           ? &m.layers[atoi(t->name + 4)].wv
                                                                             : &m.layers[atoi(t->name + 4)].wd;
-                CHECK(kw->dtype == KN_Q8 && kw->group_size == 16 && kw->rows == t->ne[1] && kw->cols == t->ne[0],
-                      "%s: %s g%d", t->name, kn_dtype_name(kw->dtype), kw->group_size);
+                CHECK(kw->dtype == WT_Q8 && kw->group_size == 16 && kw->rows == t->ne[1] && kw->cols == t->ne[0],
+                      "%s: %s g%d", t->name, wt_dtype_name(kw->dtype), kw->group_size);
                 int bad = 0, cols = (int)t->ne[0];
                 for (int r = 0; r < kw->rows && !bad; r++) {
-                    kn_get_row(row, kw, r);
+                    wt_get_row(row, kw, r);
                     for (int j = 0; j < cols && !bad; j++) {
                         float want = q6k_value((const uint8_t *)t->data + (size_t)r * (size_t)(cols / 256 * 210), j);
                         if (row[j] != want) {

@@ -1,4 +1,4 @@
-/* test_kernels.c - kn_matmul / kn_get_row for every dtype and every SIMD
+/* test_kernels.c - kn_matmul / wt_get_row for every dtype and every SIMD
  * variant this CPU has (the tp_ pools themselves: test_threads.c).
  *
  * Accuracy: each output is compared with a double-precision reference
@@ -36,10 +36,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "cpu.h"
-#include "kernels.h"
-#include "kernels_impl.h"
-#include "threads.h"
+#include "cpu/cpu.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_impl.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 /* ---- random numbers ---------------------------------------------------- */
@@ -63,48 +63,48 @@ static float rng_unit(void) { return (float)(rng_u64() >> 40) / 16777216.0f * 2.
 /* ---- test weights ------------------------------------------------------ */
 
 typedef struct {
-    kn_weight w;
+    wt_weight w;
     void *data, *scales, *biases;
 } tweight;
 
-static uint16_t store_scale(kn_dtype t, float v) {
-    return t == KN_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
+static uint16_t store_scale(wt_dtype t, float v) {
+    return t == WT_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
 }
 
 /* Random W[rows][cols] of the given dtype. Q: group g, scales of dtype sd. */
-static tweight make_weight(kn_dtype dt, int rows, int cols, int g, kn_dtype sd) {
+static tweight make_weight(wt_dtype dt, int rows, int cols, int g, wt_dtype sd) {
     tweight tw;
     memset(&tw, 0, sizeof tw);
-    kn_weight *w = &tw.w;
+    wt_weight *w = &tw.w;
     w->dtype = dt;
     w->rows = rows;
     w->cols = cols;
     size_t n = (size_t)rows * cols;
-    if (dt == KN_F32) {
+    if (dt == WT_F32) {
         float *d = dfl_malloc(n * 4);
         for (size_t i = 0; i < n; i++) d[i] = rng_unit();
         tw.data = d;
-    } else if (dt == KN_F16 || dt == KN_BF16) {
+    } else if (dt == WT_F16 || dt == WT_BF16) {
         uint16_t *d = dfl_malloc(n * 2);
         for (size_t i = 0; i < n; i++) {
             float v = rng_unit();
-            if (dt == KN_F16 && i % 97 == 5) v *= 1e-6f; /* f16 subnormals */
+            if (dt == WT_F16 && i % 97 == 5) v *= 1e-6f; /* f16 subnormals */
             if (i % 101 == 7) v = 0.0f;
-            d[i] = dt == KN_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
+            d[i] = dt == WT_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
         }
         tw.data = d;
     } else {
-        int bits = dt == KN_Q8 ? 8 : 4;
+        int bits = dt == WT_Q8 ? 8 : 4;
         size_t words = n * bits / 32, ng = (size_t)rows * (cols / g);
         uint32_t *d = dfl_malloc(words * 4);
         for (size_t i = 0; i < words; i++) d[i] = (uint32_t)rng_u64();
-        size_t ss = sd == KN_F32 ? 4 : 2;
+        size_t ss = sd == WT_F32 ? 4 : 2;
         tw.scales = dfl_malloc(ng * ss);
         tw.biases = dfl_malloc(ng * ss);
         for (size_t i = 0; i < ng; i++) {
             float s = (0.5f + 0.5f * (rng_unit() + 1.0f)) / (float)((1 << bits) - 1);
             float b = -0.5f * (1.0f + 0.3f * rng_unit());
-            if (sd == KN_F32) {
+            if (sd == WT_F32) {
                 ((float *)tw.scales)[i] = s;
                 ((float *)tw.biases)[i] = b;
             } else {
@@ -130,20 +130,20 @@ static void free_weight(tweight *tw) {
     free(tw->biases);
 }
 
-static double scale_val(const kn_weight *w, const void *p, size_t i) {
-    if (w->scale_dtype == KN_F32) return ((const float *)p)[i];
+static double scale_val(const wt_weight *w, const void *p, size_t i) {
+    if (w->scale_dtype == WT_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
-    return w->scale_dtype == KN_F16 ? dfl_f16_to_f32(h) : dfl_bf16_to_f32(h);
+    return w->scale_dtype == WT_F16 ? dfl_f16_to_f32(h) : dfl_bf16_to_f32(h);
 }
 
 /* W[r][j] split as s*q + b (s = 1, b = 0 for float dtypes) - exact. */
-static void elem(const kn_weight *w, int r, int j, double *s, double *q, double *b) {
+static void elem(const wt_weight *w, int r, int j, double *s, double *q, double *b) {
     size_t i = (size_t)r * w->cols + j;
     *s = 1, *b = 0;
     switch (w->dtype) {
-    case KN_F32: *q = ((const float *)w->data)[i]; return;
-    case KN_F16: *q = dfl_f16_to_f32(((const uint16_t *)w->data)[i]); return;
-    case KN_BF16: *q = dfl_bf16_to_f32(((const uint16_t *)w->data)[i]); return;
+    case WT_F32: *q = ((const float *)w->data)[i]; return;
+    case WT_F16: *q = dfl_f16_to_f32(((const uint16_t *)w->data)[i]); return;
+    case WT_BF16: *q = dfl_bf16_to_f32(((const uint16_t *)w->data)[i]); return;
     default: {
         int bits = w->bits, per = 32 / bits;
         uint32_t word = ((const uint32_t *)w->data)[i / per];
@@ -156,7 +156,7 @@ static void elem(const kn_weight *w, int r, int j, double *s, double *q, double 
 }
 
 /* Check y[T][rows] against the double reference; returns #failures. */
-static int check_against_ref(const float *y, const float *x, const kn_weight *w, int T, const char *what) {
+static int check_against_ref(const float *y, const float *x, const wt_weight *w, int T, const char *what) {
     int bad = 0;
     for (int t = 0; t < T; t++)
         for (int r = 0; r < w->rows; r++) {
@@ -210,65 +210,65 @@ static int q8_default(const char *v) { return lookup(v) >= 0 && expect[lookup(v)
 static int has_q8_pack(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].pack; }
 static int has_bf16(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].bf16 && cpu_has(CPU_AVX512BF16); }
 
-static void describe(char *buf, size_t n, const char *var, const kn_weight *w, int T) {
-    if (w->dtype == KN_Q8 || w->dtype == KN_Q4)
-        snprintf(buf, n, "%s %s g%d %s-scales [%d x %d]", var, kn_dtype_name(w->dtype),
-                 w->group_size, kn_dtype_name(w->scale_dtype), w->rows, w->cols);
+static void describe(char *buf, size_t n, const char *var, const wt_weight *w, int T) {
+    if (w->dtype == WT_Q8 || w->dtype == WT_Q4)
+        snprintf(buf, n, "%s %s g%d %s-scales [%d x %d]", var, wt_dtype_name(w->dtype),
+                 w->group_size, wt_dtype_name(w->scale_dtype), w->rows, w->cols);
     else
-        snprintf(buf, n, "%s %s [%d x %d]", var, kn_dtype_name(w->dtype), w->rows, w->cols);
+        snprintf(buf, n, "%s %s [%d x %d]", var, wt_dtype_name(w->dtype), w->rows, w->cols);
     if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
-    if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant())
+    if ((w->dtype == WT_Q8 || w->dtype == WT_Q4) && kn_act_quant())
         snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode%s)", w->packed ? ", packed" : "");
-    if (w->dtype == KN_BF16 && kn_act_bf16()) snprintf(buf + strlen(buf), n - strlen(buf), " (bf16 activations)");
+    if (w->dtype == WT_BF16 && kn_act_bf16()) snprintf(buf + strlen(buf), n - strlen(buf), " (bf16 activations)");
 }
 
 /* Weight configurations: dtype, group size, scale dtype. */
 typedef struct {
-    kn_dtype dt;
+    wt_dtype dt;
     int g;
-    kn_dtype sd;
+    wt_dtype sd;
 } wconf;
 
 static int all_confs(wconf *c) {
     int n = 0;
-    c[n++] = (wconf){KN_F32, 0, KN_F32};
-    c[n++] = (wconf){KN_F16, 0, KN_F32};
-    c[n++] = (wconf){KN_BF16, 0, KN_F32};
-    kn_dtype qs[2] = {KN_Q8, KN_Q4}, sds[3] = {KN_F32, KN_F16, KN_BF16};
+    c[n++] = (wconf){WT_F32, 0, WT_F32};
+    c[n++] = (wconf){WT_F16, 0, WT_F32};
+    c[n++] = (wconf){WT_BF16, 0, WT_F32};
+    wt_dtype qs[2] = {WT_Q8, WT_Q4}, sds[3] = {WT_F32, WT_F16, WT_BF16};
     int gs[3] = {32, 64, 128};
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++)
             for (int d = 0; d < 3; d++) c[n++] = (wconf){qs[a], gs[b], sds[d]};
-    for (int d = 0; d < 3; d++) c[n++] = (wconf){KN_Q8, 16, sds[d]}; /* GGUF Q6_K's groups */
+    for (int d = 0; d < 3; d++) c[n++] = (wconf){WT_Q8, 16, sds[d]}; /* GGUF Q6_K's groups */
     return n;
 }
 
 /* ---- tests ------------------------------------------------------------- */
 
 TEST(names_and_bytes) {
-    CHECK(strcmp(kn_dtype_name(KN_BF16), "BF16") == 0, "%s", kn_dtype_name(KN_BF16));
-    CHECK(strcmp(kn_dtype_name(KN_Q4), "Q4") == 0, "%s", kn_dtype_name(KN_Q4));
-    tweight a = make_weight(KN_BF16, 3, 64, 0, KN_F32);
-    CHECK(kn_weight_bytes(&a.w) == 3 * 64 * 2, "%zu", kn_weight_bytes(&a.w));
-    tweight b = make_weight(KN_Q4, 3, 256, 64, KN_F16);
+    CHECK(strcmp(wt_dtype_name(WT_BF16), "BF16") == 0, "%s", wt_dtype_name(WT_BF16));
+    CHECK(strcmp(wt_dtype_name(WT_Q4), "Q4") == 0, "%s", wt_dtype_name(WT_Q4));
+    tweight a = make_weight(WT_BF16, 3, 64, 0, WT_F32);
+    CHECK(wt_bytes(&a.w) == 3 * 64 * 2, "%zu", wt_bytes(&a.w));
+    tweight b = make_weight(WT_Q4, 3, 256, 64, WT_F16);
     /* 3*256/2 bytes of nibbles + 3*4 groups * 2 arrays * 2 bytes */
-    CHECK(kn_weight_bytes(&b.w) == 384 + 48, "%zu", kn_weight_bytes(&b.w));
-    CHECK(kn_check_weight(&b.w, "b") == 0, "%s", dfl_lasterr());
+    CHECK(wt_bytes(&b.w) == 384 + 48, "%zu", wt_bytes(&b.w));
+    CHECK(wt_check(&b.w, "b") == 0, "%s", dfl_lasterr());
     b.w.group_size = 48;
-    CHECK(kn_check_weight(&b.w, "blk.0.q") == -1 && strstr(dfl_lasterr(), "blk.0.q"), "%s",
+    CHECK(wt_check(&b.w, "blk.0.q") == -1 && strstr(dfl_lasterr(), "blk.0.q"), "%s",
           dfl_lasterr());
     b.w.group_size = 16;
-    CHECK(kn_check_weight(&b.w, "b") == -1, "Q4 with group 16 accepted");
+    CHECK(wt_check(&b.w, "b") == -1, "Q4 with group 16 accepted");
     b.w.group_size = 64;
     b.w.bits = 8;
-    CHECK(kn_check_weight(&b.w, "b") == -1, "bits mismatch accepted");
-    tweight c = make_weight(KN_Q8, 3, 96, 16, KN_F32);
-    CHECK(kn_check_weight(&c.w, "c") == 0, "Q8 group 16: %s", dfl_lasterr());
+    CHECK(wt_check(&b.w, "b") == -1, "bits mismatch accepted");
+    tweight c = make_weight(WT_Q8, 3, 96, 16, WT_F32);
+    CHECK(wt_check(&c.w, "c") == 0, "Q8 group 16: %s", dfl_lasterr());
     c.w.cols = 80; /* a multiple of 16, not of 32 */
-    CHECK(kn_check_weight(&c.w, "c") == -1, "Q8 group 16 with 80 columns accepted");
+    CHECK(wt_check(&c.w, "c") == -1, "Q8 group 16 with 80 columns accepted");
     c.w.cols = 96;
     c.w.group_size = 8;
-    CHECK(kn_check_weight(&c.w, "c") == -1, "Q8 group 8 accepted");
+    CHECK(wt_check(&c.w, "c") == -1, "Q8 group 8 accepted");
     free_weight(&c);
     free_weight(&a);
     free_weight(&b);
@@ -293,18 +293,18 @@ TEST(get_row_exact) {
     wconf c[32];
     int nc = all_confs(c);
     for (int k = 0; k < nc; k++) {
-        int cols = c[k].dt == KN_F32 || c[k].dt == KN_F16 || c[k].dt == KN_BF16 ? 1100 : 1152;
+        int cols = c[k].dt == WT_F32 || c[k].dt == WT_F16 || c[k].dt == WT_BF16 ? 1100 : 1152;
         tweight tw = make_weight(c[k].dt, 5, cols, c[k].g, c[k].sd);
         float *out = dfl_malloc(sizeof(float) * cols);
         int bad = 0;
         for (int r = 0; r < 5; r++) {
-            kn_get_row(out, &tw.w, r);
+            wt_get_row(out, &tw.w, r);
             for (int j = 0; j < cols; j++) {
                 double s, q, b;
                 elem(&tw.w, r, j, &s, &q, &b);
                 /* documented rounding: (float)(s*q) then + b, in float */
                 float want = (float)((float)s * (float)q) + (float)b;
-                if (tw.w.dtype == KN_F32 || tw.w.dtype == KN_F16 || tw.w.dtype == KN_BF16)
+                if (tw.w.dtype == WT_F32 || tw.w.dtype == WT_F16 || tw.w.dtype == WT_BF16)
                     want = (float)q;
                 if (memcmp(&out[j], &want, 4) != 0) bad++;
             }
@@ -327,7 +327,7 @@ TEST(matmul_accuracy) {
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int k = 0; k < nc; k++) {
-            int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
+            int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4;
             for (int si = 0; si < 5; si++) {
                 int rows = isq ? shapes_q[si][0] : shapes_f[si][0];
                 int cols = isq ? shapes_q[si][1] : shapes_f[si][1];
@@ -419,18 +419,18 @@ TEST(batch_invariance) {
     /* every dtype; Q in a few group/scale combinations; two K blocks
      * (cols > 1024) and a row count that is not a multiple of the tiles */
     wconf c[] = {
-        {KN_F32, 0, KN_F32},   {KN_F16, 0, KN_F32},    {KN_BF16, 0, KN_F32},
-        {KN_Q8, 32, KN_F16},   {KN_Q8, 64, KN_BF16},   {KN_Q8, 128, KN_F32},
-        {KN_Q4, 32, KN_BF16},  {KN_Q4, 64, KN_F16},    {KN_Q4, 128, KN_F32},
-        {KN_Q8, 16, KN_F32},   {KN_Q8, 16, KN_F16},
+        {WT_F32, 0, WT_F32},   {WT_F16, 0, WT_F32},    {WT_BF16, 0, WT_F32},
+        {WT_Q8, 32, WT_F16},   {WT_Q8, 64, WT_BF16},   {WT_Q8, 128, WT_F32},
+        {WT_Q4, 32, WT_BF16},  {WT_Q4, 64, WT_F16},    {WT_Q4, 128, WT_F32},
+        {WT_Q8, 16, WT_F32},   {WT_Q8, 16, WT_F16},
     };
     for (int q8 = 0; q8 < 2; q8++) {
         kn_set_act_quant(q8);
         for (int vi = 0; vi < N_VARIANTS; vi++) {
             if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
             for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-                int isq = c[k].dt == KN_Q8 || c[k].dt == KN_Q4;
-                if (q8 && !isq && !(c[k].dt == KN_BF16 && kn_act_bf16())) continue;
+                int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4;
+                if (q8 && !isq && !(c[k].dt == WT_BF16 && kn_act_bf16())) continue;
                 invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1, 0);
                 if (q8 && isq && has_q8_pack(variants[vi])) invariance_case(variants[vi], &c[k], 70, 1152, 1, 1);
             }
@@ -440,7 +440,7 @@ TEST(batch_invariance) {
      * row counts around the 16- and 32-row tiles */
     kn_set_act_quant(1);
     int shapes[][2] = {{33, 96}, {5, 160}, {47, 224}, {64, 1056}};
-    wconf cq[] = {{KN_Q8, 32, KN_BF16}, {KN_Q4, 32, KN_F16}, {KN_Q8, 16, KN_F32}};
+    wconf cq[] = {{WT_Q8, 32, WT_BF16}, {WT_Q4, 32, WT_F16}, {WT_Q8, 16, WT_F32}};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
         for (int si = 0; si < 4; si++)
@@ -475,7 +475,7 @@ static float q8_block_ref(const float *x, int8_t *xq, float *d) {
 
 /* Check a q8-mode y[T][rows] as the header says; returns #failures and the
  * largest |y - W.x| / (int8 bound) seen in *worst (if not NULL). */
-static int check_q8(const float *y, const float *x, const kn_weight *w, int T, const char *what, double *worst) {
+static int check_q8(const float *y, const float *x, const wt_weight *w, int T, const char *what, double *worst) {
     int bad = 0, cols = w->cols, g = w->group_size, nb = cols / 32, ng = cols / g;
     double tmul = (2.0 * nb + 2.0 * ng + g / 32 + 4) * ldexp(1.0, -24);
     int piece = g < 32 ? g : 32; /* columns of one I: a block, or a group of 16 */
@@ -539,7 +539,7 @@ TEST(q8_accuracy_and_reference_bits) {
     double worst = 0;
     kn_set_act_quant(1);
     for (int k = 0; k < nc; k++) {
-        if (c[k].dt != KN_Q8 && c[k].dt != KN_Q4) continue;
+        if (c[k].dt != WT_Q8 && c[k].dt != WT_Q4) continue;
         for (int si = 0; si < 6; si++) {
             int rows = shapes[si][0], cols = shapes[si][1];
             if (cols % c[k].g) continue;
@@ -587,7 +587,7 @@ TEST(q8_extreme_products) {
     int rows = 24, cols = 256;
     for (int bits = 4; bits <= 8; bits += 4) {
         for (int g = bits == 8 ? 16 : 32; g <= 64; g *= 2) {
-            tweight tw = make_weight(bits == 8 ? KN_Q8 : KN_Q4, rows, cols, g, KN_F32);
+            tweight tw = make_weight(bits == 8 ? WT_Q8 : WT_Q4, rows, cols, g, WT_F32);
             uint8_t *qb = tw.data;
             size_t rb = (size_t)cols * bits / 8;
             for (int r = 0; r < rows; r++)
@@ -631,7 +631,7 @@ TEST(q8_extreme_products) {
  * two modes really differ. */
 TEST(q8_special_rows) {
     int rows = 35, cols = 256, T = 4;
-    tweight tw = make_weight(KN_Q8, rows, cols, 64, KN_BF16);
+    tweight tw = make_weight(WT_Q8, rows, cols, 64, WT_BF16);
     float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
     float *yf = dfl_malloc(sizeof(float) * T * rows);
     for (int mode = 0; mode < 2 * N_VARIANTS; mode++) {
@@ -706,7 +706,7 @@ TEST(act_quant_mode) {
     CHECK(kn_force_variant("generic") == 0 && kn_act_quant() == 1, "DFLASH_ACT=q8 on generic: %d", kn_act_quant());
     unsetenv("DFLASH_ACT");
     /* kn_pack packs only Q8/Q4, in q8 mode, for a variant with a layout */
-    tweight q = make_weight(KN_Q4, 20, 128, 32, KN_F16), b = make_weight(KN_BF16, 20, 128, 0, KN_F32);
+    tweight q = make_weight(WT_Q4, 20, 128, 32, WT_F16), b = make_weight(WT_BF16, 20, 128, 0, WT_F32);
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int on = 0; on < 2; on++) {
@@ -725,7 +725,7 @@ TEST(act_quant_mode) {
 }
 
 /* Check a bf16-activation y[T][rows] as the header says; returns #failures. */
-static int check_bf16(const float *y, const float *x, const kn_weight *w, int T, const char *what) {
+static int check_bf16(const float *y, const float *x, const wt_weight *w, int T, const char *what) {
     int bad = 0;
     for (int t = 0; t < T; t++)
         for (int r = 0; r < w->rows; r++) {
@@ -756,7 +756,7 @@ TEST(bf16_activations) {
         if (kn_force_variant(variants[vi]) != 0 || !kn_act_bf16()) continue;
         for (int si = 0; si < 6; si++) {
             int rows = shapes[si][0], cols = shapes[si][1];
-            tweight tw = make_weight(KN_BF16, rows, cols, 0, KN_F32);
+            tweight tw = make_weight(WT_BF16, rows, cols, 0, WT_F32);
             for (int ti = 0; ti < 3; ti++) {
                 int T = Ts[ti];
                 float *x = dfl_malloc(sizeof(float) * T * cols), *y = dfl_malloc(sizeof(float) * T * rows);
@@ -792,9 +792,9 @@ TEST(large_T) {
         if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant()) || (pack && !has_q8_pack(variants[vi])))
             continue;
         for (int k = q8 && !kn_act_bf16(); k < 4; k++) {
-            kn_dtype dt = k == 0 ? KN_BF16 : k == 2 ? KN_Q4 : KN_Q8;
-            if (pack && dt == KN_BF16) continue;
-            tweight tw = make_weight(dt, rows, cols, k == 3 ? 16 : 64, k == 3 ? KN_F32 : KN_BF16);
+            wt_dtype dt = k == 0 ? WT_BF16 : k == 2 ? WT_Q4 : WT_Q8;
+            if (pack && dt == WT_BF16) continue;
+            tweight tw = make_weight(dt, rows, cols, k == 3 ? 16 : 64, k == 3 ? WT_F32 : WT_BF16);
             if (pack) CHECK(kn_pack(&tw.w) == 0 && tw.w.packed, "kn_pack: %s", dfl_lasterr());
             float *x = dfl_malloc(sizeof(float) * T * cols);
             float *y = dfl_malloc(sizeof(float) * T * rows);
@@ -809,7 +809,7 @@ TEST(large_T) {
             char d[128];
             describe(d, sizeof d, variants[vi], &tw.w, T);
             CHECK(bad == 0, "%s: %d rows differ from T=1", d, bad);
-            if (q8 && dt == KN_BF16) check_bf16(y, x, &tw.w, T, d);
+            if (q8 && dt == WT_BF16) check_bf16(y, x, &tw.w, T, d);
             else if (q8) check_q8(y, x, &tw.w, T, d, NULL);
             else check_against_ref(y, x, &tw.w, T, d);
             free(x);
@@ -833,8 +833,8 @@ TEST(x_alignment) {
         kn_set_act_quant(q8);
         if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
         for (int k = q8 ? 3 : 0; k < 5; k++) {
-            kn_dtype dt = (kn_dtype)k;
-            tweight tw = make_weight(dt, rows, cols, 64, KN_F16);
+            wt_dtype dt = (wt_dtype)k;
+            tweight tw = make_weight(dt, rows, cols, 64, WT_F16);
             for (int i = 0; i < T * cols; i++) buf[i] = rng_unit();
             kn_matmul(pool, y0, buf, &tw.w, T);
             memmove(buf + 3, buf, sizeof(float) * T * cols);
@@ -856,7 +856,7 @@ TEST(x_alignment) {
  * modes, packed and not, Q8/Q4/BF16, with rows that are not multiples of
  * the tile, and with weights it cannot share x between (other cols). */
 TEST(matmul_n_equals_separate_calls) {
-    kn_dtype dts[] = {KN_Q8, KN_Q4, KN_BF16, KN_Q8};
+    wt_dtype dts[] = {WT_Q8, WT_Q4, WT_BF16, WT_Q8};
     int gss[] = {64, 64, 64, 16}; /* the last: Q8 with groups of 16 */
     int rows[3] = {256, 128, 40}, Ts[] = {1, 3, 16};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
@@ -866,15 +866,15 @@ TEST(matmul_n_equals_separate_calls) {
                 for (int di = 0; di < 4; di++) {
                     kn_set_act_quant(mode);
                     tweight tw[4];
-                    for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, gss[di], KN_BF16);
-                    tw[3] = make_weight(dts[di], 64, 128, gss[di], KN_BF16); /* other cols: separate calls */
+                    for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, gss[di], WT_BF16);
+                    tw[3] = make_weight(dts[di], 64, 128, gss[di], WT_BF16); /* other cols: separate calls */
                     if (pack)
                         for (int i = 0; i < 4; i++) CHECK(kn_pack(&tw[i].w) == 0, "pack");
                     for (int ti = 0; ti < 3; ti++) {
                         int T = Ts[ti];
                         float *x = dfl_malloc64(sizeof(float) * T * 256), *ya[4], *yb[4];
                         for (int i = 0; i < T * 256; i++) x[i] = rng_unit();
-                        const kn_weight *ws[4];
+                        const wt_weight *ws[4];
                         for (int i = 0; i < 4; i++) {
                             ws[i] = &tw[i].w;
                             ya[i] = dfl_malloc(sizeof(float) * T * ws[i]->rows);
@@ -885,8 +885,8 @@ TEST(matmul_n_equals_separate_calls) {
                         int same = 1;
                         for (int i = 0; i < 3; i++) same &= memcmp(ya[i], yb[i], sizeof(float) * T * ws[i]->rows) == 0;
                         CHECK(same, "%s mode %d pack %d %s g%d T=%d: kn_matmul_n differs", variants[vi], mode, pack,
-                              kn_dtype_name(dts[di]), gss[di], T);
-                        const kn_weight *mixed[2] = {ws[0], ws[3]};
+                              wt_dtype_name(dts[di]), gss[di], T);
+                        const wt_weight *mixed[2] = {ws[0], ws[3]};
                         float *ym[2] = {ya[0], ya[3]};
                         kn_matmul_n(pool, ym, x, mixed, 2, T);
                         kn_matmul(pool, yb[3], x, ws[3], T);

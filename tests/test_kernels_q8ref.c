@@ -22,11 +22,11 @@
 
 #include "backend.h"
 #include "check.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "safetensors.h"
 #include "sample.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 #define LOGIT_BOUND 1.5f
@@ -62,13 +62,13 @@ static void check_q8(const char *name, int pack) {
     }
     /* pack the linear weights as a loader would (kn_pack); the embedding
      * keeps its original for lookups, a tied lm_head shares its copy */
-    kn_weight *ws[2 + 7 * 64];
+    wt_weight *ws[2 + 7 * 64];
     int nw = 0;
     ws[nw++] = &m.embed;
     if (m.lm_head.data != m.embed.data) ws[nw++] = &m.lm_head;
     for (int l = 0; l < m.cfg.n_layers && l < 64; l++) {
         mdl_layer *L = &m.layers[l];
-        kn_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        wt_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
         for (int i = 0; i < 7; i++) ws[nw++] = lw[i];
     }
     if (pack) {

@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "check.h"
 #include "dflash.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "quant.h"
 #include "safetensors.h"
@@ -287,7 +288,7 @@ TEST(mlx_bf16_qwen3next_bit_identical) { bf16_layout("tiny-qwen3next", 0); }
 
 /* dequantized MLX matrix W (Q4/Q8, bf16 scales) against the float one F:
  * max |w - f| in quantization steps (|scale|) */
-static double steps_off(const kn_weight *w, const kn_weight *f) {
+static double steps_off(const wt_weight *w, const wt_weight *f) {
     double worst = 0;
     int per = 32 / w->bits, qm = (1 << w->bits) - 1;
     for (int r = 0; r < w->rows; r++)
@@ -305,7 +306,7 @@ static double steps_off(const kn_weight *w, const kn_weight *f) {
 
 /* W (MLX Q4/Q8, bf16 scales) as an F32 matrix of fl32(scale * q + bias),
  * its buffer owned by M */
-static kn_weight dequantized(mdl_model *m, const kn_weight *w) {
+static wt_weight dequantized(mdl_model *m, const wt_weight *w) {
     float *d = mdl_own(m, sizeof(float) * (size_t)w->rows * w->cols);
     int per = 32 / w->bits, qm = (1 << w->bits) - 1;
     for (int r = 0; r < w->rows; r++)
@@ -316,7 +317,7 @@ static kn_weight dequantized(mdl_model *m, const kn_weight *w) {
             float s = dfl_bf16_to_f32(((const uint16_t *)w->scales)[gi]), bb = dfl_bf16_to_f32(((const uint16_t *)w->biases)[gi]);
             d[(size_t)r * w->cols + j] = (float)((double)s * q + bb);
         }
-    kn_weight f = {.dtype = KN_F32, .rows = w->rows, .cols = w->cols, .data = d};
+    wt_weight f = {.dtype = WT_F32, .rows = w->rows, .cols = w->cols, .data = d};
     return f;
 }
 
@@ -336,13 +337,13 @@ TEST(mlx_q4_fixture) {
     for (int l = 0; l < a.cfg.n_layers; l++) {
         mdl_layer *x = &a.layers[l], *y = &b.layers[l];
         CHECK(same_floats(x->in_norm, y->in_norm, H) && same_floats(x->post_norm, y->post_norm, H), "layer %d norms", l);
-        const kn_weight *wa[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
+        const wt_weight *wa[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
                                  &x->lin_out, &x->wg, &x->wu, &x->wd};
-        const kn_weight *wb[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
+        const wt_weight *wb[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
                                  &y->lin_out, &y->wg, &y->wu, &y->wd};
         for (int k = 0; k < 12; k++) {
             if (!wb[k]->rows) continue;
-            CHECK(wa[k]->dtype == KN_Q4 && wa[k]->rows == wb[k]->rows && wa[k]->cols == wb[k]->cols,
+            CHECK(wa[k]->dtype == WT_Q4 && wa[k]->rows == wb[k]->rows && wa[k]->cols == wb[k]->cols,
                   "layer %d matrix %d", l, k);
             double d = steps_off(wa[k], wb[k]);
             worst = d > worst ? d : worst;
@@ -377,9 +378,9 @@ TEST(mlx_q4_fixture) {
     b.lm_head = b.embed;
     for (int l = 0; l < a.cfg.n_layers; l++) {
         mdl_layer *x = &a.layers[l], *y = &b.layers[l];
-        kn_weight *wa[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
+        wt_weight *wa[] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->lin_qkv, &x->lin_z, &x->lin_b, &x->lin_a,
                            &x->lin_out, &x->wg, &x->wu, &x->wd};
-        kn_weight *wb[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
+        wt_weight *wb[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->lin_qkv, &y->lin_z, &y->lin_b, &y->lin_a,
                            &y->lin_out, &y->wg, &y->wu, &y->wd};
         for (int k = 0; k < 12; k++)
             if (wb[k]->rows && wa[k]->bits) *wb[k] = dequantized(&b, wa[k]);

@@ -13,12 +13,12 @@
 #include "check.h"
 #include "config.h"
 #include "dflash.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "sample.h"
 #include "safetensors.h"
 #include "synth.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 static char tmpdir[256];
@@ -270,20 +270,20 @@ static void check_invariance(const char *name, syn_spec s) {
 TEST(batch_invariance_and_rollback) {
     syn_spec s = small();
     check_invariance("inv_bf16", s);
-    s.dtype = KN_F16;
+    s.dtype = WT_F16;
     check_invariance("inv_f16", s);
-    s.dtype = KN_F32;
+    s.dtype = WT_F32;
     s.c.tie_embeddings = 0;
     s.sharded = 1;
     check_invariance("inv_f32_untied_sharded", s);
     s = small();
     s.c.q_bits = 8;
     s.c.q_group = 64;
-    s.scale_dtype = KN_F16;
+    s.scale_dtype = WT_F16;
     check_invariance("inv_q8", s);
     s.c.q_bits = 4;
     s.c.q_group = 32;
-    s.scale_dtype = KN_BF16;
+    s.scale_dtype = WT_BF16;
     check_invariance("inv_q4", s);
     s = small();
     s.c.arch = CFG_LLAMA;
@@ -366,7 +366,7 @@ TEST(moe_batch_invariance_and_rollback) {
     check_moe_widths("moe_w_q4", s);
     s.c.q_bits = 8;
     s.c.q_group = 64;
-    s.scale_dtype = KN_F16;
+    s.scale_dtype = WT_F16;
     check_moe_widths("moe_w_q8", s);
     /* mlx-lm's mixed layout: 4-bit group 32, routers 8-bit group 64 with
      * per-tensor entries in "quantization" */
@@ -612,13 +612,13 @@ TEST(synth_qwen35) {
     syn_spec s = q35_spec();
     static const struct {
         const char *name;
-        kn_dtype dtype, scale;
+        wt_dtype dtype, scale;
         int bits, group, untied, sharded;
     } v[] = {
-        {"q35s_bf16", KN_BF16, KN_BF16, 0, 0, 0, 0},
-        {"q35s_f32_untied_sharded", KN_F32, KN_BF16, 0, 0, 1, 1},
-        {"q35s_q4", KN_BF16, KN_BF16, 4, 32, 0, 0},
-        {"q35s_q8", KN_BF16, KN_F16, 8, 64, 1, 0},
+        {"q35s_bf16", WT_BF16, WT_BF16, 0, 0, 0, 0},
+        {"q35s_f32_untied_sharded", WT_F32, WT_BF16, 0, 0, 1, 1},
+        {"q35s_q4", WT_BF16, WT_BF16, 4, 32, 0, 0},
+        {"q35s_q8", WT_BF16, WT_F16, 8, 64, 1, 0},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         s = q35_spec();
@@ -721,11 +721,11 @@ static void check_q35moe_dir(const char *name, const char *dir, const cfg_model 
 TEST(synth_qwen35moe) {
     static const struct {
         const char *name;
-        kn_dtype dtype, scale;
+        wt_dtype dtype, scale;
         int bits, group, untied;
     } v[] = {
-        {"q35ms_bf16", KN_BF16, KN_BF16, 0, 0, 0},
-        {"q35ms_q4_untied", KN_BF16, KN_BF16, 4, 32, 1},
+        {"q35ms_bf16", WT_BF16, WT_BF16, 0, 0, 0},
+        {"q35ms_q4_untied", WT_BF16, WT_BF16, 4, 32, 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         syn_spec s = q35moe_spec();

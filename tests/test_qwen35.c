@@ -15,7 +15,7 @@
 
 #include "backend.h"
 #include "check.h"
-#include "deltanet.h"
+#include "cpu/deltanet.h"
 #include "dflash.h"
 #include "model.h"
 #include "quant.h"
@@ -221,10 +221,10 @@ static void regrouped_rows_equal(const char *q4dir) {
     int n = 0;
     for (int l = 0; l < a.cfg.n_layers; l++) {
         if (!a.cfg.linear_layer[l]) continue;
-        const kn_weight *wa[] = {&a.layers[l].lin_qkv, &a.layers[l].lin_z, &a.layers[l].lin_b, &a.layers[l].lin_a};
-        const kn_weight *wb[] = {&b.layers[l].lin_qkv, &b.layers[l].lin_z, &b.layers[l].lin_b, &b.layers[l].lin_a};
+        const wt_weight *wa[] = {&a.layers[l].lin_qkv, &a.layers[l].lin_z, &a.layers[l].lin_b, &a.layers[l].lin_a};
+        const wt_weight *wb[] = {&b.layers[l].lin_qkv, &b.layers[l].lin_z, &b.layers[l].lin_b, &b.layers[l].lin_a};
         for (int i = 0; i < 4; i++, n++) {
-            const kn_weight *x = wa[i], *y = wb[i];
+            const wt_weight *x = wa[i], *y = wb[i];
             size_t words = (size_t)x->rows * x->cols / 8 * 4, ng = (size_t)x->rows * (x->cols / 32) * 2;
             CHECK(x->bits == 4 && y->bits == 4 && x->rows == y->rows && x->cols == y->cols &&
                       x->scale_dtype == y->scale_dtype,

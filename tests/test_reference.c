@@ -14,10 +14,11 @@
 #include "backend.h"
 #include "check.h"
 #include "dflash.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "safetensors.h"
 #include "sample.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 static const char *root = ".";
@@ -253,8 +254,8 @@ TEST(qwen3moe_token_bytes) {
         if (!t.cfg.moe_layer[l]) continue;
         nmoe++;
         for (int e = 0; e < t.cfg.n_experts; e++)
-            experts += kn_weight_bytes(&t.layers[l].experts[e].wg) + kn_weight_bytes(&t.layers[l].experts[e].wu) +
-                       kn_weight_bytes(&t.layers[l].experts[e].wd);
+            experts += wt_bytes(&t.layers[l].experts[e].wg) + wt_bytes(&t.layers[l].experts[e].wu) +
+                       wt_bytes(&t.layers[l].experts[e].wd);
     }
     size_t want = t.weight_bytes - experts / (size_t)t.cfg.n_experts * (size_t)(t.cfg.n_experts - t.cfg.n_experts_used);
     CHECK(nmoe == 3 && t.cfg.n_experts == 8 && t.cfg.n_experts_used == 2, "tiny-qwen3moe: %d expert layers", nmoe);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "sample.h"
 #include "util.h"
 

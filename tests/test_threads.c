@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "threads.h"
+#include "cpu/threads.h"
 #include "util.h"
 
 typedef struct {

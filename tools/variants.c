@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "kernels.h"
+#include "cpu/cpu.h"
+#include "cpu/kernels.h"
 
 int main(int argc, char **argv) {
     const char *mode = argc == 2 ? argv[1] : argc == 1 ? "" : NULL;

@@ -29,9 +29,9 @@
 
 extern "C" {
 #include "backend.h"
-#include "deltanet.h" /* DN_KEEP: the rollback window */
 #include "rope.h"
 #include "util.h"
+#include "weight.h"
 #include "cuda_backend.h"
 }
 
@@ -368,12 +368,12 @@ static int cw_interleave8(cw_weight *o, const char *name) {
 
 /* Upload the row-concatenation of ws[0..n) as one device weight. MLX Q8/Q4
  * pieces that agree on bits, group and scale dtype stay quantized; anything
- * else becomes bfloat16 (kn_get_row's f32 values rounded once). */
-static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char *name, int interleave8) {
+ * else becomes bfloat16 (wt_get_row's f32 values rounded once). */
+static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char *name, int interleave8) {
     memset(o, 0, sizeof *o);
     int rows = 0, cols = ws[0]->cols;
-    kn_dtype d0 = ws[0]->dtype;
-    int quant = d0 == KN_Q8 || d0 == KN_Q4;
+    wt_dtype d0 = ws[0]->dtype;
+    int quant = d0 == WT_Q8 || d0 == WT_Q4;
     for (int i = 0; i < n; i++) {
         if (ws[i]->cols != cols) {
             dfl_seterr("cuda upload %s: pieces have %d and %d columns", name, cols, ws[i]->cols);
@@ -387,8 +387,8 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
     /* k_gemm gives each lane one scale per chunk of CK = 16 (Q8) or 32 (Q4)
      * elements, so a group must hold whole chunks: Q8 with group 16 (GGUF
      * Q6_K) stays 8-bit */
-    if (quant && ws[0]->group_size % (d0 == KN_Q8 ? 16 : 32) != 0) quant = 0;
-    o->kind = !quant ? CW_BF16 : d0 == KN_Q8 ? CW_Q8 : CW_Q4;
+    if (quant && ws[0]->group_size % (d0 == WT_Q8 ? 16 : 32) != 0) quant = 0;
+    o->kind = !quant ? CW_BF16 : d0 == WT_Q8 ? CW_Q8 : CW_Q4;
     o->rows = rows;
     o->cols = cols;
     o->cols_p = pad(cols, CW_COL_ALIGN);
@@ -403,15 +403,15 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
         uint16_t *h = (uint16_t *)dfl_malloc(sizeof(uint16_t) * (size_t)cols * chunk);
         int r0 = 0;
         for (int i = 0; i < n; i++) {
-            const kn_weight *w = ws[i];
+            const wt_weight *w = ws[i];
             for (int a = 0; a < w->rows; a += chunk) {
                 int m = w->rows - a < chunk ? w->rows - a : chunk;
                 const void *src = NULL;
-                if (w->dtype == KN_BF16) {
+                if (w->dtype == WT_BF16) {
                     src = (const uint16_t *)w->data + (size_t)a * cols;
                 } else {
                     for (int r = 0; r < m; r++) {
-                        kn_get_row(f, w, a + r);
+                        wt_get_row(f, w, a + r);
                         for (int k = 0; k < cols; k++) h[(size_t)r * cols + k] = dfl_f32_to_bf16(f[k]);
                     }
                     src = h;
@@ -433,7 +433,7 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
         return cw_tile(o, name);
     }
     o->group = ws[0]->group_size;
-    o->sdt = ws[0]->scale_dtype == KN_F32 ? SC_F32 : ws[0]->scale_dtype == KN_F16 ? SC_F16 : SC_BF16;
+    o->sdt = ws[0]->scale_dtype == WT_F32 ? SC_F32 : ws[0]->scale_dtype == WT_F16 ? SC_F16 : SC_BF16;
     int ng = o->cols_p / o->group, ngs = cols / o->group, es = o->sdt == SC_F32 ? 4 : 2;
     o->sb_row_bytes = (size_t)ng * 2 * es;
     if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) return -1;
@@ -444,7 +444,7 @@ static int cw_upload(cw_weight *o, const kn_weight *const *ws, int n, const char
     uint8_t *sbh = (uint8_t *)dfl_calloc((size_t)o->rows_p, o->sb_row_bytes);
     int r0 = 0;
     for (int i = 0; i < n; i++) {
-        const kn_weight *w = ws[i];
+        const wt_weight *w = ws[i];
         if (cudaMemcpy2D(o->data + (size_t)r0 * o->row_bytes, o->row_bytes, w->data, src_row, src_row, w->rows,
                          cudaMemcpyHostToDevice) != cudaSuccess) {
             free(sbh);
@@ -571,14 +571,14 @@ static int dn_dk_supported(int dk);
  * out in one storage kind and shape: k_gemm_moe launches them as one. */
 static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, const char *name) {
     int E = c->n_experts;
-    const kn_weight *r[1] = {&L->router};
+    const wt_weight *r[1] = {&L->router};
     D->moe = E;
     D->egu = (cw_weight *)dfl_calloc((size_t)E, sizeof(cw_weight));
     D->edn = (cw_weight *)dfl_calloc((size_t)E, sizeof(cw_weight));
     if (cw_upload(&D->router, r, 1, name, 0) != 0) return -1;
     for (int e = 0; e < E; e++) {
         const mdl_expert *x = &L->experts[e];
-        const kn_weight *gu[2] = {&x->wg, &x->wu}, *dw[1] = {&x->wd};
+        const wt_weight *gu[2] = {&x->wg, &x->wu}, *dw[1] = {&x->wd};
         if (cw_upload(&D->egu[e], gu, 2, name, 1) != 0 || cw_upload(&D->edn[e], dw, 1, name, 0) != 0) return -1;
         const cw_weight *a = &D->egu[e], *b = &D->edn[e], *a0 = &D->egu[0], *b0 = &D->edn[0];
         if (a->kind != a0->kind || a->group != a0->group || a->sdt != a0->sdt || a->rows != a0->rows ||
@@ -604,7 +604,7 @@ static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, c
     free(h);
     if (rc != 0) return -1;
     if (L->sh_gate) {
-        const kn_weight *sgu[2] = {&L->sh_wg, &L->sh_wu}, *sd[1] = {&L->sh_wd};
+        const wt_weight *sgu[2] = {&L->sh_wg, &L->sh_wu}, *sd[1] = {&L->sh_wd};
         if (cw_upload(&D->sh_gu, sgu, 2, name, 1) != 0 || cw_upload(&D->sh_dn, sd, 1, name, 0) != 0 ||
             upload_vec(&D->sh_gate, L->sh_gate, c->hidden) != 0)
             return -1;
@@ -635,11 +635,11 @@ static int cu_prepare(void *p, mdl_model *m) {
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
         cu_layer *D = &cm->layers[l];
-        const kn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
+        const wt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
                         *d[1] = {&L->wd};
         snprintf(name, sizeof name, "layer %d", l);
         if (c->linear_layer[l]) {
-            const kn_weight *in[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b}, *out[1] = {&L->lin_out};
+            const wt_weight *in[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b}, *out[1] = {&L->lin_out};
             int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
             D->linear = 1;
             if (cw_upload(&D->lin_in, in, 4, name, 0) != 0 || cw_upload(&D->lin_out, out, 1, name, 0) != 0 ||
@@ -666,7 +666,7 @@ static int cu_prepare(void *p, mdl_model *m) {
         cm->bytes += cw_bytes(&D->wqkv) + cw_bytes(&D->wo) + cw_bytes(&D->wgu) + cw_bytes(&D->wd);
     }
     if (m->embed.rows > 0) {
-        const kn_weight *e[1] = {&m->embed}, *h[1] = {&m->lm_head};
+        const wt_weight *e[1] = {&m->embed}, *h[1] = {&m->lm_head};
         if (cw_upload(&cm->embed, e, 1, "embed_tokens", 0) != 0) goto fail;
         cm->head_is_embed = m->lm_head.data == m->embed.data;
         if (cm->head_is_embed)
@@ -676,7 +676,7 @@ static int cu_prepare(void *p, mdl_model *m) {
         cm->bytes += cw_bytes(&cm->lm_head);
     }
     if (c->is_draft) {
-        const kn_weight *f[1] = {&m->fc};
+        const wt_weight *f[1] = {&m->fc};
         if (cw_upload(&cm->fc, f, 1, "fc", 0) != 0 || upload_vec(&cm->hidden_norm, m->hidden_norm, c->hidden) != 0)
             goto fail;
         cm->bytes += cw_bytes(&cm->fc);
@@ -1003,8 +1003,8 @@ static void act_free(cu_act *a) {
 
 /* ---- Gated DeltaNet state (Qwen3.5), the rule of backend.h / deltanet.h ----
  * Per sequence and linear layer li: conv [K-1][C] and S [nv][dk][dv]; a
- * forward of T <= DN_KEEP rows first copies both to the snapshot and keeps
- * its lin_in rows (keep [li][DN_KEEP][Cm]); truncate into those rows restores
+ * forward of T <= BE_DN_KEEP rows first copies both to the snapshot and keeps
+ * its lin_in rows (keep [li][BE_DN_KEEP][Cm]); truncate into those rows restores
  * the snapshot and replays them through the same kernels. A longer forward
  * keeps no snapshot (truncate below its end restarts the sequence). */
 typedef struct {
@@ -1243,8 +1243,8 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
     if (L->linear) { /* Qwen3.5 Gated DeltaNet: x += out_proj(delta rule(conv(in_proj xn))) */
         gemm(s, L->lin_in, d->Cm, a->xb, d->Hp, T, a->mix, d->Cm, 0);
         prof_mark(s, "gemm lin_in", cw_bytes(&L->lin_in));
-        if (dn->snap_len >= 0 && T <= DN_KEEP) /* this forward's rows, for a replay (see cu_dn) */
-            cudaMemcpyAsync(dn->keep + (size_t)li * DN_KEEP * d->Cm, a->mix, sizeof(float) * T * d->Cm,
+        if (dn->snap_len >= 0 && T <= BE_DN_KEEP) /* this forward's rows, for a replay (see cu_dn) */
+            cudaMemcpyAsync(dn->keep + (size_t)li * BE_DN_KEEP * d->Cm, a->mix, sizeof(float) * T * d->Cm,
                             cudaMemcpyDeviceToDevice, s);
         dn_rows(s, d, L, dn, li, a->mix, a->cv, a->core, T);
         prof_mark(s, "deltanet", 0);
@@ -1402,7 +1402,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         if (cu_alloc(&dn->conv, sizeof(float) * nl * dn->conv_n) ||
             cu_alloc(&dn->snap_conv, sizeof(float) * nl * dn->conv_n) ||
             cu_alloc(&dn->rec, sizeof(float) * nl * dn->rec_n) || cu_alloc(&dn->snap_rec, sizeof(float) * nl * dn->rec_n) ||
-            cu_alloc(&dn->keep, sizeof(float) * nl * DN_KEEP * d->Cm)) {
+            cu_alloc(&dn->keep, sizeof(float) * nl * BE_DN_KEEP * d->Cm)) {
             cu_destroy(q);
             return NULL;
         }
@@ -1440,7 +1440,7 @@ static int cu_truncate(void *p, int len) {
         for (int l = 0; l < d->L; l++) {
             int li = q->lin_of[l];
             if (li < 0) continue;
-            dn_rows(s, d, &q->cm->layers[l], dn, li, dn->keep + (size_t)li * DN_KEEP * d->Cm, q->a.cv, NULL, n);
+            dn_rows(s, d, &q->cm->layers[l], dn, li, dn->keep + (size_t)li * BE_DN_KEEP * d->Cm, q->a.cv, NULL, n);
         }
     dn->n_keep = n;
     q->len = len;
@@ -1505,9 +1505,9 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
-    /* recurrent state: snapshot before a forward of <= DN_KEEP rows (set
+    /* recurrent state: snapshot before a forward of <= BE_DN_KEEP rows (set
      * before enqueue_forward, which copies it; graphs capture the copies) */
-    q->dn.snap_len = d->n_lin && T <= DN_KEEP ? pos0 : -1;
+    q->dn.snap_len = d->n_lin && T <= BE_DN_KEEP ? pos0 : -1;
     q->dn.n_keep = q->dn.snap_len >= 0 ? T : 0;
     prof_begin(s, T);
     /* tokens and position from pageable memory: the copies are staged before

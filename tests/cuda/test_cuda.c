@@ -29,6 +29,7 @@
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 #include "dflash.h"
+#include "cpu/kernels.h"
 #include "model.h"
 #include "quant.h"
 #include "sample.h"
@@ -61,26 +62,26 @@ typedef struct {
  * experts) stored as f32 instead of 16-bit: the same values, the storage GGUF
  * K-quants load into. */
 static void f32_scales(mdl_model *m) {
-    kn_weight *top[] = {&m->embed, &m->lm_head};
+    wt_weight *top[] = {&m->embed, &m->lm_head};
     for (int l = -1; l < m->cfg.n_layers; l++) {
         mdl_layer *L = l >= 0 ? &m->layers[l] : NULL;
-        kn_weight *lw[] = {L ? &L->wq : NULL, L ? &L->wk : NULL, L ? &L->wv : NULL, L ? &L->wo : NULL,
+        wt_weight *lw[] = {L ? &L->wq : NULL, L ? &L->wk : NULL, L ? &L->wv : NULL, L ? &L->wo : NULL,
                            L ? &L->wg : NULL, L ? &L->wu : NULL, L ? &L->wd : NULL};
-        kn_weight **ws = L ? lw : top;
+        wt_weight **ws = L ? lw : top;
         int n = L ? 7 : (m->lm_head.data == m->embed.data ? 1 : 2);
         for (int i = 0; i < n; i++) {
-            kn_weight *w = ws[i];
-            if ((w->dtype != KN_Q4 && w->dtype != KN_Q8) || w->scale_dtype == KN_F32) continue;
+            wt_weight *w = ws[i];
+            if ((w->dtype != WT_Q4 && w->dtype != WT_Q8) || w->scale_dtype == WT_F32) continue;
             size_t ng = (size_t)w->rows * (w->cols / w->group_size);
             float *sc = mdl_own(m, 4 * ng), *bi = mdl_own(m, 4 * ng);
             for (size_t j = 0; j < ng; j++) {
                 uint16_t a = ((const uint16_t *)w->scales)[j], b = ((const uint16_t *)w->biases)[j];
-                sc[j] = w->scale_dtype == KN_BF16 ? dfl_bf16_to_f32(a) : dfl_f16_to_f32(a);
-                bi[j] = w->scale_dtype == KN_BF16 ? dfl_bf16_to_f32(b) : dfl_f16_to_f32(b);
+                sc[j] = w->scale_dtype == WT_BF16 ? dfl_bf16_to_f32(a) : dfl_f16_to_f32(a);
+                bi[j] = w->scale_dtype == WT_BF16 ? dfl_bf16_to_f32(b) : dfl_f16_to_f32(b);
             }
             w->scales = sc;
             w->biases = bi;
-            w->scale_dtype = KN_F32;
+            w->scale_dtype = WT_F32;
         }
         if (l < 0 && n == 1) m->lm_head = m->embed;
     }
@@ -852,7 +853,7 @@ static double rel_err(const float *a, const float *b, size_t n) { return max_dif
 static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, const float *lc) {
     int V = c->cfg.vocab;
     kn_set_act_quant(1);
-    int on = c->embed.dtype == KN_BF16 ? kn_act_bf16() : kn_act_quant();
+    int on = c->embed.dtype == WT_BF16 ? kn_act_bf16() : kn_act_quant();
     double e = -1;
     if (on) {
         float *l = malloc(sizeof(float) * (size_t)T * V);

@@ -1,11 +1,12 @@
 /* fuzz_gguf.c - the GGUF reader (gguf_open) on arbitrary bytes, then, when
- * the file opens, model binding (mdl_load -> ggm_load, mdl_pack) and the
+ * the file opens, model binding (mdl_load -> ggm_load, cb_pack) and the
  * tokenizer from its metadata (ggm_tokenizer, one encode). Oracle: no crash
  * or sanitizer report; a failure always says why, in one line naming the
  * file; an accepted file's tensors lie inside the mapping, aligned, with
  * byte counts matching their shapes and types; every key and tensor name is
  * findable; a loaded model's sizes are within the config limits. */
 #include "config.h"
+#include "cpu/cpu_backend.h"
 #include "fuzz_common.h"
 #include "gguf_model.h"
 #include "model.h"
@@ -52,7 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (c->hidden > CFG_MAX_HIDDEN || c->n_layers > CFG_MAX_LAYERS || c->vocab > CFG_MAX_VOCAB ||
             (long long)c->n_heads * c->head_dim > CFG_MAX_HIDDEN || c->n_eos > CFG_MAX_EOS)
             abort();
-        mdl_pack(&m);
+        cb_pack(&m);
+        cb_unpack(&m);
         mdl_free(&m);
     } else {
         check_err(p);

@@ -1,10 +1,11 @@
 /* fuzz_model.c - config.json + generation_config.json + model.safetensors
  * through mdl_load (config validation, tensor binding, MLX layouts) and, when
- * the model loads, mdl_pack. The input is three parts separated by NUL
+ * the model loads, cb_pack. The input is three parts separated by NUL
  * bytes: config.json, generation_config.json (absent when empty), then the
  * safetensors bytes. Oracle: no crash or sanitizer report, no abort on a
  * huge allocation; a loaded model's sizes are within the config limits. */
 #include "config.h"
+#include "cpu/cpu_backend.h"
 #include "fuzz_common.h"
 #include "model.h"
 
@@ -22,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (c->hidden > CFG_MAX_HIDDEN || c->n_layers > CFG_MAX_LAYERS || c->vocab > CFG_MAX_VOCAB ||
         (long long)c->n_heads * c->head_dim > CFG_MAX_HIDDEN || c->n_eos > CFG_MAX_EOS || c->n_taps > CFG_MAX_TAPS)
         abort();
-    mdl_pack(&m);
+    cb_pack(&m);
+    cb_unpack(&m);
     mdl_free(&m);
     return 0;
 }

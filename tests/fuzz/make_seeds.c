@@ -162,7 +162,7 @@ int main(void) {
     }
     syn_spec s = small();
     model("bf16", s);
-    s.dtype = KN_F32;
+    s.dtype = WT_F32;
     s.c.tie_embeddings = 0;
     model("f32-untied", s);
     s = small();

@@ -58,27 +58,27 @@ INL void u8_to_f32(uint8x16_t b, float32x4_t f[4]) {
 
 /* out[0..kn) = W[r][k0 .. k0+kn) as f32, zeros up to the next multiple of
  * 8; for F32 a pointer into W (and the tail copied into tail[8]). */
-static const float *dequant_row(const kn_weight *w, int r, int k0, int kn, float *out) {
+static const float *dequant_row(const wt_weight *w, int r, int k0, int kn, float *out) {
     size_t base = (size_t)r * (size_t)w->cols + (size_t)k0;
     int j = 0;
     switch (w->dtype) {
-    case KN_F32: return (const float *)w->data + base;
-    case KN_F16: {
+    case WT_F32: return (const float *)w->data + base;
+    case WT_F16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
         for (; j + 4 <= kn; j += 4) vst1q_f32(out + j, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + j))));
         for (; j < kn; j++) out[j] = kn_f16_to_f32(h[j]);
         break;
     }
-    case KN_BF16: {
+    case WT_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
         for (; j + 4 <= kn; j += 4) vst1q_f32(out + j, vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h + j), 16)));
         for (; j < kn; j++) out[j] = kn_bf16_to_f32(h[j]);
         break;
     }
-    case KN_Q8:
-    case KN_Q4: {
-        /* cols, k0 and kn are multiples of 32 here (kn_check_weight) */
-        int g = w->group_size, q4 = w->dtype == KN_Q4;
+    case WT_Q8:
+    case WT_Q4: {
+        /* cols, k0 and kn are multiples of 32 here (wt_check) */
+        int g = w->group_size, q4 = w->dtype == WT_Q4;
         size_t gi0 = (size_t)r * (size_t)(w->cols / g) + (size_t)(k0 / g);
         const uint8_t *q = (const uint8_t *)w->data + (q4 ? base / 2 : base);
         for (; j < kn; j += 32) {
@@ -175,8 +175,8 @@ static void tile_any(int rt, int rc, float (*acc)[RC][8], const float *x, size_t
 }
 
 static void neon_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int cols = w->cols, T = job->T, w_f32 = w->dtype == KN_F32;
+    const wt_weight *w = job->w;
+    int cols = w->cols, T = job->T, w_f32 = w->dtype == WT_F32;
     _Alignas(16) float wbuf[RC][KN_KBLOCK];
     _Alignas(16) float acc[KN_TBLOCK][RC][8];
     for (int t0 = 0; t0 < T; t0 += KN_TBLOCK) {
@@ -206,12 +206,12 @@ static void neon_rows(const kn_job *job, int r0, int r1) {
 /* ===================================================================== */
 
 /* kn_quant_row's values; Q4: each block of 32 as [16 even, 16 odd]. */
-static void neon_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+static void neon_quant(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, nb = cols / KN_QBLOCK, ng = cols / w->group_size;
     for (int t = 0; t < T; t++) {
         int8_t *q = qx->q + (size_t)t * qx->ldq;
         kn_quant_row(x + (size_t)t * cols, cols, w->group_size, q, qx->d + (size_t)t * nb, qx->xs + (size_t)t * ng);
-        if (w->dtype == KN_Q4)
+        if (w->dtype == WT_Q4)
             for (int k = 0; k < nb; k++) {
                 int8x16x2_t v = vld2q_s8(q + (size_t)k * KN_QBLOCK); /* val[0]: even columns */
                 vst1q_s8(q + (size_t)k * KN_QBLOCK, v.val[0]);
@@ -229,7 +229,7 @@ INL int32x4_t hsum4(const int32x4_t v[4]) { return vpaddq_s32(vpaddq_s32(v[0], v
 
 /* Scales and biases of the tile rows for the groups of one K block:
  * sT[i] lane c = scale of row rows[c], group gi0 + i. */
-static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float32x4_t *sT, float32x4_t *bT) {
+static void load_sbT(const wt_weight *w, const int *rows, int gi0, int n, float32x4_t *sT, float32x4_t *bT) {
     size_t per_row = (size_t)(w->cols / w->group_size);
     for (int i = 0; i < n; i++) {
         float s[RC], b[RC];

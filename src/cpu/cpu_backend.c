@@ -6,7 +6,8 @@
  * different threads never share or restart each other's workers) and makes
  * sure the kernel variant is chosen (kn_init_once: process-wide, chosen once
  * from the CPU and the environment); prepare() gives the model's Q8/Q4 matrices
- * the kernels' packed copies (mdl_pack), release() frees them (mdl_unpack).
+ * the kernels' packed copies (cb_pack, cpu_pack.c), release() frees them
+ * (cb_unpack): they are the backend's, as cu_model's device copies are CUDA's.
  * Weights stay where mdl_load put them: be_data is not used.
  *
  * Every step works row by row with a fixed reduction order (kn_matmul is
@@ -20,7 +21,9 @@
 
 #include "attention.h"
 #include "backend.h"
+#include "cpu_backend.h"
 #include "deltanet.h"
+#include "kernels.h"
 #include "rope.h"
 #include "sample.h"
 #include "threads.h"
@@ -198,7 +201,7 @@ static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
     float *ys[2] = {s->g, s->u};
-    const kn_weight *ws[2] = {&L->wg, &L->wu};
+    const wt_weight *ws[2] = {&L->wg, &L->wu};
     kn_matmul_n(tp, ys, s->xn, ws, 2, T);
     swiglu(tp, s->g, s->u, (size_t)T * I);
     kn_matmul(tp, s->xn, s->g, &L->wd, T);
@@ -261,7 +264,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         if (!n) continue;
         const mdl_expert *x = &L->experts[e];
         float *ys[2] = {s->ge + (size_t)a * I, s->ue + (size_t)a * I};
-        const kn_weight *ws[2] = {&x->wg, &x->wu};
+        const wt_weight *ws[2] = {&x->wg, &x->wu};
         kn_matmul_n(tp, ys, s->xe + (size_t)a * H, ws, 2, n);
     }
     swiglu(tp, s->ge, s->ue, (size_t)T * K * I);
@@ -272,7 +275,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     /* the shared expert (Qwen3.5-MoE): sh = sigmoid(sh_gate . n) * Wd(silu(Wg n) * (Wu n)) */
     if (L->sh_gate) {
         float *ys[2] = {s->g, s->u};
-        const kn_weight *ws[2] = {&L->sh_wg, &L->sh_wu};
+        const wt_weight *ws[2] = {&L->sh_wg, &L->sh_wu};
         kn_matmul_n(tp, ys, s->xn, ws, 2, T);
         swiglu(tp, s->g, s->u, (size_t)T * c->shared_inter);
         kn_matmul(tp, s->sh, s->g, &L->sh_wd, T);
@@ -299,7 +302,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
  * gated q_proj, each head's rows [query | gate] are split into q and gate. */
 static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     float *ys[3] = {c->attn_gate ? s->qg : s->q, s->k, s->v};
-    const kn_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
+    const wt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
     kn_matmul_n(tp, ys, s->xn, ws, 3, T);
     if (!c->attn_gate) return;
     size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads;
@@ -455,7 +458,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
     scratch *s = &q->s;
     int pos0 = q->len;
-    for (int t = 0; t < T; t++) kn_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
+    for (int t = 0; t < T; t++) wt_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
         int a = q->att_of[l] < 0 ? 0 : q->att_of[l];
@@ -530,11 +533,11 @@ static int cpu_logits(void *st, int row, int n, float *out) {
 static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     cpu_seq *q = st;
     if (check_kept(q, row, n, "argmax") != 0) return -1;
-    const kn_weight *w = &q->m->lm_head;
+    const wt_weight *w = &q->m->lm_head;
     float best[BE_KEEP_ROWS];
     for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
         int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
-        kn_weight v = kn_row_view(w, r0, nr);
+        wt_weight v = kn_row_view(w, r0, nr);
         kn_matmul(q->tp, q->slice, q->kept + (size_t)row * q->m->cfg.hidden, &v, n);
         for (int j = 0; j < n; j++) {
             const float *l = q->slice + (size_t)j * nr;
@@ -649,7 +652,7 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
         for (int l = 0; l < c->n_layers; l++) {
             const mdl_layer *L = &q->d->layers[l];
             float *ys[2] = {q->s.k, q->s.v};
-            const kn_weight *ws[2] = {&L->wk, &L->wv};
+            const wt_weight *ws[2] = {&L->wk, &L->wv};
             kn_matmul_n(q->tp, ys, q->c, ws, 2, T);
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
@@ -726,7 +729,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
             dfl_seterr("draft block token %d outside the vocabulary", b->tokens[i]);
             return -1;
         }
-        kn_get_row(s->x + (size_t)i * H, &tg->embed, b->tokens[i]);
+        wt_get_row(s->x + (size_t)i * H, &tg->embed, b->tokens[i]);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &q->d->layers[l];
@@ -743,10 +746,10 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     int nx = b->n_extra;
     float *lg = b->logits ? b->logits : grow(&q->lg, &q->cap_lg, (size_t)ns * nv);         /* [ns][nv] */
     float *xl = b->extra_logits ? b->extra_logits : grow(&q->xl, &q->cap_xl, (size_t)ns * nx + 1); /* [ns][nx] */
-    kn_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
+    wt_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
     kn_matmul(q->tp, lg, s->xn, &head, ns);
     for (int e = 0; e < nx; e++) { /* a few ids beyond the prefix (stop tokens) */
-        kn_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
+        wt_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
         for (int i = 0; i < ns; i++) {
             const float *x = s->xn + (size_t)i * H;
             float acc = 0.0f;
@@ -803,9 +806,9 @@ static const char *cpu_describe(void *be) {
 
 static int cpu_draft_q8(void *be) { return kn_act_quant(); }
 
-static int cpu_prepare(void *be, mdl_model *m) { return mdl_pack(m); }
+static int cpu_prepare(void *be, mdl_model *m) { return cb_pack(m); }
 
-static void cpu_release(void *be, mdl_model *m) { mdl_unpack(m); }
+static void cpu_release(void *be, mdl_model *m) { cb_unpack(m); }
 
 /* Each chunk of the buffer is read as 8 sequential streams side by side
  * (one stream per core leaves bandwidth unused), summed in 32-byte vectors. */

@@ -120,9 +120,9 @@ INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *s_lo, int32_
     *s_hi = hsum_epi32(_mm256_add_epi32(qi[2], qi[3]));
 }
 
-void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
-    int q4 = w->dtype == KN_Q4;
+    int q4 = w->dtype == WT_Q4;
     /* in-lane byte shuffle [0 2 4 6 1 3 5 7] per 8 (Q4) */
     const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
                                         5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
@@ -153,9 +153,9 @@ void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const kn_weight *w) {
 /* ===================================================================== */
 
 /* Bytes of a group's weights in one record, and of the whole record. */
-INL size_t row_gbytes(const kn_weight *w) { return w->dtype == KN_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
-INL size_t pk_gdata(const kn_weight *w) { return (size_t)NL * row_gbytes(w); }
-INL size_t pk_gbytes(const kn_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
+INL size_t row_gbytes(const wt_weight *w) { return w->dtype == WT_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
+INL size_t pk_gdata(const wt_weight *w) { return (size_t)NL * row_gbytes(w); }
+INL size_t pk_gbytes(const wt_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
 
 /* v[j] <- column j of the 8 x 8 dword matrix v (v[i] = row i). */
 INL void transpose8(__m256i v[8]) {
@@ -180,11 +180,11 @@ INL void transpose8(__m256i v[8]) {
 /* Records [g0, g1) of the tile of rows rows[l] (data rows p[l]; lanes
  * l >= n are zero rows, the padding of the last tile) into o, gbytes
  * apart. */
-static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
+static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
                         uint8_t *o) {
     int ng = w->cols / w->group_size;
     size_t gb = row_gbytes(w), ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w), gdata = pk_gdata(w);
-    const __m256i flip = _mm256_set1_epi8(!Q8X8_VNNI && w->dtype == KN_Q8 ? (char)0x80 : 0);
+    const __m256i flip = _mm256_set1_epi8(!Q8X8_VNNI && w->dtype == WT_Q8 ? (char)0x80 : 0);
     /* the rows' bytes of the groups are contiguous (gb >= 16 divides
      * them): 32 at a time (16 at the end), each 4-byte column of the
      * transpose to its group's record */
@@ -216,7 +216,7 @@ static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *
 }
 
 /* The tile's rows: 8i .. 8i+7 of w, *n of them real. */
-static void tile_rows(const kn_weight *w, int i, const uint8_t **p, int *rows, int *n) {
+static void tile_rows(const wt_weight *w, int i, const uint8_t **p, int *rows, int *n) {
     size_t rb = row_gbytes(w) * (size_t)(w->cols / w->group_size);
     *n = w->rows - i * NL < NL ? w->rows - i * NL : NL;
     for (int l = 0; l < NL; l++) {
@@ -225,11 +225,11 @@ static void tile_rows(const kn_weight *w, int i, const uint8_t **p, int *rows, i
     }
 }
 
-size_t Q8X8_FN(pack_tile_bytes)(const kn_weight *w) {
+size_t Q8X8_FN(pack_tile_bytes)(const wt_weight *w) {
     return 2 * (size_t)(w->cols / w->group_size) * pk_gbytes(w); /* two tiles of 8 rows */
 }
 
-void *Q8X8_FN(pack)(const kn_weight *w) {
+void *Q8X8_FN(pack)(const wt_weight *w) {
     int ng = w->cols / w->group_size, nt = (w->rows + NL - 1) / NL;
     size_t tbytes = (size_t)ng * pk_gbytes(w);
     uint8_t *out = aligned_alloc(64, ((size_t)nt * tbytes + 63) & ~(size_t)63);
@@ -255,10 +255,10 @@ INL __m256i bcast4(const int8_t *p) {
 }
 
 /* 8 scales of dtype t at p (32-byte aligned for F32, 16 for the rest). */
-INL __m256 ld_scales8(const uint8_t *p, kn_dtype t) {
-    if (t == KN_F32) return _mm256_load_ps((const float *)p);
+INL __m256 ld_scales8(const uint8_t *p, wt_dtype t) {
+    if (t == WT_F32) return _mm256_load_ps((const float *)p);
     __m128i h = _mm_load_si128((const __m128i *)p);
-    if (t == KN_F16) return _mm256_cvtph_ps(h);
+    if (t == WT_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -291,7 +291,7 @@ INL __m256i q8_init(const int32_t *s16, int k16, int halves) {
  * groups [g0, g1); pt[c] points at tile c's record g0. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
                int g0, int g1, float (*acc)[RC1][NL]) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
@@ -389,7 +389,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
  * each group takes one I per (row of x, tile), then its two float steps. */
 INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                  float (*acc)[RC1][NL]) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int nb = w->cols / KN_QBLOCK, ng = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
@@ -453,7 +453,7 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
         break
 static void ptile_any(int rt, int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                       float (*acc)[RC1][NL]) {
-    int q4 = job->w->dtype == KN_Q4, g16 = job->w->group_size == 16; /* g16: Q8 only (kn_check_weight) */
+    int q4 = job->w->dtype == WT_Q4, g16 = job->w->group_size == 16; /* g16: Q8 only (wt_check) */
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);
@@ -463,7 +463,7 @@ static void ptile_any(int rt, int rc, const kn_job *job, const uint8_t *const *p
 
 /* Groups per K block at T >= 2: about KB columns of the PRC tiles stay in
  * L1 while every row of x passes over them. */
-INL int kblock_groups(const kn_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
+INL int kblock_groups(const wt_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
 
 /* y rows t0..t0+tn-1 of tiles[c] (c < rc), rows below r1 only. */
 static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *tiles, int rc, int t0, int tn, int r1) {
@@ -483,7 +483,7 @@ static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *til
  * tile and K block into scratch (L1), once for all rows of x. Groups of rc
  * tiles come from rc separate runs of tiles (long sequential streams). */
 void Q8X8_FN(rows)(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int ng = w->cols / w->group_size, T = job->T;
     size_t gbytes = pk_gbytes(w), tbytes = (size_t)ng * gbytes;
     const uint8_t *base = w->packed;

@@ -36,10 +36,11 @@
 #ifndef DFL_DELTANET_H
 #define DFL_DELTANET_H
 
+#include "backend.h"
 #include "model.h"
 #include "threads.h"
 
-enum { DN_KEEP = 64 }; /* rows a forward keeps for replay (>= the widest verify) */
+enum { DN_KEEP = BE_DN_KEEP }; /* rows a forward keeps for replay (backend.h) */
 
 typedef struct {
     int n_lin, rows;       /* linear layers; scratch rows per dn_mixer call */

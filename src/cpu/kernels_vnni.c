@@ -85,9 +85,9 @@ INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *sk) {
     *sk = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
 }
 
-void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+void kn_vnni_quant(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
-    int layout = w->dtype == KN_Q8 ? 0 : T == 1 && !w->packed ? 1 : 2;
+    int layout = w->dtype == WT_Q8 ? 0 : T == 1 && !w->packed ? 1 : 2;
     /* in-lane byte shuffles: [0 2 4 6 1 3 5 7] per 8 (layout 2), and
      * [8 evens, 8 odds] per 16 (layout 1, then qwords 0 2 1 3) */
     const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
@@ -162,16 +162,16 @@ INL void transpose16(__m512i v[16]) {
 }
 
 /* 16 bf16 / f16 / f32 scales from p + i0 (n <= 16 of them) as f32. */
-INL __m512 ld_scales(const void *p, kn_dtype t, size_t i0, int n) {
+INL __m512 ld_scales(const void *p, wt_dtype t, size_t i0, int n) {
     __mmask16 m = (__mmask16)((1u << n) - 1);
-    if (t == KN_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i0);
+    if (t == WT_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i0);
     __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i0);
-    if (t == KN_F16) return _mm512_cvtph_ps(h);
+    if (t == WT_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* sT[i][l], bT[i][l] = scale, bias of row rows[l], group gi0 + i, i < n. */
-static void load_sbT(const kn_weight *w, const int *rows, int gi0, int n, float *sT, float *bT) {
+static void load_sbT(const wt_weight *w, const int *rows, int gi0, int n, float *sT, float *bT) {
     size_t per_row = (size_t)(w->cols / w->group_size);
     for (int i0 = 0; i0 < n; i0 += 16) {
         int m = n - i0 < 16 ? n - i0 : 16;
@@ -320,7 +320,7 @@ INL void q4_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j,
 /* One tile of 16 rows (rows[l]; their data at ROWP(l)), all columns. */
 INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t *const *tab, const uint8_t *p0,
                     size_t S) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int cols = w->cols, g = w->group_size, gsh = __builtin_ctz((unsigned)g);
     _Alignas(64) float sT[MAXGB * NL], bT[MAXGB * NL];
@@ -328,7 +328,7 @@ INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK, gi0 = k0 >> gsh, end = k0 + kn;
         load_sbT(w, rows, gi0, kn >> gsh, sT, bT);
-        if (w->dtype == KN_Q8 && g == 16) { /* 4 groups per 64 columns; a tail of 32: 2 */
+        if (w->dtype == WT_Q8 && g == 16) { /* 4 groups per 64 columns; a tail of 32: 2 */
             for (int j = k0; j < end; j += 64) {
                 int n16 = end - j < 64 ? 2 : 4;
                 __m512i I[4];
@@ -336,7 +336,7 @@ INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t
 #pragma GCC unroll 4
                 for (int i = 0; i < n16; i++) acc = fstep16(acc, I[i], j / 16 + i, gi0, sT, bT, qx->d, qx->xs);
             }
-        } else if (w->dtype == KN_Q8) {
+        } else if (w->dtype == WT_Q8) {
             int j = k0;
             for (; j + 64 <= end; j += 64) {
                 __m512i I[2];
@@ -379,8 +379,8 @@ static void fused_table(const kn_job *job, const int *rows, int valid, const uin
 }
 
 static void fused_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    size_t rbytes = w->dtype == KN_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    const wt_weight *w = job->w;
+    size_t rbytes = w->dtype == WT_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
     int n = tile_count(r0, r1, NL), q = (r1 - r0) / NL;
     for (int i = 0; i < n; i++) {
         int rows[NL], valid;
@@ -412,17 +412,17 @@ static void fused_rows(const kn_job *job, int r0, int r1) {
  * Without kn_pack, T >= 2 builds the records of a K block per call. */
 /* Bytes of weights and of a whole record; nib: Q4 nibbles kept as they are
  * (kn_pack), else one byte per column (Q8, and Q4 unpacked per call). */
-INL size_t pk_gdata(const kn_weight *w, int nib) { return (size_t)NL * (nib ? w->group_size / 2 : w->group_size); }
-INL size_t pk_gbytes(const kn_weight *w, int nib) { return pk_gdata(w, nib) + 2 * NL * kn_scale_size(w->scale_dtype); }
+INL size_t pk_gdata(const wt_weight *w, int nib) { return (size_t)NL * (nib ? w->group_size / 2 : w->group_size); }
+INL size_t pk_gbytes(const wt_weight *w, int nib) { return pk_gdata(w, nib) + 2 * NL * kn_scale_size(w->scale_dtype); }
 
 /* Records [g0, g1) of the 16 rows rows[l] (data rows p[l]; lanes l >= n
  * are zero rows, the padding of the last tile) into o, gbytes apart. Q4
  * with nib == 0: each 4-byte vector becomes two of one byte per column,
  * the low nibbles (even columns), then the high ones (odd columns). */
-static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
+static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
                         int nib, int pf, uint8_t *o) {
-    int ng = w->cols / w->group_size, split = w->dtype == KN_Q4 && !nib;
-    size_t gb = (w->dtype == KN_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
+    int ng = w->cols / w->group_size, split = w->dtype == WT_Q4 && !nib;
+    size_t gb = (w->dtype == WT_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
     size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w, nib), gdata = pk_gdata(w, nib);
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     /* the rows' bytes of the groups are contiguous: 64 at a time, each
@@ -484,14 +484,14 @@ static void pack_groups(const kn_weight *w, const uint8_t *const *p, const int *
     }
 }
 
-size_t kn_vnni_pack_tile_bytes(const kn_weight *w) {
-    return (size_t)(w->cols / w->group_size) * pk_gbytes(w, w->dtype == KN_Q4);
+size_t kn_vnni_pack_tile_bytes(const wt_weight *w) {
+    return (size_t)(w->cols / w->group_size) * pk_gbytes(w, w->dtype == WT_Q4);
 }
 
-void *kn_vnni_pack(const kn_weight *w) {
+void *kn_vnni_pack(const wt_weight *w) {
     int rows = w->rows, ng = w->cols / w->group_size, nt = (rows + NL - 1) / NL;
-    size_t rb = w->dtype == KN_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
-    size_t gbytes = pk_gbytes(w, w->dtype == KN_Q4), tbytes = (size_t)ng * gbytes;
+    size_t rb = w->dtype == WT_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    size_t gbytes = pk_gbytes(w, w->dtype == WT_Q4), tbytes = (size_t)ng * gbytes;
     uint8_t *out = aligned_alloc(64, (size_t)nt * tbytes);
     if (!out) return NULL;
     for (int i = 0; i < nt; i++) {
@@ -501,7 +501,7 @@ void *kn_vnni_pack(const kn_weight *w) {
             r[l] = i * NL + (l < n ? l : 0);
             p[l] = (const uint8_t *)w->data + (size_t)r[l] * rb; /* not read for l >= n */
         }
-        pack_groups(w, p, r, n, 0, ng, w->dtype == KN_Q4, 0, out + (size_t)i * tbytes);
+        pack_groups(w, p, r, n, 0, ng, w->dtype == WT_Q4, 0, out + (size_t)i * tbytes);
     }
     return out;
 }
@@ -514,10 +514,10 @@ INL __m512i bcast4(const int8_t *p) {
 }
 
 /* 16 scales of dtype t at p (64-byte aligned for F32, 32 for the rest). */
-INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
-    if (t == KN_F32) return _mm512_load_ps((const float *)p);
+INL __m512 ld_scales16(const uint8_t *p, wt_dtype t) {
+    if (t == WT_F32) return _mm512_load_ps((const float *)p);
     __m256i h = _mm256_load_si256((const __m256i *)p);
-    if (t == KN_F16) return _mm512_cvtph_ps(h);
+    if (t == WT_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
@@ -530,7 +530,7 @@ INL __m512 ld_scales16(const uint8_t *p, kn_dtype t) {
  * into L1 while this one is computed (the prefetchers alone left T >= 2
  * waiting for memory between K blocks); then load the group's scales and
  * biases of each of the rc tiles. */
-INL void pt_group(const int rc, const kn_weight *w, const uint8_t *const *pt, int i, int pf, size_t gbytes,
+INL void pt_group(const int rc, const wt_weight *w, const uint8_t *const *pt, int i, int pf, size_t gbytes,
                   size_t gdata, size_t ss, __m512 *sv, __m512 *bv) {
 #ifndef NO_PF
     if (pf)
@@ -556,7 +556,7 @@ INL void pt_group(const int rc, const kn_weight *w, const uint8_t *const *pt, in
  * added before the float step, which cannot change an exact integer. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
                int g0, int g1, int pf, float (*acc)[RC1][NL]) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g;
     size_t gbytes = pk_gbytes(w, q4), gdata = pk_gdata(w, q4), ss = kn_scale_size(w->scale_dtype);
@@ -643,7 +643,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
  * each group takes one I per (row of x, tile), then its two float steps. */
 INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                  int pf, float (*acc)[RC1][NL]) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int nb = w->cols / KN_QBLOCK, ng = w->cols / 16;
     size_t gbytes = pk_gbytes(w, 0), gdata = pk_gdata(w, 0), ss = kn_scale_size(w->scale_dtype);
@@ -702,7 +702,7 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
         break
 static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1, int pf,
                       float (*acc)[RC1][NL]) {
-    int g16 = job->w->group_size == 16; /* Q8 only (kn_check_weight) */
+    int g16 = job->w->group_size == 16; /* Q8 only (wt_check) */
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);
@@ -713,7 +713,7 @@ static void ptile_any(int rt, int rc, int q4, const kn_job *job, const uint8_t *
 
 /* Groups per K block at T >= 2: about KB columns of RC tiles stay in L1
  * while every row of x passes over them. */
-INL int kblock_groups(const kn_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
+INL int kblock_groups(const wt_weight *w) { return KB / w->group_size > 0 ? KB / w->group_size : 1; }
 
 /* y rows t0..t0+tn-1, the 16 outputs of each tile in one (masked) store. */
 static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *tiles, int rc, int t0, int tn, int r1) {
@@ -729,8 +729,8 @@ static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *til
 /* Rows [r0, r1) from the packed copy (r0 is a multiple of KN_COL_TILE = NL,
  * so the thread's tiles are whole). */
 static void packed_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int q4 = w->dtype == KN_Q4, ng = w->cols / w->group_size, T = job->T;
+    const wt_weight *w = job->w;
+    int q4 = w->dtype == WT_Q4, ng = w->cols / w->group_size, T = job->T;
     size_t gbytes = pk_gbytes(w, q4), tbytes = (size_t)ng * gbytes;
     const uint8_t *base = w->packed;
     int i0 = r0 / NL, nt = (r1 - r0 + NL - 1) / NL;
@@ -762,8 +762,8 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
  * to a byte per column (the nibbles are split once, not once per PRT rows
  * of x). Tiles take their 16 rows from 16 separate runs (tile_rows). */
 static void tiled_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
-    int q4 = w->dtype == KN_Q4, ng = w->cols / w->group_size, T = job->T, gk = kblock_groups(w);
+    const wt_weight *w = job->w;
+    int q4 = w->dtype == WT_Q4, ng = w->cols / w->group_size, T = job->T, gk = kblock_groups(w);
     size_t rb = q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
     /* a K block: at most KN_KBLOCK columns (KB, or one group of up to 1024) */
     _Alignas(64) uint8_t buf[PRC][KN_KBLOCK * NL + KN_KBLOCK / KN_QBLOCK * 2 * NL * 4];

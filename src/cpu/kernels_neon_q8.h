@@ -15,9 +15,9 @@
  * per piece (a block of 32 columns, or for Q8 with groups of 16 the half of
  * one) the exact I of each row, then the float steps of kernels.h. */
 static void Q8_NAME(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
-    int cols = w->cols, g = w->group_size, T = job->T, q4 = w->dtype == KN_Q4;
+    int cols = w->cols, g = w->group_size, T = job->T, q4 = w->dtype == WT_Q4;
     int nb = cols / KN_QBLOCK, ng = cols / g, step = g == 16 ? 16 : KN_QBLOCK;
     size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols;
     float32x4_t sT[MAXG], bT[MAXG];

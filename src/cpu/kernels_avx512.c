@@ -63,12 +63,12 @@ INL __m512i ld_u8x16(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_s
 
 /* out[0..n) = scales/biases p[i0 .. i0+n) as f32; out has room for n
  * rounded up to 16. */
-INL void cvt_scales(const void *p, kn_dtype t, size_t i0, int n, float *out) {
+INL void cvt_scales(const void *p, wt_dtype t, size_t i0, int n, float *out) {
     for (int i = 0; i < n; i += V) {
         __mmask16 m = tail_mask(n - i < V ? n - i : V);
         __m512 v;
-        if (t == KN_F32) v = _mm512_maskz_loadu_ps(m, (const float *)p + i0 + i);
-        else if (t == KN_F16) v = ld_f16_m((const uint16_t *)p + i0 + i, m);
+        if (t == WT_F32) v = _mm512_maskz_loadu_ps(m, (const float *)p + i0 + i);
+        else if (t == WT_F16) v = ld_f16_m((const uint16_t *)p + i0 + i, m);
         else v = ld_bf16_m((const uint16_t *)p + i0 + i, m);
         _mm512_storeu_ps(out + i, v);
     }
@@ -84,7 +84,7 @@ typedef struct {
     float s[RC][MAXG], b[RC][MAXG];
 } kn_sb;
 
-INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rs, int rc, int k0, int kn) {
+INL void load_sb(kn_sb *sb, const wt_weight *w, int r, int rs, int rc, int k0, int kn) {
     int g = w->group_size, per_row = w->cols / g;
     for (int c = 0; c < rc; c++) {
         size_t i0 = (size_t)(r + c * rs) * per_row + (size_t)(k0 / g);
@@ -123,13 +123,13 @@ static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
 /* out[c][0..kn) = W[r + c*rs][k0 .. k0+kn) as f32 (Q4: in the permuted
  * order), the rc rows interleaved vector by vector so they stream
  * together. out rows are KN_KBLOCK floats apart. */
-INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
+INL void dequant_tile(const int rc, const wt_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
                       float *out) {
     size_t cols = (size_t)w->cols, rstep = (size_t)rs * cols;
     size_t base = (size_t)r * cols + (size_t)k0; /* element offset of row 0 */
     int g = w->group_size;
     switch (w->dtype) {
-    case KN_F32: { /* a copy: aligned loads for the RT-fold reuse */
+    case WT_F32: { /* a copy: aligned loads for the RT-fold reuse */
         const float *f = (const float *)w->data + base;
         int j = 0;
         for (; j + V <= kn; j += V)
@@ -141,10 +141,10 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
                 _mm512_store_ps(out + c * KN_KBLOCK + j, _mm512_maskz_loadu_ps(tail_mask(kn - j), f + c * rstep + j));
         break;
     }
-    case KN_F16:
-    case KN_BF16: {
+    case WT_F16:
+    case WT_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
-        int bf = w->dtype == KN_BF16, j = 0;
+        int bf = w->dtype == WT_BF16, j = 0;
         for (; j + V <= kn; j += V)
 #pragma GCC unroll 4
             for (int c = 0; c < rc; c++) {
@@ -161,7 +161,7 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
         }
         break;
     }
-    case KN_Q8: {
+    case WT_Q8: {
         const uint8_t *q = (const uint8_t *)w->data + base;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
             __m512 s[RC], b[RC];
@@ -179,7 +179,7 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
         }
         break;
     }
-    case KN_Q4: {
+    case WT_Q4: {
         const uint8_t *q = (const uint8_t *)w->data + base / 2;
         __m512 iota = _mm512_loadu_ps(iota16);
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
@@ -261,7 +261,7 @@ typedef struct {
 
 /* Rows t0..t0+tn-1 of x against the weight rows r + c*rs, c < rc. */
 static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int r, int rs, int rc) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols;
     const float *x0 = job->x + (size_t)t0 * cols;
     memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
@@ -269,11 +269,11 @@ static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
         const float *wp;
         size_t ldw;
-        if (w->dtype == KN_F32 && job->T == 1) { /* read once: no copy */
+        if (w->dtype == WT_F32 && job->T == 1) { /* read once: no copy */
             wp = (const float *)w->data + (size_t)r * cols + k0;
             ldw = (size_t)rs * cols;
         } else {
-            if (w->dtype == KN_Q8 || w->dtype == KN_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
+            if (w->dtype == WT_Q8 || w->dtype == WT_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
 #define CALL_DQ(n) dequant_tile(n, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0])
             RC_CASES(rc, CALL_DQ);
             wp = ts->wbuf[0];
@@ -304,7 +304,7 @@ static void rows_tiled(const kn_job *job, int r0, int r1) {
 
 /* F16 / BF16 rows r + c*rs, c < rc. */
 INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols;
     size_t rstep = (size_t)rs * cols;
     const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
@@ -336,7 +336,7 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
 
 /* Q8 rows r + c*rs, c < rc. */
 INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
     size_t rstep = (size_t)rs * cols;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
@@ -370,7 +370,7 @@ INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
 
 /* Q4 rows r + c*rs, c < rc; job->x is permuted in blocks of 32. */
 INL void fused_q4(const int rc, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
     size_t rbytes = (size_t)cols / 2, rstep = (size_t)rs * rbytes;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
@@ -408,11 +408,11 @@ static void fused_tile(const kn_job *job, int r, int rs, int rc) {
 #define CALL_Q8(n) fused_q8(n, job, r, rs)
 #define CALL_Q4(n) fused_q4(n, job, r, rs)
     switch (job->w->dtype) {
-    case KN_F16: RC_CASES(rc, CALL_F16); break;
-    case KN_BF16: RC_CASES(rc, CALL_BF16); break;
-    case KN_Q8: RC_CASES(rc, CALL_Q8); break;
-    case KN_Q4: RC_CASES(rc, CALL_Q4); break;
-    case KN_F32: break; /* tiled path */
+    case WT_F16: RC_CASES(rc, CALL_F16); break;
+    case WT_BF16: RC_CASES(rc, CALL_BF16); break;
+    case WT_Q8: RC_CASES(rc, CALL_Q8); break;
+    case WT_Q4: RC_CASES(rc, CALL_Q4); break;
+    case WT_F32: break; /* tiled path */
     }
 }
 
@@ -428,7 +428,7 @@ static void avx512_permute_q4(float *dst, const float *src, size_t n) {
 }
 
 static void avx512_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1 && job->w->dtype != KN_F32) {
+    if (job->T == 1 && job->w->dtype != WT_F32) {
 #define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
         FOR_TILES(r0, r1, FUSED_TILE);
     } else {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "util.h"
 
 void dn_init(dn_state *s, const cfg_model *c, int rows) {
@@ -261,7 +262,7 @@ static void delta_rows(tp_pool *tp, delta_job *j) {
 void dn_mixer(tp_pool *tp, dn_state *s, const mdl_layer *L, int l, const float *xn, float *out, int T) {
     int li = s->lin_of[l], C = s->C, nv = s->nv, vd = nv * s->dv;
     float *ys[4] = {s->mix, s->z, s->core, s->cv};
-    const kn_weight *ws[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b};
+    const wt_weight *ws[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b};
     /* a and b land in core / cv first (free until the conv), then pack */
     kn_matmul_n(tp, ys, xn, ws, 4, T);
     for (int t = 0; t < T; t++) {

@@ -111,7 +111,7 @@ static void tile_any(int rt, int rc, const kn_job *job, const uint16_t *const *p
 
 /* Rows r + c*rs (c < rc) for every row of x. */
 static void rows_tile(const kn_job *job, int r, int rs, int rc, float (*acc)[RC][16]) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, T = job->T, kb = T == 1 ? cols : KB;
     const uint16_t *p[RC];
     for (int c = 0; c < rc; c++) p[c] = (const uint16_t *)w->data + (size_t)(r + c * rs) * cols;

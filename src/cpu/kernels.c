@@ -39,120 +39,28 @@
 /* Small helpers                                                           */
 /* ===================================================================== */
 
-const char *kn_dtype_name(kn_dtype t) {
-    switch (t) {
-    case KN_F32: return "F32";
-    case KN_F16: return "F16";
-    case KN_BF16: return "BF16";
-    case KN_Q8: return "Q8";
-    case KN_Q4: return "Q4";
-    }
-    return "?";
-}
-
-size_t kn_weight_bytes(const kn_weight *w) {
-    size_t n = (size_t)w->rows * (size_t)w->cols;
-    switch (w->dtype) {
-    case KN_F32: return n * 4;
-    case KN_F16:
-    case KN_BF16: return n * 2;
-    case KN_Q8:
-    case KN_Q4: {
-        size_t groups = (size_t)w->rows * (size_t)(w->cols / w->group_size);
-        return n * (size_t)w->bits / 8 + 2 * groups * kn_scale_size(w->scale_dtype);
-    }
-    }
-    return 0;
-}
-
-int kn_check_weight(const kn_weight *w, const char *name) {
-    if (!name) name = "weight";
-    if (w->rows <= 0 || w->cols <= 0) {
-        dfl_seterr("%s: bad shape [%d, %d]", name, w->rows, w->cols);
-        return -1;
-    }
-    if (!w->data) {
-        dfl_seterr("%s: no data", name);
-        return -1;
-    }
-    switch (w->dtype) {
-    case KN_F32:
-    case KN_F16:
-    case KN_BF16: return 0;
-    case KN_Q8:
-    case KN_Q4: break;
-    default:
-        dfl_seterr("%s: unknown dtype %d", name, (int)w->dtype);
-        return -1;
-    }
-    int want_bits = w->dtype == KN_Q8 ? 8 : 4;
-    if (w->bits != want_bits) {
-        dfl_seterr("%s: %s with bits=%d (want %d)", name, kn_dtype_name(w->dtype), w->bits, want_bits);
-        return -1;
-    }
-    /* group_size must divide KN_KBLOCK so K blocks hold whole groups, and
-     * be a multiple of 32 so Q4 groups fill whole 16-byte runs; Q8 may
-     * also have groups of 16 (GGUF Q6_K), with cols still a multiple of
-     * KN_QBLOCK (q8 mode quantizes x per 32 columns) */
-    int g = w->group_size;
-    int g16 = w->dtype == KN_Q8 && g == 16 && w->cols % KN_QBLOCK == 0;
-    if (!g16 && (g <= 0 || g % 32 != 0 || KN_KBLOCK % g != 0 || w->cols % g != 0)) {
-        dfl_seterr("%s: group_size %d unsupported for %d columns (need 32, 64, 128, ... 1024 dividing cols, "
-                   "or 16 for Q8 with cols a multiple of 32)",
-                   name, g, w->cols);
-        return -1;
-    }
-    if (w->scale_dtype != KN_F32 && w->scale_dtype != KN_F16 && w->scale_dtype != KN_BF16) {
-        dfl_seterr("%s: scales of dtype %s unsupported", name, kn_dtype_name(w->scale_dtype));
-        return -1;
-    }
-    if (!w->scales || !w->biases) {
-        dfl_seterr("%s: quantized without scales or biases", name);
-        return -1;
-    }
-    return 0;
-}
-
 /* ===================================================================== */
 /* Generic C variant                                                       */
 /* ===================================================================== */
 
 /* out[0..n) = W[r][k0 .. k0+n) as f32; k0 is a multiple of the group size.
  * Returns out, or a pointer into W itself for F32. */
-static const float *generic_dequant(const kn_weight *w, int r, int k0, int n, float *out) {
+static const float *generic_dequant(const wt_weight *w, int r, int k0, int n, float *out) {
     size_t row = (size_t)r * (size_t)w->cols;
     switch (w->dtype) {
-    case KN_F32: return (const float *)w->data + row + k0;
-    case KN_F16: {
+    case WT_F32: return (const float *)w->data + row + k0;
+    case WT_F16: {
         const uint16_t *h = (const uint16_t *)w->data + row + k0;
         for (int j = 0; j < n; j++) out[j] = kn_f16_to_f32(h[j]);
         return out;
     }
-    case KN_BF16: {
+    case WT_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + row + k0;
         for (int j = 0; j < n; j++) out[j] = kn_bf16_to_f32(h[j]);
         return out;
     }
-    case KN_Q8:
-    case KN_Q4: {
-        int bits = w->bits, per_word = 32 / bits, g = w->group_size;
-        uint32_t mask = (1u << bits) - 1;
-        /* element j of the row: word j/per_word, bits (j%per_word)*bits */
-        const uint32_t *q = (const uint32_t *)w->data + row / (size_t)per_word;
-        size_t grow = (size_t)r * (size_t)(w->cols / g);
-        for (int j = 0; j < n; j += g) {
-            int jj = k0 + j;
-            float s = kn_scale_at(w->scales, w->scale_dtype, grow + (size_t)(jj / g));
-            float b = kn_scale_at(w->biases, w->scale_dtype, grow + (size_t)(jj / g));
-            for (int i = 0; i < g; i++) {
-                int e = jj + i;
-                uint32_t v = (q[e / per_word] >> ((e % per_word) * bits)) & mask;
-                float p = s * (float)v;
-                out[j + i] = p + b;
-            }
-        }
-        return out;
-    }
+    case WT_Q8:
+    case WT_Q4: wt_dequant(out, w, r, k0, n); return out;
     }
     return out;
 }
@@ -162,7 +70,7 @@ static float generic_reduce(const float a[8]) {
 }
 
 static void generic_rows(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, T = job->T;
     float wbuf[KN_KBLOCK];
     float acc[KN_TBLOCK][8]; /* [row of x][lane] */
@@ -231,7 +139,7 @@ void kn_quant_row(const float *x, int cols, int g, int8_t *xq, float *d, float *
 }
 
 /* Natural layout: row t of qx->q is kn_quant_row's xq. */
-static void generic_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) {
+static void generic_quant(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, nb = cols / KN_QBLOCK, ng = cols / w->group_size;
     for (int t = 0; t < T; t++)
         kn_quant_row(x + (size_t)t * cols, cols, w->group_size, qx->q + (size_t)t * qx->ldq,
@@ -240,7 +148,7 @@ static void generic_quant(kn_qx *qx, const float *x, int T, const kn_weight *w) 
 
 /* The q8-mode arithmetic of kernels.h, one output at a time. */
 static void generic_rows_q8(const kn_job *job, int r0, int r1) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int cols = w->cols, g = w->group_size, bits = w->bits, per_word = 32 / bits;
     int nb = cols / KN_QBLOCK, ng = cols / g;
@@ -474,8 +382,8 @@ static void kn_multi_chunk(void *ctx, int start, int end) {
 /* q8 mode: quantize x once ([T][cols] -> qx, laid out for ws[0]; the
  * caller checked that every weight shares dtype, cols, group size and
  * packing), then the variant's rows_q8 for each weight. */
-static void matmul_q8(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
-    const kn_weight *w = ws[0];
+static void matmul_q8(tp_pool *tp, float *const *ys, const float *x, const wt_weight *const *ws, int n, int T) {
+    const wt_weight *w = ws[0];
     size_t nb = (size_t)w->cols / KN_QBLOCK, ng = (size_t)(w->cols / w->group_size);
     kn_qx qx;
     qx.ldq = ((size_t)w->cols + 127) & ~(size_t)127;
@@ -503,7 +411,7 @@ static void matmul_q8(tp_pool *tp, float *const *ys, const float *x, const kn_we
 
 /* q8 mode, BF16 weights: x rounded to bfloat16 once, then rows_bf16. */
 static void matmul_bf16(tp_pool *tp, kn_job *job, const float *x) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     job->ldb = ((size_t)w->cols + 31) & ~(size_t)31;
     uint16_t *xb = alloc64((size_t)job->T * job->ldb * sizeof *xb);
     kn_cur->quant_bf16(xb, job->ldb, x, job->T, w->cols);
@@ -514,15 +422,15 @@ static void matmul_bf16(tp_pool *tp, kn_job *job, const float *x) {
     free(xb);
 }
 
-void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T) {
+void kn_matmul(tp_pool *tp, float *y, const float *x, const wt_weight *w, int T) {
     if (T <= 0) return;
     kn_init_once();
     kn_job job = {y, x, w, T, NULL, NULL, 0};
-    if ((w->dtype == KN_Q8 || w->dtype == KN_Q4) && kn_act_quant()) {
+    if ((w->dtype == WT_Q8 || w->dtype == WT_Q4) && kn_act_quant()) {
         matmul_q8(tp, &y, x, &w, 1, T);
         return;
     }
-    if (w->dtype == KN_BF16 && kn_act_bf16()) {
+    if (w->dtype == WT_BF16 && kn_act_bf16()) {
         job.x = NULL;
         matmul_bf16(tp, &job, x);
         return;
@@ -533,7 +441,7 @@ void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T)
      * of a matmul). Q4 variants also want it permuted (kernels_impl.h). */
     float *xp = NULL;
     size_t n = (size_t)T * (size_t)w->cols;
-    int P = w->dtype == KN_Q4 ? kn_cur->q4_perm : 0;
+    int P = w->dtype == WT_Q4 ? kn_cur->q4_perm : 0;
     if (P > 0 || ((uintptr_t)x & 63) != 0) {
         xp = aligned_alloc(64, (n * sizeof *xp + 63) & ~(size_t)63);
         if (!xp) xp = dfl_malloc(n * sizeof *xp); /* still correct, just slower */
@@ -548,10 +456,10 @@ void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T)
     free(xp);
 }
 
-void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T) {
+void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const wt_weight *const *ws, int n, int T) {
     if (T <= 0 || n <= 0) return;
     kn_init_once();
-    int one_call = n <= KN_MAX_MULTI && kn_act_quant() && (ws[0]->dtype == KN_Q8 || ws[0]->dtype == KN_Q4);
+    int one_call = n <= KN_MAX_MULTI && kn_act_quant() && (ws[0]->dtype == WT_Q8 || ws[0]->dtype == WT_Q4);
     for (int i = 1; i < n && one_call; i++)
         one_call = ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols &&
                    ws[i]->group_size == ws[0]->group_size && !ws[i]->packed == !ws[0]->packed;
@@ -562,25 +470,25 @@ void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight 
     for (int i = 0; i < n; i++) kn_matmul(tp, ys[i], x, ws[i], T);
 }
 
-int kn_pack(kn_weight *w) {
+int kn_pack(wt_weight *w) {
     kn_init_once();
-    if (w->packed || (w->dtype != KN_Q8 && w->dtype != KN_Q4) || !kn_act_quant() || !kn_cur->pack) return 0;
+    if (w->packed || (w->dtype != WT_Q8 && w->dtype != WT_Q4) || !kn_act_quant() || !kn_cur->pack) return 0;
     w->packed = kn_cur->pack(w);
     if (!w->packed) {
-        dfl_seterr("kernels: out of memory packing a %s weight [%d, %d]", kn_dtype_name(w->dtype), w->rows, w->cols);
+        dfl_seterr("kernels: out of memory packing a %s weight [%d, %d]", wt_dtype_name(w->dtype), w->rows, w->cols);
         return -1;
     }
     return 0;
 }
 
-void kn_unpack(kn_weight *w) {
+void kn_unpack(wt_weight *w) {
     free((void *)w->packed);
     w->packed = NULL;
 }
 
-kn_weight kn_row_view(const kn_weight *w, int r0, int n) {
-    kn_weight v = *w;
-    size_t elem = w->dtype == KN_F32 ? 4 : w->dtype == KN_F16 || w->dtype == KN_BF16 ? 2 : 0;
+wt_weight kn_row_view(const wt_weight *w, int r0, int n) {
+    wt_weight v = *w;
+    size_t elem = w->dtype == WT_F32 ? 4 : w->dtype == WT_F16 || w->dtype == WT_BF16 ? 2 : 0;
     v.rows = n;
     if (elem) {
         v.data = (const char *)w->data + (size_t)r0 * w->cols * elem;
@@ -594,10 +502,3 @@ kn_weight kn_row_view(const kn_weight *w, int r0, int n) {
     return v;
 }
 
-void kn_get_row(float *out, const kn_weight *w, int row) {
-    for (int k0 = 0; k0 < w->cols; k0 += KN_KBLOCK) {
-        int kn = w->cols - k0 < KN_KBLOCK ? w->cols - k0 : KN_KBLOCK;
-        const float *v = generic_dequant(w, row, k0, kn, out + k0);
-        if (v != out + k0) memcpy(out + k0, v, sizeof(float) * (size_t)kn);
-    }
-}

@@ -16,37 +16,7 @@
 #include <stdint.h>
 
 #include "threads.h"
-
-typedef enum {
-    KN_F32 = 0,
-    KN_F16,
-    KN_BF16,
-    KN_Q8, /* MLX affine 8-bit: w = scale * q + bias, q in [0, 255] */
-    KN_Q4, /* MLX affine 4-bit: q in [0, 15] */
-} kn_dtype;
-
-const char *kn_dtype_name(kn_dtype t);
-
-/* A weight matrix W[rows][cols] (HF layout [out_features, in_features]).
- *   F32/F16/BF16: data = rows*cols elements, row-major.
- *   Q8/Q4 (MLX layout): data = uint32 [rows][cols*bits/32]; element j of a row
- *     lives in word j*bits/32 at bit offset (j*bits)%32 (little end first);
- *     scales, biases = [rows][cols/group_size] of scale_dtype (F32, F16 or BF16);
- *     w[r][j] = scales[r][j/g] * q[r][j] + biases[r][j/g].
- *     g = group_size: a multiple of 32 dividing 1024 and cols, or, for Q8
- *     only, 16 (GGUF Q6_K's sub-blocks; cols still a multiple of 32). */
-typedef struct {
-    kn_dtype dtype;
-    int rows, cols;
-    const void *data;
-    const void *scales, *biases;
-    kn_dtype scale_dtype;
-    int group_size, bits;
-    /* kn_pack's copy of a Q8/Q4 weight in the layout of the q8-mode kernels,
-     * or NULL. Owned by whoever called kn_pack (kn_unpack frees it); copies
-     * of the struct share it. */
-    const void *packed;
-} kn_weight;
+#include "weight.h"
 
 /* The instruction-set family of a variant: attention.c and sample.c pick
  * their own loops by it, so one choice (kn_init's) rules every SIMD path. */
@@ -80,29 +50,18 @@ int kn_has_pack(void);
 int kn_has_bf16(void);
 
 /* y[T][w->rows] = x[T][w->cols] . W^T, threaded over output columns. */
-void kn_matmul(tp_pool *tp, float *y, const float *x, const kn_weight *w, int T);
-
-/* out[cols] = W[row] dequantized to f32. */
-void kn_get_row(float *out, const kn_weight *w, int row);
-
-/* Bytes of weight data (data + scales + biases) - for bandwidth reports. */
-size_t kn_weight_bytes(const kn_weight *w);
+void kn_matmul(tp_pool *tp, float *y, const float *x, const wt_weight *w, int T);
 
 /* ys[i] = ws[i] . x for n <= KN_MAX_MULTI weights that read the same x
  * (Q/K/V, gate/up): the same bits as n kn_matmul calls, in one parallel
  * region with x quantized once when the weights allow it. */
 #define KN_MAX_MULTI 4
-void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const kn_weight *const *ws, int n, int T);
+void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const wt_weight *const *ws, int n, int T);
 
 /* Rows r0..r0+n-1 of w as a weight of its own (the packed copy too), for
  * r0 a multiple of 16; each output row's bits are those of the same row of
  * w. */
-kn_weight kn_row_view(const kn_weight *w, int r0, int n);
-
-/* Validate a weight once at load time (kernels never check): shape, data,
- * bits vs dtype, group_size (a multiple of 32 dividing 1024 and cols, or
- * 16 for Q8 with cols a multiple of 32), scale dtype. Returns 0, or -1 with dfl_seterr naming `name`. */
-int kn_check_weight(const kn_weight *w, const char *name);
+wt_weight kn_row_view(const wt_weight *w, int r0, int n);
 
 /* Activation quantization ("q8" mode): int8 activations for Q8/Q4 weights,
  * bfloat16 ones for BF16 weights. F32/F16 weights always run in f32.
@@ -167,9 +126,9 @@ int kn_act_bf16(void);
  * with and without it. Does nothing (returns 0) unless the weight is Q8/Q4,
  * q8 mode is on and the variant has a packed layout; -1 (dfl_seterr) if
  * out of memory. The copy is as large as the weight data + scales. The
- * original stays in use for kn_get_row, for f32 mode and other variants. */
-int kn_pack(kn_weight *w);
-void kn_unpack(kn_weight *w); /* free w->packed (NULL is fine) */
+ * original stays in use for wt_get_row, for f32 mode and other variants. */
+int kn_pack(wt_weight *w);
+void kn_unpack(wt_weight *w); /* free w->packed (NULL is fine) */
 
 /* Tests and benchmarks: use variant `name` (one of kn_variant_name's).
  * Returns -1 (dfl_seterr) if it is unknown or this CPU lacks it. */

@@ -69,7 +69,7 @@ typedef struct {
     float s[RCF][MAXG], b[RCF][MAXG];
 } kn_sb;
 
-INL void load_sb(kn_sb *sb, const kn_weight *w, int r, int rs, int rc, int k0, int kn) {
+INL void load_sb(kn_sb *sb, const wt_weight *w, int r, int rs, int rc, int k0, int kn) {
     int g = w->group_size, per_row = w->cols / g;
     for (int c = 0; c < rc; c++) {
         size_t i0 = (size_t)(r + c * rs) * per_row + (size_t)(k0 / g);
@@ -109,13 +109,13 @@ INL __m256 q4_half(__m256i z, int hi, __m256 s, __m256 b) {
 
 /* out[c][0..kn) = W[r + c*rs][k0 .. k0+kn) as f32 (Q4 permuted), rows
  * interleaved vector by vector; out rows are KN_KBLOCK floats apart. */
-INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
+INL void dequant_tile(const int rc, const wt_weight *w, int r, int rs, int k0, int kn, const kn_sb *sb,
                       float *out) {
     size_t cols = (size_t)w->cols, rstep = (size_t)rs * cols;
     size_t base = (size_t)r * cols + (size_t)k0;
     int g = w->group_size;
     switch (w->dtype) {
-    case KN_F32: { /* a copy: aligned loads for the RT-fold reuse */
+    case WT_F32: { /* a copy: aligned loads for the RT-fold reuse */
         const float *f = (const float *)w->data + base;
         int j = 0;
         for (; j + V <= kn; j += V)
@@ -126,10 +126,10 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
             for (int c = 0; c < rc; c++) _mm256_store_ps(out + c * KN_KBLOCK + j, ld_f32_tail(f + c * rstep + j, kn - j));
         break;
     }
-    case KN_F16:
-    case KN_BF16: {
+    case WT_F16:
+    case WT_BF16: {
         const uint16_t *h = (const uint16_t *)w->data + base;
-        int bf = w->dtype == KN_BF16, j = 0;
+        int bf = w->dtype == WT_BF16, j = 0;
         for (; j + V <= kn; j += V)
 #pragma GCC unroll 4
             for (int c = 0; c < rc; c++) _mm256_store_ps(out + c * KN_KBLOCK + j, ld_half(h + c * rstep + j, bf));
@@ -139,7 +139,7 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
                 _mm256_store_ps(out + c * KN_KBLOCK + j, ld_half_tail(h + c * rstep + j, kn - j, bf));
         break;
     }
-    case KN_Q8: {
+    case WT_Q8: {
         const uint8_t *q = (const uint8_t *)w->data + base;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
             __m256 s[RC], b[RC];
@@ -157,7 +157,7 @@ INL void dequant_tile(const int rc, const kn_weight *w, int r, int rs, int k0, i
         }
         break;
     }
-    case KN_Q4: {
+    case WT_Q4: {
         const uint8_t *q = (const uint8_t *)w->data + base / 2;
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
             __m256 s[RC], b[RC];
@@ -233,7 +233,7 @@ typedef struct {
 } tiled_scratch;
 
 static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int r, int rs, int rc) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols;
     const float *x0 = job->x + (size_t)t0 * cols;
     memset(ts->acc, 0, sizeof ts->acc[0] * (size_t)tn);
@@ -241,11 +241,11 @@ static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
         const float *wp;
         size_t ldw;
-        if (w->dtype == KN_F32 && job->T == 1) { /* read once: no copy */
+        if (w->dtype == WT_F32 && job->T == 1) { /* read once: no copy */
             wp = (const float *)w->data + (size_t)r * cols + k0;
             ldw = (size_t)rs * cols;
         } else {
-            if (w->dtype == KN_Q8 || w->dtype == KN_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
+            if (w->dtype == WT_Q8 || w->dtype == WT_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
             if (rc == 2) dequant_tile(2, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
             else dequant_tile(1, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
             wp = ts->wbuf[0];
@@ -275,7 +275,7 @@ static void rows_tiled(const kn_job *job, int r0, int r1) {
 /* ===================================================================== */
 
 INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols;
     size_t rstep = (size_t)rs * cols;
     const uint16_t *h = (const uint16_t *)w->data + (size_t)r * cols;
@@ -300,7 +300,7 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
 }
 
 INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
     size_t rstep = (size_t)rs * cols;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
@@ -333,7 +333,7 @@ INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
 }
 
 INL void fused_q4(const int rc, const kn_job *job, int r, int rs) {
-    const kn_weight *w = job->w;
+    const wt_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
     size_t rbytes = (size_t)cols / 2, rstep = (size_t)rs * rbytes;
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rbytes;
@@ -372,11 +372,11 @@ static void fused_tile(const kn_job *job, int r, int rs, int rc) {
 #define CALL_Q8(n) fused_q8(n, job, r, rs)
 #define CALL_Q4(n) fused_q4(n, job, r, rs)
     switch (job->w->dtype) {
-    case KN_F16: RC_CASES(rc, CALL_F16); break;
-    case KN_BF16: RC_CASES(rc, CALL_BF16); break;
-    case KN_Q8: RC_CASES(rc, CALL_Q8); break;
-    case KN_Q4: RC_CASES(rc, CALL_Q4); break;
-    case KN_F32: break; /* tiled path */
+    case WT_F16: RC_CASES(rc, CALL_F16); break;
+    case WT_BF16: RC_CASES(rc, CALL_BF16); break;
+    case WT_Q8: RC_CASES(rc, CALL_Q8); break;
+    case WT_Q4: RC_CASES(rc, CALL_Q4); break;
+    case WT_F32: break; /* tiled path */
     }
 }
 
@@ -394,7 +394,7 @@ static void avx2_permute_q4(float *dst, const float *src, size_t n) {
 }
 
 static void avx2_rows(const kn_job *job, int r0, int r1) {
-    if (job->T == 1 && job->w->dtype != KN_F32) {
+    if (job->T == 1 && job->w->dtype != WT_F32) {
 #define FUSED_TILE(r, rs, rc) fused_tile(job, r, rs, rc)
         FOR_TILES(r0, r1, RCF, FUSED_TILE);
     } else {

@@ -27,6 +27,8 @@
 #define KN_KBLOCK 1024  /* columns of W per K block: a multiple of every vector
                          * width and of every accepted group size */
 #endif
+/* accepted group sizes divide WT_GROUP_MAX (wt_check): K blocks hold whole groups */
+_Static_assert(KN_KBLOCK % WT_GROUP_MAX == 0, "KN_KBLOCK must be a multiple of WT_GROUP_MAX");
 #define KN_TBLOCK 64    /* rows of x per pass over a weight tile */
 
 #define KN_QBLOCK 32 /* columns per int8 activation block (q8 mode) */
@@ -50,7 +52,7 @@ typedef struct {
     const float *x;     /* [T][w->cols], 64-byte aligned (kn_matmul copies
                          * it when needed); Q4 with a q4_perm variant: permuted.
                          * NULL in q8 mode */
-    const kn_weight *w; /* validated by kn_check_weight */
+    const wt_weight *w; /* validated by wt_check */
     int T;
     const kn_qx *qx;    /* q8 mode (Q8/Q4 weights): the quantized x; else NULL */
     const uint16_t *xb; /* q8 mode, BF16 weights: x as bfloat16, [T][ldb], rows
@@ -79,12 +81,12 @@ typedef struct {
      * rows_q8 is rows() for a job with qx set. */
     int (*q8_supported)(void);
     int q8_default;
-    void (*quant)(kn_qx *qx, const float *x, int T, const kn_weight *w);
+    void (*quant)(kn_qx *qx, const float *x, int T, const wt_weight *w);
     void (*rows_q8)(const kn_job *job, int r0, int r1);
     /* kn_pack: the variant's packed copy of a Q8/Q4 weight (malloc'd,
      * released with free), NULL if out of memory; NULL pointer: the
      * variant has no packed layout. rows_q8 reads w->packed when set. */
-    void *(*pack)(const kn_weight *w);
+    void *(*pack)(const wt_weight *w);
     /* q8 mode for BF16 weights (bfloat16 activations); NULL: none.
      * quant_bf16 fills xb [T][ldb] from x [T][cols]. */
     int (*bf16_supported)(void);
@@ -92,7 +94,7 @@ typedef struct {
     void (*rows_bf16)(const kn_job *job, int r0, int r1);
     /* Bytes of pack's copy per 16 rows (one 16-row tile, two 8-row ones), so a view of rows
      * 16i.. starts i tiles in; NULL with pack. */
-    size_t (*pack_tile_bytes)(const kn_weight *w);
+    size_t (*pack_tile_bytes)(const wt_weight *w);
 } kn_impl;
 
 /* The reference quantizer of one row (kernels.h gives the rule): xq[cols]
@@ -106,21 +108,21 @@ extern const kn_impl kn_impl_avx2, kn_impl_avxvnni, kn_impl_avx512, kn_impl_avx5
  * vectors (kernels_q8x8.h), AVX2 only (the avx2 and avx512 variants) and
  * with AVX-VNNI (the avxvnni variant) */
 int kn_avx2q8_supported(void);
-void kn_avx2q8_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_avx2q8_quant(kn_qx *qx, const float *x, int T, const wt_weight *w);
 void kn_avx2q8_rows(const kn_job *job, int r0, int r1);
-void *kn_avx2q8_pack(const kn_weight *w);
-size_t kn_avx2q8_pack_tile_bytes(const kn_weight *w);
+void *kn_avx2q8_pack(const wt_weight *w);
+size_t kn_avx2q8_pack_tile_bytes(const wt_weight *w);
 int kn_avxvnni_supported(void);
-void kn_avxvnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_avxvnni_quant(kn_qx *qx, const float *x, int T, const wt_weight *w);
 void kn_avxvnni_rows(const kn_job *job, int r0, int r1);
-void *kn_avxvnni_pack(const kn_weight *w);
-size_t kn_avxvnni_pack_tile_bytes(const kn_weight *w);
+void *kn_avxvnni_pack(const wt_weight *w);
+size_t kn_avxvnni_pack_tile_bytes(const wt_weight *w);
 /* kernels_vnni.c: the q8 mode of the avx512 variant (AVX512_VNNI) */
 int kn_vnni_supported(void);
-void kn_vnni_quant(kn_qx *qx, const float *x, int T, const kn_weight *w);
+void kn_vnni_quant(kn_qx *qx, const float *x, int T, const wt_weight *w);
 void kn_vnni_rows(const kn_job *job, int r0, int r1);
-void *kn_vnni_pack(const kn_weight *w);
-size_t kn_vnni_pack_tile_bytes(const kn_weight *w);
+void *kn_vnni_pack(const wt_weight *w);
+size_t kn_vnni_pack_tile_bytes(const wt_weight *w);
 /* kernels_bf16.c: the q8 mode of the avx512 variant for BF16 weights */
 int kn_bf16_supported(void);
 void kn_bf16_quant(uint16_t *xb, size_t ldb, const float *x, int T, int cols);
@@ -165,13 +167,13 @@ static inline float kn_bf16_to_f32(uint16_t h) {
 }
 
 /* Element i of a scales/biases array of dtype t (F32, F16 or BF16). */
-static inline float kn_scale_at(const void *p, kn_dtype t, size_t i) {
-    if (t == KN_F32) return ((const float *)p)[i];
-    if (t == KN_F16) return kn_f16_to_f32(((const uint16_t *)p)[i]);
+static inline float kn_scale_at(const void *p, wt_dtype t, size_t i) {
+    if (t == WT_F32) return ((const float *)p)[i];
+    if (t == WT_F16) return kn_f16_to_f32(((const uint16_t *)p)[i]);
     return kn_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
 /* Bytes per scale / bias element. */
-static inline size_t kn_scale_size(kn_dtype t) { return t == KN_F32 ? 4 : 2; }
+static inline size_t kn_scale_size(wt_dtype t) { return t == WT_F32 ? 4 : 2; }
 
 #endif
