@@ -27,6 +27,7 @@
 
 #include "dflash.h"
 #include "serve.h"
+#include "util.h"
 
 static const char *prog = "dflash";
 
@@ -461,21 +462,26 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     check_model_path(o->cmd, "--draft", o->draft);
 }
 
+/* The rest of f as a malloc'd string; dies when memory runs out or it holds
+ * a NUL byte (nul_fmt with path: the message). */
+static char *read_text(FILE *f, const char *path, const char *nul_fmt) {
+    dfl_buf b = {0};
+    char chunk[4096];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) dfl_buf_add(&b, chunk, r);
+    size_t n = b.n;
+    char *s = dfl_buf_take(&b);
+    if (!s) die("out of memory reading %s", path);
+    if (strlen(s) != n) die(nul_fmt, path);
+    return s;
+}
+
 static char *read_prompt(const opts *o) {
     if (o->prompt) return strdup(o->prompt);
     if (!o->file) usage_err(o->cmd, "missing -p TEXT or -f FILE", NULL);
     FILE *f = strcmp(o->file, "-") == 0 ? stdin : fopen(o->file, "rb");
     if (!f) die("cannot open prompt file %s", o->file);
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    size_t r;
-    while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    if (!s) die("out of memory reading %s", o->file);
-    s[n] = 0;
-    if (strlen(s) != n) die("prompt file %s contains a NUL byte", o->file);
+    char *s = read_text(f, o->file, "prompt file %s contains a NUL byte");
     if (f != stdin) fclose(f);
     return s;
 }
@@ -650,14 +656,8 @@ static int cmd_generate(int argc, char **argv) {
         const char *path = o.grammar_file ? o.grammar_file : o.json_schema_file;
         FILE *f = fopen(path, "rb");
         if (!f) die("cannot open %s", path);
-        size_t cap = 4096, n = 0, r;
-        char *s = malloc(cap);
-        while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0)
-            if ((n += r) + 1 == cap) s = realloc(s, cap *= 2);
+        char *s = read_text(f, path, "%s contains a NUL byte");
         fclose(f);
-        if (!s) die("out of memory reading %s", path);
-        s[n] = 0;
-        if (strlen(s) != n) die("%s contains a NUL byte", path);
         if (o.grammar_file) grammar = s;
         else {
             grammar = dflash_json_schema_grammar(s);
@@ -694,10 +694,6 @@ static int cmd_generate(int argc, char **argv) {
     return 0;
 }
 
-typedef struct {
-    char *buf;
-    size_t n, cap;
-} strbuf;
 
 /* ---- chat ------------------------------------------------------------------ */
 
@@ -714,16 +710,8 @@ static void on_sigint(int sig) {
 }
 
 static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
-    strbuf *b = ud;
     (void)id;
-    if (b->n + len + 1 > b->cap) {
-        b->cap = (b->n + len + 1) * 2;
-        b->buf = realloc(b->buf, b->cap);
-        if (!b->buf) die("%s", "out of memory");
-    }
-    memcpy(b->buf + b->n, text, len);
-    b->n += len;
-    b->buf[b->n] = 0;
+    if (dfl_buf_add(ud, text, len) != 0) die("%s", "out of memory");
     if (out_write(text, len) != 0) return 1;
     return chat_interrupted != 0;
 }
@@ -924,7 +912,7 @@ static int cmd_chat(int argc, char **argv) {
         }
         free(conv);
         conv = NULL, n_conv = 0;
-        strbuf reply = {NULL, 0, 0};
+        dfl_buf reply = {0};
         dflash_stats st;
         int32_t *answer = NULL;
         size_t n_answer = 0;
@@ -934,7 +922,7 @@ static int cmd_chat(int argc, char **argv) {
         chat_answering = 0;
         if (rc != 0) {
             fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());
-            free(reply.buf);
+            dfl_buf_free(&reply);
             free(ids);
             free(answer);
             hist_drop(&h, h.n - 1, 1);
@@ -952,7 +940,7 @@ static int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "(the context is full: the answer was cut; the oldest turns will be dropped next, "
                             "or /reset starts over)\n");
         if (o.verbose) print_stats(m, &st, 0);
-        hist_add(&h, "assistant", reply.buf ? reply.buf : strdup(""));
+        hist_add(&h, "assistant", dfl_buf_take(&reply));
     }
     if (at_eof && tty) fputc('\n', stderr); /* Ctrl-D at the prompt: end its line */
     hist_drop(&h, 0, h.n);
