@@ -1969,22 +1969,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- command line and main loop --------------------------------------------- */
 
-static void usage_err(const char *msg, const char *arg) {
-    fprintf(stderr, "dflash serve: %s%s%s\nTry 'dflash serve --help'.\n", msg, arg ? " " : "", arg ? arg : "");
-    exit(2);
-}
-
-static long arg_int(const char *flag, const char *v, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < lo || x > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s expects an integer in %ld..%ld, got", flag, lo, hi);
-        usage_err(msg, v);
-    }
-    return x;
-}
+_Noreturn static void usage_err(const char *msg, const char *arg) { cli_usage_err("serve", msg, arg); }
 
 /* Wait for SIGINT/SIGTERM (blocked in every thread) up to ms; 1 if one came. */
 static int wait_signal(const sigset_t *set, int ms) {
@@ -2007,13 +1992,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (IS("-m", "--model")) model = VAL();
         else if (IS("-md", "--draft")) draft = VAL();
         else if (IS("--host", "--host")) host = VAL();
-        else if (IS("--port", "--port")) port = (int)arg_int(a, VAL(), 0, 65535);
+        else if (IS("--port", "--port")) port = (int)cli_parse_int("serve", a, VAL(), 0, 65535);
         else if (IS("--api-key", "--api-key")) api_key = VAL();
         else if (IS("--alias", "--alias")) alias = VAL();
-        else if (IS("-c", "--ctx-size")) ctx = (int)arg_int(a, VAL(), 2, 1 << 24);
-        else if (IS("--parallel", "-np")) parallel = (int)arg_int(a, VAL(), 1, 1024);
-        else if (IS("--queue", "--queue")) queue_max = (int)arg_int(a, VAL(), 1, 1 << 20);
-        else if (IS("-n", "--n-predict")) n_predict = (int)arg_int(a, VAL(), 1, INT_MAX);
+        else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
+        else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
+        else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
+        else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
             const char *v = VAL();
             char *end;
@@ -2021,9 +2006,9 @@ int cmd_serve(int argc, char **argv) {
             if (*end || end == v || !(temp >= 0 && temp <= 2)) usage_err("--temp expects a number in 0..2, got", v);
         } else if (IS("--draft-max", "--draft-max")) {
             const char *v = VAL();
-            draft_max = strcmp(v, "auto") == 0 ? -1 : (int)arg_int(a, v, 0, 63);
+            draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int("serve", a, v, 0, 63);
         } else if (IS("--think", "--think")) think = 1;
-        else if (IS("-t", "--threads")) threads = (int)arg_int(a, VAL(), 1, 1024);
+        else if (IS("-t", "--threads")) threads = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
         else if (IS("--backend", "--backend")) backend = VAL();
