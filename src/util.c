@@ -82,7 +82,7 @@ char *dfl_strdup(const char *s) {
 /* Room for n more bytes and the NUL; 0, or -1 + error and failed. */
 static int buf_grow(dfl_buf *b, size_t n) {
     if (b->failed) return -1;
-    if (b->n + n + 1 <= b->cap) return 0;
+    if (n < b->cap - b->n) return 0; /* b->n < b->cap, or both 0: no wrap */
     size_t cap = n > SIZE_MAX / 4 - b->n ? 0 : 2 * (b->n + n + 1) + 64;
     char *s = cap ? realloc(b->s, cap) : NULL;
     if (!s) {

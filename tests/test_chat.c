@@ -214,6 +214,10 @@ TEST(growable_buffer) {
     CHECK(dfl_buf_str(&b, "more") == -1 && dfl_buf_printf(&b, "%d", 1) == -1 && !strcmp(b.s, "k-007"),
           "appends after a failure are ignored");
     CHECK(dfl_buf_take(&b) == NULL && !b.s && !b.failed, "take after a failure: NULL, the buffer empty");
+    dfl_buf c = {0};
+    dfl_buf_str(&c, "x");
+    CHECK(dfl_buf_add(&c, big, (size_t)-1) == -1 && c.failed && !strcmp(c.s, "x"), "an add of SIZE_MAX bytes fails");
+    dfl_buf_free(&c);
     dfl_buf_str(&b, "again");
     CHECK(b.s && !strcmp(b.s, "again"), "reusable after take");
     dfl_buf_free(&b);
