@@ -326,11 +326,11 @@ typedef struct sv_job {
     int refs;
     int state;
     int cancelled;             /* JOB_LIVE, or why to stop at the next token */
-    dfl_buf out;                  /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
+    dfl_buf out;               /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
     size_t sent;
-    dfl_buf reasoning;            /* not streamed: the reasoning_content */
+    dfl_buf reasoning;         /* not streamed: the reasoning_content */
     cJSON *calls;              /* not streamed: the tool_calls array (NULL: none) */
-    dfl_buf args;                 /* not streamed: the open call's arguments so far */
+    dfl_buf args;              /* not streamed: the open call's arguments so far */
     int rc;                    /* dflash_generate's result; err says why when -1 */
     char err[256];
     dflash_stats st;

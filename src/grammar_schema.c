@@ -63,7 +63,7 @@ static void sb_literal(dfl_buf *b, const char *s, size_t n) {
 }
 
 typedef struct {
-    dfl_buf out;          /* the rules */
+    dfl_buf out;       /* the rules */
     const cJSON *root; /* the whole schema ($ref targets) */
     int n_rules;
     struct {

@@ -41,8 +41,8 @@ struct rp_splitter {
     int max_calls;    /* 0: no limit */
     int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
-    dfl_buf hold;      /* undecided text, oldest first */
-    dfl_buf ws;        /* ST_CONTENT: white space held back (dropped before a tool call) */
+    dfl_buf hold;     /* undecided text, oldest first */
+    dfl_buf ws;       /* ST_CONTENT: white space held back (dropped before a tool call) */
 };
 
 /* Out of memory in the splitter's buffers is fatal, as in dfl_realloc. */
