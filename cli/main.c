@@ -766,6 +766,7 @@ static void hist_add(chat_hist *h, const char *role, char *text) {
 }
 
 static void hist_drop(chat_hist *h, int i, int count) {
+    if (count == 0) return; /* an empty history has no arrays: memmove(NULL, ...) is undefined */
     for (int k = i; k < i + count; k++) free(h->owned[k]);
     memmove(h->msgs + i, h->msgs + i + count, sizeof *h->msgs * (size_t)(h->n - i - count));
     memmove(h->owned + i, h->owned + i + count, sizeof(char *) * (size_t)(h->n - i - count));
