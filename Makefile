@@ -188,7 +188,7 @@ $(BUILD)/serve_page.h: cli/serve_page.html $(BUILD)/embed
 $(BUILD)/simple: examples/simple.c include/dflash.h $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
-$(BUILD)/test_%: tests/test_%.c tests/check.h $(BUILD)/libdflash.a | $(DEPS_STAMP)
+$(BUILD)/test_%: tests/test_%.c $(wildcard tests/*.h) $(BUILD)/libdflash.a | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 # the kernel variants this CPU runs (tests/run.sh, tests/isa.sh)

@@ -27,6 +27,7 @@
 
 #include "dflash.h"
 #include "serve.h"
+#include "util.h"
 
 static const char *prog = "dflash";
 
@@ -64,7 +65,7 @@ static void die(const char *fmt, const char *a) {
     exit(1);
 }
 
-static void usage_err(const char *cmd, const char *msg, const char *arg) {
+void cli_usage_err(const char *cmd, const char *msg, const char *arg) {
     fprintf(stderr, "%s %s: %s%s%s\n", prog, cmd, msg, arg ? " " : "", arg ? arg : "");
     fprintf(stderr, "Try '%s %s --help'.\n", prog, cmd);
     exit(2);
@@ -272,14 +273,14 @@ static const char *help_main =
     "\n"
     "'dflash COMMAND --help' describes each command; 'dflash --version' the build.\n";
 
-static long parse_int(const char *cmd, const char *flag, const char *v, long lo, long hi) {
+long cli_parse_int(const char *cmd, const char *flag, const char *v, long lo, long hi) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || end == v || x < lo || x > hi) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s expects an integer in %ld..%ld, got", flag, lo, hi);
-        usage_err(cmd, msg, v);
+        cli_usage_err(cmd, msg, v);
     }
     return x;
 }
@@ -291,7 +292,7 @@ static float parse_float(const char *cmd, const char *flag, const char *v, float
     if (errno || *end || end == v || !(x >= lo && x <= hi)) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s expects a number in %g..%g, got", flag, lo, hi);
-        usage_err(cmd, msg, v);
+        cli_usage_err(cmd, msg, v);
     }
     return x;
 }
@@ -378,7 +379,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
-#define VAL() (i + 1 < argc ? argv[++i] : (usage_err(o->cmd, "missing value for", a), ""))
+#define VAL() (i + 1 < argc ? argv[++i] : (cli_usage_err(o->cmd, "missing value for", a), ""))
         if (IS("-h", "--help")) {
             fputs(help, stdout);
             exit(0);
@@ -387,36 +388,36 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("-p", "--prompt")) o->prompt = VAL();
         else if (IS("-f", "--file")) o->file = VAL();
         else if (IS("-n", "--n-predict")) {
-            o->n_predict = (int)parse_int(o->cmd, a, VAL(), -1, INT_MAX);
+            o->n_predict = (int)cli_parse_int(o->cmd, a, VAL(), -1, INT_MAX);
             if (o->n_predict < 0) o->n_predict = INT_MAX; /* -1: until a stop token or the context is full */
         }
-        else if (IS("-t", "--threads")) o->threads = (int)parse_int(o->cmd, a, VAL(), 1, 1024);
-        else if (IS("-c", "--ctx-size")) o->ctx = (int)parse_int(o->cmd, a, VAL(), 2, 1 << 24);
+        else if (IS("-t", "--threads")) o->threads = (int)cli_parse_int(o->cmd, a, VAL(), 1, 1024);
+        else if (IS("-c", "--ctx-size")) o->ctx = (int)cli_parse_int(o->cmd, a, VAL(), 2, 1 << 24);
         else if (IS("--chat", "--chat")) o->chat = 1;
         else if (IS("--system", "--system")) o->system = VAL();
         else if (IS("--think", "--think")) o->think = 1, o->think_given = a;
         else if (IS("--no-think", "--no-think")) o->think = 0, o->think_given = a;
         else if (IS("--temp", "--temperature")) o->temp = parse_float(o->cmd, a, VAL(), 0, 100);
-        else if (IS("--top-k", "--top-k")) o->top_k = (int)parse_int(o->cmd, a, VAL(), 0, INT_MAX);
+        else if (IS("--top-k", "--top-k")) o->top_k = (int)cli_parse_int(o->cmd, a, VAL(), 0, INT_MAX);
         else if (IS("--top-p", "--top-p")) o->top_p = parse_float(o->cmd, a, VAL(), 1e-6f, 1);
         else if (IS("-s", "--seed")) {
-            long v = parse_int(o->cmd, a, VAL(), -1, LONG_MAX);
+            long v = cli_parse_int(o->cmd, a, VAL(), -1, LONG_MAX);
             o->seed_given = v >= 0;
             o->seed = v >= 0 ? (unsigned long long)v : 0;
         }
-        else if (IS("--block-size", "--block-size")) o->block_size = (int)parse_int(o->cmd, a, VAL(), 1, 64);
+        else if (IS("--block-size", "--block-size")) o->block_size = (int)cli_parse_int(o->cmd, a, VAL(), 1, 64);
         else if (IS("--draft-max", "--draft-max")) {
             const char *v = VAL();
-            o->draft_max = strcmp(v, "auto") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 0, 63);
+            o->draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 0, 63);
         } else if (IS("--no-draft", "--no-draft")) o->no_draft = 1;
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--stats-json", "--stats-json")) o->stats_json = 1;
         else if (IS("-v", "--verbose")) o->verbose = 1;
         else if (IS("--prompts", "--prompts")) o->prompts = VAL();
         else if (IS("--raw", "--raw")) o->raw = 1;
-        else if (IS("--max-prompts", "--max-prompts")) o->max_prompts = (int)parse_int(o->cmd, a, VAL(), 1, INT_MAX);
-        else if (IS("--reps", "--reps")) o->reps = (int)parse_int(o->cmd, a, VAL(), 1, 1000);
-        else if (IS("--depth", "--depth")) o->depth = (int)parse_int(o->cmd, a, VAL(), 0, 1 << 20);
+        else if (IS("--max-prompts", "--max-prompts")) o->max_prompts = (int)cli_parse_int(o->cmd, a, VAL(), 1, INT_MAX);
+        else if (IS("--reps", "--reps")) o->reps = (int)cli_parse_int(o->cmd, a, VAL(), 1, 1000);
+        else if (IS("--depth", "--depth")) o->depth = (int)cli_parse_int(o->cmd, a, VAL(), 0, 1 << 20);
         else if (IS("--json", "--json")) o->json = 1;
         else if (IS("--grammar", "--grammar")) o->grammar_file = VAL();
         else if (IS("--json-schema", "--json-schema")) o->json_schema_file = VAL();
@@ -428,7 +429,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--tokenizer", "--tokenizer")) o->tokenizer = VAL();
         else if (IS("--min-p", "--min-p")) o->min_p = parse_float(o->cmd, a, VAL(), 0, 1);
         else if (IS("--repeat-penalty", "--repeat-penalty")) o->repeat_penalty = parse_float(o->cmd, a, VAL(), 1e-6f, 100);
-        else if (IS("--repeat-last-n", "--repeat-last-n")) o->repeat_last_n = (int)parse_int(o->cmd, a, VAL(), -1, INT_MAX);
+        else if (IS("--repeat-last-n", "--repeat-last-n")) o->repeat_last_n = (int)cli_parse_int(o->cmd, a, VAL(), -1, INT_MAX);
         else if (IS("--presence-penalty", "--presence-penalty")) o->presence_penalty = parse_float(o->cmd, a, VAL(), -100, 100);
         else if (IS("--frequency-penalty", "--frequency-penalty")) o->frequency_penalty = parse_float(o->cmd, a, VAL(), -100, 100);
         else if (IS("--logit-bias", "--logit-bias")) {
@@ -438,44 +439,49 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             long id = strtol(v, &eq, 10);
             float b = *eq == '=' ? strtof(eq + 1, &end) : 0;
             if (errno || eq == v || *eq != '=' || end == eq + 1 || *end || id < 0 || id > INT32_MAX || !(b >= -100 && b <= 100))
-                usage_err(o->cmd, "--logit-bias expects ID=BIAS (a token id >= 0, a bias in -100..100), got", v);
-            if (o->n_logit_bias == CLI_MAX_LOGIT_BIAS) usage_err(o->cmd, "too many --logit-bias (at most 1024)", NULL);
+                cli_usage_err(o->cmd, "--logit-bias expects ID=BIAS (a token id >= 0, a bias in -100..100), got", v);
+            if (o->n_logit_bias == CLI_MAX_LOGIT_BIAS) cli_usage_err(o->cmd, "too many --logit-bias (at most 1024)", NULL);
             o->logit_bias[o->n_logit_bias++] = (dflash_logit_bias){.id = (int32_t)id, .bias = b};
         }
-        else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
+        else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)cli_parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
         else if (IS("--draft-vocab", "--draft-vocab")) {
             const char *v = VAL();
-            o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)parse_int(o->cmd, a, v, 1, INT_MAX);
+            o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 1, INT_MAX);
         }
-        else usage_err(o->cmd, "unknown option", a);
+        else cli_usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
     }
-    if (!o->model) usage_err(o->cmd, "missing -m DIR", NULL);
-    if (o->prompt && o->file) usage_err(o->cmd, "give -p or -f, not both", NULL);
+    if (!o->model) cli_usage_err(o->cmd, "missing -m DIR", NULL);
+    if (o->prompt && o->file) cli_usage_err(o->cmd, "give -p or -f, not both", NULL);
     reject_foreign_opts(o->cmd, argc, argv);
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
-        usage_err(o->cmd, o->system ? "--system needs --chat (the chat template places it)"
+        cli_usage_err(o->cmd, o->system ? "--system needs --chat (the chat template places it)"
                                     : "--think / --no-think need --chat (the chat template switches thinking)", NULL);
     check_model_path(o->cmd, "-m", o->model);
     check_model_path(o->cmd, "--draft", o->draft);
 }
 
+/* The rest of f as a malloc'd string; dies when memory runs out or it holds
+ * a NUL byte (nul_fmt with path: the message). */
+static char *read_text(FILE *f, const char *path, const char *nul_fmt) {
+    dfl_buf b = {0};
+    char chunk[4096];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) dfl_buf_add(&b, chunk, r);
+    size_t n = b.n;
+    char *s = dfl_buf_take(&b);
+    if (!s) die("out of memory reading %s", path);
+    if (strlen(s) != n) die(nul_fmt, path);
+    return s;
+}
+
 static char *read_prompt(const opts *o) {
     if (o->prompt) return strdup(o->prompt);
-    if (!o->file) usage_err(o->cmd, "missing -p TEXT or -f FILE", NULL);
+    if (!o->file) cli_usage_err(o->cmd, "missing -p TEXT or -f FILE", NULL);
     FILE *f = strcmp(o->file, "-") == 0 ? stdin : fopen(o->file, "rb");
     if (!f) die("cannot open prompt file %s", o->file);
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    size_t r;
-    while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    if (!s) die("out of memory reading %s", o->file);
-    s[n] = 0;
-    if (strlen(s) != n) die("prompt file %s contains a NUL byte", o->file);
+    char *s = read_text(f, o->file, "prompt file %s contains a NUL byte");
     if (f != stdin) fclose(f);
     return s;
 }
@@ -645,19 +651,13 @@ static int cmd_generate(int argc, char **argv) {
     dflash_gen g = gen_params(&o);
     char *grammar = NULL;
     if ((o.grammar_file != NULL) + (o.json_schema_file != NULL) + o.json_object > 1)
-        usage_err(o.cmd, "give one of --grammar, --json-schema and --json-object", NULL);
+        cli_usage_err(o.cmd, "give one of --grammar, --json-schema and --json-object", NULL);
     if (o.grammar_file || o.json_schema_file) {
         const char *path = o.grammar_file ? o.grammar_file : o.json_schema_file;
         FILE *f = fopen(path, "rb");
         if (!f) die("cannot open %s", path);
-        size_t cap = 4096, n = 0, r;
-        char *s = malloc(cap);
-        while (s && (r = fread(s + n, 1, cap - n - 1, f)) > 0)
-            if ((n += r) + 1 == cap) s = realloc(s, cap *= 2);
+        char *s = read_text(f, path, "%s contains a NUL byte");
         fclose(f);
-        if (!s) die("out of memory reading %s", path);
-        s[n] = 0;
-        if (strlen(s) != n) die("%s contains a NUL byte", path);
         if (o.grammar_file) grammar = s;
         else {
             grammar = dflash_json_schema_grammar(s);
@@ -694,10 +694,6 @@ static int cmd_generate(int argc, char **argv) {
     return 0;
 }
 
-typedef struct {
-    char *buf;
-    size_t n, cap;
-} strbuf;
 
 /* ---- chat ------------------------------------------------------------------ */
 
@@ -714,16 +710,8 @@ static void on_sigint(int sig) {
 }
 
 static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
-    strbuf *b = ud;
     (void)id;
-    if (b->n + len + 1 > b->cap) {
-        b->cap = (b->n + len + 1) * 2;
-        b->buf = realloc(b->buf, b->cap);
-        if (!b->buf) die("%s", "out of memory");
-    }
-    memcpy(b->buf + b->n, text, len);
-    b->n += len;
-    b->buf[b->n] = 0;
+    if (dfl_buf_add(ud, text, len) != 0) die("%s", "out of memory");
     if (out_write(text, len) != 0) return 1;
     return chat_interrupted != 0;
 }
@@ -778,6 +766,7 @@ static void hist_add(chat_hist *h, const char *role, char *text) {
 }
 
 static void hist_drop(chat_hist *h, int i, int count) {
+    if (count == 0) return; /* an empty history has no arrays: memmove(NULL, ...) is undefined */
     for (int k = i; k < i + count; k++) free(h->owned[k]);
     memmove(h->msgs + i, h->msgs + i + count, sizeof *h->msgs * (size_t)(h->n - i - count));
     memmove(h->owned + i, h->owned + i + count, sizeof(char *) * (size_t)(h->n - i - count));
@@ -924,7 +913,7 @@ static int cmd_chat(int argc, char **argv) {
         }
         free(conv);
         conv = NULL, n_conv = 0;
-        strbuf reply = {NULL, 0, 0};
+        dfl_buf reply = {0};
         dflash_stats st;
         int32_t *answer = NULL;
         size_t n_answer = 0;
@@ -934,7 +923,7 @@ static int cmd_chat(int argc, char **argv) {
         chat_answering = 0;
         if (rc != 0) {
             fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());
-            free(reply.buf);
+            dfl_buf_free(&reply);
             free(ids);
             free(answer);
             hist_drop(&h, h.n - 1, 1);
@@ -952,7 +941,7 @@ static int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "(the context is full: the answer was cut; the oldest turns will be dropped next, "
                             "or /reset starts over)\n");
         if (o.verbose) print_stats(m, &st, 0);
-        hist_add(&h, "assistant", reply.buf ? reply.buf : strdup(""));
+        hist_add(&h, "assistant", dfl_buf_take(&reply));
     }
     if (at_eof && tty) fputc('\n', stderr); /* Ctrl-D at the prompt: end its line */
     hist_drop(&h, 0, h.n);
@@ -1376,10 +1365,10 @@ static int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--shape") && v) shape = argv[++i];
         else if (!strcmp(a, "-o") && v) out = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) tokdir = argv[++i];
-        else if (!strcmp(a, "--bits") && v) bits = (int)parse_int("synth", a, argv[++i], 4, 8);
-        else usage_err("synth", "unknown or incomplete option", a);
+        else if (!strcmp(a, "--bits") && v) bits = (int)cli_parse_int("synth", a, argv[++i], 4, 8);
+        else cli_usage_err("synth", "unknown or incomplete option", a);
     }
-    if (!shape || !out) usage_err("synth", "need --shape and -o", NULL);
+    if (!shape || !out) cli_usage_err("synth", "need --shape and -o", NULL);
     if (!tokdir && access("models/qwen3-tokenizer/tokenizer.json", R_OK) == 0) tokdir = "models/qwen3-tokenizer";
     check_out_dir("synth", out, draft ? NULL : tokdir, force);
     if (dflash_synth(shape, draft, bits, tokdir, out) != 0) die("%s", dflash_error());
@@ -1399,11 +1388,11 @@ static int cmd_quantize(int argc, char **argv) {
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) in = argv[++i];
         else if (!strcmp(a, "-o") && has) out = argv[++i];
         else if (!strcmp(a, "--force")) force = 1;
-        else if (!strcmp(a, "--bits") && has) bits = (int)parse_int("quantize", a, argv[++i], 4, 8);
-        else if (!strcmp(a, "--group-size") && has) group = (int)parse_int("quantize", a, argv[++i], 32, 128);
-        else usage_err("quantize", "unknown or incomplete option", a);
+        else if (!strcmp(a, "--bits") && has) bits = (int)cli_parse_int("quantize", a, argv[++i], 4, 8);
+        else if (!strcmp(a, "--group-size") && has) group = (int)cli_parse_int("quantize", a, argv[++i], 32, 128);
+        else cli_usage_err("quantize", "unknown or incomplete option", a);
     }
-    if (!in || !out || !bits) usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
+    if (!in || !out || !bits) cli_usage_err("quantize", "need -m IN, --bits 4|8 and -o OUT", NULL);
     struct stat si;
     if (stat(in, &si) == 0 && !S_ISDIR(si.st_mode)) { /* before any word on OUT */
         fprintf(stderr, "%s quantize: error: -m %s: %s\n", prog, in,
@@ -1434,11 +1423,11 @@ static int cmd_convert(int argc, char **argv) {
         else if (!strcmp(a, "--type") && has) type = argv[++i];
         else if (!strcmp(a, "--target") && has) target = argv[++i];
         else if (a[0] != '-' && !in) in = a;
-        else usage_err("convert", "unknown or incomplete option", a);
+        else cli_usage_err("convert", "unknown or incomplete option", a);
     }
-    if (!in || !out) usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
+    if (!in || !out) cli_usage_err("convert", "need IN_DIR and -o OUT.gguf", NULL);
     if (strcmp(type, "f16") && strcmp(type, "bf16") && strcmp(type, "q8_0") && strcmp(type, "q4_0"))
-        usage_err("convert", "--type must be f16, bf16, q8_0 or q4_0, got", type);
+        cli_usage_err("convert", "--type must be f16, bf16, q8_0 or q4_0, got", type);
     struct stat so, si;
     if (stat(out, &so) == 0) {
         if (stat(in, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino) {

@@ -53,6 +53,7 @@
 #include "reply.h"
 #include "serve_page.h"
 #include "stopstr.h"
+#include "util.h"
 
 enum {
     SV_MAX_BODY = 1 << 20,  /* request bodies larger than this get 413 */
@@ -150,46 +151,19 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-/* Growable byte buffer: p[0..n) with a NUL at p[n] once anything was added. */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1) + 64;
-        b->p = xrealloc(b->p, b->cap);
+/* The text of b (dfl_buf, util.h); out of memory in it is fatal, as in
+ * xrealloc. */
+static const char *sb_text(const dfl_buf *b) {
+    if (b->failed) {
+        fprintf(stderr, "dflash serve: %s\n", dfl_lasterr());
+        abort();
     }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = xrealloc(NULL, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_add(b, big, (size_t)n);
-    free(big);
+    return b->s ? b->s : "";
 }
 
 /* A JSON string literal of s[0..n) (valid UTF-8; NUL bytes allowed). */
-static void sb_json_str(sbuf *b, const char *s, size_t n) {
-    sb_add(b, "\"", 1);
+static void sb_json_str(dfl_buf *b, const char *s, size_t n) {
+    dfl_buf_add(b, "\"", 1);
     size_t run = 0; /* bytes s[i - run .. i) need no escape */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -197,30 +171,30 @@ static void sb_json_str(sbuf *b, const char *s, size_t n) {
             run++;
             continue;
         }
-        sb_add(b, s + i - run, run);
+        dfl_buf_add(b, s + i - run, run);
         run = 0;
         char e[8];
         switch (c) {
-        case '"': sb_add(b, "\\\"", 2); break;
-        case '\\': sb_add(b, "\\\\", 2); break;
-        case '\n': sb_add(b, "\\n", 2); break;
-        case '\r': sb_add(b, "\\r", 2); break;
-        case '\t': sb_add(b, "\\t", 2); break;
+        case '"': dfl_buf_add(b, "\\\"", 2); break;
+        case '\\': dfl_buf_add(b, "\\\\", 2); break;
+        case '\n': dfl_buf_add(b, "\\n", 2); break;
+        case '\r': dfl_buf_add(b, "\\r", 2); break;
+        case '\t': dfl_buf_add(b, "\\t", 2); break;
         default:
             snprintf(e, sizeof e, "\\u%04x", c);
-            sb_add(b, e, 6);
+            dfl_buf_add(b, e, 6);
         }
     }
-    sb_add(b, s + n - run, run);
-    sb_add(b, "\"", 1);
+    dfl_buf_add(b, s + n - run, run);
+    dfl_buf_add(b, "\"", 1);
 }
 
 /* cJSON node holding the string s[0..n) exactly (cJSON strings stop at NUL). */
 static cJSON *json_text(const char *s, size_t n) {
-    sbuf b = {0};
+    dfl_buf b = {0};
     sb_json_str(&b, s, n);
-    cJSON *r = cJSON_CreateRaw(b.p);
-    free(b.p);
+    cJSON *r = cJSON_CreateRaw(sb_text(&b));
+    dfl_buf_free(&b);
     return r;
 }
 
@@ -352,11 +326,11 @@ typedef struct sv_job {
     int refs;
     int state;
     int cancelled;             /* JOB_LIVE, or why to stop at the next token */
-    sbuf out;                  /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
+    dfl_buf out;               /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
     size_t sent;
-    sbuf reasoning;            /* not streamed: the reasoning_content */
+    dfl_buf reasoning;         /* not streamed: the reasoning_content */
     cJSON *calls;              /* not streamed: the tool_calls array (NULL: none) */
-    sbuf args;                 /* not streamed: the open call's arguments so far */
+    dfl_buf args;              /* not streamed: the open call's arguments so far */
     int rc;                    /* dflash_generate's result; err says why when -1 */
     char err[256];
     dflash_stats st;
@@ -407,9 +381,9 @@ static void job_release(sv_job *j) { /* srv->mu held */
     free(j->lps);
     ss_free(j->stop);
     rp_free(j->split);
-    free(j->out.p);
-    free(j->reasoning.p);
-    free(j->args.p);
+    dfl_buf_free(&j->out);
+    dfl_buf_free(&j->reasoning);
+    dfl_buf_free(&j->args);
     cJSON_Delete(j->calls);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -484,7 +458,7 @@ static cJSON *choice_json(const sv_job *j, int chunk, const char *role, const ch
         if (role) cJSON_AddStringToObject(msg, "role", role);
         if (!chunk && j->calls && !len) cJSON_AddNullToObject(msg, "content"); /* OpenAI: null beside tool calls */
         else if (text) cJSON_AddItemToObject(msg, "content", json_text(text, len));
-        if (!chunk && j->reasoning.n) cJSON_AddItemToObject(msg, "reasoning_content", json_text(j->reasoning.p, j->reasoning.n));
+        if (!chunk && j->reasoning.n) cJSON_AddItemToObject(msg, "reasoning_content", json_text(sb_text(&j->reasoning), j->reasoning.n));
         if (!chunk && j->calls) cJSON_AddItemReferenceToObject(msg, "tool_calls", j->calls);
     } else {
         cJSON_AddItemToObject(c, "text", text ? json_text(text, len) : cJSON_CreateString(""));
@@ -506,19 +480,20 @@ static char *lp_token(const sv_job *j, int32_t id, cJSON **bytes) {
         dflash_token_piece(j->srv->m, id, buf, (size_t)n + 1);
     }
     if (n < 0) n = 0;
-    sbuf t = {0};
+    dfl_buf t = {0};
     if (utf8_valid(buf, (size_t)n) && memchr(buf, 0, (size_t)n) == NULL) {
-        sb_add(&t, buf, (size_t)n);
+        dfl_buf_add(&t, buf, (size_t)n);
     } else {
-        sb_str(&t, "bytes:");
-        for (int i = 0; i < n; i++) sb_printf(&t, "\\x%02x", (unsigned char)buf[i]);
+        dfl_buf_str(&t, "bytes:");
+        for (int i = 0; i < n; i++) dfl_buf_printf(&t, "\\x%02x", (unsigned char)buf[i]);
     }
     if (bytes) {
         *bytes = cJSON_CreateArray();
         for (int i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber((unsigned char)buf[i]));
     }
     if (buf != small) free(buf);
-    return t.p;
+    sb_text(&t);
+    return dfl_buf_take(&t);
 }
 
 /* {"token", "logprob", "bytes"} of a chat entry */
@@ -584,11 +559,11 @@ static void attach_logprobs(sv_job *j, cJSON *c) {
     j->sent_lps = to;
 }
 
-static void sse_event(sbuf *b, cJSON *o) {
+static void sse_event(dfl_buf *b, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
-    sb_str(b, "data: ");
-    sb_str(b, s);
-    sb_str(b, "\n\n");
+    dfl_buf_str(b, "data: ");
+    dfl_buf_str(b, s);
+    dfl_buf_str(b, "\n\n");
     free(s);
     cJSON_Delete(o);
 }
@@ -636,12 +611,12 @@ static void job_piece(void *ud, const rp_event *ev) {
     sv_job *j = ud;
     if (ev->kind == RP_CONTENT || ev->kind == RP_REASONING) {
         if (j->stream) sse_delta(j, ev->kind == RP_CONTENT ? "content" : "reasoning_content", ev->text, ev->len);
-        else sb_add(ev->kind == RP_CONTENT ? &j->out : &j->reasoning, ev->text, ev->len);
+        else dfl_buf_add(ev->kind == RP_CONTENT ? &j->out : &j->reasoning, ev->text, ev->len);
         return;
     }
     if (ev->kind == RP_CALL_ARGS) {
         if (!j->stream) {
-            sb_add(&j->args, ev->text, ev->len);
+            dfl_buf_add(&j->args, ev->text, ev->len);
             return;
         }
         cJSON *call = cJSON_CreateObject();
@@ -653,8 +628,8 @@ static void job_piece(void *ud, const rp_event *ev) {
     if (ev->kind == RP_CALL_END) {
         if (!j->stream) { /* the last call of j->calls is this one */
             cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(j->calls, ev->index), "function");
-            cJSON_AddItemToObject(fn, "arguments", json_text(j->args.p ? j->args.p : "", j->args.n));
-            j->args.n = 0;
+            cJSON_AddItemToObject(fn, "arguments", json_text(sb_text(&j->args), j->args.n));
+            dfl_buf_reset(&j->args);
         }
         return;
     }
@@ -670,7 +645,7 @@ static void job_piece(void *ud, const rp_event *ev) {
     if (!j->stream) {
         if (!j->calls) j->calls = cJSON_CreateArray();
         cJSON_AddItemToArray(j->calls, call);
-        j->args.n = 0;
+        dfl_buf_reset(&j->args);
         return;
     }
     cJSON_AddStringToObject(fn, "arguments", "");
@@ -689,7 +664,7 @@ static void job_text(void *ud, const char *text, size_t len) {
         attach_logprobs(j, c);
         sse_chunk(j, c, NULL, NULL);
     } else {
-        sb_add(&j->out, text, len);
+        dfl_buf_add(&j->out, text, len);
     }
 }
 
@@ -754,7 +729,7 @@ static void run_job(sv_server *s, sv_job *j) {
             attach_logprobs(j, c); /* tokens whose text came out with no chunk of its own */
             sse_chunk(j, c, NULL, timings_json(&st));
             if (j->include_usage) sse_chunk(j, NULL, usage_json(&st), NULL);
-            sb_str(&j->out, "data: [DONE]\n\n");
+            dfl_buf_str(&j->out, "data: [DONE]\n\n");
         }
     }
     sv_metrics *m = &s->mt;
@@ -1303,22 +1278,21 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
         if (cJSON_IsString(c)) {
             text = c->valuestring;
         } else if (cJSON_IsArray(c)) { /* content parts: text only */
-            sbuf b = {0};
-            sb_add(&b, "", 0);
+            dfl_buf b = {0};
             cJSON *part;
             cJSON_ArrayForEach(part, c) {
                 cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
                 cJSON *t = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
                 if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
-                    free(b.p);
+                    dfl_buf_free(&b);
                     fail(e, 400, "unsupported_content", param,
                          "%s: only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", param);
                     goto out;
                 }
-                sb_str(&b, t->valuestring);
+                dfl_buf_str(&b, t->valuestring);
             }
-            owned[i] = b.p;
-            text = b.p;
+            sb_text(&b);
+            text = owned[i] = dfl_buf_take(&b);
         } else if (c && !cJSON_IsNull(c)) {
             fail(e, 400, "invalid_type", param, "%s.content must be a string or an array of text parts", param);
             goto out;
@@ -1419,7 +1393,7 @@ static int completion_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
 /* ---- HTTP ------------------------------------------------------------------- */
 
 typedef struct {
-    sbuf body;
+    dfl_buf body;
     int too_big;
 } sv_req;
 
@@ -1471,9 +1445,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
     size_t n = j->out.n - j->sent;
     if (n > max) n = max;
-    if (n) memcpy(buf, j->out.p + j->sent, n);
+    if (n) memcpy(buf, sb_text(&j->out) + j->sent, n);
     j->sent += n;
-    if (j->sent == j->out.n) j->sent = j->out.n = 0; /* all sent: reuse the buffer */
+    if (j->sent == j->out.n) { /* all sent: reuse the buffer */
+        j->sent = 0;
+        dfl_buf_reset(&j->out);
+    }
     pthread_mutex_unlock(&t->srv->mu);
     return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
@@ -1591,7 +1568,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     } else {
         cJSON *r = reply_head(j, 0);
         cJSON *arr = cJSON_AddArrayToObject(r, "choices");
-        cJSON *choice = choice_json(j, 0, "assistant", j->out.p ? j->out.p : "", j->out.n, j->finish);
+        cJSON *choice = choice_json(j, 0, "assistant", sb_text(&j->out), j->out.n, j->finish);
         attach_logprobs(j, choice);
         cJSON_AddItemToArray(arr, choice);
         cJSON_AddItemToObject(r, "usage", usage_json(&j->st));
@@ -1712,16 +1689,16 @@ static enum MHD_Result handle_models(struct MHD_Connection *c, sv_server *s, con
 }
 
 static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
-    sbuf b = {0};
+    dfl_buf b = {0};
     pthread_mutex_lock(&s->mu);
     sv_metrics m = s->mt;
     int queued = s->n_queued, running = s->running != NULL;
     pthread_mutex_unlock(&s->mu);
     const char *P = "dflash:";
 #define METRIC(name, kind, help, fmt, val)                                                     \
-    sb_printf(&b, "# HELP %s%s %s\n# TYPE %s%s %s\n%s%s " fmt "\n", P, name, help, P, name, kind, P, name, val)
-    sb_printf(&b, "# HELP %srequests_total HTTP responses by status code.\n# TYPE %srequests_total counter\n", P, P);
-    for (int i = 0; i < m.n_codes; i++) sb_printf(&b, "%srequests_total{code=\"%ld\"} %ld\n", P, m.codes[i], m.code_n[i]);
+    dfl_buf_printf(&b, "# HELP %s%s %s\n# TYPE %s%s %s\n%s%s " fmt "\n", P, name, help, P, name, kind, P, name, val)
+    dfl_buf_printf(&b, "# HELP %srequests_total HTTP responses by status code.\n# TYPE %srequests_total counter\n", P, P);
+    for (int i = 0; i < m.n_codes; i++) dfl_buf_printf(&b, "%srequests_total{code=\"%ld\"} %ld\n", P, m.codes[i], m.code_n[i]);
     METRIC("requests_processing", "gauge", "Generations running now.", "%d", running);
     METRIC("requests_deferred", "gauge", "Generations waiting in the queue.", "%d", queued);
     METRIC("generations_total", "counter", "Generations finished.", "%ld", m.gens);
@@ -1737,15 +1714,15 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("spec_decode_num_draft_tokens_total", "counter", "Tokens the draft proposed.", "%ld", m.draft_tokens);
     METRIC("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the target accepted.", "%ld", m.accepted);
 #undef METRIC
-    sb_printf(&b,
+    dfl_buf_printf(&b,
               "# HELP %sspec_decode_num_accepted_tokens_per_pos Draft tokens accepted at each draft position.\n"
               "# TYPE %sspec_decode_num_accepted_tokens_per_pos counter\n",
               P, P);
     int np = s->info.block_size > 1 ? s->info.block_size - 1 : 0;
     for (int i = 0; i < np && i < 64; i++)
-        sb_printf(&b, "%sspec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %ld\n", P, i, m.acc_pos[i]);
-    enum MHD_Result ok = queue(c, s, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
-    free(b.p);
+        dfl_buf_printf(&b, "%sspec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %ld\n", P, i, m.acc_pos[i]);
+    enum MHD_Result ok = queue(c, s, 200, "text/plain; version=0.0.4; charset=utf-8", sb_text(&b), b.n);
+    dfl_buf_free(&b);
     return ok;
 }
 
@@ -1922,10 +1899,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) { /* a piece of the body */
         if (!q->too_big && q->body.n + *upload_size > SV_MAX_BODY) {
             q->too_big = 1;
-            free(q->body.p);
-            q->body = (sbuf){0};
+            dfl_buf_free(&q->body);
         }
-        if (!q->too_big) sb_add(&q->body, upload, *upload_size);
+        if (!q->too_big) dfl_buf_add(&q->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -1945,11 +1921,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(name, "slots")) return handle_slots(c, s);
         return handle_metrics(c, s);
     }
-    if (json_has_nul(q->body.p, q->body.n)) { /* cJSON's strings would end there: refuse, never truncate */
+    if (json_has_nul(sb_text(&q->body), q->body.n)) { /* cJSON's strings would end there: refuse, never truncate */
         fail(&e, 400, "invalid_value", NULL, "a string in the request holds a NUL character (\\u0000), which is not supported");
         return send_err(c, s, &e);
     }
-    cJSON *o = q->body.n ? cJSON_ParseWithLength(q->body.p, q->body.n) : NULL;
+    cJSON *o = q->body.n ? cJSON_ParseWithLength(q->body.s, q->body.n) : NULL;
     if (!o) {
         if (q->body.n) fail(&e, 400, "invalid_json", NULL, "the request body is not valid JSON");
         else fail(&e, 400, "invalid_json", NULL, "the request needs a JSON body");
@@ -1976,7 +1952,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)cls, (void)c, (void)toe;
     sv_req *q = *con_cls;
     if (!q) return;
-    free(q->body.p);
+    dfl_buf_free(&q->body);
     free(q);
     *con_cls = NULL;
 }
@@ -1993,22 +1969,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- command line and main loop --------------------------------------------- */
 
-static void usage_err(const char *msg, const char *arg) {
-    fprintf(stderr, "dflash serve: %s%s%s\nTry 'dflash serve --help'.\n", msg, arg ? " " : "", arg ? arg : "");
-    exit(2);
-}
-
-static long arg_int(const char *flag, const char *v, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < lo || x > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s expects an integer in %ld..%ld, got", flag, lo, hi);
-        usage_err(msg, v);
-    }
-    return x;
-}
+_Noreturn static void usage_err(const char *msg, const char *arg) { cli_usage_err("serve", msg, arg); }
 
 /* Wait for SIGINT/SIGTERM (blocked in every thread) up to ms; 1 if one came. */
 static int wait_signal(const sigset_t *set, int ms) {
@@ -2031,13 +1992,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (IS("-m", "--model")) model = VAL();
         else if (IS("-md", "--draft")) draft = VAL();
         else if (IS("--host", "--host")) host = VAL();
-        else if (IS("--port", "--port")) port = (int)arg_int(a, VAL(), 0, 65535);
+        else if (IS("--port", "--port")) port = (int)cli_parse_int("serve", a, VAL(), 0, 65535);
         else if (IS("--api-key", "--api-key")) api_key = VAL();
         else if (IS("--alias", "--alias")) alias = VAL();
-        else if (IS("-c", "--ctx-size")) ctx = (int)arg_int(a, VAL(), 2, 1 << 24);
-        else if (IS("--parallel", "-np")) parallel = (int)arg_int(a, VAL(), 1, 1024);
-        else if (IS("--queue", "--queue")) queue_max = (int)arg_int(a, VAL(), 1, 1 << 20);
-        else if (IS("-n", "--n-predict")) n_predict = (int)arg_int(a, VAL(), 1, INT_MAX);
+        else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
+        else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
+        else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
+        else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
             const char *v = VAL();
             char *end;
@@ -2045,9 +2006,9 @@ int cmd_serve(int argc, char **argv) {
             if (*end || end == v || !(temp >= 0 && temp <= 2)) usage_err("--temp expects a number in 0..2, got", v);
         } else if (IS("--draft-max", "--draft-max")) {
             const char *v = VAL();
-            draft_max = strcmp(v, "auto") == 0 ? -1 : (int)arg_int(a, v, 0, 63);
+            draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int("serve", a, v, 0, 63);
         } else if (IS("--think", "--think")) think = 1;
-        else if (IS("-t", "--threads")) threads = (int)arg_int(a, VAL(), 1, 1024);
+        else if (IS("-t", "--threads")) threads = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
         else if (IS("--backend", "--backend")) backend = VAL();

@@ -39,21 +39,6 @@
 
 #include "util.h"
 
-/* growing output string, always NUL-terminated once anything is put */
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) b->s = dfl_realloc(b->s, b->cap = (b->n + n + 1) * 2 + 256);
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
 /* A piece of a string: s[0..n). */
 typedef struct {
     const char *s;
@@ -61,7 +46,7 @@ typedef struct {
 } span;
 
 static span whole(const char *s) { return (span){s, strlen(s)}; }
-static void put_span(sbuf *b, span x) { put(b, x.s, x.n); }
+static void put_span(dfl_buf *b, span x) { dfl_buf_add(b, x.s, x.n); }
 
 /* Python's s.lstrip('\n'), s.rstrip('\n'), s.strip('\n') */
 static span lstrip_nl(span x) {
@@ -99,31 +84,31 @@ static int ends_with(span x, const char *p) {
 
 /* ---- Python's json.dumps(x, ensure_ascii=False): the template's tojson ---- */
 
-static void py_json_str(sbuf *b, const char *s) {
-    put(b, "\"", 1);
+static void py_json_str(dfl_buf *b, const char *s) {
+    dfl_buf_char(b, '"');
     for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
         char e[8];
         switch (*u) {
-        case '"': puts_(b, "\\\""); break;
-        case '\\': puts_(b, "\\\\"); break;
-        case '\n': puts_(b, "\\n"); break;
-        case '\r': puts_(b, "\\r"); break;
-        case '\t': puts_(b, "\\t"); break;
-        case '\b': puts_(b, "\\b"); break;
-        case '\f': puts_(b, "\\f"); break;
+        case '"': dfl_buf_str(b, "\\\""); break;
+        case '\\': dfl_buf_str(b, "\\\\"); break;
+        case '\n': dfl_buf_str(b, "\\n"); break;
+        case '\r': dfl_buf_str(b, "\\r"); break;
+        case '\t': dfl_buf_str(b, "\\t"); break;
+        case '\b': dfl_buf_str(b, "\\b"); break;
+        case '\f': dfl_buf_str(b, "\\f"); break;
         default:
             if (*u < 0x20) {
                 snprintf(e, sizeof e, "\\u%04x", *u);
-                puts_(b, e);
+                dfl_buf_str(b, e);
             } else {
-                put(b, (const char *)u, 1);
+                dfl_buf_add(b, (const char *)u, 1);
             }
         }
     }
-    put(b, "\"", 1);
+    dfl_buf_char(b, '"');
 }
 
-static void py_json_num(sbuf *b, double v) {
+static void py_json_num(dfl_buf *b, double v) {
     char t[40];
     if (v == floor(v) && fabs(v) < 9007199254740992.0) { /* an integer (cJSON cannot tell 1 from 1.0) */
         snprintf(t, sizeof t, "%.0f", v);
@@ -135,27 +120,27 @@ static void py_json_num(sbuf *b, double v) {
             if (strtod(t, NULL) == v) break;
         }
     }
-    puts_(b, t);
+    dfl_buf_str(b, t);
 }
 
-static void py_json(sbuf *b, const cJSON *x) {
-    if (cJSON_IsNull(x)) puts_(b, "null");
-    else if (cJSON_IsTrue(x)) puts_(b, "true");
-    else if (cJSON_IsFalse(x)) puts_(b, "false");
+static void py_json(dfl_buf *b, const cJSON *x) {
+    if (cJSON_IsNull(x)) dfl_buf_str(b, "null");
+    else if (cJSON_IsTrue(x)) dfl_buf_str(b, "true");
+    else if (cJSON_IsFalse(x)) dfl_buf_str(b, "false");
     else if (cJSON_IsNumber(x)) py_json_num(b, x->valuedouble);
     else if (cJSON_IsString(x)) py_json_str(b, x->valuestring);
     else if (cJSON_IsArray(x) || cJSON_IsObject(x)) {
         int obj = cJSON_IsObject(x);
-        puts_(b, obj ? "{" : "[");
+        dfl_buf_str(b, obj ? "{" : "[");
         for (const cJSON *c = x->child; c; c = c->next) {
-            if (c != x->child) puts_(b, ", ");
+            if (c != x->child) dfl_buf_str(b, ", ");
             if (obj) {
                 py_json_str(b, c->string ? c->string : "");
-                puts_(b, ": ");
+                dfl_buf_str(b, ": ");
             }
             py_json(b, c);
         }
-        puts_(b, obj ? "}" : "]");
+        dfl_buf_str(b, obj ? "}" : "]");
     }
 }
 
@@ -208,27 +193,26 @@ static int is_role(const chat_message *m, const char *role) { return strcmp(m->r
 
 static char *render_qwen3(const chat_message *m, int n, const cJSON *tools, int add_generation_prompt,
                           chat_think think) {
-    sbuf b = {0};
-    puts_(&b, "");
+    dfl_buf b = {0};
     if (tools && tools->child) {
-        puts_(&b, "<|im_start|>system\n");
+        dfl_buf_str(&b, "<|im_start|>system\n");
         if (is_role(&m[0], "system")) {
-            puts_(&b, m[0].content);
-            puts_(&b, "\n\n");
+            dfl_buf_str(&b, m[0].content);
+            dfl_buf_str(&b, "\n\n");
         }
-        puts_(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+        dfl_buf_str(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
                   "provided with function signatures within <tools></tools> XML tags:\n<tools>");
         for (const cJSON *t = tools->child; t; t = t->next) {
-            puts_(&b, "\n");
+            dfl_buf_str(&b, "\n");
             py_json(&b, t);
         }
-        puts_(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+        dfl_buf_str(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                   "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                   "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
     } else if (is_role(&m[0], "system")) {
-        puts_(&b, "<|im_start|>system\n");
-        puts_(&b, m[0].content);
-        puts_(&b, "<|im_end|>\n");
+        dfl_buf_str(&b, "<|im_start|>system\n");
+        dfl_buf_str(&b, m[0].content);
+        dfl_buf_str(&b, "<|im_end|>\n");
     }
     /* the last real user query; a user turn that only carries tool output does not count */
     int last_query = n - 1;
@@ -243,11 +227,11 @@ static char *render_qwen3(const chat_message *m, int n, const cJSON *tools, int 
         const chat_message *msg = &m[i];
         int last = i == n - 1;
         if (is_role(msg, "user") || (is_role(msg, "system") && i > 0)) {
-            puts_(&b, "<|im_start|>");
-            puts_(&b, msg->role);
-            puts_(&b, "\n");
-            puts_(&b, msg->content);
-            puts_(&b, "<|im_end|>\n");
+            dfl_buf_str(&b, "<|im_start|>");
+            dfl_buf_str(&b, msg->role);
+            dfl_buf_str(&b, "\n");
+            dfl_buf_str(&b, msg->content);
+            dfl_buf_str(&b, "<|im_end|>\n");
         } else if (is_role(msg, "assistant")) {
             span content = whole(msg->content), reasoning = {"", 0};
             if (msg->reasoning_content) {
@@ -263,37 +247,37 @@ static char *render_qwen3(const chat_message *m, int n, const cJSON *tools, int 
                 reasoning = lstrip_nl(before);
                 content = lstrip_nl(after);
             }
-            puts_(&b, "<|im_start|>assistant\n");
+            dfl_buf_str(&b, "<|im_start|>assistant\n");
             if (i > last_query && (last || reasoning.n > 0)) {
-                puts_(&b, "<think>\n");
+                dfl_buf_str(&b, "<think>\n");
                 put_span(&b, strip_nl(reasoning));
-                puts_(&b, "\n</think>\n\n");
+                dfl_buf_str(&b, "\n</think>\n\n");
                 put_span(&b, lstrip_nl(content));
             } else {
                 put_span(&b, content);
             }
             for (int k = 0; k < msg->n_tool_calls; k++) {
-                if (k > 0 || content.n > 0) puts_(&b, "\n");
-                puts_(&b, "<tool_call>\n{\"name\": \"");
-                puts_(&b, msg->tool_calls[k].name);
-                puts_(&b, "\", \"arguments\": ");
-                puts_(&b, msg->tool_calls[k].arguments);
-                puts_(&b, "}\n</tool_call>");
+                if (k > 0 || content.n > 0) dfl_buf_str(&b, "\n");
+                dfl_buf_str(&b, "<tool_call>\n{\"name\": \"");
+                dfl_buf_str(&b, msg->tool_calls[k].name);
+                dfl_buf_str(&b, "\", \"arguments\": ");
+                dfl_buf_str(&b, msg->tool_calls[k].arguments);
+                dfl_buf_str(&b, "}\n</tool_call>");
             }
-            puts_(&b, "<|im_end|>\n");
+            dfl_buf_str(&b, "<|im_end|>\n");
         } else if (is_role(msg, "tool")) {
-            if (i == 0 || !is_role(&m[i - 1], "tool")) puts_(&b, "<|im_start|>user");
-            puts_(&b, "\n<tool_response>\n");
-            puts_(&b, msg->content);
-            puts_(&b, "\n</tool_response>");
-            if (last || !is_role(&m[i + 1], "tool")) puts_(&b, "<|im_end|>\n");
+            if (i == 0 || !is_role(&m[i - 1], "tool")) dfl_buf_str(&b, "<|im_start|>user");
+            dfl_buf_str(&b, "\n<tool_response>\n");
+            dfl_buf_str(&b, msg->content);
+            dfl_buf_str(&b, "\n</tool_response>");
+            if (last || !is_role(&m[i + 1], "tool")) dfl_buf_str(&b, "<|im_end|>\n");
         } /* else: the first system message, written above */
     }
     if (add_generation_prompt) {
-        puts_(&b, "<|im_start|>assistant\n");
-        if (think == CHAT_THINK_OFF) puts_(&b, "<think>\n\n</think>\n\n");
+        dfl_buf_str(&b, "<|im_start|>assistant\n");
+        if (think == CHAT_THINK_OFF) dfl_buf_str(&b, "<think>\n\n</think>\n\n");
     }
-    return b.s;
+    return dfl_buf_take(&b);
 }
 
 /* Length of the UTF-8 white-space character at s (Python str.isspace), or 0. */
@@ -325,17 +309,17 @@ static span py_strip(span x) {
 }
 
 static char *render_llama3(const chat_message *m, int n, int add_generation_prompt) {
-    sbuf b = {0};
-    puts_(&b, "<|begin_of_text|>");
+    dfl_buf b = {0};
+    dfl_buf_str(&b, "<|begin_of_text|>");
     for (int i = 0; i < n; i++) {
-        puts_(&b, "<|start_header_id|>");
-        puts_(&b, m[i].role);
-        puts_(&b, "<|end_header_id|>\n\n");
+        dfl_buf_str(&b, "<|start_header_id|>");
+        dfl_buf_str(&b, m[i].role);
+        dfl_buf_str(&b, "<|end_header_id|>\n\n");
         put_span(&b, py_strip(whole(m[i].content)));
-        puts_(&b, "<|eot_id|>");
+        dfl_buf_str(&b, "<|eot_id|>");
     }
-    if (add_generation_prompt) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    return b.s;
+    if (add_generation_prompt) dfl_buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return dfl_buf_take(&b);
 }
 
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
@@ -375,21 +359,20 @@ char *chat_render(chat_format f, const chat_message *m, int n, int add_generatio
 }
 
 char *chat_next_turn(chat_format f, const char *user, chat_think think) {
-    sbuf b = {0};
-    puts_(&b, "");
+    dfl_buf b = {0};
     if (f == CHAT_QWEN3) {
-        puts_(&b, "<|im_end|>\n<|im_start|>user\n");
-        puts_(&b, user);
-        puts_(&b, "<|im_end|>\n<|im_start|>assistant\n");
-        if (think == CHAT_THINK_OFF) puts_(&b, "<think>\n\n</think>\n\n");
+        dfl_buf_str(&b, "<|im_end|>\n<|im_start|>user\n");
+        dfl_buf_str(&b, user);
+        dfl_buf_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        if (think == CHAT_THINK_OFF) dfl_buf_str(&b, "<think>\n\n</think>\n\n");
     } else if (f == CHAT_LLAMA3) {
-        puts_(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
+        dfl_buf_str(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
         put_span(&b, py_strip(whole(user)));
-        puts_(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        dfl_buf_str(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
     } else {
-        free(b.s);
+        dfl_buf_free(&b);
         dfl_seterr("chat_next_turn: unknown chat format %d", (int)f);
         return NULL;
     }
-    return b.s;
+    return dfl_buf_take(&b);
 }

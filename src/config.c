@@ -14,15 +14,22 @@
 
 static _Thread_local const char *cur_path; /* for messages during one cfg_load */
 
+/* o's key, into *v: 1 when present, 0 when absent or null, -1 + error when
+ * absent and required. */
+static int field(const cJSON *o, const char *key, int required, const cJSON **v) {
+    *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (*v && !cJSON_IsNull(*v)) return 1;
+    if (!required) return 0;
+    dfl_seterr("%s: missing field \"%s\"", cur_path, key);
+    return -1;
+}
+
 static int get_int(const cJSON *o, const char *key, int *out, int required, int def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required) {
-            dfl_seterr("%s: missing field \"%s\"", cur_path, key);
-            return -1;
-        }
-        *out = def;
-        return 0;
+    const cJSON *v;
+    int r = field(o, key, required, &v);
+    if (r <= 0) {
+        if (r == 0) *out = def;
+        return r;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
         fabs(v->valuedouble) > 2e9) {
@@ -34,14 +41,11 @@ static int get_int(const cJSON *o, const char *key, int *out, int required, int 
 }
 
 static int get_num(const cJSON *o, const char *key, double *out, int required, double def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required) {
-            dfl_seterr("%s: missing field \"%s\"", cur_path, key);
-            return -1;
-        }
-        *out = def;
-        return 0;
+    const cJSON *v;
+    int r = field(o, key, required, &v);
+    if (r <= 0) {
+        if (r == 0) *out = def;
+        return r;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
         dfl_seterr("%s: field \"%s\" must be a finite number", cur_path, key);
@@ -52,8 +56,8 @@ static int get_num(const cJSON *o, const char *key, double *out, int required, d
 }
 
 static int get_bool(const cJSON *o, const char *key, int *out, int def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
+    const cJSON *v;
+    if (field(o, key, 0, &v) == 0) {
         *out = def;
         return 0;
     }

@@ -18,7 +18,6 @@
  * are refused by name and path (pattern, minLength, minimum, ...), so a
  * schema is never silently weakened; pure annotations are ignored. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,56 +48,22 @@ const char *gr_json_object_gbnf(void) {
     return text;
 }
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1) + 256;
-        b->s = dfl_realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) DFL_PRINTF(2, 3);
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < (int)sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = dfl_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-
 /* s[0..n) as a GBNF string literal (quotes included). */
-static void sb_literal(sbuf *b, const char *s, size_t n) {
-    sb_put(b, "\"", 1);
+static void sb_literal(dfl_buf *b, const char *s, size_t n) {
+    dfl_buf_add(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         uint8_t c = (uint8_t)s[i];
-        if (c == '"') sb_put(b, "\\\"", 2);
-        else if (c == '\\') sb_put(b, "\\\\", 2);
-        else if (c == '\n') sb_put(b, "\\n", 2);
-        else if (c < 0x20 || c == 0x7f) sb_printf(b, "\\x%02x", c);
-        else sb_put(b, (const char *)&c, 1);
+        if (c == '"') dfl_buf_add(b, "\\\"", 2);
+        else if (c == '\\') dfl_buf_add(b, "\\\\", 2);
+        else if (c == '\n') dfl_buf_add(b, "\\n", 2);
+        else if (c < 0x20 || c == 0x7f) dfl_buf_printf(b, "\\x%02x", c);
+        else dfl_buf_add(b, (const char *)&c, 1);
     }
-    sb_put(b, "\"", 1);
+    dfl_buf_add(b, "\"", 1);
 }
 
 typedef struct {
-    sbuf out;          /* the rules */
+    dfl_buf out;       /* the rules */
     const cJSON *root; /* the whole schema ($ref targets) */
     int n_rules;
     struct {
@@ -164,7 +129,7 @@ static int count_of(const cJSON *n, const char *key, const char *path, long *v, 
     return 0;
 }
 
-static int gen_array(conv *c, const cJSON *n, const char *path, int depth, sbuf *body) {
+static int gen_array(conv *c, const cJSON *n, const char *path, int depth, dfl_buf *body) {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(n, "items");
     char item[32] = "json-value", p[512];
     if (items) {
@@ -175,21 +140,21 @@ static int gen_array(conv *c, const cJSON *n, const char *path, int depth, sbuf 
     if (count_of(n, "minItems", path, &mn, 0) != 0 || count_of(n, "maxItems", path, &mx, -1) != 0) return -1;
     if (mx >= 0 && mx < mn) return cv_err(path, "maxItems below minItems%s", NULL);
     if (mx == 0) {
-        sb_printf(body, "\"[\" ws \"]\"");
+        dfl_buf_printf(body, "\"[\" ws \"]\"");
         return 0;
     }
-    sb_printf(body, "\"[\" ws ");
-    if (mn == 0) sb_printf(body, "( ");
-    sb_printf(body, "%s ws ( \",\" ws %s ws )", item, item);
+    dfl_buf_printf(body, "\"[\" ws ");
+    if (mn == 0) dfl_buf_printf(body, "( ");
+    dfl_buf_printf(body, "%s ws ( \",\" ws %s ws )", item, item);
     long lo = mn > 0 ? mn - 1 : 0;
-    if (mx < 0) sb_printf(body, lo ? "{%ld,}" : "*", lo);
-    else sb_printf(body, "{%ld,%ld}", lo, mx - 1);
-    if (mn == 0) sb_printf(body, " )?");
-    sb_printf(body, " \"]\"");
+    if (mx < 0) dfl_buf_printf(body, lo ? "{%ld,}" : "*", lo);
+    else dfl_buf_printf(body, "{%ld,%ld}", lo, mx - 1);
+    if (mn == 0) dfl_buf_printf(body, " )?");
+    dfl_buf_printf(body, " \"]\"");
     return 0;
 }
 
-static int gen_object(conv *c, const cJSON *n, const char *path, int depth, sbuf *body) {
+static int gen_object(conv *c, const cJSON *n, const char *path, int depth, dfl_buf *body) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(n, "properties"),
                 *req = cJSON_GetObjectItemCaseSensitive(n, "required"),
                 *add = cJSON_GetObjectItemCaseSensitive(n, "additionalProperties");
@@ -207,7 +172,7 @@ static int gen_object(conv *c, const cJSON *n, const char *path, int depth, sbuf
             return cv_err(sub_path(p, sizeof p, path, "required"), "required property '%s' is not in properties", r->valuestring);
     }
     if (n_props == 0) {
-        sb_printf(body, "json-object");
+        dfl_buf_printf(body, "json-object");
         return 0;
     }
     /* member rules M_k, then first_k / rest_k (see the comment at the top of gen_object's callers) */
@@ -222,31 +187,31 @@ static int gen_object(conv *c, const cJSON *n, const char *path, int depth, sbuf
         int required = 0;
         for (const cJSON *r = req ? req->child : NULL; r; r = r->next) required |= !strcmp(r->valuestring, pr->string);
         cJSON *key = cJSON_CreateString(pr->string);
-        sb_printf(&c->out, "s%d ::= ", base + k); /* M_k: "key" ws ":" ws value ws */
+        dfl_buf_printf(&c->out, "s%d ::= ", base + k); /* M_k: "key" ws ":" ws value ws */
         put_value_literal(c, key);
         cJSON_Delete(key);
-        sb_printf(&c->out, " ws \":\" ws %s ws\n", val);
+        dfl_buf_printf(&c->out, " ws \":\" ws %s ws\n", val);
         int first = base + n_props + 1 + k, rest = base + 2 * (n_props + 1) + k;
         /* first_k: none emitted yet; rest_k: one at least, so a comma first */
         if (required) {
-            sb_printf(&c->out, "s%d ::= s%d s%d\n", first, base + k, rest + 1);
-            sb_printf(&c->out, "s%d ::= \",\" ws s%d s%d\n", rest, base + k, rest + 1);
+            dfl_buf_printf(&c->out, "s%d ::= s%d s%d\n", first, base + k, rest + 1);
+            dfl_buf_printf(&c->out, "s%d ::= \",\" ws s%d s%d\n", rest, base + k, rest + 1);
         } else {
-            sb_printf(&c->out, "s%d ::= s%d s%d | s%d\n", first, base + k, rest + 1, first + 1);
-            sb_printf(&c->out, "s%d ::= \",\" ws s%d s%d | s%d\n", rest, base + k, rest + 1, rest + 1);
+            dfl_buf_printf(&c->out, "s%d ::= s%d s%d | s%d\n", first, base + k, rest + 1, first + 1);
+            dfl_buf_printf(&c->out, "s%d ::= \",\" ws s%d s%d | s%d\n", rest, base + k, rest + 1, rest + 1);
         }
     }
-    sb_printf(&c->out, "s%d ::= \"\"\ns%d ::= \"\"\n", base + n_props + 1 + n_props, base + 2 * (n_props + 1) + n_props);
-    sb_printf(body, "\"{\" ws s%d \"}\"", base + n_props + 1);
+    dfl_buf_printf(&c->out, "s%d ::= \"\"\ns%d ::= \"\"\n", base + n_props + 1 + n_props, base + 2 * (n_props + 1) + n_props);
+    dfl_buf_printf(body, "\"{\" ws s%d \"}\"", base + n_props + 1);
     return 0;
 }
 
-static int gen_type(conv *c, const cJSON *n, const char *type, const char *path, int depth, sbuf *body) {
-    if (!strcmp(type, "string")) sb_printf(body, "json-string");
-    else if (!strcmp(type, "number")) sb_printf(body, "json-number");
-    else if (!strcmp(type, "integer")) sb_printf(body, "json-integer");
-    else if (!strcmp(type, "boolean")) sb_printf(body, "json-boolean");
-    else if (!strcmp(type, "null")) sb_printf(body, "json-null");
+static int gen_type(conv *c, const cJSON *n, const char *type, const char *path, int depth, dfl_buf *body) {
+    if (!strcmp(type, "string")) dfl_buf_printf(body, "json-string");
+    else if (!strcmp(type, "number")) dfl_buf_printf(body, "json-number");
+    else if (!strcmp(type, "integer")) dfl_buf_printf(body, "json-integer");
+    else if (!strcmp(type, "boolean")) dfl_buf_printf(body, "json-boolean");
+    else if (!strcmp(type, "null")) dfl_buf_printf(body, "json-null");
     else if (!strcmp(type, "array")) return gen_array(c, n, path, depth, body);
     else if (!strcmp(type, "object")) return gen_object(c, n, path, depth, body);
     else {
@@ -293,17 +258,17 @@ static int gen(conv *c, const cJSON *n, const char *path, int depth, char *name,
         char inner[32], tp[512];
         snprintf(tp, sizeof tp, "%s", r);
         if (gen(c, target, tp, depth + 1, inner, sizeof inner) != 0) return -1;
-        sb_printf(&c->out, "def-%d ::= %s\n", id, inner);
+        dfl_buf_printf(&c->out, "def-%d ::= %s\n", id, inner);
         snprintf(name, name_size, "def-%d", id);
         return 0;
     }
-    sbuf body = {0};
+    dfl_buf body = {0};
     int rc = 0;
     const cJSON *cst = cJSON_GetObjectItemCaseSensitive(n, "const"), *en = cJSON_GetObjectItemCaseSensitive(n, "enum"),
                 *any = cJSON_GetObjectItemCaseSensitive(n, "anyOf"), *one = cJSON_GetObjectItemCaseSensitive(n, "oneOf"),
                 *type = cJSON_GetObjectItemCaseSensitive(n, "type");
     if (cst) {
-        sbuf save = c->out;
+        dfl_buf save = c->out;
         c->out = body;
         put_value_literal(c, cst);
         body = c->out;
@@ -312,10 +277,10 @@ static int gen(conv *c, const cJSON *n, const char *path, int depth, char *name,
         if (!cJSON_IsArray(en) || !en->child) {
             rc = cv_err(sub_path(p, sizeof p, path, "enum"), "enum must be a non-empty array%s", NULL);
         } else {
-            sbuf save = c->out;
+            dfl_buf save = c->out;
             c->out = body;
             for (const cJSON *v = en->child; v; v = v->next) {
-                if (v != en->child) sb_printf(&c->out, " | ");
+                if (v != en->child) dfl_buf_printf(&c->out, " | ");
                 put_value_literal(c, v);
             }
             body = c->out;
@@ -332,7 +297,7 @@ static int gen(conv *c, const cJSON *n, const char *path, int depth, char *name,
             char sub[32], ip[600];
             snprintf(ip, sizeof ip, "%s/%s/%d", path[0] ? path : "#", kw, i);
             rc = gen(c, v, ip, depth + 1, sub, sizeof sub);
-            if (rc == 0) sb_printf(&body, "%s%s", i ? " | " : "", sub);
+            if (rc == 0) dfl_buf_printf(&body, "%s%s", i ? " | " : "", sub);
         }
         for (const cJSON *k = n->child; k && rc == 0; k = k->next)
             if (strcmp(k->string, kw) && !is_annotation(k->string))
@@ -346,10 +311,10 @@ static int gen(conv *c, const cJSON *n, const char *path, int depth, char *name,
                 rc = cv_err(sub_path(p, sizeof p, path, "type"), "type must be a string or an array of strings%s", NULL);
                 break;
             }
-            if (i) sb_printf(&body, " | ");
-            sb_printf(&body, "( ");
+            if (i) dfl_buf_printf(&body, " | ");
+            dfl_buf_printf(&body, "( ");
             rc = gen_type(c, n, t->valuestring, path, depth, &body);
-            sb_printf(&body, " )");
+            dfl_buf_printf(&body, " )");
         }
         if (rc == 0 && i == 0) rc = cv_err(sub_path(p, sizeof p, path, "type"), "an empty list of types matches nothing%s", NULL);
     } else if (type) {
@@ -359,13 +324,14 @@ static int gen(conv *c, const cJSON *n, const char *path, int depth, char *name,
     } else if (cJSON_GetObjectItemCaseSensitive(n, "items")) {
         rc = gen_array(c, n, path, depth, &body);
     } else {
-        sb_printf(&body, "json-value");
+        dfl_buf_printf(&body, "json-value");
     }
+    if (rc == 0 && body.failed) rc = -1; /* out of memory: the error is set */
     if (rc == 0) {
         new_rule(c, name, name_size);
-        sb_printf(&c->out, "%s ::= %s\n", name, body.s ? body.s : "\"\"");
+        dfl_buf_printf(&c->out, "%s ::= %s\n", name, body.s ? body.s : "\"\"");
     }
-    free(body.s);
+    dfl_buf_free(&body);
     return rc;
 }
 
@@ -377,23 +343,27 @@ char *gr_from_json_schema(const char *schema, size_t len) {
     }
     conv c = {.root = root};
     char top[32];
-    if (gen(&c, root, "", 0, top, sizeof top) != 0) {
+    if (gen(&c, root, "", 0, top, sizeof top) != 0 || c.out.failed) {
         cJSON_Delete(root);
-        free(c.out.s);
+        dfl_buf_free(&c.out);
         return NULL;
     }
     cJSON_Delete(root);
-    sbuf all = {0};
-    sb_printf(&all, "root ::= %s\n", top);
-    sb_put(&all, c.out.s ? c.out.s : "", c.out.n);
-    sb_put(&all, json_rules, strlen(json_rules));
-    free(c.out.s);
+    dfl_buf all = {0};
+    dfl_buf_printf(&all, "root ::= %s\n", top);
+    dfl_buf_add(&all, c.out.s ? c.out.s : "", c.out.n);
+    dfl_buf_add(&all, json_rules, strlen(json_rules));
+    dfl_buf_free(&c.out);
+    if (all.failed) {
+        dfl_buf_free(&all);
+        return NULL;
+    }
     gr_grammar *g = gr_parse(all.s, all.n); /* e.g. a $ref cycle without input between: left recursion */
     if (!g) {
         dfl_preferr("json_schema");
-        free(all.s);
+        dfl_buf_free(&all);
         return NULL;
     }
     gr_free(g);
-    return all.s;
+    return dfl_buf_take(&all);
 }

@@ -11,6 +11,7 @@
  * text so far, never of where the pieces were cut. */
 #include "reply.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,6 @@ enum { HEAD_MAX = 4096 };
 static const char TAG_THINK[] = "<think>", TAG_THINK_END[] = "</think>";
 static const char TAG_CALL[] = "<tool_call>", TAG_CALL_END[] = "</tool_call>";
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} rp_buf;
-
 struct rp_splitter {
     int tools;
     int state;
@@ -45,24 +41,25 @@ struct rp_splitter {
     int max_calls;    /* 0: no limit */
     int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
-    rp_buf hold;      /* undecided text, oldest first */
-    rp_buf ws;        /* ST_CONTENT: white space held back (dropped before a tool call) */
+    dfl_buf hold;     /* undecided text, oldest first */
+    dfl_buf ws;       /* ST_CONTENT: white space held back (dropped before a tool call) */
 };
 
-static void buf_put(rp_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) b->s = dfl_realloc(b->s, b->cap = (b->n + n + 1) * 2 + 64);
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
+/* Out of memory in the splitter's buffers is fatal, as in dfl_realloc. */
+static void buf_put(dfl_buf *b, const char *s, size_t n) {
+    if (dfl_buf_add(b, s, n) != 0) {
+        fprintf(stderr, "dflash: %s\n", dfl_lasterr());
+        abort();
+    }
 }
 
-static void buf_drop(rp_buf *b, size_t n) { /* the first n bytes */
+static void buf_drop(dfl_buf *b, size_t n) { /* the first n bytes */
     memmove(b->s, b->s + n, b->n - n);
     b->n -= n;
     b->s[b->n] = 0;
 }
 
-static void drop_newlines(rp_buf *b) { /* the newlines a section starts with */
+static void drop_newlines(dfl_buf *b) { /* the newlines a section starts with */
     size_t i = 0;
     while (i < b->n && b->s[i] == '\n') i++;
     buf_drop(b, i);
@@ -96,8 +93,8 @@ rp_splitter *rp_new(int reasoning, int tools) {
 
 void rp_free(rp_splitter *p) {
     if (!p) return;
-    free(p->hold.s);
-    free(p->ws.s);
+    dfl_buf_free(&p->hold);
+    dfl_buf_free(&p->ws);
     free(p);
 }
 
@@ -117,8 +114,7 @@ static void emit_text(rp_kind k, const char *s, size_t n, rp_emit_fn emit, void 
 static void content(rp_splitter *p, const char *s, size_t n, rp_emit_fn emit, void *ud) {
     if (!n) return;
     emit_text(RP_CONTENT, p->ws.s, p->ws.n, emit, ud);
-    p->ws.n = 0;
-    p->ws.s[0] = 0;
+    dfl_buf_reset(&p->ws);
     emit_text(RP_CONTENT, s, n, emit, ud);
     p->after_call = 0;
 }
@@ -224,8 +220,7 @@ int rp_parse_call(const char *s, size_t n, char **name, size_t *args_off, size_t
 }
 
 static void call_begin(rp_splitter *p, const char *name, rp_emit_fn emit, void *ud) {
-    p->ws.n = 0; /* white space before a tool call is dropped */
-    p->ws.s[0] = 0;
+    dfl_buf_reset(&p->ws); /* white space before a tool call is dropped */
     rp_event ev = {.kind = RP_CALL_BEGIN, .index = p->n_calls++, .name = name};
     emit(ud, &ev);
 }
@@ -306,7 +301,7 @@ static int head(const char *s, size_t n, size_t *args_at, char **name) {
 /* Decide what hold allows; at the end (final) everything. */
 static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
     for (;;) {
-        rp_buf *h = &p->hold;
+        dfl_buf *h = &p->hold;
         if (p->state == ST_PROBE) {
             size_t k = strlen(TAG_THINK);
             if (h->n >= k && !memcmp(h->s, TAG_THINK, k)) {
@@ -363,7 +358,7 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
                 content_run(p, h->s, h->n, emit, ud);
                 h->n = 0;
                 if (!p->after_call) emit_text(RP_CONTENT, p->ws.s, p->ws.n, emit, ud); /* the reply's end */
-                p->ws.n = 0; /* after the last tool call: dropped */
+                dfl_buf_reset(&p->ws); /* after the last tool call: dropped */
                 return;
             }
             size_t t = h->n - (p->tools ? partial_tag(h->s, h->n, TAG_CALL) : 0);
@@ -439,10 +434,8 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
             return;
         }
         /* ST_DONE */
-        h->n = 0;
-        h->s[0] = 0;
-        p->ws.n = 0;
-        p->ws.s[0] = 0;
+        dfl_buf_reset(h);
+        dfl_buf_reset(&p->ws);
         return;
     }
 }

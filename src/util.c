@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,6 +75,76 @@ char *dfl_strdup(const char *s) {
     char *p = dfl_malloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+/* ---- dfl_buf ---------------------------------------------------------------- */
+
+/* Room for n more bytes and the NUL; 0, or -1 + error and failed. */
+static int buf_grow(dfl_buf *b, size_t n) {
+    if (b->failed) return -1;
+    if (n < b->cap - b->n) return 0; /* b->n < b->cap, or both 0: no wrap */
+    size_t cap = n > SIZE_MAX / 4 - b->n ? 0 : 2 * (b->n + n + 1) + 64;
+    char *s = cap ? realloc(b->s, cap) : NULL;
+    if (!s) {
+        dfl_seterr("out of memory growing a buffer of %zu bytes by %zu", b->n, n);
+        b->failed = 1;
+        return -1;
+    }
+    b->s = s;
+    b->cap = cap;
+    return 0;
+}
+
+int dfl_buf_add(dfl_buf *b, const void *p, size_t n) {
+    if (buf_grow(b, n) != 0) return -1;
+    if (n) memcpy(b->s + b->n, p, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return 0;
+}
+
+int dfl_buf_str(dfl_buf *b, const char *s) { return dfl_buf_add(b, s, strlen(s)); }
+
+int dfl_buf_char(dfl_buf *b, char c) { return dfl_buf_add(b, &c, 1); }
+
+int dfl_buf_printf(dfl_buf *b, const char *fmt, ...) {
+    if (b->failed) return -1;
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        dfl_seterr("dfl_buf_printf: bad format '%s'", fmt);
+        b->failed = 1;
+        return -1;
+    }
+    if ((size_t)n < sizeof tmp) return dfl_buf_add(b, tmp, (size_t)n);
+    if (buf_grow(b, (size_t)n) != 0) return -1; /* too long for tmp: format in place */
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+    return 0;
+}
+
+void dfl_buf_reset(dfl_buf *b) {
+    b->n = 0;
+    b->failed = 0;
+    if (b->s) b->s[0] = 0;
+}
+
+char *dfl_buf_take(dfl_buf *b) {
+    if (!b->s) dfl_buf_add(b, "", 0);
+    char *s = b->failed ? NULL : b->s;
+    if (!s) free(b->s);
+    *b = (dfl_buf){0};
+    return s;
+}
+
+void dfl_buf_free(dfl_buf *b) {
+    free(b->s);
+    *b = (dfl_buf){0};
 }
 
 /* Open a regular file for reading. O_NONBLOCK: opening a FIFO must not wait

@@ -33,6 +33,31 @@ char *dfl_strdup(const char *s);
  * release with free(). */
 void *dfl_malloc64(size_t n);
 
+/* Growable byte buffer (text being written: a prompt, a grammar, a JSON
+ * reply). Start from {0}. Invariants: s[0..n) holds what was added and
+ * s[n] == 0 once anything was (s is NULL before: dfl_buf_take gives "");
+ * n < cap. Out of memory does not abort: the append that cannot grow the
+ * buffer calls dfl_seterr() ("out of memory ...") and sets failed; from
+ * then on the buffer keeps what it held and ignores appends, so a writer
+ * appends freely and checks failed (or dfl_buf_take's NULL) once, at the
+ * end. Each append returns 0, or -1 while failed. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int failed;
+} dfl_buf;
+int dfl_buf_add(dfl_buf *b, const void *p, size_t n); /* the n bytes at p (NUL bytes too) */
+int dfl_buf_str(dfl_buf *b, const char *s);
+int dfl_buf_char(dfl_buf *b, char c);
+int dfl_buf_printf(dfl_buf *b, const char *fmt, ...) DFL_PRINTF(2, 3);
+/* Empty it (n = 0, failed cleared), keeping the memory. */
+void dfl_buf_reset(dfl_buf *b);
+/* The contents, malloc'd and NUL-terminated ("" when nothing was added),
+ * for the caller to free; NULL (error set) when failed. The buffer is left
+ * empty ({0}) either way. */
+char *dfl_buf_take(dfl_buf *b);
+void dfl_buf_free(dfl_buf *b);
+
 /* Read a whole file into a NUL-terminated buffer. NULL + error on failure. */
 char *dfl_read_file(const char *path, size_t *len);
 

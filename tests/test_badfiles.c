@@ -21,27 +21,10 @@
 #include "model.h"
 #include "safetensors.h"
 #include "synth.h"
+#include "tmpdir.h"
 #include "util.h"
 
-static char tmpdir[256];
 static int n_dirs;
-
-static char *path(const char *a, const char *b) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    if (b) snprintf(buf[k], sizeof buf[k], "%s/%s/%s", tmpdir, a, b);
-    else snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, a);
-    return buf[k];
-}
-
-static void write_file(const char *p, const void *data, size_t n) {
-    FILE *f = fopen(p, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", p);
-        exit(1);
-    }
-}
 
 static void copy(const char *src, const char *dst) {
     size_t n;
@@ -456,8 +439,7 @@ TEST(nan_logits_generate) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-badfiles-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (tmpdir_make("badfiles") != 0) return 1;
     RUN(size_products);
     RUN(counts_before_allocation);
     RUN(json_numbers_out_of_range);
@@ -468,8 +450,6 @@ int main(void) {
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    tmpdir_remove();
     CHECK_DONE("test_badfiles");
 }

@@ -189,6 +189,41 @@ TEST(bad_input) {
     CHECK(chat_render(CHAT_QWEN3, user_call, 1, 0, CHAT_THINK_UNSET) == NULL, "tool_calls on a user message");
 }
 
+/* dfl_buf (util.h), the buffer the renderers write into: appends of each
+ * kind, a printf longer than its stack buffer, reset, take; out of memory
+ * (a size that cannot be allocated) sets the error, and the buffer then
+ * ignores appends until take gives NULL. */
+TEST(growable_buffer) {
+    dfl_buf b = {0};
+    char *e = dfl_buf_take(&b);
+    CHECK(e && !strcmp(e, "") && !b.s && !b.n, "take of an empty buffer: \"\"");
+    free(e);
+    CHECK(dfl_buf_add(&b, "ab\0c", 4) == 0 && b.n == 4 && !memcmp(b.s, "ab\0c", 5), "add with a NUL byte");
+    CHECK(dfl_buf_char(&b, 'd') == 0 && dfl_buf_str(&b, "ef") == 0 && b.n == 7 && !strcmp(b.s + 3, "cdef"), "char, str");
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    CHECK(dfl_buf_printf(&b, "<%d:%s>", 42, big) == 0 && b.n == 7 + 4 + 1999 + 1 && !strncmp(b.s + 7, "<42:xx", 6) &&
+              !strcmp(b.s + b.n - 2, "x>") && b.n < b.cap,
+          "a long printf: n %zu", b.n);
+    dfl_buf_reset(&b);
+    CHECK(b.n == 0 && b.s && !b.s[0] && dfl_buf_printf(&b, "%s-%03d", "k", 7) == 0 && !strcmp(b.s, "k-007"), "reset");
+    dfl_seterr("none");
+    CHECK(dfl_buf_add(&b, big, (size_t)-1 / 2) == -1 && b.failed && strstr(dfl_lasterr(), "out of memory"),
+          "too large an add: %s", dfl_lasterr());
+    CHECK(dfl_buf_str(&b, "more") == -1 && dfl_buf_printf(&b, "%d", 1) == -1 && !strcmp(b.s, "k-007"),
+          "appends after a failure are ignored");
+    CHECK(dfl_buf_take(&b) == NULL && !b.s && !b.failed, "take after a failure: NULL, the buffer empty");
+    dfl_buf c = {0};
+    dfl_buf_str(&c, "x");
+    CHECK(dfl_buf_add(&c, big, (size_t)-1) == -1 && c.failed && !strcmp(c.s, "x"), "an add of SIZE_MAX bytes fails");
+    dfl_buf_free(&c);
+    dfl_buf_str(&b, "again");
+    CHECK(b.s && !strcmp(b.s, "again"), "reusable after take");
+    dfl_buf_free(&b);
+    CHECK(!b.s && !b.n && !b.cap, "free");
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -210,6 +245,7 @@ int main(void) {
     RUN(next_turn);
     RUN(detect);
     RUN(bad_input);
+    RUN(growable_buffer);
     cJSON_Delete(DOC);
     CHECK_DONE("test_chat");
 }

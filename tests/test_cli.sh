@@ -30,6 +30,9 @@ expect "missing tokenizer" 1 "tokenizer.json" -- "$BIN" tokenize -m "$T/nowhere"
 # synthetic pair with the real tokenizer
 expect "synth target" 0 "" -- "$BIN" synth --shape tiny -o "$T/tgt"
 expect "synth draft" 0 "" -- "$BIN" synth --shape tiny --draft -o "$T/drf"
+# synth --help says the depth a draft is written with (issue 19 item 11: it said "5-layer")
+"$BIN" synth --help | grep -q "5 layers; 2 for the tiny shapes" && grep -q '"num_hidden_layers":[[:space:]]*2,' "$T/drf/config.json" &&
+    ok "synth --help: the tiny draft's 2 layers" || bad "synth --help: the tiny draft's 2 layers"
 expect "synth q4" 0 "" -- "$BIN" synth --shape tiny --bits 4 -o "$T/tq4"
 expect "synth q8" 0 "" -- "$BIN" synth --shape tiny --bits 8 -o "$T/tq8"
 expect "generate" 0 "decode:" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 12 --ignore-eos
@@ -79,6 +82,7 @@ expect "generate quantized dir" 0 "MLX 4-bit, group 64" -- "$BIN" generate -m "$
 cp "$T/out" "$T/qz.txt"
 expect "generate --quant q4" 0 "" -- "$BIN" generate -m "$T/tgt" -p "Hello" -n 8 --ignore-eos --quant q4
 cmp -s "$T/out" "$T/qz.txt" && ok "quantize file equals --quant at load" || bad "quantize file equals --quant at load"
+expect "quantize --bits 6" 1 "--bits must be 4 or 8, not 6" -- "$BIN" quantize -m "$T/tgt" --bits 6 -o "$T/qz6"
 expect "quantize a quantized model" 1 "already quantized" -- "$BIN" quantize -m "$T/qz" --bits 8 -o "$T/qz2"
 expect "bad --quant" 1 "unknown quantization 'q3'" -- "$BIN" generate -m "$T/tgt" -p hi --quant q3
 

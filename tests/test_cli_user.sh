@@ -24,6 +24,15 @@ if command -v script >/dev/null 2>&1; then
     "$BIN" generate -m "$M" -p Hello -n 6 --ignore-eos >"$T/pipe" 2>/dev/null
     [ "$(tail -c 1 "$T/pipe" | od -An -c | tr -d ' ')" != '\n' ] && ok "pipe: text unchanged (no newline added)" ||
         echo "ok - pipe: (the text itself ended with a newline)"
+    # Ctrl-D at the chat prompt ends the prompt's line (issue 19 item 11): script
+    # sends ^D when its stdin ends, here once the prompt "> " is out
+    rm -f "$T/tty"
+    (i=0; while ! grep -q '> ' "$T/tty" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; sleep 0.3) |
+        timeout 120 script -qec "\"$BIN\" chat -m \"$M\" -n 2" /dev/null >"$T/tty" 2>&1
+    rc=$?
+    last=$(tail -c 2 "$T/tty" | od -An -c | tr -d ' ')
+    [ $rc -eq 0 ] && [ "$last" = '\r\n' ] && ok "chat: Ctrl-D at the prompt ends its line" ||
+        bad "chat: Ctrl-D at the prompt ends its line (exit $rc, last bytes: $last)"
 fi
 
 # options of other commands, model files

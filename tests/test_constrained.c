@@ -11,76 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cJSON.h>
 
-#include "backend.h"
 #include "check.h"
-#include "dflash.h"
+#include "demo_pair.h"
 #include "grammar.h"
-#include "model.h"
-#include "util.h"
 
-static const char *root = ".";
-static int fast;
-
-static char *rpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
-    return buf[k];
-}
-
-enum { N_PROMPTS = 3 };
-static int32_t *prompt[N_PROMPTS];
-static size_t prompt_len[N_PROMPTS];
-static int n_prompts;
-static dflash_model *demo;
-
-static void make_prompts(dflash_model *m) {
-    static const char *text[N_PROMPTS] = {"Solve for x: 3x + 5 = 20.", "Give me a JSON object describing a cat.",
-                                          "Write a Python function that reverses a string."};
-    n_prompts = fast ? 1 : N_PROMPTS - 1;
-    for (int i = 0; i < n_prompts; i++) {
-        dflash_message msg = {"user", text[i]};
-        char *chat = dflash_chat_prompt(m, &msg, 1, 1, 0);
-        CHECK(chat && dflash_tokenize(m, chat, strlen(chat), &prompt[i], &prompt_len[i]) == 0, "tokenize: %s",
-              dflash_error());
-        free(chat);
-    }
-}
-
-typedef struct {
-    dflash_logprob v[256];
-    int n;
-} lp_log;
-
-static int on_lp(void *ud, const dflash_logprob *lp) {
-    lp_log *l = ud;
-    if (l->n < 256) l->v[l->n++] = *lp;
-    return 0;
-}
-
-static int gen(dflash_model *m, int i, const dflash_gen *g, int32_t **out, size_t *n, lp_log *lps, dflash_stats *st) {
-    dflash_reset(m);
-    if (lps) lps->n = 0;
-    int rc = dflash_generate(m, prompt[i], prompt_len[i], g, NULL, lps, out, n, st);
-    if (rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
-    return rc;
-}
-
-static int same_lps(const lp_log *a, const lp_log *b) {
-    if (a->n != b->n) return 0;
-    for (int i = 0; i < a->n; i++) {
-        const dflash_logprob *x = &a->v[i], *y = &b->v[i];
-        if (x->id != y->id || memcmp(&x->logprob, &y->logprob, sizeof(float)) || x->n_top != y->n_top ||
-            memcmp(x->top, y->top, sizeof(x->top[0]) * (size_t)x->n_top))
-            return 0;
-    }
-    return 1;
-}
+/* chat-templated; DFLASH_FAST: the first only */
+static const char *const prompt_text[] = {"Solve for x: 3x + 5 = 20.", "Give me a JSON object describing a cat."};
 
 /* The output's text is in the language (whole when it stopped on a stop
  * token); for JSON (want_json) it parses and has the keys in need[]. */
@@ -111,15 +50,14 @@ static int output_ok(dflash_model *m, const char *gbnf, const int32_t *out, size
  * number of runs that differ or whose output breaks the grammar. */
 static int lossless(dflash_model *m, const dflash_gen *base, const char *what, int want_json, const char *const *need,
                     int *n_complete) {
-    static const int blocks[] = {2, 4, 8, 16, 16}, maxes[] = {1, 3, 7, 15, -1};
     int bad = 0;
     lp_log *ref_lp = calloc(1, sizeof *ref_lp), *got_lp = calloc(1, sizeof *got_lp);
     for (int i = 0; i < n_prompts; i++) {
         dflash_gen g = *base;
         g.seed = 99 + (uint64_t)i;
         g.use_draft = 0;
-        int32_t *ref, *out;
-        size_t nref, nout;
+        int32_t *ref;
+        size_t nref;
         dflash_stats st;
         if (gen(m, i, &g, &ref, &nref, ref_lp, &st)) {
             bad++;
@@ -127,22 +65,7 @@ static int lossless(dflash_model *m, const dflash_gen *base, const char *what, i
         }
         bad += !output_ok(m, g.grammar, ref, nref, st.stop_reason, want_json, need, what);
         *n_complete += !strcmp(st.stop_reason, "stop token");
-        g.use_draft = 1;
-        for (int b = 0; b < 5; b++) {
-            g.block_size = blocks[b];
-            g.draft_max = maxes[b];
-            if (gen(m, i, &g, &out, &nout, got_lp, &st)) {
-                bad++;
-                continue;
-            }
-            int diff = nout != nref || (nref && memcmp(out, ref, sizeof(int32_t) * nref));
-            if (g.on_logprob) diff |= !same_lps(ref_lp, got_lp) || got_lp->n != (int)nout;
-            if (diff)
-                fprintf(stderr, "  %s: prompt %d block %d draft_max %d: DFlash differs from plain\n", what, i, blocks[b],
-                        maxes[b]);
-            bad += diff;
-            free(out);
-        }
+        bad += dflash_runs(m, i, g, ref, nref, ref_lp, got_lp, what);
         free(ref);
     }
     free(ref_lp);
@@ -206,16 +129,9 @@ TEST(greedy_is_masked_argmax) {
     dflash_model *m = demo;
     if (!m) return;
     const char *gbnf = "root ::= \"The answer: \" ([a-z]+ \" \")+ [0-9]+";
-    mdl_model tm;
-    if (mdl_load(&tm, rpath("models/demo/target")) != 0) {
-        CHECK(0, "mdl_load: %s", dfl_lasterr());
-        return;
-    }
-    be_options bo = {.n_threads = 0};
-    void *bi = be_cpu.open(&bo);
-    CHECK(bi && be_cpu.prepare(bi, &tm) == 0, "backend: %s", dfl_lasterr());
-    void *seq = be_cpu.create(bi, &tm, 1024);
-    int V = tm.cfg.vocab;
+    demo_target tg;
+    if (target_open(&tg) != 0) return;
+    int V = tg.V;
     gr_grammar *g = gr_parse(gbnf, strlen(gbnf));
     gr_state *st = gr_state_new(g), *t = gr_state_new(g);
     lp_log *lps = calloc(1, sizeof *lps);
@@ -233,14 +149,8 @@ TEST(greedy_is_masked_argmax) {
             CHECK(0, "generate");
             continue;
         }
-        size_t n = prompt_len[i] + nout;
-        int32_t *all = malloc(sizeof(int32_t) * n);
-        memcpy(all, prompt[i], sizeof(int32_t) * prompt_len[i]);
-        memcpy(all + prompt_len[i], out, sizeof(int32_t) * nout);
-        float *lg = malloc(sizeof(float) * (size_t)V * nout);
-        be_cpu.truncate(seq, 0);
-        be_batch b = {.T = (int)n - 1, .tokens = all, .n_logits = (int)nout, .logits = lg};
-        CHECK(be_cpu.forward(seq, &b) == 0, "forward: %s", dfl_lasterr());
+        int32_t *all;
+        float *lg = target_logits(&tg, i, out, nout, &all);
         gr_state *cur = gr_state_new(g);
         for (size_t j = 0; j < nout; j++) {
             /* the best allowed token by the test's own scan of the vocabulary */
@@ -277,10 +187,7 @@ TEST(greedy_is_masked_argmax) {
     gr_state_free(st);
     gr_state_free(t);
     gr_free(g);
-    be_cpu.destroy(seq);
-    be_cpu.release(bi, &tm);
-    be_cpu.close(bi);
-    mdl_free(&tm);
+    target_close(&tg);
 }
 
 /* A bad grammar: an error naming it, nothing generated; a schema's
@@ -291,46 +198,21 @@ TEST(bad_grammar) {
     const char *bad[] = {"root ::= item", "root ::= \"a", "root ::= root \"x\" | \"y\"", ""};
     const char *needle[] = {"rule 'item' is used but not defined", "unterminated string", "left-recursive", "empty"};
     for (int i = 0; i < 4; i++) {
-        int32_t *out = NULL;
-        size_t n = 0;
         dflash_gen g = dflash_default_gen();
         g.grammar = bad[i];
-        int called = 0;
-        dflash_reset(m);
-        int rc = dflash_generate(m, prompt[0], prompt_len[0], &g, NULL, &called, &out, &n, NULL);
-        CHECK(rc != 0 && strstr(dflash_error(), needle[i]) && !out, "grammar '%s': rc %d, '%s'", bad[i], rc, dflash_error());
-        free(out);
+        CHECK(refused(m, &g, needle[i]), "grammar '%s': '%s'", bad[i], dflash_error());
     }
     char *s = dflash_json_schema_grammar("{\"type\":\"string\",\"pattern\":\"^a+$\"}");
     CHECK(!s && strstr(dflash_error(), "unsupported keyword 'pattern' at #"), "pattern: %s", s ? s : dflash_error());
     free(s);
 }
 
-static dflash_model *load_demo(void) {
-    if (access(rpath("models/demo/draft/config.json"), R_OK) != 0) {
-        CHECK(0, "demo pair missing (models/demo)");
-        return NULL;
-    }
-    dflash_params pp = dflash_default_params();
-    pp.n_ctx = 1024;
-    dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &pp);
-    CHECK(m != NULL, "load: %s", dflash_error());
-    return m;
-}
-
 int main(void) {
-    const char *r = getenv("DFLASH_ROOT");
-    if (r) root = r;
-    fast = getenv("DFLASH_FAST") != NULL;
-#if defined(__SANITIZE_ADDRESS__)
-    fast = 1;
-#endif
-    demo = load_demo();
-    if (demo) make_prompts(demo);
+    demo_begin();
+    if (demo) make_prompts(demo, prompt_text, fast ? 1 : 2, 2);
     RUN(bad_grammar);
     RUN(lossless_with_grammar);
     RUN(greedy_is_masked_argmax);
-    for (int i = 0; i < n_prompts; i++) free(prompt[i]);
-    if (demo) dflash_free(demo);
+    demo_end();
     CHECK_DONE("test_constrained");
 }

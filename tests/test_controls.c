@@ -11,110 +11,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "backend.h"
 #include "check.h"
-#include "dflash.h"
-#include "model.h"
-#include "util.h"
-
-static const char *root = ".";
-static int fast; /* DFLASH_FAST: fewer prompts */
-
-static char *rpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
-    return buf[k];
-}
-
-enum { N_PROMPTS = 4 };
-static int32_t *prompt[N_PROMPTS];
-static size_t prompt_len[N_PROMPTS];
-static int n_prompts;
+#include "demo_pair.h"
 
 /* chat-templated prompts of each domain, one raw */
-static void make_prompts(dflash_model *m) {
-    static const char *text[N_PROMPTS] = {"Solve for x: 3x + 5 = 20.", "Write a Python function that reverses a string.",
-                                          "Tell me about the history of the bicycle.", "Once upon a time"};
-    n_prompts = fast ? 2 : N_PROMPTS;
-    for (int i = 0; i < n_prompts; i++) {
-        dflash_message msg = {"user", text[i]};
-        char *chat = i == 3 ? NULL : dflash_chat_prompt(m, &msg, 1, 1, 0);
-        const char *t = chat ? chat : text[i];
-        CHECK(dflash_tokenize(m, t, strlen(t), &prompt[i], &prompt_len[i]) == 0, "tokenize: %s", dflash_error());
-        free(chat);
-    }
-}
-
-/* ---- collecting log-probabilities ---------------------------------------- */
-
-typedef struct {
-    dflash_logprob v[256];
-    int n;
-} lp_log;
-
-static int on_lp(void *ud, const dflash_logprob *lp) {
-    lp_log *l = ud;
-    if (l->n < 256) l->v[l->n++] = *lp;
-    return 0;
-}
-
-static int gen(dflash_model *m, int i, const dflash_gen *g, int32_t **out, size_t *n, lp_log *lps) {
-    dflash_reset(m);
-    if (lps) lps->n = 0;
-    dflash_stats st;
-    int rc = dflash_generate(m, prompt[i], prompt_len[i], g, NULL, lps, out, n, &st);
-    if (rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
-    return rc;
-}
-
-static int same_lps(const lp_log *a, const lp_log *b) {
-    if (a->n != b->n) return 0;
-    for (int i = 0; i < a->n; i++) {
-        const dflash_logprob *x = &a->v[i], *y = &b->v[i];
-        if (x->id != y->id || memcmp(&x->logprob, &y->logprob, sizeof(float)) || x->n_top != y->n_top ||
-            memcmp(x->top, y->top, sizeof(x->top[0]) * (size_t)x->n_top))
-            return 0;
-    }
-    return 1;
-}
+static const char *const prompt_text[DEMO_MAX_PROMPTS] = {
+    "Solve for x: 3x + 5 = 20.", "Write a Python function that reverses a string.",
+    "Tell me about the history of the bicycle.", "Once upon a time"};
 
 /* Plain decoding vs DFlash at blocks 2, 4, 8, 16 (fixed) and 16 auto, with
  * the controls of base; returns the number of differing runs. With
  * logprobs, the entries must be identical too. plain[i], nplain[i] (may be
  * NULL) get the plain output of prompt i. */
 static int lossless(dflash_model *m, const dflash_gen *base, const char *what, int32_t **plain, size_t *nplain) {
-    static const int blocks[] = {2, 4, 8, 16, 16}, maxes[] = {1, 3, 7, 15, -1};
     int bad = 0;
     lp_log *ref_lp = calloc(1, sizeof *ref_lp), *got_lp = calloc(1, sizeof *got_lp);
     for (int i = 0; i < n_prompts; i++) {
         dflash_gen g = *base;
         g.seed = 1234 + (uint64_t)i;
         g.use_draft = 0;
-        int32_t *ref, *out;
-        size_t nref, nout;
-        if (gen(m, i, &g, &ref, &nref, ref_lp)) {
+        int32_t *ref;
+        size_t nref;
+        if (gen(m, i, &g, &ref, &nref, ref_lp, NULL)) {
             bad++;
             continue;
         }
-        g.use_draft = 1;
-        for (int b = 0; b < 5; b++) {
-            g.block_size = blocks[b];
-            g.draft_max = maxes[b];
-            if (gen(m, i, &g, &out, &nout, got_lp)) {
-                bad++;
-                continue;
-            }
-            int diff = nout != nref || (nref && memcmp(out, ref, sizeof(int32_t) * nref));
-            if (g.on_logprob) diff |= !same_lps(ref_lp, got_lp) || got_lp->n != (int)nout;
-            if (diff) fprintf(stderr, "  %s: prompt %d block %d draft_max %d: DFlash differs from plain\n", what, i,
-                              blocks[b], maxes[b]);
-            bad += diff;
-            free(out);
-        }
+        bad += dflash_runs(m, i, g, ref, nref, ref_lp, got_lp, what);
         if (plain) {
             plain[i] = ref;
             nplain[i] = nref;
@@ -132,27 +55,13 @@ static int same_tokens(const int32_t *a, size_t na, const int32_t *b, size_t nb)
     return na == nb && (!na || !memcmp(a, b, sizeof(int32_t) * na));
 }
 
-static dflash_model *load_demo(void) {
-    if (access(rpath("models/demo/draft/config.json"), R_OK) != 0) {
-        CHECK(0, "demo pair missing (models/demo)");
-        return NULL;
-    }
-    dflash_params pp = dflash_default_params();
-    pp.n_ctx = 1024;
-    dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &pp);
-    CHECK(m != NULL, "load: %s", dflash_error());
-    return m;
-}
-
-static dflash_model *demo;
-
 /* Each control on its own and all together, greedy and temp 0.8: DFlash =
  * plain; and the control changes plain output against the control off. */
 TEST(controls_lossless) {
     dflash_model *m = demo;
     if (!m) return;
-    int32_t *off_out[2][N_PROMPTS], *on_out[N_PROMPTS];
-    size_t off_n[2][N_PROMPTS], on_n[N_PROMPTS];
+    int32_t *off_out[2][DEMO_MAX_PROMPTS], *on_out[DEMO_MAX_PROMPTS];
+    size_t off_n[2][DEMO_MAX_PROMPTS], on_n[DEMO_MAX_PROMPTS];
     for (int s = 0; s < 2; s++) { /* the outputs with every control off */
         dflash_gen g = dflash_default_gen();
         g.n_predict = 32;
@@ -219,7 +128,7 @@ TEST(controls_lossless) {
     g.use_draft = 0;
     int32_t *o;
     size_t no;
-    CHECK(gen(m, 0, &g, &o, &no, NULL) == 0 && same_tokens(o, no, off_out[0][0], off_n[0][0]),
+    CHECK(gen(m, 0, &g, &o, &no, NULL, NULL) == 0 && same_tokens(o, no, off_out[0][0], off_n[0][0]),
           "min_p 1 with sampling differs from greedy");
     free(o);
     for (int s = 0; s < 2; s++)
@@ -251,16 +160,9 @@ static void controls_ref(const dflash_gen *g, const float *l, double *z, int V, 
 TEST(logprobs_exact) {
     dflash_model *m = demo;
     if (!m) return;
-    mdl_model tm;
-    if (mdl_load(&tm, rpath("models/demo/target")) != 0) {
-        CHECK(0, "mdl_load: %s", dfl_lasterr());
-        return;
-    }
-    be_options bo = {.n_threads = 0};
-    void *bi = be_cpu.open(&bo);
-    CHECK(bi && be_cpu.prepare(bi, &tm) == 0, "backend: %s", dfl_lasterr());
-    void *seq = be_cpu.create(bi, &tm, 1024);
-    int V = tm.cfg.vocab;
+    demo_target tg;
+    if (target_open(&tg) != 0) return;
+    int V = tg.V;
     dflash_logit_bias bias[1] = {{.id = 13, .bias = 2.5f}};
     double *z = malloc(sizeof(double) * (size_t)V);
     lp_log *lps = calloc(1, sizeof *lps);
@@ -288,20 +190,14 @@ TEST(logprobs_exact) {
             size_t nout;
             g.seed = 1234 + (uint64_t)i;
             g.use_draft = 1;
-            if (gen(m, i, &g, &out, &nout, lps) != 0) {
+            if (gen(m, i, &g, &out, &nout, lps, NULL) != 0) {
                 CHECK(0, "generate");
                 continue;
             }
             CHECK(lps->n == (int)nout, "%s: %d entries for %zu tokens", what, lps->n, nout);
             /* the target on prompt + out: row j of the last nout = position n_prompt + j */
-            size_t n = prompt_len[i] + nout;
-            int32_t *all = malloc(sizeof(int32_t) * n);
-            memcpy(all, prompt[i], sizeof(int32_t) * prompt_len[i]);
-            memcpy(all + prompt_len[i], out, sizeof(int32_t) * nout);
-            float *lg = malloc(sizeof(float) * (size_t)V * nout);
-            be_cpu.truncate(seq, 0);
-            be_batch b = {.T = (int)n - 1, .tokens = all, .n_logits = (int)nout, .logits = lg};
-            CHECK(n - 1 <= BE_MAX_ROWS && be_cpu.forward(seq, &b) == 0, "forward: %s", dfl_lasterr());
+            int32_t *all;
+            float *lg = target_logits(&tg, i, out, nout, &all);
             for (size_t j = 0; j < nout && j < (size_t)lps->n; j++) {
                 const dflash_logprob *e = &lps->v[j];
                 controls_ref(&g, lg + j * (size_t)V, z, V, all, (int)(prompt_len[i] + j));
@@ -342,10 +238,7 @@ TEST(logprobs_exact) {
     }
     free(lps);
     free(z);
-    be_cpu.destroy(seq);
-    be_cpu.release(bi, &tm);
-    be_cpu.close(bi);
-    mdl_free(&tm);
+    target_close(&tg);
 }
 
 /* Bad settings: an error naming the field, nothing generated. */
@@ -367,30 +260,17 @@ TEST(bad_settings) {
     cases[5].needle = "logit_bias[0]: bias 101", cases[5].g.logit_bias = &big, cases[5].g.n_logit_bias = 1;
     cases[6].needle = "logit_bias[0]: bias nan", cases[6].g.logit_bias = &nan, cases[6].g.n_logit_bias = 1;
     cases[7].needle = "top_logprobs 21", cases[7].g.top_logprobs = 21;
-    for (int i = 0; i < 8; i++) {
-        int32_t *out = NULL;
-        size_t n = 0;
-        dflash_reset(m);
-        int rc = dflash_generate(m, prompt[0], prompt_len[0], &cases[i].g, NULL, NULL, &out, &n, NULL);
-        CHECK(rc != 0 && strstr(dflash_error(), cases[i].needle), "case %d: rc %d, error '%s', want '%s'", i, rc,
-              dflash_error(), cases[i].needle);
-        free(out);
-    }
+    for (int i = 0; i < 8; i++)
+        CHECK(refused(m, &cases[i].g, cases[i].needle), "case %d: error '%s', want '%s'", i, dflash_error(),
+              cases[i].needle);
 }
 
 int main(void) {
-    const char *r = getenv("DFLASH_ROOT");
-    if (r) root = r;
-    fast = getenv("DFLASH_FAST") != NULL;
-#if defined(__SANITIZE_ADDRESS__)
-    fast = 1; /* the sanitizers' build is several times slower */
-#endif
-    demo = load_demo();
-    if (demo) make_prompts(demo);
+    demo_begin();
+    if (demo) make_prompts(demo, prompt_text, fast ? 2 : DEMO_MAX_PROMPTS, 3);
     RUN(bad_settings);
     RUN(controls_lossless);
     RUN(logprobs_exact);
-    for (int i = 0; i < n_prompts; i++) free(prompt[i]);
-    if (demo) dflash_free(demo);
+    demo_end();
     CHECK_DONE("test_controls");
 }

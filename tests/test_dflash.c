@@ -11,9 +11,9 @@
 #include "check.h"
 #include "dflash.h"
 #include "synth.h"
+#include "tmpdir.h"
 #include "util.h"
 
-static char tmpdir[256];
 static const char *root = ".";
 static int slow = 1; /* 0 under sanitizers: fewer prompts on the big models */
 /* DFLASH_FAST set (the per-variant reruns of tests/run.sh, qemu in
@@ -141,6 +141,33 @@ static void random_prompts(int n, int vocab, int32_t **p, size_t *len) {
     }
 }
 
+/* The pair t + d (pp may be NULL); NULL after a failed CHECK. */
+static dflash_model *load_pair(const char *t, const char *d, const dflash_params *pp) {
+    dflash_model *m = dflash_load(t, d, pp);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    return m;
+}
+
+/* lossless() on n random prompts (ids below vocab): the first n_greedy
+ * greedy ("WHAT, greedy"), the first n_temp (0: none) at temp 0.8 ("WHAT,
+ * temp 0.8"), n_predict tokens each. */
+static void random_lossless(dflash_model *m, int n, int vocab, int n_greedy, int n_temp, int n_predict,
+                            const char *what) {
+    int32_t **p = malloc(sizeof *p * (size_t)n);
+    size_t *len = malloc(sizeof *len * (size_t)n);
+    char msg[160];
+    random_prompts(n, vocab, p, len);
+    snprintf(msg, sizeof msg, "%s, greedy", what);
+    lossless(m, p, len, n_greedy, n_predict, 0.0f, msg);
+    if (n_temp) {
+        snprintf(msg, sizeof msg, "%s, temp 0.8", what);
+        lossless(m, p, len, n_temp, n_predict, 0.8f, msg);
+    }
+    for (int i = 0; i < n; i++) free(p[i]);
+    free(p);
+    free(len);
+}
+
 TEST(lossless_random_pair) {
     char t[512], d[512];
     snprintf(t, sizeof t, "%s", tpath("target"));
@@ -148,11 +175,8 @@ TEST(lossless_random_pair) {
     syn_spec ts = target_spec(), dspec = draft_spec();
     CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
     link_tokenizer(t);
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
     enum { N = 50 };
     int32_t *p[N];
     size_t len[N];
@@ -213,11 +237,8 @@ static void accepting_pair(syn_spec ts, syn_spec ds, const char *name, const cha
     ts.layer_scale = ds.layer_scale = 0.02f;
     CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
     link_tokenizer(t);
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
     enum { NA = 8 };
     int32_t *pa[NA];
     size_t lena[NA];
@@ -246,20 +267,10 @@ static void committed_pair(const char *target, const char *draft) {
     char a[256], b[256], msg[160];
     snprintf(a, sizeof a, "tests/models/%s", target);
     snprintf(b, sizeof b, "tests/models/%s", draft);
-    dflash_model *m = dflash_load(rpath(a), rpath(b), NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { N2 = 16 };
-    int32_t *p[N2];
-    size_t len[N2];
-    random_prompts(N2, 16000, p, len);
-    snprintf(msg, sizeof msg, "%s pair, greedy", target);
-    lossless(m, p, len, N2, 32, 0.0f, msg);
-    snprintf(msg, sizeof msg, "%s pair, temp 0.8", target);
-    lossless(m, p, len, 6, 32, 0.8f, msg);
-    for (int i = 0; i < N2; i++) free(p[i]);
+    dflash_model *m = load_pair(rpath(a), rpath(b), NULL);
+    if (!m) return;
+    snprintf(msg, sizeof msg, "%s pair", target);
+    random_lossless(m, 16, 16000, 16, 6, 32, msg);
     dflash_free(m);
 }
 
@@ -283,18 +294,9 @@ TEST(lossless_moe_random_pair) {
         }
         CHECK(syn_write(t, &ts) == 0 && syn_write(d, &dspec) == 0, "synth: %s", dfl_lasterr());
         if (!q) link_tokenizer(t);
-        dflash_model *m = dflash_load(t, d, NULL);
-        if (!m) {
-            CHECK(0, "load: %s", dflash_error());
-            return;
-        }
-        enum { N = 24 };
-        int32_t *p[N];
-        size_t len[N];
-        random_prompts(N, 500, p, len);
-        lossless(m, p, len, N, 40, 0.0f, q ? "moe q4 random pair, greedy" : "moe random pair, greedy");
-        lossless(m, p, len, 8, 40, 0.8f, q ? "moe q4 random pair, temp 0.8" : "moe random pair, temp 0.8");
-        for (int i = 0; i < N; i++) free(p[i]);
+        dflash_model *m = load_pair(t, d, NULL);
+        if (!m) return;
+        random_lossless(m, 24, 500, 24, 8, 40, q ? "moe q4 random pair" : "moe random pair");
         dflash_free(m);
     }
     ts.c.q_bits = 0;
@@ -343,17 +345,9 @@ TEST(draft_heads_differ) {
     snprintf(d, sizeof d, "%s", tpath("heads_draft"));
     CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
     link_tokenizer(t);
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { NP = 6 };
-    int32_t *p[NP];
-    size_t len[NP];
-    random_prompts(NP, 500, p, len);
-    lossless(m, p, len, NP, 24, 0.0f, "draft with its own heads, greedy");
-    for (int i = 0; i < NP; i++) free(p[i]);
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
+    random_lossless(m, 6, 500, 6, 0, 24, "draft with its own heads");
     dflash_free(m);
 }
 
@@ -364,11 +358,8 @@ TEST(stop_token_end_to_end) {
     snprintf(t, sizeof t, "%s", tpath("target"));
     snprintf(d, sizeof d, "%s", tpath("draft"));
     snprintf(t2, sizeof t2, "%s", tpath("target_eos"));
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
     int32_t p[4] = {10, 20, 30, 40};
     dflash_gen g = dflash_default_gen();
     g.n_predict = 40;
@@ -421,17 +412,9 @@ TEST(lossless_tiny_pair) {
         CHECK(0, "committed tiny pair missing");
         return;
     }
-    dflash_model *m = dflash_load(t, d, NULL);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
-    enum { N = 50 };
-    int32_t *p[N];
-    size_t len[N];
-    random_prompts(N, 16000, p, len);
-    lossless(m, p, len, n_small, 32, 0.0f, "tiny pair");
-    for (int i = 0; i < N; i++) free(p[i]);
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
+    random_lossless(m, 50, 16000, n_small, 0, 32, "tiny pair");
     dflash_free(m);
 }
 
@@ -444,11 +427,8 @@ TEST(lossless_demo_pair) {
     }
     dflash_params pp = dflash_default_params();
     pp.n_ctx = 1024;
-    dflash_model *m = dflash_load(t, d, &pp);
-    if (!m) {
-        CHECK(0, "load: %s", dflash_error());
-        return;
-    }
+    dflash_model *m = load_pair(t, d, &pp);
+    if (!m) return;
     /* prompts: chat-templated and raw text from the benchmark prompt files */
     const char *files[] = {"bench/prompts/code.jsonl", "bench/prompts/math.jsonl", "bench/prompts/chat.jsonl"};
     int n_each = slow ? 17 : 3;
@@ -528,8 +508,7 @@ TEST(bad_drafts) {
     CHECK(load_fails(tpath("draft"), NULL, "is a DFlash draft, not a target"), "draft as target");
     CHECK(load_fails(t, t, "not a DFlash draft"), "target as draft");
     /* block sizes */
-    dflash_model *m = dflash_load(t, tpath("draft"), NULL);
-    CHECK(m != NULL, "load: %s", dflash_error());
+    dflash_model *m = load_pair(t, tpath("draft"), NULL);
     if (!m) return;
     int32_t p[3] = {1, 2, 3};
     dflash_gen g = dflash_default_gen();
@@ -585,8 +564,7 @@ int main(void) {
 #if defined(__SANITIZE_ADDRESS__)
     slow = 0;
 #endif
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-dflash-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (tmpdir_make("test-dflash") != 0) return 1;
     RUN(lossless_random_pair);
     RUN(bad_drafts);
     RUN(backend_choice);
@@ -597,8 +575,6 @@ int main(void) {
     RUN(draft_heads_differ);
     RUN(lossless_qwen35_accepting);
     RUN(lossless_demo_pair);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    tmpdir_remove();
     CHECK_DONE("test_dflash");
 }

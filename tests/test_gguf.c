@@ -38,25 +38,9 @@
 #include "synth.h"
 #include <math.h>
 #include "tokenizer.h"
+#include "tmpdir.h"
 #include "util.h"
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void write_file(const char *p, const void *data, size_t n) {
-    FILE *f = fopen(p, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
-        fprintf(stderr, "cannot write %s\n", p);
-        exit(1);
-    }
-}
 
 /* ----------------------------------------------------------- round trip */
 
@@ -84,7 +68,7 @@ static void write_sample(const char *p) {
 }
 
 TEST(round_trip) {
-    const char *p = tpath("sample.gguf");
+    const char *p = path("sample.gguf", NULL);
     write_sample(p);
     CHECK(gguf_is_gguf(p), "magic");
     gguf_file g;
@@ -140,7 +124,7 @@ static int fill_pattern(void *ctx, void *dst, size_t n) {
 }
 
 TEST(filled_tensors) {
-    const char *p = tpath("filled.gguf");
+    const char *p = path("filled.gguf", NULL);
     static int k1 = 3, k2 = 7, bad = -1;
     gguf_writer *w = gguf_w_new();
     gguf_w_str(w, "general.architecture", "test");
@@ -167,7 +151,7 @@ TEST(filled_tensors) {
     const gguf_tensor *t = gguf_find_tensor(&g, "t.f32");
     CHECK(t && t->nbytes == 12 && !memcmp(t->data, f32v, 12), "t.f32 between filled tensors");
     gguf_close(&g);
-    const char *q = tpath("fill-fails.gguf");
+    const char *q = path("fill-fails.gguf", NULL);
     w = gguf_w_new();
     gguf_w_tensor_fill(w, "t.small", GGML_F16, 2, small, fill_pattern, &k1);
     gguf_w_tensor_fill(w, "t.bad", GGML_F16, 2, small, fill_pattern, &bad);
@@ -262,7 +246,7 @@ typedef struct {
 } bad_case;
 
 TEST(bad_files) {
-    const char *good = tpath("sample.gguf");
+    const char *good = path("sample.gguf", NULL);
     write_sample(good);
     size_t n;
     uint8_t *orig = (uint8_t *)dfl_read_file(good, &n);
@@ -296,7 +280,7 @@ TEST(bad_files) {
         {"overlapping tensors", &L.t1_off, 0, 8, "overlap"},
         {"tensor name past the end", &L.t0_name_len, (uint64_t)1 << 50, 8, "truncated"},
     };
-    const char *bad = tpath("bad.gguf");
+    const char *bad = path("bad.gguf", NULL);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t *b = dfl_malloc(n);
         memcpy(b, orig, n);
@@ -511,7 +495,7 @@ TEST(convert_llama) {
         snprintf(p, sizeof p, "%s/%s", dir, links[i]);
         if (symlink(src, p) != 0) fprintf(stderr, "symlink %s\n", p);
     }
-    const char *out = tpath("llama-f16.gguf");
+    const char *out = path("llama-f16.gguf", NULL);
     CHECK(convert(dir, out, "f16") == 0, "convert");
     mdl_model hf, gg;
     if (mdl_load(&hf, dir) != 0) {
@@ -540,7 +524,7 @@ TEST(convert_llama) {
  * the cos/sin tables agree with the config.json formula to float rounding,
  * and greedy tokens are the same */
 TEST(llama3_rope_freqs) {
-    const char *out = tpath("llama3-f16.gguf");
+    const char *out = path("llama3-f16.gguf", NULL);
     CHECK(convert("tests/models/tiny-llama3", out, "f16") == 0, "convert");
     mdl_model hf, gg;
     if (mdl_load(&hf, "tests/models/tiny-llama3") != 0) return;
@@ -580,7 +564,7 @@ TEST(llama3_rope_freqs) {
 
 /* the demo draft as architecture dflash: its config and weights come back */
 TEST(convert_draft) {
-    const char *out = tpath("draft.gguf");
+    const char *out = path("draft.gguf", NULL);
     CHECK(ggm_convert("models/demo/draft", out, "f16", NULL) == -1 && strstr(dfl_lasterr(), "--target"), "%s",
           dfl_lasterr());
     CHECK(ggm_convert("models/demo/draft", out, "f16", "models/demo/target") == 0, "convert: %s", dfl_lasterr());
@@ -1473,7 +1457,7 @@ TEST(q6k_model) {
     s.c.head_dim = 64;
     s.c.tie_embeddings = 0;
     s.dtype = WT_F16;
-    const char *src = tpath("q6k-src"), *f16p = tpath("q6k-f16.gguf"), *q6p = tpath("q6k.gguf");
+    const char *src = path("q6k-src", NULL), *f16p = path("q6k-f16.gguf", NULL), *q6p = path("q6k.gguf", NULL);
     CHECK(syn_write(src, &s) == 0, "synth: %s", dfl_lasterr());
     if (ggm_convert(src, f16p, "f16", "tests/models/tiny-qwen3") != 0) {
         CHECK(0, "convert: %s", dfl_lasterr());
@@ -1627,7 +1611,7 @@ TEST(llama_quantize_same_bytes) {
 
 /* bad draft metadata, through dflash_load with the demo target */
 TEST(bad_drafts) {
-    const char *good = tpath("draft.gguf"); /* from convert_draft */
+    const char *good = path("draft.gguf", NULL); /* from convert_draft */
     rewrite_src = good;
     static const struct {
         const char *what, *drop, *set;
@@ -1661,8 +1645,7 @@ TEST(bad_drafts) {
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-gguf-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (tmpdir_make("test-gguf") != 0) return 1;
     RUN(round_trip);
     RUN(filled_tensors);
     RUN(bad_files);
@@ -1683,8 +1666,6 @@ int main(void) {
     RUN(quants_match_ggml);
     RUN(q6k_model);
     RUN(llama_quantize_same_bytes);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    tmpdir_remove();
     CHECK_DONE("test_gguf");
 }

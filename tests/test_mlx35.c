@@ -286,17 +286,26 @@ TEST(mlx_bf16_qwen35moe_bit_identical) { bf16_layout("tiny-qwen35moe", 1); }
  * in_proj_qkvz / in_proj_ba kept (qwen3_next.py Model.sanitize) */
 TEST(mlx_bf16_qwen3next_bit_identical) { bf16_layout("tiny-qwen3next", 0); }
 
+/* Element (r, j) of the MLX matrix W (Q4/Q8, bf16 scales and biases): its
+ * quantized value q and its group's scale and bias (the value: s * q + b). */
+static void mlx_element(const wt_weight *w, int r, int j, int *q, float *s, float *b) {
+    int per = 32 / w->bits, qm = (1 << w->bits) - 1;
+    uint32_t word = ((const uint32_t *)w->data)[(size_t)r * (w->cols / per) + j / per];
+    *q = (int)(word >> (j % per * w->bits)) & qm;
+    size_t gi = (size_t)r * (w->cols / w->group_size) + j / w->group_size;
+    *s = dfl_bf16_to_f32(((const uint16_t *)w->scales)[gi]);
+    *b = dfl_bf16_to_f32(((const uint16_t *)w->biases)[gi]);
+}
+
 /* dequantized MLX matrix W (Q4/Q8, bf16 scales) against the float one F:
  * max |w - f| in quantization steps (|scale|) */
 static double steps_off(const wt_weight *w, const wt_weight *f) {
     double worst = 0;
-    int per = 32 / w->bits, qm = (1 << w->bits) - 1;
     for (int r = 0; r < w->rows; r++)
         for (int j = 0; j < w->cols; j++) {
-            uint32_t word = ((const uint32_t *)w->data)[(size_t)r * (w->cols / per) + j / per];
-            int q = (int)(word >> (j % per * w->bits)) & qm;
-            size_t gi = (size_t)r * (w->cols / w->group_size) + j / w->group_size;
-            float s = dfl_bf16_to_f32(((const uint16_t *)w->scales)[gi]), bb = dfl_bf16_to_f32(((const uint16_t *)w->biases)[gi]);
+            int q;
+            float s, bb;
+            mlx_element(w, r, j, &q, &s, &bb);
             float x = dfl_bf16_to_f32(((const uint16_t *)f->data)[(size_t)r * f->cols + j]);
             double d = fabs((double)s * q + bb - x) / fabs(s);
             worst = d > worst ? d : worst;
@@ -308,13 +317,11 @@ static double steps_off(const wt_weight *w, const wt_weight *f) {
  * its buffer owned by M */
 static wt_weight dequantized(mdl_model *m, const wt_weight *w) {
     float *d = mdl_own(m, sizeof(float) * (size_t)w->rows * w->cols);
-    int per = 32 / w->bits, qm = (1 << w->bits) - 1;
     for (int r = 0; r < w->rows; r++)
         for (int j = 0; j < w->cols; j++) {
-            uint32_t word = ((const uint32_t *)w->data)[(size_t)r * (w->cols / per) + j / per];
-            int q = (int)(word >> (j % per * w->bits)) & qm;
-            size_t gi = (size_t)r * (w->cols / w->group_size) + j / w->group_size;
-            float s = dfl_bf16_to_f32(((const uint16_t *)w->scales)[gi]), bb = dfl_bf16_to_f32(((const uint16_t *)w->biases)[gi]);
+            int q;
+            float s, bb;
+            mlx_element(w, r, j, &q, &s, &bb);
             d[(size_t)r * w->cols + j] = (float)((double)s * q + bb);
         }
     wt_weight f = {.dtype = WT_F32, .rows = w->rows, .cols = w->cols, .data = d};

@@ -19,29 +19,10 @@
 #include "safetensors.h"
 #include "synth.h"
 #include "cpu/threads.h"
+#include "tmpdir.h"
 #include "util.h"
 
-static char tmpdir[256];
 static void *bi; /* the CPU backend instance (main) */
-
-static char *path(const char *a, const char *b) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    if (b) snprintf(buf[k], sizeof buf[k], "%s/%s/%s", tmpdir, a, b);
-    else snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, a);
-    return buf[k];
-}
-
-static void write_file(const char *p, const void *data, size_t n) {
-    FILE *f = fopen(p, "wb");
-    if (!f) {
-        fprintf(stderr, "cannot write %s\n", p);
-        exit(1);
-    }
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
 
 /* A raw safetensors file with the given header text and n data bytes. */
 static void raw_st(const char *p, const char *hdr, size_t ndata, uint64_t hlen_override) {
@@ -1085,8 +1066,7 @@ TEST(argmax_equals_logits_argmax) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dflash-test-model-XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (tmpdir_make("test-model") != 0) return 1;
     be_options bo = {2, 0};
     bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     RUN(safetensors_bad_files);
@@ -1104,8 +1084,6 @@ int main(void) {
     RUN(argmax_equals_logits_argmax);
     RUN(backend_select);
     be_cpu.close(bi);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    tmpdir_remove();
     CHECK_DONE("test_model");
 }

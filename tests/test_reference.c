@@ -127,6 +127,31 @@ TEST(llama3_sharded_untied_rope_scaling) { check_target("tiny-llama3"); }
 TEST(qwen3_mlx_q8) { check_target("tiny-qwen3-q8"); }
 TEST(qwen3_mlx_q4) { check_target("tiny-qwen3-q4"); }
 
+/* Round 1 of fixture fx's prompt i (tok[0..T)): the target's forward of the
+ * prompt (its taps kept; V: its vocabulary), the draft fed from them and run on the block
+ * [argmax, mask, ...] (B = 16): blk, prop and logits (the draft's B - 1
+ * rows) as it left them, *q that block (round 2 reuses it). The rows
+ * against the fixture's draft1_logits (kept for the first prompt only:
+ * need_logits, prompt 0 must have them); returns the largest difference. */
+static float draft_round1(const be_ops *be, void *st, void *ds, const mdl_model *d, const st_set *fx, int i,
+                          const int32_t *tok, int T, int V, int32_t *blk, int32_t *prop, float *logits,
+                          be_draft_block *q, int need_logits) {
+    int B = 16;
+    be_batch pb = {T, tok, 1, logits, d->cfg.n_taps, d->cfg.tap_layers, 0};
+    be->forward(st, &pb);
+    blk[0] = smp_argmax(logits, V);
+    for (int k = 1; k < B; k++) blk[k] = d->cfg.mask_token_id;
+    CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
+    *q = (be_draft_block){.B = B, .tokens = blk, .out = prop, .logits = logits};
+    CHECK(be->draft_block(ds, q) == 0, "draft block: %s", dfl_lasterr());
+    /* slots 1..4 of round 1 (the fixture keeps no more: size) */
+    const st_tensor *dl = get(fx, i, "draft1_logits");
+    float dd = dl && dl->shape[0] <= B - 1 ? maxdiff(logits, dl->data, (size_t)dl->shape[0] * V) : 0;
+    CHECK(i > 0 || dl || !need_logits, "p0: the fixture lacks draft1_logits");
+    CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
+    return dd;
+}
+
 /* Draft logits of round 1 and argmax of round 2 (cached context, fed from
  * the target's taps with draft_feed), and the whole DFlash generation
  * through the public API. */
@@ -139,7 +164,7 @@ TEST(draft_forward_and_dflash_loop) {
         return;
     }
     const be_ops *be = &be_cpu;
-    int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
+    int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16;
     dflash_model *api = dflash_load(rp("tests/models/tiny-qwen3", NULL), rp("tests/models/tiny-draft", NULL), NULL);
     CHECK(api != NULL, "load: %s", dflash_error());
     float worst = 0;
@@ -149,22 +174,10 @@ TEST(draft_forward_and_dflash_loop) {
         const int32_t *tok = ids->data;
         void *st = be->create(bi, &t, 256), *ds = be->draft_create(bi, &d, &t, 256);
         float *logits = malloc(sizeof(float) * (size_t)(T + B) * V);
-        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, 0};
-        be->forward(st, &pb);
         int32_t blk[16], prop[16];
-        blk[0] = smp_argmax(logits, V);
-        for (int k = 1; k < B; k++) blk[k] = mask;
-        CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
-        be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
-        CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
-        /* full draft logits are kept for the first prompt only (fixture size); every
-         * prompt's argmax is checked below */
-        const st_tensor *dl = get(&fx, i, "draft1_logits");
-        /* slots 1..4 of round 1 (the fixture keeps no more: size) */
-        float dd = dl && dl->shape[0] <= B - 1 ? maxdiff(logits, dl->data, (size_t)dl->shape[0] * V) : 0;
+        be_draft_block q;
+        float dd = draft_round1(be, st, ds, &d, &fx, i, tok, T, V, blk, prop, logits, &q, 1);
         worst = dd > worst ? dd : worst;
-        CHECK(i > 0 || dl, "p0: the fixture lacks draft1_logits");
-        CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
         const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
         int32_t dr[16];
         for (int k = 0; k < B - 1; k++) {
@@ -322,7 +335,7 @@ static void check_draft_pair_at(const char *tpath, const char *tn, const char *d
         return;
     }
     const be_ops *be = &be_cpu;
-    int V = t.cfg.vocab, K = d.cfg.n_taps, B = 16, mask = d.cfg.mask_token_id;
+    int V = t.cfg.vocab, B = 16;
     /* a GGUF target converted without a tokenizer takes the checkpoint's */
     char tokdir[160];
     snprintf(tokdir, sizeof tokdir, "tests/models/%s", tn);
@@ -338,22 +351,10 @@ static void check_draft_pair_at(const char *tpath, const char *tn, const char *d
         const int32_t *tok = ids->data;
         void *st = be->create(bi, &t, 256), *ds = be->draft_create(bi, &d, &t, 256);
         float *logits = malloc(sizeof(float) * (size_t)B * V);
-        be_batch pb = {T, tok, 1, logits, K, d.cfg.tap_layers, 0};
-        be->forward(st, &pb);
         int32_t blk[16], prop[16];
-        blk[0] = smp_argmax(logits, V);
-        for (int k = 1; k < B; k++) blk[k] = mask;
-        CHECK(be->draft_feed(ds, st, 0, T) == 0, "draft_feed: %s", dfl_lasterr());
-        be_draft_block q = {.B = B, .tokens = blk, .out = prop, .logits = logits};
-        CHECK(be->draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
-        /* full draft logits are kept for the first prompt only (fixture size); every
-         * prompt's argmax is checked below */
-        const st_tensor *dl = get(&fx, i, "draft1_logits");
-        /* slots 1..4 of round 1 (the fixture keeps no more: size) */
-        float dd = dl && dl->shape[0] <= B - 1 ? maxdiff(logits, dl->data, (size_t)dl->shape[0] * V) : 0;
+        be_draft_block q;
+        float dd = draft_round1(be, st, ds, &d, &fx, i, tok, T, V, blk, prop, logits, &q, with_logits);
         worst = dd > worst ? dd : worst;
-        CHECK(i > 0 || dl || !with_logits, "p0: the fixture lacks draft1_logits");
-        CHECK(dd <= 1e-3f, "p%d: draft logits differ by %g", i, dd);
         const int32_t *a1 = get(&fx, i, "draft1_argmax")->data;
         for (int k = 0; k < B - 1; k++) CHECK(prop[k] == a1[k], "p%d: draft slot %d proposed %d != %d", i, k + 1, prop[k], a1[k]);
         const st_tensor *ref = get(&fx, i, "dflash"), *greedy = get(&tf, i, "greedy");

@@ -15,6 +15,8 @@ expect_exit() { # NAME STATUS NEEDLE -- command...
     else bad "$name (exit $rc, want $want; '$needle')"; head -3 "$T/err"; fi
 }
 expect_exit "serve --help" 0 "--api-key" -- "$BIN" serve --help
+# the length of a request without max_tokens, said in --help (issue 19 item 6)
+expect_exit "serve --help: the default reply length" 0 "until a stop token or the context is full" -- "$BIN" serve --help
 expect_exit "serve without -m" 2 "missing -m" -- "$BIN" serve
 expect_exit "serve --parallel 2" 2 "not supported" -- "$BIN" serve -m models/demo/target --parallel 2
 expect_exit "serve bad --port" 2 "expects an integer" -- "$BIN" serve -m models/demo/target --port 70000
@@ -90,7 +92,12 @@ fi
 # drain, a second one cancels what still runs; the cut stream must end with
 # an error event (code server_shutdown), without finish_reason "stop" or
 # [DONE], and the log must not call it "client gone"
-if start_server -m models/demo/target --ctx-size 4096; then
+if start_server -m models/demo/target --ctx-size 4096 -n 5; then
+    # -n N: the max_tokens of a request that gives none (issue 19 item 6)
+    curl -sS "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Count to a million."}],
+        "ignore_eos": true}' -o "$T/n.json" 2>"$T/err" && grep -q '"completion_tokens":5' "$T/n.json" &&
+        grep -q '"finish_reason":"length"' "$T/n.json" && ok "serve -n 5: a request without max_tokens gets 5 tokens" ||
+        bad "serve -n 5: a request without max_tokens gets 5 tokens ($(cut -c1-300 "$T/n.json"))"
     # /props without a draft (tools.js checks it with one)
     curl -sS "$BASE/props" -o "$T/props.json" 2>"$T/err" && grep -q '"draft":{"loaded":false,"block_size":0' "$T/props.json" &&
         grep -q '"speculative":false' "$T/props.json" && ok "/props without a draft: loaded false, block_size 0" ||
