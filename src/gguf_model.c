@@ -21,6 +21,13 @@ const char ggm_qwen35_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]
                              "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char ggm_llama3_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* NFC as the families' tokenizer.json files normalize (Qwen3.5's as Qwen3's) */
+const ggm_pretok ggm_pretoks[] = {
+    {"qwen2", ggm_qwen2_re, 1},
+    {"qwen35", ggm_qwen35_re, 1},
+    {"llama-bpe", ggm_llama3_re, 0},
+    {NULL, NULL, 0},
+};
 
 
 
@@ -782,15 +789,10 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
     int nfc = 0;
     if (gguf_get_str(&g, "tokenizer.ggml.pre", &s, &n, 0) < 0) goto out;
     pre = gguf_find_kv(&g, "tokenizer.ggml.pre") ? cstr(s, n) : dfl_strdup("default");
-    if (!strcmp(pre, "qwen2")) {
-        re = ggm_qwen2_re;
-        nfc = 1;
-    } else if (!strcmp(pre, "qwen35")) { /* NFC as Qwen3's tokenizer.json */
-        re = ggm_qwen35_re;
-        nfc = 1;
-    } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3")) {
-        re = ggm_llama3_re;
-    } else if (strcmp(pre, "default") && strcmp(pre, "gpt2")) {
+    for (const ggm_pretok *pt = ggm_pretoks; pt->name; pt++)
+        if (!strcmp(pre, pt->name) || (!strcmp(pre, "llama3") && !strcmp(pt->name, "llama-bpe")))
+            re = pt->re, nfc = pt->nfc;
+    if (!re && strcmp(pre, "default") && strcmp(pre, "gpt2")) {
         char b[64];
         dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
         goto out;

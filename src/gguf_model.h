@@ -55,10 +55,17 @@ void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const i
  * the wt_weight a GGUF load makes (tests). */
 void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, wt_weight *w);
 
-/* Shared with gguf_write.c: the Qwen2/Qwen3 and Llama-3 pre-tokenizer
- * regexes, llama.cpp's token types, and the Q/K row permutation (HF row r
- * comes from GGUF row perm[r]; dfl_malloc'ed). */
+/* Shared with gguf_write.c: the Qwen2/Qwen3, Qwen3.5 and Llama-3
+ * pre-tokenizer regexes and the table of llama.cpp's tokenizer.ggml.pre names
+ * for them (read: name -> regex; written: regex -> name; ends at name NULL),
+ * llama.cpp's token types, and the Q/K row permutation (HF row r comes from
+ * GGUF row perm[r]; dfl_malloc'ed). */
 extern const char ggm_qwen2_re[], ggm_qwen35_re[], ggm_llama3_re[];
+typedef struct {
+    const char *name, *re;
+    int nfc;
+} ggm_pretok;
+extern const ggm_pretok ggm_pretoks[];
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 int *ggm_unpermute(int rows, int hd);
 

@@ -456,9 +456,8 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
         cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "pattern"), "Regex");
         if (cJSON_IsString(re)) {
-            if (!strcmp(re->valuestring, ggm_qwen2_re)) pre = "qwen2";
-            else if (!strcmp(re->valuestring, ggm_qwen35_re)) pre = "qwen35";
-            else if (!strcmp(re->valuestring, ggm_llama3_re)) pre = "llama-bpe";
+            for (const ggm_pretok *t = ggm_pretoks; t->name; t++)
+                if (!strcmp(re->valuestring, t->re)) pre = t->name;
         }
     }
     if (!pre) {

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "gguf_model.h"
 #include "gguf_write.h"
+#include "tmpdir.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -550,13 +551,6 @@ TEST(nfc_matches_utf8proc) {
     CHECK(bad == 0, "%d of 3000 texts differ from utf8proc_map's NFC", bad);
 }
 
-static void write_file(const char *path, const char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 /* Missing, truncated and inconsistent files give an error, not a crash. */
 TEST(bad_files) {
     tok_tokenizer *t = tok_load("/nonexistent-dir");
@@ -736,8 +730,9 @@ TEST(gguf_same_ids) {
  * tokenizer.json: "DOC ids" for the documents whose ids differ from Qwen3's;
  * tools/reference/tokenizer_qwen35_ref.py). */
 TEST(qwen35_pretokenizer) {
-    char dir[256], path[300], gg[300];
-    snprintf(dir, sizeof dir, "/tmp/dflash-test-q35tok-%d", (int)getpid());
+    char dir[512], gg[512];
+    snprintf(dir, sizeof dir, "%s", path("q35tok", NULL));
+    snprintf(gg, sizeof gg, "%s", path("q35tok", "tiny.gguf"));
     mkdir(dir, 0755);
     char *src = root_path("models/qwen3-tokenizer/tokenizer.json"), *txt = dfl_read_file(src, NULL);
     free(src);
@@ -754,17 +749,14 @@ TEST(qwen35_pretokenizer) {
     cJSON_SetValuestring(re, ggm_qwen35_re);
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "w");
-    CHECK(f && fputs(out, f) >= 0 && fclose(f) == 0, "write %s", path);
+    write_file(path("q35tok", "tokenizer.json"), out, strlen(out));
     free(out);
-    char *cs = root_path("models/qwen3-tokenizer/tokenizer_config.json"), cp[300];
+    char *cs = root_path("models/qwen3-tokenizer/tokenizer_config.json");
     size_t ncfg = 0;
     char *cfg = dfl_read_file(cs, &ncfg);
     free(cs);
-    snprintf(cp, sizeof cp, "%s/tokenizer_config.json", dir);
-    f = fopen(cp, "w");
-    CHECK(cfg && f && fwrite(cfg, 1, ncfg, f) == ncfg && fclose(f) == 0, "write %s", cp);
+    CHECK(cfg != NULL, "tokenizer_config.json: %s", dfl_lasterr());
+    if (cfg) write_file(path("q35tok", "tokenizer_config.json"), cfg, ncfg);
     free(cfg);
     /* the reference: Qwen3's ids except where the fixture has a line */
     int32_t **ovr = dfl_calloc(C.ndocs ? C.ndocs : 1, sizeof *ovr);
@@ -801,7 +793,6 @@ TEST(qwen35_pretokenizer) {
         tok_free(T);
     }
     /* dflash convert names the regex "qwen35"; the GGUF's tokenizer reads it back */
-    snprintf(gg, sizeof gg, "%s/tiny.gguf", dir);
     char *tiny = root_path("tests/models/tiny-qwen3");
     CHECK(ggm_convert(tiny, gg, "f16", dir) == 0, "convert with the Qwen3.5 regex: %s", dfl_lasterr());
     free(tiny);
@@ -825,10 +816,6 @@ TEST(qwen35_pretokenizer) {
     for (int d = 0; d < C.ndocs; d++) free(ovr[d]);
     free(ovr);
     free(novr);
-    unlink(gg);
-    unlink(path);
-    unlink(cp);
-    rmdir(dir);
 }
 
 static void find_root(void) {
@@ -847,6 +834,11 @@ int main(void) {
         return 1;
     }
     if (load_corpus() != 0) fprintf(stderr, "corpus fixtures missing or malformed\n");
+    if (tmpdir_make("tok") != 0) {
+        fprintf(stderr, "cannot make a temporary directory\n");
+        printf("test_tokenizer: 0 passed, 1 failed\n");
+        return 1;
+    }
     RUN(load);
     RUN(logistics_cases);
     RUN(hf_edge_characters);
@@ -869,6 +861,7 @@ int main(void) {
     RUN(gguf_same_ids);
     RUN(qwen35_pretokenizer);
     unlink(GGUF_PATH);
+    tmpdir_remove();
     tok_free(T);
     for (int d = 0; d < C.ndocs; d++) free(C.ids[d]);
     free(C.ids);
