@@ -7,6 +7,7 @@
 #   make test-isa a subset of the tests under qemu-x86_64 -cpu Nehalem / Haswell
 #                 (tests/isa.sh: the generic and AVX2 paths on any x86-64 host)
 #   make demo     run DFlash on the shipped demo models
+#   make unpack   just the files committed as .xz (the tokenizer, the demo weights)
 #   make asan     build and test with AddressSanitizer + UBSan
 #   make tsan     the thread pool and two-models tests under ThreadSanitizer
 #   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
@@ -95,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-rollback all deps test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-rollback all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -104,14 +105,19 @@ all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 $(DEPS_STAMP): $(lastword $(DEPS_SH)) | $(BUILD)
 	@$(DEPS_SH) && touch $@
-# The Qwen3 tokenizer is committed xz-compressed (11 MB -> 1.4 MB, so the
-# tree stays small enough to travel to the GPU machine); the plain file is
-# made here, once, and ignored by git. xz checks its own CRC; without xz
-# (some GPU machines) Python's lzma unpacks it.
+# The Qwen3 tokenizer and the demo pair's weights are committed xz-compressed
+# (tokenizer.json 11 MB -> 1.4 MB, target 28.6 -> 13.1 MB, draft 6.3 -> 4.5 MB,
+# xz -9e; unpacking takes about a second), so the tree stays small enough to
+# travel to the GPU machine; the plain files are made here, once, and ignored
+# by git. xz checks its own CRC; without xz (some GPU machines) Python's lzma
+# unpacks them. `make unpack` makes just these files.
 TOKENIZER_JSON := models/qwen3-tokenizer/tokenizer.json
-$(TOKENIZER_JSON): $(TOKENIZER_JSON).xz | $(DEPS_STAMP)
+DEMO_MODELS := models/demo/target/model.safetensors models/demo/draft/model.safetensors
+UNPACKED := $(TOKENIZER_JSON) $(DEMO_MODELS)
+$(UNPACKED): %: %.xz | $(DEPS_STAMP)
 	@{ xz -dc $< 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' $<; } >$@.tmp && mv $@.tmp $@
-deps: $(DEPS_STAMP) $(TOKENIZER_JSON)
+unpack: $(UNPACKED)
+deps: $(DEPS_STAMP) $(UNPACKED)
 
 $(BUILD):
 	@mkdir -p $(BUILD)
@@ -219,7 +225,7 @@ asan:
 TSAN_TESTS ?= test_threads test_two_models
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
-	    build-tsan/.deps-ok $(TSAN_TESTS:%=build-tsan/%)
+	    build-tsan/.deps-ok $(UNPACKED) $(TSAN_TESTS:%=build-tsan/%)
 	@TSAN_OPTIONS="second_deadlock_stack=1 $(TSAN_OPTIONS)" DFLASH_ONLY="$(TSAN_TESTS:%=build-tsan/%)" \
 	    sh tests/run.sh build-tsan
 
@@ -248,6 +254,7 @@ cross-arm64:
 	@$(MAKE) --no-print-directory ARM64=1 build-arm64/dflash build-arm64/simple build-arm64/libdflash.so $(ARM64_TEST_BIN)
 
 test-arm64: cross-arm64
+	@$(MAKE) --no-print-directory ARM64=1 unpack
 	@sh tools/arm64/test.sh
 
 bench-kernels: bench/kernels_bench.c $(BUILD)/libdflash.a
@@ -260,7 +267,7 @@ bench-attn: bench/attn_bench.c $(BUILD)/libdflash.a
 # prompt processing: our GEMM vs OpenBLAS sgemm (apt-get install libopenblas-dev)
 # on the matmuls of a model: make bench-prefill PREFILL_MODEL=DIR
 PREFILL_MODEL ?= models/demo/target
-bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a
+bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(PREFILL_MODEL)),$(DEMO_MODELS))
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
 
