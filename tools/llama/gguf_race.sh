@@ -46,6 +46,8 @@ do_files() {
     set -e
     want=" ${FILES:-demo tiny s06b} "
     case $want in *" demo "*) ;; *) no_demo=1 ;; esac
+    # the demo weights are committed as .xz (Makefile: UNPACKED)
+    [ -n "${no_demo:-}" ] || make -s unpack
     # the demo target is MLX 4-bit, which the converter cannot read: F32 first
     [ -n "${no_demo:-}" ] || [ -f "$GG/demo-target-hf/model.safetensors" ] ||
         python3 tools/llama/dequant.py models/demo/target "$GG/demo-target-hf"

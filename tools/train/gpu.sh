@@ -15,8 +15,8 @@ if [ "$1" = start ]; then
     mkdir -p "$W/src/tools" "$W/src/models" "$W/src/bench"
     rm -rf "$W/src/tools/train" "$W/src/tools/reference"
     cp -r tools/train tools/reference "$W/src/tools/" 2>/dev/null || cp -r tools/train "$W/src/tools/"
-    # the tokenizer is committed as tokenizer.json.xz (Makefile: TOKENIZER_JSON)
-    [ -f models/qwen3-tokenizer/tokenizer.json ] || make -s DFLASH_NO_DEPS=1 models/qwen3-tokenizer/tokenizer.json
+    # the tokenizer and the demo weights are committed as .xz (Makefile: UNPACKED)
+    make -s DFLASH_NO_DEPS=1 unpack || exit 1
     cp -r models/qwen3-tokenizer "$W/src/models/"
     cp -r bench/prompts "$W/src/bench/"
     [ -d models/demo ] && cp -r models/demo "$W/src/models/"  # for --target-dir / --init-draft

@@ -3,7 +3,8 @@
 # folder: target.st.part*, draft.safetensors, meta.tar.xz, log.txt) as the demo
 # pair and its card material:
 #   sh tools/train/install_results.sh FILES_AT
-# -> models/demo/target/ (MLX 4-bit target, tokenizer links), models/demo/draft/,
+# -> models/demo/target/ (MLX 4-bit target, tokenizer links), models/demo/draft/
+#    (model.safetensors and the model.safetensors.xz git tracks),
 #    docs/demo-models/ (loss CSVs and SVG plots, eval results, token counts).
 set -eu
 src=$1
@@ -24,6 +25,8 @@ ln -sf ../../qwen3-tokenizer/tokenizer_config.json "$t/tokenizer_config.json"
 cp "$src/draft.safetensors" "$d/model.safetensors"
 cp "$tmp/models/draft/config.json" "$d/"
 chmod 644 "$t"/*.json "$t/model.safetensors" "$d"/*
+# git tracks the weights as .xz (Makefile: UNPACKED); -k keeps the plain files
+xz -9e -k -f -T1 "$t/model.safetensors" "$d/model.safetensors"
 o="$root/docs/demo-models"
 for f in target_loss.csv draft_loss.csv gen_samples.txt hf_parity.json; do
     [ -f "$tmp/logs/$f" ] && cp "$tmp/logs/$f" "$o/"
