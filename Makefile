@@ -4,7 +4,7 @@
 #   make install  PREFIX=/usr/local DESTDIR=: dflash, dflash.h, the libraries, dflash.pc
 #   make test     run the test suite (tests/run.sh): the model tests once per
 #                 kernel variant this CPU runs
-#   make test-isa a subset of the tests under qemu-x86_64 -cpu Nehalem / Haswell
+#   make test-isa a subset of the tests under qemu-x86_64 -cpu Nehalem / Haswell (tests/isa.sh)
 #                 (tests/isa.sh: the generic and AVX2 paths on any x86-64 host)
 #   make demo     run DFlash on the shipped demo models
 #   make unpack   just the files committed as .xz (the tokenizer, the demo weights)
@@ -211,8 +211,10 @@ test: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so $(TEST_BIN) $(BUILD)/var
 
 # A subset of the tests under qemu-user's CPU models without AVX-512 and
 # without AVX (tests/isa.sh; installs qemu-user if missing; DFLASH_FAST=1
-# sizes unless DFLASH_FAST= is given). DFlash = greedy on the demo pair runs
-# through ./dflash there (test_dflash's full sets take minutes under qemu:
+# sizes unless DFLASH_FAST= is given): ISA_TESTS under a model whose variant
+# the host does not run itself (ISA_FULL=1: under every model), test_kernels
+# alone under the others; DFlash = greedy on the demo pair runs through
+# ./dflash under each (test_dflash's full sets take minutes under qemu:
 # ISA_TESTS="... test_dflash" adds them).
 ISA_TESTS ?= test_kernels test_attention test_sample test_model test_gguf
 test-isa: deps $(BIN) $(ISA_TESTS:%=$(BUILD)/%) $(BUILD)/variants

@@ -6,7 +6,14 @@
 #   Nehalem  no AVX at all          -> the generic C variant
 #   Haswell  AVX2 + FMA + F16C      -> the avx2 variant
 # (QEMU 7.2's TCG has no AVX-512 nor AVX-VNNI: those variants are tested on
-# hosts that have them, by make test.) Before each model's tests,
+# hosts that have them, by make test.) A variant this host runs itself has
+# had every test natively (make test reruns them per variant): under its
+# model only ISA_TESTS_NATIVE runs (the dispatch check, test_kernels and the
+# CLI demo-pair check, which meet every kernel family once); the whole
+# ISA_TESTS set runs under the models whose variant the host lacks (Haswell
+# on a host without AVX2, or, to catch an instruction of a wider set inside
+# the avx2 files, on an AVX-512 host: the host's pick is then not avx2).
+# ISA_FULL=1: the whole set under every model. Before each model's tests,
 # build/variants -c must print the variant expected there: that checks the
 # CPUID + XGETBV dispatch (src/cpu/cpu.c) itself, and an instruction the model
 # lacks kills the test (SIGILL), so a wrong dispatch fails here.
@@ -16,6 +23,7 @@
 # missing (as root). Environment:
 #   ISA_CPUS="Nehalem:generic Haswell:avx2"  MODEL:VARIANT pairs to run
 #   ISA_TESTS="test_kernels ..."            the programs (then the CLI demo-pair check)
+#   ISA_TESTS_NATIVE="test_kernels"         those under a model whose variant is the host's own
 #   DFLASH_FAST=1 (the default here; DFLASH_FAST= for the full sizes): the
 #   smaller prompt sets and one variant per program (test_dflash,
 #   test_attention, test_kernels); qemu runs SIMD code 10-20x slower.
@@ -24,6 +32,7 @@ BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
 ISA_CPUS=${ISA_CPUS:-"Nehalem:generic Haswell:avx2"}
 ISA_TESTS=${ISA_TESTS:-"test_kernels test_attention test_sample test_model test_dflash test_gguf"}
+ISA_TESTS_NATIVE=${ISA_TESTS_NATIVE-"test_kernels"}
 QEMU=${QEMU_X86_64:-qemu-x86_64}
 [ "${DFLASH_FAST+set}" ] || export DFLASH_FAST=1
 [ -n "$DFLASH_FAST" ] || unset DFLASH_FAST
@@ -51,6 +60,10 @@ fi
 echo "test-isa: $("$QEMU" --version | head -n 1); DFLASH_FAST=${DFLASH_FAST-}"
 
 ulimit -c 0 2>/dev/null # no qemu core files from a test that crashes
+# the variant the host itself picks: make test has run every test with it
+# (and with generic, which every x86-64 host runs: DFLASH_KERNELS=generic)
+host=$("$BUILD/variants" -c 2>/dev/null)
+echo "test-isa: this host picks $host"
 pass=0 fail=0 start=$(date +%s)
 for pair in $ISA_CPUS; do
     cpu=${pair%%:*} want=${pair#*:}
@@ -64,8 +77,13 @@ for pair in $ISA_CPUS; do
         echo "not ok - $cpu dispatches to '$got', want $want"
         fail=$((fail + 1))
     fi
+    tests=$ISA_TESTS
+    if [ -z "${ISA_FULL:-}" ] && { [ "$want" = generic ] || [ "$want" = "$host" ]; }; then
+        tests=$ISA_TESTS_NATIVE
+        echo "   ($want: tested natively by make test; here: $tests and the demo pair)"
+    fi
     only=""
-    for t in $ISA_TESTS; do only="$only $BUILD/$t"; done
+    for t in $tests; do only="$only $BUILD/$t"; done
     out=$(mktemp)
     DFLASH_WRAP="$QEMU -cpu $cpu" DFLASH_ONLY="$only" DFLASH_VARIANTS=none sh tests/run.sh "$BUILD" 2>&1 | tee "$out"
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)

@@ -5,17 +5,20 @@
 #   cortex-a72   NEON only            -> "neon"
 #   cortex-a76   + dotprod            -> "neon-dotprod"
 #   max          + dotprod + i8mm     -> "neon-i8mm"
-# Per model: the test programs of ARM64_TESTS (kernels: every variant the
-# model has, accuracy, bit-exactness against the C q8 reference, batch
-# invariance T = 1..17 and 32; attention; sampling; the model's forward
-# against its oracle; GGUF load), then the CLI on the demo pair: the variant
+# Per model: the programs of ARM64_TESTS_EACH (test_kernels: every variant
+# the model has, accuracy, bit-exactness against the C q8 reference, batch
+# invariance T = 1..17 and 32), then the CLI on the demo pair: the variant
 # named in the load line, and DFlash output identical to greedy output.
-# Under the last model also ARM64_TESTS_ONCE (test_dflash: DFlash == greedy
-# on the random, tiny and demo pairs, greedy and sampled).
+# Under the last model, which has every feature (so those programs meet every
+# variant), also ARM64_TESTS (attention and sampling for every variant; the
+# model's forward against its oracle; GGUF load) and ARM64_TESTS_ONCE, none
+# by default (ARM64_TESTS_ONCE=test_dflash: DFlash == greedy on the random,
+# tiny and demo pairs, greedy and sampled; 20+ CPU minutes under qemu).
 # Prints "N passed, N failed" (tests/run.sh's convention) and the time.
-#   ARM64_CPUS="cortex-a72 ..."  the models (default: the three above)
-#   ARM64_TESTS="test_kernels ..." the programs (build-arm64/NAME) per model
-#   ARM64_TESTS_ONCE="test_dflash" the programs run under the last model only
+#   ARM64_CPUS="cortex-a72 ..."      the models (default: the three above)
+#   ARM64_TESTS_EACH="test_kernels"  the programs (build-arm64/NAME) per model
+#   ARM64_TESTS="test_attention ..." the programs run under the last model
+#   ARM64_TESTS_ONCE="test_dflash"   the same (default: none)
 # Nothing is timed for speed under qemu: the times are the emulator's.
 cd "$(dirname "$0")/../.." || exit 1
 # DFLASH_FAST: test_dflash with fewer prompts on the big pairs (as under the
@@ -23,11 +26,12 @@ cd "$(dirname "$0")/../.." || exit 1
 export DFLASH_ROOT="$PWD" DFLASH_FAST=${DFLASH_FAST:-1}
 RUN="sh tools/arm64/run"
 CPUS=${ARM64_CPUS:-"cortex-a72 cortex-a76 max"}
-TESTS=${ARM64_TESTS:-"test_kernels test_attention test_sample test_model test_gguf"}
-# under the last model only: test_dflash costs 5+ CPU minutes under qemu
-# (DFLASH_FAST), and the CLI check below runs DFlash == greedy on the demo
-# pair under every model (so with every variant)
-ONCE=${ARM64_TESTS_ONCE:-"test_dflash"}
+EACH=${ARM64_TESTS_EACH-"test_kernels"}
+TESTS=${ARM64_TESTS-"test_attention test_sample test_model test_gguf"}
+# none by default: test_dflash costs 20+ CPU minutes under qemu, DFLASH_FAST
+# or not, and the CLI check below runs DFlash == greedy on the demo pair under
+# every model, so with every variant
+ONCE=${ARM64_TESTS_ONCE-}
 last_cpu=$(echo $CPUS | awk '{print $NF}')
 pass=0 fail=0 broken=""
 log=$(mktemp) out=$(mktemp -d)
@@ -50,8 +54,8 @@ count() { # NAME OK: one check of this script
 }
 for cpu in $CPUS; do
     export QEMU_CPU=$cpu
-    tests=$TESTS
-    [ "$cpu" = "$last_cpu" ] && tests="$TESTS $ONCE"
+    tests=$EACH
+    [ "$cpu" = "$last_cpu" ] && tests="$EACH $TESTS $ONCE"
     for t in $tests; do
         echo "== $cpu $t"
         start=$(date +%s); cpu_now; c0=$CPU
