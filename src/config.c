@@ -83,6 +83,46 @@ void cfg_default_taps(int nt, int nd, int *ids) {
     }
 }
 
+/* YaRN's fields as transformers reads them (_compute_yarn_parameters):
+ * factor (default max_position_embeddings / original_max_position_embeddings),
+ * original_max_position_embeddings (default max_position_embeddings),
+ * beta_fast 32, beta_slow 1 (0 also means the default), truncate true, and
+ * attention_factor, else mscale(factor, mscale) / mscale(factor,
+ * mscale_all_dim) when both are set and nonzero, else mscale(factor), where
+ * mscale(s, k) = 0.1 k ln(s) + 1 for s > 1, else 1. */
+static double yarn_mscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * log(s) + 1.0; }
+
+static int parse_yarn(cfg_model *c, const cJSON *sc) {
+    double f, af, ms, msa;
+    c->rope_yarn = 1;
+    if (get_int(sc, "original_max_position_embeddings", &c->rope_orig_max_pos, 0, c->max_pos) ||
+        get_num(sc, "factor", &f, 0, -1) || get_num(sc, "beta_fast", &c->yarn_beta_fast, 0, 0) ||
+        get_num(sc, "beta_slow", &c->yarn_beta_slow, 0, 0) || get_bool(sc, "truncate", &c->yarn_truncate, 1) ||
+        get_num(sc, "attention_factor", &af, 0, -1) || get_num(sc, "mscale", &ms, 0, 0) ||
+        get_num(sc, "mscale_all_dim", &msa, 0, 0))
+        return -1;
+    if (c->rope_orig_max_pos <= 0) {
+        dfl_seterr("%s: yarn original_max_position_embeddings %d must be positive", cur_path, c->rope_orig_max_pos);
+        return -1;
+    }
+    if (f < 0) f = (double)c->max_pos / c->rope_orig_max_pos;
+    if (c->yarn_beta_fast == 0) c->yarn_beta_fast = 32;
+    if (c->yarn_beta_slow == 0) c->yarn_beta_slow = 1;
+    if (!(f > 0 && f < 1e6) || !(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0)) {
+        dfl_seterr("%s: yarn factor %g, beta_fast %g and beta_slow %g must be positive", cur_path, f,
+                   c->yarn_beta_fast, c->yarn_beta_slow);
+        return -1;
+    }
+    c->rope_factor = f;
+    if (af < 0) af = ms != 0 && msa != 0 ? yarn_mscale(f, ms) / yarn_mscale(f, msa) : yarn_mscale(f, 1);
+    if (!(af > 0 && af < 100)) {
+        dfl_seterr("%s: yarn attention_factor %g out of range (0, 100)", cur_path, af);
+        return -1;
+    }
+    c->yarn_attn_factor = af;
+    return 0;
+}
+
 /* rope_theta and rope scaling live at the top level (transformers 4) or in
  * "rope_parameters" (transformers 5). */
 static int parse_rope(cfg_model *c, const cJSON *root) {
@@ -104,8 +144,9 @@ static int parse_rope(cfg_model *c, const cJSON *root) {
     if (!ty) ty = cJSON_GetObjectItemCaseSensitive(sc, "type");
     const char *type = cJSON_IsString(ty) ? ty->valuestring : "default";
     if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "yarn") == 0) return parse_yarn(c, sc);
     if (strcmp(type, "llama3") != 0) {
-        dfl_seterr("%s: unsupported rope scaling type \"%s\" (supported: default, llama3)", cur_path, type);
+        dfl_seterr("%s: unsupported rope scaling type \"%s\" (supported: default, llama3, yarn)", cur_path, type);
         return -1;
     }
     c->rope_llama3 = 1;
@@ -395,6 +436,66 @@ static int parse_qwen35(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* gpt-oss's fields with GptOssConfig's defaults (num_local_experts 128,
+ * num_experts_per_tok 4, sliding_window 128, attention_bias true,
+ * swiglu_limit 7, layer_types alternating from a sliding layer 0): every
+ * layer's MLP is the expert block, intermediate_size wide. */
+static int parse_gpt_oss(cfg_model *c, const cJSON *root) {
+    double lim;
+    if (get_int(root, "num_local_experts", &c->n_experts, 0, 128) ||
+        get_int(root, "num_experts_per_tok", &c->n_experts_used, 0, 4) ||
+        get_int(root, "sliding_window", &c->window, 0, 128) || get_bool(root, "attention_bias", &c->attn_bias, 1) ||
+        get_num(root, "swiglu_limit", &lim, 0, 7.0))
+        return -1;
+    if (c->n_experts < 1 || c->n_experts > CFG_MAX_EXPERTS) {
+        dfl_seterr("%s: num_local_experts %d out of range (1..%d)", cur_path, c->n_experts, CFG_MAX_EXPERTS);
+        return -1;
+    }
+    if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts || c->n_experts_used > CFG_MAX_EXPERTS_USED) {
+        dfl_seterr("%s: num_experts_per_tok %d out of range (1..%d, at most num_local_experts %d)", cur_path,
+                   c->n_experts_used, CFG_MAX_EXPERTS_USED, c->n_experts);
+        return -1;
+    }
+    if (c->window < 1 || c->window > CFG_MAX_POS) {
+        dfl_seterr("%s: sliding_window %d out of range (1..%d)", cur_path, c->window, CFG_MAX_POS);
+        return -1;
+    }
+    if (!(lim > 0 && lim < 1e6)) {
+        dfl_seterr("%s: swiglu_limit %g must be positive", cur_path, lim);
+        return -1;
+    }
+    c->swiglu_limit = (float)lim;
+    c->attn_sinks = 1;
+    c->moe_inter = c->inter;
+    c->sparse_step = 1;
+    for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+    c->n_moe_layers = c->n_layers;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        int n = 0;
+        if (!cJSON_IsArray(lt)) {
+            dfl_seterr("%s: layer_types must be a list", cur_path);
+            return -1;
+        }
+        for (const cJSON *e = lt->child; e; e = e->next, n++) {
+            int sl = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+            if (!sl && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
+                dfl_seterr("%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", cur_path, n);
+                return -1;
+            }
+            if (n < c->n_layers) c->sliding_layer[n] = (unsigned char)sl;
+        }
+        if (n != c->n_layers) {
+            dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
+            return -1;
+        }
+    } else {
+        for (int l = 0; l < c->n_layers; l++) c->sliding_layer[l] = l % 2 == 0;
+    }
+    for (int l = 0; l < c->n_layers; l++) c->n_sliding_layers += c->sliding_layer[l];
+    return 0;
+}
+
 /* Everything config.json says (not generation_config.json), checked. */
 static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     cur_path = path;
@@ -441,16 +542,18 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         c->arch = CFG_LLAMA;
     } else if (!strcmp(arch, "Qwen3MoeForCausalLM") || !strcmp(arch, "qwen3_moe")) {
         c->arch = CFG_QWEN3_MOE;
+    } else if (!strcmp(arch, "GptOssForCausalLM") || !strcmp(arch, "gpt_oss")) {
+        c->arch = CFG_GPT_OSS;
     } else if (!strcmp(arch, "DFlashDraftModel")) {
         c->arch = CFG_QWEN3;
         c->is_draft = 1;
     } else {
         dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                    "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, LlamaForCausalLM, "
-                   "DFlashDraftModel)", path, arch);
+                   "GptOssForCausalLM, DFlashDraftModel)", path, arch);
         goto out;
     }
-    c->qk_norm = c->arch != CFG_LLAMA;
+    c->qk_norm = c->arch != CFG_LLAMA && c->arch != CFG_GPT_OSS;
     if (get_int(root, "hidden_size", &c->hidden, 1, 0) || get_int(root, "intermediate_size", &c->inter, !c->qwen35_moe && !c->qwen3_next,
                                                              c->qwen3_next ? 5632 : 1) ||
         get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
@@ -515,8 +618,9 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     static const moe_defaults qwen3_moe = {.n_experts = 128, .n_experts_used = 8, .moe_inter = 768, .norm_topk = 0};
     if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root, &qwen3_moe)) goto out;
     if (c->arch == CFG_QWEN3_5 && parse_qwen35(c, root)) goto out;
+    if (c->arch == CFG_GPT_OSS && parse_gpt_oss(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
-    if (cJSON_IsTrue(hb)) {
+    if (c->arch != CFG_GPT_OSS && cJSON_IsTrue(hb)) {
         dfl_seterr("%s: attention_bias=true is not supported", path);
         goto out;
     }
@@ -530,6 +634,12 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     if (!q && top != root) q = cJSON_GetObjectItemCaseSensitive(top, "quantization");
     if (!q && top != root) q = cJSON_GetObjectItemCaseSensitive(top, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
+        const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
+        if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mlx")) {
+            dfl_seterr("%s: quantization_config.quant_method \"%s\" is not supported (MLX affine 4/8-bit only; "
+                       "gpt-oss's MXFP4 experts are not read yet: use a BF16 copy of the checkpoint)", path, qm->valuestring);
+            goto out;
+        }
         if (!cJSON_IsObject(q) || get_int(q, "group_size", &c->q_group, 1, 0) ||
             get_int(q, "bits", &c->q_bits, 1, 0)) {
             if (!cJSON_IsObject(q)) dfl_seterr("%s: \"quantization\" must be an object", path);

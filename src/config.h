@@ -36,7 +36,16 @@ enum {
  * ("full_attention", q_proj doubled into query + sigmoid output gate, RoPE on
  * the first rot_dim dims of each head); the MoE variant's MLPs are expert
  * blocks with a gated shared expert. */
-typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5 } cfg_arch;
+/* CFG_GPT_OSS: GptOssForCausalLM / model_type gpt_oss - every layer's MLP
+ * the expert block (moe_inter = intermediate_size), attention with biases
+ * and a learned sink logit per head, the layers sliding_layer[] marks
+ * attending to the last `window` positions only, YaRN RoPE. Its router and
+ * experts differ from Qwen's: router logits Wr n + br, the n_experts_used
+ * largest (ties: lower index), softmax over those k values; expert e's
+ * gate/up rows carry biases, act = clamp(g, max L) * sigmoid(1.702 *
+ * clamp(g, max L)) * (clamp(u, -L, L) + 1), L = swiglu_limit, then
+ * Wd act + bd. */
+typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5, CFG_GPT_OSS } cfg_arch;
 
 typedef struct {
     cfg_arch arch;
@@ -53,6 +62,13 @@ typedef struct {
     int rope_llama3;     /* rope_scaling.rope_type == "llama3" */
     double rope_factor, rope_low_freq, rope_high_freq;
     int rope_orig_max_pos;
+    /* YaRN (rope_type "yarn", gpt-oss): frequencies blended between
+     * theta^(-2i/d) and theta^(-2i/d) / rope_factor by a linear ramp over
+     * dims [low, high] from beta_fast / beta_slow rotations at
+     * rope_orig_max_pos (floored / ceiled when yarn_truncate), and cos/sin
+     * scaled by yarn_attn_factor (attention_factor, default 0.1 ln(factor) + 1) */
+    int rope_yarn, yarn_truncate;
+    double yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     /* GGUF llama3 scaling (tensor rope_freqs.weight): frequency i is divided
      * by rope_div[i], i < head_dim / 2; n_rope_div = 0 when absent */
     int n_rope_div;
@@ -107,6 +123,14 @@ typedef struct {
      * tiles them, value head h reading key head h % lin_k_heads. Every
      * value-indexed tensor is in the one order, so only this mapping differs. */
     int lin_v_tiled;
+
+    /* gpt-oss (CFG_GPT_OSS; all 0 otherwise) */
+    int attn_bias;       /* attention_bias: q/k/v/o_proj have a bias vector */
+    int attn_sinks;      /* self_attn.sinks [n_heads]: one more logit per head in the softmax, no value */
+    int window;          /* sliding_window: a sliding layer's row at position p sees keys max(0, p-window+1)..p */
+    int n_sliding_layers; /* layers with sliding_layer[l] = 1 */
+    unsigned char sliding_layer[CFG_MAX_LAYERS]; /* layer_types[l] == "sliding_attention" */
+    float swiglu_limit;  /* the experts' clamp L (7 in every released checkpoint) */
 
     /* DFlash draft (architectures[0] == "DFlashDraftModel") */
     int is_draft;

@@ -620,6 +620,11 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
+    if (m.cfg.arch == CFG_GPT_OSS) {
+        dfl_seterr("%s: gpt-oss cannot be written to GGUF yet (llama.cpp's gpt-oss layout is not implemented)", in);
+        mdl_free(&m);
+        return -1;
+    }
     /* GGUF qwen3moe / qwen3next have no key for it: llama.cpp's graphs (and
      * dflash's GGUF loader) always renormalise the top-k weights */
     if ((m.cfg.arch == CFG_QWEN3_MOE || m.cfg.qwen3_next) && m.cfg.n_moe_layers && !m.cfg.norm_topk) {

@@ -298,6 +298,100 @@ out:
     return rc;
 }
 
+/* dst [rows][cols] = the elements (r, c) of src at (r * rs + c * cs) elements
+ * of ES bytes, in 32 x 32 tiles (a transpose reads across rows). */
+static void copy_strided(char *dst, const char *src, int rows, int cols, size_t rs, size_t cs, size_t es) {
+    for (int r0 = 0; r0 < rows; r0 += 32)
+        for (int c0 = 0; c0 < cols; c0 += 32)
+            for (int r = r0; r < rows && r < r0 + 32; r++)
+                for (int c = c0; c < cols && c < c0 + 32; c++)
+                    memcpy(dst + ((size_t)r * cols + c) * es, src + ((size_t)r * rs + (size_t)c * cs) * es, es);
+}
+
+static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2);
+
+/* NAME: a float tensor of shape [d0, d1, d2], else NULL + error. */
+static const st_tensor *need_float3(mdl_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2, wt_dtype *k) {
+    const st_tensor *t = need(m, name);
+    if (!t) return NULL;
+    if (!float_kind(t->dtype, k)) {
+        dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16; gpt-oss's MXFP4 *_blocks / *_scales "
+                   "are not read yet)", name, st_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (t->ndim != 3 || t->shape[0] != d0 || t->shape[1] != d1 || t->shape[2] != d2) {
+        char got[64];
+        shape_str(t, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s, expected [%lld, %lld, %lld]", name, got, (long long)d0, (long long)d1,
+                   (long long)d2);
+        return NULL;
+    }
+    m->weight_bytes += t->nbytes;
+    return t;
+}
+
+/* gpt-oss's expert block under PRE (model.h): the router with its bias, and
+ * each expert's gate, up and down matrices copied output-major (in the
+ * stored dtype) with their biases. */
+static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    int E = c->n_experts, H = c->hidden, I = c->moe_inter;
+    char b[256];
+    wt_dtype kgu, kd;
+    snprintf(b, sizeof b, "%smlp.router", pre);
+    if (bind_linear(m, b, E, H, &L->router)) return -1;
+    snprintf(b, sizeof b, "%smlp.router.bias", pre);
+    if (!(L->router_bias = bind_f32(m, b, E, 0, 0))) return -1;
+    snprintf(b, sizeof b, "%smlp.experts.gate_up_proj", pre);
+    const st_tensor *gu = need_float3(m, b, E, H, 2 * (int64_t)I, &kgu);
+    if (!gu) return -1;
+    snprintf(b, sizeof b, "%smlp.experts.down_proj", pre);
+    const st_tensor *dn = need_float3(m, b, E, I, H, &kd);
+    if (!dn) return -1;
+    snprintf(b, sizeof b, "%smlp.experts.gate_up_proj_bias", pre);
+    float *gub = bind_f32(m, b, E, 2 * (int64_t)I, 0);
+    if (!gub) return -1;
+    snprintf(b, sizeof b, "%smlp.experts.down_proj_bias", pre);
+    float *db = bind_f32(m, b, E, H, 0);
+    if (!db) {
+        free(gub);
+        return -1;
+    }
+    /* biases: [E][I] gate, [E][I] up, [E][H] down, owned by the model */
+    float *bias = mdl_own(m, sizeof(float) * (size_t)E * (2 * (size_t)I + H));
+    size_t egu = st_dtype_size(gu->dtype), ed = st_dtype_size(dn->dtype);
+    char *wgu = mdl_own(m, egu * (size_t)E * 2 * I * H), *wd = mdl_own(m, ed * (size_t)E * H * I);
+    L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+    for (int e = 0; e < E; e++) {
+        mdl_expert *x = &L->experts[e];
+        float *bg = bias + (size_t)e * I, *bu = bias + (size_t)(E + e) * I, *bd = bias + 2 * (size_t)E * I + (size_t)e * H;
+        for (int i = 0; i < I; i++) {
+            bg[i] = gub[(size_t)e * 2 * I + 2 * i];
+            bu[i] = gub[(size_t)e * 2 * I + 2 * i + 1];
+        }
+        memcpy(bd, db + (size_t)e * H, sizeof(float) * H);
+        x->bg = bg, x->bu = bu, x->bd = bd;
+        /* gate row i, column h = gate_up[e][h][2i] (up: 2i + 1); down row h, column i = down[e][i][h] */
+        const char *src = (const char *)gu->data + egu * (size_t)e * H * 2 * I;
+        char *g = wgu + egu * (size_t)e * 2 * I * H, *u = g + egu * (size_t)I * H;
+        copy_strided(g, src, I, H, 2, 2 * (size_t)I, egu);
+        copy_strided(u, src + egu, I, H, 2, 2 * (size_t)I, egu);
+        char *d = wd + ed * (size_t)e * H * I;
+        copy_strided(d, (const char *)dn->data + ed * (size_t)e * I * H, H, I, 1, H, ed);
+        x->wg = (wt_weight){.dtype = kgu, .rows = I, .cols = H, .data = g};
+        x->wu = (wt_weight){.dtype = kgu, .rows = I, .cols = H, .data = u};
+        x->wd = (wt_weight){.dtype = kd, .rows = H, .cols = I, .data = d};
+        if (wt_check(&x->wg, gu->name) || wt_check(&x->wu, gu->name) || wt_check(&x->wd, dn->name)) {
+            free(gub);
+            free(db);
+            return -1;
+        }
+    }
+    free(gub);
+    free(db);
+    return 0;
+}
+
 /* Copy tensor NAME, of shape [d0] (d1 = d2 = 0), [d0, d1] or [d0, d1, d2]
  * and a float dtype, to a new f32 array. */
 static float *bind_f32(mdl_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2) {
@@ -496,6 +590,9 @@ int mdl_load(mdl_model *m, const char *dir) {
 #define VEC(field, sub, n)                                                     \
     snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub);               \
     if (!(L->field = bind_vec(m, b, n))) goto fail;
+#define VECN(field, sub, n)                                                    \
+    snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub);                      \
+    if (!(L->field = bind_f32(m, b, n, 0, 0))) goto fail;
         if (c->linear_layer[l]) {
             snprintf(b, sizeof b, "%slayers.%d.linear_attn.", pre, l);
             if (bind_linear_attn(m, b, L)) goto fail;
@@ -505,7 +602,19 @@ int mdl_load(mdl_model *m, const char *dir) {
             LIN(wv, "self_attn.v_proj", kv, H);
             LIN(wo, "self_attn.o_proj", H, q);
         }
-        if (c->moe_layer[l]) {
+        if (c->attn_bias) {
+            VECN(bq, "self_attn.q_proj.bias", q);
+            VECN(bk, "self_attn.k_proj.bias", kv);
+            VECN(bv, "self_attn.v_proj.bias", kv);
+            VECN(bo, "self_attn.o_proj.bias", H);
+        }
+        if (c->attn_sinks) {
+            VECN(sinks, "self_attn.sinks", c->n_heads);
+        }
+        if (c->moe_layer[l] && c->arch == CFG_GPT_OSS) {
+            snprintf(b, sizeof b, "%slayers.%d.", pre, l);
+            if (bind_gptoss_experts(m, b, L)) goto fail;
+        } else if (c->moe_layer[l]) {
             snprintf(b, sizeof b, "%slayers.%d.", pre, l);
             if (bind_experts(m, b, L)) goto fail;
             if (c->shared_inter) {
@@ -528,6 +637,7 @@ int mdl_load(mdl_model *m, const char *dir) {
         }
 #undef LIN
 #undef VEC
+#undef VECN
     }
     return 0;
 fail:
@@ -550,6 +660,12 @@ void mdl_free(mdl_model *m) {
             free(L->neg_a);
             free(L->lin_norm);
             free(L->sh_gate);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+            free(L->bo);
+            free(L->sinks);
+            free(L->router_bias);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

@@ -18,6 +18,7 @@
  * never packed: a 30B-A3B checkpoint's experts are most of its bytes). */
 typedef struct {
     wt_weight wg, wu, wd;        /* [moe_inter, H] x2, [H, moe_inter] */
+    const float *bg, *bu, *bd;   /* gpt-oss: their biases [moe_inter] x2, [H]; else NULL */
 } mdl_expert;
 
 typedef struct {
@@ -33,6 +34,16 @@ typedef struct {
      * [E, 2*moe_inter, H] + mlp.experts.down_proj [E, H, moe_inter]. */
     wt_weight router;            /* [n_experts, H] */
     mdl_expert *experts;         /* [n_experts] */
+    /* gpt-oss (CFG_GPT_OSS), else NULL. On disk under layers.L.:
+     * self_attn.{q,k,v,o}_proj.bias, self_attn.sinks [nh], mlp.router.weight
+     * + .bias [E], and the experts as transformers stores them: input-major
+     * mlp.experts.gate_up_proj [E, H, 2*I] (gate and up interleaved: output
+     * column 2i is gate row i, 2i+1 up row i) + gate_up_proj_bias [E, 2*I],
+     * mlp.experts.down_proj [E, I, H] + down_proj_bias [E, H]; the loader
+     * makes output-major copies (wg, wu, wd as every other family's) */
+    float *bq, *bk, *bv, *bo;    /* [nh*hd], [nkv*hd] x2, [H] */
+    float *sinks;                /* [nh] */
+    float *router_bias;          /* [n_experts] */
     /* Qwen3.5-MoE's shared expert beside the routed ones (cfg.shared_inter),
      * layers.L.mlp.shared_expert.{gate,up,down}_proj and
      * mlp.shared_expert_gate.weight [1, H]; else rows 0 / NULL */

@@ -211,6 +211,12 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
+    if (m.cfg.arch == CFG_GPT_OSS) { /* its experts are 3-D input-major tensors MLX does not lay out so */
+        dfl_seterr("%s: quantize does not write gpt-oss checkpoints yet; load the BF16 checkpoint with --quant q8 "
+                   "or --quant q4 (every matrix, the experts too, converted at load)", in);
+        mdl_free(&m);
+        return -1;
+    }
     if (m.cfg.q_bits) {
         dfl_seterr("%s is already quantized (%d-bit)", in, m.cfg.q_bits);
         mdl_free(&m);

@@ -4,8 +4,9 @@
  * r = rot_dim dims of a head (Qwen3.5's partial rotary; r = head_dim when
  * rot_dim is 0, every other family), with the inverse frequencies computed
  * as Hugging Face does (1 / theta^(2i/r)
- * in float, llama3 rope_scaling applied when configured), so every backend
- * rotates by the same float values. */
+ * in float, llama3 or YaRN rope_scaling applied when configured; YaRN's
+ * attention factor multiplies cos and sin), so every backend rotates by the
+ * same float values. */
 #ifndef DFL_ROPE_H
 #define DFL_ROPE_H
 

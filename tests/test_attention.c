@@ -5,7 +5,8 @@
  * GQA groups of 1..8 heads, depths across the 64-key blocks and the 8- and
  * 16-key steps, causal target rows and non-causal draft blocks (context +
  * block keys), T of 9, 16, 17 (row blocks of 8 and a row alone), at 1, 2
- * and 3 threads. */
+ * and 3 threads; and gpt-oss's sliding windows with sink logits, from a flat
+ * and from a ring cache (the same bits). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ static float rnd(void) {
 typedef struct {
     int nh, nkv, hd, na, nb, causal, T;
     float *q, *Ka, *Va, *Kb, *Vb;
+    int window;   /* causal rows see their last `window` keys; 0: all */
+    float *sinks; /* [nh] sink logits, or NULL */
 } setup;
 
 static void fill(float *p, size_t n, float scale) {
@@ -37,7 +40,7 @@ static void fill(float *p, size_t n, float scale) {
 }
 
 static void make(setup *s, int nh, int nkv, int hd, int na, int nb, int causal, int T) {
-    *s = (setup){nh, nkv, hd, na, nb, causal, T, NULL, NULL, NULL, NULL, NULL};
+    *s = (setup){nh, nkv, hd, na, nb, causal, T, NULL, NULL, NULL, NULL, NULL, 0, NULL};
     int kvd = nkv * hd, rows_a = na + (causal ? T : 0);
     s->q = dfl_malloc64(sizeof(float) * (size_t)T * nh * hd);
     s->Ka = dfl_malloc64(sizeof(float) * (size_t)(rows_a + 1) * kvd);
@@ -57,6 +60,7 @@ static void drop(setup *s) {
     free(s->Va);
     free(s->Kb);
     free(s->Vb);
+    free(s->sinks);
 }
 
 /* rows [t0, t0 + T) of the setup, as one call */
@@ -65,8 +69,27 @@ static void run_rows(const setup *s, int t0, int T, float *out) {
     size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
     at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
                 s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd,
-                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd};
+                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd, s->sinks, s->window, 0};
     at_run(pool, &J, T);
+}
+
+/* The same call with the context keys in a ring of R rows (key j at row
+ * j % R, later keys over earlier ones, as a sliding layer's cache holds
+ * them): R = window + T keeps every key the rows see. */
+static void run_rows_ring(const setup *s, int t0, int T, float *out) {
+    int R = s->window + s->T, kvd = s->nkv * s->hd, rows_a = s->na + s->T;
+    float *Kr = dfl_malloc64(sizeof(float) * (size_t)R * kvd), *Vr = dfl_malloc64(sizeof(float) * (size_t)R * kvd);
+    for (int h = 0; h < s->nkv; h++)
+        for (int j = 0; j < rows_a; j++) {
+            size_t src = ((size_t)h * rows_a + j) * s->hd, dst = ((size_t)h * R + j % R) * s->hd;
+            memcpy(Kr + dst, s->Ka + src, sizeof(float) * s->hd);
+            memcpy(Vr + dst, s->Va + src, sizeof(float) * s->hd);
+        }
+    at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, Kr, Vr, NULL, NULL, s->na + t0, 0, 1, s->nh, s->nkv, s->hd,
+                (size_t)R * s->hd, (size_t)s->hd, 0, 0, s->sinks, s->window, R};
+    at_run(pool, &J, T);
+    free(Kr);
+    free(Vr);
 }
 
 /* double-precision reference of row t, head h */
@@ -77,9 +100,11 @@ static double ref_err(const setup *s, int t, const float *out) {
     for (int h = 0; h < s->nh; h++) {
         const float *q = s->q + ((size_t)t * s->nh + h) * hd;
         int kh = h / grp;
-        double mx = -INFINITY, sum = 0;
+        double mx = s->sinks ? s->sinks[h] : -INFINITY, sum = 0;
         size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
-        for (int j = 0; j < n; j++) {
+        int lo = s->window && s->causal && na > s->window ? na - s->window : 0;
+        for (int j = 0; j < lo; j++) w[j] = -INFINITY;
+        for (int j = lo; j < n; j++) {
             const float *k = j < na ? s->Ka + (kh * rows_a + j) * hd : s->Kb + (size_t)(j - na) * kvd + (size_t)kh * hd;
             double d = 0;
             for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
@@ -87,6 +112,7 @@ static double ref_err(const setup *s, int t, const float *out) {
             mx = w[j] > mx ? w[j] : mx;
         }
         for (int j = 0; j < n; j++) sum += (w[j] = exp(w[j] - mx));
+        if (s->sinks) sum += exp(s->sinks[h] - mx);
         for (int i = 0; i < hd; i++) {
             double o = 0;
             for (int j = 0; j < n; j++) {
@@ -103,12 +129,27 @@ static double ref_err(const setup *s, int t, const float *out) {
 
 static double worst_err; /* the largest |out - ref| of the variant under test */
 
-static void check_case(int nh, int nkv, int hd, int na, int nb, int causal, int T) {
+/* window > 0: causal rows with a sliding window and sinks, also run from a
+ * ring cache (same bits) */
+static void check_case_w(int nh, int nkv, int hd, int na, int nb, int causal, int T, int window) {
     setup s;
     make(&s, nh, nkv, hd, na, nb, causal, T);
+    if (window) {
+        s.window = window;
+        s.sinks = dfl_malloc(sizeof(float) * (size_t)nh);
+        fill(s.sinks, (size_t)nh, 3.0f);
+    }
     size_t row = (size_t)nh * hd;
     float *all = dfl_malloc64(sizeof(float) * T * row), *one = dfl_malloc64(sizeof(float) * row);
     run_rows(&s, 0, T, all);
+    if (window) {
+        float *rg = dfl_malloc64(sizeof(float) * T * row);
+        run_rows_ring(&s, 0, T, rg);
+        CHECK(memcmp(rg, all, sizeof(float) * T * row) == 0,
+              "%s nh %d nkv %d hd %d na %d window %d T %d: the ring cache changes bits", kn_variant(), nh, nkv, hd,
+              na, window, T);
+        free(rg);
+    }
     for (int t = 0; t < T; t++) {
         double e = ref_err(&s, t, all + t * row);
         worst_err = e > worst_err ? e : worst_err;
@@ -122,6 +163,10 @@ static void check_case(int nh, int nkv, int hd, int na, int nb, int causal, int 
     free(all);
     free(one);
     drop(&s);
+}
+
+static void check_case(int nh, int nkv, int hd, int na, int nb, int causal, int T) {
+    check_case_w(nh, nkv, hd, na, nb, causal, T, 0);
 }
 
 static void all_cases(void) {
@@ -141,6 +186,14 @@ static void all_cases(void) {
                 check_case(groups[g][0], groups[g][1], hds[h], depths[d], 0, 1, T);
                 if (depths[d] > 0) check_case(groups[g][0], groups[g][1], hds[h], depths[d], 16, 0, d % 2 ? 16 : 17);
             }
+    /* sliding windows with sinks (gpt-oss): windows shorter than a row
+     * block, across the 64-key block edges, and longer than the depth */
+    int windows[] = {1, 8, 63, 64, 65, 128, 300};
+    for (int h = 0; h < nhd; h++)
+        for (int w = 0; w < 7; w++) {
+            int g = (h + w) % ng, d = (h + 2 * w) % 6;
+            check_case_w(groups[g][0], groups[g][1], hds[h], depths[d] + 70, 0, 1, w % 2 ? 17 : 9, windows[w]);
+        }
 }
 
 /* Every instruction-set family this CPU runs (at_run follows kn_isa_cur():

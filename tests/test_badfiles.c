@@ -296,6 +296,40 @@ TEST(qwen35_bad_tensors) {
 #undef T35
 }
 
+/* gpt-oss checkpoints with one thing wrong: its own tensors (sinks, biases,
+ * the input-major experts), its config fields, and MXFP4 experts (not read
+ * yet: refused by name). */
+TEST(gptoss_bad_files) {
+    const char *d;
+    d = clone("tiny-gptoss");
+    st_patch(d, "model.layers.1.self_attn.sinks", "model.layers.1.self_attn.sink", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.1.self_attn.sinks'"), "no sinks");
+    d = clone("tiny-gptoss");
+    st_patch(d, "model.layers.0.self_attn.k_proj.bias", NULL, "[2, 16]", NULL, 0);
+    CHECK(load_fails(d, "k_proj.bias': shape [2, 16], expected [32]"), "k bias shape");
+    d = clone("tiny-gptoss");
+    st_patch(d, "model.layers.2.mlp.experts.gate_up_proj", NULL, "[4, 256, 64]", NULL, 0);
+    CHECK(load_fails(d, "gate_up_proj': shape [4, 256, 64], expected [4, 64, 256]"), "experts output-major");
+    d = clone("tiny-gptoss");
+    st_patch(d, "model.layers.3.mlp.router.bias", "model.layers.3.mlp.router.b", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.3.mlp.router.bias'"), "no router bias");
+    d = clone("tiny-gptoss");
+    set_raw(d, "config.json", NULL, "layer_types", "[\"sliding_attention\", \"full_attention\", \"chunked_attention\", \"full_attention\"]");
+    CHECK(load_fails(d, "layer_types[2] must be \"sliding_attention\" or \"full_attention\""), "layer type");
+    d = clone("tiny-gptoss");
+    set_raw(d, "config.json", NULL, "sliding_window", "0");
+    CHECK(load_fails(d, "sliding_window 0 out of range"), "window 0");
+    d = clone("tiny-gptoss");
+    set_raw(d, "config.json", NULL, "num_experts_per_tok", "5");
+    CHECK(load_fails(d, "num_experts_per_tok 5 out of range"), "top k > experts");
+    d = clone("tiny-gptoss");
+    set_raw(d, "config.json", "rope_parameters", "beta_fast", "-1");
+    CHECK(load_fails(d, "yarn factor 32, beta_fast -1 and beta_slow 1 must be positive"), "beta_fast");
+    d = clone("tiny-gptoss");
+    set_raw(d, "config.json", NULL, "quantization_config", "{\"quant_method\": \"mxfp4\"}");
+    CHECK(load_fails(d, "quant_method \"mxfp4\" is not supported"), "mxfp4");
+}
+
 /* Qwen3-Next checkpoints with one thing wrong: the fused projections, and
  * the expert fields only this family combines. */
 TEST(qwen3next_bad_files) {
@@ -447,6 +481,7 @@ int main(void) {
     RUN(fifo_and_directories);
     RUN(qwen35_bad_tensors);
     RUN(qwen3next_bad_files);
+    RUN(gptoss_bad_files);
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);

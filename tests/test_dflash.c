@@ -418,6 +418,28 @@ TEST(lossless_tiny_pair) {
     dflash_free(m);
 }
 
+/* gpt-oss (tests/models/tiny-gptoss: sliding window 8 on layers 0 and 2,
+ * sinks, biases, 4 experts top 2) with a random dense draft tapping its
+ * layers: DFlash = plain decoding at blocks 2..16 and auto, greedy and temp
+ * 0.8. Prompts of up to 60 tokens + 40 generated run past the sliding
+ * layers' ring (8 + 64 rows), so verify and rollback cross its wrap. */
+TEST(lossless_gptoss_random_draft) {
+    const char *t = rpath("tests/models/tiny-gptoss");
+    char d[512];
+    snprintf(d, sizeof d, "%s", tpath("gptoss_draft"));
+    syn_spec ds = draft_spec();
+    ds.c.hidden = 64;
+    ds.c.vocab = 16384;
+    ds.c.mask_token_id = 16383;
+    ds.c.n_target_layers = 4;
+    cfg_default_taps(4, 2, ds.c.tap_layers);
+    CHECK(syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
+    random_lossless(m, 24, 16000, n_small < 24 ? n_small : 24, n_small < 8 ? n_small : 8, 40, "gpt-oss + random draft");
+    dflash_free(m);
+}
+
 TEST(lossless_demo_pair) {
     const char *t = rpath("models/demo/target"), *d = rpath("models/demo/draft");
     if (access(rpath("models/demo/draft/config.json"), R_OK) != 0) {
@@ -574,6 +596,7 @@ int main(void) {
     RUN(lossless_qwen35_pair);
     RUN(draft_heads_differ);
     RUN(lossless_qwen35_accepting);
+    RUN(lossless_gptoss_random_draft);
     RUN(lossless_demo_pair);
     tmpdir_remove();
     CHECK_DONE("test_dflash");

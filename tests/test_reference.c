@@ -237,6 +237,10 @@ TEST(draft_forward_and_dflash_loop) {
  * bf16 with per-expert tensors, and MLX 4-bit with mlx-lm's stacked
  * switch_mlp experts; bounds as for the dense models. */
 TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
+/* gpt-oss (tools/reference/make_tiny_zoo2.py): 4 layers, sliding (window 8)
+ * and full alternating, sinks, attention biases, YaRN, 4 experts top 2 with
+ * the clamped SwiGLU; prompts of up to 40 tokens + 24 greedy cross the window */
+TEST(gptoss_bf16) { check_target("tiny-gptoss"); }
 /* Qwen3.5 (tools/reference/make_tiny_qwen35.py): Gated DeltaNet layers 0, 2,
  * 3 and a gated full-attention layer 1 with partial RoPE; the reference runs
  * HF's chunked delta rule on the prompt and its recurrent one on the greedy
@@ -454,6 +458,7 @@ int main(void) {
     RUN(qwen3_mlx_q4);
     RUN(draft_forward_and_dflash_loop);
     RUN(qwen3moe_bf16);
+    RUN(gptoss_bf16);
     RUN(qwen3moe_mlx_q4_switch_mlp);
     RUN(qwen3moe_token_bytes);
     RUN(qwen3moe_draft_and_dflash);

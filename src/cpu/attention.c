@@ -3,6 +3,7 @@
  * once for the whole group. */
 #include "attention.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -14,6 +15,14 @@ enum { BLK = 64, MAXG = 16, MAXHD = 512 };
 /* the SIMD fast paths: rows per job, most query heads per pass over a kv
  * head's keys, most hd */
 enum { RB = 8, FG = 4, FHD = 256 };
+
+/* The first key a row with na(t) = na cache keys sees (attention.h: lo(t)),
+ * and the row of the Ka/Va buffers key j is at. */
+static inline int row_lo(const at_job *J, int na) {
+    return J->window && J->causal && na > J->window ? na - J->window : 0;
+}
+
+static inline int key_row(const at_job *J, int j) { return J->ring ? j % J->ring : j; }
 
 /* ---- generic: dot products with 16 partial sums in a fixed order --------- */
 static float dot_generic(const float *a, const float *b, int n) {
@@ -41,33 +50,38 @@ static void scale_generic(float *y, float a, int n) {
 static _Alignas(64) const float zero_row[FHD]; /* the padding key of the fast paths */
 
 /* The block walk shared by the fast paths (plain C, before any target
- * pragma). fast_reset: rows t0..t1-1, ng heads each, start empty; returns
- * the most keys any of those rows sees. fast_gather: kp/vp <- the keys j0..
- * of row t (at most jn of them, in index order: the cache Ka/Va first, then
- * the block's own Kb/Vb), the key list padded with zero_row to a multiple
- * of pad; returns how many real keys row t has there (0: none left). */
-static int fast_reset(const at_job *J, int t0, int t1, int ng, float (*m)[FG], float (*l)[FG],
-                      float (*acc)[FG][FHD]) {
-    int nmax = 0;
+ * pragma). fast_reset: rows t0..t1-1, ng heads each (query heads h0..),
+ * start at the sink (or empty); returns the most keys any of those rows
+ * sees, and in *jlo the first key any of them sees rounded down to a
+ * multiple of BLK. fast_gather: kp/vp <- row t's keys among j0..j0+jn-1 (in
+ * index order: the cache Ka/Va first, then the block's own Kb/Vb), the key
+ * list padded with zero_row to a multiple of pad; returns how many real
+ * keys row t has there (0: none in this block). */
+static int fast_reset(const at_job *J, int t0, int t1, int h0, int ng, float (*m)[FG], float (*l)[FG],
+                      float (*acc)[FG][FHD], int *jlo) {
+    int nmax = 0, lo = INT_MAX;
     for (int t = t0; t < t1; t++) {
-        int n = (J->causal ? J->na + t + 1 : J->na) + J->nb;
+        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lt = row_lo(J, na);
         nmax = n > nmax ? n : nmax;
+        lo = lt < lo ? lt : lo;
         for (int g = 0; g < ng; g++) {
-            m[t - t0][g] = -INFINITY;
-            l[t - t0][g] = 0;
+            m[t - t0][g] = J->sinks ? J->sinks[h0 + g] : -INFINITY;
+            l[t - t0][g] = J->sinks ? 1.0f : 0.0f;
             memset(acc[t - t0][g], 0, sizeof(float) * J->hd);
         }
     }
+    *jlo = lo == INT_MAX ? 0 : lo / BLK * BLK;
     return nmax;
 }
 
 static int fast_gather(const at_job *J, int kh, int t, int j0, int jn, int pad, const float **kp, const float **vp) {
-    int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
-    if (j0 >= n) return 0;
-    int nj = n - j0 < jn ? n - j0 : jn;
+    int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lo = row_lo(J, na);
+    int a = j0 > lo ? j0 : lo, e = j0 + jn < n ? j0 + jn : n;
+    if (a >= e) return 0;
+    int nj = e - a;
     for (int j = 0; j < nj; j++) {
-        int jj = j0 + j;
-        size_t oa = kh * J->a_head + (size_t)jj * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+        int jj = a + j;
+        size_t oa = kh * J->a_head + (size_t)key_row(J, jj) * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
         kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
         vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
     }
@@ -334,19 +348,19 @@ static void rows(void *p, int start, int end) {
     float acc[MAXG][MAXHD];
     for (int job = start; job < end; job++) {
         int t = job / J->nkv, kh = job % J->nkv;
-        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb;
+        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lo = row_lo(J, na);
         for (int g0 = 0; g0 < grp; g0 += MAXG) { /* query heads sharing kv head kh */
             int ng = grp - g0 < MAXG ? grp - g0 : MAXG;
             const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0) * hd;
             for (int g = 0; g < ng; g++) {
-                m[g] = -INFINITY;
-                l[g] = 0;
+                m[g] = J->sinks ? J->sinks[kh * grp + g0 + g] : -INFINITY;
+                l[g] = J->sinks ? 1.0f : 0.0f;
                 memset(acc[g], 0, sizeof(float) * hd);
             }
-            for (int j0 = 0; j0 < n; j0 += BLK) {
-                int j1 = j0 + BLK < n ? j0 + BLK : n;
+            for (int j0 = lo, j1; j0 < n; j0 = j1) { /* blocks end at multiples of BLK */
+                j1 = (j0 / BLK + 1) * BLK < n ? (j0 / BLK + 1) * BLK : n;
                 for (int j = j0; j < j1; j++) {
-                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)j * J->a_row
+                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)key_row(J, j) * J->a_row
                                             : J->Kb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) s[g][j - j0] = v->dot(q0 + (size_t)g * hd, k, hd) * scale;
                 }
@@ -354,7 +368,7 @@ static void rows(void *p, int start, int end) {
                     float bm = -INFINITY;
                     for (int j = 0; j < j1 - j0; j++) bm = s[g][j] > bm ? s[g][j] : bm;
                     if (bm > m[g]) {
-                        float c = expf(m[g] - bm); /* 0 on the first block */
+                        float c = expf(m[g] - bm); /* 0 on the first block (no sink) */
                         l[g] *= c;
                         v->scale(acc[g], c, hd);
                         m[g] = bm;
@@ -365,7 +379,7 @@ static void rows(void *p, int start, int end) {
                     }
                 }
                 for (int j = j0; j < j1; j++) {
-                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)j * J->a_row
+                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)key_row(J, j) * J->a_row
                                              : J->Vb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) v->axpy(acc[g], s[g][j - j0], vv, hd);
                 }
@@ -459,7 +473,7 @@ static void block_avx512(const float *q0, int ng, int hd, int nj, const float *c
         }
         float bm = _mm512_reduce_max_ps(bmv);
         if (bm > m[g]) {
-            float c = _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(m[g] - bm))); /* 0 on the first block */
+            float c = _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(m[g] - bm))); /* 0 on the first block (no sink) */
             l[g] *= c;
             scale_avx512(acc[g], c, hd);
             m[g] = bm;
@@ -493,9 +507,9 @@ static void rows_avx512(void *p, int start, int end) {
     float m[RB][FG], l[RB][FG];
     const float *kp[BLK], *vp[BLK];
     for (int job = start; job < end; job++) {
-        int kh = job % J->nkv, t0 = job / J->nkv * RB, t1 = t0 + RB < C->T ? t0 + RB : C->T;
-        int nmax = fast_reset(J, t0, t1, ng, m, l, acc);
-        for (int j0 = 0; j0 < nmax; j0 += BLK) {
+        int kh = job % J->nkv, t0 = job / J->nkv * RB, t1 = t0 + RB < C->T ? t0 + RB : C->T, jlo;
+        int nmax = fast_reset(J, t0, t1, kh * ng, ng, m, l, acc, &jlo);
+        for (int j0 = jlo; j0 < nmax; j0 += BLK) {
             int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
             for (int t = t0; t < t1; t++) {
                 int nj = fast_gather(J, kh, t, j0, jn, 16, kp, vp); /* padded to 16 keys */
@@ -601,7 +615,7 @@ static void block_avx2(const float *q0, int ng, int hd, int nj, const float *con
         }
         float bm = hmax_avx2(bmv);
         if (bm > m[g]) {
-            float c = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(m[g] - bm))); /* 0 on the first block */
+            float c = _mm256_cvtss_f32(exp_avx2(_mm256_set1_ps(m[g] - bm))); /* 0 on the first block (no sink) */
             l[g] *= c;
             scale_avx2(acc[g], c, hd);
             m[g] = bm;
@@ -639,9 +653,9 @@ static void rows_avx2(void *p, int start, int end) {
     for (int job = start; job < end; job++) {
         int pass = job % npass, kh = job / npass % J->nkv, t0 = job / npass / J->nkv * RB;
         int t1 = t0 + RB < C->T ? t0 + RB : C->T;
-        int g0 = pass * FG, ng = grp - g0 < FG ? grp - g0 : FG;
-        int nmax = fast_reset(J, t0, t1, ng, m, l, acc);
-        for (int j0 = 0; j0 < nmax; j0 += BLK) {
+        int g0 = pass * FG, ng = grp - g0 < FG ? grp - g0 : FG, jlo;
+        int nmax = fast_reset(J, t0, t1, kh * grp + g0, ng, m, l, acc, &jlo);
+        for (int j0 = jlo; j0 < nmax; j0 += BLK) {
             int jn = nmax - j0 < BLK ? nmax - j0 : BLK;
             for (int t = t0; t < t1; t++) {
                 int nj = fast_gather(J, kh, t, j0, jn, 8, kp, vp); /* padded to 8 keys */
@@ -687,6 +701,7 @@ void at_run(tp_pool *tp, const at_job *J, int T) {
     }
 #endif
     int keys = J->na + J->nb + (J->causal ? T : 0);
+    if (J->window && J->causal && keys > J->window + T) keys = J->window + T;
     if ((long)T * J->nh * keys * J->hd < (1L << 16)) fn(&C, 0, jobs);
     else tp_for(tp, jobs, fn, &C);
 }

@@ -2,12 +2,21 @@
  * Prefix: at_.
  *
  * For query row t and head h (GQA: kv head h / (nh/nkv)):
- *   out = softmax(q . K^T / sqrt(hd)) V over keys Ka[0 .. na(t)) then Kb[0 .. nb),
- *   na(t) = na + t + 1 when causal (the row's own key is already in Ka), else na.
- * Keys are visited in index order in blocks of 64 with a running maximum
- * (online softmax). A row's result depends only on its own query and keys,
+ *   out = softmax(q . K^T / sqrt(hd)) V over keys Ka[lo(t) .. na(t)) then Kb[0 .. nb),
+ *   na(t) = na + t + 1 when causal (the row's own key is already in Ka), else na;
+ *   lo(t) = max(0, na(t) - window) for a sliding-window layer (causal only:
+ *   the row at position p sees positions p - window + 1 .. p), else 0;
+ *   with sinks, one more logit sinks[h] joins each softmax (it has no value:
+ *   it only takes probability away from the keys; gpt-oss).
+ * Keys are visited in index order in blocks that end at multiples of 64
+ * (the first starts at lo(t)) with a running maximum (online softmax, started
+ * at the sink). A row's result depends only on its own query and keys,
  * never on T or the thread count: the same loop runs for every row. The SIMD
- * loops follow kn_isa_cur() (the one CPU-feature choice, made in kn_init). */
+ * loops follow kn_isa_cur() (the one CPU-feature choice, made in kn_init).
+ *
+ * A ring cache (ring > 0) keeps key j of Ka at row j % ring: the caller
+ * guarantees that rows lo(t) .. na(t) - 1 are all still there (ring >= the
+ * window plus the rows stored since the oldest of them). */
 #ifndef DFL_ATTENTION_H
 #define DFL_ATTENTION_H
 
@@ -24,7 +33,11 @@ typedef struct {
     int nh, nkv, hd;       /* hd <= 512 */
     size_t a_head, a_row;  /* strides in floats: a cache laid out [nkv][n_ctx][hd] */
     size_t b_head, b_row;  /* has a_head = n_ctx * hd, a_row = hd (each head's keys */
-} at_job;                  /* contiguous); rows [nb][nkv*hd]: b_head = hd, b_row = nkv*hd */
+                           /* contiguous); rows [nb][nkv*hd]: b_head = hd, b_row = nkv*hd */
+    const float *sinks;    /* [nh] sink logits, or NULL */
+    int window;            /* keys per row, the row's own included (causal); 0: all */
+    int ring;              /* rows of the Ka/Va ring (key j at row j % ring); 0: key j at row j */
+} at_job;
 
 /* Threaded over (row, kv head) jobs on tp (NULL: the calling thread). */
 void at_run(tp_pool *tp, const at_job *J, int T);

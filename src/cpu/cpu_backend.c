@@ -1,4 +1,5 @@
-/* cpu_backend.c - the CPU backend: Qwen3/Llama forward with a KV cache and
+/* cpu_backend.c - the CPU backend: the target forward (Qwen3, Llama,
+ * Qwen3-MoE, Qwen3.5, gpt-oss) with a KV cache (sliding layers: a ring) and
  * hidden taps, and the DFlash draft forward. Implements be_ops (backend.h).
  *
  * The instance (open) owns a worker pool (tp_create with the model's thread
@@ -91,6 +92,11 @@ static void norm_rope(float *x, int n_heads, int hd, const float *norm, float ep
             v[i + half] = b * cs[i] + a * sn[i];
         }
     }
+}
+
+/* y[n] += b[n] */
+static void add_bias(float *y, const float *b, int n) {
+    for (int i = 0; i < n; i++) y[i] += b[i];
 }
 
 /* ---- scratch activations ------------------------------------------------- */
@@ -233,9 +239,41 @@ static void route(float *l, int E, int k, int norm, int *sel, float *w) {
     }
 }
 
-/* The expert block on T rows: n = post_norm(x), each row routed (route),
- * x += sum over its k experts, in rank order, of w_j * Wd_e(silu(Wg_e n) *
- * (Wu_e n)) (+ the gated shared expert, Qwen3.5-MoE). The rows routed to one expert go through its matrices in one
+/* gpt-oss's routing of one row: l[E] = router logits (bias added), sel[k]
+ * = the k largest logits, largest first (ties: the lower index), w[k] =
+ * softmax over those k logits (max subtracted, sums in rank order). */
+static void route_topk_softmax(const float *l, int E, int k, int *sel, float *w) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < E; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= sel[q] == i;
+            if (!taken && (best < 0 || l[i] > l[best])) best = i;
+        }
+        sel[j] = best;
+    }
+    float mx = l[sel[0]], sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += w[j] = expf(l[sel[j]] - mx);
+    for (int j = 0; j < k; j++) w[j] /= sum;
+}
+
+/* gpt-oss's expert activation on rows n of one expert, in place in g:
+ * g = clamp(g + bg, max L), u = clamp(u + bu, -L, L),
+ * g = g * sigmoid(1.702 g) * (u + 1). */
+static void clamped_swiglu(float *g, const float *u, const float *bg, const float *bu, int n, int I, float L) {
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < I; i++) {
+            float a = g[(size_t)r * I + i] + bg[i], b = u[(size_t)r * I + i] + bu[i];
+            a = a > L ? L : a;
+            b = b > L ? L : b < -L ? -L : b;
+            g[(size_t)r * I + i] = a / (1.0f + expf(-1.702f * a)) * (b + 1.0f);
+        }
+}
+
+/* The expert block on T rows: n = post_norm(x), each row routed (route;
+ * gpt-oss: route_topk_softmax on the biased logits), x += sum over its k
+ * experts, in rank order, of w_j * Wd_e(silu(Wg_e n) * (Wu_e n)) (gpt-oss:
+ * Wd_e clamped_swiglu(...) + bd_e) (+ the gated shared expert, Qwen3.5-MoE). The rows routed to one expert go through its matrices in one
  * kn_matmul (row-invariant, so a row's expert output does not depend on
  * which rows share it), and each row's sum has one order: a row's result is
  * the same bits for any T and any mix of rows. */
@@ -245,7 +283,13 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     kn_matmul(tp, s->rl, s->xn, &L->router, T);
     for (int e = 0; e <= E; e++) s->start[e] = 0;
     for (int t = 0; t < T; t++) {
-        route(s->rl + (size_t)t * E, E, K, c->norm_topk, s->sel + (size_t)t * K, s->wsel + (size_t)t * K);
+        float *rl = s->rl + (size_t)t * E;
+        if (L->router_bias) { /* gpt-oss */
+            add_bias(rl, L->router_bias, E);
+            route_topk_softmax(rl, E, K, s->sel + (size_t)t * K, s->wsel + (size_t)t * K);
+        } else {
+            route(rl, E, K, c->norm_topk, s->sel + (size_t)t * K, s->wsel + (size_t)t * K);
+        }
         for (int j = 0; j < K; j++) s->start[s->sel[t * K + j] + 1]++;
     }
     for (int e = 0; e < E; e++) s->start[e + 1] += s->start[e];
@@ -266,11 +310,15 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         float *ys[2] = {s->ge + (size_t)a * I, s->ue + (size_t)a * I};
         const wt_weight *ws[2] = {&x->wg, &x->wu};
         kn_matmul_n(tp, ys, s->xe + (size_t)a * H, ws, 2, n);
+        if (x->bg) clamped_swiglu(s->ge + (size_t)a * I, s->ue + (size_t)a * I, x->bg, x->bu, n, I, c->swiglu_limit);
     }
-    swiglu(tp, s->ge, s->ue, (size_t)T * K * I);
+    if (!L->router_bias) swiglu(tp, s->ge, s->ue, (size_t)T * K * I);
     for (int e = 0; e < E; e++) {
         int a = s->start[e], n = s->start[e + 1] - a;
-        if (n) kn_matmul(tp, s->ye + (size_t)a * H, s->ge + (size_t)a * I, &L->experts[e].wd, n);
+        if (!n) continue;
+        kn_matmul(tp, s->ye + (size_t)a * H, s->ge + (size_t)a * I, &L->experts[e].wd, n);
+        if (L->experts[e].bd)
+            for (int r = 0; r < n; r++) add_bias(s->ye + (size_t)(a + r) * H, L->experts[e].bd, H);
     }
     /* the shared expert (Qwen3.5-MoE): sh = sigmoid(sh_gate . n) * Wd(silu(Wg n) * (Wu n)) */
     if (L->sh_gate) {
@@ -304,6 +352,14 @@ static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     float *ys[3] = {c->attn_gate ? s->qg : s->q, s->k, s->v};
     const wt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
     kn_matmul_n(tp, ys, s->xn, ws, 3, T);
+    if (L->bq) { /* gpt-oss: q, k, v biases */
+        int nq = c->n_heads * c->head_dim, nk = c->n_kv_heads * c->head_dim;
+        for (size_t t = 0; t < (size_t)T; t++) {
+            add_bias(s->q + t * nq, L->bq, nq);
+            add_bias(s->k + t * nk, L->bk, nk);
+            add_bias(s->v + t * nk, L->bv, nk);
+        }
+    }
     if (!c->attn_gate) return;
     size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads;
     for (size_t t = 0; t < (size_t)T; t++)
@@ -314,22 +370,26 @@ static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         }
 }
 
-/* x += Wo att (gated: att * sigmoid(gate) first) */
+/* x += Wo att (+ bo) (gated: att * sigmoid(gate) first) */
 static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     if (c->attn_gate)
         for (size_t i = 0; i < (size_t)T * c->n_heads * c->head_dim; i++)
             s->att[i] = s->att[i] * (1.0f / (1.0f + expf(-s->gate[i])));
     kn_matmul(tp, s->xn, s->att, &L->wo, T);
+    if (L->bo)
+        for (size_t t = 0; t < (size_t)T; t++) add_bias(s->xn + t * c->hidden, L->bo, c->hidden);
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
 /* Rows t < T of s->k, s->v ([T][nkv*hd]) into a layer's cache at positions
- * pos0.. . Cache layout (target and draft): [nkv][n_ctx][hd], so each kv
- * head's keys are one contiguous run for attention to stream. */
-static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, int n_ctx, int nkv, int hd) {
+ * pos0.. . Cache layout (target and draft): [nkv][rows][hd], so each kv
+ * head's keys are one contiguous run for attention to stream; position p at
+ * row p, or at row p % ring in a sliding layer's ring (rows = ring). */
+static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, int rows, int ring, int nkv, int hd) {
     for (int h = 0; h < nkv; h++)
         for (int t = 0; t < T; t++) {
-            size_t dst = ((size_t)h * n_ctx + pos0 + t) * hd, src = ((size_t)t * nkv + h) * hd;
+            int p = ring ? (pos0 + t) % ring : pos0 + t;
+            size_t dst = ((size_t)h * rows + p) * hd, src = ((size_t)t * nkv + h) * hd;
             memcpy(kc + dst, s->k + src, sizeof(float) * hd);
             memcpy(vc + dst, s->v + src, sizeof(float) * hd);
         }
@@ -346,10 +406,13 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
  *     dn_mixer(xn), its recurrent state in dn (deltanet.h); else
  *   q, k, v = Wq xn, Wk xn, Wv xn (Qwen3.5: q_proj also gives a gate per
  *     head); q/k norm + RoPE (Qwen3.5: on the first rot_dim dims);
- *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd])
- *     before attention, so the rows see themselves causally (J->causal);
- *   att = attention of q over the keys J describes (Qwen3.5: times
- *     sigmoid(gate)); x += Wo att;
+ *   (gpt-oss: q, k, v biases added first)
+ *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd],
+ *     n_ctx = the layer's cache rows: a ring when J.ring) before attention,
+ *     so the rows see themselves causally (J->causal);
+ *   att = attention of q over the keys J describes (gpt-oss: the last
+ *     window positions in a sliding layer, and the head's sink; Qwen3.5:
+ *     times sigmoid(gate)); x += Wo att (+ bo);
  *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x), or the expert block
  *     (moe) in a layer that has one.
  * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
@@ -370,8 +433,9 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
         norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
         norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
     }
-    if (kc) kv_store(kc, vc, s, T, pos0, n_ctx, nkv, hd);
+    if (kc) kv_store(kc, vc, s, T, pos0, n_ctx, J.ring, nkv, hd);
     J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd;
+    J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
     at_run(tp, &J, T);
     attn_out(tp, s, L, c, T);
     if (L->experts) moe(tp, s, L, c, T);
@@ -384,8 +448,23 @@ typedef struct {
     const mdl_model *m;
     tp_pool *tp;     /* the instance's workers */
     int n_ctx, len;
-    float *kc, *vc;  /* [n_att][nkv][n_ctx][hd]: one per attention layer */
-    int *att_of;     /* [n_layers] attention-layer index of layer l, -1 for a linear one */
+    /* K/V of the attention layers, one block each: layer l's is
+     * [nkv][kv_rows[l]][hd] at kc + kv_off[l] (vc likewise). A full layer
+     * has kv_rows = n_ctx, position p at row p. A sliding layer (window W,
+     * gpt-oss) has a ring of kv_rows = ring = W + BE_DN_KEEP rows when that
+     * is less than n_ctx: position p at row p % ring.
+     * Ring rollback rule: positions hw - ring .. len - 1 are in the ring (hw:
+     * the high-water length, the most rows held since the last restart: no
+     * position past them has overwritten them). truncate(m) is exact when
+     * the next row's keys max(0, m - W + 1) .. m - 1 are among them, i.e.
+     * max(0, m - W + 1) >= hw - ring: always within the last BE_DN_KEEP rows
+     * written (every DFlash verify); otherwise the sequence restarts empty
+     * (truncate returns 0), as the recurrent rule does (backend.h). */
+    float *kc, *vc;
+    size_t *kv_off;  /* [n_layers] float offset of layer l's block (unused for a linear layer) */
+    int *kv_rows;    /* [n_layers] its rows: n_ctx, the ring, 0 for a linear layer */
+    int ring;        /* the sliding layers' ring rows, 0: no ring (full-length caches) */
+    int hw;          /* high-water length (ring rule) */
     rope_table rope;
     scratch s;
     dn_state *dn;    /* Gated DeltaNet states (a model with linear layers), else NULL */
@@ -406,10 +485,15 @@ static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     q->m = m;
     q->tp = ((cpu_be *)be)->tp;
     q->n_ctx = n_ctx;
-    q->att_of = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
-    int n_att = 0;
-    for (int l = 0; l < c->n_layers; l++) q->att_of[l] = c->linear_layer[l] ? -1 : n_att++;
-    size_t kv = (size_t)n_att * n_ctx * c->n_kv_heads * c->head_dim;
+    q->kv_off = dfl_malloc(sizeof(size_t) * (size_t)c->n_layers);
+    q->kv_rows = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
+    q->ring = c->n_sliding_layers && c->window + BE_DN_KEEP < n_ctx ? c->window + BE_DN_KEEP : 0;
+    size_t kv = 0, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        q->kv_rows[l] = c->linear_layer[l] ? 0 : c->sliding_layer[l] && q->ring ? q->ring : n_ctx;
+        q->kv_off[l] = kv;
+        kv += (size_t)q->kv_rows[l] * kvd;
+    }
     q->kc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
     q->vc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
     rope_init(&q->rope, c, n_ctx);
@@ -431,7 +515,8 @@ static void cpu_destroy(void *st) {
     free(q->taps);
     free(q->kc);
     free(q->vc);
-    free(q->att_of);
+    free(q->kv_off);
+    free(q->kv_rows);
     if (q->dn) {
         dn_free(q->dn);
         free(q->dn);
@@ -443,10 +528,16 @@ static void cpu_destroy(void *st) {
 
 static int cpu_length(void *st) { return ((cpu_seq *)st)->len; }
 
-/* The KV rule (backend.h); recurrent states by deltanet.h's rollback rule. */
+/* The KV rule (backend.h); sliding-window rings by the ring rule (cpu_seq);
+ * recurrent states by deltanet.h's rollback rule. */
 static int cpu_truncate(void *st, int len) {
     cpu_seq *q = st;
     if (len < 0 || len >= q->len) return q->len;
+    if (q->ring) {
+        int need = len - q->m->cfg.window + 1; /* the next row's oldest key */
+        if ((need > 0 ? need : 0) < q->hw - q->ring) len = 0;
+        if (len == 0) q->hw = 0;
+    }
     q->len = q->dn ? dn_rollback(q->tp, q->dn, q->m, len) : len;
     return q->len;
 }
@@ -455,17 +546,19 @@ static int cpu_truncate(void *st, int len) {
 static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     const mdl_model *m = q->m;
     const cfg_model *c = &m->cfg;
-    int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd;
+    int H = c->hidden, hd = c->head_dim;
     scratch *s = &q->s;
     int pos0 = q->len;
     for (int t = 0; t < T; t++) wt_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        int a = q->att_of[l] < 0 ? 0 : q->att_of[l];
-        float *kc = q->kc + (size_t)a * q->n_ctx * kvd, *vc = q->vc + (size_t)a * q->n_ctx * kvd;
-        /* keys: the cache, positions 0..pos0+t for row t (causal) */
-        at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd};
-        layer(q->tp, s, L, l, c, &q->rope, pos0, T, J, kc, vc, q->n_ctx, q->dn);
+        int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows;
+        float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
+        /* keys: the cache, positions 0..pos0+t for row t (causal; a sliding
+         * layer the last window of them) */
+        at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)rows * hd, .a_row = (size_t)hd,
+                    .ring = ring};
+        layer(q->tp, s, L, l, c, &q->rope, pos0, T, J, kc, vc, rows, q->dn);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
@@ -483,6 +576,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     }
     if (q->dn) dn_advance(q->dn, T);
     q->len += T;
+    if (q->len > q->hw) q->hw = q->len;
 }
 
 static int cpu_forward(void *st, const be_batch *b) {
@@ -657,7 +751,7 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
             kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, &q->s, T, pos0, q->n_ctx,
-                     nkv, hd);
+                     0, nkv, hd);
         }
         q->len += T;
     }
