@@ -223,6 +223,24 @@ static void fvec(tensors *ts, const syn_spec *s, rng *r, const char *name, int64
     ts->t[ts->n - 1].shape[2] = d2;
 }
 
+/* Layer l's float tensor SUB [d0, d1, d2] of N(0, std^2) (gpt-oss's
+ * stacked experts, input-major): normal_fast, one generator per [d1, d2]
+ * slice seeded from r, so a real shape (12 G values) takes seconds. */
+static void big3(tensors *ts, const syn_spec *s, rng *r, char *b, size_t nb, const char *pre, int l, const char *sub,
+                 int64_t d0, int64_t d1, int64_t d2, float std) {
+    snprintf(b, nb, "%slayers.%d.%s", pre, l, sub);
+    size_t n = (size_t)d1 * d2;
+    void *w = dfl_malloc(size_of(s->dtype) * n * (size_t)d0);
+    uint64_t seed = r->s;
+    uniform(r);
+    for (int64_t e = 0; e < d0; e++) {
+        rng g = {(seed ^ ((uint64_t)(e + 1) * 0xbf58476d1ce4e5b9ull)) | 1};
+        for (size_t i = 0; i < n; i++) put(s->dtype, w, (size_t)e * n + i, std * normal_fast(&g));
+    }
+    add(ts, b, st_of(s->dtype), 3, d0, d1, w);
+    ts->t[ts->n - 1].shape[2] = d2;
+}
+
 static int write_json(const char *dir, const char *file, cJSON *j) {
     char *path = dfl_path_join(dir, file), *txt = cJSON_Print(j), *tmp;
     FILE *f = dfl_create_tmp(path, &tmp);
@@ -237,6 +255,7 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON *j = cJSON_CreateObject();
     int moe35 = c->arch == CFG_QWEN3_5 && c->qwen35_moe;
     const char *arch = c->is_draft              ? "DFlashDraftModel"
+                       : c->arch == CFG_GPT_OSS   ? "GptOssForCausalLM"
                        : c->arch == CFG_LLAMA     ? "LlamaForCausalLM"
                        : c->arch == CFG_QWEN3_MOE ? "Qwen3MoeForCausalLM"
                        : moe35                    ? "Qwen3_5MoeForCausalLM"
@@ -244,7 +263,8 @@ static int write_config(const char *dir, const syn_spec *s) {
                                                   : "Qwen3ForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
-    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_LLAMA       ? "llama"
+    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_GPT_OSS     ? "gpt_oss"
+                                             : c->arch == CFG_LLAMA     ? "llama"
                                              : c->arch == CFG_QWEN3_MOE ? "qwen3_moe"
                                              : moe35                    ? "qwen3_5_moe_text"
                                              : c->arch == CFG_QWEN3_5   ? "qwen3_5_text"
@@ -284,6 +304,23 @@ static int write_config(const char *dir, const syn_spec *s) {
         cJSON_AddNumberToObject(j, "moe_intermediate_size", c->moe_inter);
         cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_inter);
     }
+    if (c->arch == CFG_GPT_OSS) { /* GptOssConfig as transformers 5 writes it; rope_theta in rope_parameters */
+        cJSON_AddNumberToObject(j, "num_local_experts", c->n_experts);
+        cJSON_AddNumberToObject(j, "num_experts_per_tok", c->n_experts_used);
+        cJSON_AddNumberToObject(j, "sliding_window", c->window);
+        cJSON_AddNumberToObject(j, "swiglu_limit", c->swiglu_limit);
+        cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+        for (int l = 0; l < c->n_layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(c->sliding_layer[l] ? "sliding_attention" : "full_attention"));
+        cJSON *rp = cJSON_AddObjectToObject(j, "rope_parameters");
+        cJSON_AddStringToObject(rp, "rope_type", "yarn");
+        cJSON_AddNumberToObject(rp, "factor", c->rope_factor);
+        cJSON_AddNumberToObject(rp, "beta_fast", c->yarn_beta_fast);
+        cJSON_AddNumberToObject(rp, "beta_slow", c->yarn_beta_slow);
+        cJSON_AddBoolToObject(rp, "truncate", c->yarn_truncate);
+        cJSON_AddNumberToObject(rp, "original_max_position_embeddings", c->rope_orig_max_pos);
+        cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+    }
     cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
     if (!moe35) cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
@@ -292,10 +329,10 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(j, "rms_norm_eps", c->eps);
-    if (c->arch != CFG_QWEN3_5) cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    if (c->arch != CFG_QWEN3_5 && c->arch != CFG_GPT_OSS) cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_pos);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
+    cJSON_AddBoolToObject(j, "attention_bias", c->attn_bias);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddStringToObject(j, "torch_dtype", s->dtype == WT_F32 ? "float32" : s->dtype == WT_F16 ? "float16" : "bfloat16");
     if (c->q_bits) {
@@ -436,7 +473,21 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
             M("self_attn.v_proj", kv, H, sh);
             M("self_attn.o_proj", H, q, sq);
         }
-        if (c->moe_layer[l]) {
+        if (c->arch == CFG_GPT_OSS) { /* model.c bind_gptoss_experts; biases scaled with the layers */
+            float ls = s->layer_scale > 0 ? s->layer_scale : 1.0f, sm = ls / sqrtf((float)c->moe_inter);
+            int64_t E = c->n_experts, I = c->moe_inter;
+            F("self_attn.q_proj.bias", q, 0, 0, 0.0f, 0.5f, 0);
+            F("self_attn.k_proj.bias", kv, 0, 0, 0.0f, 0.5f, 0);
+            F("self_attn.v_proj.bias", kv, 0, 0, 0.0f, 0.5f * ls, 0);
+            F("self_attn.o_proj.bias", H, 0, 0, 0.0f, 0.1f * ls, 0);
+            F("self_attn.sinks", c->n_heads, 0, 0, 0.0f, 1.0f, 0);
+            M("mlp.router", c->n_experts, H, sh);
+            F("mlp.router.bias", E, 0, 0, 0.0f, 0.5f, 0);
+            big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.gate_up_proj", E, H, 2 * I, sh);
+            F("mlp.experts.gate_up_proj_bias", E, 2 * I, 0, 0.0f, 0.5f, 0);
+            big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, I, H, sm);
+            F("mlp.experts.down_proj_bias", E, H, 0, 0.0f, 0.1f * ls, 0);
+        } else if (c->moe_layer[l]) {
             float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
             if (s->router_bits && c->q_bits) {
                 syn_spec s8 = *s;
@@ -527,6 +578,33 @@ int syn_write(const char *dir, const syn_spec *s) {
     return dfl_stage_commit(&sg);
 }
 
+void syn_gptoss(cfg_model *c, int window) {
+    c->arch = CFG_GPT_OSS;
+    c->qk_norm = 0;
+    c->attn_bias = 1;
+    c->attn_sinks = 1;
+    c->window = window;
+    c->swiglu_limit = 7.0f;
+    c->rope_theta = 150000;
+    c->rope_yarn = 1;
+    c->rope_factor = 32;
+    c->yarn_beta_fast = 32;
+    c->yarn_beta_slow = 1;
+    c->yarn_truncate = 0;
+    c->rope_orig_max_pos = 4096;
+    c->yarn_attn_factor = 0.1 * log(32.0) + 1.0;
+    c->n_sliding_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->sliding_layer[l] = l % 2 == 0;
+        c->n_sliding_layers += c->sliding_layer[l];
+        c->moe_layer[l] = 1;
+    }
+    c->n_moe_layers = c->n_layers;
+    c->sparse_step = 1;
+    if (!c->n_experts) c->n_experts = 4, c->n_experts_used = 2;
+    c->moe_inter = c->inter;
+}
+
 /* ---- dflash_synth (public API) ------------------------------------------- */
 #include <limits.h>
 
@@ -546,26 +624,35 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
          * 0.25, vocab 248320, theta 1e7; lk/lv key/value heads of ldk/ldv
          * dims, conv kernel 4; untied: a separate lm_head */
         int lk, lv, ldk, ldv, untied;
+        /* gpt_oss (window > 0): sliding window on layers 0, 2, ..., sinks,
+         * biases, YaRN (factor 32 from 4096, theta 150000), every layer's
+         * MLP the expert block (moe_inter = inter), o200k_harmony's vocab
+         * 201088, untied */
+        int window;
     } shapes[] = {
-        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
-        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 0, 16, 16, 128, 128, 0},
-        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 0},
-        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 1},
-        {"qwen3.5-35b-a3b", 2048, 6144, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 1}, /* Qwen3.5/3.6-35B-A3B */
-        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0, 0},
-        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 2, 4, 16, 16, 0},
-        {"tiny-qwen35moe", 64, 128, 4, 4, 2, 16, 8, 2, 32, 48, 2, 4, 16, 16, 0},
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 0, 16, 16, 128, 128, 0, 0},
+        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 0, 0},
+        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 1, 0},
+        {"qwen3.5-35b-a3b", 2048, 6144, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 1, 0}, /* Qwen3.5/3.6-35B-A3B */
+        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 2, 4, 16, 16, 0, 0},
+        {"tiny-qwen35moe", 64, 128, 4, 4, 2, 16, 8, 2, 32, 48, 2, 4, 16, 16, 0, 0},
+        {"gpt-oss-20b", 2880, 2880, 24, 64, 8, 64, 32, 4, 2880, 0, 0, 0, 0, 0, 1, 128},
+        {"gpt-oss-120b", 2880, 2880, 36, 64, 8, 64, 128, 4, 2880, 0, 0, 0, 0, 0, 1, 128},
+        {"tiny-gptoss", 64, 128, 4, 4, 2, 16, 4, 2, 128, 0, 0, 0, 0, 0, 1, 8},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
         dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b, qwen3.5-4b, "
-                   "qwen3.5-9b, qwen3.5-35b-a3b, tiny, tiny-moe, tiny-qwen35, tiny-qwen35moe)",
+                   "qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-moe, tiny-qwen35, "
+                   "tiny-qwen35moe, tiny-gptoss)",
                    shape);
         return -1;
     }
@@ -611,7 +698,24 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
             c->n_linear_layers += c->linear_layer[l];
         }
     }
-    if (shapes[k].experts && !draft) {
+    int oss = shapes[k].window > 0;
+    if (oss && bits) { /* as dflash quantize: its 3-D experts have no MLX layout here */
+        dfl_seterr("shape %s: --bits is not supported for gpt-oss (write BF16 and load it with --quant q8|q4)", shape);
+        return -1;
+    }
+    if (oss) { /* o200k_harmony: <|return|> 200002, <|call|> 200012, <|endoftext|> 199999 */
+        c->vocab = 201088;
+        c->max_pos = 131072;
+        c->eos_ids[0] = 200002;
+        c->eos_ids[1] = 200012;
+        c->tie_embeddings = 0;
+    }
+    if (oss && !draft) syn_gptoss(c, shapes[k].window);
+    if (shapes[k].experts && !draft && oss) {
+        c->n_experts = shapes[k].experts;
+        c->n_experts_used = shapes[k].used;
+        c->moe_inter = shapes[k].moe_inter;
+    } else if (shapes[k].experts && !draft) {
         c->arch = q35 ? CFG_QWEN3_5 : CFG_QWEN3_MOE;
         c->n_experts = shapes[k].experts;
         c->n_experts_used = shapes[k].used;

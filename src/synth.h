@@ -24,6 +24,12 @@
  * router mlp.gate, the experts as qwen3_moe's (mlp.experts.E.*_proj), the
  * shared expert mlp.shared_expert.{gate,up,down}_proj (matrices, quantized
  * with the others) and mlp.shared_expert_gate.weight [1, hidden] (float). */
+/* gpt-oss (c.arch CFG_GPT_OSS; syn_gptoss sets every field): config.json as
+ * GptOssConfig writes it (num_local_experts, sliding_window, layer_types,
+ * swiglu_limit, rope_parameters with YaRN), and per layer the attention
+ * biases and sinks, mlp.router.weight + .bias and the stacked input-major
+ * experts mlp.experts.gate_up_proj [E, H, 2I] / down_proj [E, I, H] with
+ * their biases (float; the attention matrices MLX-quantized when q_bits). */
 #ifndef DFL_SYNTH_H
 #define DFL_SYNTH_H
 
@@ -46,6 +52,12 @@ typedef struct {
 
 /* A small Qwen3 shape (hidden 64, 2 layers, vocab 512) to start from. */
 syn_spec syn_default(void);
+
+/* c (its sizes set, n_layers included) as gpt-oss with the released
+ * models' settings: YaRN factor 32 from 4096 at theta 150000, swiglu_limit
+ * 7, sliding window WINDOW on the even layers, every MLP the expert block
+ * (moe_inter = inter; 4 experts top 2 unless n_experts is set). */
+void syn_gptoss(cfg_model *c, int window);
 
 /* Write config.json, generation_config.json (targets) and the safetensors
  * into DIR, all or nothing (util.h dfl_stage: a new DIR appears complete;

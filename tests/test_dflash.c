@@ -332,6 +332,15 @@ TEST(lossless_qwen35_accepting) {
     accepting_pair(ts, draft_spec(), "q35_acc", "qwen3.5");
 }
 
+/* gpt-oss (synthesized: window 8 on layers 0 and 2, sinks, biases, 4
+ * experts top 2, tied embeddings) with accepting rounds: whole blocks
+ * accepted and rolled back across the sliding layers' ring. */
+TEST(lossless_gptoss_accepting) {
+    syn_spec ts = target_spec();
+    syn_gptoss(&ts.c, 8);
+    accepting_pair(ts, draft_spec(), "oss_acc", "gpt-oss");
+}
+
 /* A draft whose heads differ from the target's (2 q / 1 kv heads of 32 vs
  * 4 / 2 of 16; Qwen3.5 targets have wider heads than their drafts): loads,
  * drafts, and DFlash still equals plain decoding. */
@@ -597,6 +606,7 @@ int main(void) {
     RUN(draft_heads_differ);
     RUN(lossless_qwen35_accepting);
     RUN(lossless_gptoss_random_draft);
+    RUN(lossless_gptoss_accepting);
     RUN(lossless_demo_pair);
     tmpdir_remove();
     CHECK_DONE("test_dflash");

@@ -745,6 +745,44 @@ TEST(synth_qwen35moe) {
           "unknown shape: %s", dflash_error());
 }
 
+/* dflash synth's tiny-gptoss: what it writes loads back as the gpt-oss it
+ * describes (window, sliding layers, YaRN, experts, biases and sinks bound),
+ * its draft is a dense Qwen3 draft of the target's hidden size, and
+ * --bits is refused (3-D experts have no MLX layout here). */
+TEST(synth_gptoss_round_trip) {
+    char *d = path("oss_tiny", NULL);
+    CHECK(dflash_synth("tiny-gptoss", 0, 0, NULL, d) == 0, "synth tiny-gptoss: %s", dflash_error());
+    mdl_model m;
+    if (mdl_load(&m, d) == 0) {
+        const cfg_model *c = &m.cfg;
+        CHECK(c->arch == CFG_GPT_OSS && c->window == 8 && c->n_sliding_layers == 2 && c->sliding_layer[0] &&
+                  !c->sliding_layer[1] && c->rope_yarn && c->rope_factor == 32 && c->rope_orig_max_pos == 4096 &&
+                  !c->yarn_truncate && c->n_experts == 4 && c->n_experts_used == 2 && c->moe_inter == 128 &&
+                  c->n_moe_layers == 4 && c->attn_bias && c->attn_sinks && c->swiglu_limit == 7.0f &&
+                  !c->tie_embeddings && c->vocab == 201088,
+              "tiny-gptoss config read back wrong");
+        CHECK(fabs(c->yarn_attn_factor - (0.1 * log(32.0) + 1)) < 1e-12, "attention factor %g", c->yarn_attn_factor);
+        const mdl_layer *L = &m.layers[3];
+        CHECK(L->sinks && L->bq && L->bo && L->router_bias && L->experts && L->experts[3].bg && L->experts[3].bd &&
+                  L->experts[3].wg.rows == 128 && L->experts[3].wg.cols == 64 && L->experts[3].wd.rows == 64,
+              "tiny-gptoss layer 3 not bound as gpt-oss");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-gptoss: load: %s", dfl_lasterr());
+    }
+    char *dd = path("oss_tiny_draft", NULL);
+    CHECK(dflash_synth("tiny-gptoss", 1, 0, NULL, dd) == 0, "synth tiny-gptoss --draft: %s", dflash_error());
+    if (mdl_load(&m, dd) == 0) {
+        CHECK(m.cfg.is_draft && m.cfg.arch == CFG_QWEN3 && m.cfg.hidden == 64 && m.cfg.n_target_layers == 4,
+              "tiny-gptoss draft config");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-gptoss draft: load: %s", dfl_lasterr());
+    }
+    CHECK(dflash_synth("tiny-gptoss", 0, 4, NULL, path("oss_q4", NULL)) != 0 && strstr(dflash_error(), "--bits"),
+          "synth gpt-oss --bits 4: %s", dflash_error());
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -1083,6 +1121,7 @@ int main(void) {
     RUN(draft_block_ids_follow_the_rule);
     RUN(argmax_equals_logits_argmax);
     RUN(backend_select);
+    RUN(synth_gptoss_round_trip);
     be_cpu.close(bi);
     tmpdir_remove();
     CHECK_DONE("test_model");

@@ -175,6 +175,11 @@ int main(void) {
     s.c.arch = CFG_LLAMA;
     s.c.qk_norm = 0;
     model("llama", s);
+    s = small();
+    s.c.n_layers = 2;
+    syn_gptoss(&s.c, 4);
+    s.c.tie_embeddings = 0;
+    model("gptoss", s);
     s = small_draft();
     model("draft", s);
     put("safetensors", "empty", "\x02\0\0\0\0\0\0\0{}", 10, NULL, 0, NULL, 0);
