@@ -635,11 +635,15 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     if (!q && top != root) q = cJSON_GetObjectItemCaseSensitive(top, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
-        if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mlx")) {
+        if (c->arch == CFG_GPT_OSS && cJSON_IsString(qm) && !strcmp(qm->valuestring, "mxfp4")) {
+            q = NULL; /* the experts' *_blocks / *_scales (model.c); every other tensor is float */
+        } else if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mlx")) {
             dfl_seterr("%s: quantization_config.quant_method \"%s\" is not supported (MLX affine 4/8-bit only; "
-                       "gpt-oss's MXFP4 experts are not read yet: use a BF16 copy of the checkpoint)", path, qm->valuestring);
+                       "MXFP4 for gpt-oss only)", path, qm->valuestring);
             goto out;
         }
+    }
+    if (q && !cJSON_IsNull(q)) {
         if (!cJSON_IsObject(q) || get_int(q, "group_size", &c->q_group, 1, 0) ||
             get_int(q, "bits", &c->q_bits, 1, 0)) {
             if (!cJSON_IsObject(q)) dfl_seterr("%s: \"quantization\" must be an object", path);

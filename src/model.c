@@ -315,8 +315,8 @@ static const st_tensor *need_float3(mdl_model *m, const char *name, int64_t d0, 
     const st_tensor *t = need(m, name);
     if (!t) return NULL;
     if (!float_kind(t->dtype, k)) {
-        dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16; gpt-oss's MXFP4 *_blocks / *_scales "
-                   "are not read yet)", name, st_dtype_name(t->dtype));
+        dfl_seterr("tensor '%s': dtype %s not supported (F32, F16 or BF16, or MXFP4 as %s_blocks + %s_scales)", name,
+                   st_dtype_name(t->dtype), name, name);
         return NULL;
     }
     if (t->ndim != 3 || t->shape[0] != d0 || t->shape[1] != d1 || t->shape[2] != d2) {
@@ -328,6 +328,78 @@ static const st_tensor *need_float3(mdl_model *m, const char *name, int64_t d0, 
     }
     m->weight_bytes += t->nbytes;
     return t;
+}
+
+/* An MXFP4 tensor NAME_blocks [E, rows, cols/32, 16] (U8: two 4-bit e2m1
+ * codes per byte, the low nibble first) with NAME_scales [E, rows, cols/32]
+ * (U8 e8m0: 2^(s - 127) per 32 values), checked. */
+static int need_mxfp4(mdl_model *m, const char *name, int E, int rows, int cols, const st_tensor **blk,
+                      const st_tensor **sc) {
+    char b[320], got[64];
+    if (cols % 32) {
+        dfl_seterr("tensor '%s_blocks': %d columns are not a multiple of the MXFP4 block of 32", name, cols);
+        return -1;
+    }
+    snprintf(b, sizeof b, "%s_blocks", name);
+    if (!(*blk = need(m, b))) return -1;
+    snprintf(b, sizeof b, "%s_scales", name);
+    if (!(*sc = need(m, b))) return -1;
+    const st_tensor *t = *blk, *u = *sc;
+    if (t->dtype != ST_U8 || u->dtype != ST_U8) {
+        dfl_seterr("tensor '%s': dtype %s, expected U8 (MXFP4)", t->dtype != ST_U8 ? t->name : u->name,
+                   st_dtype_name(t->dtype != ST_U8 ? t->dtype : u->dtype));
+        return -1;
+    }
+    if (t->ndim != 4 || t->shape[0] != E || t->shape[1] != rows || t->shape[2] != cols / 32 || t->shape[3] != 16) {
+        shape_str(t, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s, expected [%d, %d, %d, 16]", t->name, got, E, rows, cols / 32);
+        return -1;
+    }
+    if (u->ndim != 3 || u->shape[0] != E || u->shape[1] != rows || u->shape[2] != cols / 32) {
+        shape_str(u, got, sizeof got);
+        dfl_seterr("tensor '%s': shape %s, expected [%d, %d, %d]", u->name, got, E, rows, cols / 32);
+        return -1;
+    }
+    m->weight_bytes += t->nbytes + u->nbytes;
+    return 0;
+}
+
+/* Rows src_row0, src_row0 + step, ... (n of them) of one expert's MXFP4
+ * matrix (blk/sc at that expert) as an MLX 8-bit matrix of group 32, owned
+ * by m, exactly: e2m1 code c has the value v(c) in {0, .5, 1, 1.5, 2, 3, 4,
+ * 6} (sign bit 8), times 2^(s-127); stored as q = 2 v + 12 in 0..24 with
+ * scale 2^(s-128) and bias -12 * 2^(s-128), both exact in bf16 for s in
+ * 2..252 (a scale outside that is refused naming the tensor). */
+static int mxfp4_to_q8(mdl_model *m, const st_tensor *bt, const st_tensor *st, int e, int row0, int step, int n,
+                       int cols, wt_weight *w) {
+    static const uint8_t q_of[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+    int nb = cols / 32, src_rows = (int)bt->shape[1];
+    uint32_t *d = mdl_own(m, (size_t)n * cols);
+    uint16_t *scl = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb), *bia = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb);
+    const uint8_t *B = (const uint8_t *)bt->data + (size_t)e * src_rows * nb * 16;
+    const uint8_t *S = (const uint8_t *)st->data + (size_t)e * src_rows * nb;
+    for (int r = 0; r < n; r++) {
+        size_t sr = (size_t)row0 + (size_t)r * step;
+        uint8_t *q = (uint8_t *)(d + (size_t)r * cols / 4);
+        for (int k = 0; k < nb; k++) {
+            int sx = S[sr * nb + k];
+            if (sx < 2 || sx > 252) {
+                dfl_seterr("tensor '%s': MXFP4 scale byte %d (2^%d) at expert %d row %zu is outside the range "
+                           "converted exactly (2..252)", st->name, sx, sx - 127, e, sr);
+                return -1;
+            }
+            scl[(size_t)r * nb + k] = (uint16_t)((sx - 1) << 7);               /* 2^(s-128) */
+            bia[(size_t)r * nb + k] = (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40); /* -1.5 * 2^(s-125) */
+            const uint8_t *b = B + (sr * nb + k) * 16;
+            for (int j = 0; j < 16; j++) {
+                q[k * 32 + 2 * j] = q_of[b[j] & 15];
+                q[k * 32 + 2 * j + 1] = q_of[b[j] >> 4];
+            }
+        }
+    }
+    *w = (wt_weight){.dtype = WT_Q8, .rows = n, .cols = cols, .data = d, .scales = scl, .biases = bia,
+                     .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+    return wt_check(w, bt->name);
 }
 
 /* gpt-oss's expert block under PRE (model.h): the router with its bias, and
@@ -342,12 +414,20 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
     if (bind_linear(m, b, E, H, &L->router)) return -1;
     snprintf(b, sizeof b, "%smlp.router.bias", pre);
     if (!(L->router_bias = bind_f32(m, b, E, 0, 0))) return -1;
-    snprintf(b, sizeof b, "%smlp.experts.gate_up_proj", pre);
-    const st_tensor *gu = need_float3(m, b, E, H, 2 * (int64_t)I, &kgu);
-    if (!gu) return -1;
-    snprintf(b, sizeof b, "%smlp.experts.down_proj", pre);
-    const st_tensor *dn = need_float3(m, b, E, I, H, &kd);
-    if (!dn) return -1;
+    snprintf(b, sizeof b, "%smlp.experts.gate_up_proj_blocks", pre);
+    int mx = st_find(&m->st, b) != NULL; /* MXFP4 (openai's checkpoints) */
+    const st_tensor *gu = NULL, *dn = NULL, *gub_t = NULL, *gus_t = NULL, *dnb_t = NULL, *dns_t = NULL;
+    if (mx) {
+        snprintf(b, sizeof b, "%smlp.experts.gate_up_proj", pre);
+        if (need_mxfp4(m, b, E, 2 * I, H, &gub_t, &gus_t)) return -1;
+        snprintf(b, sizeof b, "%smlp.experts.down_proj", pre);
+        if (need_mxfp4(m, b, E, H, I, &dnb_t, &dns_t)) return -1;
+    } else {
+        snprintf(b, sizeof b, "%smlp.experts.gate_up_proj", pre);
+        if (!(gu = need_float3(m, b, E, H, 2 * (int64_t)I, &kgu))) return -1;
+        snprintf(b, sizeof b, "%smlp.experts.down_proj", pre);
+        if (!(dn = need_float3(m, b, E, I, H, &kd))) return -1;
+    }
     snprintf(b, sizeof b, "%smlp.experts.gate_up_proj_bias", pre);
     float *gub = bind_f32(m, b, E, 2 * (int64_t)I, 0);
     if (!gub) return -1;
@@ -359,8 +439,8 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
     }
     /* biases: [E][I] gate, [E][I] up, [E][H] down, owned by the model */
     float *bias = mdl_own(m, sizeof(float) * (size_t)E * (2 * (size_t)I + H));
-    size_t egu = st_dtype_size(gu->dtype), ed = st_dtype_size(dn->dtype);
-    char *wgu = mdl_own(m, egu * (size_t)E * 2 * I * H), *wd = mdl_own(m, ed * (size_t)E * H * I);
+    size_t egu = mx ? 0 : st_dtype_size(gu->dtype), ed = mx ? 0 : st_dtype_size(dn->dtype);
+    char *wgu = mx ? NULL : mdl_own(m, egu * (size_t)E * 2 * I * H), *wd = mx ? NULL : mdl_own(m, ed * (size_t)E * H * I);
     L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
     for (int e = 0; e < E; e++) {
         mdl_expert *x = &L->experts[e];
@@ -371,6 +451,16 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
         }
         memcpy(bd, db + (size_t)e * H, sizeof(float) * H);
         x->bg = bg, x->bu = bu, x->bd = bd;
+        if (mx) { /* output-major already: gate row i = row 2i, up row i = row 2i + 1 */
+            if (mxfp4_to_q8(m, gub_t, gus_t, e, 0, 2, I, H, &x->wg) ||
+                mxfp4_to_q8(m, gub_t, gus_t, e, 1, 2, I, H, &x->wu) ||
+                mxfp4_to_q8(m, dnb_t, dns_t, e, 0, 1, H, I, &x->wd)) {
+                free(gub);
+                free(db);
+                return -1;
+            }
+            continue;
+        }
         /* gate row i, column h = gate_up[e][h][2i] (up: 2i + 1); down row h, column i = down[e][i][h] */
         const char *src = (const char *)gu->data + egu * (size_t)e * H * 2 * I;
         char *g = wgu + egu * (size_t)e * 2 * I * H, *u = g + egu * (size_t)I * H;

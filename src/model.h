@@ -40,7 +40,11 @@ typedef struct {
      * mlp.experts.gate_up_proj [E, H, 2*I] (gate and up interleaved: output
      * column 2i is gate row i, 2i+1 up row i) + gate_up_proj_bias [E, 2*I],
      * mlp.experts.down_proj [E, I, H] + down_proj_bias [E, H]; the loader
-     * makes output-major copies (wg, wu, wd as every other family's) */
+     * makes output-major copies (wg, wu, wd as every other family's). Or
+     * MXFP4 (openai's checkpoints): gate_up_proj_blocks [E, 2*I, H/32, 16]
+     * + _scales [E, 2*I, H/32], output-major with gate / up rows
+     * interleaved, down_proj_blocks [E, H, I/32, 16] + _scales, converted
+     * exactly to MLX 8-bit matrices of group 32 (model.c mxfp4_to_q8) */
     float *bq, *bk, *bv, *bo;    /* [nh*hd], [nkv*hd] x2, [H] */
     float *sinks;                /* [nh] */
     float *router_bias;          /* [n_experts] */

@@ -297,8 +297,8 @@ TEST(qwen35_bad_tensors) {
 }
 
 /* gpt-oss checkpoints with one thing wrong: its own tensors (sinks, biases,
- * the input-major experts), its config fields, and MXFP4 experts (not read
- * yet: refused by name). */
+ * the input-major experts), its config fields, and quantization methods
+ * other than MXFP4 (which only gpt-oss may name; test_mxfp4.c loads it). */
 TEST(gptoss_bad_files) {
     const char *d;
     d = clone("tiny-gptoss");
@@ -326,8 +326,11 @@ TEST(gptoss_bad_files) {
     set_raw(d, "config.json", "rope_parameters", "beta_fast", "-1");
     CHECK(load_fails(d, "yarn factor 32, beta_fast -1 and beta_slow 1 must be positive"), "beta_fast");
     d = clone("tiny-gptoss");
+    set_raw(d, "config.json", NULL, "quantization_config", "{\"quant_method\": \"fp8\"}");
+    CHECK(load_fails(d, "quant_method \"fp8\" is not supported"), "fp8");
+    d = clone("tiny-qwen3");
     set_raw(d, "config.json", NULL, "quantization_config", "{\"quant_method\": \"mxfp4\"}");
-    CHECK(load_fails(d, "quant_method \"mxfp4\" is not supported"), "mxfp4");
+    CHECK(load_fails(d, "quant_method \"mxfp4\" is not supported"), "mxfp4 on qwen3");
 }
 
 /* Qwen3-Next checkpoints with one thing wrong: the fused projections, and
