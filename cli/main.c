@@ -79,7 +79,7 @@ typedef struct {
     const char *think_given; /* the --think / --no-think given, for the check that needs --chat */
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
     const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
-    int raw, max_prompts, reps, depth, json, draft_vocab;
+    int raw, max_prompts, reps, depth, json, draft_vocab, draft_window;
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -150,6 +150,8 @@ static const char *help_generate =
     "                         q8_0: llama.cpp's Q8_0, as a Q8_0 GGUF loads)\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load (default: as\n"
     "                         --quant, else q8 for a float draft on int8 kernels)\n"
+    "      --draft-window N   the draft attends to the last N context positions only\n"
+    "                         (default: as its config.json; output unchanged)\n"
     "  -h, --help             this help\n";
 
 static const char *help_chat =
@@ -168,7 +170,7 @@ static const char *help_chat =
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --min-p, --repeat-penalty,\n"
     "--repeat-last-n, --presence-penalty, --frequency-penalty, --logit-bias,\n"
-    "--block-size, --draft-max, --quant, --draft-quant).\n"
+    "--block-size, --draft-max, --quant, --draft-quant, --draft-window).\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in with make CUDA=1 and a GPU is present)\n"
     "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
@@ -207,6 +209,7 @@ static const char *help_bench =
     "                         with tokenizer.json or a GGUF file (default: the model's)\n"
     "      --quant bf16|q8|q4|q8_0 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights, as for generate\n"
+    "      --draft-window N   the draft's context window, as for generate\n"
     "      --json             print one JSON object on stdout instead of the table\n"
     "      --plot FILE.svg    draw the cost curve and the per-domain speed-ups\n";
 
@@ -322,6 +325,7 @@ static const struct {
     {NULL, "--reps", 1, "B"},              {NULL, "--depth", 1, "B"},
     {NULL, "--json", 0, "B"},              {NULL, "--plot", 1, "B"},
     {NULL, "--quant", 1, "GCB"},           {NULL, "--draft-quant", 1, "GCB"},
+    {NULL, "--draft-window", 1, "GCB"},
     {NULL, "--tokenizer", 1, "GCB"},      {NULL, "--min-p", 1, "GC"},
     {NULL, "--repeat-penalty", 1, "GC"},   {NULL, "--repeat-last-n", 1, "GC"},
     {NULL, "--presence-penalty", 1, "GC"}, {NULL, "--frequency-penalty", 1, "GC"},
@@ -425,6 +429,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--json-object", "--json-object")) o->json_object = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
+        else if (IS("--draft-window", "--draft-window")) o->draft_window = (int)cli_parse_int(o->cmd, a, VAL(), 1, 1 << 30);
         else if (IS("--plot", "--plot")) o->plot = VAL();
         else if (IS("--backend", "--backend")) o->backend = VAL();
         else if (IS("--tokenizer", "--tokenizer")) o->tokenizer = VAL();
@@ -588,6 +593,7 @@ static dflash_model *load(const opts *o) {
     p.n_ctx = o->ctx;
     p.quant = o->quant;
     p.draft_quant = o->draft_quant;
+    p.draft_window = o->draft_window;
     p.backend = o->backend;
     p.tokenizer = o->tokenizer;
     dflash_model *m = dflash_load(o->model, o->no_draft ? NULL : o->draft, &p);

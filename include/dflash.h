@@ -69,6 +69,12 @@ typedef struct {
                               file); prompt ids beyond the target's
                               vocab_size fail at generation, as for any
                               tokenizer */
+    int draft_window; /* > 0: every draft layer attends to the last
+                         draft_window context positions only (a sliding
+                         window over the draft's context: cheaper draft
+                         blocks at long contexts, the output unchanged);
+                         0: as the draft's config.json (layer_types /
+                         sliding_window, full attention without them) */
 } dflash_params;
 
 /* "0.1.0": the version the library was built as (DFLASH_VERSION_STRING of

@@ -496,6 +496,42 @@ static int parse_gpt_oss(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* A DFlash draft's sliding-window layers (newer z-lab drafts):
+ * layer_types entries "sliding_attention" with sliding_window W; such a
+ * layer's block rows see the last W context positions (and the block). A
+ * draft only proposes, so this changes acceptance and speed, never the
+ * output. Without layer_types (or with every layer full) the draft attends
+ * to the whole context. */
+static int parse_draft_window(cfg_model *c, const cJSON *root) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) return 0;
+    int n = 0;
+    if (!cJSON_IsArray(lt)) {
+        dfl_seterr("%s: layer_types must be a list", cur_path);
+        return -1;
+    }
+    for (const cJSON *e = lt->child; e; e = e->next, n++) {
+        int sl = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+        if (!sl && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
+            dfl_seterr("%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", cur_path, n);
+            return -1;
+        }
+        if (n < c->n_layers) c->sliding_layer[n] = (unsigned char)sl;
+        c->n_sliding_layers += sl && n < c->n_layers;
+    }
+    if (n != c->n_layers) {
+        dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
+        return -1;
+    }
+    if (!c->n_sliding_layers) return 0;
+    if (get_int(root, "sliding_window", &c->window, 1, 0)) return -1;
+    if (c->window < 1 || c->window > CFG_MAX_POS) {
+        dfl_seterr("%s: sliding_window %d out of range (1..%d)", cur_path, c->window, CFG_MAX_POS);
+        return -1;
+    }
+    return 0;
+}
+
 /* Everything config.json says (not generation_config.json), checked. */
 static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     cur_path = path;
@@ -675,6 +711,12 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
             goto out;
         }
     }
+    if (c->arch != CFG_GPT_OSS && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window")) &&
+        !c->is_draft) {
+        dfl_seterr("%s: use_sliding_window=true is not supported for %s", path, arch);
+        goto out;
+    }
+    if (c->is_draft && parse_draft_window(c, root)) goto out;
     if (c->is_draft) {
         const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");
         if (!cJSON_IsObject(dc)) {

@@ -215,6 +215,16 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
             dfl_preferr("%s", draft_dir);
             goto fail;
         }
+        if (p->draft_window < 0) {
+            dfl_seterr("draft window %d must be >= 0", p->draft_window);
+            goto fail;
+        }
+        if (p->draft_window > 0) { /* every draft layer sliding (cfg_model: window, sliding_layer) */
+            cfg_model *dc = &m->draft.cfg;
+            dc->window = p->draft_window;
+            dc->n_sliding_layers = dc->n_layers;
+            for (int l = 0; l < dc->n_layers; l++) dc->sliding_layer[l] = 1;
+        }
     }
     qt_kind qk, dk = QT_KEEP;
     if (qt_parse(p->quant, &qk) != 0) goto fail;

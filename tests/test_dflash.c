@@ -332,6 +332,34 @@ TEST(lossless_qwen35_accepting) {
     accepting_pair(ts, draft_spec(), "q35_acc", "qwen3.5");
 }
 
+/* --draft-window: a synthesized pair's draft attends to its last 8 (and 1)
+ * context positions only (dflash_params.draft_window); DFlash still equals
+ * plain decoding, greedy and temp 0.8; a negative window is refused. */
+TEST(lossless_draft_window) {
+    syn_spec ts = target_spec(), ds = draft_spec();
+    char t[512], d[600];
+    snprintf(t, sizeof t, "%s", tpath("dw_target"));
+    snprintf(d, sizeof d, "%s_draft", t);
+    ts.layer_scale = ds.layer_scale = 0.02f;
+    CHECK(syn_write(t, &ts) == 0 && syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    link_tokenizer(t);
+    int windows[] = {8, 1};
+    for (int w = 0; w < 2; w++) {
+        dflash_params pp = dflash_default_params();
+        pp.draft_window = windows[w];
+        dflash_model *m = load_pair(t, d, &pp);
+        if (!m) return;
+        char what[64];
+        snprintf(what, sizeof what, "draft window %d", windows[w]);
+        random_lossless(m, 12, 500, n_small < 12 ? n_small : 12, 4, 40, what);
+        dflash_free(m);
+    }
+    dflash_params pp = dflash_default_params();
+    pp.draft_window = -1;
+    CHECK(dflash_load(t, d, &pp) == NULL && strstr(dflash_error(), "draft window -1"), "negative window: %s",
+          dflash_error());
+}
+
 /* gpt-oss (synthesized: window 8 on layers 0 and 2, sinks, biases, 4
  * experts top 2, tied embeddings) with accepting rounds: whole blocks
  * accepted and rolled back across the sliding layers' ring. */
@@ -607,6 +635,7 @@ int main(void) {
     RUN(lossless_qwen35_accepting);
     RUN(lossless_gptoss_random_draft);
     RUN(lossless_gptoss_accepting);
+    RUN(lossless_draft_window);
     RUN(lossless_demo_pair);
     tmpdir_remove();
     CHECK_DONE("test_dflash");

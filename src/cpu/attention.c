@@ -19,7 +19,7 @@ enum { RB = 8, FG = 4, FHD = 256 };
 /* The first key a row with na(t) = na cache keys sees (attention.h: lo(t)),
  * and the row of the Ka/Va buffers key j is at. */
 static inline int row_lo(const at_job *J, int na) {
-    return J->window && J->causal && na > J->window ? na - J->window : 0;
+    return J->window && na > J->window ? na - J->window : 0;
 }
 
 static inline int key_row(const at_job *J, int j) { return J->ring ? j % J->ring : j; }
@@ -701,7 +701,7 @@ void at_run(tp_pool *tp, const at_job *J, int T) {
     }
 #endif
     int keys = J->na + J->nb + (J->causal ? T : 0);
-    if (J->window && J->causal && keys > J->window + T) keys = J->window + T;
+    if (J->window && keys > J->window + T + J->nb) keys = J->window + T + J->nb;
     if ((long)T * J->nh * keys * J->hd < (1L << 16)) fn(&C, 0, jobs);
     else tp_for(tp, jobs, fn, &C);
 }

@@ -4,8 +4,9 @@
  * For query row t and head h (GQA: kv head h / (nh/nkv)):
  *   out = softmax(q . K^T / sqrt(hd)) V over keys Ka[lo(t) .. na(t)) then Kb[0 .. nb),
  *   na(t) = na + t + 1 when causal (the row's own key is already in Ka), else na;
- *   lo(t) = max(0, na(t) - window) for a sliding-window layer (causal only:
- *   the row at position p sees positions p - window + 1 .. p), else 0;
+ *   lo(t) = max(0, na(t) - window) for a sliding-window layer, else 0 (causal:
+ *   the row at position p sees positions p - window + 1 .. p; a draft block:
+ *   every row sees the last `window` context keys and the whole block);
  *   with sinks, one more logit sinks[h] joins each softmax (it has no value:
  *   it only takes probability away from the keys; gpt-oss).
  * Keys are visited in index order in blocks that end at multiples of 64
@@ -35,7 +36,7 @@ typedef struct {
     size_t b_head, b_row;  /* has a_head = n_ctx * hd, a_row = hd (each head's keys */
                            /* contiguous); rows [nb][nkv*hd]: b_head = hd, b_row = nkv*hd */
     const float *sinks;    /* [nh] sink logits, or NULL */
-    int window;            /* keys per row, the row's own included (causal); 0: all */
+    int window;            /* Ka keys per row (causal: the row's own included); 0: all */
     int ring;              /* rows of the Ka/Va ring (key j at row j % ring); 0: key j at row j */
 } at_job;
 

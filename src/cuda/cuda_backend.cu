@@ -616,6 +616,11 @@ static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
+    if (c->is_draft && c->n_sliding_layers) {
+        dfl_seterr("backend cuda: a draft with a sliding window (its layer_types, or --draft-window) is not "
+                   "implemented on the GPU yet; use --backend cpu");
+        return -1;
+    }
     if (c->arch == CFG_GPT_OSS) { /* sinks, sliding windows, biases and its experts: CPU only so far */
         dfl_seterr("backend cuda: gpt-oss is not implemented on the GPU yet; use --backend cpu");
         return -1;
