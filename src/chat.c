@@ -149,14 +149,21 @@ static void py_json(dfl_buf *b, const cJSON *x) {
     }
 }
 
+static int is_harmony(const char *t) {
+    return t && strstr(t, "<|start|>") && strstr(t, "<|channel|>") && strstr(t, "<|message|>");
+}
+
+const char *const *chat_stop_tokens(const char *template_text) {
+    static const char *const harmony[CHAT_MAX_STOP + 1] = {"<|return|>", "<|call|>", NULL};
+    return is_harmony(template_text) ? harmony : NULL;
+}
+
 int chat_detect(const char *template_text) {
     if (!template_text) {
         dfl_seterr("chat_detect: the model has no chat template");
         return -1;
     }
-    if (strstr(template_text, "<|start|>") && strstr(template_text, "<|channel|>") &&
-        strstr(template_text, "<|message|>"))
-        return CHAT_HARMONY;
+    if (is_harmony(template_text)) return CHAT_HARMONY;
     if (strstr(template_text, "<|im_start|>")) return CHAT_QWEN3;
     if (strstr(template_text, "<|start_header_id|>")) return CHAT_LLAMA3;
     dfl_seterr("chat_detect: unknown chat template (not ChatML \"<|im_start|>\", Llama-3 "

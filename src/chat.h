@@ -32,6 +32,13 @@ typedef struct {
     const char *model_identity;   /* NULL = "You are ChatGPT, a large language model trained by OpenAI." */
 } chat_harmony_opts;
 
+/* The texts of the tokens that end a reply in the format of template_text
+ * (NULL or any template: no error is set): for harmony {"<|return|>",
+ * "<|call|>", NULL}, for the others NULL (their eos_token says it). At most
+ * CHAT_MAX_STOP of them. */
+#define CHAT_MAX_STOP 2
+const char *const *chat_stop_tokens(const char *template_text);
+
 /* Which format a model's template text is; -1 + error if none we know. */
 int chat_detect(const char *template_text);
 

@@ -271,6 +271,10 @@ TEST(detect) {
     CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] }}") == CHAT_LLAMA3, "llama3");
     CHECK(chat_detect("{{ messages }}") == -1 && strstr(dfl_lasterr(), "unknown chat template"), "unknown");
     CHECK(chat_detect("{{- '<|start|>' + role + '<|channel|>final<|message|>' }}") == CHAT_HARMONY, "harmony");
+    /* the tokens that end a harmony reply (the engine adds them to the stop ids) */
+    const char *const *st = chat_stop_tokens("<|start|><|channel|><|message|>");
+    CHECK(st && !strcmp(st[0], "<|return|>") && !strcmp(st[1], "<|call|>") && !st[2], "harmony stop tokens");
+    CHECK(!chat_stop_tokens("{{ '<|im_start|>' }}") && !chat_stop_tokens(NULL), "no extra stop tokens for ChatML");
     CHECK(chat_detect(NULL) == -1, "no template");
 }
 
