@@ -25,7 +25,9 @@
 #include <editline/readline.h>
 #endif
 
+#include "chat.h"
 #include "dflash.h"
+#include "reply.h"
 #include "serve.h"
 #include "util.h"
 
@@ -107,7 +109,9 @@ static const char *help_generate =
     "                         token or the context is full)\n"
     "      --chat             wrap the prompt in the model's chat template\n"
     "      --system TEXT      system message (with --chat)\n"
-    "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off)\n"
+    "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off); with\n"
+    "                         gpt-oss (harmony) the model always reasons: stdout gets its\n"
+    "                         final channel only, --think shows the analysis on stderr\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
@@ -501,6 +505,54 @@ static int on_token(void *ud, int32_t id, const char *text, size_t len) {
     return out_write(text, len) != 0; /* stdout failed: stop generating */
 }
 
+/* gpt-oss's harmony answers (--chat on a model whose template is harmony):
+ * the reply goes through rp_new_harmony; stdout gets the final channel only,
+ * stderr the analysis / commentary with --think and a line per tool call. */
+typedef struct {
+    rp_splitter *sp;
+    int show;         /* --think: reasoning to stderr */
+    dfl_buf *keep;    /* chat: the final text, for the history (NULL: none) */
+    int failed;       /* stdout failed */
+    int in_reason;    /* the last thing written to stderr was reasoning without its line end */
+} hm_out;
+
+static int is_harmony(const dflash_model *m) {
+    const char *t = dflash_chat_template(m);
+    return t && chat_stop_tokens(t) != NULL && chat_detect(t) == CHAT_HARMONY;
+}
+
+static void hm_event(void *ud, const rp_event *ev) {
+    hm_out *h = ud;
+    if (h->in_reason && ev->kind != RP_REASONING) fputc('\n', stderr), h->in_reason = 0;
+    if (ev->kind == RP_CONTENT) {
+        if (h->keep && dfl_buf_add(h->keep, ev->text, ev->len) != 0) die("%s", "out of memory");
+        last_out = ev->text[ev->len - 1];
+        if (out_write(ev->text, ev->len) != 0) h->failed = 1;
+    } else if (ev->kind == RP_REASONING) {
+        if (h->show) fwrite(ev->text, 1, ev->len, stderr), h->in_reason = ev->text[ev->len - 1] != '\n';
+    } else if (ev->kind == RP_CALL_BEGIN) {
+        fprintf(stderr, "[tool call %s: ", ev->name);
+    } else if (ev->kind == RP_CALL_ARGS) {
+        fwrite(ev->text, 1, ev->len, stderr);
+    } else {
+        fputs("]\n", stderr);
+    }
+}
+
+static int on_harmony_token(void *ud, int32_t id, const char *text, size_t len) {
+    (void)id;
+    hm_out *h = ud;
+    rp_feed(h->sp, text, len, hm_event, h);
+    return h->failed;
+}
+
+static void hm_finish(hm_out *h) {
+    rp_finish(h->sp, hm_event, h);
+    if (h->in_reason) fputc('\n', stderr), h->in_reason = 0;
+    rp_free(h->sp);
+    h->sp = NULL;
+}
+
 /* --logprobs: the entries of the emitted tokens, in order. */
 typedef struct {
     dflash_logprob *v;
@@ -684,7 +736,13 @@ static int cmd_generate(int argc, char **argv) {
         g.on_logprob = on_logprob;
         g.top_logprobs = o.logprobs;
     }
-    int rc = dflash_generate_text(m, text, &g, on_token, &lps, &st);
+    hm_out hm = {.show = o.think};
+    int harmony = o.chat && is_harmony(m);
+    if (harmony && o.logprobs >= 0) cli_usage_err(o.cmd, "--logprobs is not supported with the harmony (gpt-oss) chat format yet", NULL);
+    if (harmony) hm.sp = rp_new_harmony();
+    int rc = harmony ? dflash_generate_text(m, text, &g, on_harmony_token, &hm, &st)
+                     : dflash_generate_text(m, text, &g, on_token, &lps, &st);
+    if (harmony) hm_finish(&hm);
     free(text);
     free(grammar);
     if (rc == 0 && o.logprobs >= 0) print_logprobs(m, &lps);
@@ -721,6 +779,11 @@ static int on_chat_token(void *ud, int32_t id, const char *text, size_t len) {
     if (dfl_buf_add(ud, text, len) != 0) die("%s", "out of memory");
     if (out_write(text, len) != 0) return 1;
     return chat_interrupted != 0;
+}
+
+/* harmony: the final channel on stdout and into the history (hm_out.keep) */
+static int on_chat_harmony_token(void *ud, int32_t id, const char *text, size_t len) {
+    return on_harmony_token(ud, id, text, len) || chat_interrupted != 0;
 }
 
 /* One line of any length without its line end, malloc'd; NULL at EOF. On a
@@ -783,7 +846,7 @@ static void hist_drop(chat_hist *h, int i, int count) {
 /* The prompt of the history without its `drop` oldest exchanges (user
  * message + answer, after the system message); *n_tok its token count.
  * NULL + error when the tokenizer refuses the text. */
-static char *chat_render(dflash_model *m, const chat_hist *h, int drop, int think, size_t *n_tok) {
+static char *hist_render(dflash_model *m, const chat_hist *h, int drop, int think, size_t *n_tok) {
     int n = h->n - 2 * drop;
     dflash_message *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
     if (!v) die("%s", "out of memory");
@@ -811,11 +874,11 @@ static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
     dflash_get_info(m, &in);
     int pairs = (h->n - h->first - 1) / 2; /* exchanges before the new message */
     size_t n;
-    char *prompt = chat_render(m, h, 0, think, &n);
+    char *prompt = hist_render(m, h, 0, think, &n);
     if (prompt && (long)n + room <= in.n_ctx) return prompt;
     free(prompt);
     if (pairs > 0) { /* does the new message fit with none of the earlier ones? */
-        prompt = chat_render(m, h, pairs, think, &n);
+        prompt = hist_render(m, h, pairs, think, &n);
         free(prompt);
     }
     if (!prompt || (long)n + room > in.n_ctx) {
@@ -828,7 +891,7 @@ static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
         return NULL;
     }
     for (int drop = 1; drop <= pairs; drop++) { /* the fewest oldest exchanges that make room */
-        prompt = chat_render(m, h, drop, think, &n);
+        prompt = hist_render(m, h, drop, think, &n);
         if (prompt && (long)n + room <= in.n_ctx) {
             hist_drop(h, h->first, 2 * drop);
             fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
@@ -849,6 +912,7 @@ static int cmd_chat(int argc, char **argv) {
     dflash_info in;
     dflash_get_info(m, &in);
     int room = g.n_predict < in.n_ctx / 4 ? g.n_predict : in.n_ctx / 4; /* kept free for an answer */
+    int harmony = is_harmony(m);
     chat_hist h = {NULL, NULL, 0, 0, 0};
     if (o.system) hist_add(&h, "system", strdup(o.system));
     h.first = h.n;
@@ -926,7 +990,11 @@ static int cmd_chat(int argc, char **argv) {
         size_t n_answer = 0;
         chat_interrupted = 0;
         chat_answering = 1;
-        int rc = dflash_generate(m, ids, n_ids, &g, on_chat_token, &reply, &answer, &n_answer, &st);
+        hm_out hm = {.show = o.think, .keep = &reply};
+        if (harmony) hm.sp = rp_new_harmony();
+        int rc = harmony ? dflash_generate(m, ids, n_ids, &g, on_chat_harmony_token, &hm, &answer, &n_answer, &st)
+                         : dflash_generate(m, ids, n_ids, &g, on_chat_token, &reply, &answer, &n_answer, &st);
+        if (harmony) hm_finish(&hm);
         chat_answering = 0;
         if (rc != 0) {
             fprintf(stderr, "\n%s: error: %s\n", prog, dflash_error());

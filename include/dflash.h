@@ -134,13 +134,15 @@ typedef struct {
     const char *content;
 } dflash_message;
 
-/* think: -1 = template default, 0 = thinking off (empty think block), 1 = on.
+/* think: -1 = template default, 0 = thinking off (empty think block), 1 = on
+ * (Qwen3; the gpt-oss harmony template has no such switch: it always asks
+ * for reasoning, with its default effort "medium" and today's date).
  * Returns a malloc'd prompt string. */
 DFLASH_API char *dflash_chat_prompt(const dflash_model *m, const dflash_message *msgs, int n,
                                     int add_generation_prompt, int think);
 
-/* The chat template's text as the model carries it (tokenizer_config.json's
- * chat_template, a GGUF's tokenizer.chat_template); NULL without one. Lives
+/* The chat template's text as the model carries it (chat_template.jinja, else
+ * tokenizer_config.json's chat_template; a GGUF's tokenizer.chat_template); NULL without one. Lives
  * as long as the model. */
 DFLASH_API const char *dflash_chat_template(const dflash_model *m);
 

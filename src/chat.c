@@ -27,13 +27,18 @@
  * message "<|start_header_id|>ROLE<|end_header_id|>\n\n" + content with
  * white space trimmed (Python str.strip()) + "<|eot_id|>", and the generation
  * prompt "<|start_header_id|>assistant<|end_header_id|>\n\n". The Llama-3.1
- * template's date/tools system preamble is not reproduced. */
+ * template's date/tools system preamble is not reproduced.
+ *
+ * CHAT_HARMONY is gpt-oss's chat_template.jinja (models/gptoss-tokenizer/,
+ * upstream 2025-08-08) for messages without tools, as chat.h describes it;
+ * every piece below is a literal of that template. */
 #include "chat.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cJSON.h>
 
@@ -144,15 +149,25 @@ static void py_json(dfl_buf *b, const cJSON *x) {
     }
 }
 
+static int is_harmony(const char *t) {
+    return t && strstr(t, "<|start|>") && strstr(t, "<|channel|>") && strstr(t, "<|message|>");
+}
+
+const char *const *chat_stop_tokens(const char *template_text) {
+    static const char *const harmony[CHAT_MAX_STOP + 1] = {"<|return|>", "<|call|>", NULL};
+    return is_harmony(template_text) ? harmony : NULL;
+}
+
 int chat_detect(const char *template_text) {
     if (!template_text) {
         dfl_seterr("chat_detect: the model has no chat template");
         return -1;
     }
+    if (is_harmony(template_text)) return CHAT_HARMONY;
     if (strstr(template_text, "<|im_start|>")) return CHAT_QWEN3;
     if (strstr(template_text, "<|start_header_id|>")) return CHAT_LLAMA3;
-    dfl_seterr("chat_detect: unknown chat template (neither ChatML \"<|im_start|>\" nor Llama-3 "
-               "\"<|start_header_id|>\")");
+    dfl_seterr("chat_detect: unknown chat template (not ChatML \"<|im_start|>\", Llama-3 "
+               "\"<|start_header_id|>\" or harmony \"<|start|>\"/\"<|channel|>\")");
     return -1;
 }
 
@@ -322,8 +337,107 @@ static char *render_llama3(const chat_message *m, int n, int add_generation_prom
     return dfl_buf_take(&b);
 }
 
+static const char HARMONY_IDENTITY[] = "You are ChatGPT, a large language model trained by OpenAI.";
+
+char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts *o, int add_generation_prompt) {
+    if (check_messages(m, n, 0) != 0) return NULL;
+    chat_harmony_opts none = {0};
+    if (!o) o = &none;
+    char today[32];
+    const char *date = o->date;
+    if (!date) { /* strftime_now("%Y-%m-%d"): transformers' datetime.now(), local time */
+        time_t now = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm) || !strftime(today, sizeof today, "%Y-%m-%d", &tm)) {
+            dfl_seterr("chat_render: cannot read today's date");
+            return NULL;
+        }
+        date = today;
+    }
+    int first = is_role(&m[0], "system") || is_role(&m[0], "developer");
+    for (int i = 0; i < n; i++) {
+        const char *r = m[i].role;
+        if (m[i].n_tool_calls > 0 || is_role(&m[i], "tool")) {
+            dfl_seterr("chat_render: message %d (%s): tool calls and tool messages are not supported yet with the "
+                       "harmony (gpt-oss) template", i, r);
+            return NULL;
+        }
+        if (i >= first && (is_role(&m[i], "system") || is_role(&m[i], "developer"))) {
+            dfl_seterr("chat_render: message %d: a %s message after the first message (the harmony template "
+                       "would drop it)", i, r);
+            return NULL;
+        }
+        if (!is_role(&m[i], "system") && !is_role(&m[i], "developer") && !is_role(&m[i], "user") &&
+            !is_role(&m[i], "assistant")) {
+            dfl_seterr("chat_render: message %d: unknown role \"%s\"", i, r);
+            return NULL;
+        }
+        if (is_role(&m[i], "assistant")) {
+            static const char *const tags[] = {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"};
+            for (int k = 0; k < 2; k++) {
+                if (strstr(m[i].content, tags[k]) ||
+                    (m[i].reasoning_content && strstr(m[i].reasoning_content, tags[k]))) {
+                    dfl_seterr("chat_render: message %d (assistant): its %s holds \"%s\"; give the analysis as "
+                               "reasoning_content and the final answer as content", i,
+                               strstr(m[i].content, tags[k]) ? "content" : "reasoning_content", tags[k]);
+                    return NULL;
+                }
+            }
+        }
+    }
+    dfl_buf b = {0};
+    dfl_buf_str(&b, "<|start|>system<|message|>");
+    dfl_buf_str(&b, o->model_identity ? o->model_identity : HARMONY_IDENTITY);
+    dfl_buf_str(&b, "\nKnowledge cutoff: 2024-06\nCurrent date: ");
+    dfl_buf_str(&b, date);
+    dfl_buf_str(&b, "\n\nReasoning: ");
+    dfl_buf_str(&b, o->reasoning_effort ? o->reasoning_effort : "medium");
+    dfl_buf_str(&b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+                    "message.<|end|>");
+    if (first && m[0].content[0]) {
+        dfl_buf_str(&b, "<|start|>developer<|message|># Instructions\n\n");
+        dfl_buf_str(&b, m[0].content);
+        dfl_buf_str(&b, "\n\n<|end|>");
+    }
+    for (int i = first; i < n; i++) {
+        if (is_role(&m[i], "user")) {
+            dfl_buf_str(&b, "<|start|>user<|message|>");
+            dfl_buf_str(&b, m[i].content);
+            dfl_buf_str(&b, "<|end|>");
+        } else if (i == n - 1 && !add_generation_prompt) { /* a training turn: its reasoning, <|return|> */
+            if (m[i].reasoning_content) {
+                dfl_buf_str(&b, "<|start|>assistant<|channel|>analysis<|message|>");
+                dfl_buf_str(&b, m[i].reasoning_content);
+                dfl_buf_str(&b, "<|end|>");
+            }
+            dfl_buf_str(&b, "<|start|>assistant<|channel|>final<|message|>");
+            dfl_buf_str(&b, m[i].content);
+            dfl_buf_str(&b, "<|return|>");
+        } else { /* an earlier answer: the final channel only */
+            dfl_buf_str(&b, "<|start|>assistant<|channel|>final<|message|>");
+            dfl_buf_str(&b, m[i].content);
+            dfl_buf_str(&b, "<|end|>");
+        }
+    }
+    if (add_generation_prompt) dfl_buf_str(&b, "<|start|>assistant");
+    return dfl_buf_take(&b);
+}
+
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
                         int add_generation_prompt, chat_think think) {
+    if (f == CHAT_HARMONY) {
+        if (tools_json) {
+            cJSON *tools = cJSON_Parse(tools_json);
+            int ok = cJSON_IsArray(tools), any = ok && tools->child;
+            cJSON_Delete(tools);
+            if (!ok || any) {
+                dfl_seterr(ok ? "chat_render: tools are not supported yet with the harmony (gpt-oss) template"
+                              : "chat_render: tools must be a JSON array");
+                return NULL;
+            }
+        }
+        return chat_render_harmony(m, n, NULL, add_generation_prompt);
+    }
     if (f != CHAT_QWEN3 && f != CHAT_LLAMA3) {
         dfl_seterr("chat_render: unknown chat format %d", (int)f);
         return NULL;
@@ -365,6 +479,10 @@ char *chat_next_turn(chat_format f, const char *user, chat_think think) {
         dfl_buf_str(&b, user);
         dfl_buf_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
         if (think == CHAT_THINK_OFF) dfl_buf_str(&b, "<think>\n\n</think>\n\n");
+    } else if (f == CHAT_HARMONY) {
+        dfl_buf_str(&b, "<|end|><|start|>user<|message|>");
+        dfl_buf_str(&b, user);
+        dfl_buf_str(&b, "<|end|><|start|>assistant");
     } else if (f == CHAT_LLAMA3) {
         dfl_buf_str(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
         put_span(&b, py_strip(whole(user)));

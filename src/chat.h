@@ -1,8 +1,8 @@
 /* chat.h - chat templates. Prefix: chat_.
  *
- * The Qwen3 ChatML template is implemented directly in C (no Jinja engine);
- * tests compare its output with jinja2 rendering the template from
- * tokenizer_config.json for many message lists. */
+ * The Qwen3 ChatML, Llama-3 and gpt-oss harmony templates are implemented
+ * directly in C (no Jinja engine); tests compare their output with jinja2
+ * rendering the real templates for many message lists. */
 #ifndef DFL_CHAT_H
 #define DFL_CHAT_H
 
@@ -22,7 +22,22 @@ typedef struct {
 
 typedef enum { CHAT_THINK_UNSET = -1, CHAT_THINK_OFF = 0, CHAT_THINK_ON = 1 } chat_think;
 
-typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3 } chat_format;
+typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3, CHAT_HARMONY } chat_format;
+
+/* CHAT_HARMONY (gpt-oss): the fields of the system message its template
+ * writes (the template's kwargs); NULL = the template's default. */
+typedef struct {
+    const char *date;             /* "Current date: "; NULL = today in local time (strftime_now("%Y-%m-%d")) */
+    const char *reasoning_effort; /* "Reasoning: "; NULL = "medium" */
+    const char *model_identity;   /* NULL = "You are ChatGPT, a large language model trained by OpenAI." */
+} chat_harmony_opts;
+
+/* The texts of the tokens that end a reply in the format of template_text
+ * (NULL or any template: no error is set): for harmony {"<|return|>",
+ * "<|call|>", NULL}, for the others NULL (their eos_token says it). At most
+ * CHAT_MAX_STOP of them. */
+#define CHAT_MAX_STOP 2
+const char *const *chat_stop_tokens(const char *template_text);
 
 /* Which format a model's template text is; -1 + error if none we know. */
 int chat_detect(const char *template_text);
@@ -31,6 +46,21 @@ int chat_detect(const char *template_text);
  * (unknown role, for example). */
 char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
                   chat_think think);
+
+/* CHAT_HARMONY with its system message fields (o NULL: all defaults; chat_render
+ * of CHAT_HARMONY is this with NULL). Renders as gpt-oss's chat_template.jinja
+ * does: the system message (identity, "Knowledge cutoff: 2024-06", the date,
+ * "Reasoning: EFFORT", the valid channels), a first "system" or "developer"
+ * message as the developer message ("# Instructions"), user turns, earlier
+ * assistant turns as their final channel only (reasoning dropped), a last
+ * assistant turn without the generation prompt with its reasoning_content as
+ * the analysis channel and <|return|>; the generation prompt is
+ * "<|start|>assistant". Refused (NULL + error): a later system/developer
+ * message (the template drops it silently), "tool" messages, tool_calls and
+ * tools (not implemented yet), and content holding
+ * "<|channel|>analysis<|message|>" or "<|channel|>final<|message|>" (the
+ * template raises). The think switch does not apply. */
+char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts *o, int add_generation_prompt);
 
 /* chat_render with the functions the model may call: tools_json is a JSON
  * array of OpenAI tool objects ({"type": "function", "function": {...}}),
@@ -45,7 +75,9 @@ char *chat_render_tools(chat_format f, const chat_message *m, int n, const char 
 /* The text that follows a generated answer (its tokens as generated, the
  * stop token not included) to close that assistant turn and open the next:
  * the end of the turn, the user message `user` as a user turn, and the
- * generation prompt (CHAT_QWEN3 with CHAT_THINK_OFF: the empty think block).
+ * generation prompt (CHAT_QWEN3 with CHAT_THINK_OFF: the empty think block;
+ * CHAT_HARMONY: "<|end|>", the user turn, "<|start|>assistant": the answer
+ * keeps its analysis message, which a full render drops).
  * prompt + answer + chat_next_turn() is chat_render() of the longer
  * conversation, except that Qwen3's template drops the think block of
  * earlier answers while this keeps what the model read and wrote (with

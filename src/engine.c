@@ -73,9 +73,9 @@ struct dflash_model {
     int verify_len;      /* committed length before the last verify */
     int predict_rows;    /* verify rows projected to logits at a time */
     int n_stop;
-    int32_t stop[CFG_MAX_EOS + 1];
+    int32_t stop[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* config's, tokenizer_config's, the chat format's */
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
-    int32_t draft_extra[CFG_MAX_EOS + 1]; /* these stop ids beyond it */
+    int32_t draft_extra[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* these stop ids beyond it */
     spec_auto ctl;       /* draft length control, kept across calls */
     /* constrained decoding (this call's grammar; NULL: none) */
     gr_grammar *gr;
@@ -797,6 +797,15 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         int dup = 0;
         for (int i = 0; i < m->n_stop; i++) dup |= m->stop[i] == e;
         if (e >= 0 && !dup) m->stop[m->n_stop++] = e;
+        /* the chat format's own ends of a reply (harmony: <|return|> and <|call|>,
+         * which no config lists in full) */
+        const char *const *names = m->tok ? chat_stop_tokens(tok_chat_template(m->tok)) : NULL;
+        for (int k = 0; names && names[k] && k < CHAT_MAX_STOP; k++) {
+            int id = tok_lookup(m->tok, names[k]);
+            dup = id < 0;
+            for (int i = 0; i < m->n_stop; i++) dup |= m->stop[i] == id;
+            if (!dup) m->stop[m->n_stop++] = id;
+        }
     }
 
     m->draft_nx = 0;

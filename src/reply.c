@@ -1,4 +1,5 @@
 /* reply.c - reasoning / content / tool-call splitting of a reply (see reply.h).
+ * Qwen3's format first; gpt-oss's harmony messages at the end (rp_new_harmony).
  *
  * The splitter keeps the text it cannot decide yet in `hold`: the start of a
  * tag that may be "<think>", "</think>", "<tool_call>" or "</tool_call>",
@@ -23,7 +24,7 @@
  * whole block is parsed at its end); ST_ARGS: a streamed call's arguments;
  * ST_TAIL: after them, up to the end tag (dropped); ST_DONE: the call
  * limit was reached, everything is dropped. */
-enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE };
+enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE, ST_H_HEAD, ST_H_BODY };
 
 /* A streamed call's head must lie in its block's first HEAD_MAX bytes (it
  * bounds the rescans of an undecided head). */
@@ -41,6 +42,8 @@ struct rp_splitter {
     int max_calls;    /* 0: no limit */
     int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
+    int harmony;      /* rp_new_harmony: ST_H_HEAD / ST_H_BODY, h_kind the body's */
+    rp_kind h_kind;
     dfl_buf hold;     /* undecided text, oldest first */
     dfl_buf ws;       /* ST_CONTENT: white space held back (dropped before a tool call) */
 };
@@ -440,9 +443,140 @@ static void run(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
     }
 }
 
-void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud) {
-    buf_put(&p->hold, text, len);
-    run(p, 0, emit, ud);
+/* ---- harmony (gpt-oss) ------------------------------------------------------ */
+
+rp_splitter *rp_new_harmony(void) {
+    rp_splitter *p = rp_new(0, 0);
+    p->harmony = 1;
+    p->state = ST_H_HEAD;
+    return p;
 }
 
-void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud) { run(p, 1, emit, ud); }
+static const char H_MESSAGE[] = "<|message|>", H_CHANNEL[] = "<|channel|>", H_START[] = "<|start|>";
+/* what ends a message's body: <|start|> too, for a model that skips <|end|> */
+static const char *const H_ENDS[] = {"<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+enum { H_HEAD_MAX = 512 };
+
+/* Could s[0..n) begin a header ("<|start|>ROLE", "<|channel|>", " to=", "<|message|>")? */
+static int h_header_start(const char *s, size_t n) {
+    static const char *const st[] = {"<|", " to="};
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(st[i]);
+        if (!memcmp(s, st[i], n < k ? n : k)) return 1;
+    }
+    return 0;
+}
+
+/* The word after `key` in the header h[0..n) (up to a space or '<'), or NULL. */
+static char *h_field(const char *h, size_t n, const char *key) {
+    long at = find(h, n, key);
+    if (at < 0) return NULL;
+    size_t a = (size_t)at + strlen(key), b = a;
+    while (b < n && h[b] != ' ' && h[b] != '<') b++;
+    char *w = dfl_malloc(b - a + 1);
+    memcpy(w, h + a, b - a);
+    w[b - a] = 0;
+    return w;
+}
+
+/* The header h[0..n) is complete (<|message|> follows): the body's kind. */
+static void h_header(rp_splitter *p, const char *h, size_t n, rp_emit_fn emit, void *ud) {
+    char *to = h_field(h, n, "to="), *ch = h_field(h, n, H_CHANNEL);
+    if (to && to[0]) {
+        const char *name = strncmp(to, "functions.", 10) == 0 && to[10] ? to + 10 : to;
+        p->h_kind = RP_CALL_ARGS;
+        call_begin(p, name, emit, ud);
+    } else {
+        p->h_kind = !ch || !ch[0] || !strcmp(ch, "final") ? RP_CONTENT : RP_REASONING;
+    }
+    free(to);
+    free(ch);
+}
+
+static void h_body_text(rp_splitter *p, const char *s, size_t n, rp_emit_fn emit, void *ud) {
+    if (p->h_kind == RP_CALL_ARGS) call_args(p, s, n, emit, ud);
+    else emit_text(p->h_kind, s, n, emit, ud);
+}
+
+static void h_body_end(rp_splitter *p, rp_emit_fn emit, void *ud) {
+    if (p->h_kind == RP_CALL_ARGS) {
+        call_end(p, emit, ud);
+        if (p->state == ST_DONE) return;
+    }
+    p->state = ST_H_HEAD;
+}
+
+static void run_harmony(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
+    dfl_buf *h = &p->hold;
+    while (h->n || (final && p->state == ST_H_BODY)) {
+        if (p->state == ST_DONE) {
+            dfl_buf_reset(h);
+            return;
+        }
+        if (p->state == ST_H_HEAD) {
+            int stray = 0; /* an end tag where a header should be (after another one): nothing */
+            for (int i = 0; i < 3 && !stray; i++)
+                if (h->n >= strlen(H_ENDS[i]) && !memcmp(h->s, H_ENDS[i], strlen(H_ENDS[i])))
+                    buf_drop(h, strlen(H_ENDS[i])), stray = 1;
+            if (stray) continue;
+            long k = h_header_start(h->s, h->n) ? find(h->s, h->n, H_MESSAGE) : -1;
+            if (k >= 0 && (size_t)k <= H_HEAD_MAX) {
+                h_header(p, h->s, (size_t)k, emit, ud);
+                buf_drop(h, (size_t)k + strlen(H_MESSAGE));
+                p->state = ST_H_BODY;
+                continue;
+            }
+            if (h_header_start(h->s, h->n) && h->n <= H_HEAD_MAX + strlen(H_MESSAGE)) {
+                if (!final) return; /* the header is still coming */
+                /* the reply ends inside a header: an opened turn ("<|start|>assistant",
+                 * "<|channel|>final") says nothing; any other text is content */
+                int opened = !memcmp(h->s, H_START, h->n < 9 ? h->n : 9) ||
+                             !memcmp(h->s, H_CHANNEL, h->n < 11 ? h->n : 11);
+                if (!opened) emit_text(RP_CONTENT, h->s, h->n, emit, ud);
+                dfl_buf_reset(h);
+                return;
+            }
+            /* not a header: text outside harmony's frame is content up to a message end */
+            p->h_kind = RP_CONTENT;
+            p->state = ST_H_BODY;
+            continue;
+        }
+        /* ST_H_BODY */
+        long end = -1;
+        int which = -1;
+        for (int i = 0; i < 4; i++) {
+            long k = find(h->s, h->n, H_ENDS[i]);
+            if (k >= 0 && (end < 0 || k < end)) end = k, which = i;
+        }
+        if (end >= 0) {
+            h_body_text(p, h->s, (size_t)end, emit, ud);
+            buf_drop(h, (size_t)end + (which == 3 ? 0 : strlen(H_ENDS[which]))); /* <|start|> opens the next */
+            h_body_end(p, emit, ud);
+            continue;
+        }
+        size_t keep = 0;
+        if (!final)
+            for (int i = 0; i < 4; i++) {
+                size_t l = partial_tag(h->s, h->n, H_ENDS[i]);
+                if (l > keep) keep = l;
+            }
+        h_body_text(p, h->s, h->n - keep, emit, ud);
+        buf_drop(h, h->n - keep);
+        if (final) {
+            h_body_end(p, emit, ud);
+            return;
+        }
+        return;
+    }
+}
+
+void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud) {
+    buf_put(&p->hold, text, len);
+    if (p->harmony) run_harmony(p, 0, emit, ud);
+    else run(p, 0, emit, ud);
+}
+
+void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud) {
+    if (p->harmony) run_harmony(p, 1, emit, ud);
+    else run(p, 1, emit, ud);
+}

@@ -53,6 +53,24 @@ typedef struct rp_splitter rp_splitter;
 /* reasoning: split "<think>...</think>" off the start; tools: parse
  * <tool_call> blocks. With neither, content is the text as fed. */
 rp_splitter *rp_new(int reasoning, int tools);
+/* gpt-oss's harmony format instead (chat.h's CHAT_HARMONY). The reply follows
+ * the prompt's "<|start|>assistant" and is a sequence of messages, each a
+ * header, "<|message|>", a body, and an end: "<|end|>", "<|return|>",
+ * "<|call|>" or the next "<|start|>" (the stop tokens <|return|> and
+ * <|call|> are normally not in the text). A header is "<|start|>ROLE"
+ * (not on the first message, whose role the prompt gave), then
+ * "<|channel|>NAME", optionally " to=RECIPIENT" (in the role part or after
+ * the channel) and "<|constrain|>TYPE". The body of
+ *   - a message with a recipient is a tool call: RP_CALL_BEGIN with the
+ *     recipient's name ("functions." dropped), its body as RP_CALL_ARGS;
+ *   - channel "final" (or no channel) is RP_CONTENT;
+ *   - any other channel ("analysis", "commentary") is RP_REASONING.
+ * Text where a header should be that cannot start one (a model that ignores
+ * the format) is content up to the next end; a reply that stops inside a
+ * header drops it when it only opened a turn ("<|start|>...", "<|channel|>...")
+ * and gives it as content otherwise; an end tag where a header should be is
+ * dropped. Headers longer than 512 bytes are content. rp_max_calls applies. */
+rp_splitter *rp_new_harmony(void);
 void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud);
 /* The end of the reply: whatever was held back goes out. */
 void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud);

@@ -25,9 +25,13 @@
  * silent difference): normalizer null or NFC; pre_tokenizer null, ByteLevel,
  * or a Sequence of Split(Regex, behavior Isolated, invert false) and
  * ByteLevel (add_prefix_space false); model BPE without byte_fallback,
- * subword prefix or word suffix; ignore_merges honoured. Added tokens are
- * matched on the raw text whatever their normalized/lstrip/rstrip/single_word
- * flags (all false in Qwen3 and Llama-3 files). */
+ * subword prefix, word suffix or dropout; ignore_merges honoured; decoder
+ * null or ByteLevel. Added tokens are matched on the raw text whatever their
+ * normalized flag; lstrip, rstrip or single_word true is a load error (all
+ * false in the Qwen3, Llama-3 and gpt-oss files). The gpt-oss (o200k_harmony)
+ * file needs nothing more: its case-aware letter classes, optional
+ * contraction suffixes and 1-3 digit groups are PCRE2 syntax as written, it
+ * has no normalizer, and ignore_merges is true. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 
@@ -373,6 +377,11 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
             return -1;
         }
     }
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0) { /* HF then skips merges at random */
+        dfl_seterr("%s: model.dropout %g is not supported (null or 0 only)", path, dropout->valuedouble);
+        return -1;
+    }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
         dfl_seterr("%s: model.byte_fallback is not supported", path);
         return -1;
@@ -404,6 +413,15 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
             dfl_seterr("%s: added_tokens entry without content or id", path);
             return -1;
         }
+        /* these change what the token matches (white space around it, word
+         * boundaries); no file read so far sets them */
+        static const char *const flags[] = {"lstrip", "rstrip", "single_word"};
+        for (int f = 0; f < 3; f++)
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[f]))) {
+                dfl_seterr("%s: added_tokens entry \"%s\" (id %d): %s=true is not supported", path,
+                           c->valuestring, id, flags[f]);
+                return -1;
+            }
         if (id > max_id) max_id = id;
         text_bytes += strlen(c->valuestring);
         t->n_added++;
@@ -551,6 +569,33 @@ static int load_config(tok_tokenizer *t, const char *dir) {
     return 0;
 }
 
+/* DIR/chat_template.jinja, where a model keeps its template in a file of its
+ * own (gpt-oss): when present it is the template, over tokenizer_config.json's
+ * chat_template, as transformers reads them. */
+static int load_template_file(tok_tokenizer *t, const char *dir) {
+    char *path = dfl_path_join(dir, "chat_template.jinja");
+    if (!dfl_file_exists(path)) {
+        free(path);
+        return 0;
+    }
+    size_t len;
+    char *txt = dfl_read_file(path, &len);
+    if (!txt) {
+        free(path);
+        return -1;
+    }
+    if (strlen(txt) != len) {
+        dfl_seterr("%s: the template contains a NUL byte", path);
+        free(txt);
+        free(path);
+        return -1;
+    }
+    free(t->chat_template);
+    t->chat_template = txt;
+    free(path);
+    return 0;
+}
+
 /* normalizer, pre-tokenizer and model of a parsed tokenizer.json */
 static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
     if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path) != 0) return -1;
@@ -565,6 +610,14 @@ static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
         if (parse_pretok(pt, &pat, path) != 0) return -1;
     }
     if (pat && compile_regex(t, pat, path) != 0) return -1;
+    /* decoding is byte-level: a decoder of another kind would give other text */
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    if (dec && !cJSON_IsNull(dec) && !is_type(dec, "ByteLevel")) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(dec, "type");
+        dfl_seterr("%s: unsupported decoder type %s (ByteLevel only)", path,
+                   cJSON_IsString(ty) ? ty->valuestring : "(missing)");
+        return -1;
+    }
     return load_model(t, root, path);
 }
 
@@ -608,7 +661,7 @@ tok_tokenizer *tok_load(const char *dir) {
     if (from_root(t, root, path) != 0) goto fail;
     cJSON_Delete(root);
     root = NULL;
-    if (load_config(t, dir) != 0) goto fail;
+    if (load_config(t, dir) != 0 || load_template_file(t, dir) != 0) goto fail;
     free(path);
     return t;
 fail:

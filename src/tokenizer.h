@@ -16,7 +16,9 @@
 
 typedef struct tok_tokenizer tok_tokenizer;
 
-/* Reads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json.
+/* Reads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json and
+ * DIR/chat_template.jinja (the template, when there, over the config's, as
+ * transformers reads them; gpt-oss ships its template that way).
  * NULL + dfl_seterr() on a missing or malformed file. */
 tok_tokenizer *tok_load(const char *dir);
 void tok_free(tok_tokenizer *t);
@@ -57,7 +59,7 @@ const char *tok_piece(const tok_tokenizer *t, int32_t id, size_t *len);
 /* End of stream: any held-back bytes come out as U+FFFD. */
 size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap);
 
-/* chat_template string from tokenizer_config.json, or NULL. */
+/* The chat template (chat_template.jinja or tokenizer_config.json's), or NULL. */
 const char *tok_chat_template(const tok_tokenizer *t);
 /* eos_token from tokenizer_config.json as an id, or -1. */
 int tok_eos_id(const tok_tokenizer *t);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat.h"
 #include "check.h"
@@ -28,6 +29,7 @@ static void show_diff(const char *got, const char *want) {
 
 TEST(fixture_cases) {
     CHECK(cJSON_GetArraySize(CASES) >= 15, "only %d fixture cases", cJSON_GetArraySize(CASES));
+    int n_harmony = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, CASES) {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
@@ -59,10 +61,22 @@ TEST(fixture_cases) {
         const cJSON *tools = cJSON_GetObjectItem(c, "tools");
         char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
         chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
-        chat_format f = strcmp(fmt, "llama3") == 0 ? CHAT_LLAMA3 : CHAT_QWEN3;
+        chat_format f = !strcmp(fmt, "llama3") ? CHAT_LLAMA3 : !strcmp(fmt, "harmony") ? CHAT_HARMONY : CHAT_QWEN3;
         int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
-        char *got = chat_render_tools(f, m, n, tools_json, agp, th);
+        char *got;
+        if (f == CHAT_HARMONY) { /* the case's date and template kwargs */
+            const cJSON *date = cJSON_GetObjectItem(c, "date"), *eff = cJSON_GetObjectItem(c, "reasoning_effort"),
+                        *ident = cJSON_GetObjectItem(c, "model_identity");
+            chat_harmony_opts ho = {.date = cJSON_IsString(date) ? date->valuestring : NULL,
+                                    .reasoning_effort = cJSON_IsString(eff) ? eff->valuestring : NULL,
+                                    .model_identity = cJSON_IsString(ident) ? ident->valuestring : NULL};
+            CHECK(ho.date != NULL, "%s: harmony case without a date", name);
+            got = tools_json ? NULL : chat_render_harmony(m, n, &ho, agp);
+            n_harmony++;
+        } else {
+            got = chat_render_tools(f, m, n, tools_json, agp, th);
+        }
         free(tools_json);
         CHECK(got != NULL, "%s: %s", name, dfl_lasterr());
         if (got) {
@@ -73,6 +87,106 @@ TEST(fixture_cases) {
         free(got);
         free(m);
     }
+    CHECK(n_harmony >= 15, "only %d harmony cases", n_harmony);
+}
+
+/* gpt-oss (harmony): the prompt spelled out; defaults; next turn; refusals */
+static const char HARMONY_SYS[] =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: 2026-12-04\n\nReasoning: medium\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
+
+TEST(harmony) {
+    chat_message one[] = {{.role = "user", .content = "Hello"}};
+    chat_harmony_opts ho = {.date = "2026-12-04"};
+    char *s = chat_render_harmony(one, 1, &ho, 1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s<|start|>user<|message|>Hello<|end|><|start|>assistant", HARMONY_SYS);
+    CHECK(s && !strcmp(s, want), "one user message: %s", s ? s : dfl_lasterr());
+    free(s);
+    /* chat_render's defaults: today's date in local time */
+    char today[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(today, sizeof today, "%Y-%m-%d", &tm);
+    s = chat_render(CHAT_HARMONY, one, 1, 1, CHAT_THINK_UNSET);
+    char line[64];
+    snprintf(line, sizeof line, "\nCurrent date: %s\n\nReasoning: medium\n", today);
+    CHECK(s && strstr(s, line) && strstr(s, "trained by OpenAI.\n"), "defaults: %s", s ? s : dfl_lasterr());
+    free(s);
+    /* prompt + answer (both channels, as generated) + next turn = the full render, but for
+     * the analysis message, which the full render drops from the earlier answer */
+    chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},
+                        {.role = "assistant", .content = "4."}, {.role = "user", .content = "And 3+3?"}};
+    const char *answer = "<|channel|>analysis<|message|>Add.<|end|><|start|>assistant<|channel|>final<|message|>4.";
+    char *p1 = chat_render_harmony(m, 2, &ho, 1), *nt = chat_next_turn(CHAT_HARMONY, "And 3+3?", CHAT_THINK_OFF);
+    char *full = chat_render_harmony(m, 4, &ho, 1);
+    CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
+    if (p1 && nt && full) {
+        dfl_buf got = {0}, exp = {0};
+        dfl_buf_str(&got, p1), dfl_buf_str(&got, answer), dfl_buf_str(&got, nt);
+        const char *a = strstr(full, "<|start|>assistant<|channel|>final");
+        CHECK(a != NULL, "full render has the earlier answer");
+        if (a) {
+            dfl_buf_add(&exp, full, (size_t)(a - full));
+            dfl_buf_str(&exp, "<|start|>assistant<|channel|>analysis<|message|>Add.<|end|>");
+            dfl_buf_str(&exp, a);
+            CHECK(!strcmp(got.s, exp.s), "harmony next turn:\n%s\n---\n%s", got.s, exp.s);
+        }
+        dfl_buf_free(&got), dfl_buf_free(&exp);
+    }
+    free(p1), free(nt), free(full);
+    /* refused, naming the culprit */
+    chat_message late_sys[] = {{.role = "user", .content = "a"}, {.role = "system", .content = "b"}};
+    CHECK(!chat_render(CHAT_HARMONY, late_sys, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1"),
+          "a later system message: %s", dfl_lasterr());
+    chat_message tool[] = {{.role = "user", .content = "a"}, {.role = "tool", .content = "b"}};
+    CHECK(!chat_render(CHAT_HARMONY, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool"),
+          "a tool message: %s", dfl_lasterr());
+    chat_message bogus[] = {{.role = "narrator", .content = "a"}};
+    CHECK(!chat_render(CHAT_HARMONY, bogus, 1, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "narrator"),
+          "unknown role: %s", dfl_lasterr());
+    chat_message tagged[] = {{.role = "user", .content = "q"},
+                             {.role = "assistant", .content = "x<|channel|>final<|message|>y"}};
+    CHECK(!chat_render(CHAT_HARMONY, tagged, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "<|channel|>final"),
+          "channel tags in content: %s", dfl_lasterr());
+    tagged[1] = (chat_message){.role = "assistant", .content = "y", .reasoning_content = "<|channel|>analysis<|message|>"};
+    CHECK(!chat_render(CHAT_HARMONY, tagged, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "reasoning_content"),
+          "channel tags in reasoning: %s", dfl_lasterr());
+    CHECK(!chat_render_tools(CHAT_HARMONY, one, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
+              strstr(dfl_lasterr(), "tools"),
+          "tools: %s", dfl_lasterr());
+    s = chat_render_tools(CHAT_HARMONY, one, 1, "[]", 1, CHAT_THINK_UNSET);
+    CHECK(s != NULL, "no tools is fine: %s", dfl_lasterr());
+    free(s);
+    chat_tool_call call = {.name = "f", .arguments = "{}"};
+    chat_message calls[] = {{.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+    CHECK(!chat_render(CHAT_HARMONY, calls, 1, 0, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool calls"),
+          "tool_calls: %s", dfl_lasterr());
+}
+
+/* the real gpt-oss template is detected; its prompt tokenizes to the harmony ids */
+TEST(harmony_tokenize) {
+    char *dir = dfl_path_join(ROOT, "models/gptoss-tokenizer");
+    tok_tokenizer *t = tok_load(dir);
+    free(dir);
+    CHECK(t != NULL, "tok_load: %s", dfl_lasterr());
+    if (!t) return;
+    CHECK(chat_detect(tok_chat_template(t)) == CHAT_HARMONY, "detect the gpt-oss template");
+    chat_message one[] = {{.role = "user", .content = "Hello"}};
+    char *s = chat_render(CHAT_HARMONY, one, 1, 1, CHAT_THINK_UNSET);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(s && tok_encode(t, s, strlen(s), &ids, &n) == 0, "encode");
+    /* <|start|> system <|message|> ... <|end|> <|start|> user <|message|> Hello <|end|> <|start|> assistant */
+    static const int32_t tail[] = {200007, 200006, 1428, 200008, 13225, 200007, 200006, 173781};
+    CHECK(n > 20 && ids[0] == 200006 && ids[1] == 17360 && ids[2] == 200008 &&
+              !memcmp(ids + n - 8, tail, sizeof tail),
+          "ids (%zu)", n);
+    free(ids);
+    free(s);
+    tok_free(t);
 }
 
 /* the Qwen3 prompt format the engine relies on, spelled out */
@@ -156,6 +270,11 @@ TEST(detect) {
     CHECK(chat_detect("{{ '<|im_start|>' + message.role }}") == CHAT_QWEN3, "chatml");
     CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] }}") == CHAT_LLAMA3, "llama3");
     CHECK(chat_detect("{{ messages }}") == -1 && strstr(dfl_lasterr(), "unknown chat template"), "unknown");
+    CHECK(chat_detect("{{- '<|start|>' + role + '<|channel|>final<|message|>' }}") == CHAT_HARMONY, "harmony");
+    /* the tokens that end a harmony reply (the engine adds them to the stop ids) */
+    const char *const *st = chat_stop_tokens("<|start|><|channel|><|message|>");
+    CHECK(st && !strcmp(st[0], "<|return|>") && !strcmp(st[1], "<|call|>") && !st[2], "harmony stop tokens");
+    CHECK(!chat_stop_tokens("{{ '<|im_start|>' }}") && !chat_stop_tokens(NULL), "no extra stop tokens for ChatML");
     CHECK(chat_detect(NULL) == -1, "no template");
 }
 
@@ -243,6 +362,8 @@ int main(void) {
     RUN(known_prompts);
     RUN(render_then_tokenize);
     RUN(next_turn);
+    RUN(harmony);
+    RUN(harmony_tokenize);
     RUN(detect);
     RUN(bad_input);
     RUN(growable_buffer);

@@ -140,6 +140,21 @@ if [ -n "${DFLASH_EXAMPLE:-}" ]; then
     expect "examples/simple" 0 "tokens" -- "$DFLASH_EXAMPLE" "$T/tgt" "$T/drf" "What is 2+2?"
 fi
 
+# gpt-oss's harmony format: its chat_template.jinja beside the Qwen3 tokenizer (whose
+# vocabulary spells the harmony tags as text), a grammar makes the model write both
+# channels; stdout gets the final channel only, --think puts the analysis on stderr
+mkdir -p "$T/htok" && cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json \
+    models/gptoss-tokenizer/chat_template.jinja "$T/htok/"
+printf 'root ::= "<|channel|>analysis<|message|>Think " [a-z] "<|end|><|start|>assistant<|channel|>final<|message|>Answer " [a-z]\n' >"$T/h.gbnf"
+expect "harmony: generate --chat" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/htok" --chat -p Hello --grammar "$T/h.gbnf" -n 300 --think
+grep -q '^Answer [a-z]$' "$T/out" && [ "$(wc -l <"$T/out")" -le 1 ] && ok "harmony: stdout is the final channel" ||
+    bad "harmony: stdout is the final channel: $(head -c 200 "$T/out")"
+grep -q '^Think [a-z]$' "$T/err" && ! grep -q 'channel' "$T/err" && ok "harmony: --think shows the analysis on stderr" ||
+    bad "harmony: --think shows the analysis on stderr: $(head -c 200 "$T/err")"
+expect "harmony: without --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/htok" --chat -p Hello --grammar "$T/h.gbnf" -n 300
+grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "harmony: no analysis without --think" ||
+    bad "harmony: no analysis without --think"
+
 # chat: two turns through stdin
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"

@@ -50,10 +50,15 @@ static void on_event(void *ud, const rp_event *ev) {
 
 /* text fed in pieces of `step` bytes (0: all at once) */
 static int max_calls; /* rp_max_calls of the splitters split() makes */
+static int harmony;   /* split() and split_at() make rp_new_harmony() splitters */
+
+static rp_splitter *new_splitter(int reasoning, int tools) {
+    return harmony ? rp_new_harmony() : rp_new(reasoning, tools);
+}
 
 static void split(const char *text, int reasoning, int tools, size_t step, sink *k) {
     memset(k, 0, sizeof *k);
-    rp_splitter *p = rp_new(reasoning, tools);
+    rp_splitter *p = new_splitter(reasoning, tools);
     rp_max_calls(p, max_calls);
     size_t n = strlen(text);
     if (!step) step = n ? n : 1;
@@ -68,7 +73,7 @@ static void split(const char *text, int reasoning, int tools, size_t step, sink 
 /* text cut at the given points (sorted, n_cuts of them) */
 static void split_at(const char *text, int reasoning, int tools, const size_t *cuts, int n_cuts, sink *k) {
     memset(k, 0, sizeof *k);
-    rp_splitter *p = rp_new(reasoning, tools);
+    rp_splitter *p = new_splitter(reasoning, tools);
     rp_max_calls(p, max_calls);
     size_t n = strlen(text), at = 0;
     for (int i = 0; i <= n_cuts; i++) {
@@ -367,6 +372,98 @@ TEST(real_token_pieces) {
     tok_free(t);
 }
 
+/* gpt-oss's harmony messages (rp_new_harmony): the final channel is content,
+ * analysis and commentary reasoning, a message with a recipient a tool call */
+#define A_ "<|channel|>analysis<|message|>"
+#define F_ "<|start|>assistant<|channel|>final<|message|>"
+TEST(harmony_channels) {
+    harmony = 1;
+    const char *t1 = A_ "The user greets.<|end|>" F_ "Hello! How can I help?";
+    expect(t1, 0, 0, "Hello! How can I help?", "The user greets.", "", "rc");
+    every_cut(t1, 0, 0);
+    /* the stop token in the text (ignore_eos), white space kept as written, no final yet */
+    expect(A_ "x\n<|end|>" F_ "\n y <|return|>", 0, 0, "\n y ", "x\n", "", "rc");
+    expect(A_ "only thinking, cut", 0, 0, "", "only thinking, cut", "", "r");
+    expect(A_ "a<|end|><|start|>assistant", 0, 0, "", "a", "", "r"); /* a turn opened, then the end */
+    expect(A_ "a<|end|><|start|>assistant<|channel|>fin", 0, 0, "", "a", "", "r");
+    expect("<|channel|>final<|message|>direct", 0, 0, "direct", "", "", "c");
+    expect("<|channel|>commentary<|message|>I will look it up.<|end|>" F_ "done", 0, 0, "done",
+           "I will look it up.", "", "rc");
+    /* a model that skips <|end|> before the next <|start|> */
+    expect(A_ "a" F_ "b", 0, 0, "b", "a", "", "rc");
+    /* text outside the format is content, up to an end tag */
+    const char *plain = "Plain answer <| not a tag |> with 1 < 2";
+    expect(plain, 0, 0, plain, "", "", "c");
+    every_cut(plain, 0, 0);
+    expect("Plain<|end|>" F_ "more", 0, 0, "Plainmore", "", "", "c");
+    /* a header that never reaches <|message|> within 512 bytes is content */
+    char big[700] = "<|channel|>";
+    memset(big + 11, 'x', 600);
+    big[611] = 0;
+    expect(big, 0, 0, big, "", "", "c");
+    /* "<|message|>" inside a final answer is text */
+    expect(F_ "use <|message|> here", 0, 0, "use <|message|> here", "", "", "c");
+    harmony = 0;
+}
+
+TEST(harmony_tool_calls) {
+    harmony = 1;
+    const char *t = A_ "Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+                    "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
+    expect(t, 0, 0, "", "Need the weather.", "get_weather|{\"city\": \"Paris\"}\n", "rt");
+    every_cut(t, 0, 0);
+    /* the recipient in the role part, the call's stop token not in the text */
+    expect(" to=functions.lookup<|channel|>commentary json<|message|>{}", 0, 0, "", "", "lookup|{}\n", "t");
+    /* a built-in tool keeps its whole name; two calls; the limit */
+    const char *two = "<|channel|>analysis to=browser.search<|message|>{\"q\": 1}<|call|>"
+                      "<|start|>assistant to=functions.f<|channel|>commentary<|message|>[]<|call|>" F_ "ok";
+    expect(two, 0, 0, "ok", "", "browser.search|{\"q\": 1}\nf|[]\n", "ttc");
+    every_cut(two, 0, 0);
+    max_calls = 1;
+    expect(two, 0, 0, "", "", "browser.search|{\"q\": 1}\n", "t");
+    max_calls = 0;
+    harmony = 0;
+}
+
+/* the real gpt-oss tokens, one decode at a time, give the whole text's events */
+TEST(harmony_token_pieces) {
+    const char *env = getenv("DFLASH_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/gptoss-tokenizer", env ? env : ".");
+    tok_tokenizer *t = tok_load(dir);
+    CHECK(t != NULL, "tok_load %s: %s", dir, dfl_lasterr());
+    if (!t) return;
+    harmony = 1;
+    const char *text = A_ "User asks: S\xc3\xa3o Paulo weather. \xf0\x9f\x8c\xa6 Use the tool.<|end|>"
+                       "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                       "{\"city\": \"S\xc3\xa3o Paulo\"}<|call|>" F_ "It is 21 \xc2\xb0" "C in S\xc3\xa3o Paulo.";
+    int32_t *ids;
+    size_t n;
+    CHECK(tok_encode(t, text, strlen(text), &ids, &n) == 0, "encode");
+    sink whole, k;
+    split(text, 0, 0, 0, &whole);
+    memset(&k, 0, sizeof k);
+    rp_splitter *p = rp_new_harmony();
+    size_t cap = tok_max_piece(t);
+    char *buf = dfl_malloc(cap + 1);
+    tok_decoder d = {0};
+    for (size_t i = 0; i <= n; i++) {
+        size_t w = i < n ? tok_decode(t, &d, ids[i], buf, cap) : tok_decode_flush(&d, buf, cap);
+        rp_feed(p, buf, w, on_event, &k);
+    }
+    rp_finish(p, on_event, &k);
+    rp_free(p);
+    free(buf);
+    free(ids);
+    CHECK(same_sink(&whole, &k), "token pieces: calls '%s' content '%s' reasoning '%s'", k.calls, k.content,
+          k.reasoning);
+    CHECK(!strcmp(whole.content, "It is 21 \xc2\xb0" "C in S\xc3\xa3o Paulo.") &&
+              !strcmp(whole.calls, "get_weather|{\"city\": \"S\xc3\xa3o Paulo\"}\n") && !strcmp(whole.order, "rtc"),
+          "content '%s' calls '%s' order '%s'", whole.content, whole.calls, whole.order);
+    harmony = 0;
+    tok_free(t);
+}
+
 int main(void) {
     RUN(plain_text_passes_through);
     RUN(one_call);
@@ -378,5 +475,8 @@ int main(void) {
     RUN(real_token_pieces);
     RUN(reasoning);
     RUN(parse_call_direct);
+    RUN(harmony_channels);
+    RUN(harmony_tool_calls);
+    RUN(harmony_token_pieces);
     CHECK_DONE("test_reply");
 }

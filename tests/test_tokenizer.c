@@ -1,4 +1,4 @@
-/* test_tokenizer.c - the Qwen3 tokenizer against reference ids.
+/* test_tokenizer.c - the Qwen3 and gpt-oss tokenizers against reference ids.
  *
  * Reference ids come from @lenml/tokenizers 3.7.2 (tools/reference/tokenizer_ref.mjs)
  * and, for the characters where that JS port differs from HF tokenizers, from
@@ -592,6 +592,50 @@ TEST(bad_files) {
               dfl_lasterr());
         tok_free(t);
     }
+    /* what tokenizer.c does not implement is refused, naming the field */
+    static const struct {
+        const char *text, *names;
+    } refused[] = {
+        {"{\"added_tokens\":[{\"id\":1,\"content\":\"<x>\",\"lstrip\":true}],\"model\":{\"type\":\"BPE\","
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "lstrip"},
+        {"{\"added_tokens\":[{\"id\":1,\"content\":\"<x>\",\"single_word\":true}],\"model\":{\"type\":\"BPE\","
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "single_word"},
+        {"{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{\"a\":0},\"merges\":[]}}", "model.dropout"},
+        {"{\"decoder\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         "decoder type Metaspace"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        write_file(tj, refused[i].text, strlen(refused[i].text));
+        t = tok_load(dir);
+        CHECK(t == NULL && strstr(dfl_lasterr(), tj) && strstr(dfl_lasterr(), refused[i].names),
+              "%s: loaded or error \"%s\"", refused[i].names, t ? "" : dfl_lasterr());
+        tok_free(t);
+    }
+    /* chat_template.jinja, when there, is the template (over the config's) */
+    {
+        const char *mini = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}";
+        char *tf = dfl_path_join(dir, "chat_template.jinja");
+        write_file(tj, mini, strlen(mini));
+        write_file(tc, "{\"chat_template\": \"from config\"}", 32);
+        write_file(tf, "from file\n", 10);
+        t = tok_load(dir);
+        CHECK(t && tok_chat_template(t) && !strcmp(tok_chat_template(t), "from file\n"), "chat_template.jinja: %s",
+              t ? tok_chat_template(t) : dfl_lasterr());
+        tok_free(t);
+        unlink(tf);
+        t = tok_load(dir);
+        CHECK(t && tok_chat_template(t) && !strcmp(tok_chat_template(t), "from config"), "config template: %s",
+              t ? "" : dfl_lasterr());
+        tok_free(t);
+        write_file(tf, "a\0b", 3);
+        t = tok_load(dir);
+        CHECK(t == NULL && strstr(dfl_lasterr(), "chat_template.jinja") && strstr(dfl_lasterr(), "NUL"),
+              "template with a NUL byte: %s", t ? "loaded" : dfl_lasterr());
+        tok_free(t);
+        unlink(tf);
+        unlink(tc);
+        free(tf);
+    }
     if (real) { /* the real file cut short at a few places */
         size_t cuts[] = {1, 1000, len / 2, len - 2};
         for (size_t i = 0; i < 4; i++) {
@@ -818,6 +862,121 @@ TEST(qwen35_pretokenizer) {
     free(novr);
 }
 
+/* ---- gpt-oss (o200k_harmony): models/gptoss-tokenizer ------------------
+ * No normalizer, a case-aware regex with 1-3 digit groups, ignore_merges,
+ * the harmony special tokens. Reference: @lenml/tokenizers 3.7.2 on the same
+ * files (tests/fixtures/tokenizer/ids-gptoss.txt.xz for the corpus; the
+ * strings below from the same run, tools/reference/tokenizer_ref.mjs). */
+static tok_tokenizer *GPTOSS;
+
+TEST(gptoss_load) {
+    CHECK(GPTOSS != NULL, "tok_load models/gptoss-tokenizer: %s", dfl_lasterr());
+    if (!GPTOSS) return;
+    CHECK(tok_n_vocab(GPTOSS) == 200019, "n_vocab %d", tok_n_vocab(GPTOSS));
+    CHECK(tok_eos_id(GPTOSS) == 200002, "eos %d (<|return|>)", tok_eos_id(GPTOSS));
+    /* the template comes from chat_template.jinja (tokenizer_config.json has none) */
+    const char *ct = tok_chat_template(GPTOSS);
+    CHECK(ct && strlen(ct) == 16738 && strstr(ct, "<|start|>system<|message|>"), "chat template");
+    static const struct { const char *s; int id; } sp[] = {
+        {"<|startoftext|>", 199998}, {"<|endoftext|>", 199999}, {"<|reserved_200000|>", 200000},
+        {"<|return|>", 200002},      {"<|constrain|>", 200003}, {"<|channel|>", 200005},
+        {"<|start|>", 200006},       {"<|end|>", 200007},       {"<|message|>", 200008},
+        {"<|call|>", 200012},        {"<|reserved_200017|>", 200017}, {"<|endofprompt|>", 200018},
+    };
+    tok_tokenizer *keep = T;
+    T = GPTOSS;
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        size_t n;
+        int32_t *ids = enc(sp[i].s, strlen(sp[i].s), &n);
+        CHECK(ids && n == 1 && ids[0] == sp[i].id, "encode %s", sp[i].s);
+        CHECK(tok_lookup(GPTOSS, sp[i].s) == sp[i].id, "lookup %s", sp[i].s);
+        size_t m;
+        char *back = ids ? decode_all(ids, n, &m) : NULL;
+        CHECK(back && m == strlen(sp[i].s) && !memcmp(back, sp[i].s, m), "decode %d", sp[i].id);
+        free(back);
+        free(ids);
+    }
+    T = keep;
+}
+
+TEST(gptoss_cases) {
+    if (!GPTOSS) return;
+    tok_tokenizer *keep = T;
+    T = GPTOSS;
+    CHECK_IDS("Hello world", 13225, 2375);
+    CHECK_IDS("CamelCaseWord", 137910, 6187, 12929);               /* upper-case letters open a word */
+    CHECK_IDS("HTTPServer", 17893, 6444);
+    CHECK_IDS("don't DON'T Don'T", 91418, 153384, 6070, 51532);     /* contractions join the word */
+    CHECK_IDS("'S'T'RE'VE'M'LL'D", 31233, 51532, 6, 1099, 6, 19511, 95346, 6, 7454, 78685);
+    CHECK_IDS("1234567", 7633, 19354, 22);                          /* digits in groups of 3 */
+    CHECK_IDS("x1234567y", 87, 7633, 19354, 22, 88);
+    CHECK_IDS("hello\r\n\r\nworld", 24912, 1414, 24169);
+    CHECK_IDS("a  \n\n  b", 64, 11691, 220, 287);
+    CHECK_IDS("foo//bar\n/", 16660, 393, 2990, 198, 14);
+    CHECK_IDS(" !!!\n\n", 77623);
+    CHECK_IDS("e\xcc\x81", 68, 13430);                               /* no NFC: e + U+0301 stays */
+    CHECK_IDS("\xc7\x85ungla \xc7\x88" "ab", 131, 227, 988, 1675, 220, 131, 230, 378); /* titlecase Lt */
+    CHECK_IDS("<|start|>assistant<|channel|>final<|message|>Hi<|return|>", 200006, 173781, 200005, 17196,
+              200008, 12194, 200002);
+    CHECK_IDS("<|reserved_200000|><|endofprompt|>", 200000, 200018);
+    T = keep;
+}
+
+TEST(gptoss_corpus) {
+    if (!GPTOSS) return;
+    size_t nt;
+    char *fx = root_path("tests/fixtures/tokenizer/ids-gptoss.txt.xz"), *lines = read_xz(fx, &nt);
+    free(fx);
+    CHECK(lines != NULL, "ids-gptoss.txt.xz missing");
+    if (!lines || C.ndocs == 0) {
+        free(lines);
+        return;
+    }
+    int32_t **want = dfl_calloc((size_t)C.ndocs, sizeof *want);
+    size_t *nwant = dfl_calloc((size_t)C.ndocs, sizeof *nwant);
+    int nl = 0;
+    for (char *s = lines; *s && nl < C.ndocs; nl++) {
+        char *e = strchr(s, '\n');
+        if (e) *e = 0;
+        want[nl] = parse_ids(s, &nwant[nl]);
+        s = e ? e + 1 : s + strlen(s);
+    }
+    free(lines);
+    CHECK(nl == C.ndocs, "ids-gptoss.txt.xz has %d lines for %d documents", nl, C.ndocs);
+    /* the fixture is not Qwen3's: most documents differ */
+    int same = 0;
+    for (int d = 0; d < C.ndocs; d++) same += ids_equal(want[d], nwant[d], C.ids[d], C.nids[d]);
+    CHECK(same < C.ndocs / 10, "%d documents have Qwen3's ids", same);
+    tok_tokenizer *keep = T;
+    T = GPTOSS;
+    if (nl == C.ndocs) corpus_check(want, nwant);
+    /* decode(encode(x)) == x exactly (no normalizer), streamed chunks whole UTF-8 */
+    int bad = 0, partial = 0;
+    size_t cap = tok_max_piece(T);
+    char *buf = dfl_malloc(cap);
+    for (int d = 0; d < C.ndocs; d++) {
+        size_t n, m;
+        int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        char *txt = decode_all(ids, n, &m);
+        if (m != C.len[d] || memcmp(txt, C.doc[d], m)) {
+            if (bad++ < 3) fprintf(stderr, "  doc %d: round trip differs\n", d);
+        }
+        tok_decoder dec = {0};
+        for (size_t i = 0; i < n; i++)
+            if (dfl_utf8_invalid_at(buf, tok_decode(T, &dec, ids[i], buf, cap)) >= 0) partial++;
+        if (dec.npend) partial++;
+        free(txt);
+        free(ids);
+    }
+    free(buf);
+    CHECK(bad == 0, "%d documents do not round-trip", bad);
+    CHECK(partial == 0, "%d streamed chunks held a partial character", partial);
+    T = keep;
+    for (int d = 0; d < C.ndocs; d++) free(want[d]);
+    free(want);
+    free(nwant);
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -860,6 +1019,13 @@ int main(void) {
     RUN(gguf_load);
     RUN(gguf_same_ids);
     RUN(qwen35_pretokenizer);
+    char *gdir = root_path("models/gptoss-tokenizer");
+    GPTOSS = tok_load(gdir);
+    free(gdir);
+    RUN(gptoss_load);
+    RUN(gptoss_cases);
+    RUN(gptoss_corpus);
+    tok_free(GPTOSS);
     unlink(GGUF_PATH);
     tmpdir_remove();
     tok_free(T);

@@ -1,6 +1,8 @@
 /* fuzz_reply.c - the reply splitter (src/reply.c) on arbitrary model text.
  * Byte 0: bit 0 reasoning, bit 1 tools, bit 2 at most one call
- * (rp_max_calls 1), the other bits seed the piece sizes; the rest is the
+ * (rp_max_calls 1), bit 7 gpt-oss's harmony splitter (rp_new_harmony; bits
+ * 0 and 1 then do nothing, and a call's arguments are its message body, which
+ * may be empty or not start with "{"), bits 3-6 seed the piece sizes; the rest is the
  * reply. Oracle: no crash or sanitizer report; the reply fed whole and fed
  * in pieces gives the same content, reasoning and tool calls; events come
  * as BEGIN, ARGS..., END per call, indices 0, 1, ..., nothing else inside a
@@ -23,6 +25,7 @@ typedef struct {
     int n_calls, in_call;
     const char *reply;
     size_t reply_n;
+    int harmony;
 } fz_sink;
 
 static void fz_put(fz_buf *b, const char *s, size_t n) {
@@ -58,16 +61,20 @@ static void on_event(void *ud, const rp_event *ev) {
     } else {
         if (ev->index != k->n_calls - 1) abort();
         k->in_call = 0;
-        if (!k->args.n || k->args.s[0] != '{' || !has_piece(k->reply, k->reply_n, k->args.s, k->args.n)) abort();
+        if (k->harmony ? k->args.n && !has_piece(k->reply, k->reply_n, k->args.s, k->args.n)
+                       : !k->args.n || k->args.s[0] != '{' || !has_piece(k->reply, k->reply_n, k->args.s, k->args.n))
+            abort();
         fz_put(&k->calls, "\x02", 1);
     }
 }
 
-static void run(const char *s, size_t n, int reasoning, int tools, int one_call, unsigned seed, fz_sink *k) {
+static void run(const char *s, size_t n, int reasoning, int tools, int one_call, int harmony, unsigned seed,
+                fz_sink *k) {
     memset(k, 0, sizeof *k);
     k->reply = s;
     k->reply_n = n;
-    rp_splitter *p = rp_new(reasoning, tools);
+    k->harmony = harmony;
+    rp_splitter *p = harmony ? rp_new_harmony() : rp_new(reasoning, tools);
     rp_max_calls(p, one_call);
     for (size_t i = 0; i < n;) {
         size_t step = seed ? 1 + (seed = seed * 1103515245u + 12345u) % 7 : n;
@@ -93,16 +100,17 @@ static void fz_free(fz_sink *k) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int reasoning = data[0] & 1, tools = (data[0] >> 1) & 1, one_call = (data[0] >> 2) & 1;
-    unsigned seed = (data[0] >> 3) | 1u;
+    int harmony = data[0] >> 7;
+    unsigned seed = ((data[0] >> 3) & 15) | 1u;
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     fz_sink whole, pieces;
-    run(s, n, reasoning, tools, one_call, 0, &whole);
-    run(s, n, reasoning, tools, one_call, seed, &pieces);
+    run(s, n, reasoning, tools, one_call, harmony, 0, &whole);
+    run(s, n, reasoning, tools, one_call, harmony, seed, &pieces);
     if (!same(&whole.content, &pieces.content) || !same(&whole.reasoning, &pieces.reasoning) ||
         !same(&whole.calls, &pieces.calls) || whole.n_calls != pieces.n_calls)
         abort();
-    if (!reasoning && !tools && (whole.content.n != n || (n && memcmp(whole.content.s, s, n)))) abort();
+    if (!harmony && !reasoning && !tools && (whole.content.n != n || (n && memcmp(whole.content.s, s, n)))) abort();
     if (whole.content.n + whole.reasoning.n > n) abort(); /* nothing is made up */
     fz_free(&whole);
     fz_free(&pieces);

@@ -238,5 +238,8 @@ int main(void) {
     put("chat", "chat1", chat1, sizeof chat1 - 1, NULL, 0, NULL, 0);
     put("chat", "chat2", chat2, sizeof chat2 - 1, NULL, 0, NULL, 0);
     put("chat", "chat3", chat3, sizeof chat3 - 1, NULL, 0, NULL, 0);
+    /* harmony (bit 7): system, user, assistant with reasoning, user, generation prompt */
+    static const char chat4[] = "\x82\x00" "Be brief.\x1e\x01What is 2+2?\x1e\x02" "4.\x1f" "Add them.\x1e\x01" "And 3+3?";
+    put("chat", "harmony0", chat4, sizeof chat4 - 1, NULL, 0, NULL, 0);
     return 0;
 }

@@ -4,6 +4,7 @@
 Run from the repository root with Debian's Python (python3-jinja2):
     /usr/bin/python3 tools/reference/chat_ref.py
 The Qwen3 template is read from models/qwen3-tokenizer/tokenizer_config.json
+(gpt-oss's from models/gptoss-tokenizer/chat_template.jinja, HARMONY_CASES below)
 and rendered the way transformers' apply_chat_template does: an
 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
 loopcontrols extension, a raise_exception global and a tojson filter; the
@@ -14,6 +15,7 @@ optional enable_thinking,
 expected (the rendered text). tests/test_chat.c renders each with
 chat_render() and compares.
 """
+import datetime
 import hashlib
 import json
 import os
@@ -171,6 +173,55 @@ LLAMA_CASES = [
 ]
 
 
+# gpt-oss (harmony): models/gptoss-tokenizer/chat_template.jinja. Each case: name, messages,
+# add_generation_prompt, template kwargs (reasoning_effort, model_identity). "Current date"
+# comes from strftime_now, which transformers defines as datetime.now().strftime; here it
+# formats the case's fixed date (HARMONY_DATE unless the case gives one), which the fixture
+# records as "date". reasoning_content is passed to the template as "thinking", the field it reads.
+HARMONY_DATE = "2026-12-04"
+
+HARMONY_CASES = [
+    ("harmony_user_gen", [U("Hello")], True, {}),
+    ("harmony_user_nogen", [U("Hello")], False, {}),
+    ("harmony_system_user", [S("You are terse."), U("Hi")], True, {}),
+    ("harmony_developer_user", [{"role": "developer", "content": "Answer in French."}, U("Hi")], True, {}),
+    ("harmony_empty_system", [S(""), U("Hi")], True, {}),
+    ("harmony_effort_high", [U("Prove it.")], True, {"reasoning_effort": "high"}),
+    ("harmony_effort_low_identity", [S("sys"), U("q")], True,
+     {"reasoning_effort": "low", "model_identity": "You are a tiny test model."}),
+    ("harmony_other_date", [U("What day is it?")], True, {"date": "1999-12-31"}),
+    ("harmony_multi_turn", [S("Be brief."), U("What is 2+2?"), A("4.", "Simple sum."), U("And 3+3?")], True, {}),
+    ("harmony_train_final_with_thinking", [U("q"), A("answer", "my analysis")], False, {}),
+    ("harmony_train_final_empty_thinking", [U("q"), A("answer", "")], False, {}),
+    ("harmony_train_final_no_thinking", [U("q"), A("answer")], False, {}),
+    ("harmony_train_multi", [U("q1"), A("a1", "r1"), U("q2"), A("a2", "r2")], False, {}),
+    ("harmony_assistant_last_gen", [U("q"), A("partial", "r")], True, {}),
+    ("harmony_only_system", [S("only a system message")], True, {}),
+    ("harmony_assistant_first", [A("I start."), U("ok")], True, {}),
+    ("harmony_unicode", [S(UNI), U(UNI + "\n\n"), A(UNI, UNI), U("<|start|>user<|message|>x<|end|>")], True, {}),
+    ("harmony_long", [S("s")] + [m for i in range(5) for m in (U("u%d" % i), A("a%d" % i, "t%d" % i))], True, {}),
+]
+
+
+def harmony_render(tmpl, msgs, agp, kw):
+    date = kw.get("date", HARMONY_DATE)
+    env = environment()
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.strptime(date, "%Y-%m-%d").strftime(fmt)
+    t = env.from_string(tmpl)
+    jm = []
+    for m in msgs:
+        m = dict(m)
+        if "reasoning_content" in m:
+            m["thinking"] = m.pop("reasoning_content")
+        jm.append(m)
+    args = dict(messages=jm, add_generation_prompt=agp, bos_token="<|startoftext|>", eos_token="<|return|>",
+                pad_token="<|endoftext|>")
+    for k in ("reasoning_effort", "model_identity"):
+        if k in kw:
+            args[k] = kw[k]
+    return t.render(**args)
+
+
 def main():
     cfg = json.load(open(os.path.join(ROOT, "models/qwen3-tokenizer/tokenizer_config.json")))
     qwen = environment().from_string(cfg["chat_template"])
@@ -195,9 +246,19 @@ def main():
              "expected": llama.render(messages=msgs, add_generation_prompt=agp,
                                       bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")}
         cases.append(c)
+    htmpl = open(os.path.join(ROOT, "models/gptoss-tokenizer/chat_template.jinja"), encoding="utf-8").read()
+    for name, msgs, agp, kw in HARMONY_CASES:
+        c = {"name": name, "format": "harmony", "messages": msgs, "add_generation_prompt": agp,
+             "date": kw.get("date", HARMONY_DATE)}
+        for k in ("reasoning_effort", "model_identity"):
+            if k in kw:
+                c[k] = kw[k]
+        c["expected"] = harmony_render(htmpl, msgs, agp, kw)
+        cases.append(c)
     doc = {
         "generator": "tools/reference/chat_ref.py (jinja2 %s)" % jinja2.__version__,
         "qwen3_template_sha256": hashlib.sha256(cfg["chat_template"].encode()).hexdigest(),
+        "harmony_template_sha256": hashlib.sha256(htmpl.encode()).hexdigest(),
         "cases": cases,
     }
     os.makedirs(os.path.dirname(OUT), exist_ok=True)

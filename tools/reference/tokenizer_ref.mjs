@@ -5,9 +5,9 @@
 //     mkdir -p /tmp/tokref && (cd /tmp/tokref && npm install @lenml/tokenizers@3.7.2)
 //     TOKREF=/tmp/tokref node tools/reference/tokenizer_ref.mjs            # from the repo root
 // Reads the corpus (documents as "#<nbytes>\n<bytes>") and models/qwen3-tokenizer/,
-// writes tests/fixtures/tokenizer/ids.txt.xz: one line per document, the ids
+// writes tests/fixtures/tokenizer/ids.txt.xz (or OUT.xz): one line per document, the ids
 // of tok.encode(doc, {add_special_tokens: false}) separated by spaces.
-// Optional arguments: CORPUS.xz OUT.xz TOKENIZER_DIR.
+// Optional arguments: CORPUS.xz OUT.xz TOKENIZER_DIR (gpt-oss: ... ids-gptoss.txt.xz models/gptoss-tokenizer).
 import { createRequire } from "node:module";
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
