@@ -277,6 +277,31 @@ static int parse_moe(cfg_model *c, const cJSON *root, const moe_defaults *d) {
     return 0;
 }
 
+/* layer_types LT (a list of n_layers strings, each "full_attention" or ALT)
+ * into flag[l] = (entry l is ALT), *count = how many are; -1 + error naming
+ * the entry otherwise. */
+static int layer_types(const cJSON *lt, int n_layers, const char *alt, unsigned char *flag, int *count) {
+    int n = 0;
+    *count = 0;
+    if (!cJSON_IsArray(lt)) {
+        dfl_seterr("%s: layer_types must be a list", cur_path);
+        return -1;
+    }
+    for (const cJSON *e = lt->child; e; e = e->next, n++) {
+        int is_alt = cJSON_IsString(e) && !strcmp(e->valuestring, alt);
+        if (!is_alt && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
+            dfl_seterr("%s: layer_types[%d] must be \"%s\" or \"full_attention\"", cur_path, n, alt);
+            return -1;
+        }
+        if (n < n_layers) flag[n] = (unsigned char)is_alt, *count += is_alt;
+    }
+    if (n != n_layers) {
+        dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, n_layers);
+        return -1;
+    }
+    return 0;
+}
+
 /* Qwen3-Next's experts: qwen3_moe's fields (parse_moe) with Qwen3NextConfig's
  * defaults, and in every expert layer a shared expert of
  * shared_expert_intermediate_size (default 512) with its sigmoid gate. */
@@ -405,24 +430,8 @@ static int parse_qwen35(cfg_model *c, const cJSON *root) {
     c->rot_dim = (int)rd;
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && !cJSON_IsNull(lt)) {
-        int n = 0;
-        if (!cJSON_IsArray(lt)) {
-            dfl_seterr("%s: layer_types must be a list", cur_path);
-            return -1;
-        }
-        for (const cJSON *e = lt->child; e; e = e->next, n++) {
-            int lin = cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention");
-            int full = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
-            if (!lin && !full) {
-                dfl_seterr("%s: layer_types[%d] must be \"linear_attention\" or \"full_attention\"", cur_path, n);
-                return -1;
-            }
-            if (n < c->n_layers) c->linear_layer[n] = (unsigned char)lin;
-        }
-        if (n != c->n_layers) {
-            dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
-            return -1;
-        }
+        int cnt;
+        if (layer_types(lt, c->n_layers, "linear_attention", c->linear_layer, &cnt)) return -1;
     } else {
         int iv;
         if (get_int(root, "full_attention_interval", &iv, 0, 4)) return -1;
@@ -471,27 +480,9 @@ static int parse_gpt_oss(cfg_model *c, const cJSON *root) {
     for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
     c->n_moe_layers = c->n_layers;
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        int n = 0;
-        if (!cJSON_IsArray(lt)) {
-            dfl_seterr("%s: layer_types must be a list", cur_path);
-            return -1;
-        }
-        for (const cJSON *e = lt->child; e; e = e->next, n++) {
-            int sl = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
-            if (!sl && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
-                dfl_seterr("%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", cur_path, n);
-                return -1;
-            }
-            if (n < c->n_layers) c->sliding_layer[n] = (unsigned char)sl;
-        }
-        if (n != c->n_layers) {
-            dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
-            return -1;
-        }
-    } else {
-        for (int l = 0; l < c->n_layers; l++) c->sliding_layer[l] = l % 2 == 0;
-    }
+    if (lt && !cJSON_IsNull(lt)) return layer_types(lt, c->n_layers, "sliding_attention", c->sliding_layer,
+                                                    &c->n_sliding_layers);
+    for (int l = 0; l < c->n_layers; l++) c->sliding_layer[l] = l % 2 == 0;
     for (int l = 0; l < c->n_layers; l++) c->n_sliding_layers += c->sliding_layer[l];
     return 0;
 }
@@ -505,24 +496,7 @@ static int parse_gpt_oss(cfg_model *c, const cJSON *root) {
 static int parse_draft_window(cfg_model *c, const cJSON *root) {
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (!lt || cJSON_IsNull(lt)) return 0;
-    int n = 0;
-    if (!cJSON_IsArray(lt)) {
-        dfl_seterr("%s: layer_types must be a list", cur_path);
-        return -1;
-    }
-    for (const cJSON *e = lt->child; e; e = e->next, n++) {
-        int sl = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
-        if (!sl && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
-            dfl_seterr("%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", cur_path, n);
-            return -1;
-        }
-        if (n < c->n_layers) c->sliding_layer[n] = (unsigned char)sl;
-        c->n_sliding_layers += sl && n < c->n_layers;
-    }
-    if (n != c->n_layers) {
-        dfl_seterr("%s: layer_types has %d entries for %d layers (num_hidden_layers)", cur_path, n, c->n_layers);
-        return -1;
-    }
+    if (layer_types(lt, c->n_layers, "sliding_attention", c->sliding_layer, &c->n_sliding_layers)) return -1;
     if (!c->n_sliding_layers) return 0;
     if (get_int(root, "sliding_window", &c->window, 1, 0)) return -1;
     if (c->window < 1 || c->window > CFG_MAX_POS) {

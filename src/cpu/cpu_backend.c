@@ -217,11 +217,9 @@ static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
 /* One row's routing: p = softmax(l[E]) in f32 (in place), sel[k] = the k
  * largest p, largest first (ties: the lower index), w[k] their p, divided
  * by their sum (in rank order) when norm. Depends on this row alone. */
-static void route(float *l, int E, int k, int norm, int *sel, float *w) {
-    float mx = l[0], sum = 0.0f;
-    for (int i = 1; i < E; i++) mx = l[i] > mx ? l[i] : mx;
-    for (int i = 0; i < E; i++) sum += l[i] = expf(l[i] - mx);
-    for (int i = 0; i < E; i++) l[i] /= sum;
+/* sel[k] = the indices of the k largest of l[E], largest first (ties: the
+ * lower index) */
+static void top_k(const float *l, int E, int k, int *sel) {
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int i = 0; i < E; i++) {
@@ -230,8 +228,16 @@ static void route(float *l, int E, int k, int norm, int *sel, float *w) {
             if (!taken && (best < 0 || l[i] > l[best])) best = i;
         }
         sel[j] = best;
-        w[j] = l[best];
     }
+}
+
+static void route(float *l, int E, int k, int norm, int *sel, float *w) {
+    float mx = l[0], sum = 0.0f;
+    for (int i = 1; i < E; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < E; i++) sum += l[i] = expf(l[i] - mx);
+    for (int i = 0; i < E; i++) l[i] /= sum;
+    top_k(l, E, k, sel);
+    for (int j = 0; j < k; j++) w[j] = l[sel[j]];
     if (norm) {
         float t = 0.0f;
         for (int j = 0; j < k; j++) t += w[j];
@@ -243,15 +249,7 @@ static void route(float *l, int E, int k, int norm, int *sel, float *w) {
  * = the k largest logits, largest first (ties: the lower index), w[k] =
  * softmax over those k logits (max subtracted, sums in rank order). */
 static void route_topk_softmax(const float *l, int E, int k, int *sel, float *w) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < E; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= sel[q] == i;
-            if (!taken && (best < 0 || l[i] > l[best])) best = i;
-        }
-        sel[j] = best;
-    }
+    top_k(l, E, k, sel);
     float mx = l[sel[0]], sum = 0.0f;
     for (int j = 0; j < k; j++) sum += w[j] = expf(l[sel[j]] - mx);
     for (int j = 0; j < k; j++) w[j] /= sum;
