@@ -745,7 +745,7 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
     }
     /* the tokenizer is checked before anything is written */
     char real[PATH_MAX];
-    static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
+    static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
     if (!draft && tokenizer_dir) {
         if (dfl_same_file(tokenizer_dir, out_dir)) { /* would replace the tokenizer */
             dfl_seterr("output directory %s is the tokenizer directory %s: choose another -o", out_dir,
@@ -770,7 +770,7 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         dfl_stage_abort(&sg);
         return -1;
     }
-    for (int i = 0; !draft && tokenizer_dir && i < 2; i++) {
+    for (int i = 0; !draft && tokenizer_dir && i < 3; i++) {
         char *src = dfl_path_join(real, tok_files[i]), *dst = NULL;
         int rc = 0;
         if (dfl_file_exists(src)) {
