@@ -44,6 +44,9 @@ struct rp_splitter {
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
     int harmony;      /* rp_new_harmony: ST_H_HEAD / ST_H_BODY, h_kind the body's */
     rp_kind h_kind;
+    int h_unframed;   /* ST_H_BODY entered on text that is no header: its first byte is text,
+                       * even where it starts "<|start|>" (else that tag would end an empty
+                       * body and reopen the same head forever) */
     dfl_buf hold;     /* undecided text, oldest first */
     dfl_buf ws;       /* ST_CONTENT: white space held back (dropped before a tool call) */
 };
@@ -519,7 +522,9 @@ static void run_harmony(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
                 if (h->n >= strlen(H_ENDS[i]) && !memcmp(h->s, H_ENDS[i], strlen(H_ENDS[i])))
                     buf_drop(h, strlen(H_ENDS[i])), stray = 1;
             if (stray) continue;
-            long k = h_header_start(h->s, h->n) ? find(h->s, h->n, H_MESSAGE) : -1;
+            /* <|message|> counts within the first H_HEAD_MAX bytes only */
+            size_t head_n = h->n < H_HEAD_MAX + strlen(H_MESSAGE) ? h->n : H_HEAD_MAX + strlen(H_MESSAGE);
+            long k = h_header_start(h->s, h->n) ? find(h->s, head_n, H_MESSAGE) : -1;
             if (k >= 0 && (size_t)k <= H_HEAD_MAX) {
                 h_header(p, h->s, (size_t)k, emit, ud);
                 buf_drop(h, (size_t)k + strlen(H_MESSAGE));
@@ -539,14 +544,17 @@ static void run_harmony(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
             /* not a header: text outside harmony's frame is content up to a message end */
             p->h_kind = RP_CONTENT;
             p->state = ST_H_BODY;
+            p->h_unframed = 1;
             continue;
         }
         /* ST_H_BODY */
+        size_t from = p->h_unframed && h->n ? 1 : 0; /* an unframed body's first byte is text */
+        p->h_unframed = 0;
         long end = -1;
         int which = -1;
         for (int i = 0; i < 4; i++) {
-            long k = find(h->s, h->n, H_ENDS[i]);
-            if (k >= 0 && (end < 0 || k < end)) end = k, which = i;
+            long k = find(h->s + from, h->n - from, H_ENDS[i]);
+            if (k >= 0 && (end < 0 || k + (long)from < end)) end = k + (long)from, which = i;
         }
         if (end >= 0) {
             h_body_text(p, h->s, (size_t)end, emit, ud);

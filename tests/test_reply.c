@@ -401,6 +401,17 @@ TEST(harmony_channels) {
     memset(big + 11, 'x', 600);
     big[611] = 0;
     expect(big, 0, 0, big, "", "", "c");
+    /* the same after "<|start|>": the tag is text too (the splitter once looped forever
+     * here, taking the tag for the end of an empty body; found by fuzz_reply) */
+    char big2[720] = "<|start|>";
+    memset(big2 + 9, 'x', 600);
+    big2[609] = 0;
+    expect(big2, 0, 0, big2, "", "", "c");
+    every_cut(big2, 0, 0);
+    char big3[760], want3[760];
+    snprintf(big3, sizeof big3, "%s<|end|>" F_ "ok", big2);
+    snprintf(want3, sizeof want3, "%sok", big2);
+    expect(big3, 0, 0, want3, "", "", "c");
     /* "<|message|>" inside a final answer is text */
     expect(F_ "use <|message|> here", 0, 0, "use <|message|> here", "", "", "c");
     harmony = 0;
