@@ -83,6 +83,20 @@ void cfg_default_taps(int nt, int nd, int *ids) {
     }
 }
 
+int cfg_max_q(const cfg_model *c) {
+    int m = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->n_heads * cfg_head_dim(c, l) > m) m = c->n_heads * cfg_head_dim(c, l);
+    return m;
+}
+
+int cfg_max_kv(const cfg_model *c) {
+    int m = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (cfg_kv_heads(c, l) * cfg_head_dim(c, l) > m) m = cfg_kv_heads(c, l) * cfg_head_dim(c, l);
+    return m;
+}
+
 /* YaRN's fields as transformers reads them (_compute_yarn_parameters):
  * factor (default max_position_embeddings / original_max_position_embeddings),
  * original_max_position_embeddings (default max_position_embeddings),
@@ -487,6 +501,209 @@ static int parse_gpt_oss(cfg_model *c, const cJSON *root) {
     return 0;
 }
 
+/* Gemma-4's rope_parameters: an object per layer type present, sliding
+ * layers' {"rope_type": "default", "rope_theta"}, full layers'
+ * {"rope_type": "proportional", "rope_theta", "partial_rotary_factor"
+ * (default 1), "factor" (default 1)}; absent: Gemma4TextConfig's defaults
+ * (theta 1e4; proportional, 0.25, theta 1e6). hd_full: the full layers'
+ * head width (proportional RoPE counts its pairs from it). */
+static int parse_gemma4_rope(cfg_model *c, const cJSON *root, int hd_full) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    double prf = 0.25;
+    c->rope_theta = 10000.0, c->full_theta = 1e6, c->full_factor = 1.0;
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp)) {
+            dfl_seterr("%s: rope_parameters must be an object with one entry per layer type", cur_path);
+            return -1;
+        }
+        static const char *types[2] = {"sliding_attention", "full_attention"};
+        for (int k = 0; k < 2; k++) {
+            if (k == 0 && !c->n_sliding_layers) continue; /* only the types present are read */
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(rp, types[k]);
+            if (!cJSON_IsObject(e)) {
+                dfl_seterr("%s: rope_parameters.%s must be an object (the layers of that type need it)", cur_path,
+                           types[k]);
+                return -1;
+            }
+            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "rope_type");
+            const char *want = k ? "proportional" : "default";
+            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, want)) {
+                dfl_seterr("%s: rope_parameters.%s.rope_type %s%s%s is not supported (only \"%s\")", cur_path,
+                           types[k], cJSON_IsString(ty) ? "\"" : "", cJSON_IsString(ty) ? ty->valuestring : "missing",
+                           cJSON_IsString(ty) ? "\"" : "", want);
+                return -1;
+            }
+            if (get_num(e, "rope_theta", k ? &c->full_theta : &c->rope_theta, 1, 0)) return -1;
+            if (k && (get_num(e, "partial_rotary_factor", &prf, 0, 1.0) || get_num(e, "factor", &c->full_factor, 0, 1.0)))
+                return -1;
+        }
+    }
+    if (!(c->rope_theta > 1.0) || !(c->full_theta > 1.0)) {
+        dfl_seterr("%s: rope_theta %g / %g (sliding / full layers) must be > 1", cur_path, c->rope_theta,
+                   c->full_theta);
+        return -1;
+    }
+    if (!(prf > 0 && prf <= 1) || !(c->full_factor > 0 && c->full_factor < 1e6)) {
+        dfl_seterr("%s: rope_parameters.full_attention: partial_rotary_factor %g must be in (0, 1] and factor %g "
+                   "positive", cur_path, prf, c->full_factor);
+        return -1;
+    }
+    c->full_rot = (int)(prf * hd_full / 2); /* transformers: int(factor * head_dim // 2) */
+    return 0;
+}
+
+/* per_layer_config: {"L": {"head_dim": d, "num_key_value_heads": k}, ...}
+ * (layer ids as decimal strings, zero-padded or not): the layers whose
+ * attention is wider or has other kv heads. Any other override is refused
+ * by name. */
+static int parse_per_layer_config(cfg_model *c, const cJSON *plc) {
+    if (!cJSON_IsObject(plc)) {
+        dfl_seterr("%s: per_layer_config must be an object of layer ids", cur_path);
+        return -1;
+    }
+    for (const cJSON *e = plc->child; e; e = e->next) {
+        char *end;
+        long l = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || l < 0 || l >= c->n_layers || !cJSON_IsObject(e)) {
+            dfl_seterr("%s: per_layer_config key \"%s\" must be a layer id (0..%d) with an object", cur_path,
+                       e->string, c->n_layers - 1);
+            return -1;
+        }
+        for (const cJSON *f = e->child; f; f = f->next) {
+            int v, max = !strcmp(f->string, "head_dim") ? 512 : CFG_MAX_HEADS;
+            if (strcmp(f->string, "head_dim") && strcmp(f->string, "num_key_value_heads")) {
+                dfl_seterr("%s: per_layer_config[\"%s\"].%s is not supported (head_dim and num_key_value_heads "
+                           "only)", cur_path, e->string, f->string);
+                return -1;
+            }
+            if (!int_in(f, 1, max, &v) || (max == 512 && v % 2)) {
+                dfl_seterr("%s: per_layer_config[\"%s\"].%s must be an integer in 1..%d%s", cur_path, e->string,
+                           f->string, max, max == 512 ? " and even" : "");
+                return -1;
+            }
+            if (max == 512) c->layer_hd[l] = (unsigned short)v;
+            else c->layer_kv[l] = (unsigned short)v;
+        }
+    }
+    return 0;
+}
+
+/* Gemma-4's fields (Gemma4TextConfig, transformers 5.17), with its defaults
+ * for absent ones. Implemented: layer_types (absent: every 6th layer full;
+ * the last layer is made full as transformers does), sliding_window (512),
+ * the full layers' head (per_layer_config, or global_head_dim, default 512),
+ * rope_parameters per layer type, hidden_activation gelu_pytorch_tanh,
+ * final_logit_softcapping, hidden_size_per_layer_input (256) with
+ * vocab_size_per_layer_input equal to vocab_size, use_bidirectional_attention
+ * null or "vision" (text tokens attend causally). Refused by name, no
+ * reference to check them against yet: attention_k_eq_v, num_kv_shared_layers
+ * > 0, enable_moe_block, use_bidirectional_attention "all".
+ * use_double_wide_mlp widens only KV-shared layers' MLPs: with none it
+ * changes nothing. num_experts, top_k_experts, moe_intermediate_size belong
+ * to the refused MoE block. */
+static int parse_gemma4(cfg_model *c, const cJSON *root) {
+    int kv_eq, shared, moe, vp;
+    double cap;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_activation");
+    if (act && !cJSON_IsNull(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "gelu_pytorch_tanh"))) {
+        dfl_seterr("%s: hidden_activation %s%s%s is not supported (gelu_pytorch_tanh)", cur_path,
+                   cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : "(not a string)",
+                   cJSON_IsString(act) ? "\"" : "");
+        return -1;
+    }
+    const cJSON *bi = cJSON_GetObjectItemCaseSensitive(root, "use_bidirectional_attention");
+    if (bi && !cJSON_IsNull(bi) && !(cJSON_IsString(bi) && !strcmp(bi->valuestring, "vision"))) {
+        dfl_seterr("%s: use_bidirectional_attention %s is not supported (null, or \"vision\": text attends causally)",
+                   cur_path, cJSON_IsString(bi) ? bi->valuestring : "(not a string)");
+        return -1;
+    }
+    if (get_bool(root, "attention_k_eq_v", &kv_eq, 0) || get_int(root, "num_kv_shared_layers", &shared, 0, 0) ||
+        get_bool(root, "enable_moe_block", &moe, 0))
+        return -1;
+    if (kv_eq || shared || moe) {
+        dfl_seterr("%s: %s is not supported for Gemma-4 yet (no reference checks it)", cur_path,
+                   kv_eq ? "attention_k_eq_v=true" : shared ? "num_kv_shared_layers > 0" : "enable_moe_block=true");
+        return -1;
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (layer_types(lt, c->n_layers, "sliding_attention", c->sliding_layer, &c->n_sliding_layers)) return -1;
+    } else {
+        for (int l = 0; l < c->n_layers; l++) c->sliding_layer[l] = (l + 1) % 6 != 0;
+    }
+    int last = c->n_layers - 1; /* 0..CFG_MAX_LAYERS-1 (from_json checked) */
+    if (last >= 0 && last < CFG_MAX_LAYERS) c->sliding_layer[last] = 0; /* transformers: "Last layer must use full_attention" */
+    c->n_sliding_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) c->n_sliding_layers += c->sliding_layer[l];
+    if (get_int(root, "sliding_window", &c->window, 0, 512)) return -1;
+    if (c->window < 1 || c->window > CFG_MAX_POS) {
+        dfl_seterr("%s: sliding_window %d out of range (1..%d)", cur_path, c->window, CFG_MAX_POS);
+        return -1;
+    }
+    if (!c->n_sliding_layers) c->window = 0;
+    /* the full layers' head: per_layer_config, else global_head_dim (512) */
+    const cJSON *plc = cJSON_GetObjectItemCaseSensitive(root, "per_layer_config");
+    if (plc && !cJSON_IsNull(plc)) {
+        if (parse_per_layer_config(c, plc)) return -1;
+    } else {
+        int ghd;
+        if (get_int(root, "global_head_dim", &ghd, 0, 512)) return -1;
+        if (ghd < 2 || ghd > 512 || ghd % 2) {
+            dfl_seterr("%s: global_head_dim %d must be even and in 2..512", cur_path, ghd);
+            return -1;
+        }
+        for (int l = 0; l < c->n_layers; l++)
+            if (!c->sliding_layer[l]) c->layer_hd[l] = (unsigned short)ghd;
+    }
+    /* one head width per layer type (RoPE is made per type); kv heads divide the heads */
+    int hd_type[2] = {0, 0};
+    for (int l = 0; l < c->n_layers; l++) {
+        int hd = cfg_head_dim(c, l), nkv = cfg_kv_heads(c, l), k = !c->sliding_layer[l];
+        if (c->layer_hd[l] == c->head_dim) c->layer_hd[l] = 0;
+        if (c->layer_kv[l] == c->n_kv_heads) c->layer_kv[l] = 0;
+        if (hd_type[k] && hd_type[k] != hd) {
+            dfl_seterr("%s: layer %d's head_dim %d differs from another %s layer's %d (one width per layer type)",
+                       cur_path, l, hd, k ? "full_attention" : "sliding_attention", hd_type[k]);
+            return -1;
+        }
+        hd_type[k] = hd;
+        if (c->n_heads % nkv) {
+            dfl_seterr("%s: layer %d: num_attention_heads %d is not a multiple of its num_key_value_heads %d",
+                       cur_path, l, c->n_heads, nkv);
+            return -1;
+        }
+        if ((int64_t)c->n_heads * hd > CFG_MAX_HIDDEN) {
+            dfl_seterr("%s: layer %d: num_attention_heads * head_dim = %lld is larger than dflash supports (%d)",
+                       cur_path, l, (long long)c->n_heads * hd, CFG_MAX_HIDDEN);
+            return -1;
+        }
+    }
+    if (parse_gemma4_rope(c, root, hd_type[1])) return -1;
+    if (get_num(root, "final_logit_softcapping", &cap, 0, 0)) return -1;
+    if (!(cap >= 0 && cap < 1e6)) {
+        dfl_seterr("%s: final_logit_softcapping %g must be positive (or null)", cur_path, cap);
+        return -1;
+    }
+    c->softcap = (float)cap;
+    if (get_int(root, "hidden_size_per_layer_input", &c->ple, 0, 256) ||
+        get_int(root, "vocab_size_per_layer_input", &vp, 0, 262144))
+        return -1;
+    if (c->ple < 0 || (int64_t)c->ple * c->n_layers > CFG_MAX_INTER) {
+        dfl_seterr("%s: hidden_size_per_layer_input %d out of range (0..%d per layer)", cur_path, c->ple,
+                   CFG_MAX_INTER / c->n_layers);
+        return -1;
+    }
+    if (c->ple && vp != c->vocab) {
+        dfl_seterr("%s: vocab_size_per_layer_input %d differs from vocab_size %d: not supported", cur_path, vp,
+                   c->vocab);
+        return -1;
+    }
+    c->attn_scale = 1.0f;
+    c->v_norm = 1;
+    c->geglu = 1;
+    return 0;
+}
+
 /* A DFlash draft's sliding-window layers (newer z-lab drafts):
  * layer_types entries "sliding_attention" with sliding_window W; such a
  * layer's block rows see the last W context positions (and the block). A
@@ -526,8 +743,16 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     int mm35 = !strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "qwen3_5");
     int mm35moe = !strcmp(arch, "Qwen3_5MoeForConditionalGeneration") || !strcmp(arch, "qwen3_5_moe");
     int moe35 = mm35moe || !strcmp(arch, "Qwen3_5MoeForCausalLM") || !strcmp(arch, "qwen3_5_moe_text");
-    if ((mm35 || mm35moe) && cJSON_IsObject(tc)) {
-        const char *want = mm35moe ? "qwen3_5_moe_text" : "qwen3_5_text";
+    /* a multimodal Gemma-4 checkpoint: its text model, vision and audio ignored */
+    int mmg4 = !strcmp(arch, "Gemma4ForConditionalGeneration") || !strcmp(arch, "gemma4");
+    int gemma4 = mmg4 || !strcmp(arch, "Gemma4ForCausalLM") || !strcmp(arch, "gemma4_text");
+    if (mmg4 && !cJSON_IsObject(tc)) {
+        dfl_seterr("%s: %s without a \"text_config\" object", path, arch);
+        goto out;
+    }
+    if (gemma4) top_tie = 1; /* Gemma4Config / Gemma4TextConfig: tie_word_embeddings true */
+    if ((mm35 || mm35moe || mmg4) && cJSON_IsObject(tc)) {
+        const char *want = mmg4 ? "gemma4_text" : mm35moe ? "qwen3_5_moe_text" : "qwen3_5_text";
         const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
         if (cJSON_IsString(tmt) && strcmp(tmt->valuestring, want)) {
             dfl_seterr("%s: text_config.model_type \"%s\" is not %s", path, tmt->valuestring, want);
@@ -537,10 +762,13 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
         if (cJSON_IsBool(tie)) top_tie = cJSON_IsTrue(tie);
         root = tc;
-        c->vision_ignored = 1;
+        if (mmg4) c->gemma_mm = 1;
+        else c->vision_ignored = 1;
     }
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch);
-    if (c->vision_ignored || moe35 || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
+    if (gemma4) {
+        c->arch = CFG_GEMMA4;
+    } else if (c->vision_ignored || moe35 || !strcmp(arch, "Qwen3_5ForCausalLM") || !strcmp(arch, "qwen3_5_text")) {
         c->arch = CFG_QWEN3_5;
         c->qwen35_moe = moe35;
     } else if (!strcmp(arch, "Qwen3NextForCausalLM") || !strcmp(arch, "qwen3_next")) {
@@ -560,7 +788,8 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
     } else {
         dfl_seterr("%s: unsupported architecture %s (supported: Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                    "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, LlamaForCausalLM, "
-                   "GptOssForCausalLM, DFlashDraftModel)", path, arch);
+                   "GptOssForCausalLM, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, DFlashDraftModel)", path,
+                   arch);
         goto out;
     }
     c->qk_norm = c->arch != CFG_LLAMA && c->arch != CFG_GPT_OSS;
@@ -569,8 +798,8 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         get_int(root, "num_hidden_layers", &c->n_layers, 1, 0) ||
         get_int(root, "num_attention_heads", &c->n_heads, 1, 0) ||
         get_int(root, "vocab_size", &c->vocab, !c->is_draft, 151936) ||
-        get_int(root, "num_key_value_heads", &c->n_kv_heads, 0, c->n_heads) ||
-        get_int(root, "max_position_embeddings", &c->max_pos, 0, 4096))
+        get_int(root, "num_key_value_heads", &c->n_kv_heads, 0, c->arch == CFG_GEMMA4 ? 4 : c->n_heads) ||
+        get_int(root, "max_position_embeddings", &c->max_pos, 0, c->arch == CFG_GEMMA4 ? 131072 : 4096))
         goto out;
     if (c->hidden <= 0 || c->inter <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->vocab <= 0 ||
         c->n_kv_heads <= 0 || c->max_pos <= 0) {
@@ -601,7 +830,7 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
             goto out;
         }
     }
-    if (get_int(root, "head_dim", &c->head_dim, 0, c->hidden / c->n_heads)) goto out;
+    if (get_int(root, "head_dim", &c->head_dim, 0, c->arch == CFG_GEMMA4 ? 256 : c->hidden / c->n_heads)) goto out;
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 512) {
         dfl_seterr("%s: head_dim %d must be even and in 2..512", path, c->head_dim);
         goto out;
@@ -617,18 +846,19 @@ static int from_json(cfg_model *c, const cJSON *root, const char *path) {
         goto out;
     }
     double eps;
-    if (get_num(root, "rms_norm_eps", &eps, 1, 0)) goto out;
+    if (get_num(root, "rms_norm_eps", &eps, c->arch != CFG_GEMMA4, 1e-6)) goto out;
     if (!(eps > 0 && eps < 1)) {
         dfl_seterr("%s: rms_norm_eps %g out of range", path, eps);
         goto out;
     }
     c->eps = (float)eps;
-    if (parse_rope(c, root)) goto out;
+    if (c->arch != CFG_GEMMA4 && parse_rope(c, root)) goto out; /* Gemma-4's: per layer type (parse_gemma4) */
     if (get_bool(root, "tie_word_embeddings", &c->tie_embeddings, top_tie)) goto out;
     static const moe_defaults qwen3_moe = {.n_experts = 128, .n_experts_used = 8, .moe_inter = 768, .norm_topk = 0};
     if (c->arch == CFG_QWEN3_MOE && parse_moe(c, root, &qwen3_moe)) goto out;
     if (c->arch == CFG_QWEN3_5 && parse_qwen35(c, root)) goto out;
     if (c->arch == CFG_GPT_OSS && parse_gpt_oss(c, root)) goto out;
+    if (c->arch == CFG_GEMMA4 && parse_gemma4(c, root)) goto out;
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
     if (c->arch != CFG_GPT_OSS && cJSON_IsTrue(hb)) {
         dfl_seterr("%s: attention_bias=true is not supported", path);

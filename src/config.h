@@ -45,7 +45,21 @@ enum {
  * gate/up rows carry biases, act = clamp(g, max L) * sigmoid(1.702 *
  * clamp(g, max L)) * (clamp(u, -L, L) + 1), L = swiglu_limit, then
  * Wd act + bd. */
-typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5, CFG_GPT_OSS } cfg_arch;
+/* CFG_GEMMA4: Gemma4ForCausalLM / model_type gemma4_text, or the
+ * text_config of a multimodal Gemma4ForConditionalGeneration / gemma4
+ * checkpoint (vision and audio ignored). Sliding layers (sliding_layer[],
+ * window) and full layers, a full layer's head of its own width and kv
+ * heads (layer_hd[] / layer_kv[], from per_layer_config or global_head_dim);
+ * RoPE per layer type (sliding: default, rope_theta; full: "proportional",
+ * the first full_rot of the head's hd/2 frequency pairs rotating at
+ * full_theta^(-2i/hd) / full_factor, the rest not at all); q/k norms with
+ * weight, v norm without; attention scores not scaled (scaling 1.0);
+ * sandwich norms (attn_out_norm, ffn_out_norm: mdl_layer); GeGLU MLP
+ * (gelu_pytorch_tanh); embeddings times sqrt(hidden); per-layer inputs of
+ * width ple (hidden_size_per_layer_input; 0: none); each layer's output
+ * times its layer_scalar; logits softcapped (softcap: c tanh(l / c); 0:
+ * none). RMSNorm weights are plain w (not 1 + w). */
+typedef enum { CFG_QWEN3 = 0, CFG_LLAMA, CFG_QWEN3_MOE, CFG_QWEN3_5, CFG_GPT_OSS, CFG_GEMMA4 } cfg_arch;
 
 typedef struct {
     cfg_arch arch;
@@ -132,6 +146,20 @@ typedef struct {
     unsigned char sliding_layer[CFG_MAX_LAYERS]; /* layer_types[l] == "sliding_attention" */
     float swiglu_limit;  /* the experts' clamp L (7 in every released checkpoint) */
 
+    /* Gemma-4 (CFG_GEMMA4; all 0 otherwise; config.h's CFG_GEMMA4 note) */
+    float attn_scale;    /* attention score multiplier; 0: 1/sqrt(head_dim) (every other family) */
+    int v_norm;          /* values RMS-normed per head, no weight */
+    int geglu;           /* MLP act: gelu_pytorch_tanh(g) * u instead of silu(g) * u */
+    int ple;             /* hidden_size_per_layer_input: per-layer input width; 0: none */
+    float softcap;       /* final_logit_softcapping; 0: none */
+    double full_theta, full_factor; /* full layers' proportional RoPE: theta, factor */
+    int full_rot;        /* frequency pairs that rotate in a full layer (the rest: frequency 0) */
+    int gemma_mm;        /* a multimodal gemma4 config: its text_config was loaded, vision/audio ignored */
+    /* a layer's head width and kv heads where they differ from head_dim /
+     * n_kv_heads (Gemma-4's full layers), else 0: read them with
+     * cfg_head_dim / cfg_kv_heads */
+    unsigned short layer_hd[CFG_MAX_LAYERS], layer_kv[CFG_MAX_LAYERS];
+
     /* DFlash draft (architectures[0] == "DFlashDraftModel") */
     int is_draft;
     int block_size;
@@ -146,6 +174,12 @@ typedef struct {
 } cfg_model;
 
 int cfg_load(cfg_model *c, const char *dir);
+/* Layer l's head width and kv heads (Gemma-4's full layers differ). */
+static inline int cfg_head_dim(const cfg_model *c, int l) { return c->layer_hd[l] ? c->layer_hd[l] : c->head_dim; }
+static inline int cfg_kv_heads(const cfg_model *c, int l) { return c->layer_kv[l] ? c->layer_kv[l] : c->n_kv_heads; }
+/* The widest layer's n_heads * head_dim (q rows) and kv heads * head_dim. */
+int cfg_max_q(const cfg_model *c);
+int cfg_max_kv(const cfg_model *c);
 /* The same checks on a config.json object built elsewhere (GGUF metadata);
  * PATH names it in messages. eos_token_id is read from ROOT. */
 struct cJSON;

@@ -625,6 +625,11 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
         mdl_free(&m);
         return -1;
     }
+    if (m.cfg.arch == CFG_GEMMA4) {
+        dfl_seterr("%s: Gemma-4 cannot be written to GGUF yet (llama.cpp's gemma4 layout is not implemented)", in);
+        mdl_free(&m);
+        return -1;
+    }
     /* GGUF qwen3moe / qwen3next have no key for it: llama.cpp's graphs (and
      * dflash's GGUF loader) always renormalise the top-k weights */
     if ((m.cfg.arch == CFG_QWEN3_MOE || m.cfg.qwen3_next) && m.cfg.n_moe_layers && !m.cfg.norm_topk) {

@@ -638,7 +638,7 @@ int mdl_load(mdl_model *m, const char *dir) {
     if (cfg_load(&m->cfg, dir) != 0) return -1;
     if (st_open_dir(&m->st, dir) != 0) return -1;
     const cfg_model *c = &m->cfg;
-    int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+    int H = c->hidden;
     const char *pre = c->is_draft ? "" : "model.";
     /* a multimodal Qwen3.5 checkpoint keeps its text model under
      * model.language_model. (lm_head.weight at the top; model.visual.* and
@@ -650,6 +650,10 @@ int mdl_load(mdl_model *m, const char *dir) {
     else if (c->arch == CFG_QWEN3_5 && st_find(&m->st, "language_model.model.embed_tokens.weight"))
         pre = "language_model.model.", head = "language_model.lm_head";
     if (c->arch == CFG_QWEN3_5 && !c->is_draft && mlx_layout(m, pre) != 0) goto fail;
+    /* a multimodal Gemma-4 checkpoint: model.language_model. (model.vision_tower.*,
+     * model.audio_tower.*, model.embed_vision.* ... are not read) */
+    if (c->arch == CFG_GEMMA4 && st_find(&m->st, "model.language_model.embed_tokens.weight"))
+        pre = "model.language_model.";
     char base[192];
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
     if (!c->is_draft) {
@@ -671,8 +675,18 @@ int mdl_load(mdl_model *m, const char *dir) {
     }
     snprintf(base, sizeof base, "%snorm.weight", pre);
     if (!(m->final_norm = bind_vec(m, base, H))) goto fail;
+    if (c->ple) {
+        int LP = c->n_layers * c->ple;
+        snprintf(base, sizeof base, "%sembed_tokens_per_layer", pre);
+        if (bind_linear(m, base, c->vocab, LP, &m->ple_embed)) goto fail;
+        snprintf(base, sizeof base, "%sper_layer_model_projection", pre);
+        if (bind_linear(m, base, LP, H, &m->ple_model_proj)) goto fail;
+        snprintf(base, sizeof base, "%sper_layer_projection_norm.weight", pre);
+        if (!(m->ple_proj_norm = bind_vec(m, base, c->ple))) goto fail;
+    }
     for (int l = 0; l < c->n_layers; l++) {
         mdl_layer *L = &m->layers[l];
+        int hd = cfg_head_dim(c, l), q = c->n_heads * hd, kv = cfg_kv_heads(c, l) * hd;
         char b[224];
 #define LIN(field, sub, r, cc)                                                 \
     snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub);                      \
@@ -720,7 +734,23 @@ int mdl_load(mdl_model *m, const char *dir) {
             LIN(wd, "mlp.down_proj", H, c->inter);
         }
         VEC(in_norm, "input_layernorm", H);
-        VEC(post_norm, "post_attention_layernorm", H);
+        if (c->arch == CFG_GEMMA4) {
+            VEC(attn_out_norm, "post_attention_layernorm", H);
+            VEC(post_norm, "pre_feedforward_layernorm", H);
+            VEC(ffn_out_norm, "post_feedforward_layernorm", H);
+            snprintf(b, sizeof b, "%slayers.%d.layer_scalar", pre, l);
+            float *sc = bind_f32(m, b, 1, 0, 0);
+            if (!sc) goto fail;
+            L->layer_scalar = sc[0];
+            free(sc);
+            if (c->ple) {
+                LIN(ple_gate, "per_layer_input_gate", c->ple, H);
+                LIN(ple_proj, "per_layer_projection", H, c->ple);
+                VEC(ple_norm, "post_per_layer_input_norm", H);
+            }
+        } else {
+            VEC(post_norm, "post_attention_layernorm", H);
+        }
         if (c->qk_norm && !c->linear_layer[l]) {
             VEC(q_norm, "self_attn.q_norm", hd);
             VEC(k_norm, "self_attn.k_norm", hd);
@@ -756,12 +786,16 @@ void mdl_free(mdl_model *m) {
             free(L->bo);
             free(L->sinks);
             free(L->router_bias);
+            free(L->attn_out_norm);
+            free(L->ffn_out_norm);
+            free(L->ple_norm);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
     free(m->final_norm);
     free(m->hidden_norm);
+    free(m->ple_proj_norm);
     st_close(&m->st);
     if (m->gguf) {
         gguf_close(m->gguf);

@@ -67,6 +67,18 @@ typedef struct {
     float *dt_bias;              /* [nv] */
     float *neg_a;                /* [nv] = -exp(A_log) */
     float *lin_norm;             /* norm.weight [dv] (plain weight: the gated norm is not zero-centred) */
+    /* Gemma-4 (CFG_GEMMA4), else NULL / rows 0 / 0. Its layers' heads are
+     * cfg_head_dim(l) wide with cfg_kv_heads(l) kv heads (wq..wo, q_norm,
+     * k_norm sized so); in_norm = input_layernorm, post_norm =
+     * pre_feedforward_layernorm (the MLP's input norm, as in every family);
+     * the sandwich norms on the block outputs: */
+    float *attn_out_norm;        /* post_attention_layernorm [H]: on Wo att before the residual add */
+    float *ffn_out_norm;         /* post_feedforward_layernorm [H]: on the MLP's output likewise */
+    /* per-layer input (cfg.ple = P > 0): x += ple_norm(Wp (gelu(Wgate x) * in_l)) */
+    wt_weight ple_gate;          /* per_layer_input_gate [P, H] */
+    wt_weight ple_proj;          /* per_layer_projection [H, P] */
+    float *ple_norm;             /* post_per_layer_input_norm [H] */
+    float layer_scalar;          /* layer_scalar [1]: the layer's output times it */
 } mdl_layer;
 
 typedef struct {
@@ -77,6 +89,12 @@ typedef struct {
     wt_weight embed;    /* [vocab, H]; absent (rows 0) in a draft */
     wt_weight lm_head;  /* [vocab, H]; == embed when tied; absent in a draft */
     float *final_norm;  /* [H] */
+    /* Gemma-4 per-layer inputs (cfg.ple = P > 0), else rows 0 / NULL: row t's
+     * inputs in_l [P] for layer l = ((ple_norm(ple_model_proj(e) / sqrt(H)))_l
+     * + sqrt(P) ple_embed[tok]_l) / sqrt(2), e = the scaled embedding */
+    wt_weight ple_embed;        /* embed_tokens_per_layer [vocab, L*P] */
+    wt_weight ple_model_proj;   /* per_layer_model_projection [L*P, H] */
+    float *ple_proj_norm;       /* per_layer_projection_norm [P] */
     /* DFlash draft only */
     wt_weight fc;        /* [H, n_taps*H] */
     float *hidden_norm;  /* [H] */

@@ -217,6 +217,12 @@ int qt_checkpoint(const char *in, const char *out, int bits, int group) {
         mdl_free(&m);
         return -1;
     }
+    if (m.cfg.arch == CFG_GEMMA4) { /* its per-layer-input tensors and layer_scalar are not written yet */
+        dfl_seterr("%s: quantize does not write Gemma-4 checkpoints yet; load the BF16 checkpoint with --quant q8 "
+                   "or --quant q4", in);
+        mdl_free(&m);
+        return -1;
+    }
     if (m.cfg.q_bits) {
         dfl_seterr("%s is already quantized (%d-bit)", in, m.cfg.q_bits);
         mdl_free(&m);

@@ -57,3 +57,18 @@ void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t) {
         }
     free(inv);
 }
+
+void rope_fill_proportional(const cfg_model *c, int hd, int n_ctx, float *cos_t, float *sin_t) {
+    int half = hd / 2;
+    float *inv = dfl_malloc(sizeof(float) * half);
+    for (int i = 0; i < half; i++)
+        inv[i] = i < c->full_rot ? 1.0f / powf((float)c->full_theta, (float)(2 * i) / (float)hd) / (float)c->full_factor
+                                 : 0.0f;
+    for (int p = 0; p < n_ctx; p++)
+        for (int i = 0; i < half; i++) {
+            float a = (float)p * inv[i];
+            cos_t[(size_t)p * half + i] = cosf(a);
+            sin_t[(size_t)p * half + i] = sinf(a);
+        }
+    free(inv);
+}

@@ -14,4 +14,12 @@
 
 void rope_fill(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);
 
+/* Gemma-4's full layers ("proportional" RoPE, transformers'
+ * _compute_proportional_rope_parameters): cos/sin [n_ctx][hd/2] over the
+ * whole head of hd = the full layers' head_dim, neox pairing (d, d + hd/2);
+ * pair i < full_rot turns at 1 / full_theta^(2i/hd) / full_factor (in
+ * float), the others at frequency 0 (cos 1, sin 0: those dims pass through
+ * unchanged, bit for bit). */
+void rope_fill_proportional(const cfg_model *c, int hd, int n_ctx, float *cos_t, float *sin_t);
+
 #endif

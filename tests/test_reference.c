@@ -47,8 +47,9 @@ static float maxdiff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-/* The model at PATH (under the repository) against fixture NAME. */
-static void check_model(const char *path, const char *name) {
+/* The model at PATH (under the repository) against fixture NAME, logits
+ * within LB and taps within TB. */
+static void check_model_within(const char *path, const char *name, float lb, float tb) {
     mdl_model m;
     st_set fx;
     if (mdl_load(&m, rp(path, NULL)) != 0) {
@@ -81,7 +82,7 @@ static void check_model(const char *path, const char *name) {
         /* logits of the last nl rows */
         float d = maxdiff(logits + (size_t)(T - nl) * V, lg->data, (size_t)nl * V);
         worst_l = d > worst_l ? d : worst_l;
-        CHECK(d <= 1e-3f, "%s p%d: logits differ by %g", name, i, d);
+        CHECK(d <= lb, "%s p%d: logits differ by %g", name, i, d);
         const int32_t *ref_am = am->data;
         for (int t = 0; t < T; t++)
             CHECK(smp_argmax(logits + (size_t)t * V, V) == ref_am[t], "%s p%d row %d argmax", name, i, t);
@@ -94,7 +95,7 @@ static void check_model(const char *path, const char *name) {
                 dt = x > dt ? x : dt;
             }
         worst_t = dt > worst_t ? dt : worst_t;
-        CHECK(dt <= 5e-4f, "%s p%d: taps differ by %g", name, i, dt);
+        CHECK(dt <= tb, "%s p%d: taps differ by %g", name, i, dt);
         /* greedy continuation, one token at a time */
         const int32_t *rg = gr->data;
         int n = (int)gr->shape[0], same = 1;
@@ -115,6 +116,9 @@ static void check_model(const char *path, const char *name) {
     st_close(&fx);
     mdl_free(&m);
 }
+
+/* ... within the file's bounds (1e-3, 5e-4) */
+static void check_model(const char *path, const char *name) { check_model_within(path, name, 1e-3f, 5e-4f); }
 
 static void check_target(const char *name) {
     char path[128];
@@ -241,6 +245,19 @@ TEST(qwen3moe_bf16) { check_target("tiny-qwen3moe"); }
  * and full alternating, sinks, attention biases, YaRN, 4 experts top 2 with
  * the clamped SwiGLU; prompts of up to 40 tokens + 24 greedy cross the window */
 TEST(gptoss_bf16) { check_target("tiny-gptoss"); }
+/* Gemma-4 (tools/reference/make_tiny_zoo2.py): 5 sliding layers (window 8)
+ * and a full one with a head of 32 (per_layer_config) and proportional
+ * RoPE on a quarter of it, q/k/v norms, unscaled scores, sandwich norms,
+ * GeGLU, per-layer inputs of 8, layer scalars, logit softcapping 30;
+ * prompts of up to 40 tokens + 24 greedy cross the window */
+/* Its scores are not scaled (q and k RMS-normed instead), which makes it
+ * sensitive: transformers' own float32 and float64 logits differ by 1.7e-3
+ * on it (bench/NOTES.md), and dflash's kernel variants land 0.7e-3 to
+ * 1.3e-3 from the float32 reference on the 40-token prompt (rounding
+ * amplified; every argmax exact, the rows' top-2 gaps >= 3e-3). Bounds: the
+ * reference's own spread, logits 2e-3, taps 1e-3 (the window, softcap,
+ * rotary fraction or eps changed give 3e-3 .. O(1)). */
+TEST(gemma4_bf16) { check_model_within("tests/models/tiny-gemma4", "tiny-gemma4", 2e-3f, 1e-3f); }
 /* Qwen3.5 (tools/reference/make_tiny_qwen35.py): Gated DeltaNet layers 0, 2,
  * 3 and a gated full-attention layer 1 with partial RoPE; the reference runs
  * HF's chunked delta rule on the prompt and its recurrent one on the greedy
@@ -459,6 +476,7 @@ int main(void) {
     RUN(draft_forward_and_dflash_loop);
     RUN(qwen3moe_bf16);
     RUN(gptoss_bf16);
+    RUN(gemma4_bf16);
     RUN(qwen3moe_mlx_q4_switch_mlp);
     RUN(qwen3moe_token_bytes);
     RUN(qwen3moe_draft_and_dflash);

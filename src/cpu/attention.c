@@ -24,6 +24,9 @@ static inline int row_lo(const at_job *J, int na) {
 
 static inline int key_row(const at_job *J, int j) { return J->ring ? j % J->ring : j; }
 
+/* the scores' multiplier: J->scale, by default 1 / sqrt(hd) */
+static inline float score_scale(const at_job *J) { return J->scale != 0 ? J->scale : 1.0f / sqrtf((float)J->hd); }
+
 /* ---- generic: dot products with 16 partial sums in a fixed order --------- */
 static float dot_generic(const float *a, const float *b, int n) {
     float p[16] = {0};
@@ -343,7 +346,7 @@ static void rows(void *p, int start, int end) {
     const at_job *J = C->J;
     const vec_ops *v = &C->v;
     int hd = J->hd, grp = J->nh / J->nkv;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = score_scale(J);
     float s[MAXG][BLK], m[MAXG], l[MAXG];
     float acc[MAXG][MAXHD];
     for (int job = start; job < end; job++) {
@@ -448,10 +451,11 @@ static inline __attribute__((always_inline)) void vsum_avx512(const int NG, int 
 /* One row t, query heads q0[g*hd] (g < ng), keys [j0, j0 + nj) of the block
  * (pointers kp/vp, padded to 16 with zero_row): scores, online-softmax
  * update of m, l, acc. The same steps whatever other rows share the block. */
-static void block_avx512(const float *q0, int ng, int hd, int nj, const float *const *kp, const float *const *vp,
+static void block_avx512(const float *q0, int ng, int hd, float mul, int nj, const float *const *kp,
+                         const float *const *vp,
                          float *m, float *l, float (*acc)[FHD]) {
     int nc = hd / 16;
-    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)hd));
+    const __m512 scale = _mm512_set1_ps(mul);
     _Alignas(64) float s[FG][BLK];
     for (int g = 0; g < ng; g++) {
         const float *qg = q0 + (size_t)g * hd;
@@ -515,7 +519,8 @@ static void rows_avx512(void *p, int start, int end) {
                 int nj = fast_gather(J, kh, t, j0, jn, 16, kp, vp); /* padded to 16 keys */
                 if (!nj) continue;
                 const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)kh * ng * hd;
-                block_avx512(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
+                block_avx512(q0, ng, hd, score_scale(J), nj, kp, vp, m[t - t0], l[t - t0],
+                             acc[t - t0]);
             }
         }
         for (int t = t0; t < t1; t++)
@@ -591,10 +596,11 @@ static inline __attribute__((always_inline)) void vsum_avx2(const int NG, const 
  * to 8 with zero_row): scores by vertical FMAs over the head dimension and
  * sum8_tree, online-softmax update of m, l, acc. The same steps whatever
  * other rows share the block. */
-static void block_avx2(const float *q0, int ng, int hd, int nj, const float *const *kp, const float *const *vp,
+static void block_avx2(const float *q0, int ng, int hd, float mul, int nj, const float *const *kp,
+                       const float *const *vp,
                        float *m, float *l, float (*acc)[FHD]) {
     int nc = hd / 8;
-    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)hd)), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 scale = _mm256_set1_ps(mul), ninf = _mm256_set1_ps(-INFINITY);
     _Alignas(32) float s[FG][BLK];
     for (int g = 0; g < ng; g++) {
         const float *qg = q0 + (size_t)g * hd;
@@ -661,7 +667,7 @@ static void rows_avx2(void *p, int start, int end) {
                 int nj = fast_gather(J, kh, t, j0, jn, 8, kp, vp); /* padded to 8 keys */
                 if (!nj) continue;
                 const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0) * hd;
-                block_avx2(q0, ng, hd, nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
+                block_avx2(q0, ng, hd, score_scale(J), nj, kp, vp, m[t - t0], l[t - t0], acc[t - t0]);
             }
         }
         for (int t = t0; t < t1; t++)

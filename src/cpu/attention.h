@@ -2,7 +2,7 @@
  * Prefix: at_.
  *
  * For query row t and head h (GQA: kv head h / (nh/nkv)):
- *   out = softmax(q . K^T / sqrt(hd)) V over keys Ka[lo(t) .. na(t)) then Kb[0 .. nb),
+ *   out = softmax(scale * q . K^T) V over keys Ka[lo(t) .. na(t)) then Kb[0 .. nb),
  *   na(t) = na + t + 1 when causal (the row's own key is already in Ka), else na;
  *   lo(t) = max(0, na(t) - window) for a sliding-window layer, else 0 (causal:
  *   the row at position p sees positions p - window + 1 .. p; a draft block:
@@ -38,6 +38,7 @@ typedef struct {
     const float *sinks;    /* [nh] sink logits, or NULL */
     int window;            /* Ka keys per row (causal: the row's own included); 0: all */
     int ring;              /* rows of the Ka/Va ring (key j at row j % ring); 0: key j at row j */
+    float scale;           /* the scores' multiplier; 0: 1 / sqrt(hd) (Gemma-4: 1) */
 } at_job;
 
 /* Threaded over (row, kv head) jobs on tp (NULL: the calling thread). */

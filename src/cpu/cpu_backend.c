@@ -1,5 +1,5 @@
 /* cpu_backend.c - the CPU backend: the target forward (Qwen3, Llama,
- * Qwen3-MoE, Qwen3.5, gpt-oss) with a KV cache (sliding layers: a ring) and
+ * Qwen3-MoE, Qwen3.5, gpt-oss, Gemma-4) with a KV cache (sliding layers: a ring) and
  * hidden taps, and the DFlash draft forward. Implements be_ops (backend.h).
  *
  * The instance (open) owns a worker pool (tp_create with the model's thread
@@ -44,11 +44,15 @@ typedef struct {
 
 /* ---- small row kernels --------------------------------------------------- */
 
-/* out[n] = x[n] / sqrt(mean(x^2) + eps) * w[n] */
+/* out[n] = x[n] / sqrt(mean(x^2) + eps) * w[n] (w NULL: no weight) */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float r = 1.0f / sqrtf(ss / (float)n + eps);
+    if (!w) {
+        for (int i = 0; i < n; i++) out[i] = x[i] * r;
+        return;
+    }
     for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
@@ -69,6 +73,15 @@ static void rope_init(rope_table *r, const cfg_model *c, int n_ctx) {
     r->cos = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
     r->sin = dfl_malloc(sizeof(float) * (size_t)n_ctx * half);
     rope_fill(c, n_ctx, r->cos, r->sin); /* as HF: 1 / theta^(2i/hd) in float, llama3 scaling, GGUF rope_freqs */
+}
+
+/* Gemma-4's full layers: proportional RoPE over their whole head of hd dims */
+static void rope_init_proportional(rope_table *r, const cfg_model *c, int hd, int n_ctx) {
+    r->n_ctx = n_ctx;
+    r->half = hd / 2;
+    r->cos = dfl_malloc(sizeof(float) * (size_t)n_ctx * r->half);
+    r->sin = dfl_malloc(sizeof(float) * (size_t)n_ctx * r->half);
+    rope_fill_proportional(c, hd, n_ctx, r->cos, r->sin);
 }
 
 static void rope_free(rope_table *r) {
@@ -118,10 +131,14 @@ typedef struct {
     float *xe, *ye;    /* [P][H] inputs gathered by expert, expert outputs */
     float *ge, *ue;    /* [P][moe_inter] */
     float *sh;         /* [rows][H] the shared expert's gated output (Qwen3.5-MoE), else NULL */
+    /* Gemma-4 per-layer inputs (cfg.ple = P > 0), else NULL */
+    float *ple;        /* [rows][L*P] every layer's inputs of the rows */
+    float *pt;         /* [rows][P] one layer's gate */
+    float *pe;         /* [L*P] one row of embed_tokens_per_layer */
 } scratch;
 
 static void scratch_init(scratch *s, const cfg_model *c, int rows) {
-    size_t H = (size_t)c->hidden, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    size_t H = (size_t)c->hidden, Q = (size_t)cfg_max_q(c), KV = (size_t)cfg_max_kv(c); /* the widest layer's */
     s->rows = rows;
     s->x = dfl_malloc64(sizeof(float) * rows * H);
     s->xn = dfl_malloc64(sizeof(float) * rows * H);
@@ -139,6 +156,13 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     s->rl = NULL, s->sel = NULL, s->wsel = NULL, s->slot = NULL, s->start = NULL;
     s->xe = s->ye = s->ge = s->ue = s->sh = NULL;
     if (c->shared_inter) s->sh = dfl_malloc64(sizeof(float) * rows * H);
+    s->ple = s->pt = s->pe = NULL;
+    if (c->ple) {
+        size_t LP = (size_t)c->n_layers * c->ple;
+        s->ple = dfl_malloc64(sizeof(float) * rows * LP);
+        s->pt = dfl_malloc64(sizeof(float) * rows * (size_t)c->ple);
+        s->pe = dfl_malloc64(sizeof(float) * LP);
+    }
     if (c->n_moe_layers) {
         size_t E = (size_t)c->n_experts, K = (size_t)c->n_experts_used, P = rows * K;
         s->rl = dfl_malloc64(sizeof(float) * rows * E);
@@ -174,43 +198,79 @@ static void scratch_free(scratch *s) {
     free(s->ge);
     free(s->ue);
     free(s->sh);
+    free(s->ple);
+    free(s->pt);
+    free(s->pe);
 }
 
-/* g = silu(g) * u elementwise, SWIGLU_PART elements per job (the last
- * one shorter): each element's value depends on nothing else. */
+/* gelu_pytorch_tanh as PyTorch computes it in float:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline float gelu_tanh(float x) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x))));
+}
+
+/* g = act(g) * u elementwise (act: silu, or Gemma-4's gelu_tanh), SWIGLU_PART
+ * elements per job (the last one shorter): each element's value depends on
+ * nothing else. */
 enum { SWIGLU_PART = 2048 };
 typedef struct {
     float *g;
     const float *u;
     size_t n;
+    int gelu;
 } swiglu_job;
 
 static void swiglu_part(void *p, int start, int end) {
     swiglu_job *j = p;
     size_t a = (size_t)start * SWIGLU_PART, e = (size_t)end * SWIGLU_PART;
     if (e > j->n) e = j->n;
+    if (j->gelu) {
+        for (size_t i = a; i < e; i++) j->g[i] = gelu_tanh(j->g[i]) * j->u[i];
+        return;
+    }
     for (size_t i = a; i < e; i++) {
         float g = j->g[i];
         j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
     }
 }
 
-/* g[n] = silu(g) * u, in parallel parts when large */
-static void swiglu(tp_pool *tp, float *g, const float *u, size_t n) {
-    swiglu_job j = {g, u, n};
+/* g[n] = act(g) * u (gelu: GeGLU, else SwiGLU), in parallel parts when large */
+static void gated_act(tp_pool *tp, float *g, const float *u, size_t n, int gelu) {
+    swiglu_job j = {g, u, n, gelu};
     if (n < 2 * SWIGLU_PART) swiglu_part(&j, 0, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART));
     else tp_for(tp, (int)((n + SWIGLU_PART - 1) / SWIGLU_PART), swiglu_part, &j);
 }
 
-/* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. */
+static void swiglu(tp_pool *tp, float *g, const float *u, size_t n) { gated_act(tp, g, u, n, 0); }
+
+/* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. Gemma-4:
+ * gelu_tanh for silu, and ffn_out_norm on the output before the add. */
 static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
     float *ys[2] = {s->g, s->u};
     const wt_weight *ws[2] = {&L->wg, &L->wu};
     kn_matmul_n(tp, ys, s->xn, ws, 2, T);
-    swiglu(tp, s->g, s->u, (size_t)T * I);
+    gated_act(tp, s->g, s->u, (size_t)T * I, c->geglu);
     kn_matmul(tp, s->xn, s->g, &L->wd, T);
+    if (L->ffn_out_norm) rmsnorm_rows(s->xn, s->xn, L->ffn_out_norm, T, H, c->eps);
+    for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
+}
+
+/* Gemma-4's per-layer input of layer l: x += ple_norm(Wproj (gelu_tanh(Wgate
+ * x) * in_l)), in_l = row t's slice l of s->ple ([T][P], ple_inputs). */
+static void ple_block(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_model *c, int T) {
+    int H = c->hidden, P = c->ple;
+    size_t LP = (size_t)c->n_layers * P;
+    kn_matmul(tp, s->pt, s->x, &L->ple_gate, T); /* [T][P] */
+    for (int t = 0; t < T; t++) {
+        float *g = s->pt + (size_t)t * P;
+        const float *in = s->ple + t * LP + (size_t)l * P;
+        for (int i = 0; i < P; i++) g[i] = gelu_tanh(g[i]) * in[i];
+    }
+    kn_matmul(tp, s->xn, s->pt, &L->ple_proj, T); /* [T][H] */
+    rmsnorm_rows(s->xn, s->xn, L->ple_norm, T, H, c->eps);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
 }
 
@@ -368,7 +428,8 @@ static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         }
 }
 
-/* x += Wo att (+ bo) (gated: att * sigmoid(gate) first) */
+/* x += Wo att (+ bo) (gated: att * sigmoid(gate) first; Gemma-4: x +=
+ * attn_out_norm(Wo att)) */
 static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
     if (c->attn_gate)
         for (size_t i = 0; i < (size_t)T * c->n_heads * c->head_dim; i++)
@@ -376,6 +437,7 @@ static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_mode
     kn_matmul(tp, s->xn, s->att, &L->wo, T);
     if (L->bo)
         for (size_t t = 0; t < (size_t)T; t++) add_bias(s->xn + t * c->hidden, L->bo, c->hidden);
+    if (L->attn_out_norm) rmsnorm_rows(s->xn, s->xn, L->attn_out_norm, T, c->hidden, c->eps);
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
@@ -413,11 +475,16 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
  *     times sigmoid(gate)); x += Wo att (+ bo);
  *   x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x), or the expert block
  *     (moe) in a layer that has one.
+ * Gemma-4 (layer l's heads cfg_head_dim(l) wide, cfg_kv_heads(l) of them;
+ * ROPE: the table of the layer's type): v RMS-normed per head without
+ * weight; scores not scaled (c->attn_scale 1); x += attn_out_norm(Wo att);
+ * x += ffn_out_norm(Wd(gelu_tanh(Wg n) * (Wu n))); x += the per-layer input
+ * (ple_block); x *= layer_scalar.
  * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
  * strides; out, q and the head counts are filled in here. */
 static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_model *c, const rope_table *rope,
                   int pos0, int T, at_job J, float *kc, float *vc, int n_ctx, dn_state *dn) {
-    int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, kvd = nkv * hd;
+    int H = c->hidden, hd = cfg_head_dim(c, l), nh = c->n_heads, nkv = cfg_kv_heads(c, l), kvd = nkv * hd;
     rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
     if (dn && c->linear_layer[l]) {
         dn_mixer(tp, dn, L, l, s->xn, s->xn, T);
@@ -431,13 +498,18 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
         norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
         norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
     }
+    if (c->v_norm)
+        for (size_t i = 0; i < (size_t)T * nkv; i++) rmsnorm(s->v + i * hd, s->v + i * hd, NULL, hd, c->eps);
     if (kc) kv_store(kc, vc, s, T, pos0, n_ctx, J.ring, nkv, hd);
-    J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd;
+    J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd, J.scale = c->attn_scale;
     J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
     at_run(tp, &J, T);
     attn_out(tp, s, L, c, T);
     if (L->experts) moe(tp, s, L, c, T);
     else mlp(tp, s, L, c, T);
+    if (L->ple_gate.rows) ple_block(tp, s, L, l, c, T);
+    if (c->arch == CFG_GEMMA4)
+        for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] *= L->layer_scalar;
 }
 
 /* ---- target sequence state ----------------------------------------------- */
@@ -464,6 +536,7 @@ typedef struct {
     int ring;        /* the sliding layers' ring rows, 0: no ring (full-length caches) */
     int hw;          /* high-water length (ring rule) */
     rope_table rope;
+    rope_table rope_full; /* Gemma-4's full layers (proportional RoPE), else unused (n_ctx 0) */
     scratch s;
     dn_state *dn;    /* Gated DeltaNet states (a model with linear layers), else NULL */
     float *kept;     /* [BE_KEEP_ROWS][H] final-normed rows of the last forward with keep_rows */
@@ -486,15 +559,19 @@ static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     q->kv_off = dfl_malloc(sizeof(size_t) * (size_t)c->n_layers);
     q->kv_rows = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
     q->ring = c->n_sliding_layers && c->window + BE_DN_KEEP < n_ctx ? c->window + BE_DN_KEEP : 0;
-    size_t kv = 0, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t kv = 0;
     for (int l = 0; l < c->n_layers; l++) {
         q->kv_rows[l] = c->linear_layer[l] ? 0 : c->sliding_layer[l] && q->ring ? q->ring : n_ctx;
         q->kv_off[l] = kv;
-        kv += (size_t)q->kv_rows[l] * kvd;
+        kv += (size_t)q->kv_rows[l] * cfg_kv_heads(c, l) * cfg_head_dim(c, l);
     }
     q->kc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
     q->vc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
     rope_init(&q->rope, c, n_ctx);
+    if (c->arch == CFG_GEMMA4) {
+        int l = c->n_layers - 1; /* a full layer (config.c: the last one is) */
+        rope_init_proportional(&q->rope_full, c, cfg_head_dim(c, l), n_ctx);
+    }
     scratch_init(&q->s, c, CHUNK);
     if (c->n_linear_layers) {
         q->dn = dfl_calloc(1, sizeof *q->dn);
@@ -520,6 +597,7 @@ static void cpu_destroy(void *st) {
         free(q->dn);
     }
     rope_free(&q->rope);
+    if (q->rope_full.n_ctx) rope_free(&q->rope_full);
     scratch_free(&q->s);
     free(q);
 }
@@ -540,23 +618,60 @@ static int cpu_truncate(void *st, int len) {
     return q->len;
 }
 
+/* Row embeddings x[T][H] of tokens tok[T] (Gemma-4: times sqrt(H), as
+ * transformers' scaled embedding in float32 does). */
+static void embed_rows(float *x, const mdl_model *m, const int32_t *tok, int T) {
+    int H = m->cfg.hidden;
+    for (int t = 0; t < T; t++) wt_get_row(x + (size_t)t * H, &m->embed, tok[t]);
+    if (m->cfg.arch != CFG_GEMMA4) return;
+    float sc = (float)sqrt((double)H);
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] *= sc;
+}
+
+/* Gemma-4's per-layer inputs of T rows (s->x: their scaled embeddings) into
+ * s->ple [T][L][P] (model.h): proj = ple_model_proj(x) / sqrt(H), each
+ * layer's P values RMS-normed by ple_proj_norm, plus sqrt(P) times the
+ * token's row of ple_embed, all times 1/sqrt(2) - each constant rounded to
+ * float as transformers' float32 model has it. */
+static void ple_inputs(tp_pool *tp, scratch *s, const mdl_model *m, const int32_t *tok, int T) {
+    const cfg_model *c = &m->cfg;
+    int P = c->ple, LP = c->n_layers * P;
+    float ps = (float)pow(c->hidden, -0.5), es = (float)sqrt((double)P), is = (float)pow(2.0, -0.5);
+    kn_matmul(tp, s->ple, s->x, &m->ple_model_proj, T);
+    for (int t = 0; t < T; t++) {
+        float *v = s->ple + (size_t)t * LP;
+        wt_get_row(s->pe, &m->ple_embed, tok[t]);
+        for (int i = 0; i < LP; i++) v[i] *= ps;
+        for (int l = 0; l < c->n_layers; l++) rmsnorm(v + (size_t)l * P, v + (size_t)l * P, m->ple_proj_norm, P, c->eps);
+        for (int i = 0; i < LP; i++) v[i] = (v[i] + s->pe[i] * es) * is;
+    }
+}
+
+/* Final logit softcapping (Gemma-4): l = cap tanh(l / cap), on n values */
+static void softcap(float *l, size_t n, float cap) {
+    if (cap == 0) return;
+    for (size_t i = 0; i < n; i++) l[i] = tanhf(l[i] / cap) * cap;
+}
+
 /* Rows [r0, r0+T) of batch b, at positions q->len.. */
 static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
     const mdl_model *m = q->m;
     const cfg_model *c = &m->cfg;
-    int H = c->hidden, hd = c->head_dim;
+    int H = c->hidden;
     scratch *s = &q->s;
     int pos0 = q->len;
-    for (int t = 0; t < T; t++) wt_get_row(s->x + (size_t)t * H, &m->embed, b->tokens[r0 + t]);
+    embed_rows(s->x, m, b->tokens + r0, T);
+    if (c->ple) ple_inputs(q->tp, s, m, b->tokens + r0, T);
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows;
+        int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows, hd = cfg_head_dim(c, l);
+        const rope_table *rope = c->arch == CFG_GEMMA4 && !c->sliding_layer[l] ? &q->rope_full : &q->rope;
         float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
         /* keys: the cache, positions 0..pos0+t for row t (causal; a sliding
          * layer the last window of them) */
         at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)rows * hd, .a_row = (size_t)hd,
                     .ring = ring};
-        layer(q->tp, s, L, l, c, &q->rope, pos0, T, J, kc, vc, rows, q->dn);
+        layer(q->tp, s, L, l, c, rope, pos0, T, J, kc, vc, rows, q->dn);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 for (int t = 0; t < T; t++)
@@ -571,6 +686,7 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
         int n = e - a;
         rmsnorm_rows(s->xn, s->x + (size_t)(a - r0) * H, m->final_norm, n, H, c->eps);
         kn_matmul(q->tp, b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
+        softcap(b->logits + (size_t)(a - first) * c->vocab, (size_t)n * c->vocab, c->softcap);
     }
     if (q->dn) dn_advance(q->dn, T);
     q->len += T;
@@ -616,6 +732,7 @@ static int cpu_logits(void *st, int row, int n, float *out) {
     cpu_seq *q = st;
     if (check_kept(q, row, n, "logits") != 0) return -1;
     kn_matmul(q->tp, out, q->kept + (size_t)row * q->m->cfg.hidden, &q->m->lm_head, n);
+    softcap(out, (size_t)n * q->m->cfg.vocab, q->m->cfg.softcap);
     return 0;
 }
 
@@ -631,6 +748,7 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
         int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
         wt_weight v = kn_row_view(w, r0, nr);
         kn_matmul(q->tp, q->slice, q->kept + (size_t)row * q->m->cfg.hidden, &v, n);
+        softcap(q->slice, (size_t)n * nr, q->m->cfg.softcap); /* tanh may tie distinct logits: compare capped ones */
         for (int j = 0; j < n; j++) {
             const float *l = q->slice + (size_t)j * nr;
             int i = smp_argmax(l, nr);
@@ -816,13 +934,12 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
         return -1;
     }
-    for (int i = 0; i < B; i++) {
+    for (int i = 0; i < B; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= tg->cfg.vocab) {
             dfl_seterr("draft block token %d outside the vocabulary", b->tokens[i]);
             return -1;
         }
-        wt_get_row(s->x + (size_t)i * H, &tg->embed, b->tokens[i]);
-    }
+    embed_rows(s->x, tg, b->tokens, B); /* the target's embedding (Gemma-4: scaled, as its embed_tokens module) */
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &q->d->layers[l];
         /* keys: the projected context 0..pos0-1, then all B block rows

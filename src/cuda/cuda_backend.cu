@@ -625,6 +625,10 @@ static int cu_prepare(void *p, mdl_model *m) {
         dfl_seterr("backend cuda: gpt-oss is not implemented on the GPU yet; use --backend cpu");
         return -1;
     }
+    if (c->arch == CFG_GEMMA4) { /* per-layer head widths, proportional RoPE, sandwich norms, per-layer inputs */
+        dfl_seterr("backend cuda: Gemma-4 is not implemented on the GPU yet; use --backend cpu");
+        return -1;
+    }
     if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K ||
                             BE_MAX_ROWS * c->n_experts_used > MOE_MAX_PAIRS)) {
         dfl_seterr("backend cuda: %d experts, %d per token: at most %d and %d; use --backend cpu", c->n_experts,
