@@ -595,14 +595,17 @@ static int parse_per_layer_config(cfg_model *c, const cJSON *plc) {
  * rope_parameters per layer type, hidden_activation gelu_pytorch_tanh,
  * final_logit_softcapping, hidden_size_per_layer_input (256) with
  * vocab_size_per_layer_input equal to vocab_size, use_bidirectional_attention
- * null or "vision" (text tokens attend causally). Refused by name, no
- * reference to check them against yet: attention_k_eq_v, num_kv_shared_layers
- * > 0, enable_moe_block, use_bidirectional_attention "all".
+ * null or "vision" (text tokens attend causally), attention_k_eq_v (full
+ * layers have no v_proj: their values are the k_proj output, RMS-normed
+ * without weight; read from the reference's code, no fixture checks it
+ * yet). Refused by name, no reference to check them against yet:
+ * num_kv_shared_layers > 0, enable_moe_block, use_bidirectional_attention
+ * "all".
  * use_double_wide_mlp widens only KV-shared layers' MLPs: with none it
  * changes nothing. num_experts, top_k_experts, moe_intermediate_size belong
  * to the refused MoE block. */
 static int parse_gemma4(cfg_model *c, const cJSON *root) {
-    int kv_eq, shared, moe, vp;
+    int shared, moe, vp;
     double cap;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_activation");
     if (act && !cJSON_IsNull(act) && !(cJSON_IsString(act) && !strcmp(act->valuestring, "gelu_pytorch_tanh"))) {
@@ -617,12 +620,12 @@ static int parse_gemma4(cfg_model *c, const cJSON *root) {
                    cur_path, cJSON_IsString(bi) ? bi->valuestring : "(not a string)");
         return -1;
     }
-    if (get_bool(root, "attention_k_eq_v", &kv_eq, 0) || get_int(root, "num_kv_shared_layers", &shared, 0, 0) ||
+    if (get_bool(root, "attention_k_eq_v", &c->k_eq_v, 0) || get_int(root, "num_kv_shared_layers", &shared, 0, 0) ||
         get_bool(root, "enable_moe_block", &moe, 0))
         return -1;
-    if (kv_eq || shared || moe) {
+    if (shared || moe) {
         dfl_seterr("%s: %s is not supported for Gemma-4 yet (no reference checks it)", cur_path,
-                   kv_eq ? "attention_k_eq_v=true" : shared ? "num_kv_shared_layers > 0" : "enable_moe_block=true");
+                   shared ? "num_kv_shared_layers > 0" : "enable_moe_block=true");
         return -1;
     }
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
@@ -645,15 +648,20 @@ static int parse_gemma4(cfg_model *c, const cJSON *root) {
     const cJSON *plc = cJSON_GetObjectItemCaseSensitive(root, "per_layer_config");
     if (plc && !cJSON_IsNull(plc)) {
         if (parse_per_layer_config(c, plc)) return -1;
-    } else {
-        int ghd;
-        if (get_int(root, "global_head_dim", &ghd, 0, 512)) return -1;
-        if (ghd < 2 || ghd > 512 || ghd % 2) {
-            dfl_seterr("%s: global_head_dim %d must be even and in 2..512", cur_path, ghd);
+    } else { /* transformers' own conversion: global_head_dim, and with attention_k_eq_v num_global_key_value_heads */
+        int ghd, gkv;
+        if (get_int(root, "global_head_dim", &ghd, 0, 512) || get_int(root, "num_global_key_value_heads", &gkv, 0, 0))
+            return -1;
+        if (ghd < 2 || ghd > 512 || ghd % 2 || gkv < 0 || gkv > CFG_MAX_HEADS) {
+            dfl_seterr("%s: global_head_dim %d must be even and in 2..512, num_global_key_value_heads %d in 1..%d",
+                       cur_path, ghd, gkv, CFG_MAX_HEADS);
             return -1;
         }
         for (int l = 0; l < c->n_layers; l++)
-            if (!c->sliding_layer[l]) c->layer_hd[l] = (unsigned short)ghd;
+            if (!c->sliding_layer[l]) {
+                c->layer_hd[l] = (unsigned short)ghd;
+                if (c->k_eq_v && gkv) c->layer_kv[l] = (unsigned short)gkv;
+            }
     }
     /* one head width per layer type (RoPE is made per type); kv heads divide the heads */
     int hd_type[2] = {0, 0};

@@ -149,6 +149,7 @@ typedef struct {
     /* Gemma-4 (CFG_GEMMA4; all 0 otherwise; config.h's CFG_GEMMA4 note) */
     float attn_scale;    /* attention score multiplier; 0: 1/sqrt(head_dim) (every other family) */
     int v_norm;          /* values RMS-normed per head, no weight */
+    int k_eq_v;          /* attention_k_eq_v: full layers' values are their keys before k_norm/RoPE (no v_proj) */
     int geglu;           /* MLP act: gelu_pytorch_tanh(g) * u instead of silu(g) * u */
     int ple;             /* hidden_size_per_layer_input: per-layer input width; 0: none */
     float softcap;       /* final_logit_softcapping; 0: none */

@@ -703,7 +703,9 @@ int mdl_load(mdl_model *m, const char *dir) {
         } else {
             LIN(wq, "self_attn.q_proj", c->attn_gate ? 2 * q : q, H);
             LIN(wk, "self_attn.k_proj", kv, H);
-            LIN(wv, "self_attn.v_proj", kv, H);
+            if (!(c->k_eq_v && !c->sliding_layer[l])) { /* Gemma-4 k_eq_v: a full layer's values are its keys */
+                LIN(wv, "self_attn.v_proj", kv, H);
+            }
             LIN(wo, "self_attn.o_proj", H, q);
         }
         if (c->attn_bias) {

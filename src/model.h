@@ -22,7 +22,8 @@ typedef struct {
 } mdl_expert;
 
 typedef struct {
-    wt_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+    wt_weight wq, wk, wv, wo;    /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd]; wv absent (rows 0) in a Gemma-4
+                                    k_eq_v full layer: v = Wk xn */
     wt_weight wg, wu, wd;        /* [I, H] x2, [H, I]; absent (rows 0) in an expert layer */
     float *in_norm, *post_norm;  /* [H] */
     float *q_norm, *k_norm;      /* [hd], NULL without qk-norm */

@@ -255,6 +255,7 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON *j = cJSON_CreateObject();
     int moe35 = c->arch == CFG_QWEN3_5 && c->qwen35_moe;
     const char *arch = c->is_draft              ? "DFlashDraftModel"
+                       : c->arch == CFG_GEMMA4    ? "Gemma4ForCausalLM"
                        : c->arch == CFG_GPT_OSS   ? "GptOssForCausalLM"
                        : c->arch == CFG_LLAMA     ? "LlamaForCausalLM"
                        : c->arch == CFG_QWEN3_MOE ? "Qwen3MoeForCausalLM"
@@ -263,7 +264,8 @@ static int write_config(const char *dir, const syn_spec *s) {
                                                   : "Qwen3ForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
-    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_GPT_OSS     ? "gpt_oss"
+    cJSON_AddStringToObject(j, "model_type", c->arch == CFG_GEMMA4      ? "gemma4_text"
+                                             : c->arch == CFG_GPT_OSS   ? "gpt_oss"
                                              : c->arch == CFG_LLAMA     ? "llama"
                                              : c->arch == CFG_QWEN3_MOE ? "qwen3_moe"
                                              : moe35                    ? "qwen3_5_moe_text"
@@ -321,6 +323,37 @@ static int write_config(const char *dir, const syn_spec *s) {
         cJSON_AddNumberToObject(rp, "original_max_position_embeddings", c->rope_orig_max_pos);
         cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
     }
+    if (c->arch == CFG_GEMMA4) { /* Gemma4TextConfig as transformers 5.17 writes it */
+        cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+        for (int l = 0; l < c->n_layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(c->sliding_layer[l] ? "sliding_attention" : "full_attention"));
+        cJSON_AddNumberToObject(j, "sliding_window", c->window);
+        cJSON *pl = cJSON_AddObjectToObject(j, "per_layer_config");
+        for (int l = 0; l < c->n_layers; l++)
+            if (c->layer_hd[l] || c->layer_kv[l]) {
+                char k[16];
+                snprintf(k, sizeof k, "%d", l);
+                cJSON *e = cJSON_AddObjectToObject(pl, k);
+                cJSON_AddNumberToObject(e, "head_dim", cfg_head_dim(c, l));
+                cJSON_AddNumberToObject(e, "num_key_value_heads", cfg_kv_heads(c, l));
+            }
+        cJSON *rp = cJSON_AddObjectToObject(j, "rope_parameters"), *sl = cJSON_AddObjectToObject(rp, "sliding_attention");
+        cJSON_AddStringToObject(sl, "rope_type", "default");
+        cJSON_AddNumberToObject(sl, "rope_theta", c->rope_theta);
+        cJSON *fu = cJSON_AddObjectToObject(rp, "full_attention");
+        cJSON_AddStringToObject(fu, "rope_type", "proportional");
+        cJSON_AddNumberToObject(fu, "partial_rotary_factor", 0.25);
+        cJSON_AddNumberToObject(fu, "rope_theta", c->full_theta);
+        cJSON_AddStringToObject(j, "hidden_activation", "gelu_pytorch_tanh");
+        if (c->softcap > 0) cJSON_AddNumberToObject(j, "final_logit_softcapping", c->softcap);
+        else cJSON_AddNullToObject(j, "final_logit_softcapping");
+        cJSON_AddNumberToObject(j, "hidden_size_per_layer_input", c->ple);
+        cJSON_AddNumberToObject(j, "vocab_size_per_layer_input", c->vocab);
+        cJSON_AddBoolToObject(j, "attention_k_eq_v", c->k_eq_v);
+        cJSON_AddNumberToObject(j, "num_kv_shared_layers", 0);
+        cJSON_AddBoolToObject(j, "enable_moe_block", 0);
+        cJSON_AddBoolToObject(j, "use_double_wide_mlp", 0);
+    }
     cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
     if (!moe35) cJSON_AddNumberToObject(j, "intermediate_size", c->inter);
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
@@ -329,11 +362,12 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(j, "rms_norm_eps", c->eps);
-    if (c->arch != CFG_QWEN3_5 && c->arch != CFG_GPT_OSS) cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    if (c->arch != CFG_QWEN3_5 && c->arch != CFG_GPT_OSS && c->arch != CFG_GEMMA4)
+        cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_pos);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
     cJSON_AddBoolToObject(j, "attention_bias", c->attn_bias);
-    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    if (c->arch != CFG_GEMMA4) cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddStringToObject(j, "torch_dtype", s->dtype == WT_F32 ? "float32" : s->dtype == WT_F16 ? "float16" : "bfloat16");
     if (c->q_bits) {
         cJSON *q = cJSON_AddObjectToObject(j, "quantization");
@@ -425,6 +459,15 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
     }
     snprintf(name, sizeof name, "%snorm.weight", pre);
     vec(&ts, s, &r, name, H);
+    if (c->arch == CFG_GEMMA4 && c->ple) { /* per-layer inputs (model.c) */
+        int LP = c->n_layers * c->ple;
+        snprintf(name, sizeof name, "%sembed_tokens_per_layer", pre);
+        matrix(&ts, s, &r, name, c->vocab, LP, 1.0f);
+        snprintf(name, sizeof name, "%sper_layer_model_projection", pre);
+        matrix(&ts, s, &r, name, LP, H, sh);
+        snprintf(name, sizeof name, "%sper_layer_projection_norm.weight", pre);
+        vec(&ts, s, &r, name, c->ple);
+    }
     if (s->layer_scale > 0) sh *= s->layer_scale, sq *= s->layer_scale, si *= s->layer_scale;
     /* Qwen3.5: gated q_proj (query + output gate per head); Gated DeltaNet
      * widths: conv channels C = q, k, v of in_proj_qkv, vd = value width */
@@ -450,6 +493,8 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
     }
     for (int l = 0; l < c->n_layers && rc == 0; l++) {
         char b[224];
+        hd = cfg_head_dim(c, l), q = c->n_heads * hd, kv = cfg_kv_heads(c, l) * hd, qr = c->attn_gate ? 2 * q : q;
+        sq = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)q);
 #define M(sub, rows, cols, std) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), matrix(&ts, s, &r, b, rows, cols, std)
 #define V(sub, n) snprintf(b, sizeof b, "%slayers.%d.%s.weight", pre, l, sub), vec(&ts, s, &r, b, n)
 #define F(sub, d0, d1, d2, x, y, lg) snprintf(b, sizeof b, "%slayers.%d.%s", pre, l, sub), fvec(&ts, s, &r, b, d0, d1, d2, x, y, lg)
@@ -470,7 +515,7 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
         } else {
             M("self_attn.q_proj", qr, H, sh);
             M("self_attn.k_proj", kv, H, sh);
-            M("self_attn.v_proj", kv, H, sh);
+            if (!(c->k_eq_v && !c->sliding_layer[l])) M("self_attn.v_proj", kv, H, sh);
             M("self_attn.o_proj", H, q, sq);
         }
         if (c->arch == CFG_GPT_OSS) { /* model.c bind_gptoss_experts; biases scaled with the layers */
@@ -520,7 +565,20 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
             M("mlp.down_proj", H, c->inter, si);
         }
         V("input_layernorm", H);
-        V("post_attention_layernorm", H);
+        if (c->arch == CFG_GEMMA4) { /* the sandwich norms, the output ones scaled by layer_scale (synth.h) */
+            float ls = s->layer_scale > 0 ? s->layer_scale : 1.0f;
+            F("post_attention_layernorm.weight", H, 0, 0, ls, 0.2f * ls, 0);
+            V("pre_feedforward_layernorm", H);
+            F("post_feedforward_layernorm.weight", H, 0, 0, ls, 0.2f * ls, 0);
+            F("layer_scalar", 1, 0, 0, 1.0f, 0.1f, 0);
+            if (c->ple) {
+                M("per_layer_input_gate", c->ple, H, sh);
+                M("per_layer_projection", H, c->ple, 1.0f / sqrtf((float)c->ple));
+                F("post_per_layer_input_norm.weight", H, 0, 0, ls, 0.2f * ls, 0);
+            }
+        } else {
+            V("post_attention_layernorm", H);
+        }
         if (c->qk_norm && !c->linear_layer[l]) {
             V("self_attn.q_norm", hd);
             V("self_attn.k_norm", hd);
@@ -605,6 +663,30 @@ void syn_gptoss(cfg_model *c, int window) {
     c->moe_inter = c->inter;
 }
 
+void syn_gemma4(cfg_model *c, int window, int hd_full, int kv_full, int k_eq_v, int ple) {
+    c->arch = CFG_GEMMA4;
+    c->qk_norm = 1;
+    c->v_norm = 1;
+    c->geglu = 1;
+    c->attn_scale = 1.0f;
+    c->attn_bias = 0;
+    c->window = window;
+    c->rope_theta = 1e4;
+    c->full_theta = 1e6;
+    c->full_factor = 1.0;
+    c->full_rot = hd_full / 8; /* partial_rotary_factor 0.25 of hd_full / 2 pairs */
+    c->softcap = 30.0f;
+    c->ple = ple;
+    c->k_eq_v = k_eq_v;
+    c->n_sliding_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->sliding_layer[l] = (l + 1) % 6 != 0 && l != c->n_layers - 1;
+        c->n_sliding_layers += c->sliding_layer[l];
+        c->layer_hd[l] = c->sliding_layer[l] || hd_full == c->head_dim ? 0 : (unsigned short)hd_full;
+        c->layer_kv[l] = c->sliding_layer[l] || !kv_full || kv_full == c->n_kv_heads ? 0 : (unsigned short)kv_full;
+    }
+}
+
 /* ---- dflash_synth (public API) ------------------------------------------- */
 #include <limits.h>
 
@@ -629,30 +711,41 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
          * MLP the expert block (moe_inter = inter), o200k_harmony's vocab
          * 201088, untied */
         int window;
+        /* gemma4_text (gwin > 0): every 6th layer full attention with heads
+         * of ghd and gkv kv heads (their keys as values when keqv), the rest
+         * sliding with window gwin; per-layer inputs of ple; vocab 262144,
+         * tied, softcapping 30 */
+        int gwin, ghd, gkv, keqv, ple;
     } shapes[] = {
-        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
-        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 0, 16, 16, 128, 128, 0, 0},
-        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 0, 0},
-        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 1, 0},
-        {"qwen3.5-35b-a3b", 2048, 6144, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 1, 0}, /* Qwen3.5/3.6-35B-A3B */
-        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0, 0, 0},
-        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 2, 4, 16, 16, 0, 0},
-        {"tiny-qwen35moe", 64, 128, 4, 4, 2, 16, 8, 2, 32, 48, 2, 4, 16, 16, 0, 0},
-        {"gpt-oss-20b", 2880, 2880, 24, 64, 8, 64, 32, 4, 2880, 0, 0, 0, 0, 0, 1, 128},
-        {"gpt-oss-120b", 2880, 2880, 36, 64, 8, 64, 128, 4, 2880, 0, 0, 0, 0, 0, 1, 128},
-        {"tiny-gptoss", 64, 128, 4, 4, 2, 16, 4, 2, 128, 0, 0, 0, 0, 0, 1, 8},
+        {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+        {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 0, 0, 0, 0, 16, 16, 128, 128, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3.5-4b", 2560, 9216, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 0, 0, 0, 0, 0, 0, 0},
+        {"qwen3.5-9b", 4096, 12288, 32, 16, 4, 256, 0, 0, 0, 0, 16, 32, 128, 128, 1, 0, 0, 0, 0, 0, 0},
+        {"qwen3.5-35b-a3b", 2048, 6144, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 1, 0, 0, 0, 0, 0, 0}, /* Qwen3.5/3.6-35B-A3B */
+        {"tiny", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-moe", 64, 128, 4, 4, 2, 16, 8, 2, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-qwen35", 64, 128, 4, 4, 2, 16, 0, 0, 0, 0, 2, 4, 16, 16, 0, 0, 0, 0, 0, 0, 0},
+        {"tiny-qwen35moe", 64, 128, 4, 4, 2, 16, 8, 2, 32, 48, 2, 4, 16, 16, 0, 0, 0, 0, 0, 0, 0},
+        {"gpt-oss-20b", 2880, 2880, 24, 64, 8, 64, 32, 4, 2880, 0, 0, 0, 0, 0, 1, 128, 0, 0, 0, 0, 0},
+        {"gpt-oss-120b", 2880, 2880, 36, 64, 8, 64, 128, 4, 2880, 0, 0, 0, 0, 0, 1, 128, 0, 0, 0, 0, 0},
+        {"tiny-gptoss", 64, 128, 4, 4, 2, 16, 4, 2, 128, 0, 0, 0, 0, 0, 1, 8, 0, 0, 0, 0, 0},
+        /* gemma-4-31B(-it) as its config reports it: 60 layers, 32 q / 16 kv
+         * heads of 256 on sliding layers (window 1024), 4 kv heads of 512 on
+         * the full ones with attention_k_eq_v, no per-layer inputs */
+        {"gemma-4-31b", 5376, 21504, 60, 32, 16, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 512, 4, 1, 0},
+        /* tests/models/tiny-gemma4's shape */
+        {"tiny-gemma4", 64, 128, 6, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 32, 0, 0, 8},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
         dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b, qwen3.5-4b, "
-                   "qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, tiny, tiny-moe, tiny-qwen35, "
-                   "tiny-qwen35moe, tiny-gptoss)",
+                   "qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, gemma-4-31b, tiny, tiny-moe, "
+                   "tiny-qwen35, tiny-qwen35moe, tiny-gptoss, tiny-gemma4)",
                    shape);
         return -1;
     }
@@ -711,6 +804,15 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->tie_embeddings = 0;
     }
     if (oss && !draft) syn_gptoss(c, shapes[k].window);
+    int g4 = shapes[k].gwin > 0;
+    if (g4) { /* Gemma's tokenizer: <eos> 1, <end_of_turn> 106 (Gemma 3's ids) */
+        c->vocab = 262144;
+        c->max_pos = 262144;
+        c->eos_ids[0] = 1;
+        c->eos_ids[1] = 106;
+        c->tie_embeddings = 1;
+    }
+    if (g4 && !draft) syn_gemma4(c, shapes[k].gwin, shapes[k].ghd, shapes[k].gkv, shapes[k].keqv, shapes[k].ple);
     if (shapes[k].experts && !draft && oss) {
         c->n_experts = shapes[k].experts;
         c->n_experts_used = shapes[k].used;
@@ -737,7 +839,8 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->n_target_layers = c->n_layers;
         c->n_layers = shapes[k].layers >= 5 ? 5 : 2;
         c->block_size = 16;
-        c->mask_token_id = q35 ? c->vocab - 1 : 151669; /* Qwen3.5: the last id, as tiny-qwen35-draft */
+        /* Qwen3.5: the last id, as tiny-qwen35-draft; Gemma: <mask> 4 (Gemma 3's id) */
+        c->mask_token_id = q35 ? c->vocab - 1 : g4 ? 4 : 151669;
         c->n_taps = c->n_layers;
         cfg_default_taps(c->n_target_layers, c->n_layers, c->tap_layers);
         c->tie_embeddings = 0;

@@ -30,6 +30,18 @@
  * biases and sinks, mlp.router.weight + .bias and the stacked input-major
  * experts mlp.experts.gate_up_proj [E, H, 2I] / down_proj [E, I, H] with
  * their biases (float; the attention matrices MLX-quantized when q_bits). */
+/* Gemma-4 (c.arch CFG_GEMMA4; syn_gemma4 sets every field): config.json as
+ * Gemma4TextConfig writes it (transformers 5.17: layer_types,
+ * sliding_window, per_layer_config for the full layers' head, rope_parameters
+ * per layer type, final_logit_softcapping, hidden_size_per_layer_input,
+ * attention_k_eq_v), and per layer q/k/v/o at the layer's width (no v_proj
+ * in a k_eq_v full layer), q_norm / k_norm, the four sandwich norms,
+ * layer_scalar [1] and with per-layer inputs per_layer_input_gate /
+ * per_layer_projection / post_per_layer_input_norm; embed_tokens_per_layer,
+ * per_layer_model_projection, per_layer_projection_norm at the top. With
+ * layer_scale the output norms (post_attention, post_feedforward,
+ * post_per_layer_input) are scaled by it: they, not the matrices, set the
+ * size of a Gemma layer's contributions. */
 #ifndef DFL_SYNTH_H
 #define DFL_SYNTH_H
 
@@ -58,6 +70,14 @@ syn_spec syn_default(void);
  * 7, sliding window WINDOW on the even layers, every MLP the expert block
  * (moe_inter = inter; 4 experts top 2 unless n_experts is set). */
 void syn_gptoss(cfg_model *c, int window);
+
+/* c (its sizes set) as Gemma-4 with the released models' settings: every
+ * 6th layer and the last full attention, the rest sliding with WINDOW;
+ * full layers with heads of HD_FULL and KV_FULL kv heads (0: n_kv_heads),
+ * their keys as values when K_EQ_V; RoPE theta 1e4 (sliding) and
+ * proportional 0.25 at 1e6 (full); softcapping 30; per-layer inputs of PLE
+ * (0: none). */
+void syn_gemma4(cfg_model *c, int window, int hd_full, int kv_full, int k_eq_v, int ple);
 
 /* Write config.json, generation_config.json (targets) and the safetensors
  * into DIR, all or nothing (util.h dfl_stage: a new DIR appears complete;

@@ -783,6 +783,65 @@ TEST(synth_gptoss_round_trip) {
           "synth gpt-oss --bits 4: %s", dflash_error());
 }
 
+/* dflash synth's tiny-gemma4: what it writes loads back as the Gemma-4 of
+ * tests/models/tiny-gemma4 (transformers' own config: the same layer types,
+ * window, full-layer head, RoPE, softcapping, per-layer inputs), every
+ * Gemma tensor bound; its draft is a dense Qwen3 draft with Gemma's <mask>
+ * id; a k_eq_v model has no v_proj in its full layers. */
+TEST(synth_gemma4_round_trip) {
+    char *d = path("g4_tiny", NULL);
+    CHECK(dflash_synth("tiny-gemma4", 0, 0, NULL, d) == 0, "synth tiny-gemma4: %s", dflash_error());
+    mdl_model m, f;
+    const char *root = getenv("DFLASH_ROOT");
+    char fdir[4096];
+    snprintf(fdir, sizeof fdir, "%s/tests/models/tiny-gemma4", root ? root : ".");
+    if (mdl_load(&m, d) != 0 || mdl_load(&f, fdir)) {
+        CHECK(0, "tiny-gemma4: load: %s", dfl_lasterr());
+        return;
+    }
+    const cfg_model *c = &m.cfg, *r = &f.cfg;
+    int same = c->arch == CFG_GEMMA4 && r->arch == CFG_GEMMA4 && c->window == r->window &&
+               c->n_sliding_layers == r->n_sliding_layers && c->ple == r->ple && c->softcap == r->softcap &&
+               c->full_rot == r->full_rot && c->rope_theta == r->rope_theta && c->full_theta == r->full_theta &&
+               c->attn_scale == 1.0f && c->v_norm && c->geglu && c->tie_embeddings && !c->k_eq_v;
+    for (int l = 0; l < c->n_layers; l++)
+        same &= c->sliding_layer[l] == r->sliding_layer[l] && cfg_head_dim(c, l) == cfg_head_dim(r, l) &&
+                cfg_kv_heads(c, l) == cfg_kv_heads(r, l);
+    CHECK(same && c->n_sliding_layers == 5 && cfg_head_dim(c, 5) == 32 && c->full_rot == 4,
+          "tiny-gemma4 synth config differs from transformers' tiny-gemma4");
+    const mdl_layer *L = &m.layers[5];
+    CHECK(L->wq.rows == 128 && L->wk.rows == 64 && L->wv.rows == 64 && L->wo.cols == 128 && L->attn_out_norm &&
+              L->ffn_out_norm && L->ple_norm && L->ple_gate.rows == 8 && L->ple_proj.cols == 8 &&
+              m.ple_embed.cols == 48 && m.ple_model_proj.rows == 48 && m.ple_proj_norm,
+          "tiny-gemma4 layer 5 not bound as Gemma-4");
+    mdl_free(&m);
+    mdl_free(&f);
+    char *dd = path("g4_tiny_draft", NULL);
+    CHECK(dflash_synth("tiny-gemma4", 1, 0, NULL, dd) == 0, "synth tiny-gemma4 --draft: %s", dflash_error());
+    if (mdl_load(&m, dd) == 0) {
+        CHECK(m.cfg.is_draft && m.cfg.arch == CFG_QWEN3 && m.cfg.hidden == 64 && m.cfg.n_target_layers == 6 &&
+                  m.cfg.mask_token_id == 4,
+              "tiny-gemma4 draft config");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-gemma4 draft: load: %s", dfl_lasterr());
+    }
+    /* attention_k_eq_v with 1 kv head of 32 in the full layer */
+    syn_spec s = syn_default();
+    s.c.n_layers = 6;
+    syn_gemma4(&s.c, 8, 32, 1, 1, 0);
+    char *k = path("g4_keqv", NULL);
+    CHECK(syn_write(k, &s) == 0, "synth k_eq_v: %s", dfl_lasterr());
+    if (mdl_load(&m, k) == 0) {
+        CHECK(m.cfg.k_eq_v && cfg_kv_heads(&m.cfg, 5) == 1 && cfg_head_dim(&m.cfg, 5) == 32 && !m.layers[5].wv.rows &&
+                  m.layers[4].wv.rows == 32 && m.layers[5].wk.rows == 32 && !m.cfg.ple && !m.ple_embed.rows,
+              "k_eq_v model bound wrong");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "k_eq_v: load: %s", dfl_lasterr());
+    }
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -1122,6 +1181,7 @@ int main(void) {
     RUN(argmax_equals_logits_argmax);
     RUN(backend_select);
     RUN(synth_gptoss_round_trip);
+    RUN(synth_gemma4_round_trip);
     be_cpu.close(bi);
     tmpdir_remove();
     CHECK_DONE("test_model");

@@ -1,7 +1,9 @@
 /* test_qwen35.c - state that a rollback cannot just forget by moving a
  * length: Qwen3.5's recurrent layers (backend.h, deltanet.h) on the
- * committed tiny-qwen35, tiny-qwen35moe and tiny-qwen3next, and gpt-oss's
- * sliding-window rings (cpu_backend.c's ring rule) on tiny-gptoss
+ * committed tiny-qwen35, tiny-qwen35moe and tiny-qwen3next, and the
+ * sliding-window rings (cpu_backend.c's ring rule) of gpt-oss (tiny-gptoss)
+ * and Gemma-4 (tiny-gemma4: five sliding layers and a full one with a wider
+ * head, per-layer inputs)
  * (tests/models; their HF references are checked in test_reference.c).
  *
  * Every check here is bit for bit against plain decoding, one token per
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "check.h"
@@ -20,6 +23,7 @@
 #include "dflash.h"
 #include "model.h"
 #include "quant.h"
+#include "synth.h"
 #include "util.h"
 
 static const char *root = ".";
@@ -279,11 +283,25 @@ int main(void) {
     snprintf(in, sizeof in, "%s", rp("tests/models/tiny-qwen3next"));
     if (!qrc) qrc = qt_checkpoint(in, q4n, 4, 32);
     if (qrc) fprintf(stderr, "  quantize: %s\n", dfl_lasterr());
+    /* a synthesized Gemma-4 with attention_k_eq_v (no fixture has it: its
+     * full layer's values are its keys) and per-layer inputs, with the
+     * Qwen3 tokenizer for the public-API test */
+    char keqv[64], tl[128];
+    snprintf(keqv, sizeof keqv, "%s/gemma4_keqv", tmp);
+    syn_spec gs = syn_default();
+    gs.c.n_layers = 6;
+    syn_gemma4(&gs.c, 8, 32, 1, 1, 8);
+    int grc = syn_write(keqv, &gs);
+    char *tj = realpath(rp("models/qwen3-tokenizer/tokenizer.json"), NULL);
+    snprintf(tl, sizeof tl, "%s/tokenizer.json", keqv);
+    if (!grc) grc = tj ? symlink(tj, tl) : -1;
+    free(tj);
+    if (grc) fprintf(stderr, "  gemma4 k_eq_v synth: %s\n", dfl_lasterr());
     const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe", "tests/models/tiny-qwen3next", q4,
-                          q4n, "tests/models/tiny-gptoss"};
-    for (int d = 0; d < 6; d++) {
+                          q4n, "tests/models/tiny-gptoss", "tests/models/tiny-gemma4", keqv};
+    for (int d = 0; d < (int)(sizeof dirs / sizeof dirs[0]); d++) {
         model_dir = dirs[d];
-        if (d >= 3 && d <= 4 && qrc) {
+        if ((d >= 3 && d <= 4 && qrc) || (dirs[d] == keqv && grc)) {
             check_n_fail++;
             continue;
         }

@@ -404,12 +404,15 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     }
 }
 
-/* q, k, v = Wq xn, Wk xn, Wv xn for T rows (one parallel region). With a
- * gated q_proj, each head's rows [query | gate] are split into q and gate. */
-static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+/* q, k, v = Wq xn, Wk xn, Wv xn for T rows of layer l (one parallel region;
+ * without Wv, v = k). With a gated q_proj, each head's rows [query | gate]
+ * are split into q and gate. */
+static void qkv(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int l, int T) {
     float *ys[3] = {c->attn_gate ? s->qg : s->q, s->k, s->v};
     const wt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
-    kn_matmul_n(tp, ys, s->xn, ws, 3, T);
+    kn_matmul_n(tp, ys, s->xn, ws, L->wv.rows ? 3 : 2, T);
+    if (!L->wv.rows) /* Gemma-4 attention_k_eq_v: v = the keys as projected */
+        memcpy(s->v, s->k, sizeof(float) * (size_t)T * cfg_kv_heads(c, l) * cfg_head_dim(c, l));
     if (L->bq) { /* gpt-oss: q, k, v biases */
         int nq = c->n_heads * c->head_dim, nk = c->n_kv_heads * c->head_dim;
         for (size_t t = 0; t < (size_t)T; t++) {
@@ -493,7 +496,7 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
         else mlp(tp, s, L, c, T);
         return;
     }
-    qkv(tp, s, L, c, T);
+    qkv(tp, s, L, c, l, T);
     for (int t = 0; t < T; t++) {
         norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
         norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
