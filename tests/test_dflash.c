@@ -369,6 +369,18 @@ TEST(lossless_gptoss_accepting) {
     accepting_pair(ts, draft_spec(), "oss_acc", "gpt-oss");
 }
 
+/* Gemma-4 (synthesized: 6 layers, window 8, a full layer with heads of
+ * 32 and its keys as values, per-layer inputs, softcapping) with accepting
+ * rounds: whole blocks accepted and rolled back across the sliding ring. */
+TEST(lossless_gemma4_accepting) {
+    syn_spec ts = target_spec(), ds = draft_spec();
+    ts.c.n_layers = 6;
+    syn_gemma4(&ts.c, 8, 32, 1, 1, 8);
+    ds.c.n_target_layers = 6;
+    cfg_default_taps(6, 2, ds.c.tap_layers);
+    accepting_pair(ts, ds, "g4_acc", "gemma-4");
+}
+
 /* A draft whose heads differ from the target's (2 q / 1 kv heads of 32 vs
  * 4 / 2 of 16; Qwen3.5 targets have wider heads than their drafts): loads,
  * drafts, and DFlash still equals plain decoding. */
@@ -474,6 +486,27 @@ TEST(lossless_gptoss_random_draft) {
     dflash_model *m = load_pair(t, d, NULL);
     if (!m) return;
     random_lossless(m, 24, 16000, n_small < 24 ? n_small : 24, n_small < 8 ? n_small : 8, 40, "gpt-oss + random draft");
+    dflash_free(m);
+}
+
+/* Gemma-4 (tests/models/tiny-gemma4: five sliding layers of window 8, a
+ * full one with a wider head, per-layer inputs, softcapping) with a random
+ * dense draft tapping its layers: DFlash = plain decoding at blocks 2..16
+ * and auto, greedy and temp 0.8, past the ring (8 + 64 rows). */
+TEST(lossless_gemma4_random_draft) {
+    const char *t = rpath("tests/models/tiny-gemma4");
+    char d[512];
+    snprintf(d, sizeof d, "%s", tpath("gemma4_draft"));
+    syn_spec ds = draft_spec();
+    ds.c.hidden = 64;
+    ds.c.vocab = 16384;
+    ds.c.mask_token_id = 16383;
+    ds.c.n_target_layers = 6;
+    cfg_default_taps(6, 2, ds.c.tap_layers);
+    CHECK(syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
+    dflash_model *m = load_pair(t, d, NULL);
+    if (!m) return;
+    random_lossless(m, 24, 16000, n_small < 24 ? n_small : 24, n_small < 8 ? n_small : 8, 40, "gemma-4 + random draft");
     dflash_free(m);
 }
 
@@ -635,6 +668,8 @@ int main(void) {
     RUN(lossless_qwen35_accepting);
     RUN(lossless_gptoss_random_draft);
     RUN(lossless_gptoss_accepting);
+    RUN(lossless_gemma4_random_draft);
+    RUN(lossless_gemma4_accepting);
     RUN(lossless_draft_window);
     RUN(lossless_demo_pair);
     tmpdir_remove();
