@@ -333,6 +333,95 @@ TEST(gptoss_bad_files) {
     CHECK(load_fails(d, "quant_method \"mxfp4\" is not supported"), "mxfp4 on qwen3");
 }
 
+/* Gemma-4 checkpoints with one thing wrong: its own tensors (layer_scalar,
+ * the full layer's wider head, the per-layer inputs) and config fields
+ * (those refused by name, out-of-range values); and the multimodal
+ * checkpoint layout (text_config, model.language_model.*) loads as the text
+ * model it holds. */
+TEST(gemma4_bad_files) {
+    const char *d;
+    d = clone("tiny-gemma4");
+    st_patch(d, "model.layers.2.layer_scalar", "model.layers.2.scalar", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.2.layer_scalar'"), "no layer_scalar");
+    d = clone("tiny-gemma4");
+    st_patch(d, "model.layers.5.self_attn.k_proj.weight", NULL, "[32, 128]", NULL, 0);
+    CHECK(load_fails(d, "k_proj.weight': shape [32, 128], expected [64, 64]"), "full layer k_proj");
+    d = clone("tiny-gemma4");
+    st_patch(d, "model.layers.5.self_attn.q_norm.weight", NULL, "[2, 16]", NULL, 0);
+    CHECK(load_fails(d, "q_norm.weight': shape [2, 16], expected [32]"), "full layer q_norm");
+    d = clone("tiny-gemma4");
+    st_patch(d, "model.per_layer_model_projection.weight", "model.per_layer_projection.weight", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.per_layer_model_projection.weight'"), "no per-layer projection");
+    d = clone("tiny-gemma4");
+    st_patch(d, "model.layers.1.per_layer_input_gate.weight", NULL, "[16, 32]", NULL, 0);
+    CHECK(load_fails(d, "per_layer_input_gate.weight': shape [16, 32], expected [8, 64]"), "per-layer gate");
+    static const struct {
+        const char *obj, *key, *value, *needle;
+    } cfg[] = {
+        {NULL, "num_kv_shared_layers", "2", "num_kv_shared_layers > 0 is not supported"},
+        {NULL, "enable_moe_block", "true", "enable_moe_block=true is not supported"},
+        {NULL, "hidden_activation", "\"gelu\"", "hidden_activation \"gelu\" is not supported"},
+        {NULL, "use_bidirectional_attention", "\"all\"", "use_bidirectional_attention all is not supported"},
+        {NULL, "per_layer_config", "{\"7\": {\"head_dim\": 32}}", "per_layer_config key \"7\" must be a layer id"},
+        {NULL, "per_layer_config", "{\"5\": {\"num_attention_heads\": 8}}",
+         "per_layer_config[\"5\"].num_attention_heads is not supported"},
+        {NULL, "per_layer_config", "{\"5\": {\"head_dim\": 33}}", "per_layer_config[\"5\"].head_dim must be"},
+        {NULL, "per_layer_config", "{\"4\": {\"head_dim\": 32}}", "layer 4's head_dim 32 differs"},
+        {"rope_parameters", "full_attention", "{\"rope_type\": \"yarn\", \"rope_theta\": 1e6}",
+         "rope_parameters.full_attention.rope_type \"yarn\" is not supported"},
+        {"rope_parameters", "sliding_attention", "{\"rope_type\": \"default\"}", "missing field \"rope_theta\""},
+        {NULL, "vocab_size_per_layer_input", "100", "vocab_size_per_layer_input 100 differs"},
+        {NULL, "final_logit_softcapping", "-1", "final_logit_softcapping -1 must be positive"},
+        {NULL, "sliding_window", "0", "sliding_window 0 out of range"},
+        {NULL, "layer_types", "[\"sliding_attention\"]", "layer_types has 1 entries for 6 layers"},
+    };
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        d = clone("tiny-gemma4");
+        set_raw(d, "config.json", cfg[i].obj, cfg[i].key, cfg[i].value);
+        CHECK(load_fails(d, cfg[i].needle), "config %s = %s", cfg[i].key, cfg[i].value);
+    }
+    /* the multimodal layout: config.json's text_config, tensors under model.language_model. */
+    d = clone("tiny-gemma4");
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    char *txt = dfl_read_file(p, NULL);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"architectures\": [\"Gemma4ForConditionalGeneration\"], \"model_type\": \"gemma4\", "
+               "\"vision_config\": {\"hidden_size\": 768}, \"audio_config\": null, \"text_config\": %s}", txt);
+    fclose(f);
+    free(txt);
+    st_set ss;
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CHECK(st_open_file(&ss, p) == 0, "%s", dfl_lasterr());
+    int nt = ss.n;
+    char **names = malloc(sizeof(char *) * (size_t)nt);
+    for (int i = 0; i < nt; i++) names[i] = strdup(ss.t[i].name);
+    st_close(&ss);
+    for (int i = 0; i < nt; i++) {
+        char nn[300];
+        snprintf(nn, sizeof nn, "model.language_model.%s", names[i] + strlen("model."));
+        st_patch(d, names[i], nn, NULL, NULL, 0);
+        free(names[i]);
+    }
+    free(names);
+    mdl_model a, b;
+    if (mdl_load(&a, d) == 0) {
+        if (mdl_load(&b, "tests/models/tiny-gemma4") == 0) {
+            CHECK(a.cfg.arch == CFG_GEMMA4 && a.cfg.gemma_mm && cfg_head_dim(&a.cfg, 5) == 32 && a.cfg.ple == 8 &&
+                      a.cfg.tie_embeddings && a.cfg.n_sliding_layers == 5 &&
+                      !memcmp(a.layers[5].wq.data, b.layers[5].wq.data, 128 * 64 * 2) &&
+                      !memcmp(a.ple_embed.data, b.ple_embed.data, 16384 * 48 * 2),
+                  "multimodal gemma4 read differently from its text model");
+            mdl_free(&b);
+        }
+        mdl_free(&a);
+    } else {
+        CHECK(0, "multimodal gemma4: %s", dfl_lasterr());
+    }
+    set_raw(d, "config.json", NULL, "text_config", "null");
+    CHECK(load_fails(d, "Gemma4ForConditionalGeneration without a \"text_config\" object"), "no text_config");
+}
+
 /* Qwen3-Next checkpoints with one thing wrong: the fused projections, and
  * the expert fields only this family combines. */
 TEST(qwen3next_bad_files) {
@@ -485,6 +574,7 @@ int main(void) {
     RUN(qwen35_bad_tensors);
     RUN(qwen3next_bad_files);
     RUN(gptoss_bad_files);
+    RUN(gemma4_bad_files);
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);
