@@ -6,8 +6,8 @@
  * 16-key steps, causal target rows and non-causal draft blocks (context +
  * block keys), T of 9, 16, 17 (row blocks of 8 and a row alone), at 1, 2
  * and 3 threads; and gpt-oss's sliding windows with sink logits, from a flat
- * and from a ring cache (the same bits), and draft blocks over a windowed
- * context. */
+ * and from a ring cache (the same bits), draft blocks over a windowed
+ * context, and Gemma-4's unscaled scores (at_job.scale 1). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,21 +34,26 @@ typedef struct {
     float *q, *Ka, *Va, *Kb, *Vb;
     int window;   /* causal rows see their last `window` keys; 0: all */
     float *sinks; /* [nh] sink logits, or NULL */
+    float scale;  /* the scores' multiplier; 0: 1/sqrt(hd) */
 } setup;
+
+static float case_scale; /* at_job.scale of the cases made now (Gemma-4: 1) */
 
 static void fill(float *p, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) p[i] = rnd() * scale;
 }
 
 static void make(setup *s, int nh, int nkv, int hd, int na, int nb, int causal, int T) {
-    *s = (setup){nh, nkv, hd, na, nb, causal, T, NULL, NULL, NULL, NULL, NULL, 0, NULL};
+    *s = (setup){nh, nkv, hd, na, nb, causal, T, NULL, NULL, NULL, NULL, NULL, 0, NULL, case_scale};
     int kvd = nkv * hd, rows_a = na + (causal ? T : 0);
     s->q = dfl_malloc64(sizeof(float) * (size_t)T * nh * hd);
     s->Ka = dfl_malloc64(sizeof(float) * (size_t)(rows_a + 1) * kvd);
     s->Va = dfl_malloc64(sizeof(float) * (size_t)(rows_a + 1) * kvd);
     s->Kb = dfl_malloc64(sizeof(float) * (size_t)(nb + 1) * kvd);
     s->Vb = dfl_malloc64(sizeof(float) * (size_t)(nb + 1) * kvd);
-    fill(s->q, (size_t)T * nh * hd, 2.0f); /* scores up to ~|hd|/sqrt(hd): peaked and flat rows */
+    /* scores up to ~|hd|/sqrt(hd): peaked and flat rows (unscaled cases: q
+     * smaller by sqrt(hd), the same spread of scores) */
+    fill(s->q, (size_t)T * nh * hd, case_scale != 0 ? 2.0f / sqrtf((float)hd) : 2.0f);
     fill(s->Ka, (size_t)rows_a * kvd, 1.0f);
     fill(s->Va, (size_t)rows_a * kvd, 1.0f);
     fill(s->Kb, (size_t)nb * kvd, 1.0f);
@@ -70,7 +75,8 @@ static void run_rows(const setup *s, int t0, int T, float *out) {
     size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
     at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
                 s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd,
-                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd, s->sinks, s->window, 0};
+                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd, s->sinks, s->window, 0,
+                s->scale};
     at_run(pool, &J, T);
 }
 
@@ -87,7 +93,7 @@ static void run_rows_ring(const setup *s, int t0, int T, float *out) {
             memcpy(Vr + dst, s->Va + src, sizeof(float) * s->hd);
         }
     at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, Kr, Vr, NULL, NULL, s->na + t0, 0, 1, s->nh, s->nkv, s->hd,
-                (size_t)R * s->hd, (size_t)s->hd, 0, 0, s->sinks, s->window, R};
+                (size_t)R * s->hd, (size_t)s->hd, 0, 0, s->sinks, s->window, R, s->scale};
     at_run(pool, &J, T);
     free(Kr);
     free(Vr);
@@ -109,7 +115,7 @@ static double ref_err(const setup *s, int t, const float *out) {
             const float *k = j < na ? s->Ka + (kh * rows_a + j) * hd : s->Kb + (size_t)(j - na) * kvd + (size_t)kh * hd;
             double d = 0;
             for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
-            w[j] = d / sqrt((double)hd);
+            w[j] = s->scale != 0 ? d * s->scale : d / sqrt((double)hd);
             mx = w[j] > mx ? w[j] : mx;
         }
         for (int j = 0; j < n; j++) sum += (w[j] = exp(w[j] - mx));
@@ -197,6 +203,15 @@ static void all_cases(void) {
             /* a draft block over a windowed context (--draft-window) */
             check_case_w(groups[g][0], groups[g][1], hds[h], depths[d] + 70, 16, 0, w % 2 ? 16 : 17, windows[w]);
         }
+    /* unscaled scores (Gemma-4: q and k RMS-normed instead of 1/sqrt(hd)),
+     * its sliding window of 8 from a ring and flat, and full layers */
+    case_scale = 1.0f;
+    for (int h = 0; h < nhd; h++) {
+        int g = h % ng, d = (3 * h) % 6;
+        check_case_w(groups[g][0], groups[g][1], hds[h], depths[d] + 70, 0, 1, h % 2 ? 17 : 9, 8);
+        check_case(groups[g][0], groups[g][1], hds[h], depths[d], 0, 1, 17);
+    }
+    case_scale = 0;
 }
 
 /* Every instruction-set family this CPU runs (at_run follows kn_isa_cur():
