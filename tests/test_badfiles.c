@@ -380,6 +380,21 @@ TEST(gemma4_bad_files) {
         set_raw(d, "config.json", cfg[i].obj, cfg[i].key, cfg[i].value);
         CHECK(load_fails(d, cfg[i].needle), "config %s = %s", cfg[i].key, cfg[i].value);
     }
+    /* the hub's older layout: no per_layer_config, global_head_dim (transformers
+     * converts it; default 512) */
+    d = clone("tiny-gemma4");
+    set_raw(d, "config.json", NULL, "per_layer_config", "null");
+    set_raw(d, "config.json", NULL, "global_head_dim", "32");
+    mdl_model g;
+    if (mdl_load(&g, d) == 0) {
+        CHECK(cfg_head_dim(&g.cfg, 5) == 32 && cfg_head_dim(&g.cfg, 4) == 16 && cfg_kv_heads(&g.cfg, 5) == 2,
+              "global_head_dim 32 read wrong");
+        mdl_free(&g);
+    } else {
+        CHECK(0, "global_head_dim 32: %s", dfl_lasterr());
+    }
+    set_raw(d, "config.json", NULL, "global_head_dim", "null");
+    CHECK(load_fails(d, "q_proj.weight': shape [128, 64], expected [2048, 64]"), "global_head_dim default 512");
     /* the multimodal layout: config.json's text_config, tensors under model.language_model. */
     d = clone("tiny-gemma4");
     char p[600];
