@@ -603,6 +603,25 @@ TEST(bad_files) {
         {"{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{\"a\":0},\"merges\":[]}}", "model.dropout"},
         {"{\"decoder\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
          "decoder type Metaspace"},
+        /* SentencePiece-style (charmode) parts dflash does not implement */
+        {"{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Strip\","
+         "\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         "decoder type Strip"},
+        {"{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Replace\","
+         "\"pattern\":{\"String\":\"x\"},\"content\":\" \"}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+         "\"merges\":[]}}", "decoder step Replace after"},
+        {"{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" +\"},\"content\":\"x\"},\"model\":"
+         "{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "normalizer Replace"},
+        {"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Contiguous\","
+         "\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "behavior Contiguous"},
+        {"{\"decoder\":{\"type\":\"ByteFallback\"},\"model\":{\"type\":\"BPE\",\"byte_fallback\":false,"
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "model.byte_fallback false"},
+        {"{\"decoder\":{\"type\":\"ByteFallback\"},\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,"
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "<0x00>"},
+        {"{\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{\"a\":0},\"merges\":[]}}",
+         "model.byte_fallback"},
+        {"{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"decoder\":{\"type\":\"Fuse\"},\"model\":{\"type\":\"BPE\","
+         "\"byte_fallback\":true,\"vocab\":{\"a\":0},\"merges\":[]}}", "ByteLevel pre-tokenizer"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         write_file(tj, refused[i].text, strlen(refused[i].text));
@@ -1134,6 +1153,54 @@ TEST(gemma_corpus) {
     free(nwant);
 }
 
+/* Split with a String pattern, on a small charmode tokenizer: the pieces of
+ * "the-final--countdown" are those of HF's SplitDelimiterBehavior docs
+ * (MergedWithPrevious: "the-" "final-" "-" "countdown"; Isolated: "the" "-"
+ * "final" "-" "-" "countdown"). Merges e+- , l+-, -+-, -+f would join
+ * across those boundaries, so the ids show where the pieces end. */
+TEST(split_string_behaviors) {
+    const char *behav[] = {"MergedWithPrevious", "Isolated"};
+    /* vocab: <0x00>..<0xFF> = 0..255, then the letters, "-", and the merges' results */
+    const char *chars = "thefinalcoudw-";
+    for (int b = 0; b < 2; b++) {
+        dfl_buf j = {0};
+        dfl_buf_printf(&j, "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"-\"},\"behavior\":\"%s\","
+                           "\"invert\":false},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},"
+                           "{\"type\":\"Fuse\"}]},\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{", behav[b]);
+        for (int i = 0; i < 256; i++) dfl_buf_printf(&j, "\"<0x%02X>\":%d,", i, i);
+        int id = 256;
+        for (const char *c = chars; *c; c++)
+            if (!strchr(c + 1, *c)) dfl_buf_printf(&j, "\"%c\":%d,", *c, id++);
+        dfl_buf_printf(&j, "\"e-\":%d,\"l-\":%d,\"--\":%d,\"-f\":%d},\"merges\":[[\"e\",\"-\"],[\"l\",\"-\"],[\"-\",\"-\"],"
+                           "[\"-\",\"f\"]]}}", id, id + 1, id + 2, id + 3);
+        char *txt = dfl_buf_take(&j);
+        cJSON *root = cJSON_Parse(txt);
+        free(txt);
+        tok_tokenizer *t = root ? tok_from_json(root, NULL, -1, "split-test") : NULL;
+        cJSON_Delete(root);
+        CHECK(t != NULL, "%s: %s", behav[b], dfl_lasterr());
+        if (!t) continue;
+        const char *text = "the-final--countdown";
+        int32_t *ids;
+        size_t n;
+        CHECK(tok_encode(t, text, strlen(text), &ids, &n) == 0, "encode");
+        /* as tokens: join the pieces with '|' */
+        dfl_buf got = {0};
+        for (size_t i = 0; i < n; i++) {
+            size_t len;
+            const char *p = tok_piece(t, ids[i], &len);
+            if (i) dfl_buf_char(&got, '|');
+            dfl_buf_add(&got, p, len);
+        }
+        const char *want = b == 0 ? "t|h|e-|f|i|n|a|l-|-|c|o|u|n|t|d|o|w|n" : "t|h|e|-|f|i|n|a|l|-|-|c|o|u|n|t|d|o|w|n";
+        char *g = dfl_buf_take(&got);
+        CHECK(g && !strcmp(g, want), "%s: got %s, want %s", behav[b], g, want);
+        free(g);
+        free(ids);
+        tok_free(t);
+    }
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -1169,6 +1236,7 @@ int main(void) {
     RUN(nfc_matches_utf8proc);
     RUN(bad_files);
     RUN(string_merges);
+    RUN(split_string_behaviors);
     snprintf(GGUF_PATH, sizeof GGUF_PATH, "/tmp/dflash-test-tok-%d.gguf", (int)getpid());
     char *tiny = root_path("tests/models/tiny-qwen3");
     if (ggm_convert(tiny, GGUF_PATH, "f16", NULL) != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
