@@ -105,13 +105,15 @@ all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 $(DEPS_STAMP): $(lastword $(DEPS_SH)) | $(BUILD)
 	@$(DEPS_SH) && touch $@
-# The Qwen3 and gpt-oss tokenizers and the demo pair's weights are committed xz-compressed
-# (tokenizer.json 11 MB -> 1.4 MB, gpt-oss's 27.9 -> 2.9 MB, target 28.6 -> 13.1 MB, draft 6.3 -> 4.5 MB,
+# The Qwen3, gpt-oss and Gemma 3 tokenizers and the demo pair's weights are committed xz-compressed
+# (tokenizer.json 11 MB -> 1.4 MB, gpt-oss's 27.9 -> 2.9 MB, Gemma 3's 33.4 -> 3.5 MB and its
+# tokenizer_config.json 1.16 MB -> 8 KB, target 28.6 -> 13.1 MB, draft 6.3 -> 4.5 MB,
 # xz -9e; unpacking takes about a second), so the tree stays small enough to
 # travel to the GPU machine; the plain files are made here, once, and ignored
 # by git. xz checks its own CRC; without xz (some GPU machines) Python's lzma
 # unpacks them. `make unpack` makes just these files.
-TOKENIZER_JSON := models/qwen3-tokenizer/tokenizer.json models/gptoss-tokenizer/tokenizer.json
+TOKENIZER_JSON := models/qwen3-tokenizer/tokenizer.json models/gptoss-tokenizer/tokenizer.json \
+  models/gemma3-tokenizer/tokenizer.json models/gemma3-tokenizer/tokenizer_config.json
 DEMO_MODELS := models/demo/target/model.safetensors models/demo/draft/model.safetensors
 # the issue 22 references (tests/fixtures/README.md), not loadable yet
 ZOO2_MODELS := tests/models/tiny-gemma4/model.safetensors tests/models/tiny-gptoss/model.safetensors

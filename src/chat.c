@@ -29,6 +29,9 @@
  * prompt "<|start_header_id|>assistant<|end_header_id|>\n\n". The Llama-3.1
  * template's date/tools system preamble is not reproduced.
  *
+ * CHAT_GEMMA is the Gemma 3 template of models/gemma3-tokenizer/tokenizer_config.json
+ * (chat.h describes it); its pieces are literals of that template.
+ *
  * CHAT_HARMONY is gpt-oss's chat_template.jinja (models/gptoss-tokenizer/,
  * upstream 2025-08-08) for messages without tools, as chat.h describes it;
  * every piece below is a literal of that template. */
@@ -153,9 +156,12 @@ static int is_harmony(const char *t) {
     return t && strstr(t, "<|start|>") && strstr(t, "<|channel|>") && strstr(t, "<|message|>");
 }
 
+static int is_gemma(const char *t) { return t && strstr(t, "<start_of_turn>") && strstr(t, "<end_of_turn>"); }
+
 const char *const *chat_stop_tokens(const char *template_text) {
     static const char *const harmony[CHAT_MAX_STOP + 1] = {"<|return|>", "<|call|>", NULL};
-    return is_harmony(template_text) ? harmony : NULL;
+    static const char *const gemma[CHAT_MAX_STOP + 1] = {"<end_of_turn>", "<eos>", NULL};
+    return is_harmony(template_text) ? harmony : is_gemma(template_text) ? gemma : NULL;
 }
 
 int chat_detect(const char *template_text) {
@@ -164,10 +170,12 @@ int chat_detect(const char *template_text) {
         return -1;
     }
     if (is_harmony(template_text)) return CHAT_HARMONY;
+    if (is_gemma(template_text)) return CHAT_GEMMA;
     if (strstr(template_text, "<|im_start|>")) return CHAT_QWEN3;
     if (strstr(template_text, "<|start_header_id|>")) return CHAT_LLAMA3;
     dfl_seterr("chat_detect: unknown chat template (not ChatML \"<|im_start|>\", Llama-3 "
-               "\"<|start_header_id|>\" or harmony \"<|start|>\"/\"<|channel|>\")");
+               "\"<|start_header_id|>\", harmony \"<|start|>\"/\"<|channel|>\" or Gemma 3 "
+               "\"<start_of_turn>\"/\"<end_of_turn>\")");
     return -1;
 }
 
@@ -337,6 +345,38 @@ static char *render_llama3(const chat_message *m, int n, int add_generation_prom
     return dfl_buf_take(&b);
 }
 
+/* Gemma 3's template (chat.h). */
+static char *render_gemma(const chat_message *m, int n, int add_generation_prompt) {
+    int first = is_role(&m[0], "system");
+    for (int i = 0; i < n; i++)
+        if (m[i].n_tool_calls > 0) {
+            dfl_seterr("chat_render: message %d: tool_calls are not supported with the Gemma template (it has "
+                       "no tool calls)", i);
+            return NULL;
+        }
+    for (int i = first; i < n; i++)
+        if (is_role(&m[i], "user") != ((i - first) % 2 == 0)) {
+            dfl_seterr("chat_render: message %d (%s): Conversation roles must alternate "
+                       "user/assistant/user/assistant/... (the Gemma template raises)", i, m[i].role);
+            return NULL;
+        }
+    dfl_buf b = {0};
+    dfl_buf_str(&b, "<bos>");
+    for (int i = first; i < n; i++) {
+        dfl_buf_str(&b, "<start_of_turn>");
+        dfl_buf_str(&b, is_role(&m[i], "assistant") ? "model" : m[i].role);
+        dfl_buf_str(&b, "\n");
+        if (first && i == first) { /* the system prompt opens the first turn */
+            dfl_buf_str(&b, m[0].content);
+            dfl_buf_str(&b, "\n\n");
+        }
+        put_span(&b, py_strip(whole(m[i].content)));
+        dfl_buf_str(&b, "<end_of_turn>\n");
+    }
+    if (add_generation_prompt) dfl_buf_str(&b, "<start_of_turn>model\n");
+    return dfl_buf_take(&b);
+}
+
 static const char HARMONY_IDENTITY[] = "You are ChatGPT, a large language model trained by OpenAI.";
 
 char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts *o, int add_generation_prompt) {
@@ -438,6 +478,20 @@ char *chat_render_tools(chat_format f, const chat_message *m, int n, const char 
         }
         return chat_render_harmony(m, n, NULL, add_generation_prompt);
     }
+    if (f == CHAT_GEMMA) {
+        if (check_messages(m, n, 0) != 0) return NULL;
+        if (tools_json) {
+            cJSON *tools = cJSON_Parse(tools_json);
+            int ok = cJSON_IsArray(tools), any = ok && tools->child;
+            cJSON_Delete(tools);
+            if (!ok || any) {
+                dfl_seterr(ok ? "chat_render: tools are not supported with the Gemma template (it has none)"
+                              : "chat_render: tools must be a JSON array");
+                return NULL;
+            }
+        }
+        return render_gemma(m, n, add_generation_prompt);
+    }
     if (f != CHAT_QWEN3 && f != CHAT_LLAMA3) {
         dfl_seterr("chat_render: unknown chat format %d", (int)f);
         return NULL;
@@ -483,6 +537,10 @@ char *chat_next_turn(chat_format f, const char *user, chat_think think) {
         dfl_buf_str(&b, "<|end|><|start|>user<|message|>");
         dfl_buf_str(&b, user);
         dfl_buf_str(&b, "<|end|><|start|>assistant");
+    } else if (f == CHAT_GEMMA) {
+        dfl_buf_str(&b, "<end_of_turn>\n<start_of_turn>user\n");
+        put_span(&b, py_strip(whole(user)));
+        dfl_buf_str(&b, "<end_of_turn>\n<start_of_turn>model\n");
     } else if (f == CHAT_LLAMA3) {
         dfl_buf_str(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
         put_span(&b, py_strip(whole(user)));

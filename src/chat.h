@@ -1,6 +1,6 @@
 /* chat.h - chat templates. Prefix: chat_.
  *
- * The Qwen3 ChatML, Llama-3 and gpt-oss harmony templates are implemented
+ * The Qwen3 ChatML, Llama-3, gpt-oss harmony and Gemma 3 templates are implemented
  * directly in C (no Jinja engine); tests compare their output with jinja2
  * rendering the real templates for many message lists. */
 #ifndef DFL_CHAT_H
@@ -22,7 +22,7 @@ typedef struct {
 
 typedef enum { CHAT_THINK_UNSET = -1, CHAT_THINK_OFF = 0, CHAT_THINK_ON = 1 } chat_think;
 
-typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3, CHAT_HARMONY } chat_format;
+typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3, CHAT_HARMONY, CHAT_GEMMA } chat_format;
 
 /* CHAT_HARMONY (gpt-oss): the fields of the system message its template
  * writes (the template's kwargs); NULL = the template's default. */
@@ -34,7 +34,9 @@ typedef struct {
 
 /* The texts of the tokens that end a reply in the format of template_text
  * (NULL or any template: no error is set): for harmony {"<|return|>",
- * "<|call|>", NULL}, for the others NULL (their eos_token says it). At most
+ * "<|call|>", NULL}, for Gemma {"<end_of_turn>", "<eos>", NULL} (the -it
+ * models' generation_config stops on both; a base model's eos_token is
+ * <eos>), for the others NULL (their eos_token says it). At most
  * CHAT_MAX_STOP of them. */
 #define CHAT_MAX_STOP 2
 const char *const *chat_stop_tokens(const char *template_text);
@@ -43,7 +45,17 @@ const char *const *chat_stop_tokens(const char *template_text);
 int chat_detect(const char *template_text);
 
 /* Render messages; malloc'd NUL-terminated string, NULL + error on bad input
- * (unknown role, for example). */
+ * (unknown role, for example).
+ * CHAT_GEMMA is Gemma 3's template (models/gemma3-tokenizer/): "<bos>", a
+ * first system message's content + "\n\n" at the start of the first turn
+ * (not trimmed), each turn "<start_of_turn>" ROLE "\n" + content with white
+ * space trimmed (Python str.strip()) + "<end_of_turn>\n", ROLE "model" for
+ * assistant and the role as given otherwise; the generation prompt
+ * "<start_of_turn>model\n". As the template does, the turns after the
+ * system message must go user, non-user, user, ... ("Conversation roles
+ * must alternate", an error here); reasoning_content is not written; tools
+ * and tool_calls are refused (the template has none). The think switch
+ * does not apply. */
 char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
                   chat_think think);
 

@@ -31,7 +31,27 @@
  * false in the Qwen3, Llama-3 and gpt-oss files). The gpt-oss (o200k_harmony)
  * file needs nothing more: its case-aware letter classes, optional
  * contraction suffixes and 1-3 digit groups are PCRE2 syntax as written, it
- * has no normalizer, and ignore_merges is true. */
+ * has no normalizer, and ignore_merges is true.
+ *
+ * SentencePiece-style BPE (Gemma 3), "charmode": chosen by a decoder that is
+ * Replace / ByteFallback / Fuse steps (a Sequence, in that order) instead of
+ * ByteLevel. The vocab is literal UTF-8 (U+2581 for the space, "<0xNN>" byte
+ * tokens), kept as it is; normalizers Replace (String pattern) and NFC apply
+ * in the file's order; a Split with a String pattern (behavior
+ * MergedWithPrevious or Isolated) may cut the normalized text; a piece starts
+ * as one symbol per character, a character missing from the vocab as the
+ * <0xNN> tokens of its bytes (model.byte_fallback must be true and all 256
+ * byte tokens present: HF would otherwise emit unk_token, not implemented);
+ * then the same rank-ordered merging. What an id decodes to (tok_piece,
+ * tok_decode) is the decoder's output for it: the Replace steps, then
+ * "<0xNN>" -> the byte; added tokens go through the decoder as well, as HF
+ * decodes them. One difference, on invalid output only: a run of byte
+ * tokens that is not valid UTF-8 comes out with each maximal invalid
+ * subpart as one U+FFFD (as @lenml/tokenizers' TextDecoder does), where HF's
+ * ByteFallback writes one U+FFFD per byte of the whole run. Refused by name:
+ * a Strip / Metaspace / other decoder step, Replace with a Regex, Split with
+ * another behavior or invert, a ByteLevel pre-tokenizer in charmode,
+ * byte_fallback in byte-level mode. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
 
@@ -86,7 +106,38 @@ struct tok_tokenizer {
 
     int byte_id[256]; /* id of the single-byte token, -1 if the vocab lacks it */
     int ignore_merges;
-    int nfc;
+
+    /* SentencePiece-style BPE (Gemma): the vocab is literal UTF-8 text, not
+     * the GPT-2 byte alphabet; a piece starts as one symbol per character,
+     * and a character missing from the vocab becomes its bytes' <0xNN>
+     * tokens (model.byte_fallback). Chosen by a decoder of Replace /
+     * ByteFallback / Fuse steps instead of ByteLevel. */
+    int charmode;
+    int byte_tok[256]; /* charmode: id of "<0xNN>" */
+
+    /* normalizers, in the file's order */
+    struct norm_op {
+        int kind; /* NORM_NFC or NORM_REPLACE */
+        char *from, *to; /* NORM_REPLACE: literal pattern and its replacement */
+        size_t nfrom, nto;
+    } norm[8];
+    int n_norm;
+
+    /* Split pre-tokenizer with a literal String pattern (NULL: none) */
+    char *split_lit;
+    size_t nsplit;
+    int split_merge_prev; /* behavior MergedWithPrevious (1) or Isolated (0) */
+
+    /* decoder (charmode): Replace steps applied to every token's text, then
+     * ByteFallback turning "<0xNN>" into the byte */
+    struct { char *from, *to; } dec_replace[8];
+    int n_dec_replace, dec_byte_fallback;
+
+    /* What each id decodes to (tok_piece, tok_decode): the same arrays as
+     * pieces/piece_off/piece_len in byte-level mode; in charmode the
+     * decoder's output for the token's text. */
+    char *dpieces;
+    uint32_t *dpiece_off, *dpiece_len;
 
     /* sorted by length, longest first, so the first hit at a position is the longest */
     added_token *added;
@@ -259,9 +310,19 @@ static int is_type(const cJSON *o, const char *type) {
     return cJSON_IsString(ty) && strcmp(ty->valuestring, type) == 0;
 }
 
+/* The literal String of a {"String": "..."} pattern (non-empty), or NULL. */
+static const char *string_pattern(const cJSON *o) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
+    return cJSON_IsString(s) && s->valuestring[0] ? s->valuestring : NULL;
+}
+
 /* One pre-tokenizer of the supported kinds; sets *pat to the regex it runs (or leaves it). */
-static int parse_pretok(const cJSON *p, const char **pat, const char *path) {
+static int parse_pretok(tok_tokenizer *t, const cJSON *p, const char **pat, const char *path) {
     if (is_type(p, "ByteLevel")) {
+        if (t->charmode) {
+            dfl_seterr("%s: a ByteLevel pre-tokenizer with a decoder that is not ByteLevel is not supported", path);
+            return -1;
+        }
         const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
         const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
         if (cJSON_IsTrue(aps)) {
@@ -277,6 +338,26 @@ static int parse_pretok(const cJSON *p, const char **pat, const char *path) {
         }
         return 0;
     }
+    if (is_type(p, "Split") && string_pattern(p)) { /* Gemma: " ", MergedWithPrevious */
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(p, "invert");
+        int prev = cJSON_IsString(beh) && strcmp(beh->valuestring, "MergedWithPrevious") == 0;
+        int iso = cJSON_IsString(beh) && strcmp(beh->valuestring, "Isolated") == 0;
+        if ((!prev && !iso) || cJSON_IsTrue(inv)) {
+            dfl_seterr("%s: pre_tokenizer Split with a String pattern: behavior %s%s is not supported "
+                       "(MergedWithPrevious or Isolated, invert false)", path,
+                       cJSON_IsString(beh) ? beh->valuestring : "(missing)", cJSON_IsTrue(inv) ? ", invert true" : "");
+            return -1;
+        }
+        if (*pat || t->split_lit) {
+            dfl_seterr("%s: two splitting pre-tokenizers are not supported", path);
+            return -1;
+        }
+        t->split_lit = dfl_strdup(string_pattern(p));
+        t->nsplit = strlen(t->split_lit);
+        t->split_merge_prev = prev;
+        return 0;
+    }
     if (is_type(p, "Split")) {
         const cJSON *re = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(p, "pattern"), "Regex");
@@ -288,8 +369,8 @@ static int parse_pretok(const cJSON *p, const char **pat, const char *path) {
                        "supported", path);
             return -1;
         }
-        if (*pat) {
-            dfl_seterr("%s: two pre-tokenizer regexes are not supported", path);
+        if (*pat || t->split_lit) {
+            dfl_seterr("%s: two splitting pre-tokenizers are not supported", path);
             return -1;
         }
         *pat = re->valuestring;
@@ -301,10 +382,33 @@ static int parse_pretok(const cJSON *p, const char **pat, const char *path) {
     return -1;
 }
 
+enum { NORM_NFC = 1, NORM_REPLACE };
+
 static int parse_normalizer(tok_tokenizer *t, const cJSON *n, const char *path) {
     if (!n || cJSON_IsNull(n)) return 0;
+    int nmax = (int)(sizeof t->norm / sizeof t->norm[0]);
+    if ((is_type(n, "NFC") || is_type(n, "Replace")) && t->n_norm == nmax) {
+        dfl_seterr("%s: more than %d normalizers are not supported", path, nmax);
+        return -1;
+    }
     if (is_type(n, "NFC")) {
-        t->nfc = 1;
+        t->norm[t->n_norm++].kind = NORM_NFC;
+        return 0;
+    }
+    if (is_type(n, "Replace")) { /* Gemma: Replace " " by "\u2581" */
+        const char *from = string_pattern(n);
+        const cJSON *to = cJSON_GetObjectItemCaseSensitive(n, "content");
+        if (!from || !cJSON_IsString(to)) {
+            dfl_seterr("%s: normalizer Replace: only a non-empty String pattern and a string content are "
+                       "supported (a Regex pattern is not)", path);
+            return -1;
+        }
+        struct norm_op *o = &t->norm[t->n_norm++];
+        o->kind = NORM_REPLACE;
+        o->from = dfl_strdup(from);
+        o->to = dfl_strdup(to->valuestring);
+        o->nfrom = strlen(o->from);
+        o->nto = strlen(o->to);
         return 0;
     }
     if (is_type(n, "Sequence")) {
@@ -382,8 +486,14 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
         dfl_seterr("%s: model.dropout %g is not supported (null or 0 only)", path, dropout->valuedouble);
         return -1;
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
-        dfl_seterr("%s: model.byte_fallback is not supported", path);
+    int byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
+    if (byte_fallback && !t->charmode) {
+        dfl_seterr("%s: model.byte_fallback with a ByteLevel (or no) decoder is not supported", path);
+        return -1;
+    }
+    if (!byte_fallback && t->charmode) { /* characters outside the vocab would become unk_token */
+        dfl_seterr("%s: model.byte_fallback false is not supported with a SentencePiece-style (non-ByteLevel) "
+                   "tokenizer", path);
         return -1;
     }
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
@@ -441,8 +551,8 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
     size_t used = 0;
     cJSON_ArrayForEach(e, vocab) {
         int id = json_id(e);
-        long n = bytelevel_to_raw(u2b, e->string, t->pieces + used);
-        if (n < 0) { /* not byte-level: keep the text as it is */
+        long n = t->charmode ? -1 : bytelevel_to_raw(u2b, e->string, t->pieces + used);
+        if (n < 0) { /* not byte-level (or charmode): keep the text as it is */
             n = (long)strlen(e->string);
             memcpy(t->pieces + used, e->string, (size_t)n);
         }
@@ -456,6 +566,15 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         t->byte_id[b] = vocab_find(t, &c, 1);
+    }
+    for (int b = 0; t->charmode && b < 256; b++) { /* HF looks up format!("<{b:#04X}>") */
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_tok[b] = vocab_find(t, name, 6);
+        if (t->byte_tok[b] < 0) {
+            dfl_seterr("%s: model.byte_fallback is true but the vocab has no token \"%s\"", path, name);
+            return -1;
+        }
     }
 
     /* merges: both parts and the result must be in the vocab (HF refuses the file otherwise) */
@@ -472,7 +591,8 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
             dfl_seterr("%s: merge %d is malformed", path, rank);
             return -1;
         }
-        long na = bytelevel_to_raw(u2b, a, ra), nb = bytelevel_to_raw(u2b, b, rb);
+        long na = t->charmode ? -1 : bytelevel_to_raw(u2b, a, ra);
+        long nb = t->charmode ? -1 : bytelevel_to_raw(u2b, b, rb);
         if (na < 0) memcpy(ra, a, (size_t)(na = (long)strlen(a)));
         if (nb < 0) memcpy(rb, b, (size_t)(nb = (long)strlen(b)));
         int ia = vocab_find(t, ra, (size_t)na), ib = vocab_find(t, rb, (size_t)nb);
@@ -517,7 +637,83 @@ static int load_model(tok_tokenizer *t, const cJSON *root, const char *path) {
 
     for (int i = 0; i < t->n_vocab; i++)
         if ((int)t->piece_len[i] > t->max_piece_len) t->max_piece_len = (int)t->piece_len[i];
+    t->dpieces = t->pieces; /* charmode: make_decoded() replaces these */
+    t->dpiece_off = t->piece_off;
+    t->dpiece_len = t->piece_len;
     return 0;
+}
+
+static int contains(const char *s, size_t n, const char *w, size_t k) {
+    for (size_t i = 0; i + k <= n; i++)
+        if (s[i] == w[0] && memcmp(s + i, w, k) == 0) return 1;
+    return 0;
+}
+
+/* Appends s[0..n) to buf with every occurrence of from replaced by to
+ * (left to right, not overlapping: Rust's str::replace). */
+static void replace_all(dfl_buf *b, const char *s, size_t n, const char *from, const char *to) {
+    size_t k = strlen(from), i = 0;
+    while (i < n) {
+        if (i + k <= n && memcmp(s + i, from, k) == 0) {
+            dfl_buf_str(b, to);
+            i += k;
+        } else {
+            dfl_buf_add(b, s + i, 1);
+            i++;
+        }
+    }
+}
+
+/* HF's ByteFallback test: six characters "<0x" HH ">" where HH parses as a
+ * base-16 u8 (Rust's u8::from_str_radix: an optional '+', then digits). */
+static int fallback_byte(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = s[3] == '+' ? 4 : 3; i < 5; i++) {
+        int c = (unsigned char)s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* charmode: what each token decodes to, as HF's decoder chain gives it for
+ * one token (added tokens included, as HF decodes them too): the Replace
+ * steps in order, then ByteFallback's "<0xNN>" -> byte NN. */
+static int make_decoded(tok_tokenizer *t, const char *path) {
+    dfl_buf out = {0}, x = {0}, y = {0};
+    t->dpiece_off = dfl_malloc((size_t)t->n_vocab * sizeof *t->dpiece_off);
+    t->dpiece_len = dfl_malloc((size_t)t->n_vocab * sizeof *t->dpiece_len);
+    t->max_piece_len = 0;
+    for (int id = 0; id < t->n_vocab; id++) {
+        dfl_buf_reset(&x);
+        dfl_buf_add(&x, t->pieces + t->piece_off[id], t->piece_len[id]);
+        for (int r = 0; r < t->n_dec_replace; r++) {
+            dfl_buf_reset(&y);
+            replace_all(&y, x.s ? x.s : "", x.n, t->dec_replace[r].from, t->dec_replace[r].to);
+            dfl_buf tmp = x;
+            x = y;
+            y = tmp;
+        }
+        int byte = t->dec_byte_fallback && x.s ? fallback_byte(x.s, x.n) : -1;
+        t->dpiece_off[id] = (uint32_t)out.n;
+        if (byte >= 0) dfl_buf_char(&out, (char)byte);
+        else dfl_buf_add(&out, x.s ? x.s : "", x.n);
+        t->dpiece_len[id] = (uint32_t)(out.n - t->dpiece_off[id]);
+        if ((int)t->dpiece_len[id] > t->max_piece_len) t->max_piece_len = (int)t->dpiece_len[id];
+        if (out.failed || x.failed || y.failed || out.n > UINT32_MAX / 2) {
+            dfl_seterr("%s: decoded vocab too large", path);
+            dfl_buf_free(&out);
+            dfl_buf_free(&x);
+            dfl_buf_free(&y);
+            return -1;
+        }
+    }
+    dfl_buf_free(&x);
+    dfl_buf_free(&y);
+    t->dpieces = dfl_buf_take(&out);
+    return t->dpieces ? 0 : -1;
 }
 
 static int load_config(tok_tokenizer *t, const char *dir) {
@@ -596,29 +792,75 @@ static int load_template_file(tok_tokenizer *t, const char *dir) {
     return 0;
 }
 
+/* One step of a SentencePiece-style decoder; *stage keeps them in the
+ * order handled here: Replace steps, then ByteFallback, then Fuse. */
+static int parse_dec_step(tok_tokenizer *t, const cJSON *d, int *stage, const char *path) {
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(d, "type");
+    const char *name = cJSON_IsString(ty) ? ty->valuestring : "(missing)";
+    int nmax = (int)(sizeof t->dec_replace / sizeof t->dec_replace[0]);
+    if (is_type(d, "Replace") && *stage == 0) {
+        const char *from = string_pattern(d);
+        const cJSON *to = cJSON_GetObjectItemCaseSensitive(d, "content");
+        if (!from || !cJSON_IsString(to) || t->n_dec_replace == nmax) {
+            dfl_seterr("%s: decoder Replace: only a non-empty String pattern and a string content are supported "
+                       "(at most %d of them)", path, nmax);
+            return -1;
+        }
+        t->dec_replace[t->n_dec_replace].from = dfl_strdup(from);
+        t->dec_replace[t->n_dec_replace++].to = dfl_strdup(to->valuestring);
+        return 0;
+    }
+    if (is_type(d, "ByteFallback") && *stage < 1) {
+        t->dec_byte_fallback = 1;
+        *stage = 1;
+        return 0;
+    }
+    if (is_type(d, "Fuse") && *stage < 2) { /* joins the tokens' texts: what decoding does anyway */
+        *stage = 2;
+        return 0;
+    }
+    if (is_type(d, "Replace") || is_type(d, "ByteFallback") || is_type(d, "Fuse"))
+        dfl_seterr("%s: decoder step %s after a later kind of step is not supported (Replace, then ByteFallback, "
+                   "then Fuse)", path, name);
+    else
+        dfl_seterr("%s: unsupported decoder type %s (ByteLevel, or a Sequence of Replace, ByteFallback and Fuse)",
+                   path, name);
+    return -1;
+}
+
+/* decoder: ByteLevel (or none) keeps byte-level mode; Replace / ByteFallback
+ * / Fuse steps (alone or in a Sequence) choose charmode. */
+static int parse_decoder(tok_tokenizer *t, const cJSON *dec, const char *path) {
+    if (!dec || cJSON_IsNull(dec) || is_type(dec, "ByteLevel")) return 0;
+    int stage = 0;
+    t->charmode = 1;
+    if (is_type(dec, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(dec, "decoders")) {
+            if (parse_dec_step(t, e, &stage, path) != 0) return -1;
+        }
+        return 0;
+    }
+    return parse_dec_step(t, dec, &stage, path);
+}
+
 /* normalizer, pre-tokenizer and model of a parsed tokenizer.json */
 static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
+    if (parse_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), path) != 0) return -1;
     if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path) != 0) return -1;
     const char *pat = NULL;
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (is_type(pt, "Sequence")) {
         const cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
-            if (parse_pretok(e, &pat, path) != 0) return -1;
+            if (parse_pretok(t, e, &pat, path) != 0) return -1;
         }
     } else if (pt && !cJSON_IsNull(pt)) {
-        if (parse_pretok(pt, &pat, path) != 0) return -1;
+        if (parse_pretok(t, pt, &pat, path) != 0) return -1;
     }
     if (pat && compile_regex(t, pat, path) != 0) return -1;
-    /* decoding is byte-level: a decoder of another kind would give other text */
-    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
-    if (dec && !cJSON_IsNull(dec) && !is_type(dec, "ByteLevel")) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(dec, "type");
-        dfl_seterr("%s: unsupported decoder type %s (ByteLevel only)", path,
-                   cJSON_IsString(ty) ? ty->valuestring : "(missing)");
-        return -1;
-    }
-    return load_model(t, root, path);
+    if (load_model(t, root, path) != 0) return -1;
+    return t->charmode ? make_decoded(t, path) : 0;
 }
 
 tok_tokenizer *tok_from_json(const cJSON *root, const char *chat_template, int eos_id, const char *path) {
@@ -683,6 +925,18 @@ void tok_free(tok_tokenizer *t) {
     free(t->added);
     pcre2_code_free(t->re);
     free(t->chat_template);
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].from);
+        free(t->norm[i].to);
+    }
+    for (int i = 0; i < t->n_dec_replace; i++) {
+        free(t->dec_replace[i].from);
+        free(t->dec_replace[i].to);
+    }
+    free(t->split_lit);
+    if (t->dpieces != t->pieces) free(t->dpieces);
+    if (t->dpiece_off != t->piece_off) free(t->dpiece_off);
+    if (t->dpiece_len != t->piece_len) free(t->dpiece_len);
     free(t);
 }
 
@@ -694,6 +948,7 @@ int tok_lookup(const tok_tokenizer *t, const char *token) {
     for (int i = 0; i < t->n_added; i++)
         if (strcmp(t->added[i].text, token) == 0) return t->added[i].id;
     size_t n = strlen(token);
+    if (t->charmode) return vocab_find(t, token, n); /* the vocab's own text ("\u2581the", "<0x0A>") */
     char *raw = dfl_malloc(n + 1);
     int b2u[256], u2b[324];
     byte_alphabet(b2u, u2b);
@@ -780,13 +1035,31 @@ static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size
     const unsigned char *u = (const unsigned char *)p;
     unsigned char *byte = (unsigned char *)st->heap; /* scratch: the bytes kept, [ns] */
     int ns = 0;
+    size_t hn = 0;
+    if (t->charmode) { /* one symbol per character; one per byte (<0xNN>) for those not in the vocab */
+        for (size_t i = 0; i < n;) {
+            size_t cl = u[i] < 0x80 ? 1 : u[i] < 0xe0 ? 2 : u[i] < 0xf0 ? 3 : 4; /* p is valid UTF-8 */
+            if (cl > n - i) cl = n - i;
+            int id = vocab_find(t, p + i, cl);
+            if (id >= 0) st->sym[ns++] = id;
+            else
+                for (size_t k = 0; k < cl; k++) st->sym[ns++] = t->byte_tok[u[i + k]];
+            i += cl;
+        }
+        for (int i = 0; i < ns; i++) {
+            st->prev[i] = i - 1;
+            st->next[i] = i + 1 < ns ? i + 1 : -1;
+            st->prank[i] = st->pid[i] = -1;
+        }
+        for (int i = 0; i + 1 < ns; i++) push_candidate(t, st, &hn, i);
+        goto merge;
+    }
     for (size_t i = 0; i < n; i++) {
         int id = t->byte_id[u[i]];
         if (id < 0) continue; /* a byte missing from the vocab is dropped, as HF does */
         byte[ns] = u[i];
         st->sym[ns++] = id;
     }
-    size_t hn = 0;
     for (int i = 0; i < ns; i++) {
         st->prev[i] = i - 1;
         st->next[i] = i + 1 < ns ? i + 1 : -1;
@@ -799,6 +1072,7 @@ static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size
     }
     for (int i = 0; i + 1 < ns; i++) /* after the loop above: heap and byte share memory */
         if (st->prank[i] >= 0) heap_push(st->heap, &hn, (uint64_t)(uint32_t)st->prank[i] << 32 | (uint32_t)i);
+merge:
     while (hn > 0) {
         uint64_t top = heap_pop(st->heap, &hn);
         int pos = (int)(uint32_t)top, rank = (int)(top >> 32);
@@ -816,7 +1090,8 @@ static void bpe_piece(const tok_tokenizer *t, enc_state *st, const char *p, size
 }
 
 static void encode_piece(const tok_tokenizer *t, enc_state *st, const char *p, size_t n) {
-    if (n == 1) {
+    if (n == 0) return;
+    if (n == 1 && !t->charmode) {
         int id = t->byte_id[(unsigned char)p[0]];
         if (id >= 0) push_id(st, id);
         return;
@@ -1043,13 +1318,49 @@ static int nfc(const char *s, size_t n, char **out, size_t *out_n) {
 static int encode_segment(const tok_tokenizer *t, enc_state *st, const char *s, size_t n) {
     if (n == 0) return 0;
     char *norm = NULL;
-    if (t->nfc) {
-        size_t m;
-        if (nfc(s, n, &norm, &m) != 0) return -1;
-        if (norm) {
-            s = norm;
+    for (int k = 0; k < t->n_norm; k++) { /* the normalizers in order; norm: the latest copy */
+        char *out = NULL;
+        size_t m = 0;
+        if (t->norm[k].kind == NORM_NFC) {
+            if (nfc(s, n, &out, &m) != 0) {
+                free(norm);
+                return -1;
+            }
+        } else if (contains(s, n, t->norm[k].from, t->norm[k].nfrom)) {
+            dfl_buf b = {0};
+            replace_all(&b, s, n, t->norm[k].from, t->norm[k].to);
+            m = b.n;
+            out = dfl_buf_take(&b);
+            if (!out) {
+                free(norm);
+                return -1;
+            }
+        }
+        if (out) {
+            free(norm);
+            norm = out;
+            s = out;
             n = m;
         }
+    }
+    if (t->split_lit) { /* a literal delimiter: Isolated, or MergedWithPrevious (the piece ends after it) */
+        size_t start = 0, k = t->nsplit;
+        for (size_t i = 0; i + k <= n;) {
+            if (memcmp(s + i, t->split_lit, k) != 0) {
+                i++;
+                continue;
+            }
+            if (t->split_merge_prev) {
+                encode_piece(t, st, s + start, i + k - start);
+            } else {
+                encode_piece(t, st, s + start, i - start);
+                encode_piece(t, st, s + i, k);
+            }
+            start = i += k;
+        }
+        encode_piece(t, st, s + start, n - start);
+        free(norm);
+        return 0;
     }
     if (!t->re) {
         encode_piece(t, st, s, n);
@@ -1214,14 +1525,14 @@ static size_t decode_bytes(tok_decoder *d, const unsigned char *b, size_t n, cha
 
 size_t tok_decode(const tok_tokenizer *t, tok_decoder *d, int32_t id, char *out, size_t cap) {
     if (id < 0 || id >= t->n_vocab) return 0;
-    return decode_bytes(d, (const unsigned char *)t->pieces + t->piece_off[id], t->piece_len[id],
+    return decode_bytes(d, (const unsigned char *)t->dpieces + t->dpiece_off[id], t->dpiece_len[id],
                         out, cap);
 }
 
 const char *tok_piece(const tok_tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_vocab) return NULL;
-    *len = t->piece_len[id];
-    return t->pieces + t->piece_off[id];
+    *len = t->dpiece_len[id];
+    return t->dpieces + t->dpiece_off[id];
 }
 
 size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap) {

@@ -1,4 +1,5 @@
-/* tokenizer.h - byte-level BPE read from a Hugging Face tokenizer.json.
+/* tokenizer.h - byte-level BPE read from a Hugging Face tokenizer.json, and
+ * SentencePiece-style BPE with byte fallback (Gemma 3; see tokenizer.c).
  * Prefix: tok_.
  *
  * encode: NFC normalize, split out added/special tokens first (longest match),
@@ -32,7 +33,8 @@ tok_tokenizer *tok_from_json(const struct cJSON *root, const char *chat_template
 int tok_n_vocab(const tok_tokenizer *t);
 
 /* Id of a token given by its exact text (an added token such as "<|im_end|>",
- * or a vocab entry in byte-level form); -1 if there is none. */
+ * or a vocab entry as the file writes it: byte-level form, or for Gemma
+ * "\u2581the", "<0x0A>"); -1 if there is none. */
 int tok_lookup(const tok_tokenizer *t, const char *token);
 
 /* Encode text[0..len). On success *ids is malloc'd, *n set, returns 0.

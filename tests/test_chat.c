@@ -29,7 +29,7 @@ static void show_diff(const char *got, const char *want) {
 
 TEST(fixture_cases) {
     CHECK(cJSON_GetArraySize(CASES) >= 15, "only %d fixture cases", cJSON_GetArraySize(CASES));
-    int n_harmony = 0;
+    int n_harmony = 0, n_gemma = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, CASES) {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
@@ -61,7 +61,9 @@ TEST(fixture_cases) {
         const cJSON *tools = cJSON_GetObjectItem(c, "tools");
         char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
         chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
-        chat_format f = !strcmp(fmt, "llama3") ? CHAT_LLAMA3 : !strcmp(fmt, "harmony") ? CHAT_HARMONY : CHAT_QWEN3;
+        chat_format f = !strcmp(fmt, "llama3") ? CHAT_LLAMA3 : !strcmp(fmt, "harmony") ? CHAT_HARMONY
+                       : !strcmp(fmt, "gemma") ? CHAT_GEMMA : CHAT_QWEN3;
+        n_gemma += f == CHAT_GEMMA;
         int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
         char *got;
@@ -88,6 +90,7 @@ TEST(fixture_cases) {
         free(m);
     }
     CHECK(n_harmony >= 15, "only %d harmony cases", n_harmony);
+    CHECK(n_gemma >= 10, "only %d gemma cases", n_gemma);
 }
 
 /* gpt-oss (harmony): the prompt spelled out; defaults; next turn; refusals */
@@ -186,6 +189,60 @@ TEST(harmony_tokenize) {
           "ids (%zu)", n);
     free(ids);
     free(s);
+    tok_free(t);
+}
+
+/* Gemma 3: the real template is detected, its stop tokens, refusals, next
+ * turn, and the prompt tokenizes to the turn ids */
+TEST(gemma) {
+    char *dir = dfl_path_join(ROOT, "models/gemma3-tokenizer");
+    tok_tokenizer *t = tok_load(dir);
+    free(dir);
+    CHECK(t != NULL, "tok_load: %s", dfl_lasterr());
+    if (!t) return;
+    CHECK(chat_detect(tok_chat_template(t)) == CHAT_GEMMA, "detect the Gemma 3 template");
+    const char *const *st = chat_stop_tokens(tok_chat_template(t));
+    CHECK(st && !strcmp(st[0], "<end_of_turn>") && !strcmp(st[1], "<eos>") && !st[2], "gemma stop tokens");
+    CHECK(st && tok_lookup(t, st[0]) == 106 && tok_lookup(t, st[1]) == 1, "stop ids");
+    chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},
+                        {.role = "assistant", .content = "4."}, {.role = "user", .content = " And 3+3? "}};
+    char *s = chat_render(CHAT_GEMMA, m + 1, 1, 1, CHAT_THINK_UNSET);
+    CHECK(s && !strcmp(s, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"), "one turn: %s",
+          s ? s : dfl_lasterr());
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(s && tok_encode(t, s, strlen(s), &ids, &n) == 0, "encode");
+    static const int32_t head[] = {2, 105, 2364, 107}, tail[] = {106, 107, 105, 4368, 107};
+    CHECK(n > 9 && !memcmp(ids, head, sizeof head) && !memcmp(ids + n - 5, tail, sizeof tail), "ids (%zu)", n);
+    free(ids);
+    free(s);
+    /* prompt + answer + next turn = the full render */
+    char *p1 = chat_render(CHAT_GEMMA, m, 2, 1, CHAT_THINK_UNSET), *nt = chat_next_turn(CHAT_GEMMA, " And 3+3? ", CHAT_THINK_OFF);
+    char *full = chat_render(CHAT_GEMMA, m, 4, 1, CHAT_THINK_UNSET);
+    CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
+    if (p1 && nt && full) {
+        dfl_buf got = {0};
+        dfl_buf_str(&got, p1), dfl_buf_str(&got, "4."), dfl_buf_str(&got, nt);
+        CHECK(!strcmp(got.s, full), "gemma next turn:\n%s\n---\n%s", got.s, full);
+        dfl_buf_free(&got);
+    }
+    free(p1), free(nt), free(full);
+    /* refused as the template refuses, or naming what it lacks */
+    chat_message two_users[] = {{.role = "user", .content = "a"}, {.role = "user", .content = "b"}};
+    CHECK(!chat_render(CHAT_GEMMA, two_users, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1") &&
+              strstr(dfl_lasterr(), "alternate"),
+          "roles not alternating: %s", dfl_lasterr());
+    chat_message model_first[] = {{.role = "system", .content = "s"}, {.role = "assistant", .content = "a"}};
+    CHECK(!chat_render(CHAT_GEMMA, model_first, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "alternate"),
+          "assistant first: %s", dfl_lasterr());
+    CHECK(!chat_render_tools(CHAT_GEMMA, m + 1, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
+              strstr(dfl_lasterr(), "tools"),
+          "tools: %s", dfl_lasterr());
+    chat_tool_call call = {.name = "f", .arguments = "{}"};
+    chat_message calls[] = {{.role = "user", .content = "q"},
+                            {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+    CHECK(!chat_render(CHAT_GEMMA, calls, 2, 0, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool_calls"),
+          "tool_calls: %s", dfl_lasterr());
     tok_free(t);
 }
 
@@ -364,6 +421,7 @@ int main(void) {
     RUN(next_turn);
     RUN(harmony);
     RUN(harmony_tokenize);
+    RUN(gemma);
     RUN(detect);
     RUN(bad_input);
     RUN(growable_buffer);

@@ -603,6 +603,25 @@ TEST(bad_files) {
         {"{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{\"a\":0},\"merges\":[]}}", "model.dropout"},
         {"{\"decoder\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
          "decoder type Metaspace"},
+        /* SentencePiece-style (charmode) parts dflash does not implement */
+        {"{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Strip\","
+         "\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+         "decoder type Strip"},
+        {"{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Replace\","
+         "\"pattern\":{\"String\":\"x\"},\"content\":\" \"}]},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+         "\"merges\":[]}}", "decoder step Replace after"},
+        {"{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" +\"},\"content\":\"x\"},\"model\":"
+         "{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "normalizer Replace"},
+        {"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Contiguous\","
+         "\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "behavior Contiguous"},
+        {"{\"decoder\":{\"type\":\"ByteFallback\"},\"model\":{\"type\":\"BPE\",\"byte_fallback\":false,"
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "model.byte_fallback false"},
+        {"{\"decoder\":{\"type\":\"ByteFallback\"},\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,"
+         "\"vocab\":{\"a\":0},\"merges\":[]}}", "<0x00>"},
+        {"{\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{\"a\":0},\"merges\":[]}}",
+         "model.byte_fallback"},
+        {"{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"decoder\":{\"type\":\"Fuse\"},\"model\":{\"type\":\"BPE\","
+         "\"byte_fallback\":true,\"vocab\":{\"a\":0},\"merges\":[]}}", "ByteLevel pre-tokenizer"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         write_file(tj, refused[i].text, strlen(refused[i].text));
@@ -977,6 +996,211 @@ TEST(gptoss_corpus) {
     free(nwant);
 }
 
+/* ---- Gemma 3 (SentencePiece-style BPE): models/gemma3-tokenizer -----------
+ * normalizer Replace " " -> U+2581, pre-tokenizer Split " " MergedWithPrevious
+ * (a no-op after the normalizer), BPE over characters with byte_fallback
+ * (<0xNN>, ids 238..493), 6415 added tokens (newline, tab and U+2581 runs,
+ * HTML tags, <start_of_turn> ...), decoder Replace U+2581 -> " ",
+ * ByteFallback, Fuse. Reference: @lenml/tokenizers 3.7.2 on the same files
+ * (tests/fixtures/tokenizer/ids-gemma3.txt.xz; the strings below from the
+ * same run). */
+static tok_tokenizer *GEMMA;
+
+TEST(gemma_load) {
+    CHECK(GEMMA != NULL, "tok_load models/gemma3-tokenizer: %s", dfl_lasterr());
+    if (!GEMMA) return;
+    CHECK(tok_n_vocab(GEMMA) == 262145, "n_vocab %d", tok_n_vocab(GEMMA));
+    CHECK(tok_eos_id(GEMMA) == 106, "eos %d (<end_of_turn>)", tok_eos_id(GEMMA));
+    const char *ct = tok_chat_template(GEMMA);
+    CHECK(ct && strstr(ct, "<start_of_turn>") && strstr(ct, "first_user_prefix"), "chat template");
+    static const struct { const char *s; int id; } sp[] = {
+        {"<pad>", 0}, {"<eos>", 1}, {"<bos>", 2}, {"<unk>", 3}, {"<start_of_turn>", 105}, {"<end_of_turn>", 106},
+        {"\n", 107}, {"\t", 255968}, {"<start_of_image>", 255999}, {"<image_soft_token>", 262144},
+    };
+    tok_tokenizer *keep = T;
+    T = GEMMA;
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        size_t n;
+        int32_t *ids = enc(sp[i].s, strlen(sp[i].s), &n);
+        CHECK(ids && n == 1 && ids[0] == sp[i].id, "encode %s", sp[i].s);
+        CHECK(tok_lookup(GEMMA, sp[i].s) == sp[i].id, "lookup %s", sp[i].s);
+        size_t m;
+        char *back = ids ? decode_all(ids, n, &m) : NULL;
+        CHECK(back && m == strlen(sp[i].s) && !memcmp(back, sp[i].s, m), "decode %d", sp[i].id);
+        free(back);
+        free(ids);
+    }
+    /* vocab entries are looked up by their own text; pieces are what they decode to */
+    CHECK(tok_lookup(GEMMA, "\xe2\x96\x81the") == 506, "lookup \\u2581the: %d", tok_lookup(GEMMA, "\xe2\x96\x81the"));
+    CHECK(tok_lookup(GEMMA, "<0x0A>") == 248, "lookup <0x0A>: %d", tok_lookup(GEMMA, "<0x0A>"));
+    size_t len;
+    const char *p = tok_piece(GEMMA, 506, &len);
+    CHECK(p && len == 4 && !memcmp(p, " the", 4), "piece of 506");
+    p = tok_piece(GEMMA, 248, &len);
+    CHECK(p && len == 1 && p[0] == '\n', "piece of <0x0A>");
+    p = tok_piece(GEMMA, 138, &len); /* the added token "\u2581\u2581" goes through the decoder too */
+    CHECK(p && len == 2 && !memcmp(p, "  ", 2), "piece of 138");
+    T = keep;
+}
+
+TEST(gemma_cases) {
+    if (!GEMMA) return;
+    tok_tokenizer *keep = T;
+    T = GEMMA;
+    CHECK_IDS("Hello world", 9259, 1902);
+    CHECK_IDS("  leading spaces ", 138, 26016, 9952, 236743);
+    CHECK_IDS("a\tb\t\tc", 236746, 255968, 236763, 255969, 236755);   /* tab runs are added tokens */
+    CHECK_IDS("line1\n\n\nline2", 1257, 236770, 109, 1257, 236778);    /* so are newline runs */
+    CHECK_IDS("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", 105, 2364, 107, 10979, 106, 107,
+              105, 4368, 107);
+    CHECK_IDS("<table><tr><td>x</td></tr></table>", 168, 173, 175, 236781, 183, 181, 176);
+    /* U+2581 typed in the text: the same as a space for the BPE; "\u2581\u2581" is an added token */
+    CHECK_IDS("\xe2\x96\x81literal \xe2\x96\x81\xe2\x96\x81", 37087, 236743, 138);
+    /* U+10FFFD is not in the vocab: byte fallback, <0xF4> <0x8F> <0xBF> <0xBD> */
+    CHECK_IDS("\xee\x80\x80\xf4\x8f\xbf\xbdx", 245863, 482, 381, 429, 427, 236781);
+    CHECK_IDS("<0x41>", 236820, 236771, 236781, 236812, 236770, 236813); /* text, not the byte token */
+    CHECK_IDS("e\xcc\x81", 236744, 238288);                              /* no NFC */
+    CHECK_IDS("<image_soft_token><bos><eos>", 262144, 2, 1);
+    CHECK_IDS("\xf0\x9f\xab\xa0", 253547);
+    CHECK_IDS("\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe3\x83\x86\xe3\x82\xad\xe3\x82\xb9\xe3\x83\x88",
+              94951, 236945, 95830);
+    CHECK_IDS("x = 1234567;", 236781, 578, 236743, 236770, 236778, 236800, 236812, 236810, 236825, 236832, 236793);
+    /* byte-fallback pieces decode to their bytes; streamed, the character comes out whole */
+    {
+        const int32_t ids[] = {482, 381, 429, 427, 236781};
+        tok_decoder d = {0};
+        char out[256];
+        size_t w = 0, cap = tok_max_piece(T);
+        int early = 0;
+        for (int i = 0; i < 5; i++) {
+            size_t k = tok_decode(T, &d, ids[i], out + w, cap);
+            if (i < 3 && k) early = 1;
+            w += k;
+        }
+        w += tok_decode_flush(&d, out + w, cap);
+        CHECK(!early && w == 5 && !memcmp(out, "\xf4\x8f\xbf\xbdx", 5), "byte fallback decode (%zu bytes)", w);
+    }
+    T = keep;
+}
+
+TEST(gemma_corpus) {
+    if (!GEMMA) return;
+    size_t nt;
+    char *fx = root_path("tests/fixtures/tokenizer/ids-gemma3.txt.xz"), *lines = read_xz(fx, &nt);
+    free(fx);
+    CHECK(lines != NULL, "ids-gemma3.txt.xz missing");
+    if (!lines || C.ndocs == 0) {
+        free(lines);
+        return;
+    }
+    int32_t **want = dfl_calloc((size_t)C.ndocs, sizeof *want);
+    size_t *nwant = dfl_calloc((size_t)C.ndocs, sizeof *nwant);
+    int nl = 0;
+    for (char *s = lines; *s && nl < C.ndocs; nl++) {
+        char *e = strchr(s, '\n');
+        if (e) *e = 0;
+        want[nl] = parse_ids(s, &nwant[nl]);
+        s = e ? e + 1 : s + strlen(s);
+    }
+    free(lines);
+    CHECK(nl == C.ndocs, "ids-gemma3.txt.xz has %d lines for %d documents", nl, C.ndocs);
+    /* the corpus exercises byte fallback (<0x00>..<0xFF> are ids 238..493) */
+    int docs_fallback = 0;
+    for (int d = 0; d < nl; d++) {
+        int any = 0;
+        for (size_t i = 0; i < nwant[d]; i++) any |= want[d][i] >= 238 && want[d][i] <= 493;
+        docs_fallback += any;
+    }
+    fprintf(stderr, "  %d documents use byte-fallback tokens\n", docs_fallback);
+    CHECK(docs_fallback >= 10, "only %d documents use byte fallback", docs_fallback);
+    tok_tokenizer *keep = T;
+    T = GEMMA;
+    if (nl == C.ndocs) corpus_check(want, nwant);
+    /* decode(encode(x)) == x with U+2581 read as a space (the decoder's Replace), exactly */
+    int bad = 0, partial = 0;
+    size_t cap = tok_max_piece(T);
+    char *buf = dfl_malloc(cap);
+    for (int d = 0; d < C.ndocs; d++) {
+        size_t n, m;
+        int32_t *ids = enc(C.doc[d], C.len[d], &n);
+        char *txt = decode_all(ids, n, &m);
+        dfl_buf exp = {0};
+        for (size_t i = 0; i < C.len[d]; i++) {
+            if (i + 3 <= C.len[d] && !memcmp(C.doc[d] + i, "\xe2\x96\x81", 3)) {
+                dfl_buf_char(&exp, ' ');
+                i += 2;
+            } else {
+                dfl_buf_add(&exp, C.doc[d] + i, 1);
+            }
+        }
+        if (m != exp.n || memcmp(txt, exp.s ? exp.s : "", m)) {
+            if (bad++ < 3) fprintf(stderr, "  doc %d: round trip differs\n", d);
+        }
+        dfl_buf_free(&exp);
+        tok_decoder dec = {0};
+        for (size_t i = 0; i < n; i++)
+            if (dfl_utf8_invalid_at(buf, tok_decode(T, &dec, ids[i], buf, cap)) >= 0) partial++;
+        if (dec.npend) partial++;
+        free(txt);
+        free(ids);
+    }
+    free(buf);
+    CHECK(bad == 0, "%d documents do not round-trip", bad);
+    CHECK(partial == 0, "%d streamed chunks held a partial character", partial);
+    T = keep;
+    for (int d = 0; d < C.ndocs; d++) free(want[d]);
+    free(want);
+    free(nwant);
+}
+
+/* Split with a String pattern, on a small charmode tokenizer: the pieces of
+ * "the-final--countdown" are those of HF's SplitDelimiterBehavior docs
+ * (MergedWithPrevious: "the-" "final-" "-" "countdown"; Isolated: "the" "-"
+ * "final" "-" "-" "countdown"). Merges e+- , l+-, -+-, -+f would join
+ * across those boundaries, so the ids show where the pieces end. */
+TEST(split_string_behaviors) {
+    const char *behav[] = {"MergedWithPrevious", "Isolated"};
+    /* vocab: <0x00>..<0xFF> = 0..255, then the letters, "-", and the merges' results */
+    const char *chars = "thefinalcoudw-";
+    for (int b = 0; b < 2; b++) {
+        dfl_buf j = {0};
+        dfl_buf_printf(&j, "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"-\"},\"behavior\":\"%s\","
+                           "\"invert\":false},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},"
+                           "{\"type\":\"Fuse\"}]},\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{", behav[b]);
+        for (int i = 0; i < 256; i++) dfl_buf_printf(&j, "\"<0x%02X>\":%d,", i, i);
+        int id = 256;
+        for (const char *c = chars; *c; c++)
+            if (!strchr(c + 1, *c)) dfl_buf_printf(&j, "\"%c\":%d,", *c, id++);
+        dfl_buf_printf(&j, "\"e-\":%d,\"l-\":%d,\"--\":%d,\"-f\":%d},\"merges\":[[\"e\",\"-\"],[\"l\",\"-\"],[\"-\",\"-\"],"
+                           "[\"-\",\"f\"]]}}", id, id + 1, id + 2, id + 3);
+        char *txt = dfl_buf_take(&j);
+        cJSON *root = cJSON_Parse(txt);
+        free(txt);
+        tok_tokenizer *t = root ? tok_from_json(root, NULL, -1, "split-test") : NULL;
+        cJSON_Delete(root);
+        CHECK(t != NULL, "%s: %s", behav[b], dfl_lasterr());
+        if (!t) continue;
+        const char *text = "the-final--countdown";
+        int32_t *ids;
+        size_t n;
+        CHECK(tok_encode(t, text, strlen(text), &ids, &n) == 0, "encode");
+        /* as tokens: join the pieces with '|' */
+        dfl_buf got = {0};
+        for (size_t i = 0; i < n; i++) {
+            size_t len;
+            const char *p = tok_piece(t, ids[i], &len);
+            if (i) dfl_buf_char(&got, '|');
+            dfl_buf_add(&got, p, len);
+        }
+        const char *want = b == 0 ? "t|h|e-|f|i|n|a|l-|-|c|o|u|n|t|d|o|w|n" : "t|h|e|-|f|i|n|a|l|-|-|c|o|u|n|t|d|o|w|n";
+        char *g = dfl_buf_take(&got);
+        CHECK(g && !strcmp(g, want), "%s: got %s, want %s", behav[b], g, want);
+        free(g);
+        free(ids);
+        tok_free(t);
+    }
+}
+
 static void find_root(void) {
     const char *env = getenv("DFLASH_ROOT");
     snprintf(ROOT, sizeof ROOT, "%s", env && *env ? env : ".");
@@ -1012,6 +1236,7 @@ int main(void) {
     RUN(nfc_matches_utf8proc);
     RUN(bad_files);
     RUN(string_merges);
+    RUN(split_string_behaviors);
     snprintf(GGUF_PATH, sizeof GGUF_PATH, "/tmp/dflash-test-tok-%d.gguf", (int)getpid());
     char *tiny = root_path("tests/models/tiny-qwen3");
     if (ggm_convert(tiny, GGUF_PATH, "f16", NULL) != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
@@ -1026,6 +1251,13 @@ int main(void) {
     RUN(gptoss_cases);
     RUN(gptoss_corpus);
     tok_free(GPTOSS);
+    char *gemdir = root_path("models/gemma3-tokenizer");
+    GEMMA = tok_load(gemdir);
+    free(gemdir);
+    RUN(gemma_load);
+    RUN(gemma_cases);
+    RUN(gemma_corpus);
+    tok_free(GEMMA);
     unlink(GGUF_PATH);
     tmpdir_remove();
     tok_free(T);

@@ -1,6 +1,6 @@
 /* fuzz_chat.c - the chat templates (chat_render, chat_detect) on arbitrary
- * messages. Byte 0 picks the format (bit 7: harmony, else bit 0 Llama-3 or
- * Qwen3), the generation prompt and thinking;
+ * messages. Byte 0 picks the format (bit 7: harmony, or Gemma 3 with bit 6;
+ * else bit 0 Llama-3 or Qwen3), the generation prompt and thinking;
  * the rest is records separated by 0x1E, each starting with a role byte;
  * an 0x1F inside a record starts its reasoning_content. The whole input is
  * also given to chat_detect as template text and to chat_render_tools as
@@ -8,7 +8,8 @@
  * report; an unknown role is refused (Qwen3); with valid UTF-8
  * messages the output is valid UTF-8 and (Qwen3 and harmony, which do not
  * trim) holds every user message; harmony refuses tool messages and a later
- * system message. */
+ * system message; Gemma starts with <bos>, ends with the generation prompt
+ * when asked, and refuses turns that do not alternate. */
 #include "chat.h"
 #include "fuzz_common.h"
 #include "util.h"
@@ -26,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(with_tools);
     free(txt);
     static const char *roles[] = {"system", "user", "assistant", "tool", "bogus"};
-    chat_format f = data[0] >> 7 ? CHAT_HARMONY : data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
+    chat_format f = data[0] >> 7 ? ((data[0] >> 6) & 1 ? CHAT_GEMMA : CHAT_HARMONY) : data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
     int gen = (data[0] >> 1) & 1;
     chat_think think = (chat_think)((int)((data[0] >> 2) % 3) - 1);
     char *buf = dfl_malloc(size + 1);
@@ -46,12 +47,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p = e + 1;
     }
     char *out = chat_render(f, msgs, n, gen, think);
-    if (bad_role && out && f != CHAT_LLAMA3) abort(); /* Llama-3 renders any role name, as its template does */
+    /* Llama-3 renders any role name, Gemma any at a non-user turn, as their templates do */
+    if (bad_role && out && f != CHAT_LLAMA3 && f != CHAT_GEMMA) abort();
     if (out && f == CHAT_HARMONY) /* harmony: no tool messages, system only first, the system message first */
         for (int i = 0; i < n; i++)
             if (!strcmp(msgs[i].role, "tool") || (i > 0 && !strcmp(msgs[i].role, "system")) ||
                 strncmp(out, "<|start|>system<|message|>", 26))
                 abort();
+    if (out && f == CHAT_GEMMA) { /* <bos>, the generation prompt, roles alternating after a system message */
+        size_t L = strlen(out);
+        if (strncmp(out, "<bos>", 5) || (gen && (L < 21 || strcmp(out + L - 21, "<start_of_turn>model\n"))))
+            abort();
+        int first = !strcmp(msgs[0].role, "system");
+        for (int i = first; i < n; i++)
+            if (!strcmp(msgs[i].role, "user") != ((i - first) % 2 == 0)) abort();
+    }
     if (out) {
         int utf8 = 1;
         for (int i = 0; i < n; i++)
@@ -60,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                      dfl_utf8_invalid_at(msgs[i].reasoning_content, strlen(msgs[i].reasoning_content)) < 0);
         if (utf8 && dfl_utf8_invalid_at(out, strlen(out)) >= 0) abort();
         for (int i = 0; i < n; i++)
-            if (f != CHAT_LLAMA3 && !strcmp(msgs[i].role, "user") && !strstr(out, msgs[i].content)) abort();
+            if (f != CHAT_LLAMA3 && f != CHAT_GEMMA && !strcmp(msgs[i].role, "user") && !strstr(out, msgs[i].content))
+                abort();
         free(out);
     }
     free(buf);

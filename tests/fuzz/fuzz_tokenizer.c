@@ -1,5 +1,8 @@
 /* fuzz_tokenizer.c - encode and decode with the real Qwen3 tokenizer
- * (models/qwen3-tokenizer, loaded once). The first byte picks the mode.
+ * (models/qwen3-tokenizer, loaded once), or with bit 1 of the first byte
+ * Gemma 3's (models/gemma3-tokenizer: SentencePiece-style, byte fallback;
+ * oracle there: decode(encode(x)) == x with U+2581 read as a space, exactly).
+ * Bit 0 of the first byte picks the mode.
  * Oracles: invalid UTF-8 is refused with an error; valid UTF-8 encodes; the
  * decoded ids are valid UTF-8 and re-encode to the same ids (round trip of
  * the normalized text); text with nothing to normalize (no byte >= 0xCC)
@@ -9,7 +12,7 @@
 #include "tokenizer.h"
 #include "util.h"
 
-static tok_tokenizer *T;
+static tok_tokenizer *T, *QWEN, *GEMMA;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
@@ -17,8 +20,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const char *root = getenv("DFLASH_ROOT");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/models/qwen3-tokenizer", root ? root : ".");
-    T = tok_load(dir);
-    if (!T) {
+    QWEN = tok_load(dir);
+    snprintf(dir, sizeof dir, "%s/models/gemma3-tokenizer", root ? root : ".");
+    GEMMA = QWEN ? tok_load(dir) : NULL;
+    if (!QWEN || !GEMMA) {
         fprintf(stderr, "fuzz_tokenizer: %s\n", dfl_lasterr());
         exit(1);
     }
@@ -42,7 +47,8 @@ static char *decode_all(const int32_t *ids, size_t n, size_t *len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    int mode = data[0] & 1;
+    int mode = data[0] & 1, gemma = (data[0] >> 1) & 1;
+    T = gemma ? GEMMA : QWEN;
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     if (mode == 1) { /* arbitrary ids */
@@ -67,6 +73,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len;
     char *text = decode_all(ids, m, &len);
     if (dfl_utf8_invalid_at(text, len) >= 0) abort();
+    if (gemma) { /* exact round trip, U+2581 decoding as a space */
+        size_t j = 0, i = 0;
+        for (; i < n && j < len; j++) {
+            int bar = i + 3 <= n && !memcmp(s + i, "\xe2\x96\x81", 3);
+            if (text[j] != (bar ? ' ' : s[i])) abort();
+            i += bar ? 3 : 1;
+        }
+        if (i != n || j != len) abort();
+        free(text);
+        free(ids);
+        return 0;
+    }
     int plain = 1;
     for (size_t i = 0; i < n; i++) plain &= (uint8_t)s[i] < 0xcc;
     if (plain && (len != n || memcmp(text, s, n))) abort(); /* nothing to normalize: exact round trip */

@@ -241,5 +241,15 @@ int main(void) {
     /* harmony (bit 7): system, user, assistant with reasoning, user, generation prompt */
     static const char chat4[] = "\x82\x00" "Be brief.\x1e\x01What is 2+2?\x1e\x02" "4.\x1f" "Add them.\x1e\x01" "And 3+3?";
     put("chat", "harmony0", chat4, sizeof chat4 - 1, NULL, 0, NULL, 0);
+    /* Gemma 3 (bits 7 and 6): system, user, assistant, user, generation prompt */
+    static const char chat5[] = "\xc2\x00" "Be brief.\x1e\x01 What is 2+2? \x1e\x02" "4.\x1e\x01" "And 3+3?";
+    put("chat", "gemma0", chat5, sizeof chat5 - 1, NULL, 0, NULL, 0);
+    /* Gemma 3's tokenizer (bit 1): spaces and U+2581, tab and newline runs, HTML tags, turn
+     * tokens, a character outside the vocab (U+10FFFD: byte fallback); ids incl. <0xNN> */
+    static const char gtext[] = "<start_of_turn>user\n  Hi\t\tthere \xe2\x96\x81\xe2\x96\x81x\n\n\n<b>bold</b> "
+                                "\xf4\x8f\xbf\xbd\xe6\x97\xa5\xe6\x9c\xac<end_of_turn>\n";
+    put("tokenizer", "gemma_text", "\2", 1, gtext, sizeof gtext - 1, NULL, 0);
+    int32_t gids[] = {2, 105, 2364, 107, 482, 381, 429, 427, 236781, 482, 138, 255968, 262144, 262145, -1};
+    put("tokenizer", "gemma_ids", "\3", 1, gids, sizeof gids, NULL, 0);
     return 0;
 }

@@ -4,12 +4,13 @@
 Run from the repository root with Debian's Python (python3-jinja2):
     /usr/bin/python3 tools/reference/chat_ref.py
 The Qwen3 template is read from models/qwen3-tokenizer/tokenizer_config.json
-(gpt-oss's from models/gptoss-tokenizer/chat_template.jinja, HARMONY_CASES below)
+(gpt-oss's from models/gptoss-tokenizer/chat_template.jinja, HARMONY_CASES below;
+Gemma 3's from models/gemma3-tokenizer/tokenizer_config.json, GEMMA_CASES)
 and rendered the way transformers' apply_chat_template does: an
 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
 loopcontrols extension, a raise_exception global and a tojson filter; the
 special tokens are passed as variables and enable_thinking only when set.
-Each case: name, format ("qwen3" or "llama3"), messages (role, content,
+Each case: name, format ("qwen3", "llama3", "harmony" or "gemma"), messages (role, content,
 optional reasoning_content and tool_calls), optional tools, add_generation_prompt,
 optional enable_thinking,
 expected (the rendered text). tests/test_chat.c renders each with
@@ -203,6 +204,24 @@ HARMONY_CASES = [
 ]
 
 
+# Gemma 3: the chat_template of models/gemma3-tokenizer/tokenizer_config.json. Each case: name,
+# messages, add_generation_prompt. bos_token "<bos>", eos_token "<end_of_turn>" as in that config.
+GEMMA_CASES = [
+    ("gemma_user_gen", [U("Hello")], True),
+    ("gemma_user_nogen", [U("Hello")], False),
+    ("gemma_system_user", [S("You are helpful."), U("Hello")], True),
+    ("gemma_system_multi", [S("  Be brief. "), U(" What is 2+2? "), A("4."), U("And 3+3?")], True),
+    ("gemma_train_final", [U("q"), A(" a \n")], False),
+    ("gemma_only_system", [S("only a system message")], True),
+    ("gemma_empty", [S(""), U(""), A("")], True),
+    ("gemma_reasoning_not_written", [U("q"), A("a", "thoughts")], True),
+    ("gemma_other_role", [U("q"), {"role": "tool", "content": " result "}, U("next")], True),
+    ("gemma_strip_unicode_space", [U("\u00a0\u2003 x \u2028\x1c"), A("\u180e y \u180e"), U("\tz\n\n")], True),
+    ("gemma_unicode", [S(UNI), U(UNI + "\n\n"), A(UNI)], True),
+    ("gemma_long", [S("s")] + [m for i in range(5) for m in (U("u%d" % i), A("a%d" % i))] + [U("last")], True),
+]
+
+
 def harmony_render(tmpl, msgs, agp, kw):
     date = kw.get("date", HARMONY_DATE)
     env = environment()
@@ -255,10 +274,18 @@ def main():
                 c[k] = kw[k]
         c["expected"] = harmony_render(htmpl, msgs, agp, kw)
         cases.append(c)
+    gcfg = json.load(open(os.path.join(ROOT, "models/gemma3-tokenizer/tokenizer_config.json")))
+    gemma = environment().from_string(gcfg["chat_template"])
+    for name, msgs, agp in GEMMA_CASES:
+        c = {"name": name, "format": "gemma", "messages": msgs, "add_generation_prompt": agp,
+             "expected": gemma.render(messages=msgs, add_generation_prompt=agp, bos_token=gcfg["bos_token"],
+                                      eos_token=gcfg["eos_token"], pad_token=gcfg["pad_token"])}
+        cases.append(c)
     doc = {
         "generator": "tools/reference/chat_ref.py (jinja2 %s)" % jinja2.__version__,
         "qwen3_template_sha256": hashlib.sha256(cfg["chat_template"].encode()).hexdigest(),
         "harmony_template_sha256": hashlib.sha256(htmpl.encode()).hexdigest(),
+        "gemma3_template_sha256": hashlib.sha256(gcfg["chat_template"].encode()).hexdigest(),
         "cases": cases,
     }
     os.makedirs(os.path.dirname(OUT), exist_ok=True)

@@ -7,7 +7,8 @@
 // Reads the corpus (documents as "#<nbytes>\n<bytes>") and models/qwen3-tokenizer/,
 // writes tests/fixtures/tokenizer/ids.txt.xz (or OUT.xz): one line per document, the ids
 // of tok.encode(doc, {add_special_tokens: false}) separated by spaces.
-// Optional arguments: CORPUS.xz OUT.xz TOKENIZER_DIR (gpt-oss: ... ids-gptoss.txt.xz models/gptoss-tokenizer).
+// Optional arguments: CORPUS.xz OUT.xz TOKENIZER_DIR (gpt-oss: ... ids-gptoss.txt.xz models/gptoss-tokenizer;
+// Gemma 3: ... ids-gemma3.txt.xz models/gemma3-tokenizer).
 import { createRequire } from "node:module";
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
