@@ -408,7 +408,7 @@ TEST(harmony_channels) {
     big2[609] = 0;
     expect(big2, 0, 0, big2, "", "", "c");
     every_cut(big2, 0, 0);
-    char big3[760], want3[760];
+    char big3[sizeof big2 + 64], want3[sizeof big2 + 64];
     snprintf(big3, sizeof big3, "%s<|end|>" F_ "ok", big2);
     snprintf(want3, sizeof want3, "%sok", big2);
     expect(big3, 0, 0, want3, "", "", "c");
