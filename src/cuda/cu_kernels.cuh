@@ -1349,7 +1349,15 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
 }
 
 /* Grid (rows, nq), HD threads: the chunk partials of query (t0 + blockIdx.x,
- * blockIdx.y) merged in ascending chunk order into out bf16 [T][ldo]. */
+ * blockIdx.y) merged in ascending chunk order into out bf16 [T][ldo]. The
+ * arithmetic is one fixed chain per dimension (the contract above); what the
+ * kernel arranges is only the loads: (m_c, L_c) of ATT_MERGE_TILE chunks go
+ * to shared memory at once, and each thread issues its ATT_MERGE_TILE O_c
+ * loads before the chain consumes them, so a long context costs a few
+ * rounds of memory latency instead of one per chunk (at 32k positions, 256
+ * chunks: the merge was one dependent load per chunk). */
+enum { ATT_MERGE_TILE = 32 };
+
 template <int HD>
 __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, int n_blk, int t0, int nq,
                                                   const float *po, const float2 *pml, int nch, __nv_bfloat16 *out,
@@ -1357,20 +1365,43 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
     cu_pdl_wait();
     cu_pdl_trigger();
     constexpr int CH = cu_att_chunk(HD);
+    __shared__ float2 mls[ATT_MERGE_TILE];
+    __shared__ float mred[HD / 32 > 0 ? HD / 32 : 1];
     int tl = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos0 = *pos;
     int lim = causal ? pos0 + t0 + tl : pos0 + n_blk - 1;
     int ncr = lim / CH + 1;
     size_t slot = (size_t)tl * nq + h;
     const float2 *ml = pml + slot * nch;
     const float *o = po + slot * nch * HD + d;
+    /* M = max_c m_c: exact, so any order; thread d takes c = d, d + HD, ... */
     float M = -INFINITY;
-    for (int c = 0; c < ncr; c++) M = fmaxf(M, ml[c].x);
+    for (int c = d; c < ncr; c += HD) M = fmaxf(M, ml[c].x);
+    constexpr unsigned WM = HD >= 32 ? 0xffffffffu : (1u << HD) - 1u; /* the lanes of a block of HD < 32 */
+#pragma unroll
+    for (int k = (HD >= 32 ? 32 : HD) / 2; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(WM, M, k));
+    if constexpr (HD >= 32) {
+        if ((d & 31) == 0) mred[d >> 5] = M;
+        __syncthreads();
+        for (int w = 0; w < HD / 32; w++) M = fmaxf(M, mred[w]);
+    }
     float L = 0.0f, acc = 0.0f;
-    for (int c = 0; c < ncr; c++) {
-        float2 e = ml[c];
-        float f = expf(e.x - M);
-        L = fmaf(e.y, f, L);
-        acc = fmaf(o[(size_t)c * HD], f, acc);
+    for (int c0 = 0; c0 < ncr; c0 += ATT_MERGE_TILE) {
+        int nt = ncr - c0 < ATT_MERGE_TILE ? ncr - c0 : ATT_MERGE_TILE;
+        __syncthreads(); /* the last tile's mls is read */
+        for (int u = d; u < nt; u += HD) mls[u] = ml[c0 + u];
+        float ov[ATT_MERGE_TILE];
+#pragma unroll
+        for (int u = 0; u < ATT_MERGE_TILE; u++) ov[u] = u < nt ? o[(size_t)(c0 + u) * HD] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < ATT_MERGE_TILE; u++) {
+            if (u < nt) {
+                float2 e = mls[u];
+                float f = expf(e.x - M);
+                L = fmaf(e.y, f, L);
+                acc = fmaf(ov[u], f, acc);
+            }
+        }
     }
     out[(size_t)(t0 + tl) * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(acc / L);
 }
