@@ -3,7 +3,8 @@
  * committed tiny-qwen35, tiny-qwen35moe and tiny-qwen3next, and the
  * sliding-window rings (cpu_backend.c's ring rule) of gpt-oss (tiny-gptoss)
  * and Gemma-4 (tiny-gemma4: five sliding layers and a full one with a wider
- * head, per-layer inputs)
+ * head, per-layer inputs; tiny-gemma4-kv: two full layers with
+ * attention_k_eq_v)
  * (tests/models; their HF references are checked in test_reference.c).
  *
  * Every check here is bit for bit against plain decoding, one token per
@@ -283,8 +284,9 @@ int main(void) {
     snprintf(in, sizeof in, "%s", rp("tests/models/tiny-qwen3next"));
     if (!qrc) qrc = qt_checkpoint(in, q4n, 4, 32);
     if (qrc) fprintf(stderr, "  quantize: %s\n", dfl_lasterr());
-    /* a synthesized Gemma-4 with attention_k_eq_v (no fixture has it: its
-     * full layer's values are its keys) and per-layer inputs, with the
+    /* a synthesized Gemma-4 with attention_k_eq_v (its full layer's values
+     * are its keys) together with per-layer inputs (tiny-gemma4-kv from
+     * transformers has k_eq_v without them), with the
      * Qwen3 tokenizer for the public-API test */
     char keqv[64], tl[128];
     snprintf(keqv, sizeof keqv, "%s/gemma4_keqv", tmp);
@@ -298,7 +300,8 @@ int main(void) {
     free(tj);
     if (grc) fprintf(stderr, "  gemma4 k_eq_v synth: %s\n", dfl_lasterr());
     const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe", "tests/models/tiny-qwen3next", q4,
-                          q4n, "tests/models/tiny-gptoss", "tests/models/tiny-gemma4", keqv};
+                          q4n, "tests/models/tiny-gptoss", "tests/models/tiny-gemma4", keqv,
+                          "tests/models/tiny-gemma4-kv"};
     for (int d = 0; d < (int)(sizeof dirs / sizeof dirs[0]); d++) {
         model_dir = dirs[d];
         if ((d >= 3 && d <= 4 && qrc) || (dirs[d] == keqv && grc)) {

@@ -6,6 +6,7 @@
  * reference itself shows (<= 5e-5 on logits of magnitude ~35):
  *   logits: max |diff| <= 1e-3; taps: <= 5e-4; draft logits: <= 1e-3;
  *   argmax of every row, greedy continuations, DFlash tokens: exact. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +259,66 @@ TEST(gptoss_bf16) { check_target("tiny-gptoss"); }
  * reference's own spread, logits 2e-3, taps 1e-3 (the window, softcap,
  * rotary fraction or eps changed give 3e-3 .. O(1)). */
 TEST(gemma4_bf16) { check_model_within("tests/models/tiny-gemma4", "tiny-gemma4", 2e-3f, 1e-3f); }
+/* Gemma-4 with attention_k_eq_v (tests/models/tiny-gemma4-kv, the attention
+ * of gemma-4-31B: full layers 2 and 5 with no v_proj, their values the keys
+ * as projected, v-normed and unrotated, one kv head of 32; no per-layer
+ * inputs): a tokens-only fixture (tests/fixtures/tiny-gemma4-kv.greedy.txt,
+ * "prompt ids | greedy ids" per line from transformers): every prompt's
+ * greedy continuation, computed row by row, equals the reference's. */
+TEST(gemma4_keqv_greedy) {
+    mdl_model m;
+    if (mdl_load(&m, rp("tests/models/tiny-gemma4-kv", NULL)) != 0) {
+        CHECK(0, "tiny-gemma4-kv: %s", dfl_lasterr());
+        return;
+    }
+    CHECK(m.cfg.k_eq_v && !m.layers[2].wv.rows && !m.layers[5].wv.rows && m.layers[1].wv.rows,
+          "tiny-gemma4-kv: layers 2 and 5 not bound as k_eq_v");
+    FILE *f = fopen(rp("tests/fixtures/tiny-gemma4-kv.greedy.txt", NULL), "r");
+    if (!f) {
+        CHECK(0, "tiny-gemma4-kv.greedy.txt: %s", strerror(errno));
+        mdl_free(&m);
+        return;
+    }
+    const be_ops *be = &be_cpu;
+    int V = m.cfg.vocab, np = 0, n_bad = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        int32_t ids[64], want[64];
+        int T = 0, n = 0, *cnt = &T;
+        int32_t *dst = ids;
+        for (char *p = strtok(line, " \n"); p; p = strtok(NULL, " \n")) {
+            if (!strcmp(p, "|")) {
+                dst = want, cnt = &n;
+                continue;
+            }
+            if (*cnt < 64) dst[(*cnt)++] = (int32_t)atoi(p);
+        }
+        if (!T || !n) continue;
+        void *st = be->create(bi, &m, 256);
+        float *logits = malloc(sizeof(float) * (size_t)T * V);
+        be_batch b = {T, ids, T, logits, 0, NULL, 0};
+        CHECK(be->forward(st, &b) == 0, "tiny-gemma4-kv p%d forward: %s", np, dfl_lasterr());
+        int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
+        int first_bad = -1;
+        for (int k = 0; k < n; k++) {
+            if (next != want[k] && first_bad < 0) first_bad = k;
+            be_batch s1 = {1, &next, 1, logits, 0, NULL, 0};
+            be->forward(st, &s1);
+            next = smp_argmax(logits, V);
+        }
+        n_bad += first_bad >= 0;
+        CHECK(first_bad < 0, "tiny-gemma4-kv p%d (T=%d): greedy differs from transformers' at token %d", np, T,
+              first_bad);
+        free(logits);
+        be->destroy(st);
+        np++;
+    }
+    fclose(f);
+    CHECK(np == 6, "tiny-gemma4-kv: %d prompts in the fixture, want 6", np);
+    fprintf(stderr, "  tiny-gemma4-kv: %d prompts, %d greedy continuations as transformers'\n", np, np - n_bad);
+    mdl_free(&m);
+}
 /* Qwen3.5 (tools/reference/make_tiny_qwen35.py): Gated DeltaNet layers 0, 2,
  * 3 and a gated full-attention layer 1 with partial RoPE; the reference runs
  * HF's chunked delta rule on the prompt and its recurrent one on the greedy
@@ -477,6 +538,7 @@ int main(void) {
     RUN(qwen3moe_bf16);
     RUN(gptoss_bf16);
     RUN(gemma4_bf16);
+    RUN(gemma4_keqv_greedy);
     RUN(qwen3moe_mlx_q4_switch_mlp);
     RUN(qwen3moe_token_bytes);
     RUN(qwen3moe_draft_and_dflash);

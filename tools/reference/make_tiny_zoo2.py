@@ -5,8 +5,8 @@ CPU, eager attention).
 
     python3 tools/reference/make_tiny_zoo2.py --out DIR     (on the GPU machine)
 
-Writes DIR/models/{tiny-gptoss, tiny-gemma4} and
-DIR/fixtures/{tiny-gptoss, tiny-gemma4}.ref.safetensors (keys as
+Writes DIR/models/{tiny-gptoss, tiny-gemma4, tiny-gemma4-kv} and
+DIR/fixtures/{...}.ref.safetensors (keys as
 tests/fixtures/README.md gives for targets), and logs each config class's
 defaults: the fields an implementation must read or refuse.
 
@@ -117,21 +117,37 @@ def family(name, cfg, w, mdir, fdir, tmp, sentences, stats):
             {"model": name, "n_prompts": len(prompts), "max_new": MQ.MAX_NEW})
 
 
+class _Skip(Exception):
+    pass
+
+
+def want(name):
+    """ZOO2_ONLY="a,b" makes only those families (default: all)."""
+    only = os.environ.get("ZOO2_ONLY")
+    return not only or name in only.split(",")
+
+
 def main():
     out, mdir, fdir, tmp, sentences, stats = MM.start()
     failed = []
 
     L = 4
     try:
+        if not want("tiny-gptoss"):
+            raise _Skip
         cfg = tiny_config("gpt_oss", "GptOssForCausalLM", L, ["sliding_attention", "full_attention"] * (L // 2),
                           {"num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False})
         family("tiny-gptoss", cfg, random_weights(cfg, 41, 1.0), mdir, fdir, tmp, sentences, stats)
+    except _Skip:
+        pass
     except Exception as e:  # noqa: BLE001  (the other family still runs; the log says why)
         log("tiny-gptoss FAILED: %r" % (e,))
         failed.append("tiny-gptoss")
 
     L = 6
     try:
+        if not want("tiny-gemma4"):
+            raise _Skip
         from transformers import AutoConfig
         dflt = AutoConfig.for_model("gemma4_text").to_dict()
         # the full layer's wider head as the defaults give it (per_layer_config: 512 for 256),
@@ -142,9 +158,28 @@ def main():
             extra["num_kv_shared_layers"] = 2
         cfg = tiny_config("gemma4_text", "Gemma4ForCausalLM", L, ["sliding_attention"] * 5 + ["full_attention"], extra)
         family("tiny-gemma4", cfg, random_weights(cfg, 43, H ** -0.5), mdir, fdir, tmp, sentences, stats)
+    except _Skip:
+        pass
     except Exception as e:  # noqa: BLE001
         log("tiny-gemma4 FAILED: %r" % (e,))
         failed.append("tiny-gemma4")
+
+    # Gemma-4 31B's attention: full layers with attention_k_eq_v (no v_proj; the values
+    # are the keys as projected, v_norm'd, unrotated) and fewer, wider kv heads; two full
+    # layers, no per-layer inputs
+    L = 6
+    if want("tiny-gemma4-kv"):
+        try:
+            full = {"head_dim": 2 * HD, "num_key_value_heads": 1}
+            extra = {"per_layer_config": {"2": full, "5": full}, "attention_k_eq_v": True,
+                     "hidden_size_per_layer_input": 0, "final_logit_softcapping": 30.0,
+                     "max_position_embeddings": 512}
+            types = (["sliding_attention"] * 2 + ["full_attention"]) * 2
+            cfg = tiny_config("gemma4_text", "Gemma4ForCausalLM", L, types, extra)
+            family("tiny-gemma4-kv", cfg, random_weights(cfg, 47, H ** -0.5), mdir, fdir, tmp, sentences, stats)
+        except Exception as e:  # noqa: BLE001
+            log("tiny-gemma4-kv FAILED: %r" % (e,))
+            failed.append("tiny-gemma4-kv")
 
     MM.finish(out, stats)
     if failed:
