@@ -846,84 +846,159 @@ __global__ void k_dn_conv(const float *mix, int ldm, int T, float *state, const 
     for (int j = 0; j < K - 1; j++) state[(size_t)j * C + ch] = h[j];
 }
 
-/* The gated delta rule for value head blockIdx.x, thread e = column e of S
- * (kept in registers over the rows: S[i] = S_h[i][e], DK = key dim): per
- * row, q and k of key head h / (nv / nk) L2-normalised (one thread sums, in
- * order), decay and beta from a / b, S = decay S, delta = (v - S^T k) beta,
- * S += k delta^T; with core: o = S^T q / sqrt(DK), its RMSNorm over the
- * head (one thread sums) times nw and silu(z) -> core (bf16). rec
- * [nv][DK][dv]; cv [T][C] (q | k | v); mix [T][ldm] with z at z_off, a at
- * a_off, b at b_off. Block dv threads, shared (2 DK + dv + 4) floats. */
-template <int DK>
-__global__ void k_dn_delta(const float *cv, int C, const float *mix, int ldm, int z_off, int a_off, int b_off,
-                           float *rec, int nk, int nv, int v_tiled, int dv, const float *dt_bias,
-                           const float *neg_a, const float *nw, float eps, __nv_bfloat16 *core, int ldc, int T) {
+/* The gated delta rule for value head blockIdx.x. Column e < dv of S_h is
+ * held by P adjacent threads, part p its rows p DK/P .. (p+1) DK/P - 1 in
+ * registers over the rows; the block is dv rounded up to whole warps, times
+ * P (threads of columns e >= dv only help the sums). Per row: q and k of key
+ * head h / (nv / nk) L2-normalised, decay and beta from a / b, S = decay S,
+ * delta = (v - S^T k) beta, S += k delta^T; with core: o = S^T q / sqrt(DK),
+ * its RMSNorm over the head times nw and silu(z) -> core (bf16). Every sum
+ * has one order for any T: k/q squares per thread in element order, the
+ * warp's xor tree, the warps in order; S^T k and S^T q as four chains per
+ * part added (0+1)+(2+3), then the P parts by an xor tree (the same bits in
+ * each of the P threads: IEEE addition commutes). The next row's inputs load
+ * while a row runs. rec [nv][DK][dv]; cv [T][C] (q | k | v); mix [T][ldm]
+ * with z at z_off, a at a_off, b at b_off. Shared: 2 (DK + 4 P) + 96 floats. */
+template <int DK, int P>
+__global__ void __launch_bounds__(P == 1 ? 256 : 512)
+    k_dn_delta(const float *cv, int C, const float *mix, int ldm, int z_off, int a_off, int b_off, float *rec, int nk,
+               int nv, int v_tiled, int dv, const float *dt_bias, const float *neg_a, const float *nw, float eps,
+               __nv_bfloat16 *core, int ldc, int T) {
     cu_pdl_wait();
     cu_pdl_trigger();
-    extern __shared__ float sm[];
-    float *ks = sm, *qs = sm + DK, *os = sm + 2 * DK, *sc = sm + 2 * DK + dv;
-    int h = blockIdx.x, e = threadIdx.x, kh = v_tiled ? h % nk : h / (nv / nk); /* config.h: lin_v_tiled */
-    float S[DK];
-    float *Sg = rec + (size_t)h * DK * dv + e;
+    constexpr int DKP = DK / P;             /* rows of S per thread */
+    constexpr int LD = DKP + 4;             /* a part's stride in kn / qn (no bank conflicts) */
+    constexpr int KP = (DK + 32 * P - 1) / (32 * P); /* k / q elements loaded per thread */
+    static_assert(DKP % 4 == 0 && 32 % P == 0, "k_dn_delta: DK / P rows in float4s, P lanes per column");
+    extern __shared__ __align__(16) float sm[];
+    float *kn = sm, *qn = sm + P * LD, *red = sm + 2 * P * LD; /* red: [3][32] warp partials */
+    const int h = blockIdx.x, nt = blockDim.x, e = threadIdx.x / P, part = threadIdx.x % P;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nwarp = nt >> 5;
+    const int kh = v_tiled ? h % nk : h / (nv / nk); /* config.h: lin_v_tiled */
+    const bool col = e < dv;
+    float S[DKP];
+    float *Sg = rec + (size_t)h * DK * dv + (size_t)part * DKP * dv + e;
 #pragma unroll
-    for (int i = 0; i < DK; i++) S[i] = Sg[(size_t)i * dv];
+    for (int i = 0; i < DKP; i++) S[i] = col ? Sg[(size_t)i * dv] : 0.0f;
     const float qscale = 1.0f / sqrtf((float)DK);
+    const float dtb = dt_bias[h], na = neg_a[h], nwe = col ? nw[e] : 0.0f;
+    /* the row's inputs, in registers: k / q elements threadIdx.x + j nt */
+    float kr[KP], qr[KP], v = 0.0f, a = 0.0f, b = 0.0f, z = 0.0f;
+#define DN_LOAD(t_)                                                                                        \
+    do {                                                                                                   \
+        const float *row_ = cv + (size_t)(t_) * C, *mr_ = mix + (size_t)(t_) * ldm;                        \
+        _Pragma("unroll") for (int j = 0; j < KP; j++) {                                                   \
+            int i_ = threadIdx.x + j * nt;                                                                 \
+            kr[j] = i_ < DK ? row_[(size_t)nk * DK + (size_t)kh * DK + i_] : 0.0f;                         \
+            qr[j] = i_ < DK ? row_[(size_t)kh * DK + i_] : 0.0f;                                           \
+        }                                                                                                  \
+        v = col ? row_[(size_t)2 * nk * DK + (size_t)h * dv + e] : 0.0f;                                   \
+        z = col && core ? mr_[z_off + h * dv + e] : 0.0f;                                                  \
+        a = mr_[a_off + h];                                                                                \
+        b = mr_[b_off + h];                                                                                \
+    } while (0)
+    if (T > 0) DN_LOAD(0);
     for (int t = 0; t < T; t++) {
-        const float *row = cv + (size_t)t * C;
-        for (int i = e; i < DK; i += dv) {
-            ks[i] = row[(size_t)nk * DK + (size_t)kh * DK + i];
-            qs[i] = row[(size_t)kh * DK + i];
-        }
-        __syncthreads();
-        if (e == 0) {
-            float sk = 0.0f, sq = 0.0f;
-            for (int i = 0; i < DK; i++) sk += ks[i] * ks[i];
-            for (int i = 0; i < DK; i++) sq += qs[i] * qs[i];
-            sc[0] = 1.0f / sqrtf(sk + 1e-6f);
-            sc[1] = 1.0f / sqrtf(sq + 1e-6f);
-        }
-        __syncthreads();
-        for (int i = e; i < DK; i += dv) {
-            ks[i] = ks[i] * sc[0];
-            qs[i] = qs[i] * sc[1] * qscale;
-        }
-        __syncthreads();
-        const float *mr = mix + (size_t)t * ldm;
-        float a = mr[a_off + h] + dt_bias[h], b = mr[b_off + h];
-        float sp = a > 20.0f ? a : log1pf(expf(a));
-        float decay = expf(neg_a[h] * sp), beta = 1.0f / (1.0f + expf(-b));
-        float v = row[(size_t)2 * nk * DK + (size_t)h * dv + e], mem = 0.0f;
+        /* 1. the squares of k and q: this thread's elements, the warp tree */
+        float sk = 0.0f, sq = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DK; i++) {
+        for (int j = 0; j < KP; j++) {
+            sk += kr[j] * kr[j];
+            sq += qr[j] * qr[j];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            sk += __shfl_xor_sync(0xffffffffu, sk, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
+        if (lane == 0) {
+            red[w] = sk;
+            red[32 + w] = sq;
+        }
+        const float sp = a + dtb > 20.0f ? a + dtb : log1pf(expf(a + dtb));
+        const float decay = expf(na * sp), beta = 1.0f / (1.0f + expf(-b));
+        __syncthreads();
+        /* 2. the block's sums (warps in order); k and q normalised */
+        sk = 0.0f, sq = 0.0f;
+        for (int i = 0; i < nwarp; i++) {
+            sk += red[i];
+            sq += red[32 + i];
+        }
+        const float rk = 1.0f / sqrtf(sk + 1e-6f), rq = 1.0f / sqrtf(sq + 1e-6f) * qscale;
+#pragma unroll
+        for (int j = 0; j < KP; j++) {
+            int i = threadIdx.x + j * nt;
+            if (i < DK) {
+                kn[(i / DKP) * LD + i % DKP] = kr[j] * rk;
+                qn[(i / DKP) * LD + i % DKP] = qr[j] * rq;
+            }
+        }
+        const float vt = v, zt = z;
+        if (t + 1 < T) DN_LOAD(t + 1); /* in flight while this row runs */
+        __syncthreads();
+        /* 3. S = decay S, mem = S^T k, delta, S += k delta, o = S^T q */
+        const float4 *k4 = (const float4 *)(kn + part * LD), *q4 = (const float4 *)(qn + part * LD);
+        float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DKP; i += 4) {
+            float4 k = k4[i / 4];
             S[i] = S[i] * decay;
-            mem += S[i] * ks[i];
+            m0 += S[i] * k.x;
+            S[i + 1] = S[i + 1] * decay;
+            m1 += S[i + 1] * k.y;
+            S[i + 2] = S[i + 2] * decay;
+            m2 += S[i + 2] * k.z;
+            S[i + 3] = S[i + 3] * decay;
+            m3 += S[i + 3] * k.w;
         }
-        float delta = (v - mem) * beta;
-        if (core) {
-            float o = 0.0f;
+        float mem = (m0 + m1) + (m2 + m3);
 #pragma unroll
-            for (int i = 0; i < DK; i++) {
-                S[i] = S[i] + ks[i] * delta;
-                o += S[i] * qs[i];
+        for (int o = 1; o < P; o <<= 1) mem += __shfl_xor_sync(0xffffffffu, mem, o);
+        const float delta = (vt - mem) * beta;
+        if (core) {
+            float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DKP; i += 4) {
+                float4 k = k4[i / 4], q = q4[i / 4];
+                S[i] = S[i] + k.x * delta;
+                o0 += S[i] * q.x;
+                S[i + 1] = S[i + 1] + k.y * delta;
+                o1 += S[i + 1] * q.y;
+                S[i + 2] = S[i + 2] + k.z * delta;
+                o2 += S[i + 2] * q.z;
+                S[i + 3] = S[i + 3] + k.w * delta;
+                o3 += S[i + 3] * q.w;
             }
-            os[e] = o;
+            float o = (o0 + o1) + (o2 + o3);
+#pragma unroll
+            for (int off = 1; off < P; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
+            float ss = col && part == 0 ? o * o : 0.0f;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+            if (lane == 0) red[64 + w] = ss;
             __syncthreads();
-            if (e == 0) {
-                float ss = 0.0f;
-                for (int i = 0; i < dv; i++) ss += os[i] * os[i];
-                sc[2] = 1.0f / sqrtf(ss / (float)dv + eps);
-            }
-            __syncthreads();
-            float z = mr[z_off + h * dv + e];
-            core[(size_t)t * ldc + (size_t)h * dv + e] = __float2bfloat16(o * sc[2] * nw[e] * (z / (1.0f + expf(-z))));
+            ss = 0.0f;
+            for (int i = 0; i < nwarp; i++) ss += red[64 + i];
+            const float r = 1.0f / sqrtf(ss / (float)dv + eps);
+            if (col && part == 0)
+                core[(size_t)t * ldc + (size_t)h * dv + e] = __float2bfloat16(o * r * nwe * (zt / (1.0f + expf(-zt))));
         } else {
 #pragma unroll
-            for (int i = 0; i < DK; i++) S[i] = S[i] + ks[i] * delta;
+            for (int i = 0; i < DKP; i += 4) {
+                float4 k = k4[i / 4];
+                S[i] = S[i] + k.x * delta;
+                S[i + 1] = S[i + 1] + k.y * delta;
+                S[i + 2] = S[i + 2] + k.z * delta;
+                S[i + 3] = S[i + 3] + k.w * delta;
+            }
         }
-        __syncthreads(); /* ks, qs, os are rewritten by the next row */
+        /* kn, qn, red are rewritten next row only after its first barrier */
     }
+#undef DN_LOAD
+    if (col) {
 #pragma unroll
-    for (int i = 0; i < DK; i++) Sg[(size_t)i * dv] = S[i];
+        for (int i = 0; i < DKP; i++) Sg[(size_t)i * dv] = S[i];
+    }
 }
 
 /* ---- attention ------------------------------------------------------------ */

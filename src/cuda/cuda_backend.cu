@@ -635,9 +635,9 @@ static int cu_prepare(void *p, mdl_model *m) {
                    c->n_experts_used, MOE_MAX_E, MOE_MAX_K);
         return -1;
     }
-    if (c->n_linear_layers && (!dn_dk_supported(c->lin_k_dim) || c->lin_v_dim > 1024)) {
+    if (c->n_linear_layers && (!dn_dk_supported(c->lin_k_dim) || c->lin_v_dim > 128)) {
         dfl_seterr("backend cuda: Gated DeltaNet key dim %d / value dim %d not supported (key 16, 32, 64, 128 or "
-                   "256; value <= 1024); use --backend cpu", c->lin_k_dim, c->lin_v_dim);
+                   "256; value <= 128); use --backend cpu", c->lin_k_dim, c->lin_v_dim);
         return -1;
     }
     cu_model *cm = (cu_model *)dfl_calloc(1, sizeof *cm);
@@ -1034,19 +1034,19 @@ static void dn_rows(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_dn *
                     bf16 *core, int T) {
     launch(k_dn_conv, dim3((d->C + 127) / 128), 128, s, mix, d->Cm, T, dn->conv + (size_t)li * dn->conv_n,
            (const float *)L->conv_w, d->K, cv, d->C);
-    size_t sm = sizeof(float) * (2 * d->dk + d->dv + 4);
     float *rec = dn->rec + (size_t)li * dn->rec_n;
     int zo = d->C, ao = d->C + d->vd, bo = d->C + d->vd + d->nv;
-#define DN_DELTA(DK)                                                                                          \
-    launch_smem(k_dn_delta<DK>, dim3(d->nv), dim3(d->dv), sm, s, (const float *)cv, d->C, mix, d->Cm, zo, ao, bo, \
-                rec, d->nk, d->nv, d->v_tiled, d->dv, (const float *)L->dt_bias, (const float *)L->neg_a,                     \
-                (const float *)L->lin_norm, d->eps, core, d->vdp, T)
+    int nb = (d->dv + 31) & ~31; /* whole warps per P (threads per column) */
+#define DN_DELTA(DK, P)                                                                                        \
+    launch_smem(k_dn_delta<DK, P>, dim3(d->nv), dim3(nb * (P)), sizeof(float) * (2 * ((DK) + 4 * (P)) + 96), s,  \
+                (const float *)cv, d->C, mix, d->Cm, zo, ao, bo, rec, d->nk, d->nv, d->v_tiled, d->dv,            \
+                (const float *)L->dt_bias, (const float *)L->neg_a, (const float *)L->lin_norm, d->eps, core, d->vdp, T)
     switch (d->dk) {
-    case 16: DN_DELTA(16); break;
-    case 32: DN_DELTA(32); break;
-    case 64: DN_DELTA(64); break;
-    case 128: DN_DELTA(128); break;
-    default: DN_DELTA(256); break;
+    case 16: DN_DELTA(16, 1); break;
+    case 32: DN_DELTA(32, 1); break;
+    case 64: DN_DELTA(64, 2); break;
+    case 128: DN_DELTA(128, 4); break;
+    default: DN_DELTA(256, 4); break;
     }
 #undef DN_DELTA
 }
