@@ -513,6 +513,12 @@ typedef struct {
     const uint8_t **eptr;
     cw_weight sh_gu, sh_dn;       /* the shared expert (Qwen3.5-MoE; else empty) */
     float *sh_gate;               /* [H], NULL without a shared expert */
+    /* gpt-oss (else NULL / 0): attention biases [Q + 2 KV] (q | k | v) and
+     * [H], sink logits [nh], the layer's window (0: full attention), the
+     * router bias [E] and the experts' biases [E][MI] x2, [E][H] */
+    float *bqkv, *bo, *sinks;
+    int window;
+    float *router_bias, *ebg, *ebu, *ebd;
 } cu_layer;
 
 typedef struct {
@@ -554,6 +560,8 @@ static void cu_release(void *p, mdl_model *m) {
             cw_free(&L->sh_dn);
             cudaFree(L->sh_gate);
         }
+        float *oss[] = {L->bqkv, L->bo, L->sinks, L->router_bias, L->ebg, L->ebu, L->ebd};
+        for (size_t i = 0; i < sizeof oss / sizeof oss[0]; i++) cudaFree(oss[i]);
     }
     free(cm->layers);
     if (!cm->head_is_embed) cw_free(&cm->lm_head);
@@ -603,6 +611,23 @@ static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, c
     }
     free(h);
     if (rc != 0) return -1;
+    if (L->router_bias) { /* gpt-oss: router and expert biases, one array each */
+        int MI = c->moe_inter, H = c->hidden;
+        float *bg = (float *)dfl_malloc(sizeof(float) * (size_t)E * MI), *bu = (float *)dfl_malloc(sizeof(float) * (size_t)E * MI),
+              *bd = (float *)dfl_malloc(sizeof(float) * (size_t)E * H);
+        for (int e = 0; e < E; e++) {
+            const mdl_expert *x = &L->experts[e];
+            memcpy(bg + (size_t)e * MI, x->bg, sizeof(float) * MI);
+            memcpy(bu + (size_t)e * MI, x->bu, sizeof(float) * MI);
+            memcpy(bd + (size_t)e * H, x->bd, sizeof(float) * H);
+        }
+        rc = upload_vec(&D->router_bias, L->router_bias, E) || upload_vec(&D->ebg, bg, E * MI) ||
+             upload_vec(&D->ebu, bu, E * MI) || upload_vec(&D->ebd, bd, E * H) ? -1 : 0;
+        free(bg);
+        free(bu);
+        free(bd);
+        if (rc != 0) return -1;
+    }
     if (L->sh_gate) {
         const wt_weight *sgu[2] = {&L->sh_wg, &L->sh_wu}, *sd[1] = {&L->sh_wd};
         if (cw_upload(&D->sh_gu, sgu, 2, name, 1) != 0 || cw_upload(&D->sh_dn, sd, 1, name, 0) != 0 ||
@@ -619,10 +644,6 @@ static int cu_prepare(void *p, mdl_model *m) {
     if (c->is_draft && c->n_sliding_layers) {
         dfl_seterr("backend cuda: a draft with a sliding window (its layer_types, or --draft-window) is not "
                    "implemented on the GPU yet; use --backend cpu");
-        return -1;
-    }
-    if (c->arch == CFG_GPT_OSS) { /* sinks, sliding windows, biases and its experts: CPU only so far */
-        dfl_seterr("backend cuda: gpt-oss is not implemented on the GPU yet; use --backend cpu");
         return -1;
     }
     if (c->arch == CFG_GEMMA4) { /* per-layer head widths, proportional RoPE, sandwich norms, per-layer inputs */
@@ -676,6 +697,18 @@ static int cu_prepare(void *p, mdl_model *m) {
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
             upload_vec(&D->q_norm, L->q_norm, c->head_dim) != 0 || upload_vec(&D->k_norm, L->k_norm, c->head_dim) != 0)
             goto fail;
+        D->window = c->sliding_layer[l] ? c->window : 0;
+        if (L->bq) { /* gpt-oss: q | k | v biases as one vector, the rows of wqkv */
+            int Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+            float *b = (float *)dfl_malloc(sizeof(float) * (size_t)(Q + 2 * KV));
+            memcpy(b, L->bq, sizeof(float) * Q);
+            memcpy(b + Q, L->bk, sizeof(float) * KV);
+            memcpy(b + Q + KV, L->bv, sizeof(float) * KV);
+            int rc = upload_vec(&D->bqkv, b, Q + 2 * KV) || upload_vec(&D->bo, L->bo, c->hidden);
+            free(b);
+            if (rc) goto fail;
+        }
+        if (upload_vec(&D->sinks, L->sinks, c->n_heads) != 0) goto fail;
         cm->bytes += cw_bytes(&D->wqkv) + cw_bytes(&D->wo) + cw_bytes(&D->wgu) + cw_bytes(&D->wd);
     }
     if (m->embed.rows > 0) {
@@ -920,6 +953,12 @@ typedef struct {
     int vd, vdp, Cm;            /* nv dv, padded; Cm = C + vd + 2 nv: a lin_in output row */
     int E, EK, MI, MIp, S, Sp;  /* experts, per token, expert and shared-expert widths (0: none), padded */
     int norm_topk;
+    /* gpt-oss: attention biases (bias), the experts' biases and clamped
+     * SwiGLU of limit `limit` (oss; R: the gate/up rows, 2 pad8(MI)) */
+    int bias, oss, R;
+    float limit;
+    float att_scale;            /* the scores' multiplier; 0: 1/sqrt(hd) */
+    int need_split;             /* windows, sinks or a scale: only the chunked attention has them */
 } cu_dims;
 
 static cu_dims dims_of(const cfg_model *c, int vocab) {
@@ -953,6 +992,12 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.S = d.E ? c->shared_inter : 0;
     d.Sp = pad(d.S, CW_COL_ALIGN);
     d.norm_topk = c->norm_topk;
+    d.bias = c->attn_bias;
+    d.oss = c->arch == CFG_GPT_OSS && d.E;
+    d.R = 2 * pad(d.MI, 8);
+    d.limit = c->swiglu_limit;
+    d.att_scale = c->attn_scale;
+    d.need_split = c->n_sliding_layers || c->attn_sinks || c->attn_scale != 0;
     return d;
 }
 
@@ -970,6 +1015,8 @@ typedef struct {
     bf16 *he;           /* [P][MIp] the experts' SwiGLU outputs */
     float *ye, *sh;     /* [P][H] expert outputs, [rows][H] the shared expert's */
     bf16 *shb;          /* [rows][Sp] the shared expert's SwiGLU output */
+    float *gy;          /* gpt-oss: [P][R] the experts' gate/up sums (interleave8 order) */
+    float *ob;          /* gpt-oss: [rows][H] o_proj's output before its bias */
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
@@ -995,6 +1042,8 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
         return -1;
     if (d->S && (cu_alloc(&a->sh, sizeof(float) * rows * d->H) || cu_alloc(&a->shb, sizeof(bf16) * rows * d->Sp)))
         return -1;
+    if (d->oss && cu_alloc(&a->gy, sizeof(float) * P * d->R)) return -1;
+    if (d->bias && cu_alloc(&a->ob, sizeof(float) * rows * d->H)) return -1;
     return 0;
 }
 
@@ -1010,7 +1059,7 @@ static void act_free(cu_act *a) {
     cudaFree(a->cv);
     cudaFree(a->core);
     void *moe[] = {a->rl, a->wsel, a->sel, a->slot, a->pair_row, a->start, a->active, a->n_active, a->he,
-                   a->ye, a->sh, a->shb};
+                   a->ye, a->sh, a->shb, a->gy, a->ob};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) cudaFree(moe[i]);
 }
 
@@ -1086,14 +1135,23 @@ static cudaError_t split_attr(void) {
 /* positions: the most keys a row of this sequence sees */
 static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, int positions) {
     memset(sp, 0, sizeof *sp);
-    if (!att_split || d->nh % d->nkv != 0 || d->nh / d->nkv > ATT_UNIT_Q) return 0;
+    if (d->need_split && (d->nh % d->nkv != 0 || d->nh / d->nkv > ATT_UNIT_Q)) {
+        dfl_seterr("backend cuda: %d query heads over %d K/V heads: the chunked attention (the one with sliding "
+                   "windows, sinks and a score scale) needs a multiple of at most %d", d->nh, d->nkv, ATT_UNIT_Q);
+        return -1;
+    }
+    if (!d->need_split && (!att_split || d->nh % d->nkv != 0 || d->nh / d->nkv > ATT_UNIT_Q)) return 0;
     int hd = d->hd;
     size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, ATT_UNIT_Q)
                                            : hd == 32  ? cu_att_smem(32, ATT_UNIT_Q)
                                            : hd == 64  ? cu_att_smem(64, ATT_UNIT_Q)
                                            : hd == 128 ? cu_att_smem(128, ATT_UNIT_Q)
                                                        : cu_att_smem(256, ATT_UNIT_Q));
-    if (smem > be->prop.sharedMemPerBlockOptin) return 0;
+    if (smem > be->prop.sharedMemPerBlockOptin) {
+        if (!d->need_split) return 0;
+        dfl_seterr("backend cuda: head_dim %d: the chunked attention needs %zu bytes of shared memory", hd, smem);
+        return -1;
+    }
     cudaError_t e = hd == 16    ? split_attr<16>()
                     : hd == 32  ? split_attr<32>()
                     : hd == 64  ? split_attr<64>()
@@ -1127,15 +1185,15 @@ static void split_free(cu_split *sp) {
 template <int HD>
 static void attention_split(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *q, int ldq,
                             const float *kc, const float *vc, int n_ctx, int causal, const int *pos, const float *kb,
-                            const float *vb, int n_blk, bf16 *out) {
+                            const float *vb, int n_blk, bf16 *out, int window, const float *sinks) {
     int G = d->nh / d->nkv, rb = ATT_UNIT_Q / G;
     for (int t0 = 0; t0 < n_blk; t0 += rb) {
         int rows = n_blk - t0 < rb ? n_blk - t0 : rb;
         size_t smem = sizeof(float) * cu_att_smem(HD, rows * G);
         launch_smem(k_att_part<HD>, dim3(sp->nch, d->nkv), ATT_PART_THREADS, smem, s, q, ldq, kc, vc, n_ctx, causal,
-                    pos, kb, vb, ldq, n_blk, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch);
+                    pos, kb, vb, ldq, n_blk, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch, d->att_scale, window);
         launch(k_att_merge<HD>, dim3(rows, d->nh), HD, s, causal, pos, n_blk, t0, d->nh, (const float *)sp->po,
-               (const float2 *)sp->pml, sp->nch, out, d->Qp);
+               (const float2 *)sp->pml, sp->nch, out, d->Qp, window, sinks);
     }
 }
 
@@ -1170,15 +1228,16 @@ static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int l
 
 /* Attention of T rows (att_supported(hd) was checked at create). */
 static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *qkv, int ldq,
-                      const float *kc, const float *vc, int n_ctx, int causal, const int *pos, int T, bf16 *out) {
+                      const float *kc, const float *vc, int n_ctx, int causal, const int *pos, int T, bf16 *out,
+                      int w, const float *sk) {
     const float *kb = qkv + d->Q, *vb = qkv + d->Q + d->KV;
-    if (sp && sp->po) {
+    if (sp && sp->po) { /* always, for a model with windows, sinks or a scale (split_alloc) */
         switch (d->hd) {
-        case 16: attention_split<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        default: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        case 16: attention_split<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        default: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
         }
         return;
     }
@@ -1199,10 +1258,11 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
-    void (*route)(const float *, int, int, int, int, int *, float *, int *, int *, int *, int *, int *) =
+    void (*route)(const float *, const float *, int, int, int, int, int *, float *, int *, int *, int *, int *,
+                  int *) =
         d->E <= 128 ? k_moe_route<4> : d->E <= 256 ? k_moe_route<8> : d->E <= 512 ? k_moe_route<16> : k_moe_route<32>;
-    launch(route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start, a->active,
-           a->n_active, a->slot, a->pair_row);
+    launch(route, 1, 1024, s, (const float *)a->rl, (const float *)L->router_bias, T, d->E, d->EK, d->norm_topk,
+           a->sel, a->wsel, a->start, a->active, a->n_active, a->slot, a->pair_row);
     prof_mark(s, "moe route+plan", 0);
     double eb = 0; /* the expert bytes this block streams (profile only: needs the plan) */
     if (prof.on && !prof.skip) {
@@ -1218,9 +1278,17 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     int E = d->E;
     cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
                dn = {L->eptr + 2 * E, L->eptr + 3 * E, NULL, a->start, a->active, a->n_active, 0};
-    gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
-    prof_mark(s, "gemm experts gate_up+swiglu", eb * cw_bytes(&L->egu[0]));
+    if (L->ebg) { /* gpt-oss: the sums out, then biases + clamped SwiGLU per pair */
+        gemm_moe<0>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, a->gy, d->R, NULL, 0);
+        launch(k_moe_oss_act, P, 256, s, (const float *)a->gy, d->R, (const int *)a->sel, (const int *)a->slot,
+               (const float *)L->ebg, (const float *)L->ebu, d->MI, d->limit, a->he, d->MIp);
+        prof_mark(s, "gemm experts gate_up+act", eb * cw_bytes(&L->egu[0]));
+    } else {
+        gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
+        prof_mark(s, "gemm experts gate_up+swiglu", eb * cw_bytes(&L->egu[0]));
+    }
     gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
+    if (L->ebd) launch(k_moe_bias, P, 256, s, a->ye, d->H, (const int *)a->sel, (const int *)a->slot, (const float *)L->ebd);
     prof_mark(s, "gemm experts down", eb * cw_bytes(&L->edn[0]));
     if (L->sh_gate) {
         gemm_swiglu(s, L->sh_gu, a->xb, d->Hp, T, a->shb, d->Sp);
@@ -1272,14 +1340,20 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
         } else {
             gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, qb, ldq, 0);
         }
+        if (L->bqkv) launch(k_add_bias, T, 256, s, qb, ldq, (const float *)L->bqkv, ldq);
         prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
         norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
                   cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
         prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
-        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
+        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
         prof_mark(s, causal ? "attention" : "draft attention", 0);
         if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
-        gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+        if (L->bo) { /* gpt-oss: x += (Wo att + bo), as the CPU sums it */
+            gemm(s, L->wo, d->H, a->att, d->Qp, T, a->ob, d->H, 0);
+            launch(k_add_proj_bias, T, 256, s, a->x, (const float *)a->ob, (const float *)L->bo, d->H);
+        } else {
+            gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+        }
         prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
     }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);

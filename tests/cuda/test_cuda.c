@@ -17,7 +17,10 @@
  *               extra ids), draft logits within the bound of the CPU draft;
  *   dflash      the demo pair through the public API: DFlash output equals
  *               GPU greedy output for >= 50 prompts at blocks 2/4/8/16 and
- *               auto, greedy and temperature 0.8.
+ *               auto, greedy and temperature 0.8;
+ *   qwen35, moe, gptoss  each family against the CPU, every verify width
+ *               with rollback bit-identical to decode, DFlash = greedy
+ *               (gpt-oss also over 300 positions: windows past chunk edges).
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
@@ -1073,6 +1076,112 @@ TEST(moe) {
     family_case("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf"); /* fused ssm_ba split at load */
 }
 
+/* gpt-oss past the chunked attention's chunk edges: tiny-gptoss (head size
+ * 16: chunks of 128 positions; window 8 on layers 0 and 2, sinks, biases, 4
+ * experts top 2) over N_OSS positions. The CPU (its sliding layers a ring of
+ * 8 + 64 rows) and the GPU (full-length K/V, the window a lower bound of
+ * the keys) on the same 100-row forwards, within the family bound; then on
+ * the GPU, verify forwards of widths 1..33 with junk rows after `keep` true
+ * ones, each rolled back to its last true row, from position 100 to the
+ * end: every true row bit-identical to T = 1 decode. */
+enum { N_OSS = 300 };
+
+static void oss_long(const char *rel) {
+    loaded c, g;
+    if (load(&c, &be_cpu, cpu_bi, rel) != 0) return;
+    if (load(&g, &be_cuda, gpu_bi, rel) != 0) {
+        unload(&c);
+        return;
+    }
+    const mdl_model *m = &g.m;
+    int V = m->cfg.vocab;
+    int32_t tok[N_OSS];
+    for (int i = 0; i < N_OSS; i++) tok[i] = (int32_t)((i * 7919 + 101) % V);
+    float *lc = malloc(sizeof(float) * N_OSS * V), *lg = malloc(sizeof(float) * N_OSS * V);
+    float *ref = malloc(sizeof(float) * N_OSS * V), *one = malloc(sizeof(float) * 64 * V);
+    void *sc = be_cpu.create(cpu_bi, &c.m, N_OSS + 20), *sg = be_cuda.create(gpu_bi, m, N_OSS + 64);
+    CHECK(sc && sg, "create: %s", dfl_lasterr());
+    for (int r0 = 0; r0 < N_OSS; r0 += 100) {
+        be_batch b = {.T = 100, .tokens = tok + r0, .n_logits = 100, .logits = lc + (size_t)r0 * V};
+        CHECK(be_cpu.forward(sc, &b) == 0, "cpu: %s", dfl_lasterr());
+        b.logits = lg + (size_t)r0 * V;
+        CHECK(be_cuda.forward(sg, &b) == 0, "gpu: %s", dfl_lasterr());
+    }
+    double el = rel_err(lc, lg, (size_t)N_OSS * V), late = rel_err(lc + 200 * (size_t)V, lg + 200 * (size_t)V,
+                                                                    (size_t)(N_OSS - 200) * V);
+    int agree = 0;
+    for (int i = 0; i < N_OSS; i++) agree += smp_argmax(lc + (size_t)i * V, V) == smp_argmax(lg + (size_t)i * V, V);
+    double sens = cpu_sensitivity(&c.m, tok, 24, lc), tol = Q35_TOL;
+    if (sens * SENS_FACTOR > tol) tol = sens * SENS_FACTOR;
+    fprintf(stderr, "  %-28s %d positions: logits rel err %.4f (rows 200..%d: %.4f), argmax agrees %d/%d; bound %.4f\n",
+            rel, N_OSS, el, N_OSS - 1, late, agree, N_OSS, tol);
+    CHECK(el <= tol, "%s: %d positions: GPU differs from the CPU by %.4f (bound %.4f)", rel, N_OSS, el, tol);
+    CHECK(agree >= N_OSS * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, N_OSS);
+    /* the GPU's own decode rows, then verify widths with rollback */
+    be_cuda.truncate(sg, 0);
+    for (int i = 0; i < N_OSS; i++) CHECK(q35_fwd(sg, tok + i, 1, ref + (size_t)i * V, V) == 0, "decode");
+    CHECK(!memcmp(ref, lg, sizeof(float) * N_OSS * V), "%s: 100-row forwards differ from decode rows", rel);
+    be_cuda.truncate(sg, 0);
+    be_batch pb = {.T = 100, .tokens = tok};
+    CHECK(be_cuda.forward(sg, &pb) == 0, "prefill: %s", dfl_lasterr());
+    int Ts[] = {1, 2, 3, 5, 8, 16, 17, 33, 4, 7, 12, 16, 9}, bad = 0, cases = 0;
+    for (int pos = 100, k = 0; pos < N_OSS; k++) {
+        int T = Ts[k % 13], keep = 1 + (k * 5) % T;
+        if (pos + keep > N_OSS) keep = N_OSS - pos;
+        if (T < keep) T = keep;
+        int32_t v[64];
+        for (int i = 0; i < T; i++) v[i] = i < keep ? tok[pos + i] : (int32_t)((tok[pos + i < N_OSS ? pos + i : 0] + 3 + 29 * i) % V);
+        int ok = q35_fwd(sg, v, T, one, V) == 0 && !memcmp(one, ref + (size_t)pos * V, sizeof(float) * keep * V);
+        ok = ok && be_cuda.truncate(sg, pos + keep) == pos + keep;
+        if (!ok) {
+            fprintf(stderr, "  %s: width %d keep %d at position %d differs from decode\n", rel, T, keep, pos);
+            bad++;
+        }
+        cases++;
+        pos += keep;
+    }
+    fprintf(stderr, "  %s: %d verify/rollback steps over positions 100..%d (chunk edges 128, 256)\n", rel, cases,
+            N_OSS - 1);
+    CHECK(bad == 0, "%s: %d of %d verify steps differ from decode rows", rel, bad, cases);
+    be_cpu.destroy(sc);
+    be_cuda.destroy(sg);
+    free(lc);
+    free(lg);
+    free(ref);
+    free(one);
+    unload(&c);
+    unload(&g);
+}
+
+/* gpt-oss: tiny-gptoss (transformers-checked on the CPU: tests/test_reference)
+ * as family_case runs the families, past the chunk edges (oss_long), and
+ * DFlash with a random dense draft tapping its layers 1 and 2 */
+TEST(gptoss) {
+    family_case("tests/models/tiny-gptoss");
+    oss_long("tests/models/tiny-gptoss");
+    char d[128];
+    snprintf(d, sizeof d, "/tmp/dflash-cuda-ossdraft-%d", (int)getpid());
+    syn_spec ds = syn_default();
+    ds.c.is_draft = 1;
+    ds.c.n_layers = 2;
+    ds.c.block_size = 16;
+    ds.c.hidden = 64;
+    ds.c.vocab = 16384;
+    ds.c.mask_token_id = 16383;
+    ds.c.n_target_layers = 4;
+    ds.c.n_taps = 2;
+    cfg_default_taps(4, 2, ds.c.tap_layers);
+    ds.seed = 77;
+    if (syn_write(d, &ds) == 0) {
+        pair_case("tests/models/tiny-gptoss", d);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", d);
+    } else {
+        CHECK(0, "synth draft: %s", dfl_lasterr());
+    }
+}
+
 TEST(errors) {
     be_options o = {0, 99};
     void *b = be_cuda.open(&o);
@@ -1110,6 +1219,7 @@ int main(void) {
     RUN(dflash);
     RUN(qwen35);
     RUN(moe);
+    RUN(gptoss);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);
