@@ -1752,6 +1752,105 @@ __global__ void k_add_proj_bias(float *x, const float *y, const float *b, int H)
     }
 }
 
+/* ---- Gemma-4 (the CPU reference: cpu_backend.c) ---------------------------- */
+
+/* gelu_pytorch_tanh in float, as the CPU's gelu_tanh */
+__device__ __forceinline__ float cu_gelu_tanh(float x) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x))));
+}
+
+/* h[t][i] = bf16(gelu_tanh(g) * u), i < I, from the gate/up GEMM's f32 sums
+ * gy [T][ldg] in interleave8 order (gate i at (i/8)*16 + i%8, up 8 rows
+ * later); grid T, block 256 */
+__global__ void k_geglu(const float *gy, int ldg, int I, __nv_bfloat16 *h, int ldh) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const float *g = gy + (size_t)blockIdx.x * ldg;
+    for (int i = threadIdx.x; i < I; i += blockDim.x) {
+        int r = (i >> 3) * 16 + (i & 7);
+        h[(size_t)blockIdx.x * ldh + i] = __float2bfloat16_rn(cu_gelu_tanh(g[r]) * g[r + 8]);
+    }
+}
+
+/* x[t] += RMSNorm(y[t]) * w (the sandwich norms: Wo att or the MLP's output
+ * normed before the residual add); one block of 256 per row, the sum of
+ * squares strided then one block tree */
+__global__ void k_rmsnorm_add(float *x, const float *y, const float *w, int H, float eps) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    __shared__ float sh[32];
+    const float *r = y + (size_t)blockIdx.x * H;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) ss += r[i] * r[i];
+    ss = cu_block_sum(ss, sh);
+    float inv = 1.0f / sqrtf(ss / (float)H + eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)blockIdx.x * H + i] += r[i] * inv * w[i];
+}
+
+/* x[i] *= s over n values (the embedding scale, layer_scalar); grid
+ * ceil(n/256) */
+__global__ void k_scale(float *x, size_t n, float s) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+/* Per-head RMSNorm without weight of nk heads of width hd at column off of
+ * buf [T][ldb] (Gemma-4's v norm); grid (T, nk), one warp */
+__global__ void k_head_norm(float *buf, int ldb, int off, int hd, float eps) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    float *v = buf + (size_t)blockIdx.x * ldb + off + (size_t)blockIdx.y * hd;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += 32) ss += v[i] * v[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    __syncwarp();
+    for (int i = threadIdx.x; i < hd; i += 32) v[i] = v[i] * inv;
+}
+
+/* l = c tanh(l / c) on n logits (final_logit_softcapping) */
+__global__ void k_softcap(float *l, size_t n, float c) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) l[i] = tanhf(l[i] / c) * c;
+}
+
+/* The per-layer inputs of row t = blockIdx.x, layer l = blockIdx.y (the
+ * CPU's ple_inputs): v = proj[t][l P ..] * ps, RMSNorm with weight nw [P],
+ * then (v + es * pe[tok][l P + i]) * is into ple [T][L P]; one warp */
+__global__ void k_ple_inputs(const float *proj, cw_weight pe, const int32_t *tok, int L, int P, const float *nw,
+                             float eps, float ps, float es, float is, float *ple) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const int t = blockIdx.x, l = blockIdx.y, LP = L * P;
+    const float *v = proj + (size_t)t * LP + (size_t)l * P;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < P; i += 32) {
+        float a = v[i] * ps;
+        ss += a * a;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = 1.0f / sqrtf(ss / (float)P + eps);
+    for (int i = threadIdx.x; i < P; i += 32)
+        ple[(size_t)t * LP + (size_t)l * P + i] = (v[i] * ps * inv * nw[i] + cu_get(pe, tok[t], l * P + i) * es) * is;
+}
+
+/* g[t][i] = bf16(gelu_tanh(pt[t][i]) * ple[t][l P + i]), i < P (the gate of
+ * layer l's per-layer input); grid T, block 32 */
+__global__ void k_ple_gate(const float *pt, const float *ple, int LP, int l, int P, __nv_bfloat16 *g, int ldg) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        g[(size_t)blockIdx.x * ldg + i] =
+            __float2bfloat16_rn(cu_gelu_tanh(pt[(size_t)blockIdx.x * P + i]) * ple[(size_t)blockIdx.x * LP + (size_t)l * P + i]);
+}
+
 /* x[t] += sum over ranks j of wsel[t][j] * ye[slot[t K + j]] (rank order),
  * + sigmoid(sh_gate . xb[t]) * sh[t] when there is a shared expert
  * (sh_gate NULL: none). One block (256 threads) per row. */

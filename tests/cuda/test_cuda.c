@@ -18,7 +18,7 @@
  *   dflash      the demo pair through the public API: DFlash output equals
  *               GPU greedy output for >= 50 prompts at blocks 2/4/8/16 and
  *               auto, greedy and temperature 0.8;
- *   qwen35, moe, gptoss  each family against the CPU, every verify width
+ *   qwen35, moe, gptoss, gemma4  each family against the CPU, every verify width
  *               with rollback bit-identical to decode, DFlash = greedy
  *               (gpt-oss also over 300 positions: windows past chunk edges).
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
@@ -1076,9 +1076,10 @@ TEST(moe) {
     family_case("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf"); /* fused ssm_ba split at load */
 }
 
-/* gpt-oss past the chunked attention's chunk edges: tiny-gptoss (head size
- * 16: chunks of 128 positions; window 8 on layers 0 and 2, sinks, biases, 4
- * experts top 2) over N_OSS positions. The CPU (its sliding layers a ring of
+/* A sliding-window model past the chunked attention's chunk edges (tiny-gptoss:
+ * head size 16, chunks of 128 positions; window 8 on layers 0 and 2, sinks,
+ * biases, 4 experts top 2; tiny-gemma4: window 8 on five layers) over N_OSS
+ * positions. The CPU (its sliding layers a ring of
  * 8 + 64 rows) and the GPU (full-length K/V, the window a lower bound of
  * the keys) on the same 100-row forwards, within the family bound; then on
  * the GPU, verify forwards of widths 1..33 with junk rows after `keep` true
@@ -1086,7 +1087,7 @@ TEST(moe) {
  * end: every true row bit-identical to T = 1 decode. */
 enum { N_OSS = 300 };
 
-static void oss_long(const char *rel) {
+static void window_long(const char *rel) {
     loaded c, g;
     if (load(&c, &be_cpu, cpu_bi, rel) != 0) return;
     if (load(&g, &be_cuda, gpu_bi, rel) != 0) {
@@ -1153,14 +1154,11 @@ static void oss_long(const char *rel) {
     unload(&g);
 }
 
-/* gpt-oss: tiny-gptoss (transformers-checked on the CPU: tests/test_reference)
- * as family_case runs the families, past the chunk edges (oss_long), and
- * DFlash with a random dense draft tapping its layers 1 and 2 */
-TEST(gptoss) {
-    family_case("tests/models/tiny-gptoss");
-    oss_long("tests/models/tiny-gptoss");
+/* pair_case on TREL (hidden 64, vocab 16384, NL layers) with a random dense
+ * 2-layer draft written for the occasion, tapping the default layers */
+static void random_draft_pair(const char *trel, int nl) {
     char d[128];
-    snprintf(d, sizeof d, "/tmp/dflash-cuda-ossdraft-%d", (int)getpid());
+    snprintf(d, sizeof d, "/tmp/dflash-cuda-rdraft-%d", (int)getpid());
     syn_spec ds = syn_default();
     ds.c.is_draft = 1;
     ds.c.n_layers = 2;
@@ -1168,18 +1166,39 @@ TEST(gptoss) {
     ds.c.hidden = 64;
     ds.c.vocab = 16384;
     ds.c.mask_token_id = 16383;
-    ds.c.n_target_layers = 4;
+    ds.c.n_target_layers = nl;
     ds.c.n_taps = 2;
-    cfg_default_taps(4, 2, ds.c.tap_layers);
+    cfg_default_taps(nl, 2, ds.c.tap_layers);
     ds.seed = 77;
     if (syn_write(d, &ds) == 0) {
-        pair_case("tests/models/tiny-gptoss", d);
+        pair_case(trel, d);
         char cmd[200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
         if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", d);
     } else {
         CHECK(0, "synth draft: %s", dfl_lasterr());
     }
+}
+
+/* gpt-oss: tiny-gptoss (transformers-checked on the CPU: tests/test_reference)
+ * as family_case runs the families, past the chunk edges (oss_long), and
+ * DFlash with a random dense draft tapping its layers 1 and 2 */
+TEST(gptoss) {
+    family_case("tests/models/tiny-gptoss");
+    window_long("tests/models/tiny-gptoss");
+    random_draft_pair("tests/models/tiny-gptoss", 4);
+}
+
+/* Gemma-4 (dense): tiny-gemma4 (five sliding layers of window 8 and a full
+ * one with heads of 32, per-layer inputs, softcapping; transformers-checked on
+ * the CPU) and tiny-gemma4-kv (attention_k_eq_v: two full layers without
+ * v_proj, one kv head of 32) as family_case runs the families, past the
+ * chunk edges, and DFlash with a random dense draft */
+TEST(gemma4) {
+    family_case("tests/models/tiny-gemma4");
+    family_case("tests/models/tiny-gemma4-kv");
+    window_long("tests/models/tiny-gemma4");
+    random_draft_pair("tests/models/tiny-gemma4", 6);
 }
 
 TEST(errors) {
@@ -1220,6 +1239,7 @@ int main(void) {
     RUN(qwen35);
     RUN(moe);
     RUN(gptoss);
+    RUN(gemma4);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);
