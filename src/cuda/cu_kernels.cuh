@@ -1615,8 +1615,8 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
                 if (lane == 0) sel[(size_t)t * K + j] = ssel[t * K + j] = bi;
             }
             if (lane == 0) {
-                float tot = 0.0f;
-                for (int j = 0; j < K; j++) tot += w[j] = expf(w[j] - w[0]);
+                float tot = 0.0f, mx0 = w[0]; /* the largest: w[0] is overwritten below */
+                for (int j = 0; j < K; j++) tot += w[j] = expf(w[j] - mx0);
                 for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = w[j] / tot;
             }
             continue;
