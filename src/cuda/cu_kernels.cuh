@@ -1184,6 +1184,12 @@ enum { ATT_UNIT_Q = 64, ATT_PART_THREADS = 256 };
 
 __host__ __device__ constexpr int cu_att_chunk(int hd) { return hd <= 128 ? 128 : 64; }
 
+/* Queries of one unit: ATT_UNIT_Q, half of it for heads of 512 (Gemma-4's
+ * full layers), whose q rows and chunk would not fit in shared memory at 64.
+ * A function of the head size alone: which queries share a unit is
+ * scheduling and cannot change a bit. */
+__host__ __device__ constexpr int cu_att_unit(int hd) { return hd <= 256 ? ATT_UNIT_Q : ATT_UNIT_Q / 2; }
+
 /* floats of dynamic shared memory for R queries: q, scores, one buffer for
  * the chunk's K and then its V (a decode unit takes ~72 KB at head size 128,
  * so three fit on an SM and one's loads overlap another's arithmetic) */
@@ -1224,7 +1230,7 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
     cu_pdl_wait();
     cu_pdl_trigger();
     constexpr int CH = cu_att_chunk(HD), KS = HD + 4, C4 = HD / 4, NQT = ATT_PART_THREADS / CH;
-    constexpr int NU = (ATT_UNIT_Q * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
+    constexpr int NU = (cu_att_unit(HD) * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
     extern __shared__ __align__(16) float sm[];
     const int G = nq / nkv, R = rows * G, c = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
     const int pos0 = *pos, c0 = c * CH;

@@ -1176,6 +1176,8 @@ static void dn_rows(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_dn *
 }
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+/* head size 512 (Gemma-4's full layers) has the chunked attention only */
+static int att_supported_split(int hd) { return att_supported(hd) || hd == 512; }
 
 /* Scratch of the chunked attention (k_att_part / k_att_merge) for one
  * sequence: a launch serves at most ATT_UNIT_Q / G rows, so query slots
@@ -1197,14 +1199,15 @@ static int hd_chunk(int hd) {
     case 32: return cu_att_chunk(32);
     case 64: return cu_att_chunk(64);
     case 128: return cu_att_chunk(128);
-    default: return cu_att_chunk(256);
+    case 256: return cu_att_chunk(256);
+    default: return cu_att_chunk(512);
     }
 }
 
 template <int HD>
 static cudaError_t split_attr(void) {
     return cudaFuncSetAttribute(k_att_part<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)(sizeof(float) * cu_att_smem(HD, ATT_UNIT_Q)));
+                                (int)(sizeof(float) * cu_att_smem(HD, cu_att_unit(HD))));
 }
 
 /* positions: the most keys a row of this sequence sees */
@@ -1213,7 +1216,7 @@ static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, const cf
     int grouped = 1; /* every attention layer's query heads a multiple (<= ATT_UNIT_Q) of its K/V heads */
     for (int l = 0; l < c->n_layers; l++) {
         cu_dims e = layer_dims(d, c, l);
-        if (!c->linear_layer[l] && (e.nh % e.nkv != 0 || e.nh / e.nkv > ATT_UNIT_Q)) grouped = 0;
+        if (!c->linear_layer[l] && (e.nh % e.nkv != 0 || e.nh / e.nkv > cu_att_unit(e.hd))) grouped = 0;
     }
     if (d->need_split && !grouped) {
         dfl_seterr("backend cuda: %d query heads over %d K/V heads: the chunked attention (the one with sliding "
@@ -1226,11 +1229,12 @@ static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, const cf
         if (c->linear_layer[l]) continue;
         cu_dims e = layer_dims(d, c, l);
         int hd = e.hd;
-        size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, ATT_UNIT_Q)
-                                               : hd == 32  ? cu_att_smem(32, ATT_UNIT_Q)
-                                               : hd == 64  ? cu_att_smem(64, ATT_UNIT_Q)
-                                               : hd == 128 ? cu_att_smem(128, ATT_UNIT_Q)
-                                                           : cu_att_smem(256, ATT_UNIT_Q));
+        size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, cu_att_unit(16))
+                                               : hd == 32  ? cu_att_smem(32, cu_att_unit(32))
+                                               : hd == 64  ? cu_att_smem(64, cu_att_unit(64))
+                                               : hd == 128 ? cu_att_smem(128, cu_att_unit(128))
+                                               : hd == 256 ? cu_att_smem(256, cu_att_unit(256))
+                                                           : cu_att_smem(512, cu_att_unit(512)));
         if (smem > be->prop.sharedMemPerBlockOptin) {
             if (!d->need_split) return 0;
             dfl_seterr("backend cuda: head_dim %d: the chunked attention needs %zu bytes of shared memory", hd, smem);
@@ -1240,7 +1244,8 @@ static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, const cf
                           : hd == 32  ? split_attr<32>()
                           : hd == 64  ? split_attr<64>()
                           : hd == 128 ? split_attr<128>()
-                                      : split_attr<256>();
+                          : hd == 256 ? split_attr<256>()
+                                      : split_attr<512>();
         if (err != cudaSuccess) {
             dfl_seterr("cuda: shared memory for the chunked attention: %s", cudaGetErrorString(err));
             return -1;
@@ -1273,7 +1278,7 @@ template <int HD>
 static void attention_split(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *q, int ldq,
                             const float *kc, const float *vc, int n_ctx, int causal, const int *pos, const float *kb,
                             const float *vb, int n_blk, bf16 *out, int window, const float *sinks) {
-    int G = d->nh / d->nkv, rb = ATT_UNIT_Q / G;
+    int G = d->nh / d->nkv, rb = cu_att_unit(HD) / G;
     for (int t0 = 0; t0 < n_blk; t0 += rb) {
         int rows = n_blk - t0 < rb ? n_blk - t0 : rb;
         size_t smem = sizeof(float) * cu_att_smem(HD, rows * G);
@@ -1324,7 +1329,8 @@ static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, cons
         case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
         case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
         case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
-        default: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 256: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        default: attention_split<512>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
         }
         return;
     }
@@ -1567,11 +1573,14 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         dfl_seterr("cuda: model not prepared");
         return NULL;
     }
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        if (!m->cfg.linear_layer[l] && !att_supported(cfg_head_dim(&m->cfg, l))) {
-            dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256)", cfg_head_dim(&m->cfg, l));
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        int hd = cfg_head_dim(&m->cfg, l), split = dims_of(&m->cfg, m->cfg.vocab).need_split;
+        if (!m->cfg.linear_layer[l] && !(split ? att_supported_split(hd) : att_supported(hd))) {
+            dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256%s)", hd,
+                       split ? ", 512" : "");
             return NULL;
         }
+    }
     cu_seq *q = (cu_seq *)dfl_calloc(1, sizeof *q);
     q->be = be;
     q->m = m;

@@ -1205,6 +1205,21 @@ TEST(gemma4) {
     family_case("tests/models/tiny-gemma4-kv");
     window_long("tests/models/tiny-gemma4");
     random_draft_pair("tests/models/tiny-gemma4", 6);
+    /* a full layer with heads of 512 (gemma-4-31B's global_head_dim, one kv head whose keys
+     * are its values): the chunked attention's half-size unit (cu_att_unit), synthesized */
+    char g512[128];
+    snprintf(g512, sizeof g512, "/tmp/dflash-cuda-g512-%d", (int)getpid());
+    syn_spec gs = syn_default();
+    gs.c.n_layers = 6;
+    syn_gemma4(&gs.c, 8, 512, 1, 1, 8);
+    if (syn_write(g512, &gs) == 0) {
+        family_case(g512);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g512);
+        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", g512);
+    } else {
+        CHECK(0, "synth gemma-4 with heads of 512: %s", dfl_lasterr());
+    }
 }
 
 TEST(errors) {
