@@ -1,5 +1,6 @@
-/* cuda_backend.cu - the CUDA backend (be_cuda): Qwen3/Llama forward with a
- * KV cache and hidden taps, and the DFlash draft, resident on one GPU.
+/* cuda_backend.cu - the CUDA backend (be_cuda): the target forward (Qwen3,
+ * Llama, Qwen3-MoE, Qwen3.5, gpt-oss, dense Gemma-4) with a KV cache and
+ * hidden taps, and the DFlash draft, resident on one GPU.
  * Implements be_ops (backend.h); the device code and its exactness rule are
  * in cu_kernels.cuh.
  *
