@@ -1259,11 +1259,26 @@ enum { ATT_UNIT_Q = 64, ATT_PART_THREADS = 256 };
 
 __host__ __device__ constexpr int cu_att_chunk(int hd) { return hd <= 128 ? 128 : 64; }
 
+/* Queries of one unit: ATT_UNIT_Q, half of it for heads of 512 (Gemma-4's
+ * full layers), whose q rows and chunk would not fit in shared memory at 64.
+ * A function of the head size alone: which queries share a unit is
+ * scheduling and cannot change a bit. */
+__host__ __device__ constexpr int cu_att_unit(int hd) { return hd <= 256 ? ATT_UNIT_Q : ATT_UNIT_Q / 2; }
+
 /* floats of dynamic shared memory for R queries: q, scores, one buffer for
  * the chunk's K and then its V (a decode unit takes ~72 KB at head size 128,
  * so three fit on an SM and one's loads overlap another's arithmetic) */
 __host__ __device__ constexpr int cu_att_smem(int hd, int R) {
     return R * hd + R * cu_att_chunk(hd) + cu_att_chunk(hd) * (hd + 4) + 2 * R;
+}
+
+/* The lowest key position a causal query at position lim sees: lim - W + 1
+ * in a sliding-window layer (gpt-oss), 0 without a window (W = 0). Chunks
+ * wholly below it are neither computed nor merged; inside the first chunk
+ * the keys below it score -inf (p = 0, and fmaf(0, V, O) leaves O as it
+ * is), so a row's bits still depend on its position and keys alone. */
+__host__ __device__ __forceinline__ int cu_att_lo(int lim, int window) {
+    return window && lim - window + 1 > 0 ? lim - window + 1 : 0;
 }
 
 __device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
@@ -1286,17 +1301,20 @@ template <int HD>
 __global__ void __launch_bounds__(ATT_PART_THREADS)
     k_att_part(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
                const float *kb, const float *vb, int ldkb, int n_blk, int t0, int rows, int nq, int nkv, float *po,
-               float2 *pml, int nch) {
+               float2 *pml, int nch, float att_scale, int window) {
     cu_pdl_wait();
     cu_pdl_trigger();
     constexpr int CH = cu_att_chunk(HD), KS = HD + 4, C4 = HD / 4, NQT = ATT_PART_THREADS / CH;
-    constexpr int NU = (ATT_UNIT_Q * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
+    constexpr int NU = (cu_att_unit(HD) * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
     extern __shared__ __align__(16) float sm[];
     const int G = nq / nkv, R = rows * G, c = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
     const int pos0 = *pos, c0 = c * CH;
     const int nc = causal ? pos0 + t0 + rows : pos0; /* keys in the cache (causal: this block's last row's) */
     const int n = causal ? nc : pos0 + n_blk;        /* keys any row of the block sees */
     if (c0 >= n) return;
+    /* a sliding window (causal only): row t sees keys cu_att_lo(pos0 + t, W) ..; no row of the block sees a
+     * chunk that ends before its first row's lowest key */
+    if (causal && window && c0 + CH <= cu_att_lo(pos0 + t0, window)) return;
     float *Qs = sm, *S = Qs + R * HD, *Ks = S + R * CH, *Vs = Ks; /* V replaces K after the scores */
     float2 *ML = (float2 *)(Ks + CH * KS);
     const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
@@ -1308,7 +1326,7 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
                                                                                   (size_t)kvh * HD) + 4 * i);
     }
     cu_cp_commit();
-    const float scale = 1.0f / sqrtf((float)HD);
+    const float scale = att_scale != 0.0f ? att_scale : 1.0f / sqrtf((float)HD);
     for (int e = tid; e < R * HD; e += ATT_PART_THREADS) {
         int i = e / HD, k = e % HD, t = t0 + i / G, h = kvh * G + i % G;
         Qs[e] = q[(size_t)t * ldq + (size_t)h * HD + k] * scale;
@@ -1341,8 +1359,9 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
             for (int b = 0; b < 8; b++) {
                 int i = ib + b * NQT;
                 if (i < R) {
-                    int lim = causal ? pos0 + t0 + i / G : n - 1;
-                    S[i * CH + j] = key <= lim && key < n ? (d[b][0] + d[b][1]) + (d[b][2] + d[b][3]) : -INFINITY;
+                    int lim = causal ? pos0 + t0 + i / G : n - 1, lo = causal ? cu_att_lo(lim, window) : 0;
+                    S[i * CH + j] = key <= lim && key >= lo && key < n ? (d[b][0] + d[b][1]) + (d[b][2] + d[b][3])
+                                                                       : -INFINITY;
                 }
             }
         }
@@ -1436,7 +1455,7 @@ enum { ATT_MERGE_TILE = 32 };
 template <int HD>
 __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, int n_blk, int t0, int nq,
                                                   const float *po, const float2 *pml, int nch, __nv_bfloat16 *out,
-                                                  int ldo) {
+                                                  int ldo, int window, const float *sinks) {
     cu_pdl_wait();
     cu_pdl_trigger();
     constexpr int CH = cu_att_chunk(HD);
@@ -1444,13 +1463,13 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
     __shared__ float mred[HD / 32 > 0 ? HD / 32 : 1];
     int tl = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos0 = *pos;
     int lim = causal ? pos0 + t0 + tl : pos0 + n_blk - 1;
-    int ncr = lim / CH + 1;
+    int ncr = lim / CH + 1, clo = causal ? cu_att_lo(lim, window) / CH : 0; /* chunks clo..ncr-1 */
     size_t slot = (size_t)tl * nq + h;
     const float2 *ml = pml + slot * nch;
     const float *o = po + slot * nch * HD + d;
     /* M = max_c m_c: exact, so any order; thread d takes c = d, d + HD, ... */
     float M = -INFINITY;
-    for (int c = d; c < ncr; c += HD) M = fmaxf(M, ml[c].x);
+    for (int c = clo + d; c < ncr; c += HD) M = fmaxf(M, ml[c].x);
     constexpr unsigned WM = HD >= 32 ? 0xffffffffu : (1u << HD) - 1u; /* the lanes of a block of HD < 32 */
 #pragma unroll
     for (int k = (HD >= 32 ? 32 : HD) / 2; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(WM, M, k));
@@ -1459,8 +1478,11 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
         __syncthreads();
         for (int w = 0; w < HD / 32; w++) M = fmaxf(M, mred[w]);
     }
+    /* a sink (gpt-oss): one more logit in the softmax, with no value */
+    const float sk = sinks ? sinks[h] : -INFINITY;
+    if (sinks) M = fmaxf(M, sk);
     float L = 0.0f, acc = 0.0f;
-    for (int c0 = 0; c0 < ncr; c0 += ATT_MERGE_TILE) {
+    for (int c0 = clo; c0 < ncr; c0 += ATT_MERGE_TILE) {
         int nt = ncr - c0 < ATT_MERGE_TILE ? ncr - c0 : ATT_MERGE_TILE;
         __syncthreads(); /* the last tile's mls is read */
         for (int u = d; u < nt; u += HD) mls[u] = ml[c0 + u];
@@ -1478,6 +1500,7 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
             }
         }
     }
+    if (sinks) L += expf(sk - M);
     out[(size_t)(t0 + tl) * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(acc / L);
 }
 
@@ -1631,8 +1654,8 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, c
  * ascending, *n_active of them. PER = ceil(E / 32) values per lane (a
  * model's E fixes it). */
 template <int PER>
-__global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl, int T, int E, int K, int norm,
-                                                    int *__restrict__ sel, float *__restrict__ wsel,
+__global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl, const float *__restrict__ bias,
+                                                    int T, int E, int K, int norm, int *__restrict__ sel, float *__restrict__ wsel,
                                                     int *__restrict__ start, int *__restrict__ active,
                                                     int *__restrict__ n_active, int *__restrict__ slot,
                                                     int *__restrict__ pair_row) {
@@ -1648,8 +1671,36 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
 #pragma unroll
         for (int c = 0; c < PER; c++) {
             int i = c * 32 + lane;
-            v[c] = i < E ? l[i] : -INFINITY;
+            v[c] = i < E ? (bias ? l[i] + bias[i] : l[i]) : -INFINITY;
             mx = fmaxf(mx, v[c]);
+        }
+        if (bias) { /* gpt-oss: the K largest biased logits, then a softmax over those K (rank order) */
+            float w[MOE_MAX_K];
+            unsigned taken = 0; /* bit c: this lane's value c is chosen */
+            for (int j = 0; j < K; j++) {
+                float bv = -INFINITY;
+                int bi = E;
+#pragma unroll
+                for (int c = 0; c < PER; c++)
+                    if (c * 32 + lane < E && !(taken >> c & 1u) && (bi == E || v[c] > bv)) bv = v[c], bi = c * 32 + lane;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                    if (oi < E && (bi == E || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+                }
+#pragma unroll
+                for (int c = 0; c < PER; c++)
+                    if (c * 32 + lane == bi) taken |= 1u << c;
+                w[j] = bv;
+                if (lane == 0) sel[(size_t)t * K + j] = ssel[t * K + j] = bi;
+            }
+            if (lane == 0) {
+                float tot = 0.0f, mx0 = w[0]; /* the largest: w[0] is overwritten below */
+                for (int j = 0; j < K; j++) tot += w[j] = expf(w[j] - mx0);
+                for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = w[j] / tot;
+            }
+            continue;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -1729,6 +1780,156 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
         for (int q = 0; q < P && a < sst[e] + c; q++)
             if (ssel[q] == e) slot[q] = a, pair_row[a++] = q / K;
     }
+}
+
+/* gpt-oss's experts (the CPU's clamped_swiglu): pair q = blockIdx.x (row q /
+ * K, rank q % K) of expert e = sel[q] at place p = slot[q]; gy [P][ldg] the
+ * gate/up GEMM's f32 output in interleave8 order (gate i at row (i/8)*16 +
+ * i%8, up i 8 rows after it); he[p][i] = bf16(a sigmoid(1.702 a) (b + 1)),
+ * a = min(g + bg[e][i], L), b = clamp(u + bu[e][i], -L, L), i < I. Each
+ * place is one pair's: what a row gets depends on that row alone. */
+__global__ void k_moe_oss_act(const float *__restrict__ gy, int ldg, const int *__restrict__ sel,
+                              const int *__restrict__ slot, const float *__restrict__ bg,
+                              const float *__restrict__ bu, int I, float lim, __nv_bfloat16 *__restrict__ he,
+                              int ldh) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const int q = blockIdx.x, e = sel[q], p = slot[q];
+    const float *g = gy + (size_t)p * ldg;
+    for (int i = threadIdx.x; i < I; i += blockDim.x) {
+        int r = (i >> 3) * 16 + (i & 7);
+        float a = g[r] + bg[(size_t)e * I + i], b = g[r + 8] + bu[(size_t)e * I + i];
+        a = a > lim ? lim : a;
+        b = b > lim ? lim : b < -lim ? -lim : b;
+        he[(size_t)p * ldh + i] = __float2bfloat16_rn(a / (1.0f + expf(-1.702f * a)) * (b + 1.0f));
+    }
+}
+
+/* ye[slot[q]] += bd[sel[q]] ([E][H]): the down projection's bias of pair q =
+ * blockIdx.x (gpt-oss), before the rows' weighted sums. */
+__global__ void k_moe_bias(float *__restrict__ ye, int H, const int *__restrict__ sel, const int *__restrict__ slot,
+                           const float *__restrict__ bd) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const int q = blockIdx.x, e = sel[q], p = slot[q];
+    for (int d = threadIdx.x; d < H; d += blockDim.x) ye[(size_t)p * H + d] += bd[(size_t)e * H + d];
+}
+
+/* buf[t][0..n) += b[0..n) (gpt-oss's q/k/v biases); grid T, block 256 */
+__global__ void k_add_bias(float *buf, int ldb, const float *b, int n) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[(size_t)blockIdx.x * ldb + i] += b[i];
+}
+
+/* x[t] += y[t] + b (gpt-oss's o_proj bias: the projection and its bias
+ * summed first, as the CPU does); grid T, block 256 */
+__global__ void k_add_proj_bias(float *x, const float *y, const float *b, int H) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        size_t k = (size_t)blockIdx.x * H + i;
+        x[k] += y[k] + b[i];
+    }
+}
+
+/* ---- Gemma-4 (the CPU reference: cpu_backend.c) ---------------------------- */
+
+/* gelu_pytorch_tanh in float, as the CPU's gelu_tanh */
+__device__ __forceinline__ float cu_gelu_tanh(float x) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x))));
+}
+
+/* h[t][i] = bf16(gelu_tanh(g) * u), i < I, from the gate/up GEMM's f32 sums
+ * gy [T][ldg] in interleave8 order (gate i at (i/8)*16 + i%8, up 8 rows
+ * later); grid T, block 256 */
+__global__ void k_geglu(const float *gy, int ldg, int I, __nv_bfloat16 *h, int ldh) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const float *g = gy + (size_t)blockIdx.x * ldg;
+    for (int i = threadIdx.x; i < I; i += blockDim.x) {
+        int r = (i >> 3) * 16 + (i & 7);
+        h[(size_t)blockIdx.x * ldh + i] = __float2bfloat16_rn(cu_gelu_tanh(g[r]) * g[r + 8]);
+    }
+}
+
+/* x[t] += RMSNorm(y[t]) * w (the sandwich norms: Wo att or the MLP's output
+ * normed before the residual add); one block of 256 per row, the sum of
+ * squares strided then one block tree */
+__global__ void k_rmsnorm_add(float *x, const float *y, const float *w, int H, float eps) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    __shared__ float sh[32];
+    const float *r = y + (size_t)blockIdx.x * H;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) ss += r[i] * r[i];
+    ss = cu_block_sum(ss, sh);
+    float inv = 1.0f / sqrtf(ss / (float)H + eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)blockIdx.x * H + i] += r[i] * inv * w[i];
+}
+
+/* x[i] *= s over n values (the embedding scale, layer_scalar); grid
+ * ceil(n/256) */
+__global__ void k_scale(float *x, size_t n, float s) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+/* Per-head RMSNorm without weight of nk heads of width hd at column off of
+ * buf [T][ldb] (Gemma-4's v norm); grid (T, nk), one warp */
+__global__ void k_head_norm(float *buf, int ldb, int off, int hd, float eps) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    float *v = buf + (size_t)blockIdx.x * ldb + off + (size_t)blockIdx.y * hd;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += 32) ss += v[i] * v[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    __syncwarp();
+    for (int i = threadIdx.x; i < hd; i += 32) v[i] = v[i] * inv;
+}
+
+/* l = c tanh(l / c) on n logits (final_logit_softcapping) */
+__global__ void k_softcap(float *l, size_t n, float c) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) l[i] = tanhf(l[i] / c) * c;
+}
+
+/* The per-layer inputs of row t = blockIdx.x, layer l = blockIdx.y (the
+ * CPU's ple_inputs): v = proj[t][l P ..] * ps, RMSNorm with weight nw [P],
+ * then (v + es * pe[tok][l P + i]) * is into ple [T][L P]; one warp */
+__global__ void k_ple_inputs(const float *proj, cw_weight pe, const int32_t *tok, int L, int P, const float *nw,
+                             float eps, float ps, float es, float is, float *ple) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const int t = blockIdx.x, l = blockIdx.y, LP = L * P;
+    const float *v = proj + (size_t)t * LP + (size_t)l * P;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < P; i += 32) {
+        float a = v[i] * ps;
+        ss += a * a;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = 1.0f / sqrtf(ss / (float)P + eps);
+    for (int i = threadIdx.x; i < P; i += 32)
+        ple[(size_t)t * LP + (size_t)l * P + i] = (v[i] * ps * inv * nw[i] + cu_get(pe, tok[t], l * P + i) * es) * is;
+}
+
+/* g[t][i] = bf16(gelu_tanh(pt[t][i]) * ple[t][l P + i]), i < P (the gate of
+ * layer l's per-layer input); grid T, block 32 */
+__global__ void k_ple_gate(const float *pt, const float *ple, int LP, int l, int P, __nv_bfloat16 *g, int ldg) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        g[(size_t)blockIdx.x * ldg + i] =
+            __float2bfloat16_rn(cu_gelu_tanh(pt[(size_t)blockIdx.x * P + i]) * ple[(size_t)blockIdx.x * LP + (size_t)l * P + i]);
 }
 
 /* x[t] += sum over ranks j of wsel[t][j] * ye[slot[t K + j]] (rank order),

@@ -1,5 +1,6 @@
-/* cuda_backend.cu - the CUDA backend (be_cuda): Qwen3/Llama forward with a
- * KV cache and hidden taps, and the DFlash draft, resident on one GPU.
+/* cuda_backend.cu - the CUDA backend (be_cuda): the target forward (Qwen3,
+ * Llama, Qwen3-MoE, Qwen3.5, gpt-oss, dense Gemma-4) with a KV cache and
+ * hidden taps, and the DFlash draft, resident on one GPU.
  * Implements be_ops (backend.h); the device code and its exactness rule are
  * in cu_kernels.cuh.
  *
@@ -513,12 +514,27 @@ typedef struct {
     const uint8_t **eptr;
     cw_weight sh_gu, sh_dn;       /* the shared expert (Qwen3.5-MoE; else empty) */
     float *sh_gate;               /* [H], NULL without a shared expert */
+    /* gpt-oss (else NULL / 0): attention biases [Q + 2 KV] (q | k | v) and
+     * [H], sink logits [nh], the layer's window (0: full attention), the
+     * router bias [E] and the experts' biases [E][MI] x2, [E][H] */
+    float *bqkv, *bo, *sinks;
+    int window;
+    float *router_bias, *ebg, *ebu, *ebd;
+    /* Gemma-4 (else NULL / 0): the layer's head width and kv heads, the
+     * sandwich norms [H], the per-layer input's gate [P, H], projection
+     * [H, P] and norm [H], layer_scalar */
+    int hd, nkv, idx;   /* idx: the layer's index (its slice of the per-layer inputs) */
+    float *attn_out_norm, *ffn_out_norm, *ple_norm;
+    cw_weight ple_gate, ple_proj;
+    float layer_scalar;
 } cu_layer;
 
 typedef struct {
     int n_layers;
     cu_layer *layers;
     cw_weight embed, lm_head, fc;
+    cw_weight ple_embed, ple_model_proj; /* Gemma-4 per-layer inputs (else empty) */
+    float *ple_proj_norm;
     int head_is_embed;
     float *final_norm, *hidden_norm;
     size_t bytes;
@@ -554,11 +570,19 @@ static void cu_release(void *p, mdl_model *m) {
             cw_free(&L->sh_dn);
             cudaFree(L->sh_gate);
         }
+        float *oss[] = {L->bqkv, L->bo, L->sinks, L->router_bias, L->ebg, L->ebu, L->ebd,
+                        L->attn_out_norm, L->ffn_out_norm, L->ple_norm};
+        cw_free(&L->ple_gate);
+        cw_free(&L->ple_proj);
+        for (size_t i = 0; i < sizeof oss / sizeof oss[0]; i++) cudaFree(oss[i]);
     }
     free(cm->layers);
     if (!cm->head_is_embed) cw_free(&cm->lm_head);
     cw_free(&cm->embed);
     cw_free(&cm->fc);
+    cw_free(&cm->ple_embed);
+    cw_free(&cm->ple_model_proj);
+    cudaFree(cm->ple_proj_norm);
     cudaFree(cm->final_norm);
     cudaFree(cm->hidden_norm);
     free(cm);
@@ -603,6 +627,23 @@ static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, c
     }
     free(h);
     if (rc != 0) return -1;
+    if (L->router_bias) { /* gpt-oss: router and expert biases, one array each */
+        int MI = c->moe_inter, H = c->hidden;
+        float *bg = (float *)dfl_malloc(sizeof(float) * (size_t)E * MI), *bu = (float *)dfl_malloc(sizeof(float) * (size_t)E * MI),
+              *bd = (float *)dfl_malloc(sizeof(float) * (size_t)E * H);
+        for (int e = 0; e < E; e++) {
+            const mdl_expert *x = &L->experts[e];
+            memcpy(bg + (size_t)e * MI, x->bg, sizeof(float) * MI);
+            memcpy(bu + (size_t)e * MI, x->bu, sizeof(float) * MI);
+            memcpy(bd + (size_t)e * H, x->bd, sizeof(float) * H);
+        }
+        rc = upload_vec(&D->router_bias, L->router_bias, E) || upload_vec(&D->ebg, bg, E * MI) ||
+             upload_vec(&D->ebu, bu, E * MI) || upload_vec(&D->ebd, bd, E * H) ? -1 : 0;
+        free(bg);
+        free(bu);
+        free(bd);
+        if (rc != 0) return -1;
+    }
     if (L->sh_gate) {
         const wt_weight *sgu[2] = {&L->sh_wg, &L->sh_wu}, *sd[1] = {&L->sh_wd};
         if (cw_upload(&D->sh_gu, sgu, 2, name, 1) != 0 || cw_upload(&D->sh_dn, sd, 1, name, 0) != 0 ||
@@ -619,14 +660,6 @@ static int cu_prepare(void *p, mdl_model *m) {
     if (c->is_draft && c->n_sliding_layers) {
         dfl_seterr("backend cuda: a draft with a sliding window (its layer_types, or --draft-window) is not "
                    "implemented on the GPU yet; use --backend cpu");
-        return -1;
-    }
-    if (c->arch == CFG_GPT_OSS) { /* sinks, sliding windows, biases and its experts: CPU only so far */
-        dfl_seterr("backend cuda: gpt-oss is not implemented on the GPU yet; use --backend cpu");
-        return -1;
-    }
-    if (c->arch == CFG_GEMMA4) { /* per-layer head widths, proportional RoPE, sandwich norms, per-layer inputs */
-        dfl_seterr("backend cuda: Gemma-4 is not implemented on the GPU yet; use --backend cpu");
         return -1;
     }
     if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K ||
@@ -648,8 +681,12 @@ static int cu_prepare(void *p, mdl_model *m) {
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
         cu_layer *D = &cm->layers[l];
-        const wt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu}, *o[1] = {&L->wo},
-                        *d[1] = {&L->wd};
+        /* Gemma-4 attention_k_eq_v (no v_proj): the K rows twice, so v = Wk xn in the same bits as k */
+        const wt_weight *qkv[3] = {&L->wq, &L->wk, L->wv.rows ? &L->wv : &L->wk}, *gu[2] = {&L->wg, &L->wu},
+                        *o[1] = {&L->wo}, *d[1] = {&L->wd};
+        D->hd = cfg_head_dim(c, l);
+        D->nkv = cfg_kv_heads(c, l);
+        D->idx = l;
         snprintf(name, sizeof name, "layer %d", l);
         if (c->linear_layer[l]) {
             const wt_weight *in[4] = {&L->lin_qkv, &L->lin_z, &L->lin_a, &L->lin_b}, *out[1] = {&L->lin_out};
@@ -674,8 +711,30 @@ static int cu_prepare(void *p, mdl_model *m) {
         }
         if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
-            upload_vec(&D->q_norm, L->q_norm, c->head_dim) != 0 || upload_vec(&D->k_norm, L->k_norm, c->head_dim) != 0)
+            upload_vec(&D->q_norm, L->q_norm, D->hd) != 0 || upload_vec(&D->k_norm, L->k_norm, D->hd) != 0)
             goto fail;
+        if (upload_vec(&D->attn_out_norm, L->attn_out_norm, c->hidden) != 0 ||
+            upload_vec(&D->ffn_out_norm, L->ffn_out_norm, c->hidden) != 0 ||
+            upload_vec(&D->ple_norm, L->ple_norm, c->hidden) != 0)
+            goto fail;
+        D->layer_scalar = c->arch == CFG_GEMMA4 ? L->layer_scalar : 1.0f;
+        if (L->ple_gate.rows) {
+            const wt_weight *pg[1] = {&L->ple_gate}, *pp[1] = {&L->ple_proj};
+            if (cw_upload(&D->ple_gate, pg, 1, name, 0) != 0 || cw_upload(&D->ple_proj, pp, 1, name, 0) != 0) goto fail;
+            cm->bytes += cw_bytes(&D->ple_gate) + cw_bytes(&D->ple_proj);
+        }
+        D->window = c->sliding_layer[l] ? c->window : 0;
+        if (L->bq) { /* gpt-oss: q | k | v biases as one vector, the rows of wqkv */
+            int Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+            float *b = (float *)dfl_malloc(sizeof(float) * (size_t)(Q + 2 * KV));
+            memcpy(b, L->bq, sizeof(float) * Q);
+            memcpy(b + Q, L->bk, sizeof(float) * KV);
+            memcpy(b + Q + KV, L->bv, sizeof(float) * KV);
+            int rc = upload_vec(&D->bqkv, b, Q + 2 * KV) || upload_vec(&D->bo, L->bo, c->hidden);
+            free(b);
+            if (rc) goto fail;
+        }
+        if (upload_vec(&D->sinks, L->sinks, c->n_heads) != 0) goto fail;
         cm->bytes += cw_bytes(&D->wqkv) + cw_bytes(&D->wo) + cw_bytes(&D->wgu) + cw_bytes(&D->wd);
     }
     if (m->embed.rows > 0) {
@@ -695,6 +754,14 @@ static int cu_prepare(void *p, mdl_model *m) {
         cm->bytes += cw_bytes(&cm->fc);
     }
     if (upload_vec(&cm->final_norm, m->final_norm, c->hidden) != 0) goto fail;
+    if (c->ple) {
+        const wt_weight *pe[1] = {&m->ple_embed}, *pm[1] = {&m->ple_model_proj};
+        if (cw_upload(&cm->ple_embed, pe, 1, "embed_tokens_per_layer", 0) != 0 ||
+            cw_upload(&cm->ple_model_proj, pm, 1, "per_layer_model_projection", 0) != 0 ||
+            upload_vec(&cm->ple_proj_norm, m->ple_proj_norm, c->ple) != 0)
+            goto fail;
+        cm->bytes += cw_bytes(&cm->ple_model_proj);
+    }
     return 0;
 fail:
     dfl_preferr("cuda: loading weights");
@@ -920,6 +987,18 @@ typedef struct {
     int vd, vdp, Cm;            /* nv dv, padded; Cm = C + vd + 2 nv: a lin_in output row */
     int E, EK, MI, MIp, S, Sp;  /* experts, per token, expert and shared-expert widths (0: none), padded */
     int norm_topk;
+    /* gpt-oss: attention biases (bias), the experts' biases and clamped
+     * SwiGLU of limit `limit` (oss; R: the gate/up rows, 2 pad8(MI)) */
+    int bias, oss, R;
+    float limit;
+    float att_scale;            /* the scores' multiplier; 0: 1/sqrt(hd) */
+    int need_split;             /* windows, sinks or a scale: only the chunked attention has them */
+    /* Gemma-4: hd, nkv, Q, KV are a layer's (layer_dims); the model's dims
+     * hold the widest layer's Q, KV (buffers) and Qp stays the widest for
+     * every layer (the attention output's row stride) */
+    int gemma, v_norm, geglu, Rd; /* Rd: the dense gate/up rows, 2 pad8(I) */
+    int P, Pp;                  /* per-layer input width, padded (0: none) */
+    float softcap, emb_scale;   /* emb_scale 0: none */
 } cu_dims;
 
 static cu_dims dims_of(const cfg_model *c, int vocab) {
@@ -953,7 +1032,40 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.S = d.E ? c->shared_inter : 0;
     d.Sp = pad(d.S, CW_COL_ALIGN);
     d.norm_topk = c->norm_topk;
+    d.bias = c->attn_bias;
+    d.oss = c->arch == CFG_GPT_OSS && d.E;
+    d.R = 2 * pad(d.MI, 8);
+    d.limit = c->swiglu_limit;
+    d.att_scale = c->attn_scale;
+    d.need_split = c->n_sliding_layers || c->attn_sinks || c->attn_scale != 0;
+    d.gemma = c->arch == CFG_GEMMA4;
+    d.v_norm = c->v_norm;
+    d.geglu = c->geglu;
+    d.Rd = 2 * pad(d.I, 8);
+    d.P = c->ple;
+    d.Pp = pad(d.P, CW_COL_ALIGN);
+    d.softcap = c->softcap;
+    d.emb_scale = d.gemma ? (float)sqrt((double)d.H) : 0.0f;
+    if (d.gemma) { /* buffers for the widest layer */
+        d.Q = cfg_max_q(c);
+        d.KV = cfg_max_kv(c);
+        d.Qp = pad(d.Q, CW_COL_ALIGN);
+    }
     return d;
+}
+
+/* Layer l's shapes: its head width and kv heads (Gemma-4's full layers
+ * differ), RoPE over its whole head there (the proportional table); Qp, the
+ * attention output's stride, stays the model's. */
+static cu_dims layer_dims(const cu_dims *d, const cfg_model *c, int l) {
+    cu_dims e = *d;
+    if (!d->gemma) return e;
+    e.hd = cfg_head_dim(c, l);
+    e.nkv = cfg_kv_heads(c, l);
+    e.Q = e.nh * e.hd;
+    e.KV = e.nkv * e.hd;
+    if (!c->sliding_layer[l]) e.rh = e.hd / 2;
+    return e;
 }
 
 /* Activations for `rows` rows of one model. */
@@ -970,6 +1082,12 @@ typedef struct {
     bf16 *he;           /* [P][MIp] the experts' SwiGLU outputs */
     float *ye, *sh;     /* [P][H] expert outputs, [rows][H] the shared expert's */
     bf16 *shb;          /* [rows][Sp] the shared expert's SwiGLU output */
+    float *gy;          /* gpt-oss: [P][R] the experts' gate/up sums (interleave8 order) */
+    float *ob;          /* gpt-oss, Gemma-4: [rows][H] a projection's output before its bias or norm */
+    float *gyd;         /* Gemma-4: [rows][Rd] the dense gate/up sums (interleave8 order) */
+    float *ple, *pproj; /* Gemma-4 per-layer inputs: [rows][L P] each layer's, the projection's output */
+    float *pt;          /* [rows][P] a layer's gate */
+    bf16 *pg;           /* [rows][Pp] gelu(gate) * input */
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
@@ -995,6 +1113,13 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
         return -1;
     if (d->S && (cu_alloc(&a->sh, sizeof(float) * rows * d->H) || cu_alloc(&a->shb, sizeof(bf16) * rows * d->Sp)))
         return -1;
+    if (d->oss && cu_alloc(&a->gy, sizeof(float) * P * d->R)) return -1;
+    if ((d->bias || d->gemma) && cu_alloc(&a->ob, sizeof(float) * rows * d->H)) return -1;
+    if (d->geglu && cu_alloc(&a->gyd, sizeof(float) * rows * d->Rd)) return -1;
+    if (d->P && (cu_alloc(&a->ple, sizeof(float) * rows * d->L * d->P) ||
+                 cu_alloc(&a->pproj, sizeof(float) * rows * d->L * d->P) ||
+                 cu_alloc(&a->pt, sizeof(float) * rows * d->P) || cu_alloc(&a->pg, sizeof(bf16) * rows * d->Pp)))
+        return -1;
     return 0;
 }
 
@@ -1010,7 +1135,7 @@ static void act_free(cu_act *a) {
     cudaFree(a->cv);
     cudaFree(a->core);
     void *moe[] = {a->rl, a->wsel, a->sel, a->slot, a->pair_row, a->start, a->active, a->n_active, a->he,
-                   a->ye, a->sh, a->shb};
+                   a->ye, a->sh, a->shb, a->gy, a->ob, a->gyd, a->ple, a->pproj, a->pt, a->pg};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) cudaFree(moe[i]);
 }
 
@@ -1052,6 +1177,8 @@ static void dn_rows(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_dn *
 }
 
 static int att_supported(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+/* head size 512 (Gemma-4's full layers) has the chunked attention only */
+static int att_supported_split(int hd) { return att_supported(hd) || hd == 512; }
 
 /* Scratch of the chunked attention (k_att_part / k_att_merge) for one
  * sequence: a launch serves at most ATT_UNIT_Q / G rows, so query slots
@@ -1073,40 +1200,64 @@ static int hd_chunk(int hd) {
     case 32: return cu_att_chunk(32);
     case 64: return cu_att_chunk(64);
     case 128: return cu_att_chunk(128);
-    default: return cu_att_chunk(256);
+    case 256: return cu_att_chunk(256);
+    default: return cu_att_chunk(512);
     }
 }
 
 template <int HD>
 static cudaError_t split_attr(void) {
     return cudaFuncSetAttribute(k_att_part<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)(sizeof(float) * cu_att_smem(HD, ATT_UNIT_Q)));
+                                (int)(sizeof(float) * cu_att_smem(HD, cu_att_unit(HD))));
 }
 
 /* positions: the most keys a row of this sequence sees */
-static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, int positions) {
+static int split_alloc(cu_split *sp, const cu_be *be, const cu_dims *d, const cfg_model *c, int positions) {
     memset(sp, 0, sizeof *sp);
-    if (!att_split || d->nh % d->nkv != 0 || d->nh / d->nkv > ATT_UNIT_Q) return 0;
-    int hd = d->hd;
-    size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, ATT_UNIT_Q)
-                                           : hd == 32  ? cu_att_smem(32, ATT_UNIT_Q)
-                                           : hd == 64  ? cu_att_smem(64, ATT_UNIT_Q)
-                                           : hd == 128 ? cu_att_smem(128, ATT_UNIT_Q)
-                                                       : cu_att_smem(256, ATT_UNIT_Q));
-    if (smem > be->prop.sharedMemPerBlockOptin) return 0;
-    cudaError_t e = hd == 16    ? split_attr<16>()
-                    : hd == 32  ? split_attr<32>()
-                    : hd == 64  ? split_attr<64>()
-                    : hd == 128 ? split_attr<128>()
-                                : split_attr<256>();
-    if (e != cudaSuccess) {
-        dfl_seterr("cuda: shared memory for the chunked attention: %s", cudaGetErrorString(e));
+    int grouped = 1; /* every attention layer's query heads a multiple (<= ATT_UNIT_Q) of its K/V heads */
+    for (int l = 0; l < c->n_layers; l++) {
+        cu_dims e = layer_dims(d, c, l);
+        if (!c->linear_layer[l] && (e.nh % e.nkv != 0 || e.nh / e.nkv > cu_att_unit(e.hd))) grouped = 0;
+    }
+    if (d->need_split && !grouped) {
+        dfl_seterr("backend cuda: %d query heads over %d K/V heads: the chunked attention (the one with sliding "
+                   "windows, sinks and a score scale) needs a multiple of at most %d", d->nh, d->nkv, ATT_UNIT_Q);
         return -1;
     }
-    sp->nch = (positions + hd_chunk(hd) - 1) / hd_chunk(hd);
-    size_t slots = (size_t)ATT_UNIT_Q * d->nkv;
-    if (cu_alloc(&sp->po, sizeof(float) * slots * sp->nch * hd) ||
-        cu_alloc(&sp->pml, sizeof(float2) * slots * sp->nch)) {
+    if (!d->need_split && (!att_split || !grouped)) return 0;
+    size_t po = 0, pm = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->linear_layer[l]) continue;
+        cu_dims e = layer_dims(d, c, l);
+        int hd = e.hd;
+        size_t smem = sizeof(float) * (size_t)(hd == 16    ? cu_att_smem(16, cu_att_unit(16))
+                                               : hd == 32  ? cu_att_smem(32, cu_att_unit(32))
+                                               : hd == 64  ? cu_att_smem(64, cu_att_unit(64))
+                                               : hd == 128 ? cu_att_smem(128, cu_att_unit(128))
+                                               : hd == 256 ? cu_att_smem(256, cu_att_unit(256))
+                                                           : cu_att_smem(512, cu_att_unit(512)));
+        if (smem > be->prop.sharedMemPerBlockOptin) {
+            if (!d->need_split) return 0;
+            dfl_seterr("backend cuda: head_dim %d: the chunked attention needs %zu bytes of shared memory", hd, smem);
+            return -1;
+        }
+        cudaError_t err = hd == 16    ? split_attr<16>()
+                          : hd == 32  ? split_attr<32>()
+                          : hd == 64  ? split_attr<64>()
+                          : hd == 128 ? split_attr<128>()
+                          : hd == 256 ? split_attr<256>()
+                                      : split_attr<512>();
+        if (err != cudaSuccess) {
+            dfl_seterr("cuda: shared memory for the chunked attention: %s", cudaGetErrorString(err));
+            return -1;
+        }
+        int nch = (positions + hd_chunk(hd) - 1) / hd_chunk(hd);
+        if (nch > sp->nch) sp->nch = nch;
+        size_t slots = (size_t)ATT_UNIT_Q * e.nkv;
+        if (slots * hd > po) po = slots * hd;
+        if (slots > pm) pm = slots;
+    }
+    if (cu_alloc(&sp->po, sizeof(float) * po * sp->nch) || cu_alloc(&sp->pml, sizeof(float2) * pm * sp->nch)) {
         cudaFree(sp->po);
         sp->po = NULL;
         return -1;
@@ -1127,15 +1278,15 @@ static void split_free(cu_split *sp) {
 template <int HD>
 static void attention_split(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *q, int ldq,
                             const float *kc, const float *vc, int n_ctx, int causal, const int *pos, const float *kb,
-                            const float *vb, int n_blk, bf16 *out) {
-    int G = d->nh / d->nkv, rb = ATT_UNIT_Q / G;
+                            const float *vb, int n_blk, bf16 *out, int window, const float *sinks) {
+    int G = d->nh / d->nkv, rb = cu_att_unit(HD) / G;
     for (int t0 = 0; t0 < n_blk; t0 += rb) {
         int rows = n_blk - t0 < rb ? n_blk - t0 : rb;
         size_t smem = sizeof(float) * cu_att_smem(HD, rows * G);
         launch_smem(k_att_part<HD>, dim3(sp->nch, d->nkv), ATT_PART_THREADS, smem, s, q, ldq, kc, vc, n_ctx, causal,
-                    pos, kb, vb, ldq, n_blk, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch);
+                    pos, kb, vb, ldq, n_blk, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch, d->att_scale, window);
         launch(k_att_merge<HD>, dim3(rows, d->nh), HD, s, causal, pos, n_blk, t0, d->nh, (const float *)sp->po,
-               (const float2 *)sp->pml, sp->nch, out, d->Qp);
+               (const float2 *)sp->pml, sp->nch, out, d->Qp, window, sinks);
     }
 }
 
@@ -1170,15 +1321,17 @@ static void attention_hd(cudaStream_t s, const cu_dims *d, const float *q, int l
 
 /* Attention of T rows (att_supported(hd) was checked at create). */
 static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *qkv, int ldq,
-                      const float *kc, const float *vc, int n_ctx, int causal, const int *pos, int T, bf16 *out) {
+                      const float *kc, const float *vc, int n_ctx, int causal, const int *pos, int T, bf16 *out,
+                      int w, const float *sk) {
     const float *kb = qkv + d->Q, *vb = qkv + d->Q + d->KV;
-    if (sp && sp->po) {
+    if (sp && sp->po) { /* always, for a model with windows, sinks or a scale (split_alloc) */
         switch (d->hd) {
-        case 16: attention_split<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
-        default: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out); break;
+        case 16: attention_split<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 32: attention_split<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 64: attention_split<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 128: attention_split<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        case 256: attention_split<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
+        default: attention_split<512>(s, d, sp, qkv, ldq, kc, vc, n_ctx, causal, pos, kb, vb, T, out, w, sk); break;
         }
         return;
     }
@@ -1199,10 +1352,11 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
-    void (*route)(const float *, int, int, int, int, int *, float *, int *, int *, int *, int *, int *) =
+    void (*route)(const float *, const float *, int, int, int, int, int *, float *, int *, int *, int *, int *,
+                  int *) =
         d->E <= 128 ? k_moe_route<4> : d->E <= 256 ? k_moe_route<8> : d->E <= 512 ? k_moe_route<16> : k_moe_route<32>;
-    launch(route, 1, 1024, s, (const float *)a->rl, T, d->E, d->EK, d->norm_topk, a->sel, a->wsel, a->start, a->active,
-           a->n_active, a->slot, a->pair_row);
+    launch(route, 1, 1024, s, (const float *)a->rl, (const float *)L->router_bias, T, d->E, d->EK, d->norm_topk,
+           a->sel, a->wsel, a->start, a->active, a->n_active, a->slot, a->pair_row);
     prof_mark(s, "moe route+plan", 0);
     double eb = 0; /* the expert bytes this block streams (profile only: needs the plan) */
     if (prof.on && !prof.skip) {
@@ -1218,9 +1372,17 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     int E = d->E;
     cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
                dn = {L->eptr + 2 * E, L->eptr + 3 * E, NULL, a->start, a->active, a->n_active, 0};
-    gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
-    prof_mark(s, "gemm experts gate_up+swiglu", eb * cw_bytes(&L->egu[0]));
+    if (L->ebg) { /* gpt-oss: the sums out, then biases + clamped SwiGLU per pair */
+        gemm_moe<0>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, a->gy, d->R, NULL, 0);
+        launch(k_moe_oss_act, P, 256, s, (const float *)a->gy, d->R, (const int *)a->sel, (const int *)a->slot,
+               (const float *)L->ebg, (const float *)L->ebu, d->MI, d->limit, a->he, d->MIp);
+        prof_mark(s, "gemm experts gate_up+act", eb * cw_bytes(&L->egu[0]));
+    } else {
+        gemm_moe<1>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, NULL, 0, a->he, d->MIp);
+        prof_mark(s, "gemm experts gate_up+swiglu", eb * cw_bytes(&L->egu[0]));
+    }
     gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
+    if (L->ebd) launch(k_moe_bias, P, 256, s, a->ye, d->H, (const int *)a->sel, (const int *)a->slot, (const float *)L->ebd);
     prof_mark(s, "gemm experts down", eb * cw_bytes(&L->edn[0]));
     if (L->sh_gate) {
         gemm_swiglu(s, L->sh_gu, a->xb, d->Hp, T, a->shb, d->Sp);
@@ -1272,23 +1434,53 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
         } else {
             gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, qb, ldq, 0);
         }
+        if (L->bqkv) launch(k_add_bias, T, 256, s, qb, ldq, (const float *)L->bqkv, ldq);
+        if (d->v_norm) launch(k_head_norm, dim3(T, d->nkv), 32, s, a->qkv, ldq, d->Q + d->KV, d->hd, d->eps);
         prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
         norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
                   cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
         prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
-        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att);
+        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
         prof_mark(s, causal ? "attention" : "draft attention", 0);
         if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
-        gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+        if (L->bo) { /* gpt-oss: x += (Wo att + bo), as the CPU sums it */
+            gemm(s, L->wo, d->H, a->att, d->Qp, T, a->ob, d->H, 0);
+            launch(k_add_proj_bias, T, 256, s, a->x, (const float *)a->ob, (const float *)L->bo, d->H);
+        } else if (L->attn_out_norm) { /* Gemma-4: x += attn_out_norm(Wo att) */
+            gemm(s, L->wo, d->H, a->att, d->Qp, T, a->ob, d->H, 0);
+            launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->attn_out_norm, d->H, d->eps);
+        } else {
+            gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
+        }
         prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
     }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
     if (L->moe) return moe(s, d, L, a, T, next_norm, next_ob);
-    gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
+    if (d->geglu) { /* Gemma-4: gelu_tanh(g) * u from the f32 sums */
+        gemm(s, L->wgu, d->Rd, a->xb, d->Hp, T, a->gyd, d->Rd, 0);
+        launch(k_geglu, T, 256, s, (const float *)a->gyd, d->Rd, d->I, a->hb, d->Ip);
+    } else {
+        gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
+    }
     prof_mark(s, causal ? "gemm gate_up+swiglu" : "draft gemm gate_up+swiglu", cw_bytes(&L->wgu));
-    gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
+    if (L->ffn_out_norm) { /* Gemma-4: x += ffn_out_norm(Wd h) */
+        gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->ob, d->H, 0);
+        launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->ffn_out_norm, d->H, d->eps);
+    } else {
+        gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
+    }
     prof_mark(s, causal ? "gemm down" : "draft gemm down", cw_bytes(&L->wd));
+    if (L->ple_gate.rows) { /* Gemma-4's per-layer input: x += ple_norm(Wp (gelu(Wg x) * in_l)) */
+        launch(k_to_bf16, dim3(T, (d->H + 255) / 256), 256, s, (const float *)a->x, d->H, d->H, a->xb, d->Hp);
+        gemm(s, L->ple_gate, d->P, a->xb, d->Hp, T, a->pt, d->P, 0);
+        launch(k_ple_gate, T, 32, s, (const float *)a->pt, (const float *)a->ple, d->L * d->P, L->idx, d->P, a->pg,
+               d->Pp);
+        gemm(s, L->ple_proj, d->H, a->pg, d->Pp, T, a->ob, d->H, 0);
+        launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->ple_norm, d->H, d->eps);
+        prof_mark(s, "per-layer input", cw_bytes(&L->ple_gate) + cw_bytes(&L->ple_proj));
+    }
+    if (d->gemma) launch(k_scale, (T * d->H + 255) / 256, 256, s, a->x, (size_t)T * d->H, L->layer_scalar);
     return 0;
 }
 
@@ -1313,8 +1505,13 @@ typedef struct {
     cu_dims d;
     int n_ctx, len;
     int n_kept, last_T, last_taps;
-    float *kc, *vc;         /* [attention layers][nkv][n_ctx][hd]: none for a linear layer */
+    float *kc, *vc;         /* [attention layers][nkv][n_ctx][hd]: none for a linear layer; layer l's
+                               block at kv_off[l] (Gemma-4's layers differ in nkv, hd). Sliding
+                               layers keep every position too (the window is a lower bound of
+                               the keys): n_ctx rows, not a ring of window + BE_DN_KEEP */
+    size_t *kv_off;         /* [L] floats */
     float *cos_t, *sin_t;   /* [n_ctx][rh] */
+    float *cos_f, *sin_f;   /* Gemma-4's full layers: proportional RoPE [n_ctx][hd_full/2] (else NULL) */
     cu_dn dn;               /* Gated DeltaNet states (d.n_lin > 0) */
     int *lin_of;            /* [L] linear-layer index of layer l, or -1 */
     int *att_of;            /* [L] attention-layer index of layer l (its K/V block), or -1 */
@@ -1349,8 +1546,11 @@ static void cu_destroy(void *p) {
     cudaFree(q->dn.keep);
     free(q->lin_of);
     free(q->att_of);
+    free(q->kv_off);
     cudaFree(q->cos_t);
     cudaFree(q->sin_t);
+    cudaFree(q->cos_f);
+    cudaFree(q->sin_f);
     act_free(&q->a);
     split_free(&q->sp);
     cudaFree(q->taps);
@@ -1374,9 +1574,13 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         dfl_seterr("cuda: model not prepared");
         return NULL;
     }
-    if (!att_supported(m->cfg.head_dim)) {
-        dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256)", m->cfg.head_dim);
-        return NULL;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        int hd = cfg_head_dim(&m->cfg, l), split = dims_of(&m->cfg, m->cfg.vocab).need_split;
+        if (!m->cfg.linear_layer[l] && !(split ? att_supported_split(hd) : att_supported(hd))) {
+            dfl_seterr("backend cuda: head_dim %d is not supported (16, 32, 64, 128, 256%s)", hd,
+                       split ? ", 512" : "");
+            return NULL;
+        }
     }
     cu_seq *q = (cu_seq *)dfl_calloc(1, sizeof *q);
     q->be = be;
@@ -1387,10 +1591,28 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
     q->d = dims_of(&m->cfg, m->cfg.vocab);
     q->n_ctx = n_ctx;
     const cu_dims *d = &q->d;
-    size_t kv = (size_t)(d->L - d->n_lin) * d->nkv * n_ctx * d->hd;
+    q->kv_off = (size_t *)dfl_malloc(sizeof(size_t) * (size_t)d->L);
+    size_t kv = 0;
+    for (int l = 0; l < d->L; l++) {
+        q->kv_off[l] = kv;
+        if (!m->cfg.linear_layer[l]) kv += (size_t)cfg_kv_heads(&m->cfg, l) * n_ctx * cfg_head_dim(&m->cfg, l);
+    }
+    if (d->gemma) { /* the full layers' proportional RoPE (config.c: the last layer is a full one) */
+        int hf = cfg_head_dim(&m->cfg, d->L - 1);
+        size_t nf = (size_t)n_ctx * (hf / 2);
+        float *cs = (float *)dfl_malloc(sizeof(float) * nf), *sn = (float *)dfl_malloc(sizeof(float) * nf);
+        rope_fill_proportional(&m->cfg, hf, n_ctx, cs, sn);
+        int rc = upload_vec(&q->cos_f, cs, (int)nf) || upload_vec(&q->sin_f, sn, (int)nf);
+        free(cs);
+        free(sn);
+        if (rc) {
+            cu_destroy(q);
+            return NULL;
+        }
+    }
     if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
         rope_upload(&q->cos_t, &q->sin_t, &m->cfg, n_ctx) || act_alloc(&q->a, d, BE_MAX_ROWS) ||
-        split_alloc(&q->sp, be, d, n_ctx) || cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
+        split_alloc(&q->sp, be, d, &m->cfg, n_ctx) || cu_alloc(&q->kept, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
         cu_alloc(&q->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
         cu_alloc(&q->d_pos, sizeof(int)) || cu_alloc(&q->amx_v, sizeof(float) * BE_KEEP_ROWS * AMX_PARTS) ||
@@ -1460,6 +1682,13 @@ static int cu_truncate(void *p, int len) {
     return len;
 }
 
+/* Gemma-4's final logit softcapping on n rows of V logits (else nothing) */
+static void softcap(cudaStream_t s, const cu_dims *d, float *lg, int n) {
+    if (d->softcap == 0.0f) return;
+    size_t k = (size_t)n * d->V;
+    launch(k_softcap, (unsigned)((k + 255) / 256), 256, s, lg, k, d->softcap);
+}
+
 static int check_tokens(const int32_t *tok, int n, int vocab) {
     for (int t = 0; t < n; t++)
         if (tok[t] < 0 || tok[t] >= vocab) {
@@ -1477,8 +1706,16 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     cudaStream_t s = q->be->stream;
     int T = b->T;
     launch(k_embed, dim3(T, (d->H + 255) / 256), 256, s, cm->embed, q->d_tok, q->a.x, d->H);
+    if (d->emb_scale != 0.0f) launch(k_scale, (T * d->H + 255) / 256, 256, s, q->a.x, (size_t)T * d->H, d->emb_scale);
+    if (d->P) { /* Gemma-4's per-layer inputs of the rows (the CPU's ple_inputs) */
+        int LP = d->L * d->P;
+        launch(k_to_bf16, dim3(T, (d->H + 255) / 256), 256, s, (const float *)q->a.x, d->H, d->H, q->a.xb, d->Hp);
+        gemm(s, cm->ple_model_proj, LP, q->a.xb, d->Hp, T, q->a.pproj, LP, 0);
+        launch(k_ple_inputs, dim3(T, d->L), 32, s, (const float *)q->a.pproj, cm->ple_embed, (const int32_t *)q->d_tok,
+               d->L, d->P, (const float *)cm->ple_proj_norm, d->eps, (float)pow(d->H, -0.5), (float)sqrt((double)d->P),
+               (float)pow(2.0, -0.5), q->a.ple);
+    }
     prof_mark(s, "embed", 0);
-    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     if (d->n_lin && q->dn.snap_len >= 0) { /* the recurrent state before this forward (cu_dn) */
         size_t nl = (size_t)d->n_lin;
         cudaMemcpyAsync(q->dn.snap_conv, q->dn.conv, sizeof(float) * nl * q->dn.conv_n, cudaMemcpyDeviceToDevice, s);
@@ -1488,9 +1725,11 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
     for (int l = 0; l < d->L; l++) {
         int al = q->att_of[l], last = l + 1 == d->L;
         const float *nn = !last ? cm->layers[l + 1].in_norm : b->keep_rows ? cm->final_norm : NULL;
-        normed = layer(s, d, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + al * lkv,
-                       al < 0 ? NULL : q->vc + al * lkv, q->n_ctx, q->cos_t, q->sin_t, 1, &q->dn, q->lin_of[l],
-                       normed, nn, last ? q->kept : q->a.xb);
+        cu_dims dl = layer_dims(d, &q->m->cfg, l);
+        int full = d->gemma && !q->m->cfg.sliding_layer[l];
+        normed = layer(s, &dl, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
+                       al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, full ? q->cos_f : q->cos_t,
+                       full ? q->sin_f : q->sin_t, 1, &q->dn, q->lin_of[l], normed, nn, last ? q->kept : q->a.xb);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
@@ -1559,6 +1798,7 @@ static int cu_forward(void *p, const be_batch *b) {
         int n = T - r < BE_KEEP_ROWS ? T - r : BE_KEEP_ROWS;
         rmsnorm(s, q->a.x + (size_t)r * d->H, d->H, cm->final_norm, d->H, d->eps, n, q->a.xb, d->Hp);
         gemm(s, cm->lm_head, d->V, q->a.xb, d->Hp, n, q->lg, d->V, 0);
+        softcap(s, d, q->lg, n);
         CUCHK(cudaMemcpyAsync(b->logits + (size_t)(r - (T - b->n_logits)) * d->V, q->lg, sizeof(float) * n * d->V,
                               cudaMemcpyDeviceToHost, s));
     }
@@ -1583,6 +1823,7 @@ static int cu_logits(void *p, int row, int n, float *out) {
     cudaStream_t s = q->be->stream;
     if (check_kept(q, row, n, "logits") != 0) return -1;
     gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
+    softcap(s, &q->d, q->lg, n);
     CUCHK(cudaMemcpyAsync(out, q->lg, sizeof(float) * n * q->d.V, cudaMemcpyDeviceToHost, s));
     CUCHK(cudaStreamSynchronize(s));
     return 0;
@@ -1594,6 +1835,7 @@ static int cu_argmax(void *p, int row, int n, int32_t *out) {
     if (check_kept(q, row, n, "argmax") != 0) return -1;
     prof_begin(s, -1);
     gemm(s, q->cm->lm_head, q->d.V, q->kept + (size_t)row * q->d.Hp, q->d.Hp, n, q->lg, q->d.V, 0);
+    softcap(s, &q->d, q->lg, n); /* tanh may tie distinct logits: the argmax of the capped ones, as the CPU */
     prof_mark(s, "gemm lm_head", cw_bytes(&q->cm->lm_head));
     argmax(s, q->lg, q->d.V, q->d.V, n, q->amx_v, q->amx_i, q->d_ids, NULL);
     prof_mark(s, "argmax", 0);
@@ -1626,11 +1868,11 @@ extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
         dfl_seterr("cu_read_kv: layer %d, position %d out of range (or a linear layer: no K/V)", layer, pos);
         return -1;
     }
-    size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
-    for (int h = 0; h < d->nkv; h++) {
-        size_t off = q->att_of[layer] * lkv + ((size_t)h * q->n_ctx + pos) * d->hd;
-        CUCHK(cudaMemcpy(k + (size_t)h * d->hd, q->kc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
-        CUCHK(cudaMemcpy(v + (size_t)h * d->hd, q->vc + off, sizeof(float) * d->hd, cudaMemcpyDeviceToHost));
+    cu_dims e = layer_dims(d, &q->m->cfg, layer);
+    for (int h = 0; h < e.nkv; h++) {
+        size_t off = q->kv_off[layer] + ((size_t)h * q->n_ctx + pos) * e.hd;
+        CUCHK(cudaMemcpy(k + (size_t)h * e.hd, q->kc + off, sizeof(float) * e.hd, cudaMemcpyDeviceToHost));
+        CUCHK(cudaMemcpy(v + (size_t)h * e.hd, q->vc + off, sizeof(float) * e.hd, cudaMemcpyDeviceToHost));
     }
     return 0;
 }
@@ -1712,7 +1954,7 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
     if (cu_alloc(&q->kc, sizeof(float) * kv) || cu_alloc(&q->vc, sizeof(float) * kv) ||
         rope_upload(&q->cos_t, &q->sin_t, &dm->cfg, n_ctx + q->max_B) ||
         cu_alloc(&q->pend, sizeof(float) * PEND_ROWS * q->F) || cu_alloc(&q->fb, sizeof(bf16) * PEND_ROWS * q->Fp) ||
-        act_alloc(&q->a, d, PEND_ROWS) || split_alloc(&q->sp, be, d, n_ctx + q->max_B) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
+        act_alloc(&q->a, d, PEND_ROWS) || split_alloc(&q->sp, be, d, &dm->cfg, n_ctx + q->max_B) || cu_alloc(&q->lg, sizeof(float) * q->max_B * (size_t)d->V) ||
         cu_alloc(&q->best, sizeof(float) * q->max_B) ||
         cu_alloc(&q->amx_v, sizeof(float) * q->max_B * AMX_PARTS) ||
         cu_alloc(&q->amx_i, sizeof(int) * q->max_B * AMX_PARTS) ||
@@ -1836,6 +2078,8 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         CUCHK(cudaMemcpyAsync(q->d_extra, b->extra, sizeof(int32_t) * b->n_extra, cudaMemcpyHostToDevice, s));
     prof_begin(s, -1);
     launch(k_embed, dim3(B, (d->H + 255) / 256), 256, s, q->tc->embed, q->d_tok, q->a.x, d->H);
+    if (q->tm->cfg.arch == CFG_GEMMA4) /* the target's embedding module scales (the CPU's embed_rows) */
+        launch(k_scale, (B * d->H + 255) / 256, 256, s, q->a.x, (size_t)B * d->H, (float)sqrt((double)d->H));
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     for (int l = 0; l < d->L; l++)

@@ -17,7 +17,10 @@
  *               extra ids), draft logits within the bound of the CPU draft;
  *   dflash      the demo pair through the public API: DFlash output equals
  *               GPU greedy output for >= 50 prompts at blocks 2/4/8/16 and
- *               auto, greedy and temperature 0.8.
+ *               auto, greedy and temperature 0.8;
+ *   qwen35, moe, gptoss, gemma4  each family against the CPU, every verify width
+ *               with rollback bit-identical to decode, DFlash = greedy
+ *               (gpt-oss also over 300 positions: windows past chunk edges).
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
@@ -843,6 +846,9 @@ TEST(dflash) {
  * GPU 0.125; the Q8_0 tiny-qwen35moe file: CPU int8-act 0.293, GPU 0.15). */
 #define Q35_TOL 0.10
 #define SENS_FACTOR 1.5
+/* a model whose CPU reduced-precision run moves its logits by more than half the largest one
+ * is chaotic under rounding: argmax agreement with the GPU is not checked there */
+#define CHAOTIC 0.5
 
 /* max |a - b| / max |a| over n */
 static double rel_err(const float *a, const float *b, size_t n) { return max_diff(a, b, n) / max_abs(a, n); }
@@ -929,7 +935,10 @@ static void family_case(const char *rel) {
                 sens < 0 ? "(no such mode here) " : "", sens < 0 ? 0.0 : sens, tol);
         CHECK(el <= tol && et <= tol, "%s: GPU differs from the CPU f32 path (%.4f, %.4f; bound %.4f)", rel, el, et,
               tol);
-        CHECK(agree >= NC * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, NC);
+        /* a chaotic model (tiny-gemma4: unscaled attention scores amplify rounding; the CPU's own bf16
+         * activations move its logits by 0.81 of the largest on the H100 machine's CPU, 2026-12-06) has no
+         * argmax to agree on: row 0 and the bound above are its checks */
+        CHECK(sens > CHAOTIC || agree >= NC * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, NC);
         be_cpu.destroy(sc);
         be_cuda.destroy(sg);
         free(lc);
@@ -1073,6 +1082,146 @@ TEST(moe) {
     family_case("tests/fixtures/gguf/tiny-qwen3next-bf16.gguf"); /* fused ssm_ba split at load */
 }
 
+/* A sliding-window model past the chunked attention's chunk edges (tiny-gptoss:
+ * head size 16, chunks of 128 positions; window 8 on layers 0 and 2, sinks,
+ * biases, 4 experts top 2; tiny-gemma4: window 8 on five layers) over N_OSS
+ * positions. The CPU (its sliding layers a ring of
+ * 8 + 64 rows) and the GPU (full-length K/V, the window a lower bound of
+ * the keys) on the same 100-row forwards, within the family bound; then on
+ * the GPU, verify forwards of widths 1..33 with junk rows after `keep` true
+ * ones, each rolled back to its last true row, from position 100 to the
+ * end: every true row bit-identical to T = 1 decode. */
+enum { N_OSS = 300 };
+
+static void window_long(const char *rel) {
+    loaded c, g;
+    if (load(&c, &be_cpu, cpu_bi, rel) != 0) return;
+    if (load(&g, &be_cuda, gpu_bi, rel) != 0) {
+        unload(&c);
+        return;
+    }
+    const mdl_model *m = &g.m;
+    int V = m->cfg.vocab;
+    int32_t tok[N_OSS];
+    for (int i = 0; i < N_OSS; i++) tok[i] = (int32_t)((i * 7919 + 101) % V);
+    float *lc = malloc(sizeof(float) * N_OSS * V), *lg = malloc(sizeof(float) * N_OSS * V);
+    float *ref = malloc(sizeof(float) * N_OSS * V), *one = malloc(sizeof(float) * 64 * V);
+    void *sc = be_cpu.create(cpu_bi, &c.m, N_OSS + 20), *sg = be_cuda.create(gpu_bi, m, N_OSS + 64);
+    CHECK(sc && sg, "create: %s", dfl_lasterr());
+    for (int r0 = 0; r0 < N_OSS; r0 += 100) {
+        be_batch b = {.T = 100, .tokens = tok + r0, .n_logits = 100, .logits = lc + (size_t)r0 * V};
+        CHECK(be_cpu.forward(sc, &b) == 0, "cpu: %s", dfl_lasterr());
+        b.logits = lg + (size_t)r0 * V;
+        CHECK(be_cuda.forward(sg, &b) == 0, "gpu: %s", dfl_lasterr());
+    }
+    double el = rel_err(lc, lg, (size_t)N_OSS * V), late = rel_err(lc + 200 * (size_t)V, lg + 200 * (size_t)V,
+                                                                    (size_t)(N_OSS - 200) * V);
+    int agree = 0;
+    for (int i = 0; i < N_OSS; i++) agree += smp_argmax(lc + (size_t)i * V, V) == smp_argmax(lg + (size_t)i * V, V);
+    double sens = cpu_sensitivity(&c.m, tok, 24, lc), tol = Q35_TOL;
+    if (sens * SENS_FACTOR > tol) tol = sens * SENS_FACTOR;
+    fprintf(stderr, "  %-28s %d positions: logits rel err %.4f (rows 200..%d: %.4f), argmax agrees %d/%d; bound %.4f\n",
+            rel, N_OSS, el, N_OSS - 1, late, agree, N_OSS, tol);
+    CHECK(el <= tol, "%s: %d positions: GPU differs from the CPU by %.4f (bound %.4f)", rel, N_OSS, el, tol);
+    CHECK(sens > CHAOTIC || agree >= N_OSS * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, N_OSS);
+    /* the GPU's own decode rows, then verify widths with rollback */
+    be_cuda.truncate(sg, 0);
+    for (int i = 0; i < N_OSS; i++) CHECK(q35_fwd(sg, tok + i, 1, ref + (size_t)i * V, V) == 0, "decode");
+    CHECK(!memcmp(ref, lg, sizeof(float) * N_OSS * V), "%s: 100-row forwards differ from decode rows", rel);
+    be_cuda.truncate(sg, 0);
+    be_batch pb = {.T = 100, .tokens = tok};
+    CHECK(be_cuda.forward(sg, &pb) == 0, "prefill: %s", dfl_lasterr());
+    int Ts[] = {1, 2, 3, 5, 8, 16, 17, 33, 4, 7, 12, 16, 9}, bad = 0, cases = 0;
+    for (int pos = 100, k = 0; pos < N_OSS; k++) {
+        int T = Ts[k % 13], keep = 1 + (k * 5) % T;
+        if (pos + keep > N_OSS) keep = N_OSS - pos;
+        if (T < keep) T = keep;
+        int32_t v[64];
+        for (int i = 0; i < T; i++) v[i] = i < keep ? tok[pos + i] : (int32_t)((tok[pos + i < N_OSS ? pos + i : 0] + 3 + 29 * i) % V);
+        int ok = q35_fwd(sg, v, T, one, V) == 0 && !memcmp(one, ref + (size_t)pos * V, sizeof(float) * keep * V);
+        ok = ok && be_cuda.truncate(sg, pos + keep) == pos + keep;
+        if (!ok) {
+            fprintf(stderr, "  %s: width %d keep %d at position %d differs from decode\n", rel, T, keep, pos);
+            bad++;
+        }
+        cases++;
+        pos += keep;
+    }
+    fprintf(stderr, "  %s: %d verify/rollback steps over positions 100..%d (chunk edges 128, 256)\n", rel, cases,
+            N_OSS - 1);
+    CHECK(bad == 0, "%s: %d of %d verify steps differ from decode rows", rel, bad, cases);
+    be_cpu.destroy(sc);
+    be_cuda.destroy(sg);
+    free(lc);
+    free(lg);
+    free(ref);
+    free(one);
+    unload(&c);
+    unload(&g);
+}
+
+/* pair_case on TREL (hidden 64, vocab 16384, NL layers) with a random dense
+ * 2-layer draft written for the occasion, tapping the default layers */
+static void random_draft_pair(const char *trel, int nl) {
+    char d[128];
+    snprintf(d, sizeof d, "/tmp/dflash-cuda-rdraft-%d", (int)getpid());
+    syn_spec ds = syn_default();
+    ds.c.is_draft = 1;
+    ds.c.n_layers = 2;
+    ds.c.block_size = 16;
+    ds.c.hidden = 64;
+    ds.c.vocab = 16384;
+    ds.c.mask_token_id = 16383;
+    ds.c.n_target_layers = nl;
+    ds.c.n_taps = 2;
+    cfg_default_taps(nl, 2, ds.c.tap_layers);
+    ds.seed = 77;
+    if (syn_write(d, &ds) == 0) {
+        pair_case(trel, d);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", d);
+    } else {
+        CHECK(0, "synth draft: %s", dfl_lasterr());
+    }
+}
+
+/* gpt-oss: tiny-gptoss (transformers-checked on the CPU: tests/test_reference)
+ * as family_case runs the families, past the chunk edges (oss_long), and
+ * DFlash with a random dense draft tapping its layers 1 and 2 */
+TEST(gptoss) {
+    family_case("tests/models/tiny-gptoss");
+    window_long("tests/models/tiny-gptoss");
+    random_draft_pair("tests/models/tiny-gptoss", 4);
+}
+
+/* Gemma-4 (dense): tiny-gemma4 (five sliding layers of window 8 and a full
+ * one with heads of 32, per-layer inputs, softcapping; transformers-checked on
+ * the CPU) and tiny-gemma4-kv (attention_k_eq_v: two full layers without
+ * v_proj, one kv head of 32) as family_case runs the families, past the
+ * chunk edges, and DFlash with a random dense draft */
+TEST(gemma4) {
+    family_case("tests/models/tiny-gemma4");
+    family_case("tests/models/tiny-gemma4-kv");
+    window_long("tests/models/tiny-gemma4");
+    random_draft_pair("tests/models/tiny-gemma4", 6);
+    /* a full layer with heads of 512 (gemma-4-31B's global_head_dim, one kv head whose keys
+     * are its values): the chunked attention's half-size unit (cu_att_unit), synthesized */
+    char g512[128];
+    snprintf(g512, sizeof g512, "/tmp/dflash-cuda-g512-%d", (int)getpid());
+    syn_spec gs = syn_default();
+    gs.c.n_layers = 6;
+    syn_gemma4(&gs.c, 8, 512, 1, 1, 8);
+    if (syn_write(g512, &gs) == 0) {
+        family_case(g512);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g512);
+        if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", g512);
+    } else {
+        CHECK(0, "synth gemma-4 with heads of 512: %s", dfl_lasterr());
+    }
+}
+
 TEST(errors) {
     be_options o = {0, 99};
     void *b = be_cuda.open(&o);
@@ -1110,6 +1259,8 @@ int main(void) {
     RUN(dflash);
     RUN(qwen35);
     RUN(moe);
+    RUN(gptoss);
+    RUN(gemma4);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);
