@@ -863,9 +863,14 @@ static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, con
     double e = -1;
     if (on) {
         float *l = malloc(sizeof(float) * (size_t)T * V);
-        void *s = be_cpu.create(cpu_bi, c, 64);
-        be_batch b = {.T = T, .tokens = tok, .n_logits = T, .logits = l};
-        if (s && be_cpu.forward(s, &b) == 0) e = rel_err(lc, l, (size_t)T * V);
+        void *s = be_cpu.create(cpu_bi, c, T + 64);
+        int ok = s != NULL;
+        for (int r0 = 0; ok && r0 < T; r0 += 100) { /* the forwards window_long makes */
+            be_batch b = {.T = T - r0 < 100 ? T - r0 : 100, .tokens = tok + r0, .n_logits = T - r0 < 100 ? T - r0 : 100,
+                          .logits = l + (size_t)r0 * V};
+            ok = be_cpu.forward(s, &b) == 0;
+        }
+        if (ok) e = rel_err(lc, l, (size_t)T * V);
         if (s) be_cpu.destroy(s);
         free(l);
     }
@@ -1118,7 +1123,9 @@ static void window_long(const char *rel) {
                                                                     (size_t)(N_OSS - 200) * V);
     int agree = 0;
     for (int i = 0; i < N_OSS; i++) agree += smp_argmax(lc + (size_t)i * V, V) == smp_argmax(lg + (size_t)i * V, V);
-    double sens = cpu_sensitivity(&c.m, tok, 24, lc), tol = Q35_TOL;
+    /* over the same positions: a router's top-k flips under rounding as an
+     * argmax does (tiny-gptoss: the CPU's own bf16 run is 0.1325 off at row 164) */
+    double sens = cpu_sensitivity(&c.m, tok, N_OSS, lc), tol = Q35_TOL;
     if (sens * SENS_FACTOR > tol) tol = sens * SENS_FACTOR;
     fprintf(stderr, "  %-28s %d positions: logits rel err %.4f (rows 200..%d: %.4f), argmax agrees %d/%d; bound %.4f\n",
             rel, N_OSS, el, N_OSS - 1, late, agree, N_OSS, tol);
