@@ -1339,12 +1339,9 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
     if (!prompt) fail(e, 400, "invalid_value", tools_json && strstr(dflash_error(), "tools") ? "tools" : "messages", "%s",
                       dflash_error());
-    else if (chat_stop_tokens(dflash_chat_template(s->m))) { /* gpt-oss (harmony): final = content, analysis = reasoning */
-        j->split = rp_new_harmony();
-        if (one_call) rp_max_calls(j->split, 1);
-    } else if (think == 1 || tools_json) {
-        j->split = rp_new(think == 1, tools_json != NULL);
-        if (one_call) rp_max_calls(j->split, 1);
+    else { /* the format's own splitter: harmony's channels, Gemma 4's thinking channel, Qwen3's tags */
+        j->split = rp_new_for(chat_detect(dflash_chat_template(s->m)), think == 1, tools_json != NULL);
+        if (j->split && one_call) rp_max_calls(j->split, 1);
     }
 out:
     for (int k = 0; k < n; k++) free(owned[k]), free(calls[k]);
