@@ -755,8 +755,15 @@ static int cmd_generate(int argc, char **argv) {
     if (harmony && o.logprobs >= 0)
         cli_usage_err(o.cmd, "--logprobs is not supported with the harmony (gpt-oss) or Gemma 4 chat format yet", NULL);
     if (harmony) hm.sp = channel_splitter(m);
-    int rc = harmony ? dflash_generate_text(m, text, &g, on_harmony_token, &hm, &st)
-                     : dflash_generate_text(m, text, &g, on_token, &lps, &st);
+    /* a chat prompt holds its special tokens; a plain one gets the tokenizer's (Gemma: <bos>) */
+    int32_t *pids = NULL;
+    size_t n_pids = 0;
+    int rc = o.chat ? dflash_tokenize(m, text, strlen(text), &pids, &n_pids)
+                    : dflash_tokenize_prompt(m, text, strlen(text), &pids, &n_pids);
+    if (rc == 0)
+        rc = harmony ? dflash_generate(m, pids, n_pids, &g, on_harmony_token, &hm, NULL, NULL, &st)
+                     : dflash_generate(m, pids, n_pids, &g, on_token, &lps, NULL, NULL, &st);
+    free(pids);
     if (harmony) hm_finish(&hm);
     free(text);
     free(grammar);
