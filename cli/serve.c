@@ -127,7 +127,9 @@ static const char *help_serve =
     "tool-call deltas); another block is a call only if it is whole valid\n"
     "tool-call JSON, else it stays in the content. parallel_tool_calls false:\n"
     "the reply ends after the first call.\n"
-    "With thinking on, a reply's <think>...</think> goes to reasoning_content.\n"
+    "With thinking on, a reply's <think>...</think> goes to reasoning_content;\n"
+    "gpt-oss (harmony) and Gemma 4 replies are always split by channel (analysis,\n"
+    "Gemma 4's <|channel>thought: reasoning_content; the rest: content).\n"
     "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
     "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
     "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
