@@ -1354,10 +1354,12 @@ out:
     return prompt;
 }
 
-/* Tokenize into j->ids and check the context. */
-static int job_tokens(sv_server *s, sv_job *j, const char *text, const char *param, sv_err *e) {
+/* Tokenize into j->ids and check the context. A plain (completions) prompt
+ * gets the tokenizer's special tokens (Gemma: <bos>), a rendered chat prompt
+ * holds its own. */
+static int job_tokens(sv_server *s, sv_job *j, const char *text, int plain, const char *param, sv_err *e) {
     if (!utf8_valid(text, strlen(text))) return fail(e, 400, "invalid_value", param, "'%s' is not valid UTF-8", param);
-    if (dflash_tokenize(s->m, text, strlen(text), &j->ids, &j->n_ids) != 0)
+    if ((plain ? dflash_tokenize_prompt : dflash_tokenize)(s->m, text, strlen(text), &j->ids, &j->n_ids) != 0)
         return fail(e, 400, "invalid_value", param, "%s", dflash_error());
     return 0;
 }
@@ -1376,7 +1378,7 @@ static int completion_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!p || cJSON_IsNull(p)) return fail(e, 400, "missing_required_parameter", "prompt", "'prompt' is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
-    if (cJSON_IsString(p)) return job_tokens(s, j, p->valuestring, "prompt", e);
+    if (cJSON_IsString(p)) return job_tokens(s, j, p->valuestring, 1, "prompt", e);
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
         return fail(e, 400, "invalid_type", "prompt", "'prompt' must be a string, one string in an array, or token ids");
     int n = cJSON_GetArraySize(p), i = 0;
@@ -1507,7 +1509,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     int bad = parse_common(s, o, j, &e) < 0;
     if (!bad && kind == JOB_CHAT) {
         prompt = chat_prompt(s, o, j, &e);
-        bad = !prompt || job_tokens(s, j, prompt, "messages", &e) < 0;
+        bad = !prompt || job_tokens(s, j, prompt, 0, "messages", &e) < 0;
     } else if (!bad) {
         bad = completion_prompt(s, o, j, &e) < 0;
     }
