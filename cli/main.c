@@ -522,17 +522,12 @@ typedef struct {
     int in_reason;    /* the last thing written to stderr was reasoning without its line end */
 } hm_out;
 
-/* The channel splitter the model's chat format needs (harmony, Gemma 4), or NULL. */
-static rp_splitter *channel_splitter(const dflash_model *m) {
+/* The model's chat format when its replies are split by channel (harmony,
+ * Gemma 4: rp_new_for gives the splitter), else -1. */
+static int channel_format(const dflash_model *m) {
     const char *t = dflash_chat_template(m);
     int f = t ? chat_detect(t) : -1;
-    return f == CHAT_HARMONY || f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY ? rp_new_for(f, 0, 0) : NULL;
-}
-
-static int has_channels(const dflash_model *m) {
-    rp_splitter *p = channel_splitter(m);
-    rp_free(p);
-    return p != NULL;
+    return f == CHAT_HARMONY || f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY ? f : -1;
 }
 
 static void hm_event(void *ud, const rp_event *ev) {
@@ -751,10 +746,10 @@ static int cmd_generate(int argc, char **argv) {
         g.top_logprobs = o.logprobs;
     }
     hm_out hm = {.show = o.think};
-    int harmony = o.chat && has_channels(m);
+    int chf = o.chat ? channel_format(m) : -1, harmony = chf >= 0; /* harmony or Gemma 4 */
     if (harmony && o.logprobs >= 0)
         cli_usage_err(o.cmd, "--logprobs is not supported with the harmony (gpt-oss) or Gemma 4 chat format yet", NULL);
-    if (harmony) hm.sp = channel_splitter(m);
+    if (harmony) hm.sp = rp_new_for(chf, 0, 0);
     /* a chat prompt holds its special tokens; a plain one gets the tokenizer's (Gemma: <bos>) */
     int32_t *pids = NULL;
     size_t n_pids = 0;
@@ -934,7 +929,7 @@ static int cmd_chat(int argc, char **argv) {
     dflash_info in;
     dflash_get_info(m, &in);
     int room = g.n_predict < in.n_ctx / 4 ? g.n_predict : in.n_ctx / 4; /* kept free for an answer */
-    int harmony = has_channels(m); /* harmony or Gemma 4: the answer's channels split */
+    int chf = channel_format(m), harmony = chf >= 0; /* harmony or Gemma 4: the answer's channels split */
     chat_hist h = {NULL, NULL, 0, 0, 0};
     if (o.system) hist_add(&h, "system", strdup(o.system));
     h.first = h.n;
@@ -1013,7 +1008,7 @@ static int cmd_chat(int argc, char **argv) {
         chat_interrupted = 0;
         chat_answering = 1;
         hm_out hm = {.show = o.think, .keep = &reply};
-        if (harmony) hm.sp = channel_splitter(m);
+        if (harmony) hm.sp = rp_new_for(chf, 0, 0);
         int rc = harmony ? dflash_generate(m, ids, n_ids, &g, on_chat_harmony_token, &hm, &answer, &n_answer, &st)
                          : dflash_generate(m, ids, n_ids, &g, on_chat_token, &reply, &answer, &n_answer, &st);
         if (harmony) hm_finish(&hm);

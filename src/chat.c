@@ -556,47 +556,35 @@ char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts 
     return dfl_buf_take(&b);
 }
 
+/* For a format without tools: 0 when tools_json is NULL or an empty array,
+ * else -1 + "tools are WHY" (or, not an array, that it must be one). */
+static int no_tools(const char *tools_json, const char *why) {
+    if (!tools_json) return 0;
+    cJSON *tools = cJSON_Parse(tools_json);
+    int ok = cJSON_IsArray(tools), any = ok && tools->child;
+    cJSON_Delete(tools);
+    if (ok && !any) return 0;
+    if (ok) dfl_seterr("chat_render: tools are %s", why);
+    else dfl_seterr("chat_render: tools must be a JSON array");
+    return -1;
+}
+
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
                         int add_generation_prompt, chat_think think) {
     if (f == CHAT_HARMONY) {
-        if (tools_json) {
-            cJSON *tools = cJSON_Parse(tools_json);
-            int ok = cJSON_IsArray(tools), any = ok && tools->child;
-            cJSON_Delete(tools);
-            if (!ok || any) {
-                dfl_seterr(ok ? "chat_render: tools are not supported yet with the harmony (gpt-oss) template"
-                              : "chat_render: tools must be a JSON array");
-                return NULL;
-            }
-        }
+        if (no_tools(tools_json, "not supported yet with the harmony (gpt-oss) template") != 0) return NULL;
         return chat_render_harmony(m, n, NULL, add_generation_prompt);
     }
     if (f == CHAT_GEMMA) {
         if (check_messages(m, n, 0) != 0) return NULL;
-        if (tools_json) {
-            cJSON *tools = cJSON_Parse(tools_json);
-            int ok = cJSON_IsArray(tools), any = ok && tools->child;
-            cJSON_Delete(tools);
-            if (!ok || any) {
-                dfl_seterr(ok ? "chat_render: tools are not supported with the Gemma template (it has none)"
-                              : "chat_render: tools must be a JSON array");
-                return NULL;
-            }
-        }
+        if (no_tools(tools_json, "not supported with the Gemma template (it has none)") != 0) return NULL;
         return render_gemma(m, n, add_generation_prompt);
     }
     if (f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY) {
         if (check_messages(m, n, 0) != 0) return NULL;
-        if (tools_json) {
-            cJSON *tools = cJSON_Parse(tools_json);
-            int ok = cJSON_IsArray(tools), any = ok && tools->child;
-            cJSON_Delete(tools);
-            if (!ok || any) {
-                if (ok) dfl_seterr("chat_render: tools are not supported yet with the %s template", gemma4_name(f));
-                else dfl_seterr("chat_render: tools must be a JSON array");
-                return NULL;
-            }
-        }
+        if (no_tools(tools_json, f == CHAT_GEMMA4 ? "not supported yet with the Gemma 4 template"
+                                                  : "not supported yet with the Gemma 4 (early) template") != 0)
+            return NULL;
         return render_gemma4(f, m, n, add_generation_prompt, think);
     }
     if (f != CHAT_QWEN3 && f != CHAT_LLAMA3) {
