@@ -109,9 +109,11 @@ static const char *help_generate =
     "                         token or the context is full)\n"
     "      --chat             wrap the prompt in the model's chat template\n"
     "      --system TEXT      system message (with --chat)\n"
-    "      --think, --no-think  Qwen3 thinking on/off with --chat (default: off); with\n"
-    "                         gpt-oss (harmony) the model always reasons: stdout gets its\n"
-    "                         final channel only, --think shows the analysis on stderr\n"
+    "      --think, --no-think  Qwen3 / Gemma 4 thinking on/off with --chat (default:\n"
+    "                         off); with gpt-oss (harmony) the model always reasons: stdout\n"
+    "                         gets its final channel only, --think shows the analysis on\n"
+    "                         stderr; with Gemma 4 stdout gets the answer, --think shows\n"
+    "                         the thought channel on stderr\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
@@ -172,7 +174,8 @@ static const char *help_chat =
     "refused and the conversation kept. On a terminal, lines can be edited and\n"
     "recalled (arrow keys) when dflash was built with libedit. With a gpt-oss\n"
     "(harmony) model only the answer's final channel is printed (--think: the\n"
-    "analysis on stderr) and kept in the history.\n"
+    "analysis on stderr) and kept in the history; with Gemma 4 the answer without\n"
+    "its thought channel (--think: that channel on stderr).\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
     "--no-think, --temp, --top-k, --top-p, -s, --min-p, --repeat-penalty,\n"
     "--repeat-last-n, --presence-penalty, --frequency-penalty, --logit-bias,\n"
@@ -507,9 +510,10 @@ static int on_token(void *ud, int32_t id, const char *text, size_t len) {
     return out_write(text, len) != 0; /* stdout failed: stop generating */
 }
 
-/* gpt-oss's harmony answers (--chat on a model whose template is harmony):
- * the reply goes through rp_new_harmony; stdout gets the final channel only,
- * stderr the analysis / commentary with --think and a line per tool call. */
+/* gpt-oss's harmony and Gemma 4's answers (--chat on a model whose template
+ * is one of them): the reply goes through the format's splitter (rp_new_for);
+ * stdout gets the final channel (the answer) only, stderr the analysis /
+ * commentary / thought channel with --think and a line per tool call. */
 typedef struct {
     rp_splitter *sp;
     int show;         /* --think: reasoning to stderr */
@@ -518,9 +522,12 @@ typedef struct {
     int in_reason;    /* the last thing written to stderr was reasoning without its line end */
 } hm_out;
 
-static int is_harmony(const dflash_model *m) {
+/* The model's chat format when its replies are split by channel (harmony,
+ * Gemma 4: rp_new_for gives the splitter), else -1. */
+static int channel_format(const dflash_model *m) {
     const char *t = dflash_chat_template(m);
-    return t && chat_stop_tokens(t) != NULL && chat_detect(t) == CHAT_HARMONY;
+    int f = t ? chat_detect(t) : -1;
+    return f == CHAT_HARMONY || f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY ? f : -1;
 }
 
 static void hm_event(void *ud, const rp_event *ev) {
@@ -739,11 +746,19 @@ static int cmd_generate(int argc, char **argv) {
         g.top_logprobs = o.logprobs;
     }
     hm_out hm = {.show = o.think};
-    int harmony = o.chat && is_harmony(m);
-    if (harmony && o.logprobs >= 0) cli_usage_err(o.cmd, "--logprobs is not supported with the harmony (gpt-oss) chat format yet", NULL);
-    if (harmony) hm.sp = rp_new_harmony();
-    int rc = harmony ? dflash_generate_text(m, text, &g, on_harmony_token, &hm, &st)
-                     : dflash_generate_text(m, text, &g, on_token, &lps, &st);
+    int chf = o.chat ? channel_format(m) : -1, harmony = chf >= 0; /* harmony or Gemma 4 */
+    if (harmony && o.logprobs >= 0)
+        cli_usage_err(o.cmd, "--logprobs is not supported with the harmony (gpt-oss) or Gemma 4 chat format yet", NULL);
+    if (harmony) hm.sp = rp_new_for(chf, 0, 0);
+    /* a chat prompt holds its special tokens; a plain one gets the tokenizer's (Gemma: <bos>) */
+    int32_t *pids = NULL;
+    size_t n_pids = 0;
+    int rc = o.chat ? dflash_tokenize(m, text, strlen(text), &pids, &n_pids)
+                    : dflash_tokenize_prompt(m, text, strlen(text), &pids, &n_pids);
+    if (rc == 0)
+        rc = harmony ? dflash_generate(m, pids, n_pids, &g, on_harmony_token, &hm, NULL, NULL, &st)
+                     : dflash_generate(m, pids, n_pids, &g, on_token, &lps, NULL, NULL, &st);
+    free(pids);
     if (harmony) hm_finish(&hm);
     free(text);
     free(grammar);
@@ -914,7 +929,7 @@ static int cmd_chat(int argc, char **argv) {
     dflash_info in;
     dflash_get_info(m, &in);
     int room = g.n_predict < in.n_ctx / 4 ? g.n_predict : in.n_ctx / 4; /* kept free for an answer */
-    int harmony = is_harmony(m);
+    int chf = channel_format(m), harmony = chf >= 0; /* harmony or Gemma 4: the answer's channels split */
     chat_hist h = {NULL, NULL, 0, 0, 0};
     if (o.system) hist_add(&h, "system", strdup(o.system));
     h.first = h.n;
@@ -993,7 +1008,7 @@ static int cmd_chat(int argc, char **argv) {
         chat_interrupted = 0;
         chat_answering = 1;
         hm_out hm = {.show = o.think, .keep = &reply};
-        if (harmony) hm.sp = rp_new_harmony();
+        if (harmony) hm.sp = rp_new_for(chf, 0, 0);
         int rc = harmony ? dflash_generate(m, ids, n_ids, &g, on_chat_harmony_token, &hm, &answer, &n_answer, &st)
                          : dflash_generate(m, ids, n_ids, &g, on_chat_token, &reply, &answer, &n_answer, &st);
         if (harmony) hm_finish(&hm);

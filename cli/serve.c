@@ -127,7 +127,9 @@ static const char *help_serve =
     "tool-call deltas); another block is a call only if it is whole valid\n"
     "tool-call JSON, else it stays in the content. parallel_tool_calls false:\n"
     "the reply ends after the first call.\n"
-    "With thinking on, a reply's <think>...</think> goes to reasoning_content.\n"
+    "With thinking on, a reply's <think>...</think> goes to reasoning_content;\n"
+    "gpt-oss (harmony) and Gemma 4 replies are always split by channel (analysis,\n"
+    "Gemma 4's <|channel>thought: reasoning_content; the rest: content).\n"
     "Replies carry usage and a llama-server style \"timings\" object (prompt_n,\n"
     "prompt_ms, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,\n"
     "draft_n_accepted, tau). Request bodies are limited to 1 MiB.\n";
@@ -1339,12 +1341,9 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
     if (!prompt) fail(e, 400, "invalid_value", tools_json && strstr(dflash_error(), "tools") ? "tools" : "messages", "%s",
                       dflash_error());
-    else if (chat_stop_tokens(dflash_chat_template(s->m))) { /* gpt-oss (harmony): final = content, analysis = reasoning */
-        j->split = rp_new_harmony();
-        if (one_call) rp_max_calls(j->split, 1);
-    } else if (think == 1 || tools_json) {
-        j->split = rp_new(think == 1, tools_json != NULL);
-        if (one_call) rp_max_calls(j->split, 1);
+    else { /* the format's own splitter: harmony's channels, Gemma 4's thinking channel, Qwen3's tags */
+        j->split = rp_new_for(chat_detect(dflash_chat_template(s->m)), think == 1, tools_json != NULL);
+        if (j->split && one_call) rp_max_calls(j->split, 1);
     }
 out:
     for (int k = 0; k < n; k++) free(owned[k]), free(calls[k]);
@@ -1355,10 +1354,12 @@ out:
     return prompt;
 }
 
-/* Tokenize into j->ids and check the context. */
-static int job_tokens(sv_server *s, sv_job *j, const char *text, const char *param, sv_err *e) {
+/* Tokenize into j->ids and check the context. A plain (completions) prompt
+ * gets the tokenizer's special tokens (Gemma: <bos>), a rendered chat prompt
+ * holds its own. */
+static int job_tokens(sv_server *s, sv_job *j, const char *text, int plain, const char *param, sv_err *e) {
     if (!utf8_valid(text, strlen(text))) return fail(e, 400, "invalid_value", param, "'%s' is not valid UTF-8", param);
-    if (dflash_tokenize(s->m, text, strlen(text), &j->ids, &j->n_ids) != 0)
+    if ((plain ? dflash_tokenize_prompt : dflash_tokenize)(s->m, text, strlen(text), &j->ids, &j->n_ids) != 0)
         return fail(e, 400, "invalid_value", param, "%s", dflash_error());
     return 0;
 }
@@ -1377,7 +1378,7 @@ static int completion_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!p || cJSON_IsNull(p)) return fail(e, 400, "missing_required_parameter", "prompt", "'prompt' is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
-    if (cJSON_IsString(p)) return job_tokens(s, j, p->valuestring, "prompt", e);
+    if (cJSON_IsString(p)) return job_tokens(s, j, p->valuestring, 1, "prompt", e);
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
         return fail(e, 400, "invalid_type", "prompt", "'prompt' must be a string, one string in an array, or token ids");
     int n = cJSON_GetArraySize(p), i = 0;
@@ -1508,7 +1509,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     int bad = parse_common(s, o, j, &e) < 0;
     if (!bad && kind == JOB_CHAT) {
         prompt = chat_prompt(s, o, j, &e);
-        bad = !prompt || job_tokens(s, j, prompt, "messages", &e) < 0;
+        bad = !prompt || job_tokens(s, j, prompt, 0, "messages", &e) < 0;
     } else if (!bad) {
         bad = completion_prompt(s, o, j, &e) < 0;
     }

@@ -114,6 +114,14 @@ DFLASH_API void dflash_get_info(const dflash_model *m, dflash_info *info);
  * *ids is malloc'd. -1 on invalid UTF-8 (message names the offset). */
 DFLASH_API int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
 
+/* Tokenize a plain prompt (not a chat prompt, whose template writes its own
+ * special tokens): dflash_tokenize's ids with the special tokens the
+ * tokenizer's post_processor puts around a single text, as Hugging Face's
+ * tokenizer(text) does (Gemma: <bos> first; Qwen3, gpt-oss: none). -1 and
+ * an error naming it for a post_processor type other than TemplateProcessing
+ * or ByteLevel. `dflash generate` without --chat uses it. */
+DFLASH_API int dflash_tokenize_prompt(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n);
+
 /* The bytes of one token, as the tokenizer stores them (byte-level BPE:
  * a token can hold part of a UTF-8 character, so pieces are bytes, not
  * always text - for text use dflash_detokenize, or the streaming callback of

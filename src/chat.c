@@ -32,6 +32,10 @@
  * CHAT_GEMMA is the Gemma 3 template of models/gemma3-tokenizer/tokenizer_config.json
  * (chat.h describes it); its pieces are literals of that template.
  *
+ * CHAT_GEMMA4 and CHAT_GEMMA4_EARLY are Gemma 4's two templates in
+ * tests/fixtures/chat/gemma4/ (chat.h describes them; README there says
+ * where they come from); their pieces are literals of those templates.
+ *
  * CHAT_HARMONY is gpt-oss's chat_template.jinja (models/gptoss-tokenizer/,
  * upstream 2025-08-08) for messages without tools, as chat.h describes it;
  * every piece below is a literal of that template. */
@@ -158,10 +162,36 @@ static int is_harmony(const char *t) {
 
 static int is_gemma(const char *t) { return t && strstr(t, "<start_of_turn>") && strstr(t, "<end_of_turn>"); }
 
+static int is_gemma4(const char *t) { return t && strstr(t, "<|turn>") && strstr(t, "<turn|>"); }
+
 const char *const *chat_stop_tokens(const char *template_text) {
     static const char *const harmony[CHAT_MAX_STOP + 1] = {"<|return|>", "<|call|>", NULL};
     static const char *const gemma[CHAT_MAX_STOP + 1] = {"<end_of_turn>", "<eos>", NULL};
-    return is_harmony(template_text) ? harmony : is_gemma(template_text) ? gemma : NULL;
+    static const char *const gemma4[CHAT_MAX_STOP + 1] = {"<turn|>", "<eos>", NULL};
+    return is_harmony(template_text) ? harmony
+           : is_gemma4(template_text) ? gemma4
+           : is_gemma(template_text)  ? gemma
+                                      : NULL;
+}
+
+/* Which of Gemma 4's templates t is (is_gemma4(t) holds): the think switch's
+ * literal tells the two we render apart; the 2026-07-09 rewrite's own
+ * names mark a revision whose rules differ (merged model turns,
+ * preserve_thinking). */
+static int gemma4_revision(const char *t) {
+    static const char *const later_marks[] = {"preserve_thinking", "continue_same_model_turn", "Canonical Chat Template"};
+    for (int i = 0; i < 3; i++)
+        if (strstr(t, later_marks[i])) {
+            dfl_seterr("chat_detect: this Gemma 4 chat template is a revision dflash does not render yet (it has "
+                       "\"%s\"; known: the release template, \"<|think|>\", and the later one, \"<|think|>\\n\")",
+                       later_marks[i]);
+            return -1;
+        }
+    if (strstr(t, "'<|think|>\\n'")) return CHAT_GEMMA4;
+    if (strstr(t, "'<|think|>'")) return CHAT_GEMMA4_EARLY;
+    dfl_seterr("chat_detect: a Gemma 4 chat template (\"<|turn>\"/\"<turn|>\") without the think switch "
+               "'<|think|>' of the known revisions: not supported");
+    return -1;
 }
 
 int chat_detect(const char *template_text) {
@@ -170,12 +200,13 @@ int chat_detect(const char *template_text) {
         return -1;
     }
     if (is_harmony(template_text)) return CHAT_HARMONY;
+    if (is_gemma4(template_text)) return gemma4_revision(template_text);
     if (is_gemma(template_text)) return CHAT_GEMMA;
     if (strstr(template_text, "<|im_start|>")) return CHAT_QWEN3;
     if (strstr(template_text, "<|start_header_id|>")) return CHAT_LLAMA3;
     dfl_seterr("chat_detect: unknown chat template (not ChatML \"<|im_start|>\", Llama-3 "
-               "\"<|start_header_id|>\", harmony \"<|start|>\"/\"<|channel|>\" or Gemma 3 "
-               "\"<start_of_turn>\"/\"<end_of_turn>\")");
+               "\"<|start_header_id|>\", harmony \"<|start|>\"/\"<|channel|>\", Gemma 3 "
+               "\"<start_of_turn>\"/\"<end_of_turn>\" or Gemma 4 \"<|turn>\"/\"<turn|>\")");
     return -1;
 }
 
@@ -377,6 +408,68 @@ static char *render_gemma(const chat_message *m, int n, int add_generation_promp
     return dfl_buf_take(&b);
 }
 
+/* Gemma 4's strip_thinking macro: the pieces between "<channel|>" tags,
+ * each cut at its first "<|channel>", joined, then trimmed. */
+static void gemma4_strip_thinking(dfl_buf *b, const char *text) {
+    static const char OPEN[] = "<|channel>", CLOSE[] = "<channel|>";
+    dfl_buf t = {0};
+    dfl_buf_str(&t, "");
+    span rest = whole(text);
+    for (;;) {
+        long c = find_first(rest, CLOSE);
+        span part = {rest.s, c >= 0 ? (size_t)c : rest.n};
+        long o = find_first(part, OPEN);
+        dfl_buf_add(&t, part.s, o >= 0 ? (size_t)o : part.n);
+        if (c < 0) break;
+        rest = (span){rest.s + c + strlen(CLOSE), rest.n - (size_t)c - strlen(CLOSE)};
+    }
+    if (t.s) put_span(b, py_strip((span){t.s, t.n}));
+    dfl_buf_free(&t);
+}
+
+static const char *gemma4_name(chat_format f) { return f == CHAT_GEMMA4 ? "Gemma 4" : "Gemma 4 (early)"; }
+
+/* Gemma 4's templates (chat.h). */
+static char *render_gemma4(chat_format f, const chat_message *m, int n, int add_generation_prompt,
+                           chat_think think) {
+    for (int i = 0; i < n; i++) {
+        if (m[i].n_tool_calls > 0 || is_role(&m[i], "tool")) {
+            dfl_seterr("chat_render: message %d (%s): tool calls and tool messages are not supported yet with the "
+                       "%s template", i, m[i].role, gemma4_name(f));
+            return NULL;
+        }
+        if (!is_role(&m[i], "system") && !is_role(&m[i], "developer") && !is_role(&m[i], "user") &&
+            !is_role(&m[i], "assistant")) {
+            dfl_seterr("chat_render: message %d: unknown role \"%s\" (the %s template takes system, developer, user "
+                       "and assistant)", i, m[i].role, gemma4_name(f));
+            return NULL;
+        }
+    }
+    int first = is_role(&m[0], "system") || is_role(&m[0], "developer");
+    dfl_buf b = {0};
+    dfl_buf_str(&b, "<bos>");
+    if (think == CHAT_THINK_ON || first) {
+        dfl_buf_str(&b, "<|turn>system\n");
+        if (think == CHAT_THINK_ON) dfl_buf_str(&b, f == CHAT_GEMMA4 ? "<|think|>\n" : "<|think|>");
+        if (first) put_span(&b, py_strip(whole(m[0].content)));
+        dfl_buf_str(&b, "<turn|>\n");
+    }
+    for (int i = first; i < n; i++) {
+        int model = is_role(&m[i], "assistant");
+        dfl_buf_str(&b, "<|turn>");
+        dfl_buf_str(&b, model ? "model" : m[i].role);
+        dfl_buf_str(&b, "\n");
+        if (model) gemma4_strip_thinking(&b, m[i].content);
+        else put_span(&b, py_strip(whole(m[i].content)));
+        dfl_buf_str(&b, "<turn|>\n");
+    }
+    if (add_generation_prompt) {
+        dfl_buf_str(&b, "<|turn>model\n");
+        if (think != CHAT_THINK_ON) dfl_buf_str(&b, "<|channel>thought\n<channel|>");
+    }
+    return dfl_buf_take(&b);
+}
+
 static const char HARMONY_IDENTITY[] = "You are ChatGPT, a large language model trained by OpenAI.";
 
 char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts *o, int add_generation_prompt) {
@@ -463,34 +556,36 @@ char *chat_render_harmony(const chat_message *m, int n, const chat_harmony_opts 
     return dfl_buf_take(&b);
 }
 
+/* For a format without tools: 0 when tools_json is NULL or an empty array,
+ * else -1 + "tools are WHY" (or, not an array, that it must be one). */
+static int no_tools(const char *tools_json, const char *why) {
+    if (!tools_json) return 0;
+    cJSON *tools = cJSON_Parse(tools_json);
+    int ok = cJSON_IsArray(tools), any = ok && tools->child;
+    cJSON_Delete(tools);
+    if (ok && !any) return 0;
+    if (ok) dfl_seterr("chat_render: tools are %s", why);
+    else dfl_seterr("chat_render: tools must be a JSON array");
+    return -1;
+}
+
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
                         int add_generation_prompt, chat_think think) {
     if (f == CHAT_HARMONY) {
-        if (tools_json) {
-            cJSON *tools = cJSON_Parse(tools_json);
-            int ok = cJSON_IsArray(tools), any = ok && tools->child;
-            cJSON_Delete(tools);
-            if (!ok || any) {
-                dfl_seterr(ok ? "chat_render: tools are not supported yet with the harmony (gpt-oss) template"
-                              : "chat_render: tools must be a JSON array");
-                return NULL;
-            }
-        }
+        if (no_tools(tools_json, "not supported yet with the harmony (gpt-oss) template") != 0) return NULL;
         return chat_render_harmony(m, n, NULL, add_generation_prompt);
     }
     if (f == CHAT_GEMMA) {
         if (check_messages(m, n, 0) != 0) return NULL;
-        if (tools_json) {
-            cJSON *tools = cJSON_Parse(tools_json);
-            int ok = cJSON_IsArray(tools), any = ok && tools->child;
-            cJSON_Delete(tools);
-            if (!ok || any) {
-                dfl_seterr(ok ? "chat_render: tools are not supported with the Gemma template (it has none)"
-                              : "chat_render: tools must be a JSON array");
-                return NULL;
-            }
-        }
+        if (no_tools(tools_json, "not supported with the Gemma template (it has none)") != 0) return NULL;
         return render_gemma(m, n, add_generation_prompt);
+    }
+    if (f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY) {
+        if (check_messages(m, n, 0) != 0) return NULL;
+        if (no_tools(tools_json, f == CHAT_GEMMA4 ? "not supported yet with the Gemma 4 template"
+                                                  : "not supported yet with the Gemma 4 (early) template") != 0)
+            return NULL;
+        return render_gemma4(f, m, n, add_generation_prompt, think);
     }
     if (f != CHAT_QWEN3 && f != CHAT_LLAMA3) {
         dfl_seterr("chat_render: unknown chat format %d", (int)f);
@@ -541,6 +636,11 @@ char *chat_next_turn(chat_format f, const char *user, chat_think think) {
         dfl_buf_str(&b, "<end_of_turn>\n<start_of_turn>user\n");
         put_span(&b, py_strip(whole(user)));
         dfl_buf_str(&b, "<end_of_turn>\n<start_of_turn>model\n");
+    } else if (f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY) {
+        dfl_buf_str(&b, "<turn|>\n<|turn>user\n");
+        put_span(&b, py_strip(whole(user)));
+        dfl_buf_str(&b, "<turn|>\n<|turn>model\n");
+        if (think != CHAT_THINK_ON) dfl_buf_str(&b, "<|channel>thought\n<channel|>");
     } else if (f == CHAT_LLAMA3) {
         dfl_buf_str(&b, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
         put_span(&b, py_strip(whole(user)));

@@ -1,6 +1,6 @@
 /* chat.h - chat templates. Prefix: chat_.
  *
- * The Qwen3 ChatML, Llama-3, gpt-oss harmony and Gemma 3 templates are implemented
+ * The Qwen3 ChatML, Llama-3, gpt-oss harmony, Gemma 3 and Gemma 4 templates are implemented
  * directly in C (no Jinja engine); tests compare their output with jinja2
  * rendering the real templates for many message lists. */
 #ifndef DFL_CHAT_H
@@ -22,7 +22,7 @@ typedef struct {
 
 typedef enum { CHAT_THINK_UNSET = -1, CHAT_THINK_OFF = 0, CHAT_THINK_ON = 1 } chat_think;
 
-typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3, CHAT_HARMONY, CHAT_GEMMA } chat_format;
+typedef enum { CHAT_QWEN3 = 0, CHAT_LLAMA3, CHAT_HARMONY, CHAT_GEMMA, CHAT_GEMMA4, CHAT_GEMMA4_EARLY } chat_format;
 
 /* CHAT_HARMONY (gpt-oss): the fields of the system message its template
  * writes (the template's kwargs); NULL = the template's default. */
@@ -34,14 +34,22 @@ typedef struct {
 
 /* The texts of the tokens that end a reply in the format of template_text
  * (NULL or any template: no error is set): for harmony {"<|return|>",
- * "<|call|>", NULL}, for Gemma {"<end_of_turn>", "<eos>", NULL} (the -it
+ * "<|call|>", NULL}, for Gemma 3 {"<end_of_turn>", "<eos>", NULL} (the -it
  * models' generation_config stops on both; a base model's eos_token is
- * <eos>), for the others NULL (their eos_token says it). At most
+ * <eos>), for Gemma 4 {"<turn|>", "<eos>", NULL} (its end of turn and
+ * end of text), for the others NULL (their eos_token says it). At most
  * CHAT_MAX_STOP of them. */
 #define CHAT_MAX_STOP 2
 const char *const *chat_stop_tokens(const char *template_text);
 
-/* Which format a model's template text is; -1 + error if none we know. */
+/* Which format a model's template text is; -1 + error if none we know.
+ * Gemma 4 ("<|turn>" / "<turn|>"): CHAT_GEMMA4_EARLY for the template the
+ * models were released with (its think switch writes "<|think|>"),
+ * CHAT_GEMMA4 for the later one (llama.cpp's google-gemma-4-31B-it-
+ * interleaved.jinja: "<|think|>" and a newline); a revision with other
+ * rules (Google's 2026-07-09 "canonical" rewrite, which merges
+ * consecutive model turns and has a preserve_thinking switch) is -1 with
+ * an error naming it, not rendered by guess. */
 int chat_detect(const char *template_text);
 
 /* Render messages; malloc'd NUL-terminated string, NULL + error on bad input
@@ -55,7 +63,23 @@ int chat_detect(const char *template_text);
  * system message must go user, non-user, user, ... ("Conversation roles
  * must alternate", an error here); reasoning_content is not written; tools
  * and tool_calls are refused (the template has none). The think switch
- * does not apply. */
+ * does not apply.
+ * CHAT_GEMMA4 / CHAT_GEMMA4_EARLY are Gemma 4's templates (tests/fixtures/
+ * chat/gemma4/): "<bos>"; a system turn "<|turn>system\n" ... "<turn|>\n"
+ * when thinking is on or the first message is "system" or "developer"
+ * (its content trimmed), opened with "<|think|>" when thinking is on
+ * (CHAT_GEMMA4: "<|think|>\n"); then each message "<|turn>ROLE\n" +
+ * content + "<turn|>\n", ROLE "model" for assistant and the role as given
+ * for system / developer / user; a user's (system's) content trimmed
+ * (Python str.strip()), an assistant's with every thinking-channel span
+ * taken out as the template's strip_thinking does (each piece between
+ * "<channel|>" tags is cut at its first "<|channel>"), then trimmed;
+ * reasoning_content is not written. The generation prompt is
+ * "<|turn>model\n", followed, unless thinking is on (CHAT_THINK_ON; unset
+ * is off, as the template's default), by the empty thought channel
+ * "<|channel>thought\n<channel|>". Refused with an error naming the
+ * format: tools, tool_calls and "tool" messages (the template's tool
+ * declarations are not rendered here), and any other role. */
 char *chat_render(chat_format f, const chat_message *m, int n, int add_generation_prompt,
                   chat_think think);
 
@@ -94,8 +118,11 @@ char *chat_render_tools(chat_format f, const chat_message *m, int n, const char 
  * conversation, except that Qwen3's template drops the think block of
  * earlier answers while this keeps what the model read and wrote (with
  * thinking off: the empty block). So a chat can extend its cached tokens
- * instead of re-rendering, and reuse all of them. malloc'd; NULL + error on
- * an unknown format. */
+ * instead of re-rendering, and reuse all of them. CHAT_GEMMA4(_EARLY):
+ * "<turn|>\n", the user turn (trimmed), "<|turn>model\n" and, unless
+ * thinking is on, the empty thought channel; the full render drops the
+ * earlier answer's thought channel, which this keeps as generated.
+ * malloc'd; NULL + error on an unknown format. */
 char *chat_next_turn(chat_format f, const char *user, chat_think think);
 
 #endif

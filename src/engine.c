@@ -335,6 +335,10 @@ int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t
     return tok_encode(m->tok, text, len, ids, n);
 }
 
+int dflash_tokenize_prompt(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return tok_encode_prompt(m->tok, text, len, ids, n);
+}
+
 int dflash_token_piece(const dflash_model *m, int32_t id, char *buf, size_t size) {
     size_t len;
     const char *p = tok_piece(m->tok, id, &len);

@@ -1,5 +1,6 @@
 /* reply.c - reasoning / content / tool-call splitting of a reply (see reply.h).
- * Qwen3's format first; gpt-oss's harmony messages at the end (rp_new_harmony).
+ * Qwen3's format first; gpt-oss's harmony messages (rp_new_harmony) and Gemma 4's
+ * thinking channel (rp_new_gemma4) at the end.
  *
  * The splitter keeps the text it cannot decide yet in `hold`: the start of a
  * tag that may be "<think>", "</think>", "<tool_call>" or "</tool_call>",
@@ -18,13 +19,15 @@
 
 #include <cJSON.h>
 
+#include "chat.h"
 #include "util.h"
 
 /* ST_CALL: in a block, its head undecided (or not a streamed call: the
  * whole block is parsed at its end); ST_ARGS: a streamed call's arguments;
  * ST_TAIL: after them, up to the end tag (dropped); ST_DONE: the call
  * limit was reached, everything is dropped. */
-enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE, ST_H_HEAD, ST_H_BODY };
+enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE, ST_H_HEAD, ST_H_BODY,
+       ST_G_CONTENT, ST_G_HEAD, ST_G_REASON };
 
 /* A streamed call's head must lie in its block's first HEAD_MAX bytes (it
  * bounds the rescans of an undecided head). */
@@ -43,6 +46,7 @@ struct rp_splitter {
     int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
     int harmony;      /* rp_new_harmony: ST_H_HEAD / ST_H_BODY, h_kind the body's */
+    int gemma4;       /* rp_new_gemma4: ST_G_CONTENT / ST_G_HEAD / ST_G_REASON */
     rp_kind h_kind;
     int h_unframed;   /* ST_H_BODY entered on text that is no header: its first byte is text,
                        * even where it starts "<|start|>" (else that tag would end an empty
@@ -578,13 +582,82 @@ static void run_harmony(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
     }
 }
 
+/* ---- Gemma 4 ------------------------------------------------------------------- */
+
+rp_splitter *rp_new_gemma4(void) {
+    rp_splitter *p = rp_new(0, 0);
+    p->gemma4 = 1;
+    p->state = ST_G_CONTENT;
+    return p;
+}
+
+static const char G_OPEN[] = "<|channel>", G_CLOSE[] = "<channel|>", G_END[] = "<turn|>", G_NAME[] = "thought\n";
+
+/* The first of the n tags in s[0..len): its offset (-1: none) and *which. */
+static long g_first(const char *s, size_t len, const char *const *tags, int n, int *which) {
+    long at = -1;
+    for (int i = 0; i < n; i++) {
+        long k = find(s, len, tags[i]);
+        if (k >= 0 && (at < 0 || k < at)) at = k, *which = i;
+    }
+    return at;
+}
+
+static void run_gemma4(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
+    static const char *const in_content[] = {G_OPEN, G_CLOSE, G_END}, *const in_reason[] = {G_CLOSE, G_END};
+    dfl_buf *h = &p->hold;
+    for (;;) {
+        if (p->state == ST_DONE) { /* after <turn|>: nothing */
+            dfl_buf_reset(h);
+            return;
+        }
+        if (p->state == ST_G_HEAD) { /* just after <|channel>: its name "thought\n" is dropped */
+            size_t k = strlen(G_NAME);
+            if (h->n >= k && !memcmp(h->s, G_NAME, k)) buf_drop(h, k);
+            else if (!final && h->n < k && !memcmp(h->s, G_NAME, h->n)) return; /* may still become it */
+            p->state = ST_G_REASON;
+            continue;
+        }
+        int reason = p->state == ST_G_REASON, which = 0;
+        const char *const *tags = reason ? in_reason : in_content;
+        int nt = reason ? 2 : 3;
+        long at = g_first(h->s, h->n, tags, nt, &which);
+        rp_kind kind = reason ? RP_REASONING : RP_CONTENT;
+        if (at >= 0) {
+            emit_text(kind, h->s, (size_t)at, emit, ud);
+            buf_drop(h, (size_t)at + strlen(tags[which]));
+            const char *t = tags[which];
+            p->state = t == G_END ? ST_DONE : t == G_OPEN ? ST_G_HEAD : ST_G_CONTENT; /* a stray <channel|>: dropped */
+            continue;
+        }
+        size_t keep = 0;
+        if (!final)
+            for (int i = 0; i < nt; i++) {
+                size_t l = partial_tag(h->s, h->n, tags[i]);
+                if (l > keep) keep = l;
+            }
+        emit_text(kind, h->s, h->n - keep, emit, ud);
+        buf_drop(h, h->n - keep);
+        return;
+    }
+}
+
+rp_splitter *rp_new_for(int format, int reasoning, int tools) {
+    if (format == CHAT_HARMONY) return rp_new_harmony();
+    if (format == CHAT_GEMMA4 || format == CHAT_GEMMA4_EARLY) return rp_new_gemma4();
+    if (format == CHAT_GEMMA) return NULL; /* Gemma 3 writes no reasoning and no tool calls */
+    return reasoning || tools ? rp_new(reasoning, tools) : NULL;
+}
+
 void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud) {
     buf_put(&p->hold, text, len);
     if (p->harmony) run_harmony(p, 0, emit, ud);
+    else if (p->gemma4) run_gemma4(p, 0, emit, ud);
     else run(p, 0, emit, ud);
 }
 
 void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud) {
     if (p->harmony) run_harmony(p, 1, emit, ud);
+    else if (p->gemma4) run_gemma4(p, 1, emit, ud);
     else run(p, 1, emit, ud);
 }

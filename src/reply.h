@@ -71,6 +71,24 @@ rp_splitter *rp_new(int reasoning, int tools);
  * and gives it as content otherwise; an end tag where a header should be is
  * dropped. Headers longer than 512 bytes are content. rp_max_calls applies. */
 rp_splitter *rp_new_harmony(void);
+/* Gemma 4's format instead (chat.h's CHAT_GEMMA4 / CHAT_GEMMA4_EARLY). The
+ * reply follows the prompt's "<|turn>model\n" (and, with thinking off, an
+ * empty thought channel). "<|channel>" opens a thinking channel: its name
+ * "thought\n", when the channel starts with it, is dropped, and the text up
+ * to "<channel|>" is RP_REASONING (to the reply's end if it never closes);
+ * everything else is RP_CONTENT as generated, but for a "<channel|>" with no
+ * channel open, which is dropped (the template's strip_thinking drops such
+ * tags too). "<turn|>" (normally a stop token, not in the text) ends the
+ * reply: the rest is dropped and rp_done says 1. Applies whatever the
+ * think switch, as the model may open a channel on its own. Tool calls are
+ * not parsed (dflash refuses tools for Gemma 4). */
+rp_splitter *rp_new_gemma4(void);
+/* The splitter a reply in chat format `format` (chat.h's chat_format, or -1)
+ * needs with the given reasoning / tools switches, or NULL when its text is
+ * all content: harmony and Gemma 4 always split (rp_new_harmony,
+ * rp_new_gemma4); Gemma 3 never (its template has neither); Qwen3,
+ * Llama-3 and an unknown format: rp_new(reasoning, tools) when either is on. */
+rp_splitter *rp_new_for(int format, int reasoning, int tools);
 void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud);
 /* The end of the reply: whatever was held back goes out. */
 void rp_finish(rp_splitter *p, rp_emit_fn emit, void *ud);

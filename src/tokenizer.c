@@ -148,6 +148,12 @@ struct tok_tokenizer {
 
     char *chat_template;
     int eos_id;
+
+    /* post_processor (TemplateProcessing's "single"): the special tokens a
+     * plain prompt gets before and after its text (tok_encode_prompt) */
+    int32_t pp_ids[16];
+    int n_pp_pre, n_pp_post; /* pp_ids[0..pre) before, [pre..pre+post) after */
+    char pp_unsupported[64]; /* a post_processor type not read here ("" = none) */
 };
 
 /* ---------------------------------------------------------------- hashing */
@@ -844,6 +850,81 @@ static int parse_decoder(tok_tokenizer *t, const cJSON *dec, const char *path) {
     return parse_dec_step(t, dec, &stage, path);
 }
 
+/* One TemplateProcessing's "single" sequence: special tokens, one "A". */
+static int parse_template_pp(tok_tokenizer *t, const cJSON *pp, const char *path) {
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
+    if (!cJSON_IsArray(single)) {
+        dfl_seterr("%s: post_processor TemplateProcessing has no \"single\" array", path);
+        return -1;
+    }
+    int seen_a = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, single) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
+        const cJSON *sq = cJSON_GetObjectItemCaseSensitive(e, "Sequence");
+        if (sq) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(sq, "id");
+            if (seen_a || !cJSON_IsString(id) || strcmp(id->valuestring, "A")) {
+                dfl_seterr("%s: post_processor \"single\": one Sequence \"A\" expected", path);
+                return -1;
+            }
+            seen_a = 1;
+            continue;
+        }
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
+        if (!cJSON_IsString(name)) {
+            dfl_seterr("%s: post_processor \"single\": an item that is neither SpecialToken nor Sequence", path);
+            return -1;
+        }
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, name->valuestring),
+                                                            "ids");
+        if (!cJSON_IsArray(ids)) {
+            dfl_seterr("%s: post_processor: special token \"%.60s\" is not in special_tokens", path, name->valuestring);
+            return -1;
+        }
+        const cJSON *x;
+        cJSON_ArrayForEach(x, ids) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= t->n_vocab ||
+                x->valuedouble != (double)(int32_t)x->valuedouble) {
+                dfl_seterr("%s: post_processor: special token \"%.60s\" has an id outside the vocabulary (0..%d)",
+                           path, name->valuestring, t->n_vocab - 1);
+                return -1;
+            }
+            if (t->n_pp_pre + t->n_pp_post >= (int)(sizeof t->pp_ids / sizeof t->pp_ids[0])) {
+                dfl_seterr("%s: post_processor adds more than 16 special tokens", path);
+                return -1;
+            }
+            t->pp_ids[t->n_pp_pre + t->n_pp_post] = (int32_t)x->valuedouble;
+            if (seen_a) t->n_pp_post++;
+            else t->n_pp_pre++;
+        }
+    }
+    if (!seen_a) {
+        dfl_seterr("%s: post_processor \"single\" has no Sequence \"A\"", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* post_processor: TemplateProcessing (alone or in a Sequence) is read;
+ * ByteLevel adds no tokens; another type is remembered, and a plain prompt
+ * is then refused naming it (tok_encode_prompt). */
+static int parse_post_processor(tok_tokenizer *t, const cJSON *pp, const char *path) {
+    if (!pp || cJSON_IsNull(pp) || is_type(pp, "ByteLevel")) return 0;
+    if (is_type(pp, "TemplateProcessing")) return parse_template_pp(t, pp, path);
+    if (is_type(pp, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pp, "processors")) {
+            if (parse_post_processor(t, e, path) != 0) return -1;
+        }
+        return 0;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(pp, "type");
+    snprintf(t->pp_unsupported, sizeof t->pp_unsupported, "%s", cJSON_IsString(ty) ? ty->valuestring : "(no type)");
+    return 0;
+}
+
 /* normalizer, pre-tokenizer and model of a parsed tokenizer.json */
 static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
     if (parse_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), path) != 0) return -1;
@@ -860,6 +941,7 @@ static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
     }
     if (pat && compile_regex(t, pat, path) != 0) return -1;
     if (load_model(t, root, path) != 0) return -1;
+    if (parse_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), path) != 0) return -1;
     return t->charmode ? make_decoded(t, path) : 0;
 }
 
@@ -1540,4 +1622,26 @@ size_t tok_decode_flush(tok_decoder *d, char *out, size_t cap) {
     if (d->npend > 0) w = put_fffd(out, 0, cap); /* a held tail is always one valid prefix */
     d->npend = 0;
     return w;
+}
+
+int tok_encode_prompt(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    if (t->pp_unsupported[0]) {
+        dfl_seterr("tok_encode_prompt: the tokenizer's post_processor type \"%s\" is not supported (only "
+                   "TemplateProcessing and ByteLevel)", t->pp_unsupported);
+        return -1;
+    }
+    int32_t *body;
+    size_t nb;
+    if (tok_encode(t, text, len, &body, &nb) != 0) return -1;
+    size_t pre = (size_t)t->n_pp_pre, post = (size_t)t->n_pp_post;
+    int32_t *out = dfl_malloc((pre + nb + post ? pre + nb + post : 1) * sizeof *out);
+    memcpy(out, t->pp_ids, pre * sizeof *out);
+    if (nb) memcpy(out + pre, body, nb * sizeof *out);
+    memcpy(out + pre + nb, t->pp_ids + pre, post * sizeof *out);
+    free(body);
+    *ids = out;
+    *n = pre + nb + post;
+    return 0;
 }

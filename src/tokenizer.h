@@ -41,6 +41,15 @@ int tok_lookup(const tok_tokenizer *t, const char *token);
  * Invalid UTF-8: returns -1 with an error naming the byte offset. */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
 
+/* tok_encode of a plain prompt, as HF's tokenizer(text) does by default:
+ * with the special tokens the post_processor puts around a single
+ * sequence (TemplateProcessing "single"; Gemma's tokenizer.json: <bos>
+ * before the text; Qwen3's ByteLevel and gpt-oss's: none). A chat prompt
+ * is not one: the template writes its own (tok_encode). -1 + error naming
+ * the type for a post_processor other than TemplateProcessing / ByteLevel
+ * (alone or in a Sequence). */
+int tok_encode_prompt(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
+
 /* Streaming decode state; zero-initialise. */
 typedef struct {
     unsigned char pend[4];

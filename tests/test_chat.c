@@ -29,7 +29,7 @@ static void show_diff(const char *got, const char *want) {
 
 TEST(fixture_cases) {
     CHECK(cJSON_GetArraySize(CASES) >= 15, "only %d fixture cases", cJSON_GetArraySize(CASES));
-    int n_harmony = 0, n_gemma = 0;
+    int n_harmony = 0, n_gemma = 0, n_gemma4 = 0, n_gemma4e = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, CASES) {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
@@ -62,8 +62,12 @@ TEST(fixture_cases) {
         char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
         chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
         chat_format f = !strcmp(fmt, "llama3") ? CHAT_LLAMA3 : !strcmp(fmt, "harmony") ? CHAT_HARMONY
-                       : !strcmp(fmt, "gemma") ? CHAT_GEMMA : CHAT_QWEN3;
+                       : !strcmp(fmt, "gemma") ? CHAT_GEMMA : !strcmp(fmt, "gemma4") ? CHAT_GEMMA4
+                       : !strcmp(fmt, "gemma4_early") ? CHAT_GEMMA4_EARLY : CHAT_QWEN3;
+        CHECK(f != CHAT_QWEN3 || !strcmp(fmt, "qwen3"), "%s: unknown format \"%s\"", name, fmt);
         n_gemma += f == CHAT_GEMMA;
+        n_gemma4 += f == CHAT_GEMMA4;
+        n_gemma4e += f == CHAT_GEMMA4_EARLY;
         int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
         char *got;
@@ -91,6 +95,98 @@ TEST(fixture_cases) {
     }
     CHECK(n_harmony >= 15, "only %d harmony cases", n_harmony);
     CHECK(n_gemma >= 10, "only %d gemma cases", n_gemma);
+    CHECK(n_gemma4 >= 25 && n_gemma4e >= 25, "only %d gemma4 and %d gemma4_early cases", n_gemma4, n_gemma4e);
+}
+
+/* Gemma 4: both templates detected from their files (and the fixture's
+ * sha256 is theirs), a later revision refused by name, stop tokens, the
+ * next turn, refusals naming the format */
+static char *read_rel(const char *rel) {
+    char *p = dfl_path_join(ROOT, rel);
+    char *t = dfl_read_file(p, NULL);
+    free(p);
+    return t;
+}
+
+TEST(gemma4) {
+    char *later = read_rel("tests/fixtures/chat/gemma4/gemma4-later.jinja");
+    char *early = read_rel("tests/fixtures/chat/gemma4/gemma4-early.jinja");
+    CHECK(later && early, "read the Gemma 4 templates: %s", dfl_lasterr());
+    if (!later || !early) {
+        free(later), free(early);
+        return;
+    }
+    CHECK(chat_detect(later) == CHAT_GEMMA4, "detect the later template: %s", dfl_lasterr());
+    CHECK(chat_detect(early) == CHAT_GEMMA4_EARLY, "detect the early template: %s", dfl_lasterr());
+    const cJSON *sha = cJSON_GetObjectItem(DOC, "gemma4_template_sha256");
+    CHECK(cJSON_IsString(sha) && strlen(sha->valuestring) == 64, "fixture records the template's sha256");
+    const char *const *st = chat_stop_tokens(later);
+    CHECK(st && !strcmp(st[0], "<turn|>") && !strcmp(st[1], "<eos>") && !st[2], "gemma4 stop tokens");
+    st = chat_stop_tokens(early);
+    CHECK(st && !strcmp(st[0], "<turn|>"), "gemma4 early stop tokens");
+    /* the 2026-07-09 rewrite (other rules) is refused, naming what marks it */
+    CHECK(chat_detect("{{ '<|turn>' }}{{ '<|think|>\\n' }}{%- set preserve_thinking = x -%}<turn|>") == -1 &&
+              strstr(dfl_lasterr(), "preserve_thinking") && strstr(dfl_lasterr(), "Gemma 4"),
+          "a later revision: %s", dfl_lasterr());
+    CHECK(chat_detect("{{ '<|turn>' + role }}<turn|>") == -1 && strstr(dfl_lasterr(), "Gemma 4"),
+          "no think switch: %s", dfl_lasterr());
+    free(later), free(early);
+
+    chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},
+                        {.role = "assistant", .content = "4."}, {.role = "user", .content = " And 3+3? "}};
+    for (int v = 0; v < 2; v++) {
+        chat_format f = v ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4;
+        char *s = chat_render(f, m + 1, 1, 1, CHAT_THINK_UNSET);
+        CHECK(s && !strcmp(s, "<bos><|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"),
+              "one turn, thinking unset = off: %s", s ? s : dfl_lasterr());
+        free(s);
+        /* prompt + answer + next turn = the full render with the earlier answer's empty
+         * thought channel (which the full render drops) kept */
+        for (int th = 0; th < 2; th++) {
+            chat_think t = th ? CHAT_THINK_ON : CHAT_THINK_OFF;
+            const char *ans = th ? "<|channel>thought\nAdd.<channel|>4." : "4.";
+            char *p1 = chat_render(f, m, 2, 1, t), *nt = chat_next_turn(f, " And 3+3? ", t);
+            char *full = chat_render(f, m, 4, 1, t);
+            CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
+            if (p1 && nt && full) {
+                dfl_buf got = {0}, exp = {0};
+                dfl_buf_str(&got, p1), dfl_buf_str(&got, ans), dfl_buf_str(&got, nt);
+                const char *a = strstr(full, "<|turn>model\n4.");
+                CHECK(a != NULL, "full render has the earlier answer");
+                if (a) {
+                    a += strlen("<|turn>model\n");
+                    dfl_buf_add(&exp, full, (size_t)(a - full));
+                    dfl_buf_str(&exp, th ? "<|channel>thought\nAdd.<channel|>" : "<|channel>thought\n<channel|>");
+                    dfl_buf_str(&exp, a);
+                    CHECK(!strcmp(got.s, exp.s), "gemma4 next turn (think %d):\n%s\n---\n%s", th, got.s, exp.s);
+                }
+                dfl_buf_free(&got), dfl_buf_free(&exp);
+            }
+            free(p1), free(nt), free(full);
+        }
+        /* refused, naming the format */
+        CHECK(!chat_render_tools(f, m + 1, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
+                  strstr(dfl_lasterr(), "tools") && strstr(dfl_lasterr(), "Gemma 4"),
+              "tools: %s", dfl_lasterr());
+        s = chat_render_tools(f, m + 1, 1, "[]", 1, CHAT_THINK_UNSET);
+        CHECK(s != NULL, "no tools is fine: %s", dfl_lasterr());
+        free(s);
+        CHECK(!chat_render_tools(f, m + 1, 1, "{}", 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "array"),
+              "tools not an array: %s", dfl_lasterr());
+        chat_tool_call call = {.name = "f", .arguments = "{}"};
+        chat_message calls[] = {{.role = "user", .content = "q"},
+                                {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+        CHECK(!chat_render(f, calls, 2, 0, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1") &&
+                  strstr(dfl_lasterr(), "Gemma 4"),
+              "tool_calls: %s", dfl_lasterr());
+        chat_message tool[] = {{.role = "user", .content = "q"}, {.role = "tool", .content = "r"}};
+        CHECK(!chat_render(f, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool") &&
+                  strstr(dfl_lasterr(), "Gemma 4"),
+              "a tool message: %s", dfl_lasterr());
+        chat_message bogus[] = {{.role = "user", .content = "q"}, {.role = "narrator", .content = "r"}};
+        CHECK(!chat_render(f, bogus, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "narrator"),
+              "unknown role: %s", dfl_lasterr());
+    }
 }
 
 /* gpt-oss (harmony): the prompt spelled out; defaults; next turn; refusals */
@@ -422,6 +518,7 @@ int main(void) {
     RUN(harmony);
     RUN(harmony_tokenize);
     RUN(gemma);
+    RUN(gemma4);
     RUN(detect);
     RUN(bad_input);
     RUN(growable_buffer);

@@ -155,6 +155,23 @@ expect "harmony: without --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenize
 grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "harmony: no analysis without --think" ||
     bad "harmony: no analysis without --think"
 
+# Gemma 4's format: its later template beside the Qwen3 tokenizer (which spells the tags as
+# text), a grammar makes the model write a thought channel and an answer; stdout gets the
+# answer, --think puts the thought on stderr
+mkdir -p "$T/g4tok" && cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/g4tok/" &&
+    cp tests/fixtures/chat/gemma4/gemma4-later.jinja "$T/g4tok/chat_template.jinja"
+printf 'root ::= "<|channel>thought\\nThink " [a-z] "<channel|>Answer " [a-z]\n' >"$T/g4.gbnf"
+expect "gemma4: generate --chat --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/g4tok" --chat -p Hello --grammar "$T/g4.gbnf" -n 300 --think
+grep -q '^Answer [a-z]$' "$T/out" && [ "$(wc -l <"$T/out")" -le 1 ] && ok "gemma4: stdout is the answer" ||
+    bad "gemma4: stdout is the answer: $(head -c 200 "$T/out")"
+grep -q '^Think [a-z]$' "$T/err" && ! grep -q 'channel' "$T/err" && ok "gemma4: --think shows the thought channel on stderr" ||
+    bad "gemma4: --think shows the thought channel on stderr: $(head -c 200 "$T/err")"
+expect "gemma4: without --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/g4tok" --chat -p Hello --grammar "$T/g4.gbnf" -n 300
+grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "gemma4: no thought without --think" ||
+    bad "gemma4: no thought without --think"
+printf 'Hello\nHi again\n' | "$BIN" chat -m "$T/tgt" --tokenizer "$T/g4tok" -n 5 >"$T/out" 2>"$T/err"
+[ $? -eq 0 ] && ok "gemma4: chat runs two turns" || bad "gemma4: chat runs two turns: $(head -c 300 "$T/err")"
+
 # chat: two turns through stdin
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"

@@ -3,7 +3,10 @@
  * block, tags and JSON cut across pieces at every byte and at every pair of
  * cut points; the result never depends on how the text is split; a
  * streamed call's arguments come out as they arrive (held back: only what
- * may start "</tool_call>"); the call limit (parallel_tool_calls: false). */
+ * may start "</tool_call>"); the call limit (parallel_tool_calls: false);
+ * gpt-oss's harmony and Gemma 4's thinking channel; the splitter each chat
+ * format gets (rp_new_for). */
+#include "chat.h"
 #include "check.h"
 #include "reply.h"
 #include "tokenizer.h"
@@ -51,9 +54,10 @@ static void on_event(void *ud, const rp_event *ev) {
 /* text fed in pieces of `step` bytes (0: all at once) */
 static int max_calls; /* rp_max_calls of the splitters split() makes */
 static int harmony;   /* split() and split_at() make rp_new_harmony() splitters */
+static int gemma4;    /* ... or rp_new_gemma4() ones */
 
 static rp_splitter *new_splitter(int reasoning, int tools) {
-    return harmony ? rp_new_harmony() : rp_new(reasoning, tools);
+    return harmony ? rp_new_harmony() : gemma4 ? rp_new_gemma4() : rp_new(reasoning, tools);
 }
 
 static void split(const char *text, int reasoning, int tools, size_t step, sink *k) {
@@ -66,7 +70,8 @@ static void split(const char *text, int reasoning, int tools, size_t step, sink 
     rp_finish(p, on_event, k);
     CHECK(rp_n_calls(p) == k->n_calls, "rp_n_calls %d, events %d", rp_n_calls(p), k->n_calls);
     CHECK(!k->in_call, "every call ended");
-    CHECK(rp_done(p) == (max_calls > 0 && k->n_calls >= max_calls), "rp_done");
+    if (gemma4) CHECK(rp_done(p) == (strstr(text, "<turn|>") != NULL), "rp_done: the text holds <turn|>");
+    else CHECK(rp_done(p) == (max_calls > 0 && k->n_calls >= max_calls), "rp_done");
     rp_free(p);
 }
 
@@ -475,6 +480,91 @@ TEST(harmony_token_pieces) {
     tok_free(t);
 }
 
+/* Gemma 4 (rp_new_gemma4): a thinking channel is reasoning, its name
+ * dropped, the rest content as written; <turn|> ends the reply */
+#define T_ "<|channel>thought\n"
+TEST(gemma4_channels) {
+    gemma4 = 1;
+    const char *t1 = T_ "The user greets.<channel|>Hello! How can I help?";
+    expect(t1, 0, 0, "Hello! How can I help?", "The user greets.", "", "rc");
+    every_cut(t1, 0, 0);
+    expect("Hello!\n", 0, 0, "Hello!\n", "", "", "c"); /* thinking off: all content, as written */
+    expect(T_ "<channel|>answer", 0, 0, "answer", "", "", "c"); /* the empty channel of the prompt */
+    const char *end = T_ "r<channel|> answer <turn|>ignored<|channel>x";
+    expect(end, 0, 0, " answer ", "r", "", "rc");
+    every_cut(end, 0, 0);
+    expect(T_ "only thinking, cut", 0, 0, "", "only thinking, cut", "", "r");
+    expect(T_ "r<turn|>x<channel|>y", 0, 0, "", "r", "", "r"); /* <turn|> inside the channel */
+    expect("<|channel>no name<channel|>x", 0, 0, "x", "no name", "", "rc");
+    expect("<|channel>thou", 0, 0, "", "thou", "", "r"); /* a name cut by the reply's end */
+    expect("<|channel>thought x<channel|>", 0, 0, "", "thought x", "", "r");
+    expect("a<channel|>b", 0, 0, "ab", "", "", "c"); /* a stray close tag is dropped */
+    const char *two = T_ "a<channel|>b" T_ "c<channel|>d";
+    expect(two, 0, 0, "bd", "ac", "", "rcrc");
+    every_cut(two, 0, 0);
+    expect("<|channel>a<|channel>b<channel|>c", 0, 0, "c", "a<|channel>b", "", "rc");
+    const char *look = "1 <| 2 <channel 3 <turn 4 <|channel 5 thought\n <channel| <turn|";
+    expect(look, 0, 0, look, "", "", "c");
+    every_cut(look, 0, 0);
+    expect("", 0, 0, "", "", "", "");
+    expect("<turn|>", 0, 0, "", "", "", "");
+    gemma4 = 0;
+}
+
+static void feed_all(rp_splitter *p, const char *text, sink *k) {
+    memset(k, 0, sizeof *k);
+    rp_feed(p, text, strlen(text), on_event, k);
+    rp_finish(p, on_event, k);
+    rp_free(p);
+}
+
+/* rp_new_for: each chat format's splitter. Regression: the server once took
+ * any template with extra stop tokens for harmony, so Gemma 3 replies went
+ * through the harmony splitter. */
+TEST(splitter_for_format) {
+    const char *env = getenv("DFLASH_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/gemma3-tokenizer", env ? env : ".");
+    tok_tokenizer *t = tok_load(dir);
+    CHECK(t != NULL, "tok_load %s: %s", dir, dfl_lasterr());
+    if (t) {
+        const char *g3 = tok_chat_template(t);
+        CHECK(chat_stop_tokens(g3) != NULL, "Gemma 3's template has extra stop tokens");
+        for (int th = 0; th < 2; th++)
+            CHECK(rp_new_for(chat_detect(g3), th, 0) == NULL, "Gemma 3 (think %d): no splitter, all content", th);
+        tok_free(t);
+    }
+    sink k;
+    rp_splitter *p = rp_new_for(CHAT_HARMONY, 0, 0);
+    CHECK(p != NULL, "harmony always splits");
+    if (p) {
+        feed_all(p, A_ "x<|end|>" F_ "y", &k);
+        CHECK(!strcmp(k.content, "y") && !strcmp(k.reasoning, "x"), "harmony: '%s' '%s'", k.content, k.reasoning);
+    }
+    for (int v = 0; v < 2; v++) {
+        p = rp_new_for(v ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4, 0, 0);
+        CHECK(p != NULL, "Gemma 4 always splits");
+        if (p) {
+            feed_all(p, T_ "x<channel|>y", &k);
+            CHECK(!strcmp(k.content, "y") && !strcmp(k.reasoning, "x"), "gemma4: '%s' '%s'", k.content, k.reasoning);
+        }
+    }
+    CHECK(rp_new_for(CHAT_QWEN3, 0, 0) == NULL && rp_new_for(CHAT_LLAMA3, 0, 0) == NULL && rp_new_for(-1, 0, 0) == NULL,
+          "Qwen3 / Llama-3 / unknown without reasoning or tools: no splitter");
+    p = rp_new_for(CHAT_QWEN3, 1, 0);
+    CHECK(p != NULL, "Qwen3 with reasoning");
+    if (p) {
+        feed_all(p, "<think>\nr\n</think>\n\nc", &k);
+        CHECK(!strcmp(k.content, "c") && !strcmp(k.reasoning, "r"), "qwen3: '%s' '%s'", k.content, k.reasoning);
+    }
+    p = rp_new_for(CHAT_QWEN3, 0, 1);
+    CHECK(p != NULL, "Qwen3 with tools");
+    if (p) {
+        feed_all(p, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", &k);
+        CHECK(!strcmp(k.calls, "f|{}\n"), "qwen3 call: '%s'", k.calls);
+    }
+}
+
 int main(void) {
     RUN(plain_text_passes_through);
     RUN(one_call);
@@ -489,5 +579,7 @@ int main(void) {
     RUN(harmony_channels);
     RUN(harmony_tool_calls);
     RUN(harmony_token_pieces);
+    RUN(gemma4_channels);
+    RUN(splitter_for_format);
     CHECK_DONE("test_reply");
 }

@@ -1207,6 +1207,117 @@ static void find_root(void) {
     snprintf(TOKDIR, sizeof TOKDIR, "%s/models/qwen3-tokenizer", ROOT);
 }
 
+/* A plain prompt gets the post_processor's special tokens (TemplateProcessing
+ * "single": Gemma's <bos>), as HF's tokenizer(text) gives them:
+ * tests/fixtures/tokenizer/prompt-ids.json from @lenml/tokenizers
+ * (tools/reference/tokenizer_prompt_ref.mjs), 18 texts for each of the three
+ * tokenizers; Qwen3's and gpt-oss's ids are tok_encode's unchanged. A
+ * post_processor dflash does not read, or a malformed one, is refused. */
+TEST(plain_prompt_special_tokens) {
+    char *path = root_path("tests/fixtures/tokenizer/prompt-ids.json");
+    char *txt = dfl_read_file(path, NULL);
+    free(path);
+    cJSON *doc = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    const cJSON *texts = cJSON_GetObjectItem(doc, "texts"), *all = cJSON_GetObjectItem(doc, "ids");
+    CHECK(cJSON_GetArraySize(texts) >= 15 && cJSON_IsObject(all), "read prompt-ids.json");
+    static const char *const dirs[] = {"models/qwen3-tokenizer", "models/gptoss-tokenizer", "models/gemma3-tokenizer"};
+    int n_checked = 0;
+    for (int d = 0; d < 3 && doc; d++) {
+        char *dir = root_path(dirs[d]);
+        tok_tokenizer *t = tok_load(dir);
+        free(dir);
+        CHECK(t != NULL, "load %s: %s", dirs[d], dfl_lasterr());
+        const cJSON *want = cJSON_GetObjectItem(all, dirs[d]);
+        CHECK(cJSON_GetArraySize(want) == cJSON_GetArraySize(texts), "%s: one list per text", dirs[d]);
+        for (int k = 0; t && k < cJSON_GetArraySize(texts) && k < cJSON_GetArraySize(want); k++) {
+            const char *text = cJSON_GetArrayItem(texts, k)->valuestring;
+            const cJSON *w = cJSON_GetArrayItem(want, k);
+            int32_t *ids = NULL, *plain = NULL;
+            size_t n = 0, np = 0;
+            int rc = tok_encode_prompt(t, text, strlen(text), &ids, &n);
+            CHECK(rc == 0, "%s text %d: %s", dirs[d], k, dfl_lasterr());
+            int same = rc == 0 && (int)n == cJSON_GetArraySize(w);
+            for (size_t i = 0; same && i < n; i++) same = ids[i] == cJSON_GetArrayItem(w, (int)i)->valueint;
+            CHECK(same, "%s text %d (\"%.30s\"): %zu ids, reference %d", dirs[d], k, text, n, cJSON_GetArraySize(w));
+            if (!same && ids) print_ids("got", ids, n);
+            /* Gemma: <bos> then tok_encode's ids; the others: tok_encode's ids */
+            CHECK(tok_encode(t, text, strlen(text), &plain, &np) == 0, "encode");
+            int bos = d == 2;
+            CHECK(n == np + (size_t)bos && (!bos || ids[0] == 2) && (!np || !memcmp(ids + bos, plain, np * sizeof *ids)),
+                  "%s text %d: prompt = %s tok_encode", dirs[d], k, bos ? "<bos> +" : "");
+            n_checked += same;
+            free(ids), free(plain);
+        }
+        tok_free(t);
+    }
+    CHECK(n_checked >= 45, "%d prompts matched", n_checked);
+    cJSON_Delete(doc);
+
+    /* post_processors dflash refuses, naming the problem; ByteLevel / absent add nothing */
+    char dir[] = "/tmp/dfl_tokpp_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    char *tj = dfl_path_join(dir, "tokenizer.json");
+    static const char model[] = "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"<s>\":1},\"merges\":[]}";
+    static const struct {
+        const char *pp, *err; /* err NULL: loads; "!X": loads, a prompt is refused naming X */
+        int pre, post;
+    } cases[] = {
+        {"null", NULL, 0, 0},
+        {"{\"type\":\"ByteLevel\"}", NULL, 0, 0},
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":"
+         "\"A\"}},{\"SpecialToken\":{\"id\":\"<s>\"}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1]}}}",
+         NULL, 1, 1},
+        {"{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},{\"type\":\"TemplateProcessing\",\"single\":"
+         "[{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<s>\":{\"ids\":[1]}}}]}",
+         NULL, 1, 0},
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<x>\"}},{\"Sequence\":{\"id\":\"A\"}}],"
+         "\"special_tokens\":{}}",
+         "<x>", 0, 0},
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}],"
+         "\"special_tokens\":{\"<s>\":{\"ids\":[7]}}}",
+         "outside the vocabulary", 0, 0},
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}}],\"special_tokens\":{\"<s>\":"
+         "{\"ids\":[1]}}}",
+         "Sequence", 0, 0},
+        {"{\"type\":\"TemplateProcessing\"}", "single", 0, 0},
+        {"{\"type\":\"BertProcessing\",\"cls\":[\"<s>\",1],\"sep\":[\"<s>\",1]}", "!BertProcessing", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json, "{\"post_processor\":%s,%s}", cases[i].pp, model);
+        write_file(tj, json, strlen(json));
+        tok_tokenizer *t = tok_load(dir);
+        const char *e = cases[i].err;
+        if (e && e[0] != '!') {
+            CHECK(t == NULL && strstr(dfl_lasterr(), e) && strstr(dfl_lasterr(), "post_processor"),
+                  "case %zu: refused naming %s: %s", i, e, t ? "(loaded)" : dfl_lasterr());
+        } else {
+            CHECK(t != NULL, "case %zu loads: %s", i, dfl_lasterr());
+            int32_t *ids = NULL;
+            size_t n = 0;
+            int rc = t ? tok_encode_prompt(t, "aa", 2, &ids, &n) : -1;
+            if (e) {
+                CHECK(rc == -1 && strstr(dfl_lasterr(), e + 1), "case %zu: prompt refused naming %s: %s", i, e + 1,
+                      dfl_lasterr());
+            } else {
+                size_t want = (size_t)(cases[i].pre + 2 + cases[i].post);
+                CHECK(rc == 0 && n == want && (!cases[i].pre || ids[0] == 1) && (!cases[i].post || ids[n - 1] == 1) &&
+                          ids[cases[i].pre] == 0,
+                      "case %zu: %zu ids", i, n);
+            }
+            free(ids);
+        }
+        tok_free(t);
+    }
+    unlink(tj);
+    rmdir(dir);
+    free(tj);
+}
+
 int main(void) {
     find_root();
     T = tok_load(TOKDIR);
@@ -1258,6 +1369,7 @@ int main(void) {
     RUN(gemma_cases);
     RUN(gemma_corpus);
     tok_free(GEMMA);
+    RUN(plain_prompt_special_tokens);
     unlink(GGUF_PATH);
     tmpdir_remove();
     tok_free(T);

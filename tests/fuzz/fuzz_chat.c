@@ -1,15 +1,19 @@
 /* fuzz_chat.c - the chat templates (chat_render, chat_detect) on arbitrary
- * messages. Byte 0 picks the format (bit 7: harmony, or Gemma 3 with bit 6;
- * else bit 0 Llama-3 or Qwen3), the generation prompt and thinking;
+ * messages. Byte 0 picks the format (bit 7: harmony, or Gemma 3 with bit 6,
+ * or Gemma 4 with bits 6 and 0, its early template with bit 5 too; else
+ * bit 0 Llama-3 or Qwen3), the generation prompt and thinking;
  * the rest is records separated by 0x1E, each starting with a role byte;
  * an 0x1F inside a record starts its reasoning_content. The whole input is
  * also given to chat_detect as template text and to chat_render_tools as
  * the tools JSON. Oracle: no crash or sanitizer
  * report; an unknown role is refused (Qwen3); with valid UTF-8
  * messages the output is valid UTF-8 and (Qwen3 and harmony, which do not
- * trim) holds every user message; harmony refuses tool messages and a later
+ * trim; the others do) holds every user message; harmony refuses tool messages and a later
  * system message; Gemma starts with <bos>, ends with the generation prompt
- * when asked, and refuses turns that do not alternate. */
+ * when asked, and refuses turns that do not alternate; Gemma 4 starts
+ * with <bos>, ends with its generation prompt (the empty thought channel
+ * unless thinking is on) when asked, refuses tool messages and unknown
+ * roles and renders every other list that is not empty. */
 #include "chat.h"
 #include "fuzz_common.h"
 #include "util.h"
@@ -27,14 +31,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(with_tools);
     free(txt);
     static const char *roles[] = {"system", "user", "assistant", "tool", "bogus"};
-    chat_format f = data[0] >> 7 ? ((data[0] >> 6) & 1 ? CHAT_GEMMA : CHAT_HARMONY) : data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
+    chat_format f = data[0] >> 7 ? ((data[0] >> 6) & 1 ? (data[0] & 1 ? ((data[0] >> 5) & 1 ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4)
+                                                                   : CHAT_GEMMA)
+                                                    : CHAT_HARMONY)
+                    : data[0] & 1 ? CHAT_LLAMA3 : CHAT_QWEN3;
     int gen = (data[0] >> 1) & 1;
     chat_think think = (chat_think)((int)((data[0] >> 2) % 3) - 1);
     char *buf = dfl_malloc(size + 1);
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
     chat_message msgs[64];
-    int n = 0, bad_role = 0;
+    int n = 0, bad_role = 0, tool_role = 0;
     for (char *p = buf, *end = buf + size - 1; p < end && n < 64;) {
         char *e = memchr(p, 0x1e, (size_t)(end - p));
         if (!e) e = end;
@@ -43,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *content = e > p ? p + 1 : p, *reason = strchr(content, 0x1f);
         if (reason) *reason++ = 0;
         bad_role |= r == 4;
+        tool_role |= r == 3;
         msgs[n++] = (chat_message){.role = roles[r], .content = content, .reasoning_content = reason};
         p = e + 1;
     }
@@ -62,6 +70,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = first; i < n; i++)
             if (!strcmp(msgs[i].role, "user") != ((i - first) % 2 == 0)) abort();
     }
+    if (f == CHAT_GEMMA4 || f == CHAT_GEMMA4_EARLY) {
+        if (!out != (n == 0 || bad_role || tool_role)) abort(); /* refused exactly for those roles (or none) */
+        const char *gp = think == CHAT_THINK_ON ? "<|turn>model\n" : "<|turn>model\n<|channel>thought\n<channel|>";
+        size_t L = out ? strlen(out) : 0, G = strlen(gp);
+        if (out && (strncmp(out, "<bos>", 5) || (gen && (L < G || strcmp(out + L - G, gp))))) abort();
+    }
     if (out) {
         int utf8 = 1;
         for (int i = 0; i < n; i++)
@@ -70,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                      dfl_utf8_invalid_at(msgs[i].reasoning_content, strlen(msgs[i].reasoning_content)) < 0);
         if (utf8 && dfl_utf8_invalid_at(out, strlen(out)) >= 0) abort();
         for (int i = 0; i < n; i++)
-            if (f != CHAT_LLAMA3 && f != CHAT_GEMMA && !strcmp(msgs[i].role, "user") && !strstr(out, msgs[i].content))
+            if ((f == CHAT_QWEN3 || f == CHAT_HARMONY) && !strcmp(msgs[i].role, "user") && !strstr(out, msgs[i].content))
                 abort();
         free(out);
     }

@@ -1,9 +1,10 @@
 /* fuzz_reply.c - the reply splitter (src/reply.c) on arbitrary model text.
  * Byte 0: bit 0 reasoning, bit 1 tools, bit 2 at most one call
- * (rp_max_calls 1), bit 7 gpt-oss's harmony splitter (rp_new_harmony; bits
- * 0 and 1 then do nothing, and a call's arguments are its message body, which
- * may be empty or not start with "{"), bits 3-6 seed the piece sizes; the rest is the
- * reply. Oracle: no crash or sanitizer report; the reply fed whole and fed
+ * (rp_max_calls 1), bit 7 gpt-oss's harmony splitter (rp_new_harmony; bit
+ * 1 then does nothing, and a call's arguments are its message body, which
+ * may be empty or not start with "{"), or with bits 7 and 0 both set Gemma 4's
+ * (rp_new_gemma4: no calls; rp_done exactly when the reply holds "<turn|>"),
+ * bits 3-6 seed the piece sizes; the rest is the reply. Oracle: no crash or sanitizer report; the reply fed whole and fed
  * in pieces gives the same content, reasoning and tool calls; events come
  * as BEGIN, ARGS..., END per call, indices 0, 1, ..., nothing else inside a
  * call, no empty pieces; every call has a name and its arguments are a
@@ -27,6 +28,9 @@ typedef struct {
     size_t reply_n;
     int harmony;
 } fz_sink;
+
+/* rp_new_gemma4 instead of rp_new_harmony */
+static int gemma4;
 
 static void fz_put(fz_buf *b, const char *s, size_t n) {
     b->s = dfl_realloc(b->s, b->n + n + 1);
@@ -74,7 +78,7 @@ static void run(const char *s, size_t n, int reasoning, int tools, int one_call,
     k->reply = s;
     k->reply_n = n;
     k->harmony = harmony;
-    rp_splitter *p = harmony ? rp_new_harmony() : rp_new(reasoning, tools);
+    rp_splitter *p = gemma4 ? rp_new_gemma4() : harmony ? rp_new_harmony() : rp_new(reasoning, tools);
     rp_max_calls(p, one_call);
     for (size_t i = 0; i < n;) {
         size_t step = seed ? 1 + (seed = seed * 1103515245u + 12345u) % 7 : n;
@@ -84,7 +88,8 @@ static void run(const char *s, size_t n, int reasoning, int tools, int one_call,
     }
     rp_finish(p, on_event, k);
     if (rp_n_calls(p) != k->n_calls || k->in_call || (one_call && k->n_calls > 1)) abort();
-    if (rp_done(p) != (one_call && k->n_calls == 1)) abort();
+    if (gemma4 ? k->n_calls || rp_done(p) != has_piece(s, n, "<turn|>", 7) : rp_done(p) != (one_call && k->n_calls == 1))
+        abort();
     rp_free(p);
 }
 
@@ -101,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int reasoning = data[0] & 1, tools = (data[0] >> 1) & 1, one_call = (data[0] >> 2) & 1;
     int harmony = data[0] >> 7;
+    gemma4 = harmony && (data[0] & 1);
     unsigned seed = ((data[0] >> 3) & 15) | 1u;
     const char *s = (const char *)data + 1;
     size_t n = size - 1;

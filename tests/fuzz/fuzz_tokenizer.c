@@ -6,8 +6,9 @@
  * Oracles: invalid UTF-8 is refused with an error; valid UTF-8 encodes; the
  * decoded ids are valid UTF-8 and re-encode to the same ids (round trip of
  * the normalized text); text with nothing to normalize (no byte >= 0xCC)
- * decodes to itself; decoding arbitrary ids (any int32) streams valid UTF-8
- * and never writes past tok_max_piece(). */
+ * decodes to itself; tok_encode_prompt gives the same ids after <bos>
+ * (Gemma) or alone (Qwen3); decoding arbitrary ids (any int32) streams
+ * valid UTF-8 and never writes past tok_max_piece(). */
 #include "fuzz_common.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -70,6 +71,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     if (rc != 0) abort();
+    { /* a plain prompt: the post_processor's tokens around the same ids (Gemma: <bos>; Qwen3: none) */
+        int32_t *pids;
+        size_t pm, bos = gemma ? 1 : 0;
+        if (tok_encode_prompt(T, s, n, &pids, &pm) != 0 || pm != m + bos || (gemma && pids[0] != 2) ||
+            (m && memcmp(pids + bos, ids, m * sizeof *ids)))
+            abort();
+        free(pids);
+    }
     size_t len;
     char *text = decode_all(ids, m, &len);
     if (dfl_utf8_invalid_at(text, len) >= 0) abort();

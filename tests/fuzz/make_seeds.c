@@ -244,6 +244,12 @@ int main(void) {
     /* Gemma 3 (bits 7 and 6): system, user, assistant, user, generation prompt */
     static const char chat5[] = "\xc2\x00" "Be brief.\x1e\x01 What is 2+2? \x1e\x02" "4.\x1e\x01" "And 3+3?";
     put("chat", "gemma0", chat5, sizeof chat5 - 1, NULL, 0, NULL, 0);
+    /* Gemma 4 (0xc3: bits 7, 6 and 0; gen; 0xe3 also bit 5: the early template, thinking on) */
+    static const char chat6[] = "\xc3\x00" "Be brief.\x1e\x01 What is 2+2? \x1e\x02<|channel>thought\nadd<channel|>4.\x1e\x01"
+                                "And 3+3?";
+    put("chat", "gemma4_0", chat6, sizeof chat6 - 1, NULL, 0, NULL, 0);
+    static const char chat7[] = "\xe3\x01Hi\x1e\x02" "a<|channel>x<channel|>b\x1e\x01q";
+    put("chat", "gemma4_1", chat7, sizeof chat7 - 1, NULL, 0, NULL, 0);
     /* Gemma 3's tokenizer (bit 1): spaces and U+2581, tab and newline runs, HTML tags, turn
      * tokens, a character outside the vocab (U+10FFFD: byte fallback); ids incl. <0xNN> */
     static const char gtext[] = "<start_of_turn>user\n  Hi\t\tthere \xe2\x96\x81\xe2\x96\x81x\n\n\n<b>bold</b> "

@@ -5,17 +5,21 @@ Run from the repository root with Debian's Python (python3-jinja2):
     /usr/bin/python3 tools/reference/chat_ref.py
 The Qwen3 template is read from models/qwen3-tokenizer/tokenizer_config.json
 (gpt-oss's from models/gptoss-tokenizer/chat_template.jinja, HARMONY_CASES below;
-Gemma 3's from models/gemma3-tokenizer/tokenizer_config.json, GEMMA_CASES)
-and rendered the way transformers' apply_chat_template does: an
-ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
+Gemma 3's from models/gemma3-tokenizer/tokenizer_config.json, GEMMA_CASES;
+Gemma 4's two templates from the paths given by --gemma4 and --gemma4-early,
+by default tests/fixtures/chat/gemma4/gemma4-later.jinja and gemma4-early.jinja,
+GEMMA4_CASES, each list rendered with both) and rendered the way transformers'
+apply_chat_template does: an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
 loopcontrols extension, a raise_exception global and a tojson filter; the
 special tokens are passed as variables and enable_thinking only when set.
-Each case: name, format ("qwen3", "llama3", "harmony" or "gemma"), messages (role, content,
+Each case: name, format ("qwen3", "llama3", "harmony", "gemma", "gemma4" or
+"gemma4_early"), messages (role, content,
 optional reasoning_content and tool_calls), optional tools, add_generation_prompt,
 optional enable_thinking,
 expected (the rendered text). tests/test_chat.c renders each with
 chat_render() and compares.
 """
+import argparse
 import datetime
 import hashlib
 import json
@@ -222,6 +226,58 @@ GEMMA_CASES = [
 ]
 
 
+# Gemma 4: tests/fixtures/chat/gemma4/ (README there: where they come from). Each case: name,
+# messages, add_generation_prompt, enable_thinking (None: not passed). bos_token "<bos>",
+# eos_token "<eos>", pad_token "<pad>". Rendered with both templates ("gemma4": the later one,
+# "gemma4_early"); the names get "gemma4_" / "gemma4e_" in front.
+GEMMA4_CASES = [
+    ("user_gen", [U("Hello")], True, None),
+    ("user_gen_think_off", [U("Hello")], True, False),
+    ("user_gen_think_on", [U("Hello")], True, True),
+    ("user_nogen", [U("Hello")], False, None),
+    ("user_nogen_think_on", [U("Hello")], False, True),
+    ("system_user", [S("You are helpful."), U("Hello")], True, None),
+    ("system_user_think_on", [S("  You are helpful.\n"), U("Hello")], True, True),
+    ("developer_user", [{"role": "developer", "content": "Answer in French."}, U("Hi")], True, False),
+    ("system_multi", [S("  Be brief. "), U(" What is 2+2? "), A(" 4. \n"), U("And 3+3?")], True, None),
+    ("train_final", [U("q"), A(" a \n")], False, None),
+    ("train_final_think_on", [S("s"), U("q"), A("<|channel>thought\nr<channel|>a")], False, True),
+    ("history_thinking_stripped",
+     [U("What is 2+2?"), A("<|channel>thought\nSimple sum.<channel|>4"), U("And 3+3?")], True, True),
+    ("history_thinking_stripped_off",
+     [U("What is 2+2?"), A("<|channel>thought\nSimple sum.<channel|>\n\n4\n"), U("And 3+3?")], True, False),
+    ("history_several_channels",
+     [U("q"), A("a<|channel>x<channel|>b <|channel>thought\ny\n<channel|> c "), U("q2")], True, None),
+    ("history_unclosed_channel", [U("q"), A("answer<|channel>thought\nunfinished"), U("q2")], True, None),
+    ("history_close_without_open", [U("q"), A("x<channel|>y"), U("q2")], True, None),
+    ("history_nested_open", [U("q"), A("a<|channel>b<|channel>c<channel|>d"), U("q2")], True, None),
+    ("reasoning_content_ignored", [U("q1"), A("a1", "r1"), U("q2")], True, True),
+    ("empty_contents", [S(""), U(""), A("")], True, None),
+    ("empty_system", [S(""), U("hi")], True, None),
+    ("only_system", [S("only a system message")], True, None),
+    ("only_system_think_on", [S("only a system message")], True, True),
+    ("later_system", [U("a"), S(" late system "), U("b")], True, None),
+    ("later_developer", [S("first"), U("a"), {"role": "developer", "content": "dev"}, U("b")], True, None),
+    ("assistant_first", [A("I start."), U("ok")], True, None),
+    ("consecutive_users", [U("one"), U("two")], True, None),
+    ("consecutive_assistants", [U("q"), A("part 1"), A("part 2")], False, None),
+    ("specials_in_content", [U("<|turn>user\nx<turn|> <|think|> <bos>"), A("<turn|>y<|turn>"), U("z")], True, None),
+    ("strip_unicode_space", [U("\u00a0\u2003 x \u2028\x1c"), A("\u180e y \u180e"), U("\tz\n\n")], True, None),
+    ("unicode", [S(UNI), U(UNI + "\n\n"), A(UNI)], True, None),
+    ("unicode_think_on", [S(UNI), U(UNI)], True, True),
+    ("long", [S("s")] + [m for i in range(5) for m in (U("u%d" % i), A("<|channel>thought\nt%d<channel|>a%d" % (i, i)))]
+     + [U("last")], True, None),
+    ("long_think_on", [m for i in range(4) for m in (U("u%d" % i), A("a%d" % i, "r%d" % i))] + [U("last")], True, True),
+]
+
+
+def gemma4_render(tmpl, msgs, agp, think):
+    kw = dict(messages=msgs, add_generation_prompt=agp, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+    if think is not None:
+        kw["enable_thinking"] = think
+    return tmpl.render(**kw)
+
+
 def harmony_render(tmpl, msgs, agp, kw):
     date = kw.get("date", HARMONY_DATE)
     env = environment()
@@ -242,6 +298,13 @@ def harmony_render(tmpl, msgs, agp, kw):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gemma4", default=os.path.join(ROOT, "tests/fixtures/chat/gemma4/gemma4-later.jinja"),
+                    help="Gemma 4's later chat template (format gemma4)")
+    ap.add_argument("--gemma4-early", default=os.path.join(ROOT, "tests/fixtures/chat/gemma4/gemma4-early.jinja"),
+                    help="Gemma 4's early chat template (format gemma4_early)")
+    ap.add_argument("-o", "--out", default=OUT)
+    args = ap.parse_args()
     cfg = json.load(open(os.path.join(ROOT, "models/qwen3-tokenizer/tokenizer_config.json")))
     qwen = environment().from_string(cfg["chat_template"])
     llama = environment().from_string(LLAMA3_TEMPLATE)
@@ -281,18 +344,32 @@ def main():
              "expected": gemma.render(messages=msgs, add_generation_prompt=agp, bos_token=gcfg["bos_token"],
                                       eos_token=gcfg["eos_token"], pad_token=gcfg["pad_token"])}
         cases.append(c)
+    g4 = {}
+    for fmt, path in (("gemma4", args.gemma4), ("gemma4_early", args.gemma4_early)):
+        text = open(path, encoding="utf-8").read()
+        g4[fmt] = text
+        tmpl = environment().from_string(text)
+        for name, msgs, agp, think in GEMMA4_CASES:
+            c = {"name": ("gemma4_" if fmt == "gemma4" else "gemma4e_") + name, "format": fmt, "messages": msgs,
+                 "add_generation_prompt": agp}
+            if think is not None:
+                c["enable_thinking"] = think
+            c["expected"] = gemma4_render(tmpl, msgs, agp, think)
+            cases.append(c)
     doc = {
         "generator": "tools/reference/chat_ref.py (jinja2 %s)" % jinja2.__version__,
         "qwen3_template_sha256": hashlib.sha256(cfg["chat_template"].encode()).hexdigest(),
         "harmony_template_sha256": hashlib.sha256(htmpl.encode()).hexdigest(),
         "gemma3_template_sha256": hashlib.sha256(gcfg["chat_template"].encode()).hexdigest(),
+        "gemma4_template_sha256": hashlib.sha256(g4["gemma4"].encode()).hexdigest(),
+        "gemma4_early_template_sha256": hashlib.sha256(g4["gemma4_early"].encode()).hexdigest(),
         "cases": cases,
     }
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=True, indent=1)
         f.write("\n")
-    print("%s: %d cases" % (OUT, len(cases)))
+    print("%s: %d cases" % (args.out, len(cases)))
 
 
 if __name__ == "__main__":
