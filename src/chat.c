@@ -32,9 +32,9 @@
  * CHAT_GEMMA is the Gemma 3 template of models/gemma3-tokenizer/tokenizer_config.json
  * (chat.h describes it); its pieces are literals of that template.
  *
- * CHAT_GEMMA4 and CHAT_GEMMA4_EARLY are Gemma 4's two templates in
- * tests/fixtures/chat/gemma4/ (chat.h describes them; README there says
- * where they come from); their pieces are literals of those templates.
+ * CHAT_GEMMA4 and CHAT_GEMMA4_EARLY are Gemma 4's two templates named in
+ * tests/fixtures/chat/gemma4/README (chat.h describes them; the README says
+ * where they come from); their pieces are the literals those templates write.
  *
  * CHAT_HARMONY is gpt-oss's chat_template.jinja (models/gptoss-tokenizer/,
  * upstream 2025-08-08) for messages without tools, as chat.h describes it;

@@ -65,7 +65,7 @@ int chat_detect(const char *template_text);
  * and tool_calls are refused (the template has none). The think switch
  * does not apply.
  * CHAT_GEMMA4 / CHAT_GEMMA4_EARLY are Gemma 4's templates (tests/fixtures/
- * chat/gemma4/): "<bos>"; a system turn "<|turn>system\n" ... "<turn|>\n"
+ * chat/gemma4/README): "<bos>"; a system turn "<|turn>system\n" ... "<turn|>\n"
  * when thinking is on or the first message is "system" or "developer"
  * (its content trimmed), opened with "<|think|>" when thinking is on
  * (CHAT_GEMMA4: "<|think|>\n"); then each message "<|turn>ROLE\n" +

@@ -98,24 +98,15 @@ TEST(fixture_cases) {
     CHECK(n_gemma4 >= 25 && n_gemma4e >= 25, "only %d gemma4 and %d gemma4_early cases", n_gemma4, n_gemma4e);
 }
 
-/* Gemma 4: both templates detected from their files (and the fixture's
- * sha256 is theirs), a later revision refused by name, stop tokens, the
- * next turn, refusals naming the format */
-static char *read_rel(const char *rel) {
-    char *p = dfl_path_join(ROOT, rel);
-    char *t = dfl_read_file(p, NULL);
-    free(p);
-    return t;
-}
-
+/* Gemma 4: both templates told apart by their think switch (project-written
+ * lines with the markers of the files fixtures/chat/gemma4/README names; the
+ * fixture records those files' sha256), a later revision refused by name, stop
+ * tokens, the next turn, refusals naming the format */
 TEST(gemma4) {
-    char *later = read_rel("tests/fixtures/chat/gemma4/gemma4-later.jinja");
-    char *early = read_rel("tests/fixtures/chat/gemma4/gemma4-early.jinja");
-    CHECK(later && early, "read the Gemma 4 templates: %s", dfl_lasterr());
-    if (!later || !early) {
-        free(later), free(early);
-        return;
-    }
+    const char *later = "{{- bos_token -}}{%- if enable_thinking -%}{{- '<|turn>system\\n' -}}{{- '<|think|>\\n' -}}"
+                        "{%- endif -%}{{- '<|turn>' + role -}}{{- '<turn|>\\n' -}}",
+               *early = "{{- bos_token -}}{%- if enable_thinking -%}{{- '<|turn>system\\n' -}}{{- '<|think|>' -}}"
+                        "{%- endif -%}{{- '<|turn>' + role -}}{{- '<turn|>\\n' -}}";
     CHECK(chat_detect(later) == CHAT_GEMMA4, "detect the later template: %s", dfl_lasterr());
     CHECK(chat_detect(early) == CHAT_GEMMA4_EARLY, "detect the early template: %s", dfl_lasterr());
     const cJSON *sha = cJSON_GetObjectItem(DOC, "gemma4_template_sha256");
@@ -130,7 +121,6 @@ TEST(gemma4) {
           "a later revision: %s", dfl_lasterr());
     CHECK(chat_detect("{{ '<|turn>' + role }}<turn|>") == -1 && strstr(dfl_lasterr(), "Gemma 4"),
           "no think switch: %s", dfl_lasterr());
-    free(later), free(early);
 
     chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},
                         {.role = "assistant", .content = "4."}, {.role = "user", .content = " And 3+3? "}};

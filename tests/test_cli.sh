@@ -155,11 +155,13 @@ expect "harmony: without --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenize
 grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "harmony: no analysis without --think" ||
     bad "harmony: no analysis without --think"
 
-# Gemma 4's format: its later template beside the Qwen3 tokenizer (which spells the tags as
-# text), a grammar makes the model write a thought channel and an answer; stdout gets the
-# answer, --think puts the thought on stderr
+# Gemma 4's format: a chat_template.jinja with its later template's markers (the tags and
+# the think switch; tests/fixtures/chat/gemma4/README) beside the Qwen3 tokenizer (which
+# spells the tags as text), a grammar makes the model write a thought channel and an
+# answer; stdout gets the answer, --think puts the thought on stderr
 mkdir -p "$T/g4tok" && cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/g4tok/" &&
-    cp tests/fixtures/chat/gemma4/gemma4-later.jinja "$T/g4tok/chat_template.jinja"
+    printf "{{- bos_token -}}{%%- if enable_thinking -%%}{{- '<|think|>\\\\n' -}}{%%- endif -%%}{{- '<|turn>' -}}{{- '<turn|>' -}}\n" \
+        >"$T/g4tok/chat_template.jinja"
 printf 'root ::= "<|channel>thought\\nThink " [a-z] "<channel|>Answer " [a-z]\n' >"$T/g4.gbnf"
 expect "gemma4: generate --chat --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/g4tok" --chat -p Hello --grammar "$T/g4.gbnf" -n 300 --think
 grep -q '^Answer [a-z]$' "$T/out" && [ "$(wc -l <"$T/out")" -le 1 ] && ok "gemma4: stdout is the answer" ||

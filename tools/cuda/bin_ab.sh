@@ -18,9 +18,12 @@ R=$(pwd) D=$(pwd)/.devdeps/root
 L=$D/usr/lib/x86_64-linux-gnu
 export C_INCLUDE_PATH=$D/usr/include LIBRARY_PATH=$L LD_LIBRARY_PATH=$L DFLASH_NO_DEPS=1 PATH=/tmp/pcshim:$PATH
 [ -f "${AB_PATCH:-}" ] || { echo "bin_ab: AB_PATCH must name a diff file" >&2; exit 1; }
-rm -rf /tmp/ab-old && mkdir /tmp/ab-old
-tar cf - --exclude=./build --exclude=./build-cuda --exclude=./dflash . | tar xf - -C /tmp/ab-old
-(cd /tmp/ab-old && patch -s -R -p1 < "$R/$AB_PATCH" && make -s -j"$(nproc)" CUDA=1 dflash > "$OUT/ab-old-build.log" 2>&1) &
+# AB_REUSE=1: keep an old binary built by an earlier run (or AB_BUILD_ONLY=1)
+if [ "${AB_REUSE:-0}" != 1 ] || [ ! -x /tmp/ab-old/dflash ]; then
+    rm -rf /tmp/ab-old && mkdir /tmp/ab-old
+    tar cf - --exclude=./build --exclude=./build-cuda --exclude=./dflash . | tar xf - -C /tmp/ab-old
+    (cd /tmp/ab-old && patch -s -R -p1 < "$R/$AB_PATCH" && make -s -j"$(nproc)" CUDA=1 dflash > "$OUT/ab-old-build.log" 2>&1) &
+fi
 P=${AB_PREFIX:-/tmp/s4b-}
 if [ "$P" = /tmp/s4b- ]; then
     [ -f /tmp/synth.done ] || sh tools/cuda/gpu.sh synth > "$OUT/synth.log" 2>&1
@@ -32,6 +35,7 @@ else
 fi
 wait
 [ -x /tmp/ab-old/dflash ] || { echo "bin_ab: the old build failed"; tail -20 "$OUT/ab-old-build.log"; exit 1; }
+[ "${AB_BUILD_ONLY:-0}" = 1 ] && exit 0
 for run in ${AB_RUNS:-4,256 4,4096}; do
     b=${run%,*} dp=${run#*,}
     for v in new old; do

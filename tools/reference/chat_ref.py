@@ -7,7 +7,7 @@ The Qwen3 template is read from models/qwen3-tokenizer/tokenizer_config.json
 (gpt-oss's from models/gptoss-tokenizer/chat_template.jinja, HARMONY_CASES below;
 Gemma 3's from models/gemma3-tokenizer/tokenizer_config.json, GEMMA_CASES;
 Gemma 4's two templates from the paths given by --gemma4 and --gemma4-early,
-by default tests/fixtures/chat/gemma4/gemma4-later.jinja and gemma4-early.jinja,
+(not kept in this repository: tests/fixtures/chat/gemma4/README names them and their sha256),
 GEMMA4_CASES, each list rendered with both) and rendered the way transformers'
 apply_chat_template does: an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the
 loopcontrols extension, a raise_exception global and a tojson filter; the
@@ -226,7 +226,7 @@ GEMMA_CASES = [
 ]
 
 
-# Gemma 4: tests/fixtures/chat/gemma4/ (README there: where they come from). Each case: name,
+# Gemma 4: the files tests/fixtures/chat/gemma4/README names (where they come from, sha256). Each case: name,
 # messages, add_generation_prompt, enable_thinking (None: not passed). bos_token "<bos>",
 # eos_token "<eos>", pad_token "<pad>". Rendered with both templates ("gemma4": the later one,
 # "gemma4_early"); the names get "gemma4_" / "gemma4e_" in front.
@@ -297,11 +297,16 @@ def harmony_render(tmpl, msgs, agp, kw):
     return t.render(**args)
 
 
+# the templates of tests/fixtures/chat/gemma4/README
+GEMMA4_SHA256 = {"gemma4": "749e841c23b6c9463622b44a1bbe1f6bc5299ffba0f306d5c785799b29c6ce37",
+                 "gemma4_early": "87294f1fa94c3733b7f325252567c990edfd0269ff7df285f995ca5226c8989b"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gemma4", default=os.path.join(ROOT, "tests/fixtures/chat/gemma4/gemma4-later.jinja"),
+    ap.add_argument("--gemma4", required=True,
                     help="Gemma 4's later chat template (format gemma4)")
-    ap.add_argument("--gemma4-early", default=os.path.join(ROOT, "tests/fixtures/chat/gemma4/gemma4-early.jinja"),
+    ap.add_argument("--gemma4-early", required=True,
                     help="Gemma 4's early chat template (format gemma4_early)")
     ap.add_argument("-o", "--out", default=OUT)
     args = ap.parse_args()
@@ -347,6 +352,10 @@ def main():
     g4 = {}
     for fmt, path in (("gemma4", args.gemma4), ("gemma4_early", args.gemma4_early)):
         text = open(path, encoding="utf-8").read()
+        got = hashlib.sha256(text.encode()).hexdigest()
+        if got != GEMMA4_SHA256[fmt]:
+            raise SystemExit(f"{path}: sha256 {got}, not the {fmt} template the fixtures were made from "
+                             f"({GEMMA4_SHA256[fmt]}; tests/fixtures/chat/gemma4/README)")
         g4[fmt] = text
         tmpl = environment().from_string(text)
         for name, msgs, agp, think in GEMMA4_CASES:
