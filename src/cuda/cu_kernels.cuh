@@ -854,8 +854,7 @@ __global__ void k_dn_conv(const float *mix, int ldm, int T, float *state, const 
  * delta = (v - S^T k) beta, S += k delta^T; with core: o = S^T q / sqrt(DK),
  * its RMSNorm over the head times nw and silu(z) -> core (bf16). Every sum
  * has one order for any T: k/q squares per thread in element order, the
- * warp's xor tree, the warps' partials by a second xor tree (a butterfly
- * leaves the same bits in every lane); S^T k and S^T q as four chains per
+ * warp's xor tree, the warps in order; S^T k and S^T q as four chains per
  * part added (0+1)+(2+3), then the P parts by an xor tree (the same bits in
  * each of the P threads: IEEE addition commutes). The next row's inputs load
  * while a row runs. rec [nv][DK][dv]; cv [T][C] (q | k | v); mix [T][ldm]
@@ -919,12 +918,11 @@ __global__ void __launch_bounds__(P == 1 ? 256 : 512)
         const float sp = a + dtb > 20.0f ? a + dtb : log1pf(expf(a + dtb));
         const float decay = expf(na * sp), beta = 1.0f / (1.0f + expf(-b));
         __syncthreads();
-        /* 2. the block's sums (every warp the same tree); k and q normalised */
-        sk = lane < nwarp ? red[lane] : 0.0f, sq = lane < nwarp ? red[32 + lane] : 0.0f;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            sk += __shfl_xor_sync(0xffffffffu, sk, o);
-            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        /* 2. the block's sums (warps in order); k and q normalised */
+        sk = 0.0f, sq = 0.0f;
+        for (int i = 0; i < nwarp; i++) {
+            sk += red[i];
+            sq += red[32 + i];
         }
         const float rk = 1.0f / sqrtf(sk + 1e-6f), rq = 1.0f / sqrtf(sq + 1e-6f) * qscale;
 #pragma unroll
@@ -979,9 +977,8 @@ __global__ void __launch_bounds__(P == 1 ? 256 : 512)
             for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
             if (lane == 0) red[64 + w] = ss;
             __syncthreads();
-            ss = lane < nwarp ? red[64 + lane] : 0.0f;
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+            ss = 0.0f;
+            for (int i = 0; i < nwarp; i++) ss += red[64 + i];
             const float r = 1.0f / sqrtf(ss / (float)dv + eps);
             if (col && part == 0)
                 core[(size_t)t * ldc + (size_t)h * dv + e] = __float2bfloat16(o * r * nwe * (zt / (1.0f + expf(-zt))));
