@@ -1722,6 +1722,20 @@ static int prompt_ids_are(const char *what, const char *file, int bos, int eos) 
     return ok;
 }
 
+/* FILE's chat prompt for one user turn, as ids (the chat path: the
+ * template writes its special tokens, tok_encode adds none); NULL on error */
+static int32_t *chat_ids(const char *file, size_t *n) {
+    dflash_model *m = dflash_load_tokenizer(file);
+    int32_t *ids = NULL;
+    *n = 0;
+    dflash_message msg = {"user", "Hello there"};
+    char *s = m ? dflash_chat_prompt(m, &msg, 1, 1, -1) : NULL;
+    if (!s || dflash_tokenize(m, s, strlen(s), &ids, n) != 0) fprintf(stderr, "  chat_ids: %s\n", dflash_error());
+    free(s);
+    dflash_free(m);
+    return ids;
+}
+
 /* A GGUF tokenizer's plain prompt: tokenizer.ggml.add_bos_token /
  * add_eos_token as llama.cpp reads them (absent: true for the Llama-3
  * pre-tokenizer, else false; add_eos false); bad values refused at load
@@ -1792,6 +1806,13 @@ TEST(gguf_prompt_specials) {
         const char *f = edit_kvs(qwen_f16, "specials.gguf", cases[i].drop, nd, cases[i].set, ns);
         if (!cases[i].err) {
             CHECK(prompt_ids_are(cases[i].what, f, cases[i].bos, cases[i].eos), "%s", cases[i].what);
+            /* a chat prompt is untouched by the flags: no BOS of theirs before the template's text */
+            size_t nc = 0, nr = 0;
+            int32_t *c = chat_ids(f, &nc), *r = chat_ids(qwen_f16, &nr);
+            CHECK(c && r && nc == nr && !memcmp(c, r, nc * sizeof *c) && c[0] != BOS, "%s: chat ids differ",
+                  cases[i].what);
+            free(c);
+            free(r);
             continue;
         }
         /* refused at load: the tokenizer alone, and the model with it */
