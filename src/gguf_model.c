@@ -781,20 +781,24 @@ static const gguf_kv *str_array(const gguf_file *g, const char *key, int require
  * the others read here (qwen2, qwen35, gpt2, default); add_eos false.
  * Where the default asks for a BOS the file has no id for, none is added
  * (llama.cpp would fall back to id 11, its gpt2 default). Errors naming the
- * key: a flag that is not a bool, an id outside the vocabulary, a flag set
- * true with no id for its token. A chat prompt is not affected: its
+ * key: a flag that is not a bool, a flag set true whose id is missing or
+ * outside the vocabulary (an unused bad id is ignored, as llama.cpp does). A chat prompt is not affected: its
  * template writes its own special tokens (tok_encode). */
 static int prompt_specials(const gguf_file *g, cJSON *root, const char *pre, int64_t eos, uint64_t n_tok) {
     int64_t bos = -1;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos, 0) < 0) return -1;
-    if (bos < -1 || bos >= (int64_t)n_tok) {
-        dfl_seterr("%s: tokenizer.ggml.bos_token_id %lld is not a token", g->path, (long long)bos);
-        return -1;
-    }
     int add_bos = !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3"), add_eos = 0;
     int rb = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, 0);
     int re = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, 0);
     if (rb < 0 || re < 0) return -1;
+    /* an id that is no token matters only where it would be added (llama.cpp
+     * warns and loads such a file) */
+    if (add_bos && (bos < -1 || bos >= (int64_t)n_tok)) {
+        dfl_seterr("%s: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id %lld is not a token",
+                   g->path, (long long)bos);
+        return -1;
+    }
+    if (!add_bos) bos = -1;
     if (add_bos && bos < 0) {
         if (rb == 0) {
             dfl_seterr("%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
