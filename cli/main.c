@@ -2,7 +2,7 @@
  *
  *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
  *   dflash chat -m DIR [options]                           interactive chat
- *   dflash tokenize -m DIR (-p TEXT | -f FILE)             print token ids
+ *   dflash tokenize -m DIR (-p TEXT | -f FILE) [--special] print token ids
  *   dflash serve -m DIR [options]                          OpenAI-compatible server (cli/serve.c)
  *
  * stdout carries only generated text (or ids for tokenize); everything else
@@ -93,6 +93,7 @@ typedef struct {
     int logprobs; /* -1: off; else print each token's log-probability and its N most likely alternatives */
     const char *grammar_file, *json_schema_file; /* constrained decoding (generate) */
     int json_object;
+    int special; /* tokenize: the ids of a plain prompt, with the tokenizer's special tokens */
 } opts;
 
 static const char *help_generate =
@@ -187,10 +188,16 @@ static const char *help_chat =
     "  -v, --verbose          print timing and DFlash statistics after each answer\n";
 
 static const char *help_tokenize =
-    "usage: dflash tokenize -m DIR (-p TEXT | -f FILE)\n"
+    "usage: dflash tokenize -m DIR (-p TEXT | -f FILE) [--special]\n"
     "\n"
     "Print the token ids of the text, space-separated, on one line. Needs only\n"
-    "tokenizer.json (and tokenizer_config.json) in DIR.\n";
+    "tokenizer.json (and tokenizer_config.json) in DIR, or a GGUF file's tokenizer.\n"
+    "\n"
+    "      --special          the ids a plain prompt gets (generate without --chat):\n"
+    "                         the text's, with the special tokens the tokenizer adds\n"
+    "                         around it (tokenizer.json's post_processor, e.g. Gemma's\n"
+    "                         <bos>; a GGUF's tokenizer.ggml.add_bos_token /\n"
+    "                         add_eos_token); default: the text's ids alone\n";
 
 static const char *help_bench =
     "usage: dflash bench -m DIR [--draft DIR --prompts FILE.jsonl] [options]\n"
@@ -340,7 +347,7 @@ static const struct {
     {NULL, "--presence-penalty", 1, "GC"}, {NULL, "--frequency-penalty", 1, "GC"},
     {NULL, "--logit-bias", 1, "GC"},       {NULL, "--logprobs", 1, "G"},
     {NULL, "--grammar", 1, "G"},           {NULL, "--json-schema", 1, "G"},
-    {NULL, "--json-object", 0, "G"},
+    {NULL, "--json-object", 0, "G"},       {NULL, "--special", 0, "T"},
 };
 
 static void reject_foreign_opts(const char *cmd, int argc, char **argv) {
@@ -436,6 +443,7 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--grammar", "--grammar")) o->grammar_file = VAL();
         else if (IS("--json-schema", "--json-schema")) o->json_schema_file = VAL();
         else if (IS("--json-object", "--json-object")) o->json_object = 1;
+        else if (IS("--special", "--special")) o->special = 1;
         else if (IS("--quant", "--quant")) o->quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) o->draft_quant = VAL();
         else if (IS("--draft-window", "--draft-window")) o->draft_window = (int)cli_parse_int(o->cmd, a, VAL(), 1, 1 << 30);
@@ -1052,7 +1060,7 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!m) die("%s", dflash_error());
     int32_t *ids;
     size_t n;
-    if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) {
+    if ((o.special ? dflash_tokenize_prompt : dflash_tokenize)(m, text, strlen(text), &ids, &n) != 0) {
         fprintf(stderr, "%s: error: prompt: %s\n", prog, dflash_error());
         free(text);
         dflash_free(m);

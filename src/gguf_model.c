@@ -771,6 +771,64 @@ static const gguf_kv *str_array(const gguf_file *g, const char *key, int require
     return kv;
 }
 
+/* The special tokens of a plain prompt (tok_encode_prompt), as llama.cpp
+ * adds them (llama-vocab.cpp): tokenizer.ggml.bos_token_id before the text
+ * when tokenizer.ggml.add_bos_token is true, tokenizer.ggml.eos_token_id
+ * after it when add_eos_token is; put into ROOT as the TemplateProcessing
+ * post_processor a tokenizer.json would hold. A key that is absent takes
+ * llama.cpp's default for a "gpt2" (byte-level BPE) vocabulary: add_bos
+ * true for the Llama-3 pre-tokenizers ("llama-bpe", "llama3"), false for
+ * the others read here (qwen2, qwen35, gpt2, default); add_eos false.
+ * Where the default asks for a BOS the file has no id for, none is added
+ * (llama.cpp would fall back to id 11, its gpt2 default). Errors naming the
+ * key: a flag that is not a bool, a flag set true whose id is missing or
+ * outside the vocabulary (an unused bad id is ignored, as llama.cpp does). A chat prompt is not affected: its
+ * template writes its own special tokens (tok_encode). */
+static int prompt_specials(const gguf_file *g, cJSON *root, const char *pre, int64_t eos, uint64_t n_tok) {
+    int64_t bos = -1;
+    if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos, 0) < 0) return -1;
+    int add_bos = !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3"), add_eos = 0;
+    int rb = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, 0);
+    int re = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, 0);
+    if (rb < 0 || re < 0) return -1;
+    /* an id that is no token matters only where it would be added (llama.cpp
+     * warns and loads such a file) */
+    if (add_bos && (bos < -1 || bos >= (int64_t)n_tok)) {
+        dfl_seterr("%s: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id %lld is not a token",
+                   g->path, (long long)bos);
+        return -1;
+    }
+    if (!add_bos) bos = -1;
+    if (add_bos && bos < 0) {
+        if (rb == 0) {
+            dfl_seterr("%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
+                       g->path);
+            return -1;
+        }
+        add_bos = 0;
+    }
+    if (add_eos && eos < 0) {
+        dfl_seterr("%s: tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id", g->path);
+        return -1;
+    }
+    if (!add_bos && !add_eos) return 0;
+    cJSON *pp = cJSON_AddObjectToObject(root, "post_processor");
+    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+    cJSON *single = cJSON_AddArrayToObject(pp, "single");
+    cJSON *sp = cJSON_AddObjectToObject(pp, "special_tokens");
+    for (int k = 0; k < 3; k++) {
+        if ((k == 0 && !add_bos) || (k == 2 && !add_eos)) continue;
+        const char *name = k == 0 ? "tokenizer.ggml.bos_token_id" : "tokenizer.ggml.eos_token_id";
+        cJSON *item = cJSON_CreateObject(), *ref = cJSON_AddObjectToObject(item, k == 1 ? "Sequence" : "SpecialToken");
+        cJSON_AddStringToObject(ref, "id", k == 1 ? "A" : name);
+        cJSON_AddItemToArray(single, item);
+        if (k == 1) continue;
+        cJSON *tok = cJSON_AddObjectToObject(sp, name);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(tok, "ids"), cJSON_CreateNumber((double)(k == 0 ? bos : eos)));
+    }
+    return 0;
+}
+
 tok_tokenizer *ggm_tokenizer(const char *path) {
     gguf_file g;
     if (gguf_open(&g, path) != 0) return NULL;
@@ -874,6 +932,7 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
         dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
         goto out;
     }
+    if (prompt_specials(&g, root, pre, eos, tk->n) != 0) goto out;
     int rc = gguf_get_str(&g, "tokenizer.chat_template", &s, &n, 0);
     if (rc < 0) goto out;
     if (rc == 0) {

@@ -560,11 +560,38 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
                 if (!strcmp(tokens[j], t->valuestring) && types[j] != TT_NORMAL) *ids[i] = j;
         }
     }
-    if (cJSON_IsNumber(bos)) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)bos->valuedouble);
+    /* A plain prompt's special tokens: what tokenizer.json's post_processor
+     * adds (TemplateProcessing "single"; Gemma's <bos>, Llama-3's
+     * <|begin_of_text|>; Qwen3's ByteLevel none), as dflash's own tokenizer
+     * reads them (tok_encode_prompt), become add_bos_token / add_eos_token:
+     * the GGUF gives the same ids. GGUF names one token each side: the
+     * post_processor's token before the text is written as bos_token_id
+     * (over config.json's), the one after must be the eos token. A
+     * post_processor GGUF cannot say is refused. (tokenizer_config.json's
+     * add_bos_token is not what the tokenizer applies, so it is not read.) */
+    int32_t pp[16];
+    int npre = 0, npost = 0;
+    free(p);
+    p = dfl_path_join(dir, "tokenizer.json");
+    if (tok_json_prompt_specials(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), n, p, pp, &npre,
+                                 &npost) != 0)
+        goto out;
+    if (npre > 1 || npost > 1) {
+        dfl_seterr("%s: the post_processor puts %d special tokens before and %d after a prompt: a GGUF file has "
+                   "one of each (tokenizer.ggml.add_bos_token / add_eos_token)", p, npre, npost);
+        goto out;
+    }
+    if (npost && pp[npre] != eos) {
+        dfl_seterr("%s: the post_processor appends token %d, which is not the eos token (%d): a GGUF file can "
+                   "only append tokenizer.ggml.eos_token_id", p, (int)pp[npre], eos);
+        goto out;
+    }
+    if (npre) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)pp[0]);
+    else if (cJSON_IsNumber(bos)) gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)bos->valuedouble);
     if (eos >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
     if (pad >= 0) gguf_w_u32(cv->w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
-    /* as the tokenizer does here: dflash adds no BOS unless tokenizer_config.json asks (Qwen: never) */
-    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")));
+    gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", npre == 1);
+    gguf_w_bool(cv->w, "tokenizer.ggml.add_eos_token", npost == 1);
     if (tmpl) gguf_w_str(cv->w, "tokenizer.chat_template", tmpl);
     rc = 0;
 out:

@@ -925,6 +925,25 @@ static int parse_post_processor(tok_tokenizer *t, const cJSON *pp, const char *p
     return 0;
 }
 
+int tok_json_prompt_specials(const cJSON *pp, int n_vocab, const char *path, int32_t ids[16], int *n_pre,
+                             int *n_post) {
+    tok_tokenizer *t = dfl_calloc(1, sizeof *t);
+    t->n_vocab = n_vocab;
+    int rc = parse_post_processor(t, pp, path);
+    if (rc == 0 && t->pp_unsupported[0]) {
+        dfl_seterr("%s: post_processor type \"%s\" is not supported (only TemplateProcessing and ByteLevel)", path,
+                   t->pp_unsupported);
+        rc = -1;
+    }
+    if (rc == 0) {
+        memcpy(ids, t->pp_ids, sizeof t->pp_ids);
+        *n_pre = t->n_pp_pre;
+        *n_post = t->n_pp_post;
+    }
+    free(t);
+    return rc;
+}
+
 /* normalizer, pre-tokenizer and model of a parsed tokenizer.json */
 static int from_root(tok_tokenizer *t, const cJSON *root, const char *path) {
     if (parse_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), path) != 0) return -1;

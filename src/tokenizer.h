@@ -50,6 +50,15 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int32_t **i
  * (alone or in a Sequence). */
 int tok_encode_prompt(const tok_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
 
+/* The special tokens a tokenizer.json's post_processor object PP (NULL,
+ * ByteLevel: none) puts before (ids[0..*n_pre)) and after
+ * (ids[*n_pre..*n_pre+*n_post)) a plain prompt, ids checked against
+ * n_vocab: what tok_encode_prompt adds (dflash convert writes them as GGUF's
+ * add_bos_token / add_eos_token). -1 + error naming PATH for a malformed
+ * one or a type tok_encode_prompt refuses. */
+int tok_json_prompt_specials(const struct cJSON *pp, int n_vocab, const char *path, int32_t ids[16], int *n_pre,
+                             int *n_post);
+
 /* Streaming decode state; zero-initialise. */
 typedef struct {
     unsigned char pend[4];

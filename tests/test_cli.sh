@@ -20,6 +20,17 @@ expect "block size 0" 2 "expects an integer in 1..64" -- "$BIN" generate -m x -p
 # tokenizer only
 expect "tokenize" 0 "" -- "$BIN" tokenize -m models/qwen3-tokenizer -p "The quick brown fox"
 [ "$(cat "$T/out")" = "785 3974 13876 38835" ] && ok "tokenize ids" || bad "tokenize ids: $(cat "$T/out")"
+# --special: a plain prompt's ids (the post_processor's special tokens: Qwen3 none, Gemma 3 <bos> = 2)
+expect "tokenize --special" 0 "" -- "$BIN" tokenize -m models/qwen3-tokenizer -p "The quick brown fox" --special
+[ "$(cat "$T/out")" = "785 3974 13876 38835" ] && ok "tokenize --special: qwen3 adds none" || bad "tokenize --special qwen3: $(cat "$T/out")"
+expect "gemma3 tokenize" 0 "" -- "$BIN" tokenize -m models/gemma3-tokenizer -p "The quick brown fox"
+cp "$T/out" "$T/g3ids"
+expect "gemma3 tokenize --special" 0 "" -- "$BIN" tokenize -m models/gemma3-tokenizer -p "The quick brown fox" --special
+[ "$(cat "$T/out")" = "2 $(cat "$T/g3ids")" ] && ! grep -q '^2 ' "$T/g3ids" && ok "tokenize --special: gemma3 <bos>" ||
+    bad "tokenize --special gemma3: $(cat "$T/out") vs $(cat "$T/g3ids")"
+"$BIN" tokenize --help | grep -q -- "--special" && ok "tokenize --help: --special" ||
+    bad "tokenize --help: --special"
+expect "--special is tokenize's" 2 "not used by 'generate'" -- "$BIN" generate -m x -p hi --special
 printf 'caf\303\251 \360\237\230\200\n' >"$T/p.txt"
 expect "tokenize -f" 0 "" -- "$BIN" tokenize -m models/qwen3-tokenizer -f "$T/p.txt"
 printf 'bad \377 byte' >"$T/bad.txt"

@@ -12,7 +12,11 @@
  *   - every quant type matches ggml's own dequantized values; a Q4_K_M-like
  *     file (Q6_K tensors) loads them as MLX Q8 group 16 and decodes the same
  *     greedy tokens one at a time as in one verify block;
- *   - the tokenizer from the GGUF gives the ids of tokenizer.json. */
+ *   - the tokenizer from the GGUF gives the ids of tokenizer.json, and a
+ *     plain prompt the special tokens of tokenizer.ggml.add_bos_token /
+ *     add_eos_token (llama.cpp's defaults when absent; bad values refused
+ *     naming the key); dflash convert writes those flags from
+ *     tokenizer.json's post_processor, so both give the same ids. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1642,6 +1646,289 @@ TEST(bad_drafts) {
     rewrite_src = qwen_f16;
 }
 
+/* --------------------------------------------- a plain prompt's specials */
+
+/* SRC with the keys DROP[0..nd) left out and the edits SET[0..ns) put in
+ * their place or added (kind 'b' bool, 'u' uint32, 's' string), tensors
+ * copied; written to tmpdir/NAME. */
+typedef struct {
+    const char *key;
+    int kind;
+    const char *s;
+    double v;
+} kv_edit;
+
+static void put_edit(gguf_writer *w, const kv_edit *e) {
+    if (e->kind == 'b') gguf_w_bool(w, e->key, e->v != 0);
+    else if (e->kind == 's') gguf_w_str(w, e->key, e->s);
+    else gguf_w_u32(w, e->key, (uint32_t)e->v);
+}
+
+static const char *edit_kvs(const char *src, const char *name, const char *const *drop, int nd, const kv_edit *set,
+                            int ns) {
+    const char *out = path(name, NULL);
+    gguf_file g;
+    if (gguf_open(&g, src) != 0) return out;
+    gguf_writer *w = gguf_w_new();
+    int done[8] = {0};
+    for (int i = 0; i < g.n_kv; i++) {
+        const gguf_kv *kv = &g.kv[i];
+        int skip = 0;
+        for (int k = 0; k < nd; k++) skip |= !strcmp(kv->key, drop[k]);
+        for (int k = 0; k < ns && !skip; k++)
+            if (!strcmp(kv->key, set[k].key)) {
+                put_edit(w, &set[k]);
+                done[k] = skip = 1;
+            }
+        if (!skip) gguf_w_copy_kv(w, kv);
+    }
+    for (int k = 0; k < ns; k++)
+        if (!done[k]) put_edit(w, &set[k]);
+    for (int i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.t[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    if (gguf_w_write(w, out) != 0) fprintf(stderr, "  edit_kvs: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    return out;
+}
+
+static const char *const pp_texts[] = {"Hello world", "", "<|im_end|> x\n\ty", "héllo wörld 123"};
+enum { N_PP_TEXTS = sizeof pp_texts / sizeof pp_texts[0] };
+
+/* PATH's tokenizer gives text i the ids BOS? + its tok_encode ids + EOS?
+ * (-1: none) as a plain prompt, and tok_encode's unchanged */
+static int prompt_ids_are(const char *what, const char *file, int bos, int eos) {
+    dflash_model *m = dflash_load_tokenizer(file);
+    if (!m) {
+        fprintf(stderr, "  %s: %s\n", what, dflash_error());
+        return 0;
+    }
+    int ok = 1;
+    for (int i = 0; i < N_PP_TEXTS && ok; i++) {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        const char *t = pp_texts[i];
+        ok = dflash_tokenize(m, t, strlen(t), &a, &na) == 0 && dflash_tokenize_prompt(m, t, strlen(t), &b, &nb) == 0;
+        size_t pre = bos >= 0, post = eos >= 0;
+        ok = ok && nb == na + pre + post && (!pre || b[0] == bos) && (!post || b[nb - 1] == eos) &&
+             (!na || !memcmp(b + pre, a, na * sizeof *a));
+        if (!ok) fprintf(stderr, "  %s: text %d: %zu ids, %zu as a plain prompt\n", what, i, na, nb);
+        free(a);
+        free(b);
+    }
+    dflash_free(m);
+    return ok;
+}
+
+/* FILE's chat prompt for one user turn, as ids (the chat path: the
+ * template writes its special tokens, tok_encode adds none); NULL on error */
+static int32_t *chat_ids(const char *file, size_t *n) {
+    dflash_model *m = dflash_load_tokenizer(file);
+    int32_t *ids = NULL;
+    *n = 0;
+    dflash_message msg = {"user", "Hello there"};
+    char *s = m ? dflash_chat_prompt(m, &msg, 1, 1, -1) : NULL;
+    if (!s || dflash_tokenize(m, s, strlen(s), &ids, n) != 0) fprintf(stderr, "  chat_ids: %s\n", dflash_error());
+    free(s);
+    dflash_free(m);
+    return ids;
+}
+
+/* A GGUF tokenizer's plain prompt: tokenizer.ggml.add_bos_token /
+ * add_eos_token as llama.cpp reads them (absent: true for the Llama-3
+ * pre-tokenizer, else false; add_eos false); bad values refused at load
+ * naming the key. The tiny-qwen3 GGUF of convert_qwen3, edited. */
+TEST(gguf_prompt_specials) {
+    gguf_file g;
+    int ab = -1, ae = -1;
+    int64_t bos = -1;
+    if (gguf_open(&g, qwen_f16) != 0) return;
+    CHECK(gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &ab, 1) == 0 && ab == 0 &&
+              gguf_get_bool(&g, "tokenizer.ggml.add_eos_token", &ae, 1) == 0 && ae == 0 &&
+              gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &bos, 1) == 0 && bos == 151643,
+          "qwen3 GGUF: add_bos_token %d, add_eos_token %d, bos %lld", ab, ae, (long long)bos);
+    gguf_close(&g);
+    const int BOS = 151643, EOS = 151645;
+    CHECK(prompt_ids_are("qwen3 GGUF as converted", qwen_f16, -1, -1), "qwen3 GGUF");
+    CHECK(prompt_ids_are("qwen3 tokenizer.json", "tests/models/tiny-qwen3", -1, -1), "qwen3 tokenizer.json");
+    /* the same ids from the GGUF and from tokenizer.json (ByteLevel post_processor: none) */
+    dflash_model *a = dflash_load_tokenizer(qwen_f16), *b = dflash_load_tokenizer("tests/models/tiny-qwen3");
+    for (int i = 0; a && b && i < N_PP_TEXTS; i++) {
+        int32_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        const char *t = pp_texts[i];
+        CHECK(dflash_tokenize_prompt(a, t, strlen(t), &x, &nx) == 0 &&
+                  dflash_tokenize_prompt(b, t, strlen(t), &y, &ny) == 0 && nx == ny &&
+                  (!nx || !memcmp(x, y, nx * sizeof *x)),
+              "text %d: GGUF and tokenizer.json plain-prompt ids differ", i);
+        free(x);
+        free(y);
+    }
+    dflash_free(a);
+    dflash_free(b);
+    static const char *const add_bos = "tokenizer.ggml.add_bos_token", *const add_eos = "tokenizer.ggml.add_eos_token",
+                             *const bos_id = "tokenizer.ggml.bos_token_id", *const eos_id = "tokenizer.ggml.eos_token_id",
+                             *const pre = "tokenizer.ggml.pre";
+    static const struct {
+        const char *what, *drop[2];
+        kv_edit set[2];
+        int bos, eos;
+        const char *err;
+    } cases[] = {
+        {"add_bos_token true", {NULL}, {{add_bos, 'b', NULL, 1}}, BOS, -1, NULL},
+        {"add_bos_token absent, qwen2", {add_bos}, {{NULL}}, -1, -1, NULL},
+        {"add_bos_token absent, llama-bpe", {add_bos}, {{pre, 's', "llama-bpe", 0}}, BOS, -1, NULL},
+        {"add_bos_token false, llama-bpe", {NULL}, {{pre, 's', "llama-bpe", 0}}, -1, -1, NULL},
+        {"add_bos_token absent, llama-bpe, no bos id", {add_bos, bos_id}, {{pre, 's', "llama-bpe", 0}}, -1, -1, NULL},
+        {"add_eos_token true", {NULL}, {{add_eos, 'b', NULL, 1}}, -1, EOS, NULL},
+        {"add_eos_token absent", {add_eos}, {{NULL}}, -1, -1, NULL},
+        {"both true", {NULL}, {{add_bos, 'b', NULL, 1}, {add_eos, 'b', NULL, 1}}, BOS, EOS, NULL},
+        {"another bos id", {NULL}, {{add_bos, 'b', NULL, 1}, {bos_id, 'u', NULL, 151644}}, 151644, -1, NULL},
+        {"add_bos_token a string", {NULL}, {{add_bos, 's', "true", 0}}, 0, 0,
+         "key 'tokenizer.ggml.add_bos_token' is string, expected bool"},
+        {"add_eos_token an integer", {NULL}, {{add_eos, 'u', NULL, 1}}, 0, 0,
+         "key 'tokenizer.ggml.add_eos_token' is uint32, expected bool"},
+        {"bos id out of range, not added", {NULL}, {{bos_id, 'u', NULL, 1e9}}, -1, -1, NULL},
+        {"bos id out of range, added", {NULL}, {{add_bos, 'b', NULL, 1}, {bos_id, 'u', NULL, 1e9}}, 0, 0,
+         "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id 1000000000 is not a token"},
+        {"bos id a string", {NULL}, {{bos_id, 's', "1", 0}}, 0, 0,
+         "key 'tokenizer.ggml.bos_token_id' is string, expected an integer"},
+        {"add_bos_token true, no bos id", {bos_id}, {{add_bos, 'b', NULL, 1}}, 0, 0,
+         "tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id"},
+        {"add_eos_token true, no eos id", {eos_id}, {{add_eos, 'b', NULL, 1}}, 0, 0,
+         "tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id"},
+    };
+    dflash_params p = dflash_default_params();
+    p.n_threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int nd = cases[i].drop[1] ? 2 : cases[i].drop[0] ? 1 : 0, ns = cases[i].set[1].key ? 2 : cases[i].set[0].key ? 1 : 0;
+        const char *f = edit_kvs(qwen_f16, "specials.gguf", cases[i].drop, nd, cases[i].set, ns);
+        if (!cases[i].err) {
+            CHECK(prompt_ids_are(cases[i].what, f, cases[i].bos, cases[i].eos), "%s", cases[i].what);
+            /* a chat prompt is untouched by the flags: no BOS of theirs before the template's text */
+            size_t nc = 0, nr = 0;
+            int32_t *c = chat_ids(f, &nc), *r = chat_ids(qwen_f16, &nr);
+            CHECK(c && r && nc == nr && !memcmp(c, r, nc * sizeof *c) && c[0] != BOS, "%s: chat ids differ",
+                  cases[i].what);
+            free(c);
+            free(r);
+            continue;
+        }
+        /* refused at load: the tokenizer alone, and the model with it */
+        for (int k = 0; k < 2; k++) {
+            dflash_model *m = k ? dflash_load(f, NULL, &p) : dflash_load_tokenizer(f);
+            const char *e = dflash_error();
+            CHECK(!m && strstr(e, f) && strstr(e, cases[i].err) && !strchr(e, '\n'), "%s (%s): '%s'", cases[i].what,
+                  k ? "dflash_load" : "dflash_load_tokenizer", m ? "loaded" : e);
+            dflash_free(m);
+        }
+    }
+}
+
+/* tiny-qwen3 with Qwen3's tokenizer.json given another post_processor PP
+ * (JSON), in tmpdir/NAME */
+static const char *qwen_with_pp(const char *name, const char *pp) {
+    static cJSON *tok;
+    const char *dir = path(name, NULL);
+    mkdir(dir, 0777);
+    if (!tok) {
+        char *txt = dfl_read_file("tests/models/tiny-qwen3/tokenizer.json", NULL);
+        tok = txt ? cJSON_Parse(txt) : NULL;
+        free(txt);
+        if (!tok) return dir;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(tok, "post_processor", cJSON_Parse(pp));
+    char *s = cJSON_PrintUnformatted(tok);
+    char p[700], cwd[4096], src[4300];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    write_file(p, s, strlen(s));
+    free(s);
+    if (!getcwd(cwd, sizeof cwd)) return dir;
+    const char *links[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(src, sizeof src, "%s/tests/models/tiny-qwen3/%s", cwd, links[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, links[i]);
+        if (symlink(src, p) != 0) fprintf(stderr, "symlink %s\n", p);
+    }
+    return dir;
+}
+
+/* dflash convert writes what tokenizer.json's post_processor adds to a plain
+ * prompt as add_bos_token / add_eos_token (Qwen3: false, convert_qwen3),
+ * so the GGUF's plain-prompt ids are tokenizer.json's; a post_processor
+ * GGUF cannot express is refused. */
+TEST(convert_prompt_specials) {
+#define SP(name, id) "{\"id\":\"" name "\",\"ids\":[" #id "],\"tokens\":[\"" name "\"]}"
+#define TOK(name) "{\"SpecialToken\":{\"id\":\"" name "\",\"type_id\":0}}"
+#define SEQ_A "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}"
+    static const struct {
+        const char *what, *pp;
+        int bos, eos; /* the GGUF's add_bos_token / add_eos_token ids (-1: false) */
+        const char *err;
+    } cases[] = {
+        /* Llama-3's form: ByteLevel then TemplateProcessing; <|im_start|> over config.json's bos 151643 */
+        {"a token before",
+         "{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":"
+         "false,\"use_regex\":false},{\"type\":\"TemplateProcessing\",\"single\":[" TOK("<|im_start|>") "," SEQ_A
+         "],\"pair\":[],\"special_tokens\":{\"<|im_start|>\":" SP("<|im_start|>", 151644) "}}]}",
+         151644, -1, NULL},
+        {"eos after",
+         "{\"type\":\"TemplateProcessing\",\"single\":[" SEQ_A "," TOK("<|im_end|>") "],\"special_tokens\":{"
+         "\"<|im_end|>\":" SP("<|im_end|>", 151645) "}}",
+         -1, 151645, NULL},
+        {"both",
+         "{\"type\":\"TemplateProcessing\",\"single\":[" TOK("<|endoftext|>") "," SEQ_A "," TOK("<|im_end|>")
+         "],\"special_tokens\":{\"<|endoftext|>\":" SP("<|endoftext|>", 151643) ",\"<|im_end|>\":"
+         SP("<|im_end|>", 151645) "}}",
+         151643, 151645, NULL},
+        {"two before",
+         "{\"type\":\"TemplateProcessing\",\"single\":[" TOK("<|endoftext|>") "," TOK("<|im_start|>") "," SEQ_A
+         "],\"special_tokens\":{\"<|endoftext|>\":" SP("<|endoftext|>", 151643) ",\"<|im_start|>\":"
+         SP("<|im_start|>", 151644) "}}",
+         0, 0, "post_processor puts 2 special tokens before and 0 after"},
+        {"a non-eos token after",
+         "{\"type\":\"TemplateProcessing\",\"single\":[" SEQ_A "," TOK("<|endoftext|>") "],\"special_tokens\":{"
+         "\"<|endoftext|>\":" SP("<|endoftext|>", 151643) "}}",
+         0, 0, "appends token 151643, which is not the eos token (151645)"},
+        {"RobertaProcessing", "{\"type\":\"RobertaProcessing\",\"sep\":[\"</s>\",2],\"cls\":[\"<s>\",0]}", 0, 0,
+         "post_processor type \"RobertaProcessing\" is not supported"},
+    };
+#undef SP
+#undef TOK
+#undef SEQ_A
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "pp%zu", i);
+        const char *dir = qwen_with_pp(name, cases[i].pp);
+        char out[600];
+        snprintf(out, sizeof out, "%s/pp%zu.gguf", tmpdir, i);
+        int rc = ggm_convert(dir, out, "f16", NULL);
+        if (cases[i].err) {
+            const char *e = dfl_lasterr();
+            CHECK(rc != 0 && strstr(e, cases[i].err) && strstr(e, "tokenizer.json") && !strchr(e, '\n'), "%s: '%s'",
+                  cases[i].what, rc ? e : "converted");
+            continue;
+        }
+        CHECK(rc == 0, "%s: convert: %s", cases[i].what, dfl_lasterr());
+        if (rc) continue;
+        gguf_file g;
+        int ab = -1, ae = -1;
+        int64_t bos = -1;
+        if (gguf_open(&g, out) != 0) continue;
+        CHECK(gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &ab, 1) == 0 && ab == (cases[i].bos >= 0) &&
+                  gguf_get_bool(&g, "tokenizer.ggml.add_eos_token", &ae, 1) == 0 && ae == (cases[i].eos >= 0) &&
+                  gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &bos, 1) == 0 &&
+                  bos == (cases[i].bos >= 0 ? cases[i].bos : 151643),
+              "%s: add_bos_token %d, add_eos_token %d, bos %lld", cases[i].what, ab, ae, (long long)bos);
+        gguf_close(&g);
+        /* both give BOS? + ids + EOS?, so the same ids */
+        CHECK(prompt_ids_are(cases[i].what, dir, cases[i].bos, cases[i].eos), "%s: tokenizer.json", cases[i].what);
+        CHECK(prompt_ids_are(cases[i].what, out, cases[i].bos, cases[i].eos), "%s: GGUF", cases[i].what);
+    }
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -1657,6 +1944,8 @@ int main(void) {
     RUN(llama_converter_draft);
     RUN(bad_models);
     RUN(bad_drafts);
+    RUN(gguf_prompt_specials);
+    RUN(convert_prompt_specials);
     RUN(llama_converter_families);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);

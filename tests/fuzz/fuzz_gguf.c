@@ -1,6 +1,7 @@
 /* fuzz_gguf.c - the GGUF reader (gguf_open) on arbitrary bytes, then, when
  * the file opens, model binding (mdl_load -> ggm_load, cb_pack) and the
- * tokenizer from its metadata (ggm_tokenizer, one encode). Oracle: no crash
+ * tokenizer from its metadata (ggm_tokenizer, one encode, the same as a
+ * plain prompt: its ids between at most a BOS and an EOS). Oracle: no crash
  * or sanitizer report; a failure always says why, in one line naming the
  * file; an accepted file's tensors lie inside the mapping, aligned, with
  * byte counts matching their shapes and types; every key and tensor name is
@@ -63,7 +64,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (t) {
         int32_t *ids;
         size_t n;
-        if (tok_encode(t, "ab cd<|im_end|>", 15, &ids, &n) == 0) free(ids);
+        if (tok_encode(t, "ab cd<|im_end|>", 15, &ids, &n) == 0) {
+            /* a plain prompt: the same ids with at most add_bos_token's and add_eos_token's around them */
+            int32_t *pids;
+            size_t pn;
+            if (tok_encode_prompt(t, "ab cd<|im_end|>", 15, &pids, &pn) != 0 || pn < n || pn > n + 2) abort();
+            size_t off = 0;
+            while (off < pn - n && memcmp(pids + off, ids, n * sizeof *ids)) off++;
+            if (memcmp(pids + off, ids, n * sizeof *ids)) abort();
+            free(pids);
+            free(ids);
+        }
         tok_free(t);
     } else {
         check_err(p);
