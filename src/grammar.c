@@ -416,8 +416,9 @@ static int parse_sequence(parser *p, int r) {
         }
         skip_ws(p);
         while (p->t < p->end && (*p->t == '*' || *p->t == '+' || *p->t == '?' || *p->t == '{')) {
+            /* a further operator applies to the whole expansion [from, n) of
+             * this item (x{2}? is (x x)?), which may be empty (x{0}) */
             if (apply_repeat(p, r, ai, from) != 0) return -1;
-            from = p->rules[r].alts[ai].n - 1;
             skip_ws(p);
         }
     }

@@ -128,6 +128,23 @@ TEST(matcher_basics) {
         CHECK(matches(g, "{1,}") == 0, "trailing comma");
         gr_free(g);
     }
+    /* chained operators apply to the whole item before them: x{2}? is (x x)?;
+     * x{0} leaves nothing to repeat (fuzz_grammar found a read before the
+     * sequence: the second operator took the symbol before the item) */
+    g = parse("root ::= \"a\" \"b\"{2}? \"c\"");
+    CHECK(g != NULL, "x{2}? parse: %s", dfl_lasterr());
+    if (g) {
+        CHECK(matches(g, "ac") == 1 && matches(g, "abbc") == 1, "x{2}?: none or both");
+        CHECK(matches(g, "abc") == 0, "x{2}?: not one");
+        gr_free(g);
+    }
+    /* a repeated empty item is refused (it could match nothing forever), not read out of bounds */
+    g = parse("root ::= \"b\"{0}* \"c\"");
+    CHECK(!g && strstr(dfl_lasterr(), "can match nothing"), "x{0}*: %s", g ? "parsed" : dfl_lasterr());
+    gr_free(g);
+    g = parse("root ::= \"a\" \"b\"{0}+ \"c\"");
+    CHECK(!g && strstr(dfl_lasterr(), "can match nothing"), "x{0}+ after an item: %s", g ? "parsed" : dfl_lasterr());
+    gr_free(g);
 }
 
 /* UTF-8: a character split over feeds, invalid and overlong bytes, a class
