@@ -798,7 +798,6 @@ static int prompt_specials(const gguf_file *g, cJSON *root, const char *pre, int
                    g->path, (long long)bos);
         return -1;
     }
-    if (!add_bos) bos = -1;
     if (add_bos && bos < 0) {
         if (rb == 0) {
             dfl_seterr("%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
