@@ -233,9 +233,10 @@ static const char *help_synth =
     "usage: dflash synth --shape SHAPE [--draft] [--bits 4|8] [--force] -o DIR\n"
     "\n"
     "SHAPE: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b,\n"
-    "qwen3.5-4b, qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b (BF16\n"
-    "only; --quant q8|q4 at load), gemma-4-31b, or the small tiny, tiny-moe,\n"
-    "tiny-qwen35, tiny-qwen35moe, tiny-gptoss, tiny-gemma4.\n"
+    "qwen3.5-4b, qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b (--bits 4:\n"
+    "MXFP4 experts and the rest BF16, as openai ships them; no --bits 8),\n"
+    "gemma-4-31b, or the small tiny, tiny-moe, tiny-qwen35, tiny-qwen35moe,\n"
+    "tiny-gptoss, tiny-gemma4.\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching DFlash\n"
@@ -1267,9 +1268,9 @@ static int cmd_bench(int argc, char **argv) {
     if (!o.json) {
         printf("model: %s, %d layers, hidden %d, %s, %.1f MB | backend %s (%s), %d threads\n", in.arch, in.n_layers,
                in.hidden, in.weight_format, in.weight_bytes / 1e6, in.backend, in.kernels, in.n_threads);
-        if (in.token_bytes != in.weight_bytes) /* experts: only the routed ones are read */
-            printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, the %.1f MB a token reads (k of E experts) at "
-                   "%.1f GB/s (%.0f%% of it)\n",
+        if (in.token_bytes != in.weight_bytes) /* experts: only the routed ones; one row of an untied embedding */
+            printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, the %.1f MB a token reads (routed experts, "
+                   "one embedding row) at %.1f GB/s (%.0f%% of it)\n",
                    bw_what, bw, 1e3 * cost[0], decode, in.token_bytes / 1e6, gbs, 100 * gbs / bw);
         else
             printf("%s: %.1f GB/s | decode T=1: %.2f ms, %.1f tok/s, weights at %.1f GB/s (%.0f%% of it)\n", bw_what,
@@ -1472,7 +1473,9 @@ static int cmd_synth(int argc, char **argv) {
     if (!tokdir && access("models/qwen3-tokenizer/tokenizer.json", R_OK) == 0) tokdir = "models/qwen3-tokenizer";
     check_out_dir("synth", out, draft ? NULL : tokdir, force);
     if (dflash_synth(shape, draft, bits, tokdir, out) != 0) die("%s", dflash_error());
-    fprintf(stderr, "wrote %s %s%s to %s\n", shape, draft ? "draft" : "target", bits == 4 ? " (MLX 4-bit)" : bits == 8 ? " (MLX 8-bit)" : "", out);
+    int oss = !draft && !strncmp(shape, "gpt-oss", 7) ? 1 : !draft && !strcmp(shape, "tiny-gptoss");
+    fprintf(stderr, "wrote %s %s%s to %s\n", shape, draft ? "draft" : "target",
+            bits == 4 ? (oss ? " (MXFP4 experts)" : " (MLX 4-bit)") : bits == 8 ? " (MLX 8-bit)" : "", out);
     return 0;
 }
 

@@ -103,8 +103,10 @@ typedef struct {
     int n_threads;
     const char *draft_weight_format; /* as weight_format, for the draft ("" without one) */
     /* the weight bytes one T=1 decode step reads: weight_bytes, less the
-     * unrouted experts of every expert layer (E - k of E; = weight_bytes
-     * for a dense model) - what bandwidth figures divide by */
+     * unrouted experts of every expert layer (E - k of E) and all but one
+     * row of an input embedding that is not the lm_head (untied; Gemma-4's
+     * per-layer table too); = weight_bytes for a dense tied model - what
+     * bandwidth figures divide by */
     size_t token_bytes;
 } dflash_info;
 

@@ -329,6 +329,17 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
             eb += wt_bytes(&L->experts[e].wg) + wt_bytes(&L->experts[e].wu) + wt_bytes(&L->experts[e].wd);
         in->token_bytes -= eb / (size_t)c->n_experts * (size_t)(c->n_experts - c->n_experts_used);
     }
+    /* an input embedding that is not also the lm_head gives one row a token
+     * (gpt-oss: 1.16 GB of gpt-oss-20b's 13 GB), Gemma-4's per-layer table too */
+    const mdl_model *t = &m->target;
+    if (t->embed.rows > 0 && t->embed.data != t->lm_head.data) {
+        size_t eb = wt_bytes(&t->embed);
+        in->token_bytes -= eb < in->token_bytes ? eb - eb / (size_t)t->embed.rows : 0;
+    }
+    if (t->ple_embed.rows > 0) {
+        size_t pb = wt_bytes(&t->ple_embed);
+        in->token_bytes -= pb < in->token_bytes ? pb - pb / (size_t)t->ple_embed.rows : 0;
+    }
 }
 
 int dflash_tokenize(const dflash_model *m, const char *text, size_t len, int32_t **ids, size_t *n) {

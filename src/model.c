@@ -360,8 +360,7 @@ static int need_mxfp4(mdl_model *m, const char *name, int E, int rows, int cols,
         dfl_seterr("tensor '%s': shape %s, expected [%d, %d, %d]", u->name, got, E, rows, cols / 32);
         return -1;
     }
-    m->weight_bytes += t->nbytes + u->nbytes;
-    return 0;
+    return 0; /* weight_bytes: the 8-bit matrices they become (mxfp4_to_q8), what a forward reads */
 }
 
 /* Rows src_row0, src_row0 + step, ... (n of them) of one expert's MXFP4
@@ -399,6 +398,7 @@ static int mxfp4_to_q8(mdl_model *m, const st_tensor *bt, const st_tensor *st, i
     }
     *w = (wt_weight){.dtype = WT_Q8, .rows = n, .cols = cols, .data = d, .scales = scl, .biases = bia,
                      .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+    m->weight_bytes += wt_bytes(w);
     return wt_check(w, bt->name);
 }
 

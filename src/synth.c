@@ -241,6 +241,43 @@ static void big3(tensors *ts, const syn_spec *s, rng *r, char *b, size_t nb, con
     ts->t[ts->n - 1].shape[2] = d2;
 }
 
+/* Layer l's MXFP4 tensor SUB [d0, rows, cols] as openai's checkpoints store
+ * it: SUB_blocks [d0, rows, cols/32, 16] U8 (two e2m1 codes per byte) of
+ * uniform random codes, SUB_scales [d0, rows, cols/32] U8 (e8m0) of 2^(e-127)
+ * with e = e0 or e0 + 1 at random, e0 chosen so that the values' spread is
+ * about std (the e2m1 values' rms over uniform codes is ~2.9). One
+ * generator per expert slice, as big3. */
+static void mx4(tensors *ts, rng *r, char *b, size_t nb, const char *pre, int l, const char *sub, int64_t d0,
+                int64_t rows, int64_t cols, float std) {
+    size_t nblk = (size_t)rows * (size_t)(cols / 32);
+    uint8_t *q = dfl_malloc(nblk * 16 * (size_t)d0), *sc = dfl_malloc(nblk * (size_t)d0);
+    int e0 = 127 + (int)floorf(log2f(std / 2.9f) + 0.5f);
+    if (e0 < 2) e0 = 2;
+    if (e0 > 251) e0 = 251;
+    uint64_t seed = r->s;
+    uniform(r);
+    for (int64_t e = 0; e < d0; e++) {
+        rng g = {(seed ^ ((uint64_t)(e + 1) * 0x94d049bb133111ebull)) | 1};
+        uint8_t *qe = q + (size_t)e * nblk * 16, *se = sc + (size_t)e * nblk;
+        for (size_t i = 0; i < nblk; i++) {
+            uniform(&g);
+            uint64_t x0 = g.s;
+            uniform(&g);
+            uint64_t x1 = g.s;
+            memcpy(qe + 16 * i, &x0, 8);
+            memcpy(qe + 16 * i + 8, &x1, 8);
+            se[i] = (uint8_t)(e0 + (int)(x1 >> 63));
+        }
+    }
+    snprintf(b, nb, "%slayers.%d.%s_blocks", pre, l, sub);
+    add(ts, b, ST_U8, 4, d0, rows, q);
+    ts->t[ts->n - 1].shape[2] = cols / 32;
+    ts->t[ts->n - 1].shape[3] = 16;
+    snprintf(b, nb, "%slayers.%d.%s_scales", pre, l, sub);
+    add(ts, b, ST_U8, 3, d0, rows, sc);
+    ts->t[ts->n - 1].shape[2] = cols / 32;
+}
+
 static int write_json(const char *dir, const char *file, cJSON *j) {
     char *path = dfl_path_join(dir, file), *txt = cJSON_Print(j), *tmp;
     FILE *f = dfl_create_tmp(path, &tmp);
@@ -369,6 +406,10 @@ static int write_config(const char *dir, const syn_spec *s) {
     cJSON_AddBoolToObject(j, "attention_bias", c->attn_bias);
     if (c->arch != CFG_GEMMA4) cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddStringToObject(j, "torch_dtype", s->dtype == WT_F32 ? "float32" : s->dtype == WT_F16 ? "float16" : "bfloat16");
+    if (s->mxfp4) {
+        cJSON *q = cJSON_AddObjectToObject(j, "quantization_config");
+        cJSON_AddStringToObject(q, "quant_method", "mxfp4");
+    }
     if (c->q_bits) {
         cJSON *q = cJSON_AddObjectToObject(j, "quantization");
         cJSON_AddNumberToObject(q, "group_size", c->q_group);
@@ -479,7 +520,8 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
                                           mat_bytes(s, H, vd)
                                     : 0;
     double lb = (att > lin ? att : lin) +
-                (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) + 3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H) +
+                (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) +
+                                       3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H) * (s->mxfp4 ? 17.0 / 64 : 1) +
                                        (c->shared_inter ? 3 * mat_bytes(s, c->shared_inter, H) : 0)
                                  : 3 * mat_bytes(s, c->inter, H));
     double head = mat_bytes(s, c->vocab, H) * (c->is_draft ? 0 : c->tie_embeddings ? 1 : 2);
@@ -528,9 +570,11 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
             F("self_attn.sinks", c->n_heads, 0, 0, 0.0f, 1.0f, 0);
             M("mlp.router", c->n_experts, H, sh);
             F("mlp.router.bias", E, 0, 0, 0.0f, 0.5f, 0);
-            big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.gate_up_proj", E, H, 2 * I, sh);
+            if (s->mxfp4) mx4(&ts, &r, b, sizeof b, pre, l, "mlp.experts.gate_up_proj", E, 2 * I, H, sh);
+            else big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.gate_up_proj", E, H, 2 * I, sh);
             F("mlp.experts.gate_up_proj_bias", E, 2 * I, 0, 0.0f, 0.5f, 0);
-            big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, I, H, sm);
+            if (s->mxfp4) mx4(&ts, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, H, I, sm);
+            else big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, I, H, sm);
             F("mlp.experts.down_proj_bias", E, H, 0, 0.0f, 0.1f * ls, 0);
         } else if (c->moe_layer[l]) {
             float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
@@ -792,9 +836,15 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         }
     }
     int oss = shapes[k].window > 0;
-    if (oss && bits) { /* as dflash quantize: its 3-D experts have no MLX layout here */
-        dfl_seterr("shape %s: --bits is not supported for gpt-oss (write BF16 and load it with --quant q8|q4)", shape);
+    if (oss && bits == 8) { /* as dflash quantize: its 3-D experts have no MLX layout here */
+        dfl_seterr("shape %s: --bits 8 is not supported for gpt-oss (--bits 4 writes MXFP4 experts as openai "
+                   "ships them; or write BF16 and load it with --quant q8|q4)", shape);
         return -1;
+    }
+    if (oss && bits == 4 && !draft) { /* MXFP4 experts, the rest BF16 (openai's layout) */
+        s.mxfp4 = 1;
+        c->q_bits = 0;
+        c->q_group = 0;
     }
     if (oss) { /* o200k_harmony: <|return|> 200002, <|call|> 200012, <|endoftext|> 199999 */
         c->vocab = 201088;

@@ -60,6 +60,9 @@ typedef struct {
                            layers near identity, so greedy repeats the last token */
     int router_bits;    /* quantized MoE: the routers at these bits, group 64, with
                            per-tensor entries in "quantization" (as mlx-lm); 0 = q_bits */
+    int mxfp4;          /* gpt-oss: the experts as MXFP4 *_blocks / *_scales (U8) with
+                           quantization_config.quant_method "mxfp4", as openai ships
+                           them; every other tensor in dtype (c.q_bits must be 0) */
 } syn_spec;
 
 /* A small Qwen3 shape (hidden 64, 2 layers, vocab 512) to start from. */

@@ -46,6 +46,14 @@ expect "synth draft" 0 "" -- "$BIN" synth --shape tiny --draft -o "$T/drf"
     ok "synth --help: the tiny draft's 2 layers" || bad "synth --help: the tiny draft's 2 layers"
 expect "synth q4" 0 "" -- "$BIN" synth --shape tiny --bits 4 -o "$T/tq4"
 expect "synth q8" 0 "" -- "$BIN" synth --shape tiny --bits 8 -o "$T/tq8"
+# gpt-oss --bits 4: MXFP4 experts as openai ships them (loaded through model.c's exact MXFP4 -> 8-bit)
+expect "synth gpt-oss mxfp4" 0 "MXFP4 experts" -- "$BIN" synth --shape tiny-gptoss --bits 4 -o "$T/oss4"
+grep -q '"quant_method":[[:space:]]*"mxfp4"' "$T/oss4/config.json" &&
+    grep -q 'mlp.experts.gate_up_proj_blocks' "$T/oss4/model.safetensors" &&
+    grep -q 'mlp.experts.down_proj_scales' "$T/oss4/model.safetensors" &&
+    ok "synth gpt-oss mxfp4: config and *_blocks / *_scales" || bad "synth gpt-oss mxfp4: config and tensors"
+expect "synth gpt-oss mxfp4 loads" 0 "decode:" -- "$BIN" generate -m "$T/oss4" -p "Hello" -n 4 --ignore-eos
+expect "synth gpt-oss --bits 8" 1 "--bits 8 is not supported" -- "$BIN" synth --shape tiny-gptoss --bits 8 -o "$T/oss8"
 expect "generate" 0 "decode:" -- "$BIN" generate -m "$T/tgt" -p "Hello there" -n 12 --ignore-eos
 cp "$T/out" "$T/greedy.txt"
 [ -s "$T/greedy.txt" ] && ok "generate wrote text" || bad "generate wrote text"

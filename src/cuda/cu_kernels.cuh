@@ -1273,10 +1273,13 @@ __host__ __device__ constexpr int cu_att_smem(int hd, int R) {
 }
 
 /* The lowest key position a causal query at position lim sees: lim - W + 1
- * in a sliding-window layer (gpt-oss), 0 without a window (W = 0). Chunks
- * wholly below it are neither computed nor merged; inside the first chunk
- * the keys below it score -inf (p = 0, and fmaf(0, V, O) leaves O as it
- * is), so a row's bits still depend on its position and keys alone. */
+ * in a sliding-window layer (gpt-oss), 0 without a window (W = 0). A draft
+ * block's rows (not causal) see the last W context keys and the whole
+ * block: their lowest key is cu_att_lo(pos0 - 1, W) = pos0 - W (pos0 context
+ * keys; attention.h's lo(t) on the CPU). Chunks wholly below it are neither
+ * computed nor merged; inside the first chunk the keys below it score -inf
+ * (p = 0, and fmaf(0, V, O) leaves O as it is), so a row's bits still depend
+ * on its position and keys alone. */
 __host__ __device__ __forceinline__ int cu_att_lo(int lim, int window) {
     return window && lim - window + 1 > 0 ? lim - window + 1 : 0;
 }
@@ -1312,9 +1315,10 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
     const int nc = causal ? pos0 + t0 + rows : pos0; /* keys in the cache (causal: this block's last row's) */
     const int n = causal ? nc : pos0 + n_blk;        /* keys any row of the block sees */
     if (c0 >= n) return;
-    /* a sliding window (causal only): row t sees keys cu_att_lo(pos0 + t, W) ..; no row of the block sees a
-     * chunk that ends before its first row's lowest key */
-    if (causal && window && c0 + CH <= cu_att_lo(pos0 + t0, window)) return;
+    /* a sliding window: causal row t sees keys cu_att_lo(pos0 + t, W) ..; a draft block's rows keys
+     * cu_att_lo(pos0 - 1, W) ..; no row of the block sees a chunk that ends before its first row's lowest key */
+    const int blo = causal ? cu_att_lo(pos0 + t0, window) : cu_att_lo(pos0 - 1, window);
+    if (window && c0 + CH <= blo) return;
     float *Qs = sm, *S = Qs + R * HD, *Ks = S + R * CH, *Vs = Ks; /* V replaces K after the scores */
     float2 *ML = (float2 *)(Ks + CH * KS);
     const float *kh = kc + (size_t)kvh * n_ctx * HD, *vh = vc + (size_t)kvh * n_ctx * HD;
@@ -1359,7 +1363,7 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
             for (int b = 0; b < 8; b++) {
                 int i = ib + b * NQT;
                 if (i < R) {
-                    int lim = causal ? pos0 + t0 + i / G : n - 1, lo = causal ? cu_att_lo(lim, window) : 0;
+                    int lim = causal ? pos0 + t0 + i / G : n - 1, lo = causal ? cu_att_lo(lim, window) : blo;
                     S[i * CH + j] = key <= lim && key >= lo && key < n ? (d[b][0] + d[b][1]) + (d[b][2] + d[b][3])
                                                                        : -INFINITY;
                 }
@@ -1463,7 +1467,7 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
     __shared__ float mred[HD / 32 > 0 ? HD / 32 : 1];
     int tl = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos0 = *pos;
     int lim = causal ? pos0 + t0 + tl : pos0 + n_blk - 1;
-    int ncr = lim / CH + 1, clo = causal ? cu_att_lo(lim, window) / CH : 0; /* chunks clo..ncr-1 */
+    int ncr = lim / CH + 1, clo = cu_att_lo(causal ? lim : pos0 - 1, window) / CH; /* chunks clo..ncr-1 */
     size_t slot = (size_t)tl * nq + h;
     const float2 *ml = pml + slot * nch;
     const float *o = po + slot * nch * HD + d;

@@ -657,11 +657,6 @@ static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
-    if (c->is_draft && c->n_sliding_layers) {
-        dfl_seterr("backend cuda: a draft with a sliding window (its layer_types, or --draft-window) is not "
-                   "implemented on the GPU yet; use --backend cpu");
-        return -1;
-    }
     if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K ||
                             BE_MAX_ROWS * c->n_experts_used > MOE_MAX_PAIRS)) {
         dfl_seterr("backend cuda: %d experts, %d per token: at most %d and %d; use --backend cpu", c->n_experts,

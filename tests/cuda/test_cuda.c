@@ -94,7 +94,12 @@ static void f32_scales(mdl_model *m) {
  * B-bit with group G, through bf16 (q8g16: the layout GGUF Q6_K tensors load
  * into; q4g64, q4g128: the integer-MMA folds of 64 and 128 columns), f: with
  * f32 scales */
-static int load(loaded *L, const be_ops *be, void *bi, const char *rel) {
+static int load_w(loaded *L, const be_ops *be, void *bi, const char *rel, int window);
+static int load(loaded *L, const be_ops *be, void *bi, const char *rel) { return load_w(L, be, bi, rel, 0); }
+
+/* load, and for window > 0 every layer of the (draft) model sliding with that
+ * window, as --draft-window sets it (engine.c) before prepare */
+static int load_w(loaded *L, const be_ops *be, void *bi, const char *rel, int window) {
     char d[1200];
     mpath(d, sizeof d, rel);
     char *at = strchr(d, '@');
@@ -121,6 +126,11 @@ static int load(loaded *L, const be_ops *be, void *bi, const char *rel) {
         return -1;
     }
     if (f32) f32_scales(&L->m);
+    if (window > 0) {
+        L->m.cfg.window = window;
+        L->m.cfg.n_sliding_layers = L->m.cfg.n_layers;
+        for (int l = 0; l < L->m.cfg.n_layers; l++) L->m.cfg.sliding_layer[l] = 1;
+    }
     if (be->prepare(bi, &L->m) != 0) {
         CHECK(0, "prepare %s on %s: %s", d, be->name, dfl_lasterr());
         mdl_free(&L->m);
@@ -999,12 +1009,17 @@ static void family_case(const char *rel) {
 /* DFlash through the public API on the GPU: a committed pair, 12 prompts x
  * greedy / temperature 0.8 x blocks 2, 4, 8, 16 and auto, each against GPU
  * plain decoding. */
-static void pair_case(const char *trel, const char *drel) {
+static void pair_case_w(const char *trel, const char *drel, int window);
+static void pair_case(const char *trel, const char *drel) { pair_case_w(trel, drel, 0); }
+
+/* ... with --draft-window WINDOW when > 0 */
+static void pair_case_w(const char *trel, const char *drel, int window) {
     char t[1200], d[1200];
     mpath(t, sizeof t, trel);
     mpath(d, sizeof d, drel);
     dflash_params p = dflash_default_params();
     p.backend = "cuda";
+    p.draft_window = window;
     dflash_model *dm = dflash_load(t, d, &p);
     if (!dm) {
         CHECK(0, "load %s pair on cuda: %s", trel, dflash_error());
@@ -1042,7 +1057,8 @@ static void pair_case(const char *trel, const char *drel) {
             free(ref);
         }
     }
-    fprintf(stderr, "  %s pair on the GPU: %d/%d DFlash runs identical to plain decoding\n", trel, same, total);
+    fprintf(stderr, "  %s pair on the GPU%s: %d/%d DFlash runs identical to plain decoding\n", trel,
+            window ? " (draft window)" : "", same, total);
     CHECK(same == total, "%s pair: %d of %d DFlash runs differ", trel, total - same, total);
     dflash_free(dm);
 }
@@ -1229,6 +1245,102 @@ TEST(gemma4) {
     }
 }
 
+/* A draft with a sliding window (--draft-window W: every draft layer sees the
+ * last W context keys and the whole block) over a context of N_DW rows,
+ * past the chunked attention's chunk edges: the GPU's block logits against
+ * the CPU's f32 draft fed the same taps (the CPU keeps a ring of the last
+ * rows, the GPU every row with the window a lower bound of the keys), for
+ * windows below, across and beyond a chunk; each window must change the
+ * logits against the unwindowed draft (else the test could not fail); then
+ * DFlash with a windowed draft = GPU greedy. */
+enum { N_DW = 300 };
+
+static void draft_window_case(const char *trel, const char *drel) {
+    loaded t;
+    if (load(&t, &be_cuda, gpu_bi, trel) != 0) return;
+    int V = t.m.cfg.vocab, B = 16;
+    int32_t tok[N_DW], blk[16];
+    for (int i = 0; i < N_DW; i++) tok[i] = (int32_t)((i * 131 + 7) % V);
+    void *st = be_cuda.create(gpu_bi, &t.m, N_DW + 64);
+    loaded d0;
+    if (!st || load(&d0, &be_cuda, gpu_bi, drel) != 0) {
+        CHECK(st != NULL, "create: %s", dfl_lasterr());
+        unload(&t);
+        return;
+    }
+    int nt = d0.m.cfg.n_taps, H = t.m.cfg.hidden;
+    blk[0] = tok[N_DW - 1];
+    for (int i = 1; i < B; i++) blk[i] = d0.m.cfg.mask_token_id;
+    float *feats = malloc(sizeof(float) * N_DW * nt * H);
+    for (int r0 = 0; r0 < N_DW; r0 += 100) {
+        be_batch b = {.T = 100, .tokens = tok + r0, .n_taps = nt, .tap_layers = d0.m.cfg.tap_layers};
+        CHECK(be_cuda.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+        CHECK(be_cuda.taps(st, 0, 100, feats + (size_t)r0 * nt * H) == 0, "taps: %s", dfl_lasterr());
+    }
+    size_t nl = (size_t)(B - 1) * V;
+    float *full = malloc(sizeof(float) * nl), *lg = malloc(sizeof(float) * nl), *lc = malloc(sizeof(float) * nl);
+    int32_t ig[16], ic[16];
+    be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .out = ig, .logits = full};
+    void *df = be_cuda.draft_create(gpu_bi, &d0.m, &t.m, N_DW + 64);
+    CHECK(df && be_cuda.draft_ctx_append(df, feats, N_DW) == 0 && be_cuda.draft_block(df, &q) == 0,
+          "unwindowed draft: %s", dfl_lasterr());
+    if (df) be_cuda.draft_destroy(df);
+    int windows[] = {8, 100, 172, 200}; /* lowest key 292, 200, 128 (a chunk edge), 100 */
+    for (int w = 0; w < 4; w++) {
+        loaded dg, tc, dc;
+        if (load_w(&dg, &be_cuda, gpu_bi, drel, windows[w]) != 0) continue;
+        if (load(&tc, &be_cpu, cpu_bi, trel) != 0) {
+            unload(&dg);
+            continue;
+        }
+        if (load_w(&dc, &be_cpu, cpu_bi, drel, windows[w]) != 0) {
+            unload(&dg);
+            unload(&tc);
+            continue;
+        }
+        void *qg = be_cuda.draft_create(gpu_bi, &dg.m, &t.m, N_DW + 64);
+        void *qc = be_cpu.draft_create(cpu_bi, &dc.m, &tc.m, N_DW + 64);
+        CHECK(qg && qc, "draft_create: %s", dfl_lasterr());
+        if (qg && qc) {
+            /* the GPU context fed in two pieces from the sequence's taps
+             * is the same as appended from the host: the rows, not their path */
+            CHECK(be_cuda.draft_ctx_append(qg, feats, N_DW) == 0, "gpu append: %s", dfl_lasterr());
+            CHECK(be_cpu.draft_ctx_append(qc, feats, N_DW) == 0, "cpu append: %s", dfl_lasterr());
+            q.logits = lg;
+            q.out = ig;
+            CHECK(be_cuda.draft_block(qg, &q) == 0, "gpu block: %s", dfl_lasterr());
+            q.logits = lc;
+            q.out = ic;
+            CHECK(be_cpu.draft_block(qc, &q) == 0, "cpu block: %s", dfl_lasterr());
+            double e = max_diff(lg, lc, nl) / max_abs(lc, nl), moved = max_diff(lg, full, nl) / max_abs(full, nl);
+            int agree = 0;
+            for (int i = 0; i < B - 1; i++) agree += ig[i] == ic[i];
+            fprintf(stderr, "  %-28s window %3d over %d rows: draft logits rel err %.4f vs CPU, ids agree %d/%d; "
+                    "%.4f from the unwindowed draft\n", drel, windows[w], N_DW, e, agree, B - 1, moved);
+            CHECK(e <= LOGIT_TOL, "%s window %d: GPU draft logits differ from the CPU's by %.4f", drel, windows[w], e);
+            CHECK(moved > 2 * e && moved > 1e-3, "%s window %d: the window did not change the draft's logits (%.4f)", drel,
+                  windows[w], moved);
+        }
+        if (qg) be_cuda.draft_destroy(qg);
+        if (qc) be_cpu.draft_destroy(qc);
+        unload(&dg);
+        unload(&dc);
+        unload(&tc);
+    }
+    be_cuda.destroy(st);
+    free(feats);
+    free(full);
+    free(lg);
+    free(lc);
+    unload(&d0);
+    unload(&t);
+    pair_case_w(trel, drel, 8);
+}
+
+TEST(draft_window) {
+    draft_window_case("tests/models/tiny-qwen3", "tests/models/tiny-draft");
+}
+
 TEST(errors) {
     be_options o = {0, 99};
     void *b = be_cuda.open(&o);
@@ -1268,6 +1380,7 @@ int main(void) {
     RUN(moe);
     RUN(gptoss);
     RUN(gemma4);
+    RUN(draft_window);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);

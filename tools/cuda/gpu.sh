@@ -1,13 +1,19 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe nsys controls depth variants attcheck nographs profile prefill llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 nsys controls depth variants attcheck nographs profile prefill llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
 # $DEPTH_VARIANTS (default, DFLASH_CUDA_ATT_SPLIT=0 = the one-block-per-row
 # kernels), or the runs DEPTH_PLAN lists ("bits,depth,variant ..."); a table
 # at the end, logs in $OUT/depth.txt.
+# zoo2: issue 22's shapes (ZOO2_SHAPES, default "gpt-oss-20b:4 gemma-4-31b:4":
+# SHAPE:BITS, gpt-oss's 4 = MXFP4 experts as openai ships them), each with a
+# synthesized draft (ZOO2_DRAFT_WINDOW, default 2048 as z-lab's gemma-4
+# drafts: the draft's sliding window), dflash bench at ZOO2_DEPTHS (256
+# 16384); the checkpoints are made on the CPUs while the tests run when the
+# build step is asked for too (zoo2synth).
 # llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
 # with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
 # CPU work (build, GGUF conversion, quantization) starts at once in the
@@ -68,7 +74,8 @@ for s in $steps; do
         nvcc --version | tail -2
         make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error"
         # the 4B-shape checkpoints for the benchmarks, made on the CPUs meanwhile
-        case " $steps " in *" bench "*|*" llama "*|*" depth "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac ;;
+        case " $steps " in *" bench "*|*" llama "*|*" depth "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac
+        case " $steps " in *" zoo2 "*) (sh "$0" zoo2synth > "$OUT/zoo2synth.log" 2>&1 &) ;; esac ;;
     test)
         log test-cuda
         timeout ${TEST_TIMEOUT:-300} make CUDA=1 test-cuda > "$OUT/test-cuda.log" 2>&1
@@ -117,6 +124,29 @@ for s in $steps; do
             timeout ${MOE_TIMEOUT:-300} ./dflash bench -m "$d" -md "/tmp/moe-$sh-draft" --backend cuda \
                 --reps ${BENCH_REPS:-20} > "$OUT/bench-moe-$sh.txt" 2>&1
             cat "$OUT/bench-moe-$sh.txt"
+        done ;;
+    zoo2synth)
+        mkdir /tmp/zoo2.lock 2>/dev/null || { while [ ! -f /tmp/zoo2.done ]; do sleep 2; done; continue; }
+        for spec in ${ZOO2_SHAPES:-gpt-oss-20b:4 gemma-4-31b:4}; do
+            sh=${spec%%:*}; b=${spec#*:}; t0=$(date +%s)
+            [ -d "/tmp/zoo2-$sh-$b" ] || ./dflash synth --shape "$sh" --bits "$b" -o "/tmp/zoo2-$sh-$b" 2>&1 | tail -1
+            [ -d "/tmp/zoo2-$sh-draft" ] || ./dflash synth --shape "$sh" --draft -o "/tmp/zoo2-$sh-draft" 2>&1 | tail -1
+            echo "synth $sh bits $b: $(($(date +%s) - t0)) s, $(du -sh "/tmp/zoo2-$sh-$b" | cut -f1)"
+        done
+        touch /tmp/zoo2.done ;;
+    zoo2)
+        log issue 22 shapes
+        [ -f /tmp/zoo2.done ] || sh "$0" zoo2synth
+        cat "$OUT/zoo2synth.log" 2>/dev/null
+        for spec in ${ZOO2_SHAPES:-gpt-oss-20b:4 gemma-4-31b:4}; do
+            sh=${spec%%:*}; b=${spec#*:}
+            for dp in ${ZOO2_DEPTHS:-256 16384}; do
+                echo "== $sh bits $b depth $dp ($(date +%T))"
+                timeout ${ZOO2_TIMEOUT:-200} ./dflash bench -m "/tmp/zoo2-$sh-$b" -md "/tmp/zoo2-$sh-draft" \
+                    --draft-window ${ZOO2_DRAFT_WINDOW:-2048} --backend cuda --depth "$dp" --reps ${BENCH_REPS:-10} \
+                    > "$OUT/bench-zoo2-$sh-$b-$dp.txt" 2>&1
+                cat "$OUT/bench-zoo2-$sh-$b-$dp.txt"
+            done
         done ;;
     depth)
         log decode at context depths
