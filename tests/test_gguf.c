@@ -1929,6 +1929,246 @@ TEST(convert_prompt_specials) {
     }
 }
 
+
+/* ---- gpt-oss and Gemma-4 as llama.cpp's converter writes them ------------
+ *
+ * tests/fixtures/gguf/tiny-{gptoss-mxfp4,gemma4,gemma4-kv}-v1k.gguf come from
+ * tools/llama/zoo_gguf.sh: tools/llama/zoo_cut.py cuts the tiny models'
+ * vocabularies to 1024 tokens (the files stay small) and encodes
+ * tiny-gptoss's experts in MXFP4 as openai's checkpoints store them, then
+ * llama.cpp's convert_hf_to_gguf.py writes bf16 files (the MXFP4 experts
+ * as GGML MXFP4). zoo2_cut makes the same checkpoints here, by the same
+ * rules, so the GGUF files are compared with the safetensors checkpoints
+ * they came from. */
+static const double fp4v[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+enum { ZOO2_V = 1024 };
+
+/* w [rows][cols] (element (r, k) at w[r * rs + k * ks], bf16 bits) as MXFP4
+ * rows: blocks [rows][cols/32][16], scales [rows][cols/32] (zoo_cut.py's
+ * rules: e the smallest >= -125 with 6 * 2^e >= max |x|, -20 for zeros;
+ * the nearest code, the lowest on ties; all exact in double). */
+static void zoo2_encode(const uint16_t *w, size_t rs, size_t ks, int rows, int cols, uint8_t *blk, uint8_t *sc) {
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < cols / 32; b++) {
+            double x[32], amax = 0;
+            for (int j = 0; j < 32; j++) {
+                x[j] = dfl_bf16_to_f32(w[r * rs + (size_t)(b * 32 + j) * ks]);
+                amax = fmax(amax, fabs(x[j]));
+            }
+            int e = -20;
+            if (amax > 0)
+                for (e = -125; ldexp(6.0, e) < amax; e++) {}
+            sc[(size_t)r * (cols / 32) + b] = (uint8_t)(e + 127);
+            uint8_t *o = blk + ((size_t)r * (cols / 32) + b) * 16;
+            for (int j = 0; j < 32; j++) {
+                double y = ldexp(x[j], -e);
+                int best = 0;
+                for (int c = 1; c < 16; c++)
+                    if (fabs(fp4v[c] - y) < fabs(fp4v[best] - y)) best = c;
+                if (j % 2 == 0) o[j / 2] = (uint8_t)best;
+                else o[j / 2] |= (uint8_t)(best << 4);
+            }
+        }
+}
+
+static int ends_with(const char *s, const char *t) {
+    size_t a = strlen(s), b = strlen(t);
+    return a >= b && !strcmp(s + a - b, t);
+}
+
+/* tests/models/NAME cut to ZOO2_V tokens (MX: experts in MXFP4) in DIR. */
+static int zoo2_cut(const char *name, const char *dir, int mx) {
+    char src[256];
+    snprintf(src, sizeof src, "tests/models/%s/model.safetensors", name);
+    st_set in;
+    if (st_open_file(&in, src) != 0) {
+        CHECK(0, "%s", dfl_lasterr());
+        return -1;
+    }
+    mkdir(dir, 0777);
+    snprintf(src, sizeof src, "tests/models/%s/config.json", name);
+    char *txt = dfl_read_file(src, NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!j) {
+        st_close(&in);
+        return -1;
+    }
+    cJSON_ReplaceItemInObject(j, "vocab_size", cJSON_CreateNumber(ZOO2_V));
+    if (cJSON_GetObjectItemCaseSensitive(j, "vocab_size_per_layer_input"))
+        cJSON_ReplaceItemInObject(j, "vocab_size_per_layer_input", cJSON_CreateNumber(ZOO2_V));
+    if (mx) cJSON_AddStringToObject(cJSON_AddObjectToObject(j, "quantization_config"), "quant_method", "mxfp4");
+    char *out = cJSON_Print(j), *cp = dfl_path_join(dir, "config.json");
+    write_file(cp, out, strlen(out));
+    free(out);
+    free(cp);
+    cJSON_Delete(j);
+    st_out *o = calloc((size_t)2 * in.n, sizeof(st_out));
+    void **bufs = calloc((size_t)2 * in.n, sizeof(void *));
+    char (*names)[128] = calloc((size_t)2 * in.n, 128);
+    int n = 0, nb = 0;
+    for (int i = 0; i < in.n; i++) {
+        const st_tensor *t = &in.t[i];
+        st_out k = {t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1], t->shape[2], t->shape[3]}, t->data};
+        if (ends_with(t->name, "embed_tokens.weight") || ends_with(t->name, "lm_head.weight") ||
+            ends_with(t->name, "embed_tokens_per_layer.weight"))
+            k.shape[0] = ZOO2_V; /* the first rows, as they are */
+        if (mx && (ends_with(t->name, "experts.gate_up_proj") || ends_with(t->name, "experts.down_proj"))) {
+            int E = (int)t->shape[0], cin = (int)t->shape[1], cout = (int)t->shape[2];
+            size_t per = (size_t)cin * cout;
+            uint8_t *blk = bufs[nb++] = malloc((size_t)E * per / 2), *sc = bufs[nb++] = malloc((size_t)E * per / 32);
+            for (int e = 0; e < E; e++) /* stored input-major [E, in, out]: output row r, input k at [e][k][r] */
+                zoo2_encode((const uint16_t *)t->data + (size_t)e * per, 1, (size_t)cout, cout, cin,
+                            blk + (size_t)e * per / 2, sc + (size_t)e * per / 32);
+            snprintf(names[2 * i], 128, "%s_blocks", t->name);
+            snprintf(names[2 * i + 1], 128, "%s_scales", t->name);
+            o[n++] = (st_out){names[2 * i], ST_U8, 4, {E, cout, cin / 32, 16}, blk};
+            o[n++] = (st_out){names[2 * i + 1], ST_U8, 3, {E, cout, cin / 32, 0}, sc};
+            continue;
+        }
+        o[n++] = k;
+    }
+    char *pm = dfl_path_join(dir, "model.safetensors");
+    int rc = st_write(pm, o, n, NULL);
+    CHECK(rc == 0, "write %s: %s", pm, dfl_lasterr());
+    free(pm);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    free(names);
+    free(o);
+    st_close(&in);
+    return rc;
+}
+
+/* Logits [T][V] of M on TOK (CPU backend). */
+static void zoo2_logits(void *be, const mdl_model *m, const int32_t *tok, int T, float *out) {
+    void *st = be_cpu.create(be, m, 256);
+    be_batch b = {T, tok, T, out, 0, NULL, 0};
+    CHECK(st && be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+    if (st) be_cpu.destroy(st);
+}
+
+/* The two models' configs say the same where it matters here. */
+static int zoo2_same_cfg(const cfg_model *a, const cfg_model *b) {
+    int n = a->n_layers;
+    return a->arch == b->arch && a->hidden == b->hidden && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->vocab == b->vocab &&
+           a->eps == b->eps && a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings &&
+           a->inter == b->inter && a->n_experts == b->n_experts && a->n_experts_used == b->n_experts_used &&
+           a->moe_inter == b->moe_inter && a->attn_bias == b->attn_bias && a->attn_sinks == b->attn_sinks &&
+           a->window == b->window && a->n_sliding_layers == b->n_sliding_layers &&
+           !memcmp(a->sliding_layer, b->sliding_layer, (size_t)n) && a->swiglu_limit == b->swiglu_limit &&
+           a->rope_yarn == b->rope_yarn && a->yarn_truncate == b->yarn_truncate && a->rope_factor == b->rope_factor &&
+           a->rope_orig_max_pos == b->rope_orig_max_pos && a->yarn_beta_fast == b->yarn_beta_fast &&
+           a->yarn_beta_slow == b->yarn_beta_slow && a->yarn_attn_factor == b->yarn_attn_factor &&
+           a->attn_scale == b->attn_scale && a->v_norm == b->v_norm && a->k_eq_v == b->k_eq_v &&
+           a->geglu == b->geglu && a->ple == b->ple && a->softcap == b->softcap && a->full_theta == b->full_theta &&
+           a->full_factor == b->full_factor && a->full_rot == b->full_rot && a->qk_norm == b->qk_norm &&
+           !memcmp(a->layer_hd, b->layer_hd, sizeof(a->layer_hd[0]) * (size_t)n) &&
+           !memcmp(a->layer_kv, b->layer_kv, sizeof(a->layer_kv[0]) * (size_t)n);
+}
+
+/* GGUF = checkpoint: config, logits bit for bit on a prompt longer than the
+ * sliding window (f32 activations and the default mode), and 16 greedy
+ * tokens. */
+static void zoo2_compare(const char *what, const char *gguf, const char *dir) {
+    mdl_model hf, gg;
+    if (mdl_load(&hf, dir) != 0) {
+        CHECK(0, "%s: load %s: %s", what, dir, dfl_lasterr());
+        return;
+    }
+    if (mdl_load(&gg, gguf) != 0) {
+        CHECK(0, "%s: load %s: %s", what, gguf, dfl_lasterr());
+        mdl_free(&hf);
+        return;
+    }
+    CHECK(zoo2_same_cfg(&hf.cfg, &gg.cfg), "%s: the GGUF's config differs from the checkpoint's", what);
+    /* the converter writes gpt-oss's routers F32 (the same values): with
+     * bf16 weights the default mode rounds activations to bf16, with f32
+     * ones not, so the checkpoint's routers become the same F32 here */
+    for (int l = 0; l < hf.cfg.n_layers; l++) {
+        wt_weight *r = &hf.layers[l].router;
+        if (r->rows && r->dtype == WT_BF16 && gg.layers[l].router.dtype == WT_F32) {
+            float *f = mdl_own(&hf, sizeof(float) * (size_t)r->rows * r->cols);
+            for (int i = 0; i < r->rows; i++) wt_get_row(f + (size_t)i * r->cols, r, i);
+            r->data = f;
+            r->dtype = WT_F32;
+        }
+    }
+    be_options bo = {2, 0};
+    void *be = be_cpu.open(&bo);
+    int prev = kn_act_quant(), V = hf.cfg.vocab;
+    enum { T = 20, N = 16 };
+    int32_t tok[T + N];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 397 + 11) % ZOO2_V);
+    float *la = malloc(sizeof(float) * (T + N) * (size_t)V), *lb = malloc(sizeof(float) * (T + N) * (size_t)V);
+    for (int mode = 0; mode < 2; mode++) {
+        kn_set_act_quant(mode ? prev : 0);
+        zoo2_logits(be, &hf, tok, T, la);
+        zoo2_logits(be, &gg, tok, T, lb);
+        float d = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++) d = fmaxf(d, fabsf(la[i] - lb[i]));
+        CHECK(!memcmp(la, lb, sizeof(float) * T * (size_t)V), "%s (%s activations): logits differ by up to %g", what,
+              mode ? "default" : "f32", d);
+        if (mode && !prev) break;
+    }
+    /* greedy: the argmax of each step's last row, both models */
+    int32_t ya[T + N], yb[T + N];
+    memcpy(ya, tok, sizeof tok[0] * T);
+    memcpy(yb, tok, sizeof tok[0] * T);
+    for (int s = 0; s < N; s++) {
+        zoo2_logits(be, &hf, ya, T + s, la);
+        zoo2_logits(be, &gg, yb, T + s, lb);
+        ya[T + s] = smp_argmax(la + (size_t)(T + s - 1) * V, V);
+        yb[T + s] = smp_argmax(lb + (size_t)(T + s - 1) * V, V);
+    }
+    CHECK(!memcmp(ya, yb, sizeof ya), "%s: greedy tokens differ", what);
+    kn_set_act_quant(prev);
+    fprintf(stderr, "  %s: GGUF logits bit-identical to the checkpoint's, %d greedy tokens equal\n", what, N);
+    free(la);
+    free(lb);
+    be_cpu.close(be);
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+TEST(llama_converter_zoo2) {
+    static const struct {
+        const char *fixture, *model;
+        int mx;
+    } cases[] = {
+        {"tiny-gptoss-mxfp4-v1k", "tiny-gptoss", 1},
+        {"tiny-gemma4-v1k", "tiny-gemma4", 0},
+        {"tiny-gemma4-kv-v1k", "tiny-gemma4-kv", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *dir = path(cases[i].fixture, NULL);
+        char f[256], d[512];
+        snprintf(d, sizeof d, "%s", dir);
+        snprintf(f, sizeof f, "tests/fixtures/gguf/%s.gguf", cases[i].fixture);
+        if (zoo2_cut(cases[i].model, d, cases[i].mx) != 0) continue;
+        zoo2_compare(cases[i].fixture, f, d);
+    }
+    /* the MXFP4 experts: every row of the GGUF's equals the checkpoint's bit for bit */
+    mdl_model hf, gg;
+    if (mdl_load(&hf, path("tiny-gptoss-mxfp4-v1k", NULL)) != 0) return;
+    if (mdl_load(&gg, "tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf") != 0) {
+        mdl_free(&hf);
+        return;
+    }
+    int bad = 0, n = 0;
+    for (int l = 0; l < hf.cfg.n_layers; l++)
+        for (int e = 0; e < hf.cfg.n_experts; e++, n += 3) {
+            const mdl_expert *x = &gg.layers[l].experts[e], *y = &hf.layers[l].experts[e];
+            bad |= x->wg.dtype != WT_Q8 || !same_matrix(&x->wg, &y->wg) || !same_matrix(&x->wu, &y->wu) ||
+                   !same_matrix(&x->wd, &y->wd) || memcmp(x->bg, y->bg, sizeof(float) * (size_t)hf.cfg.moe_inter) ||
+                   memcmp(x->bd, y->bd, sizeof(float) * (size_t)hf.cfg.hidden);
+        }
+    CHECK(!bad && n > 0, "gpt-oss: MXFP4 experts of the GGUF differ from the checkpoint's (%d matrices)", n);
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -1947,6 +2187,7 @@ int main(void) {
     RUN(gguf_prompt_specials);
     RUN(convert_prompt_specials);
     RUN(llama_converter_families);
+    RUN(llama_converter_zoo2);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);
