@@ -2132,6 +2132,73 @@ static void zoo2_compare(const char *what, const char *gguf, const char *dir) {
     mdl_free(&gg);
 }
 
+/* SRC with byte OFF of tensor NAME's data set to V, as tmpdir/OUT. */
+static const char *poke_tensor(const char *src, const char *out, const char *name, size_t off, const void *v, size_t n) {
+    const char *p = path(out, NULL);
+    gguf_file g;
+    if (gguf_open(&g, src) != 0) return p;
+    const gguf_tensor *t = gguf_find_tensor(&g, name);
+    size_t len = 0;
+    char *b = dfl_read_file(src, &len);
+    if (t && b && g.data_off + t->offset + off + n <= len) {
+        memcpy(b + g.data_off + t->offset + off, v, n);
+        write_file(p, b, len);
+    }
+    free(b);
+    gguf_close(&g);
+    return p;
+}
+
+/* P kept (path() has four buffers): one of 16 slots. */
+static const char *kept(const char *p) {
+    static char b[16][512];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(b[k], sizeof b[k], "%s", p);
+    return b[k];
+}
+
+/* Bad gpt-oss / gemma4 metadata and tensors fail at load with one line
+ * naming the key or tensor. */
+TEST(bad_zoo2_models) {
+    const char *go = "tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf", *g4 = "tests/fixtures/gguf/tiny-gemma4-v1k.gguf";
+    static const char *const no_pat[] = {"gemma4.attention.sliding_window_pattern"};
+    static const char *const no_eff[] = {"gpt-oss.expert_feed_forward_length"};
+    struct {
+        const char *what, *file, *expect;
+    } cases[] = {
+        {"shared kv", kept(edit_kvs(g4, "z1.gguf", NULL, 0, &(kv_edit){"gemma4.attention.shared_kv_layers", 'u', NULL, 2}, 1)),
+         "gemma4.attention.shared_kv_layers 2"},
+        {"gemma4 MoE", kept(edit_kvs(g4, "z2.gguf", NULL, 0, &(kv_edit){"gemma4.expert_count", 'u', NULL, 4}, 1)),
+         "key 'gemma4.expert_count' is not supported"},
+        {"no swa pattern", kept(edit_kvs(g4, "z3.gguf", no_pat, 1, NULL, 0)), "gemma4.attention.sliding_window_pattern"},
+        {"swa rope dims", kept(edit_kvs(g4, "z4.gguf", NULL, 0, &(kv_edit){"gemma4.rope.dimension_count_swa", 'u', NULL, 8}, 1)),
+         "rope.dimension_count_swa 8"},
+        {"gemma4 softcap", kept(edit_kvs(g4, "z5.gguf", NULL, 0, &(kv_edit){"gemma4.attn_logit_softcapping", 'u', NULL, 50}, 1)),
+         "key 'gemma4.attn_logit_softcapping' is not supported"},
+        {"rope linear", kept(edit_kvs(go, "z6.gguf", NULL, 0, &(kv_edit){"gpt-oss.rope.scaling.type", 's', "linear", 0}, 1)),
+         "gpt-oss.rope.scaling.type 'linear' not supported"},
+        {"gating", kept(edit_kvs(go, "z7.gguf", NULL, 0, &(kv_edit){"gpt-oss.expert_gating_func", 'u', NULL, 1}, 1)),
+         "gpt-oss.expert_gating_func 1"},
+        {"yarn attn factor",
+         kept(edit_kvs(go, "z8.gguf", NULL, 0, &(kv_edit){"gpt-oss.rope.scaling.yarn_ext_factor", 'u', NULL, 1}, 1)),
+         "key 'gpt-oss.rope.scaling.yarn_ext_factor' is not supported"},
+        {"no expert ff", kept(edit_kvs(go, "z9.gguf", no_eff, 1, NULL, 0)), "gpt-oss.expert_feed_forward_length"},
+        {"mxfp4 scale", kept(poke_tensor(go, "z10.gguf", "blk.1.ffn_down_exps.weight", 17 * 5, &(uint8_t){255}, 1)),
+         "tensor 'blk.1.ffn_down_exps.weight': MXFP4 scale byte 255"},
+        {"rope_freqs", kept(poke_tensor(g4, "z11.gguf", "rope_freqs.weight", 4 * 2, &(float){0.5f}, 4)),
+         "tensor 'rope_freqs.weight': entry 2 = 0.5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mdl_model m;
+        int rc = mdl_load(&m, cases[i].file);
+        const char *e = dfl_lasterr();
+        CHECK(rc != 0 && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: %s", cases[i].what,
+              rc ? e : "loaded");
+        if (rc == 0) mdl_free(&m);
+    }
+}
+
 TEST(llama_converter_zoo2) {
     static const struct {
         const char *fixture, *model;
@@ -2188,6 +2255,7 @@ int main(void) {
     RUN(convert_prompt_specials);
     RUN(llama_converter_families);
     RUN(llama_converter_zoo2);
+    RUN(bad_zoo2_models);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);
