@@ -2236,6 +2236,105 @@ TEST(llama_converter_zoo2) {
     mdl_free(&gg);
 }
 
+/* dflash convert of gpt-oss and Gemma-4 (llama.cpp's gpt-oss / gemma4): of
+ * the three cut checkpoints at --type bf16, every key and tensor of the
+ * converter's file (tests/fixtures/gguf/NAME-v1k.gguf; but skip_key's) with
+ * the same value, type, shape and bytes (the MXFP4 experts included: the
+ * blocks come back from the 8-bit form; nothing else written), and the
+ * file's logits bit-identical to the checkpoint's; the full tiny models
+ * (gpt-oss's experts BF16) through f16 and q8_0 files: their greedy tokens
+ * as the directory's (f16: the f16 rounding; q8_0 as --quant q8_0). */
+TEST(convert_zoo2) {
+    static const struct {
+        const char *fixture, *model;
+        int mx;
+    } cases[] = {
+        {"tiny-gptoss-mxfp4-v1k", "tiny-gptoss", 1},
+        {"tiny-gemma4-v1k", "tiny-gemma4", 0},
+        {"tiny-gemma4-kv-v1k", "tiny-gemma4-kv", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *name = cases[i].fixture;
+        char dir[512], tok[128], ours_p[512], fx[160];
+        snprintf(dir, sizeof dir, "%s", path(name, NULL));
+        snprintf(ours_p, sizeof ours_p, "%s/%s-ours.gguf", tmpdir, name);
+        snprintf(tok, sizeof tok, "tests/models/%s", cases[i].model);
+        snprintf(fx, sizeof fx, "tests/fixtures/gguf/%s.gguf", name);
+        if (zoo2_cut(cases[i].model, dir, cases[i].mx) != 0) continue;
+        if (ggm_convert(dir, ours_p, "bf16", tok) != 0) {
+            CHECK(0, "%s: convert: %s", name, dfl_lasterr());
+            continue;
+        }
+        gguf_file ours, theirs;
+        if (gguf_open(&ours, ours_p) || gguf_open(&theirs, fx)) {
+            CHECK(0, "open: %s", dfl_lasterr());
+            continue;
+        }
+        int nk = 0, nt = 0;
+        for (int k = 0; k < theirs.n_kv; k++) {
+            const gguf_kv *t = &theirs.kv[k], *o = gguf_find_kv(&ours, t->key);
+            if (skip_key(t->key)) continue;
+            nk++;
+            CHECK(o && same_kv(o, t), "%s: key %s %s", name, t->key, o ? "differs" : "missing");
+        }
+        for (int k = 0; k < ours.n_kv; k++)
+            CHECK(skip_key(ours.kv[k].key) || gguf_find_kv(&theirs, ours.kv[k].key), "%s: key %s not the converter's",
+                  name, ours.kv[k].key);
+        CHECK(ours.n_tensors == theirs.n_tensors, "%s: %d tensors, the converter's %d", name, ours.n_tensors,
+              theirs.n_tensors);
+        for (int k = 0; k < theirs.n_tensors; k++) {
+            const gguf_tensor *t = &theirs.t[k], *o = gguf_find_tensor(&ours, t->name);
+            int same = o && o->type == t->type && o->n_dims == t->n_dims && !memcmp(o->ne, t->ne, sizeof t->ne) &&
+                       o->nbytes == t->nbytes && !memcmp(o->data, t->data, t->nbytes);
+            nt += t->type == GGML_MXFP4;
+            CHECK(same, "%s: tensor %s %s", name, t->name, o ? "differs" : "missing");
+        }
+        CHECK(nk > 15 && (!cases[i].mx || nt == 12), "%s: %d keys, %d MXFP4 tensors compared", name, nk, nt);
+        gguf_close(&ours);
+        gguf_close(&theirs);
+        zoo2_compare(name, ours_p, dir);
+    }
+    /* the full tiny models: bf16 files decode as the directory does; f16
+     * ones hold the f16 rounding; Q8_0 matrices are the engine's own Q8_0
+     * (the converter's f16 fallbacks and f32 router aside, which --quant
+     * q8_0 would quantize: tokens are not compared there) */
+    static const char *const full[] = {"tiny-gptoss", "tiny-gemma4", "tiny-gemma4-kv"};
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    for (int i = 0; i < 3; i++) {
+        char in[128], bfp[512], f16p[512], q8p[512];
+        snprintf(in, sizeof in, "tests/models/%s", full[i]);
+        snprintf(bfp, sizeof bfp, "%s/%s-bf16.gguf", tmpdir, full[i]);
+        snprintf(f16p, sizeof f16p, "%s/%s-f16.gguf", tmpdir, full[i]);
+        snprintf(q8p, sizeof q8p, "%s/%s-q8_0.gguf", tmpdir, full[i]);
+        CHECK(convert(in, bfp, "bf16") == 0 && convert(in, f16p, "f16") == 0 && convert(in, q8p, "q8_0") == 0,
+              "%s: convert: %s", full[i], dfl_lasterr());
+        mdl_model hf, g16, g8;
+        if (mdl_load(&hf, in) != 0) continue;
+        CHECK(mdl_load(&g16, f16p) == 0, "%s: load f16: %s", full[i], dfl_lasterr());
+        CHECK(mdl_load(&g8, q8p) == 0, "%s: load q8_0: %s", full[i], dfl_lasterr());
+        if (g16.layers) CHECK(same_weights(&g16, &hf, to_f16, "f16"), "%s: f16 weights", full[i]);
+        CHECK(qt_model(&hf, QT_Q8_0, 32) == 0, "quantize: %s", dfl_lasterr());
+        if (g8.layers) {
+            CHECK(same_weights(&g8, &hf, NULL, "q8_0") && g8.layers[0].wq.dtype == WT_Q8, "%s: Q8_0 weights",
+                  full[i]);
+            int bad = 0;
+            for (int l = 0; l < hf.cfg.n_layers && hf.cfg.n_experts; l++)
+                for (int e = 0; e < hf.cfg.n_experts; e++)
+                    bad |= !same_matrix(&g8.layers[l].experts[e].wg, &hf.layers[l].experts[e].wg) ||
+                           !same_matrix(&g8.layers[l].experts[e].wd, &hf.layers[l].experts[e].wd);
+            CHECK(!bad, "%s: Q8_0 experts differ from the engine's Q8_0", full[i]);
+        }
+        if (g16.layers) mdl_free(&g16);
+        if (g8.layers) mdl_free(&g8);
+        mdl_free(&hf);
+        size_t na, nb;
+        int32_t *ya = greedy_ids(in, NULL, NULL, prompt, 6, &na), *yb = greedy_ids(bfp, NULL, NULL, prompt, 6, &nb);
+        CHECK(ya && yb && na == 24 && nb == na && !memcmp(ya, yb, na * sizeof *ya), "%s: bf16 file's greedy tokens",
+              full[i]);
+        free(ya), free(yb);
+    }
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -2256,6 +2355,7 @@ int main(void) {
     RUN(llama_converter_families);
     RUN(llama_converter_zoo2);
     RUN(bad_zoo2_models);
+    RUN(convert_zoo2);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);
