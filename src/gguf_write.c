@@ -757,7 +757,7 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         }
     }
     if (!pre) {
-        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
+        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's, Llama-3's nor gpt-oss's (no GGUF tokenizer.ggml.pre for it)", p);
         goto out;
     }
     cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -2335,6 +2335,41 @@ TEST(convert_zoo2) {
     }
 }
 
+/* gpt-oss's tokenizer (o200k_harmony) in a GGUF file as llama.cpp's
+ * converter names it (tokenizer.ggml.pre "gpt-4o"): dflash convert writes
+ * it, and the file's tokenizer gives tokenizer.json's ids. */
+TEST(gptoss_tokenizer_gguf) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/gptoss-tok.gguf", tmpdir);
+    if (ggm_convert("tests/models/tiny-gptoss", out, "q8_0", "models/gptoss-tokenizer") != 0) {
+        CHECK(0, "convert: %s", dfl_lasterr());
+        return;
+    }
+    gguf_file g;
+    const char *s;
+    size_t n;
+    CHECK(gguf_open(&g, out) == 0 && gguf_get_str(&g, "tokenizer.ggml.pre", &s, &n, 1) == 0 && n == 6 &&
+              !memcmp(s, "gpt-4o", 6),
+          "tokenizer.ggml.pre: %s", dfl_lasterr());
+    gguf_close(&g);
+    static const char *const texts[] = {"Hello world", "The QUICK brown fox's 12345 jumps!\n\tx  y",
+                                        "<|start|>user<|message|>héllo wörld<|end|>", "", "don't  WE'LL 1234567"};
+    dflash_model *a = dflash_load_tokenizer("models/gptoss-tokenizer"), *b = dflash_load_tokenizer(out);
+    CHECK(a && b, "load: %s", dflash_error());
+    for (size_t i = 0; a && b && i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        int ok = dflash_tokenize_prompt(a, texts[i], strlen(texts[i]), &x, &nx) == 0 &&
+                 dflash_tokenize_prompt(b, texts[i], strlen(texts[i]), &y, &ny) == 0 && nx == ny &&
+                 (!nx || !memcmp(x, y, nx * sizeof *x));
+        CHECK(ok, "text %zu: %zu ids from tokenizer.json, %zu from the GGUF", i, nx, ny);
+        free(x);
+        free(y);
+    }
+    dflash_free(a);
+    dflash_free(b);
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -2356,6 +2391,7 @@ int main(void) {
     RUN(llama_converter_zoo2);
     RUN(bad_zoo2_models);
     RUN(convert_zoo2);
+    RUN(gptoss_tokenizer_gguf);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);
