@@ -19,7 +19,7 @@ static const struct {
     {GGML_Q3_K, "Q3_K", 256, 110}, {GGML_Q4_K, "Q4_K", 256, 144}, {GGML_Q5_K, "Q5_K", 256, 176},
     {GGML_Q6_K, "Q6_K", 256, 210}, {GGML_Q8_K, "Q8_K", 256, 292}, {GGML_I8, "I8", 1, 1},
     {GGML_I16, "I16", 1, 2},       {GGML_I32, "I32", 1, 4},       {GGML_I64, "I64", 1, 8},
-    {GGML_F64, "F64", 1, 8},       {GGML_BF16, "BF16", 1, 2},
+    {GGML_F64, "F64", 1, 8},       {GGML_BF16, "BF16", 1, 2},     {GGML_MXFP4, "MXFP4", 32, 17},
 };
 
 static int type_index(int t) {

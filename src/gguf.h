@@ -32,6 +32,8 @@ typedef enum {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
     GGML_Q8_1 = 9, GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14,
     GGML_Q8_K = 15, GGML_I8 = 24, GGML_I16 = 25, GGML_I32 = 26, GGML_I64 = 27, GGML_F64 = 28, GGML_BF16 = 30,
+    GGML_MXFP4 = 39, /* blocks of 32: an e8m0 scale byte, then 16 bytes whose low nibbles are elements 0..15
+                        and high nibbles 16..31 (e2m1 codes) */
 } ggml_type;
 
 typedef struct {

@@ -21,11 +21,16 @@ const char ggm_qwen35_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]
                              "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char ggm_llama3_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* gpt-oss's o200k_harmony (llama.cpp's "gpt-4o"): case-split words, digits
+ * in threes, no normalizer */
+const char ggm_gpt4o_re[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                            "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 /* NFC as the families' tokenizer.json files normalize (Qwen3.5's as Qwen3's) */
 const ggm_pretok ggm_pretoks[] = {
     {"qwen2", ggm_qwen2_re, 1},
     {"qwen35", ggm_qwen35_re, 1},
     {"llama-bpe", ggm_llama3_re, 0},
+    {"gpt-4o", ggm_gpt4o_re, 0},
     {NULL, NULL, 0},
 };
 
@@ -45,7 +50,9 @@ static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* The architectures read here (general.architecture) and the Hugging Face
  * class each one's metadata becomes. */
-typedef enum { GA_QWEN3, GA_LLAMA, GA_DFLASH, GA_QWEN3MOE, GA_QWEN35, GA_QWEN35MOE, GA_QWEN3NEXT } ggm_arch;
+typedef enum {
+    GA_QWEN3, GA_LLAMA, GA_DFLASH, GA_QWEN3MOE, GA_QWEN35, GA_QWEN35MOE, GA_QWEN3NEXT, GA_GPTOSS, GA_GEMMA4
+} ggm_arch;
 static const struct {
     const char *name, *hf;
 } ga_names[] = {
@@ -56,6 +63,8 @@ static const struct {
     [GA_QWEN35] = {"qwen35", "Qwen3_5ForCausalLM"},
     [GA_QWEN35MOE] = {"qwen35moe", "Qwen3_5MoeForCausalLM"},
     [GA_QWEN3NEXT] = {"qwen3next", "Qwen3NextForCausalLM"},
+    [GA_GPTOSS] = {"gpt-oss", "GptOssForCausalLM"},
+    [GA_GEMMA4] = {"gemma4", "Gemma4ForCausalLM"},
 };
 enum { GA_N = sizeof ga_names / sizeof ga_names[0] };
 
@@ -72,7 +81,8 @@ static int arch_of(const gguf_file *g, char *arch, size_t cap, ggm_arch *ga) {
             return 0;
         }
     char b[64];
-    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, llama, dflash)",
+    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, llama, gpt-oss, "
+               "gemma4, dflash)",
                g->path, shown(arch, strlen(arch), b));
     return -1;
 }
@@ -178,18 +188,325 @@ static int family_json(cJSON *j, const gguf_file *g, const char *arch, ggm_arch 
     return 0;
 }
 
+/* ---- gpt-oss and Gemma-4: llama.cpp's gpt-oss and gemma4 ------------------
+ *
+ * What llama.cpp's converter (conversion/gpt_oss.py, conversion/gemma.py
+ * Gemma4Model) writes under ARCH., and nothing else: every other ARCH. key
+ * is refused naming it (zoo2_keys), so a file that says something dflash
+ * would not do fails at load. */
+static const char *const zoo2_common[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "attention.key_length",
+    "attention.value_length", "attention.sliding_window", "attention.sliding_window_pattern", "rope.dimension_count",
+    "rope.freq_base_swa", "vocab_size", NULL};
+static const char *const zoo2_gptoss[] = {
+    "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "expert_gating_func", "expert_weights_scale", NULL};
+static const char *const zoo2_gemma4[] = {
+    "final_logit_softcapping", "attention.shared_kv_layers", "embedding_length_per_layer_input",
+    "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa", NULL};
+
+static int in_list(const char *k, const char *const *l) {
+    for (; *l; l++)
+        if (!strcmp(k, *l)) return 1;
+    return 0;
+}
+
+static int zoo2_keys(const gguf_file *g, const char *arch, ggm_arch ga) {
+    size_t al = strlen(arch);
+    for (int i = 0; i < g->n_kv; i++) {
+        const char *k = g->kv[i].key;
+        if (strncmp(k, arch, al) || k[al] != '.') continue;
+        if (in_list(k + al + 1, zoo2_common) || in_list(k + al + 1, ga == GA_GPTOSS ? zoo2_gptoss : zoo2_gemma4))
+            continue;
+        char b[64];
+        dfl_seterr("%s: key '%s' is not supported for %s (dflash does not implement what it says)", g->path,
+                   shown(k, strlen(k), b), arch);
+        return -1;
+    }
+    return 0;
+}
+
+/* ARCH.K as one integer per layer (a scalar for all, or an array of NL
+ * integers) into v[NL]; 1 if present, 0 if absent, -1 on a bad value. */
+static int per_layer_ints(const gguf_file *g, const char *arch, const char *k, int64_t nl, int64_t *v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, k);
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) return 0;
+    if (kv->type != GGUF_ARRAY) {
+        int64_t x;
+        if (gguf_get_int(g, key, &x, 1)) return -1;
+        for (int64_t l = 0; l < nl; l++) v[l] = x;
+        return 1;
+    }
+    if (kv->atype == GGUF_STRING || kv->atype == GGUF_ARRAY || kv->atype == GGUF_FLOAT32 ||
+        kv->atype == GGUF_FLOAT64 || kv->atype == GGUF_BOOL || kv->n != (uint64_t)nl) {
+        dfl_seterr("%s: key '%s' must be an integer or an array of %lld integers (one per layer)", g->path, key,
+                   (long long)nl);
+        return -1;
+    }
+    for (int64_t l = 0; l < nl; l++) v[l] = gguf_arr_int(kv, (uint64_t)l);
+    return 1;
+}
+
+/* ARCH.attention.sliding_window_pattern as llama.cpp reads it (an array of
+ * NL bools: layer l slides when true; or an integer n: layer l slides when
+ * l % n < n - 1, 0 meaning every layer), DEF_N when absent, into sw[NL]. */
+static int swa_layers(const gguf_file *g, const char *arch, int64_t nl, int64_t def_n, unsigned char *sw) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    int64_t n = def_n;
+    if (kv && kv->type == GGUF_ARRAY) {
+        if (kv->atype != GGUF_BOOL || kv->n != (uint64_t)nl) {
+            dfl_seterr("%s: key '%s' must be an array of %lld booleans (one per layer) or an integer", g->path, key,
+                       (long long)nl);
+            return -1;
+        }
+        for (int64_t l = 0; l < nl; l++) sw[l] = gguf_arr_int(kv, (uint64_t)l) != 0;
+        return 0;
+    }
+    if (kv && gguf_get_int(g, key, &n, 1)) return -1;
+    if (n < 0 || n > CFG_MAX_LAYERS) {
+        dfl_seterr("%s: key '%s' %lld is out of range (0..%d)", g->path, key, (long long)n, CFG_MAX_LAYERS);
+        return -1;
+    }
+    for (int64_t l = 0; l < nl; l++) sw[l] = n == 0 || l % n < n - 1;
+    return 0;
+}
+
+static void put_layer_types(cJSON *j, int64_t nl, const unsigned char *sw) {
+    cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+    for (int64_t l = 0; l < nl; l++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString(sw[l] ? "sliding_attention" : "full_attention"));
+}
+
+/* gpt-oss's keys as config.json (GptOssConfig) says them. The router is
+ * gpt-oss's (llama.cpp's SOFTMAX_WEIGHT: top-k of the logits, softmax over
+ * those), swiglu_limit 7 (llama.cpp's SWIGLU_OAI has no key), sliding
+ * layers from attention.sliding_window_pattern (default: every other layer
+ * from layer 0, as llama.cpp's), YaRN from rope.scaling.* with truncate
+ * false (every gpt-oss config.json says so; llama.cpp floors/ceils the
+ * ramp's ends instead). */
+static int gptoss_json(cJSON *j, const gguf_file *g, const char *arch, int64_t nl, int64_t ff, double theta) {
+    int64_t ne, nu, mi, win, gating = 3, orig;
+    double scale = 0, factor, bf = 32, bs = 1, tswa = theta;
+    const char *st;
+    size_t sn;
+    char key[160];
+    if (get_akey(g, arch, "expert_count", &ne, 1) < 0 || get_akey(g, arch, "expert_used_count", &nu, 1) < 0 ||
+        get_akey(g, arch, "expert_feed_forward_length", &mi, 1) < 0 ||
+        get_akey(g, arch, "attention.sliding_window", &win, 1) < 0 ||
+        get_akey(g, arch, "expert_gating_func", &gating, 0) < 0 ||
+        get_afloat(g, arch, "expert_weights_scale", &scale, 0) < 0 ||
+        get_afloat(g, arch, "rope.freq_base_swa", &tswa, 0) < 0)
+        return -1;
+    if (gating != 3) {
+        dfl_seterr("%s: %s.expert_gating_func %lld is not gpt-oss's softmax over the top-k logits (3)", g->path, arch,
+                   (long long)gating);
+        return -1;
+    }
+    if (scale != 0 && scale != 1) {
+        dfl_seterr("%s: %s.expert_weights_scale %g is not 1 (not supported)", g->path, arch, scale);
+        return -1;
+    }
+    if (tswa != theta) {
+        dfl_seterr("%s: %s.rope.freq_base_swa %g differs from rope.freq_base %g (not supported)", g->path, arch, tswa,
+                   theta);
+        return -1;
+    }
+    if (ff >= 0 && ff != mi) {
+        dfl_seterr("%s: %s.feed_forward_length %lld differs from expert_feed_forward_length %lld (gpt-oss has no "
+                   "dense MLP)", g->path, arch, (long long)ff, (long long)mi);
+        return -1;
+    }
+    unsigned char sw[CFG_MAX_LAYERS];
+    if (nl > CFG_MAX_LAYERS) nl = CFG_MAX_LAYERS; /* cfg_from_json refuses it by name */
+    if (swa_layers(g, arch, nl, 2, sw)) return -1;
+    cJSON_AddNumberToObject(j, "num_local_experts", (double)ne);
+    cJSON_AddNumberToObject(j, "num_experts_per_tok", (double)nu);
+    cJSON_AddNumberToObject(j, "intermediate_size", (double)mi);
+    cJSON_AddNumberToObject(j, "sliding_window", (double)win);
+    cJSON_AddBoolToObject(j, "attention_bias", 1);
+    put_layer_types(j, nl, sw);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_get_str(g, key, &st, &sn, 0) < 0) return -1;
+    if (!gguf_find_kv(g, key) || (sn == 4 && !memcmp(st, "none", 4))) return 0;
+    if (!(sn == 4 && !memcmp(st, "yarn", 4))) {
+        char b[64];
+        dfl_seterr("%s: %s '%s' not supported (yarn or none)", g->path, key, shown(st, sn, b));
+        return -1;
+    }
+    if (get_afloat(g, arch, "rope.scaling.factor", &factor, 1) < 0 ||
+        get_akey(g, arch, "rope.scaling.original_context_length", &orig, 1) < 0 ||
+        get_afloat(g, arch, "rope.scaling.yarn_beta_fast", &bf, 0) < 0 ||
+        get_afloat(g, arch, "rope.scaling.yarn_beta_slow", &bs, 0) < 0)
+        return -1;
+    cJSON *rp = cJSON_AddObjectToObject(j, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "yarn");
+    cJSON_AddNumberToObject(rp, "factor", factor);
+    cJSON_AddNumberToObject(rp, "original_max_position_embeddings", (double)orig);
+    cJSON_AddNumberToObject(rp, "beta_fast", bf);
+    cJSON_AddNumberToObject(rp, "beta_slow", bs);
+    cJSON_AddBoolToObject(rp, "truncate", 0);
+    return 0;
+}
+
+/* Gemma-4's keys as config.json (Gemma4TextConfig) says them: head_dim and
+ * num_key_value_heads those of the sliding layers (key_length_swa), the
+ * full layers' head (key_length) and each layer's kv heads (head_count_kv,
+ * a scalar or one per layer) in per_layer_config; attention_k_eq_v when the
+ * full layers have no attn_v (llama.cpp then uses the keys as values);
+ * RoPE per layer type (freq_base_swa / freq_base; the full layers'
+ * proportional RoPE from rope_freqs.weight, read by the caller); the PLE
+ * width; final logit softcapping. Refused by name: shared KV layers, a
+ * per-layer or unequal feed_forward_length, another RoPE width than the
+ * head's, a last layer that slides (transformers makes it full). *HD and
+ * *NKV become the sliding layers' values. */
+static int gemma4_json(cJSON *j, const gguf_file *g, const char *arch, int64_t nl, int64_t *hd, int64_t *nkv,
+                       int64_t nh) {
+    int64_t hd_swa = -1, vd_swa = -1, rd_swa = -1, shared = 0, ple = 0, win, ffv[CFG_MAX_LAYERS],
+            kvs[CFG_MAX_LAYERS];
+    double cap = 0, tswa;
+    if (nl > CFG_MAX_LAYERS) return 0; /* cfg_from_json refuses it by name */
+    if (get_akey(g, arch, "attention.key_length_swa", &hd_swa, 1) < 0 ||
+        get_akey(g, arch, "attention.value_length_swa", &vd_swa, 0) < 0 ||
+        get_akey(g, arch, "rope.dimension_count_swa", &rd_swa, 0) < 0 ||
+        get_akey(g, arch, "attention.shared_kv_layers", &shared, 0) < 0 ||
+        get_akey(g, arch, "embedding_length_per_layer_input", &ple, 0) < 0 ||
+        get_akey(g, arch, "attention.sliding_window", &win, 1) < 0 ||
+        get_afloat(g, arch, "final_logit_softcapping", &cap, 0) < 0 ||
+        get_afloat(g, arch, "rope.freq_base_swa", &tswa, 1) < 0)
+        return -1;
+    if (shared != 0) {
+        dfl_seterr("%s: %s.attention.shared_kv_layers %lld: shared KV layers are not supported", g->path, arch,
+                   (long long)shared);
+        return -1;
+    }
+    if ((vd_swa >= 0 && vd_swa != hd_swa) || (rd_swa >= 0 && rd_swa != hd_swa)) {
+        dfl_seterr("%s: %s.attention.value_length_swa %lld and rope.dimension_count_swa %lld must equal "
+                   "attention.key_length_swa %lld", g->path, arch, (long long)vd_swa, (long long)rd_swa,
+                   (long long)hd_swa);
+        return -1;
+    }
+    int rc = per_layer_ints(g, arch, "feed_forward_length", nl, ffv);
+    if (rc < 0) return -1;
+    for (int64_t l = 1; rc && l < nl; l++)
+        if (ffv[l] != ffv[0]) {
+            dfl_seterr("%s: %s.feed_forward_length differs between layers 0 and %lld (not supported)", g->path, arch,
+                       (long long)l);
+            return -1;
+        }
+    if (rc) cJSON_AddNumberToObject(j, "intermediate_size", (double)ffv[0]);
+    for (int64_t l = 0; l < nl; l++) kvs[l] = nh;
+    if (per_layer_ints(g, arch, "attention.head_count_kv", nl, kvs) < 0) return -1;
+    unsigned char sw[CFG_MAX_LAYERS];
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_kv *pk = gguf_find_kv(g, key);
+    if (!pk || pk->type != GGUF_ARRAY) {
+        dfl_seterr("%s: key '%s' must be an array of %lld booleans (one per layer)", g->path, key, (long long)nl);
+        return -1;
+    }
+    if (swa_layers(g, arch, nl, 0, sw)) return -1;
+    if (nl > 0 && sw[nl - 1]) {
+        dfl_seterr("%s: %s: the last layer is a sliding one (transformers' Gemma-4 makes it full attention)",
+                   g->path, key);
+        return -1;
+    }
+    int64_t base_kv = -1;
+    for (int64_t l = 0; l < nl; l++)
+        if (sw[l] && base_kv < 0) base_kv = kvs[l];
+    if (base_kv < 0) base_kv = kvs[0];
+    put_layer_types(j, nl, sw);
+    cJSON *plc = cJSON_AddObjectToObject(j, "per_layer_config");
+    for (int64_t l = 0; l < nl; l++) {
+        if (sw[l] && kvs[l] == base_kv) continue;
+        char id[24];
+        snprintf(id, sizeof id, "%lld", (long long)l);
+        cJSON *e = cJSON_AddObjectToObject(plc, id);
+        if (!sw[l]) cJSON_AddNumberToObject(e, "head_dim", (double)*hd);
+        if (kvs[l] != base_kv) cJSON_AddNumberToObject(e, "num_key_value_heads", (double)kvs[l]);
+    }
+    /* attention_k_eq_v: every full layer without attn_v, a sliding one always with it */
+    int full = 0, no_v = 0;
+    for (int64_t l = 0; l < nl; l++) {
+        int has = has_blk(g, (int)l, "attn_v.weight");
+        if (sw[l] && !has) {
+            dfl_seterr("%s: missing tensor 'blk.%lld.attn_v.weight' (a sliding layer has its own values)", g->path,
+                       (long long)l);
+            return -1;
+        }
+        if (!sw[l]) full++, no_v += !has;
+    }
+    if (no_v && no_v != full) {
+        dfl_seterr("%s: some full-attention layers have attn_v.weight and others not (attention_k_eq_v is one "
+                   "setting for all of them)", g->path);
+        return -1;
+    }
+    cJSON_AddBoolToObject(j, "attention_k_eq_v", full && no_v == full);
+    cJSON_AddNumberToObject(j, "sliding_window", (double)win);
+    if (cap != 0) cJSON_AddNumberToObject(j, "final_logit_softcapping", cap);
+    else cJSON_AddNullToObject(j, "final_logit_softcapping");
+    cJSON_AddNumberToObject(j, "hidden_size_per_layer_input", (double)ple);
+    cJSON_AddStringToObject(j, "hidden_activation", "gelu_pytorch_tanh");
+    /* the full layers' partial rotary factor is put in by the caller from rope_freqs.weight */
+    cJSON *rp = cJSON_AddObjectToObject(j, "rope_parameters");
+    cJSON *rs = cJSON_AddObjectToObject(rp, "sliding_attention");
+    cJSON_AddStringToObject(rs, "rope_type", "default");
+    cJSON_AddNumberToObject(rs, "rope_theta", tswa);
+    *hd = hd_swa;
+    *nkv = base_kv;
+    return 0;
+}
+
+/* The full layers' proportional RoPE as the converter writes it:
+ * rope_freqs.weight [hd/2] F32, 1 for each of the first n frequency pairs
+ * (they rotate at freq_base^(-2i/hd)) and 1e30 for the rest (ggml divides
+ * their frequency by it: they do not rotate). Returns n (>= 1), or -1
+ * naming the tensor for anything else. */
+static int gemma4_rope(const gguf_file *g, int64_t hd) {
+    const gguf_tensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+    if (!t) {
+        dfl_seterr("%s: missing tensor 'rope_freqs.weight' (the full-attention layers' proportional RoPE)", g->path);
+        return -1;
+    }
+    if (t->type != GGML_F32 || t->n_dims != 1 || t->ne[0] != hd / 2) {
+        dfl_seterr("%s: tensor 'rope_freqs.weight': %s [%lld], expected F32 [%lld] (head_dim / 2)", g->path,
+                   ggml_type_name(t->type), (long long)t->ne[0], (long long)(hd / 2));
+        return -1;
+    }
+    int n = 0;
+    for (int64_t i = 0; i < hd / 2; i++) {
+        float f;
+        memcpy(&f, (const uint8_t *)t->data + 4 * i, 4);
+        if (f == 1.0f && n == i) n++;
+        else if (!(f == 1e30f && n > 0)) {
+            dfl_seterr("%s: tensor 'rope_freqs.weight': entry %lld = %g: only 1 (rotating pairs first) then 1e30 "
+                       "(not rotating) are supported", g->path, (long long)i, f);
+            return -1;
+        }
+    }
+    return n;
+}
+
 static int gguf_config(cfg_model *c, const gguf_file *g) {
     char arch[32], where[1200];
     ggm_arch ga;
     if (arch_of(g, arch, sizeof arch, &ga)) return -1;
-    int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE || ga == GA_QWEN3NEXT;
+    int q35 = ga == GA_QWEN35 || ga == GA_QWEN35MOE || ga == GA_QWEN3NEXT, gemma4 = ga == GA_GEMMA4;
+    if ((ga == GA_GPTOSS || gemma4) && zoo2_keys(g, arch, ga)) return -1;
     int64_t nl, nb, nextn = 0, H, ff = -1, nh, nkv = -1, hd = -1, vd = -1, ctx = 4096, rd = -1;
     double eps, theta = 10000.0;
+    /* Gemma-4's feed_forward_length and head_count_kv may be per layer: gemma4_json reads them */
     if (get_akey(g, arch, "block_count", &nb, 1) < 0 || get_akey(g, arch, "nextn_predict_layers", &nextn, 0) < 0 ||
         get_akey(g, arch, "embedding_length", &H, 1) < 0 ||
-        get_akey(g, arch, "feed_forward_length", &ff, ga != GA_QWEN35MOE && ga != GA_QWEN3NEXT) < 0 ||
+        (!gemma4 && get_akey(g, arch, "feed_forward_length", &ff,
+                             ga != GA_QWEN35MOE && ga != GA_QWEN3NEXT && ga != GA_GPTOSS) < 0) ||
         get_akey(g, arch, "attention.head_count", &nh, 1) < 0 ||
-        get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0 ||
+        (!gemma4 && get_akey(g, arch, "attention.head_count_kv", &nkv, 0) < 0) ||
         get_akey(g, arch, "attention.key_length", &hd, 0) < 0 ||
         get_akey(g, arch, "attention.value_length", &vd, 0) < 0 ||
         get_akey(g, arch, "context_length", &ctx, 0) < 0 || get_akey(g, arch, "rope.dimension_count", &rd, 0) < 0 ||
@@ -222,7 +539,7 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     const char *st;
     size_t sn;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    if (gguf_get_str(g, key, &st, &sn, 0) == 0 && !(sn == 4 && !memcmp(st, "none", 4))) {
+    if (ga != GA_GPTOSS && gguf_get_str(g, key, &st, &sn, 0) == 0 && !(sn == 4 && !memcmp(st, "none", 4))) {
         char b[64];
         dfl_seterr("%s: %s '%s' not supported", g->path, key, shown(st, sn, b));
         return -1;
@@ -272,6 +589,25 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
         cJSON_Delete(j);
         return -1;
     }
+    int full_rot = 0;
+    if (ga == GA_GPTOSS) {
+        if (gptoss_json(j, g, arch, nl, ff, theta)) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        ff = -1; /* written as intermediate_size there */
+    } else if (gemma4) {
+        int64_t hd_full = hd;
+        if (gemma4_json(j, g, arch, nl, &hd, &nkv, nh) || (full_rot = gemma4_rope(g, hd_full)) < 0) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        cJSON *fa = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "full_attention");
+        cJSON_AddStringToObject(fa, "rope_type", "proportional");
+        cJSON_AddNumberToObject(fa, "rope_theta", theta);
+        cJSON_AddNumberToObject(fa, "partial_rotary_factor", 2.0 * full_rot / (double)hd_full);
+        cJSON_AddNumberToObject(j, "vocab_size_per_layer_input", (double)vocab);
+    }
     cJSON_AddNumberToObject(j, "hidden_size", (double)H);
     if (ff >= 0) cJSON_AddNumberToObject(j, "intermediate_size", (double)ff);
     cJSON_AddNumberToObject(j, "num_hidden_layers", (double)nl);
@@ -288,6 +624,7 @@ static int gguf_config(cfg_model *c, const gguf_file *g) {
     cJSON_Delete(j);
     if (rc) return -1;
     snprintf(c->arch_name, sizeof c->arch_name, "%s (gguf)", arch);
+    if (gemma4) c->full_rot = full_rot; /* exactly the pairs rope_freqs.weight rotates */
     /* llama.cpp's converter tiles Qwen3.5's value heads (config.h), not
      * Qwen3-Next's */
     c->lin_v_tiled = (ga == GA_QWEN35 || ga == GA_QWEN35MOE) && c->lin_v_heads > c->lin_k_heads;
@@ -513,6 +850,27 @@ void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, in
     else blocks_weight(m, type, src, rows, cols, NULL, w);
 }
 
+/* ggml MXFP4 rows (blocks of 17 bytes: e8m0 scale, 16 bytes of nibbles) ->
+ * MLX Q8 group 32 with bf16 scales, exactly (model.c mdl_mxfp4_block, the
+ * safetensors path's conversion); a scale byte outside 2..252 is refused
+ * naming NAME. */
+static int mxfp4_weight(mdl_model *m, const char *name, const uint8_t *src, int rows, int cols, wt_weight *w) {
+    size_t nb = (size_t)cols / 32, n = nb * (size_t)rows;
+    uint8_t *q = mdl_own(m, (size_t)rows * (size_t)cols);
+    uint16_t *sc = mdl_own(m, 2 * n), *bi = mdl_own(m, 2 * n);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *blk = src + 17 * i;
+        if (mdl_mxfp4_block(blk[0], blk + 1, 1, q + 32 * i, &sc[i], &bi[i])) {
+            dfl_seterr("%s: tensor '%s': MXFP4 scale byte %d (2^%d) at row %zu is outside the range converted "
+                       "exactly (2..252)", m->gguf->path, name, blk[0], blk[0] - 127, i / nb);
+            return -1;
+        }
+    }
+    *w = (wt_weight){.dtype = WT_Q8, .rows = rows, .cols = cols, .data = q, .scales = sc, .biases = bi,
+                     .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+    return 0;
+}
+
 static const gguf_tensor *need_t(const mdl_model *m, const char *name) {
     const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
     if (!t) dfl_seterr("%s: missing tensor '%s'", m->gguf->path, name);
@@ -549,10 +907,18 @@ static int bind_data(mdl_model *m, const char *name, int type, const uint8_t *sr
     case GGML_Q4_K:
     case GGML_Q5_K: blocks_weight(m, type, src, rows, cols, perm, w); break;
     case GGML_Q6_K: q6k_weight(m, src, rows, cols, perm, w); break;
+    case GGML_MXFP4:
+        if (perm) { /* no permuted (llama Q/K) matrix is MXFP4 in any converter's file */
+            free(perm);
+            dfl_seterr("%s: tensor '%s': MXFP4 for a llama Q/K matrix is not supported", m->gguf->path, name);
+            return -1;
+        }
+        if (mxfp4_weight(m, name, src, rows, cols, w)) return -1;
+        break;
     default:
         free(perm);
         dfl_seterr("%s: tensor '%s': type %s not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                   "Q5_K, Q6_K)", m->gguf->path, name, ggml_type_name(type));
+                   "Q5_K, Q6_K, MXFP4)", m->gguf->path, name, ggml_type_name(type));
         return -1;
     }
     free(perm);
@@ -636,8 +1002,9 @@ int ggm_load(mdl_model *m, const char *path) {
     }
     const cfg_model *c = &m->cfg;
     if (gguf_config(&m->cfg, m->gguf) != 0) goto fail;
-    int H = c->hidden, hd = c->head_dim, q = c->n_heads * hd, kv = c->n_kv_heads * hd;
-    int llama = c->arch == CFG_LLAMA, q35 = c->arch == CFG_QWEN3_5;
+    int H = c->hidden, hd0 = c->head_dim;
+    int llama = c->arch == CFG_LLAMA, q35 = c->arch == CFG_QWEN3_5, gptoss = c->arch == CFG_GPT_OSS,
+        gemma4 = c->arch == CFG_GEMMA4;
     int E = c->n_experts, MI = c->moe_inter, nv = c->lin_v_heads, vd = nv * c->lin_v_dim;
     int C = 2 * c->lin_k_heads * c->lin_k_dim + vd;
     m->layers = dfl_calloc((size_t)c->n_layers, sizeof(mdl_layer));
@@ -650,21 +1017,31 @@ int ggm_load(mdl_model *m, const char *path) {
         else if (bind_mat(m, "output.weight", c->vocab, H, 0, &m->lm_head)) goto fail;
     }
     if (!(m->final_norm = bind_vec(m, "output_norm.weight", H))) goto fail;
-    if (gguf_find_tensor(m->gguf, "rope_freqs.weight")) { /* llama3 scaling as per-frequency divisors */
-        float *f = bind_vec(m, "rope_freqs.weight", hd / 2);
+    if (c->ple) { /* Gemma-4's per-layer inputs */
+        int LP = c->n_layers * c->ple;
+        if (bind_mat(m, "per_layer_token_embd.weight", c->vocab, LP, 0, &m->ple_embed) ||
+            bind_mat(m, "per_layer_model_proj.weight", LP, H, 0, &m->ple_model_proj) ||
+            !(m->ple_proj_norm = bind_vec(m, "per_layer_proj_norm.weight", c->ple)))
+            goto fail;
+    }
+    /* llama3 scaling as per-frequency divisors (Gemma-4's proportional RoPE: gguf_config) */
+    if (c->arch != CFG_GEMMA4 && gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+        float *f = bind_vec(m, "rope_freqs.weight", hd0 / 2);
         if (!f) goto fail;
-        for (int i = 0; i < hd / 2; i++)
+        for (int i = 0; i < hd0 / 2; i++)
             if (!(f[i] > 0 && f[i] < 1e30f)) {
                 dfl_seterr("%s: tensor 'rope_freqs.weight': entry %d = %g is not a positive factor", path, i, f[i]);
                 free(f);
                 goto fail;
             }
-        memcpy(m->cfg.rope_div, f, sizeof(float) * (size_t)(hd / 2));
-        m->cfg.n_rope_div = hd / 2;
+        memcpy(m->cfg.rope_div, f, sizeof(float) * (size_t)(hd0 / 2));
+        m->cfg.n_rope_div = hd0 / 2;
         free(f);
     }
     for (int l = 0; l < c->n_layers; l++) {
         mdl_layer *L = &m->layers[l];
+        /* this layer's head (Gemma-4's full layers are wider) */
+        int hd = cfg_head_dim(c, l), q = c->n_heads * hd, kv = cfg_kv_heads(c, l) * hd;
         char b[96];
 #define MAT(field, sub, r, cc, ph)                                                                                  \
     snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub);                                                             \
@@ -673,9 +1050,58 @@ int ggm_load(mdl_model *m, const char *path) {
     snprintf(b, sizeof b, "blk.%d.%s.weight", l, sub);                                                             \
     if (!(L->field = bind_vec(m, b, n))) goto fail;
         /* Qwen3.5 norms hold 1 + weight already (the converter adds it);
-         * its post-attention norm is post_attention_norm, not ffn_norm */
+         * its post-attention norm is post_attention_norm, not ffn_norm, as
+         * gpt-oss's; Gemma-4's sandwich: post_attention_norm after the
+         * attention, ffn_norm before the MLP, post_ffw_norm after it */
         VEC(in_norm, "attn_norm", H);
-        VEC(post_norm, q35 ? "post_attention_norm" : "ffn_norm", H);
+        VEC(post_norm, q35 || gptoss ? "post_attention_norm" : "ffn_norm", H);
+        if (gemma4) {
+            VEC(attn_out_norm, "post_attention_norm", H);
+            VEC(ffn_out_norm, "post_ffw_norm", H);
+            L->layer_scalar = 1.0f; /* llama.cpp: layer_output_scale is optional */
+            snprintf(b, sizeof b, "blk.%d.layer_output_scale.weight", l);
+            if (gguf_find_tensor(m->gguf, b)) {
+                float *sc = bind_vec(m, b, 1);
+                if (!sc) goto fail;
+                L->layer_scalar = sc[0];
+                free(sc);
+            }
+            if (c->ple) {
+                MAT(ple_gate, "inp_gate", c->ple, H, 0);
+                MAT(ple_proj, "proj", H, c->ple, 0);
+                VEC(ple_norm, "post_norm", H);
+            }
+        }
+        if (gptoss) { /* sinks, biases, the router with its bias, the experts with theirs */
+            VEC(sinks, "attn_sinks", c->n_heads);
+#define BIAS(field, sub, n)                                                                                         \
+    snprintf(b, sizeof b, "blk.%d.%s.bias", l, sub);                                                               \
+    if (!(L->field = bind_vec(m, b, n))) goto fail;
+            BIAS(bq, "attn_q", q);
+            BIAS(bk, "attn_k", kv);
+            BIAS(bv, "attn_v", kv);
+            BIAS(bo, "attn_output", H);
+            BIAS(router_bias, "ffn_gate_inp", E);
+#undef BIAS
+            static const char *const eb[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+            /* [E][I] gate, [E][I] up, [E][H] down, owned by the model (as model.c's) */
+            float *own = mdl_own(m, sizeof(float) * (size_t)E * (2 * (size_t)MI + H)), *at = own;
+            for (int p = 0; p < 3; p++) {
+                int n = p == 2 ? H : MI;
+                snprintf(b, sizeof b, "blk.%d.%s.bias", l, eb[p]);
+                float *v = bind_arr(m, b, n, E);
+                if (!v) goto fail;
+                memcpy(at, v, sizeof(float) * (size_t)E * n);
+                free(v);
+                at += (size_t)E * n;
+            }
+            L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+            for (int e = 0; e < E; e++) {
+                L->experts[e].bg = own + (size_t)e * MI;
+                L->experts[e].bu = own + (size_t)(E + e) * MI;
+                L->experts[e].bd = own + 2 * (size_t)E * MI + (size_t)e * H;
+            }
+        }
         if (q35 && c->linear_layer[l]) { /* Gated DeltaNet: llama.cpp's ssm_* names */
             MAT(lin_qkv, "attn_qkv", C, H, 0);
             MAT(lin_z, "attn_gate", vd, H, 0);
@@ -705,7 +1131,9 @@ int ggm_load(mdl_model *m, const char *path) {
         } else {
             MAT(wq, "attn_q", c->attn_gate ? 2 * q : q, H, llama ? hd : 0);
             MAT(wk, "attn_k", kv, H, llama ? hd : 0);
-            MAT(wv, "attn_v", kv, H, 0);
+            if (!(c->k_eq_v && !c->sliding_layer[l])) { /* Gemma-4 k_eq_v: a full layer's values are its keys */
+                MAT(wv, "attn_v", kv, H, 0);
+            }
             MAT(wo, "attn_output", H, q, 0);
             if (c->qk_norm) {
                 VEC(q_norm, "attn_q_norm", hd);
@@ -715,7 +1143,7 @@ int ggm_load(mdl_model *m, const char *path) {
         if (c->moe_layer[l]) { /* the expert block: router, stacked experts, shared expert */
             snprintf(b, sizeof b, "blk.%d.ffn_gate_inp.weight", l);
             if (bind_mat(m, b, E, H, 0, &L->router)) goto fail;
-            L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+            if (!L->experts) L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
             wt_weight *tmp = dfl_malloc(sizeof(wt_weight) * (size_t)E);
             static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
             for (int p = 0; p < 3; p++) {
@@ -851,7 +1279,7 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
             re = pt->re, nfc = pt->nfc;
     if (!re && strcmp(pre, "default") && strcmp(pre, "gpt2")) {
         char b[64];
-        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt2)", path, shown(pre, strlen(pre), b));
+        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt-4o, gpt2)", path, shown(pre, strlen(pre), b));
         goto out;
     }
     const gguf_kv *tk = str_array(&g, "tokenizer.ggml.tokens", 1), *mg, *ty = NULL;

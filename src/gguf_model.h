@@ -55,12 +55,12 @@ void ggm_q4_weight(mdl_model *m, const uint8_t *src, int rows, int cols, const i
  * the wt_weight a GGUF load makes (tests). */
 void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, int cols, wt_weight *w);
 
-/* Shared with gguf_write.c: the Qwen2/Qwen3, Qwen3.5 and Llama-3
- * pre-tokenizer regexes and the table of llama.cpp's tokenizer.ggml.pre names
+/* Shared with gguf_write.c: the Qwen2/Qwen3, Qwen3.5, Llama-3 and gpt-oss
+ * (o200k_harmony) pre-tokenizer regexes and the table of llama.cpp's tokenizer.ggml.pre names
  * for them (read: name -> regex; written: regex -> name; ends at name NULL),
  * llama.cpp's token types, and the Q/K row permutation (HF row r comes from
  * GGUF row perm[r]; dfl_malloc'ed). */
-extern const char ggm_qwen2_re[], ggm_qwen35_re[], ggm_llama3_re[];
+extern const char ggm_qwen2_re[], ggm_qwen35_re[], ggm_llama3_re[], ggm_gpt4o_re[];
 typedef struct {
     const char *name, *re;
     int nfc;

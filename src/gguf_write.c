@@ -434,6 +434,302 @@ static void q35_tensors(conv *cv, const mdl_model *m) {
     put_vec(cv, "output_norm.weight", m->final_norm, H);
 }
 
+/* ---- gpt-oss and Gemma-4: llama.cpp's gpt-oss and gemma4 ------------------
+ *
+ * What llama.cpp's converter (conversion/gpt_oss.py, conversion/gemma.py
+ * Gemma4Model) writes, and gguf_model.c reads back. gpt-oss: the experts
+ * de-interleaved into ffn_{gate,up,down}_exps with their biases
+ * (ffn_*_exps.bias [E][rows], f32), the router ffn_gate_inp f32 with its
+ * bias, attn_sinks, the attention biases, YaRN as rope.scaling.*; experts
+ * loaded from MXFP4 are written back as GGML MXFP4 (the converter keeps
+ * openai's blocks; here they come back from the exact 8-bit form, so a
+ * code of -0 is written as +0, the same value), others in the file's type.
+ * Gemma-4: the sliding layers' head as key_length_swa, the full layers' as
+ * key_length, head_count_kv per layer when the kv heads differ, the
+ * sliding_window_pattern array, rope.freq_base (full) / freq_base_swa, the
+ * full layers' proportional RoPE as rope_freqs.weight (1 for the rotating
+ * pairs, 1e30 for the rest), no attn_v on full layers with
+ * attention_k_eq_v, the per-layer inputs, layer_output_scale; norms as
+ * they are (Gemma-4's are plain w). What a GGUF of either cannot say is
+ * refused naming it. */
+
+/* e2m1 code of an MLX 8-bit MXFP4 code q (2 v + 12), -1 if none */
+static int fp4_code_of(int q) {
+    static const signed char c[25] = {15, -1, -1, -1, 14, -1, 13, -1, 12, 11, 10, 9, 0,
+                                      1,  2,  3,  4,  -1, 5,  -1, 6,  -1, -1, -1, 7};
+    return q >= 0 && q < 25 ? c[q] : -1;
+}
+
+/* W's row R as ggml MXFP4 blocks at O (cols/32 * 17 bytes), if W is an
+ * MXFP4 matrix converted at load (mdl_mxfp4_block's form); else -1. */
+static int mxfp4_row(const wt_weight *w, int r, uint8_t *o) {
+    if (w->dtype != WT_Q8 || w->group_size != 32 || w->scale_dtype != WT_BF16 || w->cols % 32) return -1;
+    int nb = w->cols / 32;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->cols;
+    const uint16_t *sc = (const uint16_t *)w->scales + (size_t)r * nb, *bi = (const uint16_t *)w->biases + (size_t)r * nb;
+    for (int b = 0; b < nb; b++, o += 17) {
+        int sx = (sc[b] >> 7) + 1;
+        if ((sc[b] & 0x807f) || sx < 2 || sx > 252 || bi[b] != (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40)) return -1;
+        o[0] = (uint8_t)sx;
+        for (int j = 0; j < 16; j++) {
+            int lo = fp4_code_of(q[32 * b + j]), hi = fp4_code_of(q[32 * b + j + 16]);
+            if (lo < 0 || hi < 0) return -1;
+            o[1 + j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    const wt_weight **ws; /* [n] */
+    int n;
+} mx_job;
+
+static int fill_mxfp4(void *ctx, void *dst, size_t nbytes) {
+    const mx_job *j = ctx;
+    int rows = j->ws[0]->rows;
+    size_t rb = (size_t)j->ws[0]->cols / 32 * 17;
+    for (int e = 0; e < j->n; e++)
+        for (int r = 0; r < rows; r++)
+            if (mxfp4_row(j->ws[e], r, (uint8_t *)dst + ((size_t)e * rows + r) * rb)) {
+                dfl_seterr("MXFP4 rows changed between the check and the write");
+                return -1;
+            }
+    (void)nbytes;
+    return 0;
+}
+
+/* The stack WS[0..n) as MXFP4 when every row is one (see mxfp4_row), else
+ * as put_mats does. */
+static void put_stack(conv *cv, const char *name, const wt_weight *const *ws, int n) {
+    int rows = ws[0]->rows, cols = ws[0]->cols, mx = 1;
+    uint8_t *tmp = dfl_malloc((size_t)cols / 32 * 17 + 1);
+    for (int e = 0; e < n && mx; e++)
+        for (int r = 0; r < rows && mx; r++) mx = mxfp4_row(ws[e], r, tmp) == 0;
+    free(tmp);
+    if (!mx) {
+        put_mats(cv, name, ws, n, 0, 0);
+        return;
+    }
+    mx_job *j = keep(cv, sizeof *j);
+    j->ws = keep(cv, sizeof(wt_weight *) * (size_t)n);
+    memcpy(j->ws, ws, sizeof(wt_weight *) * (size_t)n);
+    j->n = n;
+    int64_t ne[3] = {cols, rows, n};
+    gguf_w_tensor_fill(cv->w, name, GGML_MXFP4, 3, ne, fill_mxfp4, j);
+}
+
+static void put_arr2(conv *cv, const char *name, const float *v, int ne0, int ne1) {
+    float *d = keep(cv, sizeof(float) * (size_t)ne0 * ne1);
+    memcpy(d, v, sizeof(float) * (size_t)ne0 * ne1);
+    int64_t ne[2] = {ne0, ne1};
+    gguf_w_tensor(cv->w, name, GGML_F32, 2, ne, d);
+}
+
+/* 1 if any expert matrix of M is MXFP4 (general.file_type MOSTLY_MXFP4_MOE, as the converter) */
+static int has_mxfp4(const mdl_model *m) {
+    const mdl_layer *L = &m->layers[0];
+    if (!L->experts) return 0;
+    uint8_t *tmp = dfl_malloc((size_t)L->experts[0].wg.cols / 32 * 17 + 1);
+    int mx = mxfp4_row(&L->experts[0].wg, 0, tmp) == 0;
+    free(tmp);
+    return mx;
+}
+
+static int gptoss_write(conv *cv, const mdl_model *m, const char *in) {
+    const cfg_model *c = &m->cfg;
+    gguf_writer *w = cv->w;
+    const char *arch = "gpt-oss";
+    char k[128];
+    if (c->swiglu_limit != 7.0f) {
+        dfl_seterr("%s: swiglu_limit %g cannot be written to GGUF (llama.cpp's gpt-oss clamps at 7)", in,
+                   (double)c->swiglu_limit);
+        return -1;
+    }
+    if (c->rope_yarn && (c->yarn_truncate || fabs(c->yarn_attn_factor - (0.1 * log(c->rope_factor) + 1.0)) > 1e-12)) {
+        dfl_seterr("%s: YaRN with %s cannot be written to GGUF (gpt-oss GGUF files mean truncate false and the "
+                   "default attention factor)", in, c->yarn_truncate ? "truncate true" : "another attention_factor");
+        return -1;
+    }
+    int alt = 1; /* llama.cpp's default: every other layer slides, from layer 0 */
+    for (int l = 0; l < c->n_layers; l++) alt &= c->sliding_layer[l] == (l % 2 == 0);
+#define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
+#define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
+    KU("block_count", c->n_layers);
+    KU("context_length", c->max_pos);
+    KU("embedding_length", c->hidden);
+    KU("feed_forward_length", c->moe_inter);
+    KU("attention.head_count", c->n_heads);
+    KU("attention.head_count_kv", c->n_kv_heads);
+    if (c->rope_yarn) {
+        snprintf(k, sizeof k, "%s.rope.scaling.type", arch);
+        gguf_w_str(w, k, "yarn");
+        KF("rope.scaling.factor", c->rope_factor);
+        KU("rope.scaling.original_context_length", c->rope_orig_max_pos);
+        KF("rope.scaling.yarn_beta_fast", c->yarn_beta_fast);
+        KF("rope.scaling.yarn_beta_slow", c->yarn_beta_slow);
+    }
+    KF("rope.freq_base", c->rope_theta);
+    KF("attention.layer_norm_rms_epsilon", c->eps);
+    KU("expert_count", c->n_experts);
+    KU("expert_used_count", c->n_experts_used);
+    KU("attention.key_length", c->head_dim);
+    KU("attention.value_length", c->head_dim);
+    KU("attention.sliding_window", c->window);
+    KU("expert_feed_forward_length", c->moe_inter);
+    if (!alt) { /* llama.cpp reads the array where the converter writes none */
+        uint8_t sw[CFG_MAX_LAYERS];
+        for (int l = 0; l < c->n_layers; l++) sw[l] = c->sliding_layer[l] != 0;
+        snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+        gguf_w_arr_bool(w, k, sw, (uint64_t)c->n_layers);
+    }
+#undef KU
+#undef KF
+    return 0;
+}
+
+static void gptoss_tensors(conv *cv, const mdl_model *m) {
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, E = c->n_experts, I = c->moe_inter, hd = c->head_dim;
+    int q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+    put_mat(cv, "token_embd.weight", &m->embed, 0);
+    if (m->lm_head.data != m->embed.data) put_mat(cv, "output.weight", &m->lm_head, 0);
+    const wt_weight **ws = dfl_malloc(sizeof(wt_weight *) * (size_t)E);
+    float *bias = dfl_malloc(sizeof(float) * (size_t)E * (I > H ? I : H));
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        char b[64];
+#define NAME(sub) (snprintf(b, sizeof b, "blk.%d.%s", l, sub), b)
+        put_vec(cv, NAME("attn_norm.weight"), L->in_norm, H);
+        put_vec(cv, NAME("post_attention_norm.weight"), L->post_norm, H);
+        put_mat(cv, NAME("attn_q.weight"), &L->wq, 0);
+        put_vec(cv, NAME("attn_q.bias"), L->bq, q);
+        put_mat(cv, NAME("attn_k.weight"), &L->wk, 0);
+        put_vec(cv, NAME("attn_k.bias"), L->bk, kv);
+        put_mat(cv, NAME("attn_v.weight"), &L->wv, 0);
+        put_vec(cv, NAME("attn_v.bias"), L->bv, kv);
+        put_mat(cv, NAME("attn_output.weight"), &L->wo, 0);
+        put_vec(cv, NAME("attn_output.bias"), L->bo, H);
+        put_vec(cv, NAME("attn_sinks.weight"), L->sinks, c->n_heads);
+        const wt_weight *rt = &L->router;
+        put_mats(cv, NAME("ffn_gate_inp.weight"), &rt, 1, 0, PUT_F32);
+        put_vec(cv, NAME("ffn_gate_inp.bias"), L->router_bias, E);
+        static const char *const stk[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        for (int p = 0; p < 3; p++) {
+            int n = p == 2 ? H : I;
+            for (int e = 0; e < E; e++) {
+                const mdl_expert *x = &L->experts[e];
+                ws[e] = p == 0 ? &x->wg : p == 1 ? &x->wu : &x->wd;
+                memcpy(bias + (size_t)e * n, p == 0 ? x->bg : p == 1 ? x->bu : x->bd, sizeof(float) * (size_t)n);
+            }
+            snprintf(b, sizeof b, "blk.%d.%s.weight", l, stk[p]);
+            put_stack(cv, b, ws, E);
+            snprintf(b, sizeof b, "blk.%d.%s.bias", l, stk[p]);
+            put_arr2(cv, b, bias, n, E);
+        }
+#undef NAME
+    }
+    free(ws);
+    free(bias);
+    put_vec(cv, "output_norm.weight", m->final_norm, H);
+}
+
+static int gemma4_write(conv *cv, const mdl_model *m, const char *in) {
+    const cfg_model *c = &m->cfg;
+    gguf_writer *w = cv->w;
+    const char *arch = "gemma4";
+    char k[128];
+    if (c->full_factor != 1.0) {
+        dfl_seterr("%s: rope_parameters.full_attention.factor %g cannot be written to GGUF (llama.cpp's gemma4 "
+                   "has no key for it)", in, c->full_factor);
+        return -1;
+    }
+    int hd_full = 0, kv_same = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->sliding_layer[l]) hd_full = cfg_head_dim(c, l);
+        kv_same &= cfg_kv_heads(c, l) == c->n_kv_heads;
+    }
+#define KU(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_u32(w, k, (uint32_t)(v)))
+#define KF(name, v) (snprintf(k, sizeof k, "%s.%s", arch, name), gguf_w_f32(w, k, (float)(v)))
+    KU("block_count", c->n_layers);
+    KU("context_length", c->max_pos);
+    KU("embedding_length", c->hidden);
+    KU("feed_forward_length", c->inter);
+    KU("attention.head_count", c->n_heads);
+    if (kv_same) KU("attention.head_count_kv", c->n_kv_heads);
+    else {
+        int32_t kv[CFG_MAX_LAYERS];
+        for (int l = 0; l < c->n_layers; l++) kv[l] = cfg_kv_heads(c, l);
+        snprintf(k, sizeof k, "%s.attention.head_count_kv", arch);
+        gguf_w_arr_i32(w, k, kv, (uint64_t)c->n_layers);
+    }
+    KF("rope.freq_base", c->full_theta);
+    KF("rope.freq_base_swa", c->rope_theta);
+    KF("attention.layer_norm_rms_epsilon", c->eps);
+    KU("attention.key_length", hd_full);
+    KU("attention.value_length", hd_full);
+    if (c->softcap > 0) KF("final_logit_softcapping", c->softcap);
+    KU("attention.sliding_window", c->window ? c->window : 512);
+    KU("attention.shared_kv_layers", 0);
+    KU("embedding_length_per_layer_input", c->ple);
+    uint8_t sw[CFG_MAX_LAYERS];
+    for (int l = 0; l < c->n_layers; l++) sw[l] = c->sliding_layer[l] != 0;
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+    gguf_w_arr_bool(w, k, sw, (uint64_t)c->n_layers);
+    KU("attention.key_length_swa", c->head_dim);
+    KU("attention.value_length_swa", c->head_dim);
+    KU("rope.dimension_count", hd_full);
+    KU("rope.dimension_count_swa", c->head_dim);
+#undef KU
+#undef KF
+    return 0;
+}
+
+static void gemma4_tensors(conv *cv, const mdl_model *m) {
+    const cfg_model *c = &m->cfg;
+    int H = c->hidden, hd_full = c->head_dim;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!c->sliding_layer[l]) hd_full = cfg_head_dim(c, l);
+    float *rf = keep(cv, sizeof(float) * (size_t)(hd_full / 2));
+    for (int i = 0; i < hd_full / 2; i++) rf[i] = i < c->full_rot ? 1.0f : 1e30f;
+    int64_t ne1[1] = {hd_full / 2};
+    gguf_w_tensor(cv->w, "rope_freqs.weight", GGML_F32, 1, ne1, rf);
+    put_mat(cv, "token_embd.weight", &m->embed, 0);
+    if (m->lm_head.data != m->embed.data) put_mat(cv, "output.weight", &m->lm_head, 0);
+    if (c->ple) put_mat(cv, "per_layer_token_embd.weight", &m->ple_embed, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        int hd = cfg_head_dim(c, l);
+        char b[64];
+#define NAME(sub) (snprintf(b, sizeof b, "blk.%d.%s", l, sub), b)
+        put_vec(cv, NAME("attn_norm.weight"), L->in_norm, H);
+        put_vec(cv, NAME("layer_output_scale.weight"), &L->layer_scalar, 1);
+        put_mat(cv, NAME("ffn_down.weight"), &L->wd, 0);
+        put_mat(cv, NAME("ffn_gate.weight"), &L->wg, 0);
+        put_mat(cv, NAME("ffn_up.weight"), &L->wu, 0);
+        if (c->ple) {
+            put_mat(cv, NAME("inp_gate.weight"), &L->ple_gate, 0);
+            put_mat(cv, NAME("proj.weight"), &L->ple_proj, 0);
+        }
+        put_vec(cv, NAME("post_attention_norm.weight"), L->attn_out_norm, H);
+        put_vec(cv, NAME("post_ffw_norm.weight"), L->ffn_out_norm, H);
+        if (c->ple) put_vec(cv, NAME("post_norm.weight"), L->ple_norm, H);
+        put_vec(cv, NAME("ffn_norm.weight"), L->post_norm, H);
+        put_vec(cv, NAME("attn_k_norm.weight"), L->k_norm, hd);
+        put_mat(cv, NAME("attn_k.weight"), &L->wk, 0);
+        put_mat(cv, NAME("attn_output.weight"), &L->wo, 0);
+        put_vec(cv, NAME("attn_q_norm.weight"), L->q_norm, hd);
+        put_mat(cv, NAME("attn_q.weight"), &L->wq, 0);
+        if (!(c->k_eq_v && !c->sliding_layer[l])) put_mat(cv, NAME("attn_v.weight"), &L->wv, 0);
+#undef NAME
+    }
+    put_vec(cv, "output_norm.weight", m->final_norm, H);
+    if (c->ple) {
+        put_mat(cv, "per_layer_model_proj.weight", &m->ple_model_proj, 0);
+        put_vec(cv, "per_layer_proj_norm.weight", m->ple_proj_norm, c->ple);
+    }
+}
+
 /* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys */
 static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
     char *p = dfl_path_join(dir, "tokenizer.json");
@@ -461,7 +757,7 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         }
     }
     if (!pre) {
-        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's nor Llama-3's (no GGUF tokenizer.ggml.pre for it)", p);
+        dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's, Llama-3's nor gpt-oss's (no GGUF tokenizer.ggml.pre for it)", p);
         goto out;
     }
     cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -647,16 +943,6 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     }
     mdl_model m;
     if (mdl_load(&m, in) != 0) return -1;
-    if (m.cfg.arch == CFG_GPT_OSS) {
-        dfl_seterr("%s: gpt-oss cannot be written to GGUF yet (llama.cpp's gpt-oss layout is not implemented)", in);
-        mdl_free(&m);
-        return -1;
-    }
-    if (m.cfg.arch == CFG_GEMMA4) {
-        dfl_seterr("%s: Gemma-4 cannot be written to GGUF yet (llama.cpp's gemma4 layout is not implemented)", in);
-        mdl_free(&m);
-        return -1;
-    }
     /* GGUF qwen3moe / qwen3next have no key for it: llama.cpp's graphs (and
      * dflash's GGUF loader) always renormalise the top-k weights */
     if ((m.cfg.arch == CFG_QWEN3_MOE || m.cfg.qwen3_next) && m.cfg.n_moe_layers && !m.cfg.norm_topk) {
@@ -677,8 +963,10 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
                    c->is_draft ? ": a draft takes its target's (--target TARGET_DIR), as llama.cpp's converter does" : "");
         goto out;
     }
-    int q35 = c->arch == CFG_QWEN3_5 && !c->is_draft;
+    int q35 = c->arch == CFG_QWEN3_5 && !c->is_draft, zoo2 = c->arch == CFG_GPT_OSS || c->arch == CFG_GEMMA4;
     const char *arch = c->is_draft                ? "dflash"
+                       : c->arch == CFG_GPT_OSS   ? "gpt-oss"
+                       : c->arch == CFG_GEMMA4    ? "gemma4"
                        : c->arch == CFG_QWEN3     ? "qwen3"
                        : c->arch == CFG_QWEN3_MOE ? "qwen3moe"
                        : q35 && c->qwen3_next     ? "qwen3next"
@@ -691,8 +979,17 @@ int ggm_convert(const char *in, const char *out, const char *type, const char *t
     gguf_w_str(w, "general.type", "model");
     gguf_w_str(w, "general.name", base_name(in));
     /* llama.cpp's MOSTLY_Q8_0 / Q4_0 / BF16 / F16 */
-    gguf_w_u32(w, "general.file_type", q8 == 1 ? 7 : q8 == 2 ? 2 : q8 == PUT_BF16 ? 32 : 1);
+    gguf_w_u32(w, "general.file_type",
+               c->arch == CFG_GPT_OSS && has_mxfp4(&m) ? 38 : q8 == 1 ? 7 : q8 == 2 ? 2 : q8 == PUT_BF16 ? 32 : 1);
     gguf_w_u32(w, "general.quantization_version", 2);
+    if (zoo2) {
+        int gpt = c->arch == CFG_GPT_OSS;
+        if ((gpt ? gptoss_write(&cv, &m, in) : gemma4_write(&cv, &m, in)) || put_tokenizer(&cv, tok_dir, c)) goto out;
+        if (gpt) gptoss_tensors(&cv, &m);
+        else gemma4_tensors(&cv, &m);
+        rc = gguf_w_write(w, out);
+        goto out;
+    }
     if (q35) {
         if (q35_keys(&cv, &m, in, arch) || put_tokenizer(&cv, tok_dir, c)) goto out;
         q35_tensors(&cv, &m);

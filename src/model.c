@@ -363,15 +363,31 @@ static int need_mxfp4(mdl_model *m, const char *name, int E, int rows, int cols,
     return 0; /* weight_bytes: the 8-bit matrices they become (mxfp4_to_q8), what a forward reads */
 }
 
+/* One MXFP4 block (32 values: e2m1 code c has the value v(c) in {0, .5, 1,
+ * 1.5, 2, 3, 4, 6}, sign bit 8, times 2^(sx-127)) as 32 codes of an MLX
+ * 8-bit group of 32, exactly: q = 2 v + 12 in 0..24 with scale 2^(sx-128)
+ * and bias -12 * 2^(sx-128), both exact in bf16 for sx in 2..252 (-1
+ * outside: the caller names the tensor). NIB[16] in openai's order (byte j:
+ * element 2j in the low nibble, 2j + 1 in the high one) or, when GGML,
+ * ggml's block_mxfp4 order (byte j: element j low, j + 16 high). */
+int mdl_mxfp4_block(int sx, const uint8_t *nib, int ggml, uint8_t *q, uint16_t *scale, uint16_t *bias) {
+    static const uint8_t q_of[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+    if (sx < 2 || sx > 252) return -1;
+    *scale = (uint16_t)((sx - 1) << 7);               /* 2^(s-128) */
+    *bias = (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40); /* -1.5 * 2^(s-125) */
+    for (int j = 0; j < 16; j++) {
+        q[ggml ? j : 2 * j] = q_of[nib[j] & 15];
+        q[ggml ? j + 16 : 2 * j + 1] = q_of[nib[j] >> 4];
+    }
+    return 0;
+}
+
 /* Rows src_row0, src_row0 + step, ... (n of them) of one expert's MXFP4
  * matrix (blk/sc at that expert) as an MLX 8-bit matrix of group 32, owned
- * by m, exactly: e2m1 code c has the value v(c) in {0, .5, 1, 1.5, 2, 3, 4,
- * 6} (sign bit 8), times 2^(s-127); stored as q = 2 v + 12 in 0..24 with
- * scale 2^(s-128) and bias -12 * 2^(s-128), both exact in bf16 for s in
- * 2..252 (a scale outside that is refused naming the tensor). */
+ * by m, exactly (mdl_mxfp4_block); a scale byte outside 2..252 is refused
+ * naming the tensor. */
 static int mxfp4_to_q8(mdl_model *m, const st_tensor *bt, const st_tensor *st, int e, int row0, int step, int n,
                        int cols, wt_weight *w) {
-    static const uint8_t q_of[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
     int nb = cols / 32, src_rows = (int)bt->shape[1];
     uint32_t *d = mdl_own(m, (size_t)n * cols);
     uint16_t *scl = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb), *bia = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb);
@@ -382,17 +398,11 @@ static int mxfp4_to_q8(mdl_model *m, const st_tensor *bt, const st_tensor *st, i
         uint8_t *q = (uint8_t *)(d + (size_t)r * cols / 4);
         for (int k = 0; k < nb; k++) {
             int sx = S[sr * nb + k];
-            if (sx < 2 || sx > 252) {
+            if (mdl_mxfp4_block(sx, B + (sr * nb + k) * 16, 0, q + k * 32, &scl[(size_t)r * nb + k],
+                                &bia[(size_t)r * nb + k])) {
                 dfl_seterr("tensor '%s': MXFP4 scale byte %d (2^%d) at expert %d row %zu is outside the range "
                            "converted exactly (2..252)", st->name, sx, sx - 127, e, sr);
                 return -1;
-            }
-            scl[(size_t)r * nb + k] = (uint16_t)((sx - 1) << 7);               /* 2^(s-128) */
-            bia[(size_t)r * nb + k] = (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40); /* -1.5 * 2^(s-125) */
-            const uint8_t *b = B + (sr * nb + k) * 16;
-            for (int j = 0; j < 16; j++) {
-                q[k * 32 + 2 * j] = q_of[b[j] & 15];
-                q[k * 32 + 2 * j + 1] = q_of[b[j] >> 4];
             }
         }
     }

@@ -1929,6 +1929,447 @@ TEST(convert_prompt_specials) {
     }
 }
 
+
+/* ---- gpt-oss and Gemma-4 as llama.cpp's converter writes them ------------
+ *
+ * tests/fixtures/gguf/tiny-{gptoss-mxfp4,gemma4,gemma4-kv}-v1k.gguf come from
+ * tools/llama/zoo_gguf.sh: tools/llama/zoo_cut.py cuts the tiny models'
+ * vocabularies to 1024 tokens (the files stay small) and encodes
+ * tiny-gptoss's experts in MXFP4 as openai's checkpoints store them, then
+ * llama.cpp's convert_hf_to_gguf.py writes bf16 files (the MXFP4 experts
+ * as GGML MXFP4). zoo2_cut makes the same checkpoints here, by the same
+ * rules, so the GGUF files are compared with the safetensors checkpoints
+ * they came from. */
+static const double fp4v[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+enum { ZOO2_V = 1024 };
+
+/* w [rows][cols] (element (r, k) at w[r * rs + k * ks], bf16 bits) as MXFP4
+ * rows: blocks [rows][cols/32][16], scales [rows][cols/32] (zoo_cut.py's
+ * rules: e the smallest >= -125 with 6 * 2^e >= max |x|, -20 for zeros;
+ * the nearest code, the lowest on ties; all exact in double). */
+static void zoo2_encode(const uint16_t *w, size_t rs, size_t ks, int rows, int cols, uint8_t *blk, uint8_t *sc) {
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < cols / 32; b++) {
+            double x[32], amax = 0;
+            for (int j = 0; j < 32; j++) {
+                x[j] = dfl_bf16_to_f32(w[r * rs + (size_t)(b * 32 + j) * ks]);
+                amax = fmax(amax, fabs(x[j]));
+            }
+            int e = -20;
+            if (amax > 0)
+                for (e = -125; ldexp(6.0, e) < amax; e++) {}
+            sc[(size_t)r * (cols / 32) + b] = (uint8_t)(e + 127);
+            uint8_t *o = blk + ((size_t)r * (cols / 32) + b) * 16;
+            for (int j = 0; j < 32; j++) {
+                double y = ldexp(x[j], -e);
+                int best = 0;
+                for (int c = 1; c < 16; c++)
+                    if (fabs(fp4v[c] - y) < fabs(fp4v[best] - y)) best = c;
+                if (j % 2 == 0) o[j / 2] = (uint8_t)best;
+                else o[j / 2] |= (uint8_t)(best << 4);
+            }
+        }
+}
+
+static int ends_with(const char *s, const char *t) {
+    size_t a = strlen(s), b = strlen(t);
+    return a >= b && !strcmp(s + a - b, t);
+}
+
+/* tests/models/NAME cut to ZOO2_V tokens (MX: experts in MXFP4) in DIR. */
+static int zoo2_cut(const char *name, const char *dir, int mx) {
+    char src[256];
+    snprintf(src, sizeof src, "tests/models/%s/model.safetensors", name);
+    st_set in;
+    if (st_open_file(&in, src) != 0) {
+        CHECK(0, "%s", dfl_lasterr());
+        return -1;
+    }
+    mkdir(dir, 0777);
+    snprintf(src, sizeof src, "tests/models/%s/config.json", name);
+    char *txt = dfl_read_file(src, NULL);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (!j) {
+        st_close(&in);
+        return -1;
+    }
+    cJSON_ReplaceItemInObject(j, "vocab_size", cJSON_CreateNumber(ZOO2_V));
+    if (cJSON_GetObjectItemCaseSensitive(j, "vocab_size_per_layer_input"))
+        cJSON_ReplaceItemInObject(j, "vocab_size_per_layer_input", cJSON_CreateNumber(ZOO2_V));
+    if (mx) cJSON_AddStringToObject(cJSON_AddObjectToObject(j, "quantization_config"), "quant_method", "mxfp4");
+    char *out = cJSON_Print(j), *cp = dfl_path_join(dir, "config.json");
+    write_file(cp, out, strlen(out));
+    free(out);
+    free(cp);
+    cJSON_Delete(j);
+    st_out *o = calloc((size_t)2 * in.n, sizeof(st_out));
+    void **bufs = calloc((size_t)2 * in.n, sizeof(void *));
+    char (*names)[128] = calloc((size_t)2 * in.n, 128);
+    int n = 0, nb = 0;
+    for (int i = 0; i < in.n; i++) {
+        const st_tensor *t = &in.t[i];
+        st_out k = {t->name, t->dtype, t->ndim, {t->shape[0], t->shape[1], t->shape[2], t->shape[3]}, t->data};
+        if (ends_with(t->name, "embed_tokens.weight") || ends_with(t->name, "lm_head.weight") ||
+            ends_with(t->name, "embed_tokens_per_layer.weight"))
+            k.shape[0] = ZOO2_V; /* the first rows, as they are */
+        if (mx && (ends_with(t->name, "experts.gate_up_proj") || ends_with(t->name, "experts.down_proj"))) {
+            int E = (int)t->shape[0], cin = (int)t->shape[1], cout = (int)t->shape[2];
+            size_t per = (size_t)cin * cout;
+            uint8_t *blk = bufs[nb++] = malloc((size_t)E * per / 2), *sc = bufs[nb++] = malloc((size_t)E * per / 32);
+            for (int e = 0; e < E; e++) /* stored input-major [E, in, out]: output row r, input k at [e][k][r] */
+                zoo2_encode((const uint16_t *)t->data + (size_t)e * per, 1, (size_t)cout, cout, cin,
+                            blk + (size_t)e * per / 2, sc + (size_t)e * per / 32);
+            snprintf(names[2 * i], 128, "%s_blocks", t->name);
+            snprintf(names[2 * i + 1], 128, "%s_scales", t->name);
+            o[n++] = (st_out){names[2 * i], ST_U8, 4, {E, cout, cin / 32, 16}, blk};
+            o[n++] = (st_out){names[2 * i + 1], ST_U8, 3, {E, cout, cin / 32, 0}, sc};
+            continue;
+        }
+        o[n++] = k;
+    }
+    char *pm = dfl_path_join(dir, "model.safetensors");
+    int rc = st_write(pm, o, n, NULL);
+    CHECK(rc == 0, "write %s: %s", pm, dfl_lasterr());
+    free(pm);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    free(names);
+    free(o);
+    st_close(&in);
+    return rc;
+}
+
+/* Logits [T][V] of M on TOK (CPU backend). */
+static void zoo2_logits(void *be, const mdl_model *m, const int32_t *tok, int T, float *out) {
+    void *st = be_cpu.create(be, m, 256);
+    be_batch b = {T, tok, T, out, 0, NULL, 0};
+    CHECK(st && be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+    if (st) be_cpu.destroy(st);
+}
+
+/* The two models' configs say the same where it matters here. */
+static int zoo2_same_cfg(const cfg_model *a, const cfg_model *b) {
+    int n = a->n_layers;
+    return a->arch == b->arch && a->hidden == b->hidden && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->vocab == b->vocab &&
+           a->eps == b->eps && a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings &&
+           a->inter == b->inter && a->n_experts == b->n_experts && a->n_experts_used == b->n_experts_used &&
+           a->moe_inter == b->moe_inter && a->attn_bias == b->attn_bias && a->attn_sinks == b->attn_sinks &&
+           a->window == b->window && a->n_sliding_layers == b->n_sliding_layers &&
+           !memcmp(a->sliding_layer, b->sliding_layer, (size_t)n) && a->swiglu_limit == b->swiglu_limit &&
+           a->rope_yarn == b->rope_yarn && a->yarn_truncate == b->yarn_truncate && a->rope_factor == b->rope_factor &&
+           a->rope_orig_max_pos == b->rope_orig_max_pos && a->yarn_beta_fast == b->yarn_beta_fast &&
+           a->yarn_beta_slow == b->yarn_beta_slow && a->yarn_attn_factor == b->yarn_attn_factor &&
+           a->attn_scale == b->attn_scale && a->v_norm == b->v_norm && a->k_eq_v == b->k_eq_v &&
+           a->geglu == b->geglu && a->ple == b->ple && a->softcap == b->softcap && a->full_theta == b->full_theta &&
+           a->full_factor == b->full_factor && a->full_rot == b->full_rot && a->qk_norm == b->qk_norm &&
+           !memcmp(a->layer_hd, b->layer_hd, sizeof(a->layer_hd[0]) * (size_t)n) &&
+           !memcmp(a->layer_kv, b->layer_kv, sizeof(a->layer_kv[0]) * (size_t)n);
+}
+
+/* GGUF = checkpoint: config, logits bit for bit on a prompt longer than the
+ * sliding window (f32 activations and the default mode), and 16 greedy
+ * tokens. */
+static void zoo2_compare(const char *what, const char *gguf, const char *dir) {
+    mdl_model hf, gg;
+    if (mdl_load(&hf, dir) != 0) {
+        CHECK(0, "%s: load %s: %s", what, dir, dfl_lasterr());
+        return;
+    }
+    if (mdl_load(&gg, gguf) != 0) {
+        CHECK(0, "%s: load %s: %s", what, gguf, dfl_lasterr());
+        mdl_free(&hf);
+        return;
+    }
+    CHECK(zoo2_same_cfg(&hf.cfg, &gg.cfg), "%s: the GGUF's config differs from the checkpoint's", what);
+    /* the converter writes gpt-oss's routers F32 (the same values): with
+     * bf16 weights the default mode rounds activations to bf16, with f32
+     * ones not, so the checkpoint's routers become the same F32 here */
+    for (int l = 0; l < hf.cfg.n_layers; l++) {
+        wt_weight *r = &hf.layers[l].router;
+        if (r->rows && r->dtype == WT_BF16 && gg.layers[l].router.dtype == WT_F32) {
+            float *f = mdl_own(&hf, sizeof(float) * (size_t)r->rows * r->cols);
+            for (int i = 0; i < r->rows; i++) wt_get_row(f + (size_t)i * r->cols, r, i);
+            r->data = f;
+            r->dtype = WT_F32;
+        }
+    }
+    be_options bo = {2, 0};
+    void *be = be_cpu.open(&bo);
+    int prev = kn_act_quant(), V = hf.cfg.vocab;
+    enum { T = 20, N = 16 };
+    int32_t tok[T + N];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 397 + 11) % ZOO2_V);
+    float *la = malloc(sizeof(float) * (T + N) * (size_t)V), *lb = malloc(sizeof(float) * (T + N) * (size_t)V);
+    for (int mode = 0; mode < 2; mode++) {
+        kn_set_act_quant(mode ? prev : 0);
+        zoo2_logits(be, &hf, tok, T, la);
+        zoo2_logits(be, &gg, tok, T, lb);
+        float d = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++) d = fmaxf(d, fabsf(la[i] - lb[i]));
+        CHECK(!memcmp(la, lb, sizeof(float) * T * (size_t)V), "%s (%s activations): logits differ by up to %g", what,
+              mode ? "default" : "f32", d);
+        if (mode && !prev) break;
+    }
+    /* greedy: the argmax of each step's last row, both models */
+    int32_t ya[T + N], yb[T + N];
+    memcpy(ya, tok, sizeof tok[0] * T);
+    memcpy(yb, tok, sizeof tok[0] * T);
+    for (int s = 0; s < N; s++) {
+        zoo2_logits(be, &hf, ya, T + s, la);
+        zoo2_logits(be, &gg, yb, T + s, lb);
+        ya[T + s] = smp_argmax(la + (size_t)(T + s - 1) * V, V);
+        yb[T + s] = smp_argmax(lb + (size_t)(T + s - 1) * V, V);
+    }
+    CHECK(!memcmp(ya, yb, sizeof ya), "%s: greedy tokens differ", what);
+    kn_set_act_quant(prev);
+    fprintf(stderr, "  %s: GGUF logits bit-identical to the checkpoint's, %d greedy tokens equal\n", what, N);
+    free(la);
+    free(lb);
+    be_cpu.close(be);
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+/* SRC with byte OFF of tensor NAME's data set to V, as tmpdir/OUT. */
+static const char *poke_tensor(const char *src, const char *out, const char *name, size_t off, const void *v, size_t n) {
+    const char *p = path(out, NULL);
+    gguf_file g;
+    if (gguf_open(&g, src) != 0) return p;
+    const gguf_tensor *t = gguf_find_tensor(&g, name);
+    size_t len = 0;
+    char *b = dfl_read_file(src, &len);
+    if (t && b && g.data_off + t->offset + off + n <= len) {
+        memcpy(b + g.data_off + t->offset + off, v, n);
+        write_file(p, b, len);
+    }
+    free(b);
+    gguf_close(&g);
+    return p;
+}
+
+/* P kept (path() has four buffers): one of 16 slots. */
+static const char *kept(const char *p) {
+    static char b[16][512];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(b[k], sizeof b[k], "%s", p);
+    return b[k];
+}
+
+/* Bad gpt-oss / gemma4 metadata and tensors fail at load with one line
+ * naming the key or tensor. */
+TEST(bad_zoo2_models) {
+    const char *go = "tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf", *g4 = "tests/fixtures/gguf/tiny-gemma4-v1k.gguf";
+    static const char *const no_pat[] = {"gemma4.attention.sliding_window_pattern"};
+    static const char *const no_eff[] = {"gpt-oss.expert_feed_forward_length"};
+    struct {
+        const char *what, *file, *expect;
+    } cases[] = {
+        {"shared kv", kept(edit_kvs(g4, "z1.gguf", NULL, 0, &(kv_edit){"gemma4.attention.shared_kv_layers", 'u', NULL, 2}, 1)),
+         "gemma4.attention.shared_kv_layers 2"},
+        {"gemma4 MoE", kept(edit_kvs(g4, "z2.gguf", NULL, 0, &(kv_edit){"gemma4.expert_count", 'u', NULL, 4}, 1)),
+         "key 'gemma4.expert_count' is not supported"},
+        {"no swa pattern", kept(edit_kvs(g4, "z3.gguf", no_pat, 1, NULL, 0)), "gemma4.attention.sliding_window_pattern"},
+        {"swa rope dims", kept(edit_kvs(g4, "z4.gguf", NULL, 0, &(kv_edit){"gemma4.rope.dimension_count_swa", 'u', NULL, 8}, 1)),
+         "rope.dimension_count_swa 8"},
+        {"gemma4 softcap", kept(edit_kvs(g4, "z5.gguf", NULL, 0, &(kv_edit){"gemma4.attn_logit_softcapping", 'u', NULL, 50}, 1)),
+         "key 'gemma4.attn_logit_softcapping' is not supported"},
+        {"rope linear", kept(edit_kvs(go, "z6.gguf", NULL, 0, &(kv_edit){"gpt-oss.rope.scaling.type", 's', "linear", 0}, 1)),
+         "gpt-oss.rope.scaling.type 'linear' not supported"},
+        {"gating", kept(edit_kvs(go, "z7.gguf", NULL, 0, &(kv_edit){"gpt-oss.expert_gating_func", 'u', NULL, 1}, 1)),
+         "gpt-oss.expert_gating_func 1"},
+        {"yarn attn factor",
+         kept(edit_kvs(go, "z8.gguf", NULL, 0, &(kv_edit){"gpt-oss.rope.scaling.yarn_ext_factor", 'u', NULL, 1}, 1)),
+         "key 'gpt-oss.rope.scaling.yarn_ext_factor' is not supported"},
+        {"no expert ff", kept(edit_kvs(go, "z9.gguf", no_eff, 1, NULL, 0)), "gpt-oss.expert_feed_forward_length"},
+        {"mxfp4 scale", kept(poke_tensor(go, "z10.gguf", "blk.1.ffn_down_exps.weight", 17 * 5, &(uint8_t){255}, 1)),
+         "tensor 'blk.1.ffn_down_exps.weight': MXFP4 scale byte 255"},
+        {"rope_freqs", kept(poke_tensor(g4, "z11.gguf", "rope_freqs.weight", 4 * 2, &(float){0.5f}, 4)),
+         "tensor 'rope_freqs.weight': entry 2 = 0.5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mdl_model m;
+        int rc = mdl_load(&m, cases[i].file);
+        const char *e = dfl_lasterr();
+        CHECK(rc != 0 && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: %s", cases[i].what,
+              rc ? e : "loaded");
+        if (rc == 0) mdl_free(&m);
+    }
+}
+
+TEST(llama_converter_zoo2) {
+    static const struct {
+        const char *fixture, *model;
+        int mx;
+    } cases[] = {
+        {"tiny-gptoss-mxfp4-v1k", "tiny-gptoss", 1},
+        {"tiny-gemma4-v1k", "tiny-gemma4", 0},
+        {"tiny-gemma4-kv-v1k", "tiny-gemma4-kv", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *dir = path(cases[i].fixture, NULL);
+        char f[256], d[512];
+        snprintf(d, sizeof d, "%s", dir);
+        snprintf(f, sizeof f, "tests/fixtures/gguf/%s.gguf", cases[i].fixture);
+        if (zoo2_cut(cases[i].model, d, cases[i].mx) != 0) continue;
+        zoo2_compare(cases[i].fixture, f, d);
+    }
+    /* the MXFP4 experts: every row of the GGUF's equals the checkpoint's bit for bit */
+    mdl_model hf, gg;
+    if (mdl_load(&hf, path("tiny-gptoss-mxfp4-v1k", NULL)) != 0) return;
+    if (mdl_load(&gg, "tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf") != 0) {
+        mdl_free(&hf);
+        return;
+    }
+    int bad = 0, n = 0;
+    for (int l = 0; l < hf.cfg.n_layers; l++)
+        for (int e = 0; e < hf.cfg.n_experts; e++, n += 3) {
+            const mdl_expert *x = &gg.layers[l].experts[e], *y = &hf.layers[l].experts[e];
+            bad |= x->wg.dtype != WT_Q8 || !same_matrix(&x->wg, &y->wg) || !same_matrix(&x->wu, &y->wu) ||
+                   !same_matrix(&x->wd, &y->wd) || memcmp(x->bg, y->bg, sizeof(float) * (size_t)hf.cfg.moe_inter) ||
+                   memcmp(x->bd, y->bd, sizeof(float) * (size_t)hf.cfg.hidden);
+        }
+    CHECK(!bad && n > 0, "gpt-oss: MXFP4 experts of the GGUF differ from the checkpoint's (%d matrices)", n);
+    mdl_free(&hf);
+    mdl_free(&gg);
+}
+
+/* dflash convert of gpt-oss and Gemma-4 (llama.cpp's gpt-oss / gemma4): of
+ * the three cut checkpoints at --type bf16, every key and tensor of the
+ * converter's file (tests/fixtures/gguf/NAME-v1k.gguf; but skip_key's) with
+ * the same value, type, shape and bytes (the MXFP4 experts included: the
+ * blocks come back from the 8-bit form; nothing else written), and the
+ * file's logits bit-identical to the checkpoint's; the full tiny models
+ * (gpt-oss's experts BF16) through f16 and q8_0 files: their greedy tokens
+ * as the directory's (f16: the f16 rounding; q8_0 as --quant q8_0). */
+TEST(convert_zoo2) {
+    static const struct {
+        const char *fixture, *model;
+        int mx;
+    } cases[] = {
+        {"tiny-gptoss-mxfp4-v1k", "tiny-gptoss", 1},
+        {"tiny-gemma4-v1k", "tiny-gemma4", 0},
+        {"tiny-gemma4-kv-v1k", "tiny-gemma4-kv", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *name = cases[i].fixture;
+        char dir[512], tok[128], ours_p[512], fx[160];
+        snprintf(dir, sizeof dir, "%s", path(name, NULL));
+        snprintf(ours_p, sizeof ours_p, "%s/%s-ours.gguf", tmpdir, name);
+        snprintf(tok, sizeof tok, "tests/models/%s", cases[i].model);
+        snprintf(fx, sizeof fx, "tests/fixtures/gguf/%s.gguf", name);
+        if (zoo2_cut(cases[i].model, dir, cases[i].mx) != 0) continue;
+        if (ggm_convert(dir, ours_p, "bf16", tok) != 0) {
+            CHECK(0, "%s: convert: %s", name, dfl_lasterr());
+            continue;
+        }
+        gguf_file ours, theirs;
+        if (gguf_open(&ours, ours_p) || gguf_open(&theirs, fx)) {
+            CHECK(0, "open: %s", dfl_lasterr());
+            continue;
+        }
+        int nk = 0, nt = 0;
+        for (int k = 0; k < theirs.n_kv; k++) {
+            const gguf_kv *t = &theirs.kv[k], *o = gguf_find_kv(&ours, t->key);
+            if (skip_key(t->key)) continue;
+            nk++;
+            CHECK(o && same_kv(o, t), "%s: key %s %s", name, t->key, o ? "differs" : "missing");
+        }
+        for (int k = 0; k < ours.n_kv; k++)
+            CHECK(skip_key(ours.kv[k].key) || gguf_find_kv(&theirs, ours.kv[k].key), "%s: key %s not the converter's",
+                  name, ours.kv[k].key);
+        CHECK(ours.n_tensors == theirs.n_tensors, "%s: %d tensors, the converter's %d", name, ours.n_tensors,
+              theirs.n_tensors);
+        for (int k = 0; k < theirs.n_tensors; k++) {
+            const gguf_tensor *t = &theirs.t[k], *o = gguf_find_tensor(&ours, t->name);
+            int same = o && o->type == t->type && o->n_dims == t->n_dims && !memcmp(o->ne, t->ne, sizeof t->ne) &&
+                       o->nbytes == t->nbytes && !memcmp(o->data, t->data, t->nbytes);
+            nt += t->type == GGML_MXFP4;
+            CHECK(same, "%s: tensor %s %s", name, t->name, o ? "differs" : "missing");
+        }
+        CHECK(nk > 15 && (!cases[i].mx || nt == 12), "%s: %d keys, %d MXFP4 tensors compared", name, nk, nt);
+        gguf_close(&ours);
+        gguf_close(&theirs);
+        zoo2_compare(name, ours_p, dir);
+    }
+    /* the full tiny models: bf16 files decode as the directory does; f16
+     * ones hold the f16 rounding; Q8_0 matrices are the engine's own Q8_0
+     * (the converter's f16 fallbacks and f32 router aside, which --quant
+     * q8_0 would quantize: tokens are not compared there) */
+    static const char *const full[] = {"tiny-gptoss", "tiny-gemma4", "tiny-gemma4-kv"};
+    static const int32_t prompt[6] = {9707, 11, 1879, 13, 576, 3974};
+    for (int i = 0; i < 3; i++) {
+        char in[128], bfp[512], f16p[512], q8p[512];
+        snprintf(in, sizeof in, "tests/models/%s", full[i]);
+        snprintf(bfp, sizeof bfp, "%s/%s-bf16.gguf", tmpdir, full[i]);
+        snprintf(f16p, sizeof f16p, "%s/%s-f16.gguf", tmpdir, full[i]);
+        snprintf(q8p, sizeof q8p, "%s/%s-q8_0.gguf", tmpdir, full[i]);
+        CHECK(convert(in, bfp, "bf16") == 0 && convert(in, f16p, "f16") == 0 && convert(in, q8p, "q8_0") == 0,
+              "%s: convert: %s", full[i], dfl_lasterr());
+        mdl_model hf, g16, g8;
+        if (mdl_load(&hf, in) != 0) continue;
+        CHECK(mdl_load(&g16, f16p) == 0, "%s: load f16: %s", full[i], dfl_lasterr());
+        CHECK(mdl_load(&g8, q8p) == 0, "%s: load q8_0: %s", full[i], dfl_lasterr());
+        if (g16.layers) CHECK(same_weights(&g16, &hf, to_f16, "f16"), "%s: f16 weights", full[i]);
+        CHECK(qt_model(&hf, QT_Q8_0, 32) == 0, "quantize: %s", dfl_lasterr());
+        if (g8.layers) {
+            CHECK(same_weights(&g8, &hf, NULL, "q8_0") && g8.layers[0].wq.dtype == WT_Q8, "%s: Q8_0 weights",
+                  full[i]);
+            int bad = 0;
+            for (int l = 0; l < hf.cfg.n_layers && hf.cfg.n_experts; l++)
+                for (int e = 0; e < hf.cfg.n_experts; e++)
+                    bad |= !same_matrix(&g8.layers[l].experts[e].wg, &hf.layers[l].experts[e].wg) ||
+                           !same_matrix(&g8.layers[l].experts[e].wd, &hf.layers[l].experts[e].wd);
+            CHECK(!bad, "%s: Q8_0 experts differ from the engine's Q8_0", full[i]);
+        }
+        if (g16.layers) mdl_free(&g16);
+        if (g8.layers) mdl_free(&g8);
+        mdl_free(&hf);
+        size_t na, nb;
+        int32_t *ya = greedy_ids(in, NULL, NULL, prompt, 6, &na), *yb = greedy_ids(bfp, NULL, NULL, prompt, 6, &nb);
+        CHECK(ya && yb && na == 24 && nb == na && !memcmp(ya, yb, na * sizeof *ya), "%s: bf16 file's greedy tokens",
+              full[i]);
+        free(ya), free(yb);
+    }
+}
+
+/* gpt-oss's tokenizer (o200k_harmony) in a GGUF file as llama.cpp's
+ * converter names it (tokenizer.ggml.pre "gpt-4o"): dflash convert writes
+ * it, and the file's tokenizer gives tokenizer.json's ids. */
+TEST(gptoss_tokenizer_gguf) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/gptoss-tok.gguf", tmpdir);
+    if (ggm_convert("tests/models/tiny-gptoss", out, "q8_0", "models/gptoss-tokenizer") != 0) {
+        CHECK(0, "convert: %s", dfl_lasterr());
+        return;
+    }
+    gguf_file g;
+    const char *s;
+    size_t n;
+    CHECK(gguf_open(&g, out) == 0 && gguf_get_str(&g, "tokenizer.ggml.pre", &s, &n, 1) == 0 && n == 6 &&
+              !memcmp(s, "gpt-4o", 6),
+          "tokenizer.ggml.pre: %s", dfl_lasterr());
+    gguf_close(&g);
+    static const char *const texts[] = {"Hello world", "The QUICK brown fox's 12345 jumps!\n\tx  y",
+                                        "<|start|>user<|message|>héllo wörld<|end|>", "", "don't  WE'LL 1234567"};
+    dflash_model *a = dflash_load_tokenizer("models/gptoss-tokenizer"), *b = dflash_load_tokenizer(out);
+    CHECK(a && b, "load: %s", dflash_error());
+    for (size_t i = 0; a && b && i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        int ok = dflash_tokenize_prompt(a, texts[i], strlen(texts[i]), &x, &nx) == 0 &&
+                 dflash_tokenize_prompt(b, texts[i], strlen(texts[i]), &y, &ny) == 0 && nx == ny &&
+                 (!nx || !memcmp(x, y, nx * sizeof *x));
+        CHECK(ok, "text %zu: %zu ids from tokenizer.json, %zu from the GGUF", i, nx, ny);
+        free(x);
+        free(y);
+    }
+    dflash_free(a);
+    dflash_free(b);
+}
+
 int main(void) {
     const char *env = getenv("DFLASH_ROOT");
     if (env && *env && chdir(env) != 0) return 1;
@@ -1947,6 +2388,10 @@ int main(void) {
     RUN(gguf_prompt_specials);
     RUN(convert_prompt_specials);
     RUN(llama_converter_families);
+    RUN(llama_converter_zoo2);
+    RUN(bad_zoo2_models);
+    RUN(convert_zoo2);
+    RUN(gptoss_tokenizer_gguf);
     RUN(convert_qwen3moe);
     RUN(nextn_blocks);
     RUN(bad_family_models);

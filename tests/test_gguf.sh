@@ -36,6 +36,14 @@ for fam in tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
     "$BIN" generate -m "$T/$fam.gguf" -p "Hello, world" -n 16 >"$T/b" 2>/dev/null
     [ -s "$T/a" ] && cmp -s "$T/a" "$T/b" && ok "$fam: GGUF = checkpoint" || bad "$fam: GGUF = checkpoint"
 done
+# gpt-oss and Gemma-4 (test_gguf.c convert_zoo2 checks the files against
+# llama.cpp's converter's): bf16 files decode as the checkpoints do
+for fam in tiny-gptoss tiny-gemma4 tiny-gemma4-kv; do
+    expect "convert $fam bf16" 0 "wrote" -- "$BIN" convert tests/models/$fam -o "$T/$fam.gguf" --type bf16
+    "$BIN" generate -m tests/models/$fam -p "Hello, world" -n 16 --ignore-eos >"$T/a" 2>/dev/null
+    "$BIN" generate -m "$T/$fam.gguf" -p "Hello, world" -n 16 --ignore-eos >"$T/b" 2>/dev/null
+    [ -s "$T/a" ] && cmp -s "$T/a" "$T/b" && ok "$fam: GGUF = checkpoint" || bad "$fam: GGUF = checkpoint"
+done
 expect "convert the mlx-lm q4 Qwen3.5" 0 "wrote" -- \
     "$BIN" convert tests/models/tiny-qwen35-mlx-q4 -o "$T/mlx.gguf" --type q8_0
 expect "generate from it" 0 "qwen35 (gguf)" -- "$BIN" generate -m "$T/mlx.gguf" -p "Hi" -n 4

@@ -2,8 +2,8 @@
  * once from the repository root: cc ... tests/fuzz/make_seeds.c
  * build/libdflash.a; see docs/reliability.md). Small synthetic models in
  * every loader path (BF16, F32, MLX 4/8-bit, sharded index aside, Llama,
- * draft; the qwen3moe / qwen35 / qwen35moe GGUF fixtures with their
- * embeddings cut to 64 rows), tokenizer texts and chat message lists. */
+ * draft; the qwen3moe / qwen35 / qwen35moe / gpt-oss GGUF fixtures with
+ * their embeddings cut to 64 rows), tokenizer texts and chat message lists. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +125,9 @@ static void gguf_seed(const char *name, syn_spec s, const char *type) {
 }
 
 /* A llama.cpp-converted family file (tests/fixtures/gguf/SRC.gguf) with its
- * embedding cut to 64 rows: the seed for the qwen3moe / qwen35 / qwen35moe
- * binding paths, small enough to fuzz. */
+ * embedding (and output, per-layer embedding) cut to 64 rows: the seed for
+ * the qwen3moe / qwen35 / qwen35moe / gpt-oss (MXFP4) binding paths, small
+ * enough to fuzz (a gemma4 one would be 0.5 MB: its layers are not cut). */
 static void family_seed(const char *src, const char *name) {
     char in[300], out[300];
     snprintf(in, sizeof in, "tests/fixtures/gguf/%s.gguf", src);
@@ -141,7 +142,9 @@ static void family_seed(const char *src, const char *name) {
     for (int i = 0; i < g.n_tensors; i++) {
         const gguf_tensor *t = &g.t[i];
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (!strcmp(t->name, "token_embd.weight")) ne[1] = 64; /* the first 64 rows */
+        if (!strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight") ||
+            !strcmp(t->name, "per_layer_token_embd.weight"))
+            ne[1] = 64; /* the first 64 rows */
         gguf_w_tensor(w, t->name, t->type, t->n_dims, ne, t->data);
     }
     if (gguf_w_write(w, out) != 0) {
@@ -195,6 +198,7 @@ int main(void) {
     family_seed("tiny-qwen3moe-bf16", "qwen3moe-bf16");
     family_seed("tiny-qwen35-bf16", "qwen35-bf16");
     family_seed("tiny-qwen35moe-q8_0", "qwen35moe-q8_0");
+    family_seed("tiny-gptoss-mxfp4-v1k", "gptoss-mxfp4");
     {
         gguf_writer *w = gguf_w_new();
         gguf_w_str(w, "general.architecture", "qwen3");

@@ -9,7 +9,8 @@ llama-bench feeds random token ids and never tokenizes text:
   as "qwen2" (the Qwen3 tokenizer's pre-tokenizer) instead of stopping;
 - if the tokenizer cannot be read at all, the GGUF gets no tokenizer
   ("none") and vocab_size dummy tokens, which llama.cpp loads (for the
-  Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE and Qwen3-Next classes);
+  Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE, Qwen3-Next, gpt-oss and Gemma-4
+  classes);
 - a Qwen3-MoE checkpoint's dense layers (mlp_only_layers: the tiny test
   model has one) get the dense names blk.L.ffn_{gate,up,down}: the
   converter's qwen3moe tensor map has no name for them and stops otherwise.
@@ -81,7 +82,7 @@ def main() -> None:
         cls.set_vocab = set_vocab
 
     for arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-                 "Qwen3NextForCausalLM"):
+                 "Qwen3NextForCausalLM", "GptOssForCausalLM", "Gemma4ForCausalLM"):
         no_tokenizer_fallback(get_model_class(arch))
 
     import gguf  # noqa: E402 (the converter's own gguf-py, on the path above)

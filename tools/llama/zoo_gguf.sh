@@ -18,6 +18,14 @@
 # tools/llama/convert.py, which writes no tokenizer then (the tests compare
 # logits, not text); it also names tiny-qwen3moe's dense layer (see there).
 # Qwen3.5 conversions take --no-mtp: the tiny models have no MTP block.
+# gpt-oss and Gemma-4: tools/llama/zoo_cut.py first cuts tiny-gptoss,
+# tiny-gemma4 and tiny-gemma4-kv to 1024 tokens (their GGUF files would be
+# 2-4 MB) and encodes tiny-gptoss's experts in MXFP4 as openai ships them;
+# the converter writes those as bf16 with MXFP4 experts
+# (tiny-gptoss-mxfp4-v1k, tiny-gemma4-v1k, tiny-gemma4-kv-v1k; test_gguf.c
+# llama_converter_zoo2 makes the same checkpoints and compares).
+# The committed tiny-{gptoss-mxfp4,gemma4,gemma4-kv}-v1k.gguf came from the
+# second form (2026-12-06, llama.cpp v0.5.0 de3ff815).
 set -u
 R=$(pwd)
 OUT=${OUT:-/tmp/dflash-gpu}
@@ -47,5 +55,13 @@ conv tiny-qwen35-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35
 conv tiny-qwen35moe-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen35moe
 conv tiny-qwen35moe-q8_0 --outtype q8_0 --no-mtp tests/models/tiny-qwen35moe
 conv tiny-qwen3next-bf16 --outtype bf16 --no-mtp tests/models/tiny-qwen3next
+if python3 "$R/tools/llama/zoo_cut.py" "$W/cut"; then
+    conv tiny-gptoss-mxfp4-v1k --outtype bf16 "$W/cut/tiny-gptoss-mxfp4-v1k"
+    conv tiny-gemma4-v1k --outtype bf16 "$W/cut/tiny-gemma4-v1k"
+    conv tiny-gemma4-kv-v1k --outtype bf16 "$W/cut/tiny-gemma4-kv-v1k"
+else
+    echo "zoo_gguf: zoo_cut.py FAILED"
+    rc=1
+fi
 ls -l "$D"
 exit $rc
