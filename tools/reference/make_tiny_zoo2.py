@@ -5,7 +5,7 @@ CPU, eager attention).
 
     python3 tools/reference/make_tiny_zoo2.py --out DIR     (on the GPU machine)
 
-Writes DIR/models/{tiny-gptoss, tiny-gemma4, tiny-gemma4-kv} and
+Writes DIR/models/{tiny-gptoss, tiny-gemma4, tiny-gemma4-kv, tiny-gemma4-moe} and
 DIR/fixtures/{...}.ref.safetensors (keys as
 tests/fixtures/README.md gives for targets), and logs each config class's
 defaults: the fields an implementation must read or refuse.
@@ -180,6 +180,22 @@ def main():
         except Exception as e:  # noqa: BLE001
             log("tiny-gemma4-kv FAILED: %r" % (e,))
             failed.append("tiny-gemma4-kv")
+
+    # gemma-4-26B-A4B's layer: the MoE block (enable_moe_block) beside the dense MLP; 4 experts
+    # top-2 of width 32, per-layer inputs and softcapping as tiny-gemma4, one full layer
+    L = 6
+    if want("tiny-gemma4-moe"):
+        try:
+            extra = {"per_layer_config": {"05": {"head_dim": 2 * HD}}, "hidden_size_per_layer_input": 8,
+                     "vocab_size_per_layer_input": V, "final_logit_softcapping": 30.0,
+                     "max_position_embeddings": 512, "enable_moe_block": True, "num_experts": 4,
+                     "top_k_experts": 2, "moe_intermediate_size": 32}
+            cfg = tiny_config("gemma4_text", "Gemma4ForCausalLM", L, ["sliding_attention"] * 5 + ["full_attention"],
+                              extra)
+            family("tiny-gemma4-moe", cfg, random_weights(cfg, 53, H ** -0.5), mdir, fdir, tmp, sentences, stats)
+        except Exception as e:  # noqa: BLE001
+            log("tiny-gemma4-moe FAILED: %r" % (e,))
+            failed.append("tiny-gemma4-moe")
 
     MM.finish(out, stats)
     if failed:
