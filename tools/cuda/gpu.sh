@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 nsys controls depth variants attcheck nographs profile prefill llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -13,7 +13,9 @@
 # synthesized draft (ZOO2_DRAFT_WINDOW, default 2048 as z-lab's gemma-4
 # drafts: the draft's sliding window), dflash bench at ZOO2_DEPTHS (256
 # 16384); the checkpoints are made on the CPUs while the tests run when the
-# build step is asked for too (zoo2synth).
+# build step is asked for too (zoo2synth), with the family's tokenizer.
+# zoo2gguf: the same benches on the GGUF file llama.cpp's converter made of
+# LLAMA_MODEL=/tmp/zoo2-SHAPE-BITS for the llama step (LLAMA_TYPES=bf16).
 # llama: llama.cpp side by side (tools/llama/bench.sh; the call carries .devdeps
 # with llama-src.tar.xz from tools/llama/fetch.sh). When it is asked for, its
 # CPU work (build, GGUF conversion, quantization) starts at once in the
@@ -129,7 +131,9 @@ for s in $steps; do
         mkdir /tmp/zoo2.lock 2>/dev/null || { while [ ! -f /tmp/zoo2.done ]; do sleep 2; done; continue; }
         for spec in ${ZOO2_SHAPES:-gpt-oss-20b:4 gemma-4-31b:4}; do
             sh=${spec%%:*}; b=${spec#*:}; t0=$(date +%s)
-            [ -d "/tmp/zoo2-$sh-$b" ] || ./dflash synth --shape "$sh" --bits "$b" -o "/tmp/zoo2-$sh-$b" 2>&1 | tail -1
+            tk=models/qwen3-tokenizer
+            case $sh in gpt-oss*) tk=models/gptoss-tokenizer ;; gemma*) tk=models/gemma3-tokenizer ;; esac
+            [ -d "/tmp/zoo2-$sh-$b" ] || ./dflash synth --shape "$sh" --bits "$b" --tokenizer $tk -o "/tmp/zoo2-$sh-$b" 2>&1 | tail -1
             [ -d "/tmp/zoo2-$sh-draft" ] || ./dflash synth --shape "$sh" --draft -o "/tmp/zoo2-$sh-draft" 2>&1 | tail -1
             echo "synth $sh bits $b: $(($(date +%s) - t0)) s, $(du -sh "/tmp/zoo2-$sh-$b" | cut -f1)"
         done
@@ -147,6 +151,18 @@ for s in $steps; do
                     > "$OUT/bench-zoo2-$sh-$b-$dp.txt" 2>&1
                 cat "$OUT/bench-zoo2-$sh-$b-$dp.txt"
             done
+        done ;;
+    zoo2gguf)
+        # dflash on the GGUF file llama.cpp's converter made for the llama step (LLAMA_MODEL = a zoo2 checkpoint)
+        f=${LLAMA_WORK:-/tmp/llama}/gguf/s4b-bf16.gguf
+        log "dflash on llama.cpp's GGUF of ${LLAMA_MODEL:-?}"
+        [ -s "$f" ] || { echo "no $f"; continue; }
+        sh=$(basename "${LLAMA_MODEL:-x}" | sed 's/^zoo2-//; s/-[0-9]*$//')
+        for dp in ${ZOO2_DEPTHS:-256 16384}; do
+            echo "== $f ($sh) depth $dp ($(date +%T))"
+            timeout ${ZOO2_TIMEOUT:-200} ./dflash bench -m "$f" -md "/tmp/zoo2-$sh-draft" --draft-window ${ZOO2_DRAFT_WINDOW:-2048} \
+                --backend cuda --depth "$dp" --reps ${BENCH_REPS:-10} > "$OUT/bench-zoo2gguf-$sh-$dp.txt" 2>&1
+            cat "$OUT/bench-zoo2gguf-$sh-$dp.txt"
         done ;;
     depth)
         log decode at context depths

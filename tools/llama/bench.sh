@@ -102,6 +102,7 @@ do_models() {
     if [ "$MODEL" = /tmp/s4b-0 ]; then
         wait_for /tmp/synth.done "" "gpu.sh synth" || return 1
     fi
+    case $MODEL in /tmp/zoo2-*) wait_for /tmp/zoo2.done "" "gpu.sh zoo2synth" || return 1 ;; esac
     [ -f "$MODEL/config.json" ] || { echo "llama: no checkpoint $MODEL"; return 1; }
     base=$(gguf_name bf16)
     if [ ! -s "$base" ]; then
