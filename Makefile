@@ -115,10 +115,11 @@ $(DEPS_STAMP): $(lastword $(DEPS_SH)) | $(BUILD)
 TOKENIZER_JSON := models/qwen3-tokenizer/tokenizer.json models/gptoss-tokenizer/tokenizer.json \
   models/gemma3-tokenizer/tokenizer.json models/gemma3-tokenizer/tokenizer_config.json
 DEMO_MODELS := models/demo/target/model.safetensors models/demo/draft/model.safetensors
-# the issue 22 references (tests/fixtures/README.md): Gemma-4 and gpt-oss from transformers
-ZOO2_MODELS := tests/models/tiny-gemma4/model.safetensors tests/models/tiny-gptoss/model.safetensors \
-  tests/models/tiny-gemma4-kv/model.safetensors
-UNPACKED := $(TOKENIZER_JSON) $(DEMO_MODELS) $(ZOO2_MODELS)
+# the tiny test models and the GGUF fixtures (tests/fixtures/README.md) travel as .xz too
+# (bf16 weights: 19.2 -> 14.5 MB): every tests/models/*/*.safetensors.xz and
+# tests/fixtures/gguf/*.gguf.xz
+TEST_MODELS := $(patsubst %.xz,%,$(wildcard tests/models/*/*.safetensors.xz tests/fixtures/gguf/*.gguf.xz))
+UNPACKED := $(TOKENIZER_JSON) $(DEMO_MODELS) $(TEST_MODELS)
 $(UNPACKED): %: %.xz | $(DEPS_STAMP)
 	@{ xz -dc $< 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' $<; } >$@.tmp && mv $@.tmp $@
 unpack: $(UNPACKED)
