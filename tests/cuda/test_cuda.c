@@ -1214,6 +1214,8 @@ static void random_draft_pair(const char *trel, int nl) {
  * DFlash with a random dense draft tapping its layers 1 and 2 */
 TEST(gptoss) {
     family_case("tests/models/tiny-gptoss");
+    /* llama.cpp's converter's file (vocabulary cut to 1024): MXFP4 experts (GGML type 39) */
+    family_case("tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf");
     window_long("tests/models/tiny-gptoss");
     random_draft_pair("tests/models/tiny-gptoss", 4);
 }
@@ -1226,6 +1228,9 @@ TEST(gptoss) {
 TEST(gemma4) {
     family_case("tests/models/tiny-gemma4");
     family_case("tests/models/tiny-gemma4-kv");
+    /* llama.cpp's converter's files (vocabularies cut to 1024) */
+    family_case("tests/fixtures/gguf/tiny-gemma4-v1k.gguf");
+    family_case("tests/fixtures/gguf/tiny-gemma4-kv-v1k.gguf");
     window_long("tests/models/tiny-gemma4");
     random_draft_pair("tests/models/tiny-gemma4", 6);
     /* a full layer with heads of 512 (gemma-4-31B's global_head_dim, one kv head whose keys
