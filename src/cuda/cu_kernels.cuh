@@ -62,6 +62,7 @@ enum { CW_ROW_ALIGN = 16, CW_COL_ALIGN = 128 };
 typedef struct {
     int kind, rows, cols, rows_p, cols_p, group, sdt, split;
     int iq; /* Q4 only, fixed at upload: 1 = the integer-MMA nibble order (cu_iq_pos) */
+    int mx; /* Q4 only: the nibbles are MXFP4 (e2m1) codes of an 8-bit weight (cu_mx4_q) */
     size_t row_bytes, sb_row_bytes;
     uint8_t *data, *sb;
 } cw_weight;
@@ -246,7 +247,23 @@ __device__ __forceinline__ float cu_byte2f(uint32_t w, uint32_t sel) {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, sel)) - 8388608.0f;
 }
 
-template <int KIND>
+/* MXFP4 (gpt-oss's experts) kept at 4 bits: the host loads them exactly as
+ * 8-bit codes q = 2 v + 12 of the e2m1 value v (model.c mxfp4_to_q8: q in
+ * {0, 4, 6, 8..16, 18, 20, 24}, scale 2^(e-128), bias -12 scale, group 32);
+ * such a weight goes up as Q4 nibbles c (w.mx) with q = CU_MX4[c]:
+ * c 0..7 -> 12 13 14 15 16 18 20 24, c 8..15 -> 12 11 10 9 8 6 4 0. Here
+ * the four nibbles of n (one a byte) become their four q bytes: two PRMTs
+ * read the halves of the table by the code's low 3 bits, its bit 3 picks
+ * the half. The weight's values are then s q + b exactly as the Q8 path
+ * computes them (cu_dequant_prmt<Q4, 1>). */
+__device__ __forceinline__ uint32_t cu_mx4_q(uint32_t n) {
+    uint32_t sel = (n & 7u) | ((n >> 4) & 0x70u) | ((n >> 8) & 0x700u) | ((n >> 12) & 0x7000u);
+    uint32_t pos = __byte_perm(0x0F0E0D0Cu, 0x18141210u, sel), neg = __byte_perm(0x090A0B0Cu, 0x00040608u, sel);
+    uint32_t m = ((n >> 3) & 0x01010101u) * 0xFFu;
+    return (pos & ~m) | (neg & m);
+}
+
+template <int KIND, int MX = 0>
 __device__ __forceinline__ void cu_dequant_prmt(uint4 raw, float s, float b, uint32_t *out) {
     uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
     if (KIND == CW_BF16) {
@@ -264,6 +281,7 @@ __device__ __forceinline__ void cu_dequant_prmt(uint4 raw, float s, float b, uin
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             uint32_t lo = wv[i] & 0x0f0f0f0fu, hi = (wv[i] >> 4) & 0x0f0f0f0fu;
+            if (MX) lo = cu_mx4_q(lo), hi = cu_mx4_q(hi);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float e0 = fmaf(s, cu_byte2f(lo, 0x7540u + j), b);
@@ -499,9 +517,9 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
             if (s + u >= s1) break;
             int kb = (s + u) * STEP + t * CK;
             uint32_t A[CK / 2], B[CK / 2];
-            if constexpr (DQ == 1) {
-                cu_dequant_prmt<KIND>(ra[u], sca[u], bia[u], A);
-                cu_dequant_prmt<KIND>(rb[u], scb[u], bib[u], B);
+            if constexpr (DQ == 1 || DQ == -1) { /* -1: Q4 with MXFP4 codes (w.mx) */
+                cu_dequant_prmt<KIND, DQ == -1>(ra[u], sca[u], bia[u], A);
+                cu_dequant_prmt<KIND, DQ == -1>(rb[u], scb[u], bib[u], B);
             } else {
                 cu_dequant<KIND>(ra[u], sca[u], bia[u], A);
                 cu_dequant<KIND>(rb[u], scb[u], bib[u], B);

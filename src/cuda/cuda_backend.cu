@@ -288,6 +288,10 @@ static int iq_unroll = 2;
  * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
  * for comparison */
 static int moe_fuse = 1;
+/* 1: an 8-bit weight whose codes are all MXFP4's (gpt-oss's experts, loaded
+ * exactly as 8-bit) goes up as 4-bit nibbles (cw_weight.mx: half the bytes,
+ * the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
+static int upload_mx = 1;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -295,6 +299,8 @@ static void tuning_init(void) {
     gemm_unroll = e && strcmp(e, "8") == 0 ? 8 : 4;
     e = getenv("DFLASH_CUDA_GEMM_GRID");
     gemm_grid = !(e && *e == '0');
+    e = getenv("DFLASH_CUDA_MX");
+    upload_mx = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_GEMM_DQ");
     gemm_dq = !(e && *e == '0');
     gemm_iq = !(e && (*e == '0' || *e == '1'));
@@ -367,6 +373,29 @@ static int cw_interleave8(cw_weight *o, const char *name) {
     return 0;
 }
 
+/* ws[0..n) (8-bit, group 32) as MXFP4 nibbles (cu_kernels.cuh cu_mx4_q):
+ * [rows][cols/2] bytes, element k in nibble k%2 of byte k/2, low first (the
+ * Q4 packing), when every code is one of MXFP4's; else NULL. */
+static uint8_t *mx4_pack(const wt_weight *const *ws, int n, int rows, int cols) {
+    static const int8_t nib[25] = {15, -1, -1, -1, 14, -1, 13, -1, 12, 11, 10, 9, 0,
+                                   1,  2,  3,  4,  -1, 5,  -1, 6,  -1, -1, -1, 7};
+    uint8_t *o = (uint8_t *)dfl_malloc((size_t)rows * cols / 2);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *q = (const uint8_t *)ws[i]->data;
+        size_t m = (size_t)ws[i]->rows * cols;
+        for (size_t k = 0; k < m; k += 2) {
+            int a = q[k] < 25 ? nib[q[k]] : -1, b = q[k + 1] < 25 ? nib[q[k + 1]] : -1;
+            if (a < 0 || b < 0) {
+                free(o);
+                return NULL;
+            }
+            o[at++] = (uint8_t)(a | b << 4);
+        }
+    }
+    return o;
+}
+
 /* Upload the row-concatenation of ws[0..n) as one device weight. MLX Q8/Q4
  * pieces that agree on bits, group and scale dtype stay quantized; anything
  * else becomes bfloat16 (wt_get_row's f32 values rounded once). */
@@ -390,6 +419,11 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
      * Q6_K) stays 8-bit */
     if (quant && ws[0]->group_size % (d0 == WT_Q8 ? 16 : 32) != 0) quant = 0;
     o->kind = !quant ? CW_BF16 : d0 == WT_Q8 ? CW_Q8 : CW_Q4;
+    /* an 8-bit weight of MXFP4 codes (gpt-oss's experts): 4-bit nibbles, the same values */
+    uint8_t *mx = quant && upload_mx && d0 == WT_Q8 && ws[0]->group_size % 32 == 0 && cols % 2 == 0
+                      ? mx4_pack(ws, n, rows, cols)
+                      : NULL;
+    if (mx) o->kind = CW_Q4, o->mx = 1;
     o->rows = rows;
     o->cols = cols;
     o->cols_p = pad(cols, CW_COL_ALIGN);
@@ -397,7 +431,10 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     o->row_bytes = o->kind == CW_BF16 ? (size_t)o->cols_p * 2 : o->kind == CW_Q8 ? (size_t)o->cols_p
                                                                                  : (size_t)o->cols_p / 2;
     o->split = cw_split(rows, o->cols_p, o->kind);
-    if (cu_alloc(&o->data, o->row_bytes * o->rows_p) != 0) return -1;
+    if (cu_alloc(&o->data, o->row_bytes * o->rows_p) != 0) {
+        free(mx);
+        return -1;
+    }
     if (o->kind == CW_BF16) {
         int chunk = 1024;
         float *f = (float *)dfl_malloc(sizeof(float) * (size_t)cols);
@@ -437,17 +474,22 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     o->sdt = ws[0]->scale_dtype == WT_F32 ? SC_F32 : ws[0]->scale_dtype == WT_F16 ? SC_F16 : SC_BF16;
     int ng = o->cols_p / o->group, ngs = cols / o->group, es = o->sdt == SC_F32 ? 4 : 2;
     o->sb_row_bytes = (size_t)ng * 2 * es;
-    if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) return -1;
+    if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) {
+        free(mx);
+        return -1;
+    }
     /* integer-MMA order: the fold (group, or the 128-column step) must not
-     * cross a group */
-    o->iq = o->kind == CW_Q4 && gemm_iq && (o->group <= 128 ? 128 % o->group == 0 : o->group % 128 == 0);
+     * cross a group (not for MXFP4 codes: their values are not affine in the nibble) */
+    o->iq = o->kind == CW_Q4 && !o->mx && gemm_iq && (o->group <= 128 ? 128 % o->group == 0 : o->group % 128 == 0);
     size_t src_row = o->kind == CW_Q8 ? (size_t)cols : (size_t)cols / 2;
     uint8_t *sbh = (uint8_t *)dfl_calloc((size_t)o->rows_p, o->sb_row_bytes);
     int r0 = 0;
     for (int i = 0; i < n; i++) {
         const wt_weight *w = ws[i];
-        if (cudaMemcpy2D(o->data + (size_t)r0 * o->row_bytes, o->row_bytes, w->data, src_row, src_row, w->rows,
+        const void *src = mx ? (const void *)(mx + (size_t)r0 * src_row) : w->data;
+        if (cudaMemcpy2D(o->data + (size_t)r0 * o->row_bytes, o->row_bytes, src, src_row, src_row, w->rows,
                          cudaMemcpyHostToDevice) != cudaSuccess) {
+            free(mx);
             free(sbh);
             dfl_seterr("cuda upload %s: copy failed", name);
             return -1;
@@ -462,6 +504,7 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     }
     cudaError_t e = cudaMemcpy(o->sb, sbh, o->sb_row_bytes * o->rows_p, cudaMemcpyHostToDevice);
     free(sbh);
+    free(mx);
     if (e == cudaSuccess && o->iq) {
         size_t n_steps = o->row_bytes * o->rows_p / 64;
         k_iq_order<<<(unsigned)((n_steps + 255) / 256), 256>>>(o->data, n_steps);
@@ -606,7 +649,8 @@ static int upload_experts(cu_layer *D, const mdl_layer *L, const cfg_model *c, c
         if (cw_upload(&D->egu[e], gu, 2, name, 1) != 0 || cw_upload(&D->edn[e], dw, 1, name, 0) != 0) return -1;
         const cw_weight *a = &D->egu[e], *b = &D->edn[e], *a0 = &D->egu[0], *b0 = &D->edn[0];
         if (a->kind != a0->kind || a->group != a0->group || a->sdt != a0->sdt || a->rows != a0->rows ||
-            b->kind != b0->kind || b->group != b0->group || b->sdt != b0->sdt || b->rows != b0->rows) {
+            a->mx != a0->mx || b->kind != b0->kind || b->group != b0->group || b->sdt != b0->sdt ||
+            b->rows != b0->rows || b->mx != b0->mx) {
             dfl_seterr("cuda upload %s: expert %d is stored unlike expert 0 (every expert must share one type)", name,
                        e);
             return -1;
@@ -801,6 +845,7 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, A
  * (1) or shift/mask (0) form, which give the same bits. */
 static int gemm_dq_of(const cw_weight &w) {
     if (w.kind == CW_BF16) return 0;
+    if (w.kind == CW_Q4 && w.mx) return -1; /* MXFP4 codes: the PRMT form with their table */
     if (w.kind == CW_Q4 && w.iq) return (w.group == 32 ? 2 : w.group == 64 ? 3 : 4) + (w.sdt == SC_F32 ? 3 : 0);
     return gemm_dq;
 }
@@ -835,6 +880,13 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
         if (dq >= 2) {
             if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
             else gemm_iq_dq<MOE, NT, 4, SW>(s, grid, block, dq, args...);
+            return;
+        }
+    }
+    if constexpr (KIND == CW_Q4) {
+        if (dq == -1) {
+            if constexpr (MOE) launch(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            else launch(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
             return;
         }
     }
@@ -911,7 +963,7 @@ static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int
     int nt = T >= 32 ? 4 : (T + 7) / 8;
     mm.per = (T + 8 * nt - 1) / (8 * nt);
     dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
-    int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && w.iq ? gemm_dq_of(w) : 1;
+    int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && (w.iq || w.mx) ? gemm_dq_of(w) : 1;
     switch (nt) {
     case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
     case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;

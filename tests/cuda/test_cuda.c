@@ -1346,6 +1346,57 @@ TEST(draft_window) {
     draft_window_case("tests/models/tiny-qwen3", "tests/models/tiny-draft");
 }
 
+/* MXFP4 experts kept at 4 bits on the GPU (cw_weight.mx: nibbles of the
+ * e2m1 codes, their 8-bit values from a table in the GEMM) against the same
+ * file uploaded as 8-bit (DFLASH_CUDA_MX=0): the same weight values, so the
+ * logits differ only by the two kernels' summation orders - a wrong table
+ * entry would move them by far more than the bound. */
+TEST(mxfp4) {
+    const char *rel = "tests/fixtures/gguf/tiny-gptoss-mxfp4-v1k.gguf";
+    be_options o = {.n_threads = 0, .device = 0};
+    setenv("DFLASH_CUDA_MX", "0", 1);
+    void *b8 = be_cuda.open(&o);
+    unsetenv("DFLASH_CUDA_MX");
+    loaded a, b;
+    if (!b8 || load(&a, &be_cuda, b8, rel) != 0) {
+        CHECK(0, "open/load with DFLASH_CUDA_MX=0: %s", dfl_lasterr());
+        if (b8) be_cuda.close(b8);
+        return;
+    }
+    void *b4 = be_cuda.open(&o);
+    if (!b4 || load(&b, &be_cuda, b4, rel) != 0) {
+        CHECK(0, "open/load: %s", dfl_lasterr());
+        unload(&a);
+        be_cuda.close(b8);
+        if (b4) be_cuda.close(b4);
+        return;
+    }
+    enum { N = 40 };
+    int V = a.m.cfg.vocab;
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 131 + 17) % V);
+    float *l8 = malloc(sizeof(float) * N * V), *l4 = malloc(sizeof(float) * N * V);
+    void *s8 = be_cuda.create(b8, &a.m, 64), *s4 = be_cuda.create(b4, &b.m, 64);
+    be_batch bt = {.T = N, .tokens = tok, .n_logits = N, .logits = l8};
+    CHECK(s8 && s4 && be_cuda.forward(s8, &bt) == 0, "8-bit forward: %s", dfl_lasterr());
+    bt.logits = l4;
+    CHECK(s4 && be_cuda.forward(s4, &bt) == 0, "4-bit forward: %s", dfl_lasterr());
+    double e = max_diff(l8, l4, (size_t)N * V) / max_abs(l8, (size_t)N * V);
+    int agree = 0;
+    for (int i = 0; i < N; i++) agree += smp_argmax(l8 + (size_t)i * V, V) == smp_argmax(l4 + (size_t)i * V, V);
+    fprintf(stderr, "  %-28s MXFP4 experts at 4 bits vs 8 bits: logits rel err %.2e, argmax agrees %d/%d\n", rel, e,
+            agree, N);
+    CHECK(e <= 2e-3, "%s: the 4-bit MXFP4 upload differs from the 8-bit one by %.2e", rel, e);
+    if (s8) be_cuda.destroy(s8);
+    if (s4) be_cuda.destroy(s4);
+    free(l8);
+    free(l4);
+    unload(&a);
+    unload(&b);
+    be_cuda.close(b8);
+    be_cuda.close(b4);
+}
+
 TEST(errors) {
     be_options o = {0, 99};
     void *b = be_cuda.open(&o);
@@ -1386,6 +1437,7 @@ int main(void) {
     RUN(gptoss);
     RUN(gemma4);
     RUN(draft_window);
+    RUN(mxfp4);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);
