@@ -1,0 +1,187 @@
+/* test_tree.c - exact tree verification (backend.h's tree rule, spec.h's
+ * tree round).
+ *
+ * Backend level: every node of a random token tree verified in one forward
+ * has the logits, argmax and taps plain decoding computes for the same
+ * prefix, bit for bit; tree_commit keeps a path whose K/V then serve a decode
+ * bit-identical to a fresh one; bad paths and models the rule excludes are
+ * refused. Engine level: DFlash with --tree N (several budgets) emits exactly
+ * plain decoding's tokens, greedy and temp 0.8, on the demo pair and the tiny
+ * pair. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "check.h"
+#include "dflash.h"
+#include "model.h"
+#include "sample.h"
+#include "util.h"
+
+static const char *root = ".";
+static int slow = 1;
+static void *bi;
+
+static char *rpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
+    return buf[k];
+}
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+/* Chain forward of tok[0..n) on st with the last row's logits (lg [V]) and
+ * every row's taps (tp [n][2][H]). */
+static int chain(void *st, const int32_t *tok, int n, float *lg, const int *taps, float *tp) {
+    be_batch b = {.T = n, .tokens = tok, .n_logits = 1, .logits = lg, .n_taps = 2, .tap_layers = taps};
+    if (be_cpu.forward(st, &b) != 0) return -1;
+    return be_cpu.taps(st, 0, n, tp);
+}
+
+/* A random tree of T nodes below a prefix of P tokens on model dir: node
+ * rows against plain decoding, then tree_commit and decode after it. */
+static void tree_rows_exact(const char *dir, int P, int T) {
+    mdl_model m;
+    if (mdl_load(&m, rpath(dir)) != 0 || be_cpu.prepare(bi, &m) != 0) {
+        CHECK(0, "load %s: %s", dir, dfl_lasterr());
+        return;
+    }
+    int V = m.cfg.vocab, H = m.cfg.hidden, L = m.cfg.n_layers;
+    int taps[2] = {0, L - 1};
+    void *st = be_cpu.create(bi, &m, 256), *ref = be_cpu.create(bi, &m, 256);
+    int32_t pre[128], tok[64], path[130];
+    int parent[64], depth[64];
+    for (int i = 0; i < P; i++) pre[i] = (int32_t)(rnd() % (uint32_t)V);
+    for (int t = 0; t < T; t++) { /* deep chains with side branches */
+        parent[t] = t == 0 ? -1 : rnd() % 4 == 0 ? (int)(rnd() % (uint32_t)(t + 1)) - 1 : t - 1;
+        depth[t] = parent[t] < 0 ? 0 : depth[parent[t]] + 1;
+        tok[t] = (int32_t)(rnd() % (uint32_t)V);
+    }
+    float *lg = malloc(sizeof(float) * (size_t)T * V), *one = malloc(sizeof(float) * (size_t)V);
+    float *tp = malloc(sizeof(float) * (size_t)T * 2 * H), *rtp = malloc(sizeof(float) * 130 * 2 * H);
+    be_batch pb = {.T = P, .tokens = pre};
+    CHECK(be_cpu.forward(st, &pb) == 0 && be_cpu.forward(ref, &pb) == 0, "%s: prefill: %s", dir, dfl_lasterr());
+    be_batch tb = {.T = T, .tokens = tok, .n_logits = T, .logits = lg, .n_taps = 2, .tap_layers = taps,
+                   .keep_rows = 1, .tree_parent = parent};
+    int rc = be_cpu.forward(st, &tb);
+    CHECK(rc == 0, "%s: tree forward: %s", dir, dfl_lasterr());
+    if (rc == 0) CHECK(be_cpu.taps(st, 0, T, tp) == 0, "%s: taps: %s", dir, dfl_lasterr());
+    int bad_l = 0, bad_t = 0, bad_a = 0;
+    for (int t = 0; t < T && rc == 0; t++) {
+        int n = depth[t] + 1;
+        for (int u = t, d = depth[t]; d >= 0; u = parent[u], d--) path[d] = tok[u];
+        be_cpu.truncate(ref, P);
+        if (chain(ref, path, n, one, taps, rtp) != 0) {
+            CHECK(0, "%s: chain: %s", dir, dfl_lasterr());
+            break;
+        }
+        bad_l += memcmp(one, lg + (size_t)t * V, sizeof(float) * V) != 0;
+        bad_t += memcmp(rtp + (size_t)(n - 1) * 2 * H, tp + (size_t)t * 2 * H, sizeof(float) * 2 * H) != 0;
+        int32_t a;
+        bad_a += be_cpu.argmax(st, t, 1, &a) != 0 || a != smp_argmax(one, V);
+    }
+    CHECK(bad_l == 0 && bad_t == 0 && bad_a == 0, "%s: of %d tree rows, %d logits, %d taps, %d argmax differ from "
+          "plain decoding of the same prefix", dir, T, bad_l, bad_t, bad_a);
+    /* keep the path to the deepest node */
+    int deep = 0;
+    for (int t = 0; t < T; t++) deep = depth[t] > depth[deep] ? t : deep;
+    int n = depth[deep] + 1, rows[64];
+    for (int u = deep, d = depth[deep]; d >= 0; u = parent[u], d--) rows[d] = u;
+    for (int d = 0; d < n; d++) path[d] = tok[rows[d]];
+    if (n >= 3) { /* a path with a gap is refused */
+        int gap[2] = {rows[0], rows[2]};
+        CHECK(be_cpu.tree_commit(st, gap, 2) != 0, "%s: a path skipping a node was accepted", dir);
+    }
+    int not_root = rows[1 < n ? 1 : 0];
+    CHECK(n < 2 || be_cpu.tree_commit(st, &not_root, 1) != 0, "%s: a path not starting at a root was accepted", dir);
+    CHECK(be_cpu.tree_commit(st, rows, n) == 0 && be_cpu.length(st) == P + n, "%s: tree_commit: %s", dir,
+          dfl_lasterr());
+    CHECK(be_cpu.taps(st, 0, n, tp) == 0, "%s: taps after commit: %s", dir, dfl_lasterr());
+    be_cpu.truncate(ref, P);
+    CHECK(chain(ref, path, n, one, taps, rtp) == 0, "chain");
+    CHECK(!memcmp(tp, rtp, sizeof(float) * (size_t)n * 2 * H), "%s: taps after commit are not the path's", dir);
+    /* decode 6 tokens after the commit; the same from a fresh sequence */
+    int bad_d = 0;
+    void *fresh = be_cpu.create(bi, &m, 256);
+    memcpy(path + n, tok, sizeof(int32_t) * 6); /* any tokens */
+    int32_t all[256];
+    memcpy(all, pre, sizeof(int32_t) * (size_t)P);
+    memcpy(all + P, path, sizeof(int32_t) * (size_t)(n + 6));
+    be_batch fb = {.T = P + n, .tokens = all};
+    CHECK(be_cpu.forward(fresh, &fb) == 0, "fresh prefill: %s", dfl_lasterr());
+    for (int i = 0; i < 6; i++) {
+        be_batch s1 = {.T = 1, .tokens = path + n + i, .n_logits = 1, .logits = one};
+        be_batch s2 = {.T = 1, .tokens = path + n + i, .n_logits = 1, .logits = lg};
+        CHECK(be_cpu.forward(st, &s1) == 0 && be_cpu.forward(fresh, &s2) == 0, "decode: %s", dfl_lasterr());
+        bad_d += memcmp(one, lg, sizeof(float) * V) != 0;
+    }
+    CHECK(bad_d == 0, "%s: %d of 6 decode steps after tree_commit differ from a fresh sequence's", dir, bad_d);
+    fprintf(stderr, "  %s: %d tree rows (depth %d) after %d tokens, committed %d: exact\n", dir, T, depth[deep], P, n);
+    be_cpu.destroy(fresh);
+    be_cpu.destroy(st);
+    be_cpu.destroy(ref);
+    free(lg);
+    free(one);
+    free(tp);
+    free(rtp);
+    be_cpu.release(bi, &m);
+    mdl_free(&m);
+}
+
+TEST(tree_rows_qwen3) {
+    tree_rows_exact("tests/models/tiny-qwen3", 50, 40);
+    tree_rows_exact("tests/models/tiny-qwen3", 3, 64);
+    tree_rows_exact("tests/models/tiny-qwen3-q8", 60, 33);
+}
+
+TEST(tree_rows_llama_moe_demo) {
+    tree_rows_exact("tests/models/tiny-llama3", 20, 24);
+    tree_rows_exact("tests/models/tiny-qwen3moe", 40, 30);
+    tree_rows_exact("models/demo/target", 70, 64);
+}
+
+/* A model with recurrent layers refuses a tree batch, naming why. */
+TEST(tree_refused_recurrent) {
+    mdl_model m;
+    if (mdl_load(&m, rpath("tests/models/tiny-qwen35")) != 0 || be_cpu.prepare(bi, &m) != 0) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        return;
+    }
+    void *st = be_cpu.create(bi, &m, 64);
+    int32_t tok[3] = {1, 2, 3};
+    int parent[3] = {-1, 0, 0};
+    be_batch b = {.T = 3, .tokens = tok, .keep_rows = 1, .tree_parent = parent};
+    CHECK(be_cpu.forward(st, &b) != 0 && strstr(dfl_lasterr(), "Gated DeltaNet"), "qwen3.5 tree: %s", dfl_lasterr());
+    int bad[3] = {-1, 1, 0};
+    be_batch b2 = {.T = 3, .tokens = tok, .tree_parent = bad};
+    CHECK(be_cpu.forward(st, &b2) != 0 && strstr(dfl_lasterr(), "parent"), "a parent after its child: %s",
+          dfl_lasterr());
+    be_cpu.destroy(st);
+    be_cpu.release(bi, &m);
+    mdl_free(&m);
+}
+
+int main(void) {
+    const char *r = getenv("DFLASH_ROOT");
+    if (r) root = r;
+    if (getenv("DFLASH_FAST")) slow = 0;
+    be_options bo = {.n_threads = 2};
+    bi = be_cpu.open(&bo);
+    RUN(tree_rows_qwen3);
+    RUN(tree_rows_llama_moe_demo);
+    RUN(tree_refused_recurrent);
+    be_cpu.close(bi);
+    CHECK_DONE("test_tree");
+}
