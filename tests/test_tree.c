@@ -173,6 +173,210 @@ TEST(tree_refused_recurrent) {
     mdl_free(&m);
 }
 
+/* The draft's top-k per slot: the best ids of its logits, best first (ties:
+ * the lower id), top_ids[i][0] = out[i], log-probabilities of the softmax. */
+TEST(draft_top_k) {
+    dflash_params pp = dflash_default_params();
+    mdl_model t, d;
+    if (mdl_load(&t, rpath("models/demo/target")) != 0 || mdl_load(&d, rpath("models/demo/draft")) != 0 ||
+        be_cpu.prepare(bi, &t) != 0 || be_cpu.prepare(bi, &d) != 0) {
+        CHECK(0, "load demo pair: %s", dfl_lasterr());
+        return;
+    }
+    (void)pp;
+    void *st = be_cpu.create(bi, &t, 128), *ds = be_cpu.draft_create(bi, &d, &t, 128);
+    int32_t pre[20];
+    for (int i = 0; i < 20; i++) pre[i] = (int32_t)(rnd() % 4000);
+    be_batch b = {.T = 20, .tokens = pre, .n_taps = d.cfg.n_taps, .tap_layers = d.cfg.tap_layers};
+    CHECK(be_cpu.forward(st, &b) == 0 && be_cpu.draft_feed(ds, st, 0, 20) == 0, "prefill: %s", dfl_lasterr());
+    enum { B = 16, NS = 15, K = 8, NV = 4096 };
+    int32_t blk[B], out[NS], ids[NS * K], extra[1] = {t.cfg.vocab - 1};
+    float lp[NS * K], xl[NS];
+    float *lg = malloc(sizeof(float) * NS * NV);
+    blk[0] = pre[19];
+    for (int i = 1; i < B; i++) blk[i] = d.cfg.mask_token_id;
+    be_draft_block q = {.B = B, .tokens = blk, .n_slots = NS, .n_vocab = NV, .extra = extra, .n_extra = 1,
+                        .out = out, .logits = lg, .extra_logits = xl, .top_k = K, .top_ids = ids, .top_logp = lp};
+    CHECK(be_cpu.draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
+    int bad = 0;
+    for (int i = 0; i < NS; i++) {
+        const float *l = lg + (size_t)i * NV;
+        double mx = xl[i], sum = 0;
+        for (int j = 0; j < NV; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < NV; j++) sum += exp(l[j] - mx);
+        sum += exp(xl[i] - mx);
+        int32_t prev = -1;
+        for (int k = 0; k < K; k++) { /* the k-th best: the best below the (k-1)-th in (logit desc, id asc) */
+            int32_t best = -1;
+            float bv = -INFINITY;
+            for (int j = 0; j <= NV; j++) {
+                float v = j < NV ? l[j] : xl[i];
+                int32_t id = j < NV ? j : extra[0];
+                float pv = prev < 0 ? INFINITY : prev < NV ? l[prev] : xl[i];
+                int below = prev < 0 || v < pv || (v == pv && j > (prev < NV ? prev : NV));
+                if (below && (best < 0 || v > bv)) best = id, bv = v;
+            }
+            bad += ids[i * K + k] != best;
+            bad += fabs(lp[i * K + k] - (bv - mx - log(sum))) > 1e-4;
+            prev = best == extra[0] ? NV : best;
+        }
+        bad += ids[i * K] != out[i];
+    }
+    CHECK(bad == 0, "%d top-k entries differ from the ranking of the draft's logits", bad);
+    q.top_k = BE_DRAFT_TOPK + 1;
+    CHECK(be_cpu.draft_block(ds, &q) != 0 && strstr(dfl_lasterr(), "top_k"), "top_k past the limit: %s",
+          dfl_lasterr());
+    free(lg);
+    be_cpu.draft_destroy(ds);
+    be_cpu.destroy(st);
+    be_cpu.release(bi, &t);
+    be_cpu.release(bi, &d);
+    mdl_free(&t);
+    mdl_free(&d);
+}
+
+/* DFlash with --tree N = plain decoding, token for token, greedy and temp
+ * 0.8 (same seed), for every budget; tree rounds ran. */
+static void tree_lossless(dflash_model *m, int32_t **p, size_t *len, int n, int n_predict, float temp,
+                          const char *what) {
+    int budgets[] = {4, 8, 16, 32, 64};
+    int bad = 0, runs = 0, rounds = 0;
+    double tau[5] = {0};
+    for (int i = 0; i < n; i++) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = n_predict;
+        g.temp = temp;
+        g.top_p = temp > 0 ? 0.95f : 1.0f;
+        g.seed = 99 + (uint64_t)i;
+        g.use_draft = 0;
+        int32_t *ref, *out;
+        size_t nref, nout;
+        dflash_stats st;
+        dflash_reset(m);
+        if (dflash_generate(m, p[i], len[i], &g, NULL, NULL, &ref, &nref, &st) != 0) {
+            CHECK(0, "plain: %s", dflash_error());
+            continue;
+        }
+        g.use_draft = 1;
+        for (int k = 0; k < 5; k++) {
+            g.tree = budgets[k];
+            dflash_reset(m);
+            if (dflash_generate(m, p[i], len[i], &g, NULL, NULL, &out, &nout, &st) != 0) {
+                CHECK(0, "tree %d: %s", g.tree, dflash_error());
+                bad++;
+                continue;
+            }
+            runs++;
+            rounds += st.rounds;
+            tau[k] += st.tau / n;
+            if (nout != nref || memcmp(out, ref, sizeof(int32_t) * nref)) {
+                bad++;
+                fprintf(stderr, "  %s: prompt %d tree %d: %zu vs %zu tokens, differ\n", what, i, g.tree, nout, nref);
+            }
+            free(out);
+        }
+        free(ref);
+    }
+    fprintf(stderr, "  %s: %d prompts x 5 budgets, %d mismatches; tau at 4/8/16/32/64 = %.2f %.2f %.2f %.2f %.2f\n",
+            what, n, bad, tau[0], tau[1], tau[2], tau[3], tau[4]);
+    CHECK(bad == 0, "%s: %d of %d tree runs differ from plain decoding", what, bad, runs);
+    CHECK(rounds > 0, "%s: no tree round ran", what);
+}
+
+static void prompts_from(dflash_model *m, int n_each, int32_t **p, size_t *len, int *n) {
+    const char *files[] = {"bench/prompts/code.jsonl", "bench/prompts/math.jsonl", "bench/prompts/chat.jsonl"};
+    for (int f = 0; f < 3; f++) {
+        char *txt = dfl_read_file(rpath(files[f]), NULL);
+        CHECK(txt != NULL, "missing %s", files[f]);
+        char *line = txt;
+        for (int k = 0; txt && k < n_each && line && *line; k++) {
+            char *end = strchr(line, '\n');
+            if (end) *end = 0;
+            char *q = strstr(line, "\"prompt\": \"");
+            if (q) {
+                q += 11;
+                char *e = strstr(q, "\"}");
+                if (e) *e = 0;
+            } else {
+                q = line;
+            }
+            dflash_message msg = {"user", q};
+            char *chat = k % 3 == 2 ? NULL : dflash_chat_prompt(m, &msg, 1, 1, 0);
+            const char *text = chat ? chat : q;
+            if (dflash_tokenize(m, text, strlen(text), &p[*n], &len[*n]) == 0) (*n)++;
+            free(chat);
+            line = end ? end + 1 : NULL;
+        }
+        free(txt);
+    }
+}
+
+TEST(tree_lossless_demo_pair) {
+    dflash_params pp = dflash_default_params();
+    pp.n_ctx = 1024;
+    pp.n_threads = 2;
+    dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &pp);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (!m) return;
+    int32_t *p[64];
+    size_t len[64];
+    int n = 0;
+    prompts_from(m, slow ? 6 : 2, p, len, &n);
+    tree_lossless(m, p, len, n, slow ? 64 : 32, 0.0f, "demo pair, greedy");
+    tree_lossless(m, p, len, slow ? 6 : 3, 48, 0.8f, "demo pair, temp 0.8");
+    /* refused where tree rounds would not be exact yet, naming why */
+    dflash_gen g = dflash_default_gen();
+    g.tree = 16;
+    g.repeat_penalty = 1.1f;
+    int32_t *out = NULL;
+    size_t nout;
+    CHECK(dflash_generate(m, p[0], len[0], &g, NULL, NULL, &out, &nout, NULL) != 0 &&
+              strstr(dflash_error(), "penalties"), "tree with a penalty: %s", dflash_error());
+    g = dflash_default_gen();
+    g.tree = 65;
+    CHECK(dflash_generate(m, p[0], len[0], &g, NULL, NULL, &out, &nout, NULL) != 0 && strstr(dflash_error(), "2..64"),
+          "tree 65: %s", dflash_error());
+    for (int i = 0; i < n; i++) free(p[i]);
+    dflash_free(m);
+}
+
+TEST(tree_lossless_tiny_pair) {
+    dflash_params pp = dflash_default_params();
+    pp.n_threads = 2;
+    dflash_model *m = dflash_load(rpath("tests/models/tiny-qwen3"), rpath("tests/models/tiny-draft"), &pp);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (!m) return;
+    enum { N = 12 };
+    int32_t *p[N];
+    size_t len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 1 + rnd() % 50;
+        p[i] = malloc(sizeof(int32_t) * len[i]);
+        for (size_t k = 0; k < len[i]; k++) p[i][k] = (int32_t)(rnd() % 16000);
+    }
+    tree_lossless(m, p, len, slow ? N : 4, 32, 0.0f, "tiny pair, greedy");
+    tree_lossless(m, p, len, slow ? 6 : 2, 32, 0.8f, "tiny pair, temp 0.8");
+    for (int i = 0; i < N; i++) free(p[i]);
+    dflash_free(m);
+}
+
+/* A recurrent target refuses --tree up front, naming why. */
+TEST(tree_refused_qwen35_pair) {
+    dflash_params pp = dflash_default_params();
+    pp.n_threads = 2;
+    dflash_model *m =
+        dflash_load(rpath("tests/models/tiny-qwen35"), rpath("tests/models/tiny-qwen35-draft"), &pp);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (!m) return;
+    dflash_gen g = dflash_default_gen();
+    g.tree = 8;
+    int32_t prompt[3] = {1, 2, 3}, *out = NULL;
+    size_t nout;
+    CHECK(dflash_generate(m, prompt, 3, &g, NULL, NULL, &out, &nout, NULL) != 0 &&
+              strstr(dflash_error(), "Gated DeltaNet"), "qwen3.5 --tree: %s", dflash_error());
+    dflash_free(m);
+}
+
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
@@ -182,6 +386,10 @@ int main(void) {
     RUN(tree_rows_qwen3);
     RUN(tree_rows_llama_moe_demo);
     RUN(tree_refused_recurrent);
+    RUN(draft_top_k);
+    RUN(tree_lossless_tiny_pair);
+    RUN(tree_lossless_demo_pair);
+    RUN(tree_refused_qwen35_pair);
     be_cpu.close(bi);
     CHECK_DONE("test_tree");
 }
