@@ -438,7 +438,8 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             o->draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 0, 63);
         } else if (IS("--tree", "--tree")) {
             o->tree = (int)cli_parse_int(o->cmd, a, VAL(), 0, 64);
-            if (o->tree == 1) cli_usage_err(o->cmd, "--tree needs 2..64 rows (the anchor and a draft) or 0 (the chain), got", "1");
+            if (o->tree == 1)
+                cli_usage_err(o->cmd, "--tree needs 2..64 rows (the anchor and a draft) or 0 (the chain), got", "1");
         } else if (IS("--no-draft", "--no-draft")) o->no_draft = 1;
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--stats-json", "--stats-json")) o->stats_json = 1;

@@ -715,7 +715,8 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     for (int i = 1; i < B; i++) tok[i] = m->draft.cfg.mask_token_id;
     int nv = m->draft_nv ? m->draft_nv : c->vocab;
     /* the backend proposes: first maximum over ids 0..nv-1, then the extra ids */
-    be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv, .extra = m->draft_extra, .n_extra = m->draft_nx, .out = out, .logits = NULL, .extra_logits = NULL};
+    be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv, .extra = m->draft_extra,
+                        .n_extra = m->draft_nx, .out = out};
     return m->be->draft_block(m->dseq, &b);
 }
 
@@ -948,7 +949,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
         int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
         int last = r + (size_t)T == n_prompt;
-        be_batch b = {.T = T, .tokens = prompt + r, .n_logits = last, .logits = m->logits, .n_taps = 0, .tap_layers = NULL, .keep_rows = 0};
+        be_batch b = {.T = T, .tokens = prompt + r, .n_logits = last, .logits = m->logits};
         if (m->drafting) {
             b.n_taps = m->draft.cfg.n_taps;
             b.tap_layers = m->draft.cfg.tap_layers;
@@ -1043,7 +1044,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     int rc = 0;
     for (int r0 = keep; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {.T = n, .tokens = tok + r0, .n_logits = 0, .logits = NULL, .n_taps = 0, .tap_layers = NULL, .keep_rows = 0};
+        be_batch b = {.T = n, .tokens = tok + r0};
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) memcpy(m->cache_tok + r0, tok + r0, sizeof(int32_t) * (size_t)n);
     }
@@ -1052,7 +1053,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     for (int r = 0; r <= reps && rc == 0; r++) {
         /* a greedy step: the forward keeps its rows, argmax of each (ids
          * cross, not [T][vocab] logits) */
-        be_batch b = {.T = T, .tokens = tok + depth, .n_logits = 0, .logits = NULL, .n_taps = 0, .tap_layers = NULL, .keep_rows = 1};
+        be_batch b = {.T = T, .tokens = tok + depth, .keep_rows = 1};
         double t0 = dfl_now();
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) rc = m->be->argmax(m->seq, 0, T, ids);
@@ -1088,7 +1089,7 @@ int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
     int rc = 0;
     for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {.T = n, .tokens = tok + r0, .n_logits = 0, .logits = NULL, .n_taps = m->draft.cfg.n_taps, .tap_layers = m->draft.cfg.tap_layers, .keep_rows = 0};
+        be_batch b = {.T = n, .tokens = tok + r0, .n_taps = m->draft.cfg.n_taps, .tap_layers = m->draft.cfg.tap_layers};
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) rc = m->be->draft_feed(m->dseq, m->seq, 0, n);
     }
@@ -1098,7 +1099,7 @@ int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
     int nv = c->vocab <= 65536 ? c->vocab : 32768; /* the default --draft-vocab */
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int r = 0; r <= reps && rc == 0; r++) {
-        be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = nv, .extra = NULL, .n_extra = 0, .out = out, .logits = NULL, .extra_logits = NULL};
+        be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = nv, .out = out};
         double t0 = dfl_now();
         rc = m->be->draft_block(m->dseq, &q); /* returns the ids: the work is done */
         ts[r] = dfl_now() - t0;

@@ -73,8 +73,8 @@ static void tree_rows_exact(const char *dir, int P, int T) {
     float *tp = malloc(sizeof(float) * (size_t)T * 2 * H), *rtp = malloc(sizeof(float) * 130 * 2 * H);
     be_batch pb = {.T = P, .tokens = pre};
     CHECK(be_cpu.forward(st, &pb) == 0 && be_cpu.forward(ref, &pb) == 0, "%s: prefill: %s", dir, dfl_lasterr());
-    be_batch tb = {.T = T, .tokens = tok, .n_logits = T, .logits = lg, .n_taps = 2, .tap_layers = taps,
-                   .keep_rows = 1, .tree_parent = parent};
+    be_batch tb = {.T = T, .tokens = tok, .n_logits = T, .logits = lg, .n_taps = 2, .tap_layers = taps, .keep_rows = 1,
+                   .tree_parent = parent};
     int rc = be_cpu.forward(st, &tb);
     CHECK(rc == 0, "%s: tree forward: %s", dir, dfl_lasterr());
     if (rc == 0) CHECK(be_cpu.taps(st, 0, T, tp) == 0, "%s: taps: %s", dir, dfl_lasterr());
@@ -195,8 +195,8 @@ TEST(draft_top_k) {
     float *lg = malloc(sizeof(float) * NS * NV);
     blk[0] = pre[19];
     for (int i = 1; i < B; i++) blk[i] = d.cfg.mask_token_id;
-    be_draft_block q = {.B = B, .tokens = blk, .n_slots = NS, .n_vocab = NV, .extra = extra, .n_extra = 1,
-                        .out = out, .logits = lg, .extra_logits = xl, .top_k = K, .top_ids = ids, .top_logp = lp};
+    be_draft_block q = {.B = B, .tokens = blk, .n_slots = NS, .n_vocab = NV, .extra = extra, .n_extra = 1, .out = out,
+                        .logits = lg, .extra_logits = xl, .top_k = K, .top_ids = ids, .top_logp = lp};
     CHECK(be_cpu.draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
     int bad = 0;
     for (int i = 0; i < NS; i++) {

@@ -98,7 +98,8 @@ static int fast_gather(const at_job *J, int kh, int t, int j0, int jn, int pad, 
     int nj = e - a;
     for (int j = 0; j < nj; j++) {
         int jj = a + j;
-        size_t oa = kh * J->a_head + (size_t)row_key(J, t, jj) * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+        size_t oa = kh * J->a_head + (size_t)row_key(J, t, jj) * J->a_row;
+        size_t ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
         kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
         vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
     }

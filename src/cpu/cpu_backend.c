@@ -1066,9 +1066,9 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         const mdl_layer *L = &q->d->layers[l];
         /* keys: the projected context 0..pos0-1, then all B block rows
          * (not causal; the block's K/V are never cached) */
-        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
-                    .Kb = s->k, .Vb = s->v, .na = pos0, .nb = B, .causal = 0,
-                    .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd, .b_row = (size_t)kvd};
+        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd, .Kb = s->k,
+                    .Vb = s->v, .na = pos0, .nb = B, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd,
+                    .b_head = (size_t)hd, .b_row = (size_t)kvd};
         layer(q->tp, s, L, l, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx, NULL);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
