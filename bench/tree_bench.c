@@ -24,6 +24,7 @@ typedef struct {
 static const setting settings[] = {
     {"greedy", 0, -1, 0},      {"chain auto", 1, -1, 0}, {"chain 15", 1, 15, 0}, {"tree 4", 1, -1, 4},
     {"tree 8", 1, -1, 8},      {"tree 16", 1, -1, 16},   {"tree 32", 1, -1, 32}, {"tree 64", 1, -1, 64},
+    {"tree auto", 1, -1, -1},
 };
 enum { NS = sizeof settings / sizeof settings[0], MAXD = 8 };
 

@@ -149,11 +149,12 @@ static const char *help_generate =
     "      --json-object      constrain the output to a JSON object\n"
     "      --block-size B     DFlash verify width (default: the draft's block_size)\n"
     "      --draft-max N|auto most drafted tokens per round (default auto)\n"
-    "      --tree N           verify a token tree of at most N rows per round (2..64,\n"
+    "      --tree N|auto      verify a token tree of at most N rows per round (2..64,\n"
     "                         the anchor included; best-first from the draft's top\n"
-    "                         candidates per slot); 0 = the chain (default). Same\n"
-    "                         output; CPU, full-attention targets, no grammar,\n"
-    "                         logit controls or logprobs\n"
+    "                         candidates per slot); 0 = the chain (default); auto =\n"
+    "                         per round the chain or a tree of 8/16/32 rows, the best\n"
+    "                         measured tok/s. Same output; CPU, full-attention\n"
+    "                         targets, no grammar, logit controls or logprobs\n"
     "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
     "                         tokens); default 32768 for vocabularies > 65536\n"
     "      --no-draft         ignore --draft (plain decoding)\n"
@@ -438,7 +439,8 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             const char *v = VAL();
             o->draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 0, 63);
         } else if (IS("--tree", "--tree")) {
-            o->tree = (int)cli_parse_int(o->cmd, a, VAL(), 0, 64);
+            const char *v = VAL();
+            o->tree = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 0, 64);
             if (o->tree == 1)
                 cli_usage_err(o->cmd, "--tree needs 2..64 rows (the anchor and a draft) or 0 (the chain), got", "1");
         } else if (IS("--no-draft", "--no-draft")) o->no_draft = 1;

@@ -892,11 +892,12 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         m->gr_eos_when_done = g->ignore_eos;
     }
     m->host_logits = m->sp.temp > 0 || smp_transform_active(&m->tf) || m->on_lp || m->gr;
-    if (g->tree < 0 || g->tree == 1 || g->tree > SPEC_MAX_BLOCK) {
-        dfl_seterr("tree %d: want 0 (the chain) or 2..%d verify rows", g->tree, SPEC_MAX_BLOCK);
+    if (g->tree < -1 || g->tree == 1 || g->tree > SPEC_MAX_BLOCK) {
+        dfl_seterr("tree %d: want 0 (the chain), -1 (auto) or 2..%d verify rows", g->tree, SPEC_MAX_BLOCK);
         return -1;
     }
-    if (g->tree && m->drafting) { /* the tree rule (backend.h) and what tree rounds do not track yet */
+    int tree = m->drafting ? g->tree : 0;
+    if (tree) { /* the tree rule (backend.h) and what tree rounds do not track yet */
         const char *why = !m->be->tree_commit ? "the backend has no tree verification"
                           : c->n_linear_layers ? "the target has recurrent (Gated DeltaNet) layers"
                           : c->n_sliding_layers ? "the target has sliding-window layers"
@@ -904,7 +905,8 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
                           : smp_transform_active(&m->tf) ? "logit bias and penalties read a linear history"
                           : m->on_lp ? "logprobs are kept per verify row"
                                      : NULL;
-        if (why) {
+        if (why && tree < 0) tree = 0; /* auto: the chain, which always works */
+        if (why && tree > 0) {
             dfl_seterr("tree %d: not available here (%s on backend %s); use the chain (tree 0)", g->tree, why,
                        m->be->name);
             return -1;
@@ -962,7 +964,6 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
-    int tree = m->drafting ? g->tree : 0;
     spec_iface it = {.ud = m, .verify = cb_verify, .predict = cb_predict, .accept = cb_accept,
                      .draft = m->drafting ? cb_draft : NULL, .trim = m->gr ? cb_trim : NULL,
                      .draft_tree = tree ? cb_draft_tree : NULL, .verify_tree = cb_verify_tree,

@@ -24,6 +24,10 @@
 #include <stdint.h>
 
 enum { SPEC_MAX_BLOCK = 64 };
+/* Tree auto's options: the chain (with its own length control), trees of
+ * 8, 16 and 32 verify rows. */
+enum { SPEC_TREE_OPTS = 4 };
+#define SPEC_TREE_OPTIONS {0, 8, 16, 32}
 
 typedef struct {
     void *ud;
@@ -76,6 +80,13 @@ typedef struct {
     int plain_run;                     /* consecutive rounds that chose k = 0 */
     int probe_gap;                     /* plain rounds between probes (4..256) */
     int probing;                       /* the current round is a probe */
+    /* tree auto (spec_params.tree = -1): the options of SPEC_TREE_OPTIONS,
+     * each one's measured throughput over the rounds it ran */
+    double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its rounds */
+    double opt_s[SPEC_TREE_OPTS];      /* ... and their seconds (draft + verify + commit) */
+    int opt_n[SPEC_TREE_OPTS];         /* rounds it ran */
+    int opt_wait[SPEC_TREE_OPTS];      /* rounds since a losing option last ran */
+    int opt_gap[SPEC_TREE_OPTS];       /* rounds between its probes (8..256) */
 } spec_auto;
 
 typedef struct {
@@ -89,7 +100,10 @@ typedef struct {
     int predict_rows;   /* rows per predict call (0: the whole verify at once) */
     int tree;           /* > 1: tree rounds of at most this many verify rows
                            (the anchor included; draft_max then only caps the
-                           depth); 0: the chain */
+                           depth); 0: the chain; -1: auto, each round the
+                           option of SPEC_TREE_OPTIONS with the best measured
+                           tokens per second (ctl), the others probed now and
+                           then */
 } spec_params;
 
 typedef struct {

@@ -236,12 +236,12 @@ TEST(draft_top_k) {
 }
 
 /* DFlash with --tree N = plain decoding, token for token, greedy and temp
- * 0.8 (same seed), for every budget; tree rounds ran. */
+ * 0.8 (same seed), for every budget and auto (-1); tree rounds ran. */
 static void tree_lossless(dflash_model *m, int32_t **p, size_t *len, int n, int n_predict, float temp,
                           const char *what) {
-    int budgets[] = {4, 8, 16, 32, 64};
+    int budgets[] = {4, 8, 16, 32, 64, -1};
     int bad = 0, runs = 0, rounds = 0;
-    double tau[5] = {0};
+    double tau[6] = {0};
     for (int i = 0; i < n; i++) {
         dflash_gen g = dflash_default_gen();
         g.n_predict = n_predict;
@@ -258,7 +258,7 @@ static void tree_lossless(dflash_model *m, int32_t **p, size_t *len, int n, int 
             continue;
         }
         g.use_draft = 1;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             g.tree = budgets[k];
             dflash_reset(m);
             if (dflash_generate(m, p[i], len[i], &g, NULL, NULL, &out, &nout, &st) != 0) {
@@ -277,8 +277,8 @@ static void tree_lossless(dflash_model *m, int32_t **p, size_t *len, int n, int 
         }
         free(ref);
     }
-    fprintf(stderr, "  %s: %d prompts x 5 budgets, %d mismatches; tau at 4/8/16/32/64 = %.2f %.2f %.2f %.2f %.2f\n",
-            what, n, bad, tau[0], tau[1], tau[2], tau[3], tau[4]);
+    fprintf(stderr, "  %s: %d prompts x 6 budgets, %d mismatches; tau at 4/8/16/32/64/auto = %.2f %.2f %.2f %.2f "
+            "%.2f %.2f\n", what, n, bad, tau[0], tau[1], tau[2], tau[3], tau[4], tau[5]);
     CHECK(bad == 0, "%s: %d of %d tree runs differ from plain decoding", what, bad, runs);
     CHECK(rounds > 0, "%s: no tree round ran", what);
 }
@@ -374,6 +374,20 @@ TEST(tree_refused_qwen35_pair) {
     size_t nout;
     CHECK(dflash_generate(m, prompt, 3, &g, NULL, NULL, &out, &nout, NULL) != 0 &&
               strstr(dflash_error(), "Gated DeltaNet"), "qwen3.5 --tree: %s", dflash_error());
+    /* auto falls back to the chain there: the same output as plain decoding */
+    int32_t *ref = NULL;
+    size_t nref = 0;
+    g = dflash_default_gen();
+    g.n_predict = 24;
+    g.use_draft = 0;
+    CHECK(dflash_generate(m, prompt, 3, &g, NULL, NULL, &ref, &nref, NULL) == 0, "plain: %s", dflash_error());
+    g.use_draft = 1;
+    g.tree = -1;
+    dflash_reset(m);
+    CHECK(dflash_generate(m, prompt, 3, &g, NULL, NULL, &out, &nout, NULL) == 0 && nout == nref &&
+              !memcmp(out, ref, sizeof(int32_t) * nref), "qwen3.5 --tree auto: %s", dflash_error());
+    free(out);
+    free(ref);
     dflash_free(m);
 }
 
