@@ -630,6 +630,7 @@ static int cb_accept_path(void *ud, const int *rows, int n) {
     dflash_model *m = ud;
     if (m->be->tree_commit(m->seq, rows, n) != 0) return -1;
     for (int i = 0; i < n; i++) m->cache_tok[m->verify_len + i] = m->tree_tok[rows[i]];
+    m->tree_n = 0; /* the cache holds a chain again */
     m->lp_row = 0;
     if (!m->drafting) return 0;
     return m->be->draft_feed(m->dseq, m->seq, 0, n);
@@ -936,6 +937,12 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (int i = 0; i < m->n_stop; i++)
         if (m->stop[i] >= m->draft_nv && m->stop[i] < c->vocab) m->draft_extra[m->draft_nx++] = m->stop[i];
 
+    /* a tree verify left uncommitted (an error ended the call inside its
+     * round): its rows are not cache_tok's positions, forget them */
+    if (m->tree_n) {
+        m->be->truncate(m->seq, m->verify_len);
+        m->tree_n = 0;
+    }
     /* reuse the cached prefix */
     int len = m->be->length(m->seq), p = 0;
     while (p < len && (size_t)p < n_prompt && m->cache_tok[p] == prompt[p]) p++;
