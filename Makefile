@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-rollback all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-rollback bench-tree all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -278,6 +278,15 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(PREFILL_MODEL)),$(DEMO_MODELS))
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# chain vs tree rounds, interleaved per prompt (issue 23): make bench-tree
+TREE_TARGET ?= models/demo/target
+TREE_DRAFT ?= models/demo/draft
+TREE_ARGS ?= 128 2
+bench-tree: bench/tree_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/tree_bench && \
+	    cat bench/prompts/chat.jsonl bench/prompts/code.jsonl bench/prompts/math.jsonl >$(BUILD)/tree_prompts.jsonl && \
+	    $(BUILD)/tree_bench $(TREE_TARGET) $(TREE_DRAFT) $(BUILD)/tree_prompts.jsonl $(TREE_ARGS)
 
 # the exact rollback of Qwen3.5's recurrent state: make bench-rollback ROLLBACK_MODEL=DIR
 # (a Qwen3.5 model, e.g. dflash synth --shape qwen3.5-0.8b --bits 4 -o DIR)

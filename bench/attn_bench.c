@@ -45,8 +45,8 @@ static double time_case(tp_pool *tp, float *const *K, float *const *V, const flo
         double t0 = now(), t;
         do {
             int l = calls % LAYERS;
-            at_job J = {out, q, K[l], V[l], NULL, NULL, ctx, 0, 1, NH, NKV, HD,
-                        (size_t)n_ctx * HD, HD, 0, 0};
+            at_job J = {.out = out, .q = q, .Ka = K[l], .Va = V[l], .na = ctx, .causal = 1, .nh = NH, .nkv = NKV,
+                        .hd = HD, .a_head = (size_t)n_ctx * HD, .a_row = HD};
             at_run(tp, &J, T);
             calls++;
         } while ((t = now() - t0) < ROUND_SECONDS || calls < LAYERS);

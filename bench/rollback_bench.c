@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < DEPTH + W + 1; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
     void *st = B->create(be, &m, DEPTH + W + 8);
     for (int r = 0; r < DEPTH; r += 64) {
-        be_batch b = {64, tok + r, 0, NULL, 0, NULL, 0};
+        be_batch b = {.T = 64, .tokens = tok + r};
         if (B->forward(st, &b) != 0) {
             fprintf(stderr, "%s\n", dfl_lasterr());
             return 1;
@@ -66,14 +66,14 @@ int main(int argc, char **argv) {
     int32_t ids[W];
     float *row = malloc(sizeof(float) * (size_t)c->vocab);
     for (int rep = 0; rep < REPS; rep++) {
-        be_batch b1 = {1, tok + DEPTH, 0, NULL, 0, NULL, 1};
+        be_batch b1 = {.T = 1, .tokens = tok + DEPTH, .keep_rows = 1};
         double a = dfl_now();
         B->forward(st, &b1);
         B->argmax(st, 0, 1, ids);
         t1[rep] = dfl_now() - a;
         B->truncate(st, DEPTH);
         for (int k = 0; k < 4; k++) {
-            be_batch bv = {W, tok + DEPTH, 0, NULL, 0, NULL, 1};
+            be_batch bv = {.T = W, .tokens = tok + DEPTH, .keep_rows = 1};
             a = dfl_now();
             B->forward(st, &bv);
             B->argmax(st, 0, W, ids);

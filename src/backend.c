@@ -24,6 +24,18 @@ int be_check_batch(const be_batch *b, const cfg_model *c, int len, int n_ctx) {
             dfl_seterr("token id %d is outside the model's vocabulary (vocab_size %d)", b->tokens[t], c->vocab);
             return -1;
         }
+    if (b->tree_parent) {
+        if (b->T > BE_KEEP_ROWS) {
+            dfl_seterr("forward: a tree batch of %d rows (at most %d)", b->T, BE_KEEP_ROWS);
+            return -1;
+        }
+        for (int t = 0; t < b->T; t++)
+            if (b->tree_parent[t] < -1 || b->tree_parent[t] >= t) {
+                dfl_seterr("forward: tree row %d has parent %d (want -1..%d: parents come first)", t,
+                           b->tree_parent[t], t - 1);
+                return -1;
+            }
+    }
     for (int i = 0; i < b->n_taps; i++)
         if (b->tap_layers[i] < 0 || b->tap_layers[i] >= c->n_layers) {
             dfl_seterr("hidden tap layer %d out of range (model has %d layers)", b->tap_layers[i], c->n_layers);

@@ -41,7 +41,24 @@
  * draft_ctx_truncate(m) forgets rows m.. (pending ones too).
  *
  * Batch invariance: a row's logits, taps and K/V depend only on its token and
- * the committed rows before it, never on T or on the other rows of the batch. */
+ * the committed rows before it, never on T or on the other rows of the batch.
+ *
+ * Tree rule (be_batch.tree_parent, be_ops.tree_commit; stated once, here): a
+ * tree batch is a token tree below the committed rows, parents before
+ * children. Row t sits at position len + depth(t) (depth 0: its parent is the
+ * last committed row) and attends to the committed rows and to its
+ * ancestors in the batch, itself included - exactly the keys plain decoding
+ * of that path sees, in the same order, so its logits, taps and K/V are
+ * bit-identical to that decode's (the mask changes which keys are seen,
+ * never the reduction order). Its K/V sit at cache row len + t until
+ * tree_commit(rows, n) keeps one root-to-node path (rows[0] a root, each
+ * next row a child of the one before): the path's K/V move to rows
+ * len..len+n-1, its taps and kept rows to rows 0..n-1 (so draft_feed(0, n)
+ * and logits/argmax(0, n) read the path), the length becomes len + n and the
+ * other rows are forgotten, as truncate forgets them. The CPU backend
+ * refuses a tree on a model with recurrent (Gated DeltaNet) or
+ * sliding-window layers: their state is not a set of rows a mask can
+ * select. A backend without tree_commit refuses tree batches. */
 #ifndef DFL_BACKEND_H
 #define DFL_BACKEND_H
 
@@ -55,6 +72,7 @@ enum {
     BE_KEEP_ROWS = 64,  /* most rows a forward may keep for logits/argmax */
     BE_DN_KEEP = 64,    /* rows of its last forward a recurrent (Gated DeltaNet) state
                          * rolls back into exactly (>= the widest verify) */
+    BE_DRAFT_TOPK = 16, /* most candidates per slot a draft block ranks */
 };
 
 typedef struct {
@@ -74,6 +92,9 @@ typedef struct {
                                in the sequence state until the next forward */
     int keep_rows;          /* keep all T rows' final-normed hidden states for
                                logits()/argmax() below (T <= BE_KEEP_ROWS) */
+    const int *tree_parent; /* [T] a tree batch (the tree rule above): row t's
+                               parent row, -1 = the last committed row; each
+                               parent < t; T <= BE_KEEP_ROWS. NULL: a chain */
 } be_batch;
 
 /* DFlash draft block on the draft model: the block (anchor + masks) runs at
@@ -94,6 +115,13 @@ typedef struct {
     int32_t *out;           /* [n_slots] proposed ids (may be NULL) */
     float *logits;          /* optional (tests): [n_slots][n_vocab] */
     float *extra_logits;    /* optional (tests): [n_slots][n_extra] */
+    int top_k;              /* > 0 (<= BE_DRAFT_TOPK): also the top_k candidates
+                               of each slot among the scored ids (ids 0..n_vocab-1,
+                               then the extras), best first (ties: the order
+                               above, so top_ids[i][0] = out[i]) */
+    int32_t *top_ids;       /* [n_slots][top_k] */
+    float *top_logp;        /* [n_slots][top_k] their log-probabilities under the
+                               softmax over the scored ids */
 } be_draft_block;
 
 typedef struct be_ops {
@@ -136,6 +164,10 @@ typedef struct be_ops {
     /* out[n][n_taps][hidden] (host) = taps of rows row..row+n-1 of the last
      * forward (tests and tools). */
     int (*taps)(void *st, int row, int n, float *out);
+    /* Keep the path rows[0..n) of the last forward (a tree batch, or a chain:
+     * rows 0..n-1) and forget the rest: the tree rule above. NULL: the
+     * backend has no tree verification (tree batches refused). */
+    int (*tree_commit)(void *st, const int *rows, int n);
 
     /* ---- DFlash draft: the draft model plus the target it reads its
      * embedding and lm_head from ---- */

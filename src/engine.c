@@ -43,6 +43,8 @@ enum { PREFILL_ROWS = BE_MAX_ROWS };
 /* Verify rows projected per predict call when sampling on a backend that
  * otherwise takes every row at once. */
 enum { PREDICT_ROWS = 4 };
+/* Candidates per draft slot a tree is built from (<= BE_DRAFT_TOPK). */
+enum { TREE_TOPK = 8 };
 
 struct dflash_model {
     mdl_model target, draft;
@@ -77,6 +79,12 @@ struct dflash_model {
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
     int32_t draft_extra[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* these stop ids beyond it */
     spec_auto ctl;       /* draft length control, kept across calls */
+    /* tree rounds (dflash_gen.tree): the last tree verify's rows, 0: a chain */
+    int tree_n;
+    int32_t tree_tok[SPEC_MAX_BLOCK];   /* [tree_n] its tokens */
+    int tree_depth[SPEC_MAX_BLOCK];     /* [tree_n] their depths (anchor 0) */
+    int32_t top_ids[SPEC_MAX_BLOCK * BE_DRAFT_TOPK]; /* [slots][K] draft candidates */
+    float top_logp[SPEC_MAX_BLOCK * BE_DRAFT_TOPK];  /* [slots][K] their log-probabilities */
     /* constrained decoding (this call's grammar; NULL: none) */
     gr_grammar *gr;
     gr_state *gr_emitted;  /* after the emitted tokens (the grammar rule above) */
@@ -444,19 +452,31 @@ void dflash_reset(dflash_model *m) {
 
 /* ---- spec_iface callbacks ------------------------------------------------ */
 
-static int cb_verify(void *ud, const int32_t *tok, int T) {
-    dflash_model *m = ud;
+/* Target forward of the verify rows tok[0..T) (parent: a tree batch, the
+ * tree rule of backend.h; NULL: a chain), taps kept for the draft. */
+static int verify_rows(dflash_model *m, const int32_t *tok, const int *parent, int T) {
     int len = m->be->length(m->seq);
-    be_batch b = {T, tok, 0, NULL, 0, NULL, 1};
+    be_batch b = {.T = T, .tokens = tok, .keep_rows = 1, .tree_parent = parent};
     if (m->drafting) { /* taps stay in the sequence state for cb_accept's draft_feed */
         b.n_taps = m->draft.cfg.n_taps;
         b.tap_layers = m->draft.cfg.tap_layers;
     }
     if (m->be->forward(m->seq, &b) != 0) return -1;
-    memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T);
+    memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T); /* a tree: batch order until the commit */
     m->block_len = T;
     m->verify_len = len;
+    m->tree_n = parent ? T : 0;
+    for (int i = 0; parent && i < T; i++) {
+        m->tree_tok[i] = tok[i];
+        m->tree_depth[i] = parent[i] < 0 ? 0 : m->tree_depth[parent[i]] + 1;
+    }
     return 0;
+}
+
+static int cb_verify(void *ud, const int32_t *tok, int T) { return verify_rows(ud, tok, NULL, T); }
+
+static int cb_verify_tree(void *ud, const int32_t *tok, const int *parent, int T) {
+    return verify_rows(ud, tok, parent, T);
 }
 
 static int is_stop_tok(const dflash_model *m, int32_t t) {
@@ -592,7 +612,8 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
                 continue;
             }
         }
-        pred[j] = pick_row(m, m->logits + (size_t)j * V, (int64_t)m->verify_len + r + 1, &m->lp[r],
+        int depth = m->tree_n ? m->tree_depth[r] : r; /* the row's position: the prefix it ends */
+        pred[j] = pick_row(m, m->logits + (size_t)j * V, (int64_t)m->verify_len + depth + 1, &m->lp[r],
                            m->gr ? m->gr_row : NULL);
         m->gr_prev_pick = pred[j];
     }
@@ -614,6 +635,85 @@ static int cb_accept(void *ud, int keep) {
     return m->be->draft_feed(m->dseq, m->seq, 0, keep);
 }
 
+/* The tree's path rows[0..n) is committed (backend.h's tree rule): its
+ * tokens into cache_tok, its taps to the draft. */
+static int cb_accept_path(void *ud, const int *rows, int n) {
+    dflash_model *m = ud;
+    if (m->be->tree_commit(m->seq, rows, n) != 0) return -1;
+    for (int i = 0; i < n; i++) m->cache_tok[m->verify_len + i] = m->tree_tok[rows[i]];
+    m->tree_n = 0; /* the cache holds a chain again */
+    m->lp_row = 0;
+    if (!m->drafting) return 0;
+    return m->be->draft_feed(m->dseq, m->seq, 0, n);
+}
+
+/* A candidate of the best-first tree: rank `rank` of slot `depth` below
+ * node `parent`, its path log-probability `score`. */
+typedef struct {
+    int parent, depth, rank;
+    float score;
+} tree_cand;
+
+/* DDTree's construction from one draft block: each slot's top K candidates
+ * with their log-probabilities; a node's score is the sum along its path
+ * (the slots taken as independent). Best-first: the best open candidate
+ * becomes a node, then its next sibling (rank + 1) and its first child
+ * (the next slot's best) open, until the budget is spent; this keeps the
+ * budget - 1 most probable paths. Nodes are then numbered depth-first, the
+ * better child first, so the draft's own chain is rows 0, 1, 2, ... and a
+ * path that follows it predicts contiguous rows. */
+static int cb_draft_tree(void *ud, int32_t anchor, int budget, int max_depth, int32_t *tok, int *parent) {
+    dflash_model *m = ud;
+    const cfg_model *c = &m->target.cfg;
+    int32_t blk[SPEC_MAX_BLOCK];
+    int B = m->draft.cfg.block_size > max_depth + 1 ? m->draft.cfg.block_size : max_depth + 1;
+    if (B > SPEC_MAX_BLOCK) B = SPEC_MAX_BLOCK;
+    if (max_depth > B - 1) max_depth = B - 1;
+    blk[0] = anchor;
+    for (int i = 1; i < B; i++) blk[i] = m->draft.cfg.mask_token_id;
+    int K = budget - 1 < TREE_TOPK ? budget - 1 : TREE_TOPK;
+    be_draft_block b = {.B = B, .tokens = blk, .n_slots = max_depth, .n_vocab = m->draft_nv ? m->draft_nv : c->vocab,
+                        .extra = m->draft_extra, .n_extra = m->draft_nx, .top_k = K, .top_ids = m->top_ids,
+                        .top_logp = m->top_logp};
+    if (m->be->draft_block(m->dseq, &b) != 0) return -1;
+    /* best-first, nodes in the order they are taken (node 0: the anchor) */
+    int n = 1, np = 0, bf_parent[SPEC_MAX_BLOCK], bf_rank[SPEC_MAX_BLOCK], bf_depth[SPEC_MAX_BLOCK];
+    tree_cand open[2 * SPEC_MAX_BLOCK];
+    bf_parent[0] = -1, bf_depth[0] = 0, bf_rank[0] = 0;
+    open[np++] = (tree_cand){.parent = 0, .depth = 1, .rank = 0, .score = m->top_logp[0]};
+    while (n < budget && np > 0) {
+        int best = 0;
+        for (int i = 1; i < np; i++)
+            if (open[i].score > open[best].score) best = i;
+        tree_cand x = open[best];
+        open[best] = open[--np];
+        bf_parent[n] = x.parent, bf_depth[n] = x.depth, bf_rank[n] = x.rank;
+        const float *lp = m->top_logp + (size_t)(x.depth - 1) * K;
+        if (x.rank + 1 < K)
+            open[np++] = (tree_cand){.parent = x.parent, .depth = x.depth, .rank = x.rank + 1,
+                                     .score = x.score - lp[x.rank] + lp[x.rank + 1]};
+        if (x.depth < max_depth)
+            open[np++] = (tree_cand){.parent = n, .depth = x.depth + 1, .rank = 0,
+                                     .score = x.score + m->top_logp[(size_t)x.depth * K]};
+        n++;
+    }
+    /* depth-first renumbering, children by rank (a child's rank orders its
+     * score among its siblings) */
+    int stack[SPEC_MAX_BLOCK], sp = 0, out_of[SPEC_MAX_BLOCK], k = 0;
+    stack[sp++] = 0;
+    while (sp > 0) {
+        int v = stack[--sp];
+        out_of[v] = k;
+        tok[k] = v ? m->top_ids[(size_t)(bf_depth[v] - 1) * K + bf_rank[v]] : anchor;
+        parent[k] = v ? out_of[bf_parent[v]] : -1;
+        k++;
+        for (int r = K - 1; r >= 0; r--) /* pushed worst first: the best child pops next */
+            for (int u = v + 1; u < n; u++)
+                if (bf_parent[u] == v && bf_rank[u] == r) stack[sp++] = u;
+    }
+    return n;
+}
+
 static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     dflash_model *m = ud;
     const cfg_model *c = &m->target.cfg;
@@ -627,7 +727,8 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     for (int i = 1; i < B; i++) tok[i] = m->draft.cfg.mask_token_id;
     int nv = m->draft_nv ? m->draft_nv : c->vocab;
     /* the backend proposes: first maximum over ids 0..nv-1, then the extra ids */
-    be_draft_block b = {B, tok, k, nv, m->draft_extra, m->draft_nx, out, NULL, NULL};
+    be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv, .extra = m->draft_extra,
+                        .n_extra = m->draft_nx, .out = out};
     return m->be->draft_block(m->dseq, &b);
 }
 
@@ -803,6 +904,26 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         m->gr_eos_when_done = g->ignore_eos;
     }
     m->host_logits = m->sp.temp > 0 || smp_transform_active(&m->tf) || m->on_lp || m->gr;
+    if (g->tree < -1 || g->tree == 1 || g->tree > SPEC_MAX_BLOCK) {
+        dfl_seterr("tree %d: want 0 (the chain), -1 (auto) or 2..%d verify rows", g->tree, SPEC_MAX_BLOCK);
+        return -1;
+    }
+    int tree = m->drafting ? g->tree : 0;
+    if (tree) { /* the tree rule (backend.h) and what tree rounds do not track yet */
+        const char *why = !m->be->tree_commit ? "the backend has no tree verification"
+                          : c->n_linear_layers ? "the target has recurrent (Gated DeltaNet) layers"
+                          : c->n_sliding_layers ? "the target has sliding-window layers"
+                          : m->gr ? "a grammar follows the emitted path only"
+                          : smp_transform_active(&m->tf) ? "logit bias and penalties read a linear history"
+                          : m->on_lp ? "logprobs are kept per verify row"
+                                     : NULL;
+        if (why && tree < 0) tree = 0; /* auto: the chain, which always works */
+        if (why && tree > 0) {
+            dfl_seterr("tree %d: not available here (%s on backend %s); use the chain (tree 0)", g->tree, why,
+                       m->be->name);
+            return -1;
+        }
+    }
     m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
     if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
     m->n_stop = 0;
@@ -827,6 +948,12 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (int i = 0; i < m->n_stop; i++)
         if (m->stop[i] >= m->draft_nv && m->stop[i] < c->vocab) m->draft_extra[m->draft_nx++] = m->stop[i];
 
+    /* a tree verify left uncommitted (an error ended the call inside its
+     * round): its rows are not cache_tok's positions, forget them */
+    if (m->tree_n) {
+        m->be->truncate(m->seq, m->verify_len);
+        m->tree_n = 0;
+    }
     /* reuse the cached prefix */
     int len = m->be->length(m->seq), p = 0;
     while (p < len && (size_t)p < n_prompt && m->cache_tok[p] == prompt[p]) p++;
@@ -842,7 +969,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
         int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
         int last = r + (size_t)T == n_prompt;
-        be_batch b = {T, prompt + r, last, m->logits, 0, NULL, 0};
+        be_batch b = {.T = T, .tokens = prompt + r, .n_logits = last, .logits = m->logits};
         if (m->drafting) {
             b.n_taps = m->draft.cfg.n_taps;
             b.tap_layers = m->draft.cfg.tap_layers;
@@ -855,13 +982,17 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     double t1 = dfl_now();
     st->prompt_s = t1 - t0;
 
-    spec_iface it = {m, cb_verify, cb_predict, cb_accept, m->drafting ? cb_draft : NULL, m->gr ? cb_trim : NULL};
+    spec_iface it = {.ud = m, .verify = cb_verify, .predict = cb_predict, .accept = cb_accept,
+                     .draft = m->drafting ? cb_draft : NULL, .trim = m->gr ? cb_trim : NULL,
+                     .draft_tree = tree ? cb_draft_tree : NULL, .verify_tree = cb_verify_tree,
+                     .accept_path = cb_accept_path};
     /* sampling reads each row's logits on the host and sorts candidates: a
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */
     int rows = m->host_logits && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
-    spec_params sp = {g->n_predict, block, m->drafting ? g->draft_max : 0, m->n_ctx - (int)n_prompt, m->stop,
-                      m->n_stop, &m->ctl, rows};
+    spec_params sp = {.n_predict = g->n_predict, .block_size = block, .draft_max = m->drafting ? g->draft_max : 0,
+                      .room = m->n_ctx - (int)n_prompt, .stop = m->stop, .n_stop = m->n_stop, .ctl = &m->ctl,
+                      .predict_rows = rows, .tree = tree};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
@@ -932,7 +1063,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     int rc = 0;
     for (int r0 = keep; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {n, tok + r0, 0, NULL, 0, NULL, 0};
+        be_batch b = {.T = n, .tokens = tok + r0};
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) memcpy(m->cache_tok + r0, tok + r0, sizeof(int32_t) * (size_t)n);
     }
@@ -941,7 +1072,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     for (int r = 0; r <= reps && rc == 0; r++) {
         /* a greedy step: the forward keeps its rows, argmax of each (ids
          * cross, not [T][vocab] logits) */
-        be_batch b = {T, tok + depth, 0, NULL, 0, NULL, 1};
+        be_batch b = {.T = T, .tokens = tok + depth, .keep_rows = 1};
         double t0 = dfl_now();
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) rc = m->be->argmax(m->seq, 0, T, ids);
@@ -977,7 +1108,7 @@ int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
     int rc = 0;
     for (int r0 = 0; r0 < depth && rc == 0; r0 += PREFILL_ROWS) {
         int n = depth - r0 < PREFILL_ROWS ? depth - r0 : PREFILL_ROWS;
-        be_batch b = {n, tok + r0, 0, NULL, m->draft.cfg.n_taps, m->draft.cfg.tap_layers, 0};
+        be_batch b = {.T = n, .tokens = tok + r0, .n_taps = m->draft.cfg.n_taps, .tap_layers = m->draft.cfg.tap_layers};
         rc = m->be->forward(m->seq, &b);
         if (rc == 0) rc = m->be->draft_feed(m->dseq, m->seq, 0, n);
     }
@@ -987,7 +1118,7 @@ int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
     int nv = c->vocab <= 65536 ? c->vocab : 32768; /* the default --draft-vocab */
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int r = 0; r <= reps && rc == 0; r++) {
-        be_draft_block q = {B, blk, B - 1, nv, NULL, 0, out, NULL, NULL};
+        be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = nv, .out = out};
         double t0 = dfl_now();
         rc = m->be->draft_block(m->dseq, &q); /* returns the ids: the work is done */
         ts[r] = dfl_now() - t0;

@@ -105,6 +105,103 @@ static void auto_update(spec_auto *c, int k, int a) {
     }
 }
 
+/* --- tree auto ------------------------------------------------------------
+ * Each option (the chain, trees of 8/16/32 rows) keeps decayed sums of the
+ * tokens its rounds emitted and the seconds they took; a round runs the
+ * option with the most tokens per second. Every option runs twice first;
+ * afterwards a losing option is probed once per opt_gap of its rounds
+ * waited, the gap doubling (8 up to 256) while it keeps losing, so a tree
+ * that does not pay on this machine costs about one round in 256. Which
+ * option runs never changes the output (every round is exact). */
+static const int tree_options[SPEC_TREE_OPTS] = SPEC_TREE_OPTIONS;
+
+static int tree_pick(spec_auto *c) {
+    for (int o = 0; o < SPEC_TREE_OPTS; o++)
+        if (c->opt_n[o] < 2) return o;
+    int best = 0;
+    for (int o = 1; o < SPEC_TREE_OPTS; o++)
+        if (c->opt_tok[o] * c->opt_s[best] > c->opt_tok[best] * c->opt_s[o]) best = o;
+    c->opt_gap[best] = 8;
+    for (int o = 0; o < SPEC_TREE_OPTS; o++) {
+        if (o == best) continue;
+        if (c->opt_gap[o] < 8) c->opt_gap[o] = 8;
+        if (++c->opt_wait[o] >= c->opt_gap[o]) {
+            c->opt_wait[o] = 0;
+            if (c->opt_gap[o] < 256) c->opt_gap[o] *= 2;
+            return o;
+        }
+    }
+    return best;
+}
+
+static void tree_record(spec_auto *c, int o, int tokens, double s) {
+    c->opt_tok[o] = 0.97 * c->opt_tok[o] + tokens;
+    c->opt_s[o] = 0.97 * c->opt_s[o] + s;
+    c->opt_n[o]++;
+}
+
+/* One tree round: draft a tree of at most budget rows and depth <= max_depth
+ * below the anchor, verify it, follow the target's choices (spec.h).
+ * out[0..a] = the accepted drafts then the bonus; returns a (drafts
+ * accepted), or -1 on a model error. */
+static int tree_round(const spec_iface *it, const spec_params *p, int32_t anchor, int budget, int max_depth,
+                      int32_t *out, spec_stats *st) {
+    int32_t tok[SPEC_MAX_BLOCK], pred[SPEC_MAX_BLOCK];
+    int parent[SPEC_MAX_BLOCK], path[SPEC_MAX_BLOCK], depth[SPEC_MAX_BLOCK];
+    double t0 = dfl_now();
+    int n = it->draft_tree(it->ud, anchor, budget, max_depth, tok, parent);
+    if (n < 1 || n > budget) {
+        if (n >= 0) dfl_seterr("draft tree: %d nodes for a budget of %d", n, budget);
+        return -1;
+    }
+    int md = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 ? parent[0] != -1 || tok[0] != anchor : parent[i] < 0 || parent[i] >= i) {
+            dfl_seterr("draft tree: node %d has parent %d", i, parent[i]);
+            return -1;
+        }
+        depth[i] = i ? depth[parent[i]] + 1 : 0;
+        md = depth[i] > md ? depth[i] : md;
+    }
+    double t1 = dfl_now();
+    if (it->verify_tree(it->ud, tok, parent, n) != 0) return -1;
+    int a = 0, cur = 0, next = 0; /* next: the first row not predicted yet */
+    path[0] = 0;
+    for (;;) {
+        if (cur >= next) {
+            int r = p->predict_rows > 0 ? p->predict_rows : n;
+            if (r > n - cur) r = n - cur;
+            if (it->predict(it->ud, cur, r, pred + cur) != 0) return -1;
+            st->predicted_rows += r;
+            next = cur + r;
+        }
+        if (pred[cur] < 0) return -1; /* the sampler failed on a row plain decoding uses too */
+        int c = cur + 1;
+        while (c < n && !(parent[c] == cur && tok[c] == pred[cur])) c++;
+        if (c == n) break;
+        path[++a] = cur = c;
+    }
+    double t2 = dfl_now();
+    if (it->accept_path(it->ud, path, a + 1) != 0) return -1;
+    st->draft_s += t1 - t0;
+    st->verify_s += t2 - t1;
+    st->other_s += dfl_now() - t2;
+    st->width_hist[n]++;
+    if (n > 1) {
+        st->rounds++;
+        st->committed_in_rounds += a + 1;
+        for (int i = 0; i < md && i <= a; i++) {
+            st->tried[i]++;
+            st->accepted[i] += i < a;
+        }
+    } else {
+        st->plain_steps++;
+    }
+    for (int i = 1; i <= a; i++) out[i - 1] = tok[path[i]];
+    out[a] = pred[cur];
+    return a;
+}
+
 int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
              spec_stats *st) {
     memset(st, 0, sizeof *st);
@@ -139,7 +236,31 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         int cap = maxk;
         if (cap > left - 1) cap = left - 1;
         if (cap > room - 1) cap = room - 1;
-        int k = p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows) : cap;
+        int auto_tree = p->tree < 0 && it->draft_tree && cap > 0, opt = auto_tree ? tree_pick(ctl) : 0;
+        int tree = auto_tree ? tree_options[opt] : p->tree;
+        int budget = tree < room ? tree : room; /* every tree row takes a position until the commit */
+        double tr = dfl_now();
+        if (tree > 1 && it->draft_tree && cap > 0 && budget > 1) {
+            int32_t out[SPEC_MAX_BLOCK];
+            int a = tree_round(it, p, anchor, budget, cap, out, st);
+            if (a < 0) return -1;
+            if (auto_tree) tree_record(ctl, opt, a + 1, dfl_now() - tr);
+            used += a + 1;
+            for (int i = 0; i <= a; i++) { /* the accepted drafts, then the bonus */
+                if (is_stop(p, out[i])) {
+                    st->stopped_by = 1;
+                    return 0;
+                }
+                st->n_emitted++;
+                if (emit(emit_ud, out[i])) {
+                    st->stopped_by = 3;
+                    return 0;
+                }
+            }
+            anchor = out[a];
+            continue;
+        }
+        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows) : cap;
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
@@ -173,6 +294,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         double t2 = dfl_now();
         if (it->accept(it->ud, a + 1) != 0) return -1;
         double t3 = dfl_now();
+        if (auto_tree) tree_record(ctl, opt, a + 1, t3 - tr);
         used += a + 1;
         st->draft_s += t1 - t0;
         st->verify_s += t2 - t1;

@@ -9,6 +9,14 @@
  * committed prefix (batch-invariant kernels, position-keyed sampling), the
  * emitted sequence equals plain decoding token for token, whatever k is.
  *
+ * A tree round (spec_params.tree) verifies a token tree instead of a chain:
+ * starting at the anchor, the loop follows the child whose token equals the
+ * target's own choice at the node (greedy: its argmax; sampling: the token
+ * drawn with the position's key), as far as such a child exists, and emits
+ * that path plus the target's token at its end. The target's choice at a
+ * node depends only on the node's prefix, so the output is again plain
+ * decoding's, whatever the tree.
+ *
  * The loop sees the models only through spec_iface, so tests can script them. */
 #ifndef DFL_SPEC_H
 #define DFL_SPEC_H
@@ -16,6 +24,10 @@
 #include <stdint.h>
 
 enum { SPEC_MAX_BLOCK = 64 };
+/* Tree auto's options: the chain (with its own length control), trees of
+ * 8, 16 and 32 verify rows. */
+enum { SPEC_TREE_OPTS = 4 };
+#define SPEC_TREE_OPTIONS {0, 8, 16, 32}
 
 typedef struct {
     void *ud;
@@ -38,6 +50,20 @@ typedef struct {
      * refused tokens): a cut draft would have been rejected at verify, so
      * the output is unchanged and the verify is narrower. */
     int (*trim)(void *ud, const int32_t *d, int k);
+    /* Tree rounds (spec_params.tree > 0; NULL: chain rounds only). A token
+     * tree below the anchor: tok[0] = anchor, parent[0] = -1, nodes
+     * 1..n-1 with parent[i] < i and depth(i) <= max_depth (the anchor at
+     * depth 0), n <= budget; returns n, or -1 on error. */
+    int (*draft_tree)(void *ud, int32_t anchor, int budget, int max_depth, int32_t *tok, int *parent);
+    /* Target forward of the tree (the tree rule, backend.h): row r at the
+     * position after its parent's. predict() then reads its rows: pred[j] =
+     * the target's token for the position after row i + j's. The loop asks
+     * for rows in increasing order along the path it follows. */
+    int (*verify_tree)(void *ud, const int32_t *tok, const int *parent, int n);
+    /* Keep the path rows[0..n) of the last tree verify (rows[0] = 0, the
+     * anchor; each next row a child of the one before), roll back the rest,
+     * hand the path's taps to the draft. */
+    int (*accept_path)(void *ud, const int *rows, int n);
 } spec_iface;
 
 /* Draft length control state (--draft-max auto). Running costs of a verify
@@ -54,6 +80,13 @@ typedef struct {
     int plain_run;                     /* consecutive rounds that chose k = 0 */
     int probe_gap;                     /* plain rounds between probes (4..256) */
     int probing;                       /* the current round is a probe */
+    /* tree auto (spec_params.tree = -1): the options of SPEC_TREE_OPTIONS,
+     * each one's measured throughput over the rounds it ran */
+    double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its rounds */
+    double opt_s[SPEC_TREE_OPTS];      /* ... and their seconds (draft + verify + commit) */
+    int opt_n[SPEC_TREE_OPTS];         /* rounds it ran */
+    int opt_wait[SPEC_TREE_OPTS];      /* rounds since a losing option last ran */
+    int opt_gap[SPEC_TREE_OPTS];       /* rounds between its probes (8..256) */
 } spec_auto;
 
 typedef struct {
@@ -65,6 +98,12 @@ typedef struct {
     int n_stop;
     spec_auto *ctl;     /* auto state to use and update; NULL: a fresh one */
     int predict_rows;   /* rows per predict call (0: the whole verify at once) */
+    int tree;           /* > 1: tree rounds of at most this many verify rows
+                           (the anchor included; draft_max then only caps the
+                           depth); 0: the chain; -1: auto, each round the
+                           option of SPEC_TREE_OPTIONS with the best measured
+                           tokens per second (ctl), the others probed now and
+                           then */
 } spec_params;
 
 typedef struct {

@@ -73,10 +73,11 @@ static void drop(setup *s) {
 static void run_rows(const setup *s, int t0, int T, float *out) {
     /* context keys as a cache [nkv][rows][hd], block keys as rows [nb][nkv*hd] */
     size_t rows_a = (size_t)s->na + (s->causal ? s->T : 0);
-    at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, s->Ka, s->Va, s->nb ? s->Kb : NULL, s->nb ? s->Vb : NULL,
-                s->causal ? s->na + t0 : s->na, s->nb, s->causal, s->nh, s->nkv, s->hd,
-                rows_a * s->hd, (size_t)s->hd, (size_t)s->hd, (size_t)s->nkv * s->hd, s->sinks, s->window, 0,
-                s->scale};
+    at_job J = {.out = out, .q = s->q + (size_t)t0 * s->nh * s->hd, .Ka = s->Ka, .Va = s->Va,
+                .Kb = s->nb ? s->Kb : NULL, .Vb = s->nb ? s->Vb : NULL, .na = s->causal ? s->na + t0 : s->na,
+                .nb = s->nb, .causal = s->causal, .nh = s->nh, .nkv = s->nkv, .hd = s->hd, .a_head = rows_a * s->hd,
+                .a_row = (size_t)s->hd, .b_head = (size_t)s->hd, .b_row = (size_t)s->nkv * s->hd, .sinks = s->sinks,
+                .window = s->window, .scale = s->scale};
     at_run(pool, &J, T);
 }
 
@@ -92,8 +93,9 @@ static void run_rows_ring(const setup *s, int t0, int T, float *out) {
             memcpy(Kr + dst, s->Ka + src, sizeof(float) * s->hd);
             memcpy(Vr + dst, s->Va + src, sizeof(float) * s->hd);
         }
-    at_job J = {out, s->q + (size_t)t0 * s->nh * s->hd, Kr, Vr, NULL, NULL, s->na + t0, 0, 1, s->nh, s->nkv, s->hd,
-                (size_t)R * s->hd, (size_t)s->hd, 0, 0, s->sinks, s->window, R, s->scale};
+    at_job J = {.out = out, .q = s->q + (size_t)t0 * s->nh * s->hd, .Ka = Kr, .Va = Vr, .na = s->na + t0, .causal = 1,
+                .nh = s->nh, .nkv = s->nkv, .hd = s->hd, .a_head = (size_t)R * s->hd, .a_row = (size_t)s->hd,
+                .sinks = s->sinks, .window = s->window, .ring = R, .scale = s->scale};
     at_run(pool, &J, T);
     free(Kr);
     free(Vr);

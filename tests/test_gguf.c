@@ -1115,7 +1115,7 @@ static void convert_q35_one(const char *name) {
             float *ls[2] = {la, lb};
             for (int k = 0; k < 2; k++) {
                 void *st = be_cpu.create(be, ms[k], 256);
-                be_batch b = {T, ids->data, T, ls[k], 0, NULL, 0};
+                be_batch b = {.T = T, .tokens = ids->data, .n_logits = T, .logits = ls[k]};
                 CHECK(st && be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
                 if (st) be_cpu.destroy(st);
             }
@@ -1547,16 +1547,16 @@ TEST(q6k_model) {
         int V = m.cfg.vocab;
         int32_t tok[NP + NG] = {3, 141, 59, 265, 35};
         float *l1 = dfl_malloc(sizeof(float) * (size_t)V * NG), *lb = dfl_malloc(sizeof(float) * (size_t)V * NG);
-        be_batch b = {NP, tok, 1, l1, 0, NULL, 0};
+        be_batch b = {.T = NP, .tokens = tok, .n_logits = 1, .logits = l1};
         CHECK(be_cpu.forward(st, &b) == 0, "prompt: %s", dfl_lasterr());
         tok[NP] = smp_argmax(l1, V);
         for (int i = 0; i < NG - 1; i++) { /* logits of row i predict tok[NP + i + 1] */
-            be_batch b1 = {1, tok + NP + i, 1, l1 + (size_t)i * V, 0, NULL, 0};
+            be_batch b1 = {.T = 1, .tokens = tok + NP + i, .n_logits = 1, .logits = l1 + (size_t)i * V};
             CHECK(be_cpu.forward(st, &b1) == 0, "decode: %s", dfl_lasterr());
             tok[NP + i + 1] = smp_argmax(l1 + (size_t)i * V, V);
         }
         be_cpu.truncate(st, NP);
-        be_batch bv = {NG - 1, tok + NP, NG - 1, lb, 0, NULL, 0};
+        be_batch bv = {.T = NG - 1, .tokens = tok + NP, .n_logits = NG - 1, .logits = lb};
         CHECK(be_cpu.forward(st, &bv) == 0, "verify: %s", dfl_lasterr());
         int same = 1, distinct = 0;
         for (int i = 0; i < NG - 1; i++) {

@@ -85,7 +85,7 @@ static void check_q8(const char *name, int pack) {
         int T = (int)ids->shape[0], nl = (int)lg->shape[0];
         void *st = be->create(bi, &m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V);
-        be_batch b = {T, ids->data, T, logits, 0, NULL, 0};
+        be_batch b = {.T = T, .tokens = ids->data, .n_logits = T, .logits = logits};
         CHECK(be->forward(st, &b) == 0, "%s p%d forward: %s", name, i, dfl_lasterr());
         /* the bound, on the rows the fixture has */
         const float *ref = lg->data;
@@ -120,7 +120,7 @@ static void check_q8(const char *name, int pack) {
             }
             steps_checked++;
             if (gap < min_gap_ok) min_gap_ok = gap;
-            be_batch s1 = {1, &next, 1, last, 0, NULL, 0};
+            be_batch s1 = {.T = 1, .tokens = &next, .n_logits = 1, .logits = last};
             be->forward(st, &s1);
         }
         free(logits);

@@ -182,12 +182,12 @@ static float logits_vs(mdl_model *a, mdl_model *b, int exact) {
         int T = (int)ids->shape[0];
         float *la = malloc(sizeof(float) * (size_t)T * V), *lb = malloc(sizeof(float) * (size_t)T * V);
         void *sa = be_cpu.create(bi, a, 256);
-        be_batch ba = {T, ids->data, T, la, 0, NULL, 0};
+        be_batch ba = {.T = T, .tokens = ids->data, .n_logits = T, .logits = la};
         CHECK(be_cpu.forward(sa, &ba) == 0, "forward: %s", dfl_lasterr());
         be_cpu.destroy(sa);
         if (exact) {
             void *sb = be_cpu.create(bi, b, 256);
-            be_batch bb = {T, ids->data, T, lb, 0, NULL, 0};
+            be_batch bb = {.T = T, .tokens = ids->data, .n_logits = T, .logits = lb};
             CHECK(be_cpu.forward(sb, &bb) == 0, "forward: %s", dfl_lasterr());
             be_cpu.destroy(sb);
             if (exact == 1) CHECK(same_floats(la, lb, T * V), "p%d: logits not bit-identical", i);

@@ -165,7 +165,7 @@ TEST(model_bad_checkpoints) {
  * ([T][n_taps][H]). */
 static int fwd(const be_ops *be, void *st, const int32_t *tok, int T, float *logits, int n_logits, const int *taps,
                int n_taps, float *tapbuf) {
-    be_batch b = {T, tok, n_logits, logits, n_taps, taps, 0};
+    be_batch b = {.T = T, .tokens = tok, .n_logits = n_logits, .logits = logits, .n_taps = n_taps, .tap_layers = taps};
     if (be->forward(st, &b) != 0) return -1;
     return n_taps ? be->taps(st, 0, T, tapbuf) : 0;
 }
@@ -913,8 +913,8 @@ TEST(draft_forward_cached_equals_uncached) {
     }
     int32_t extra[2] = {300, 511};
     float xl[7 * 2];
-    be_draft_block r = {.B = 8, .tokens = blk, .n_slots = 4, .n_vocab = 256, .extra = extra, .n_extra = 2,
-                        .logits = l2, .extra_logits = xl};
+    be_draft_block r = {.B = 8, .tokens = blk, .n_slots = 4, .n_vocab = 256, .extra = extra, .n_extra = 2, .logits = l2,
+                        .extra_logits = xl};
     CHECK(be->draft_block(b, &r) == 0, "block with a reduced vocabulary");
     int same = 1;
     for (int i = 0; i < 4; i++) {
@@ -958,7 +958,7 @@ TEST(draft_feed_equals_ctx_append) {
     /* prefill in two forwards of 200 and 100 rows: fed as 3 + 197 rows, then 100 */
     int ok = 1, at = 0, widths[2] = {200, 100};
     for (int w = 0; w < 2; w++) {
-        be_batch b = {widths[w], tok + at, 0, NULL, K, dm.cfg.tap_layers, 0};
+        be_batch b = {.T = widths[w], .tokens = tok + at, .n_taps = K, .tap_layers = dm.cfg.tap_layers};
         ok &= be->forward(st, &b) == 0 && be->taps(st, 0, widths[w], taps) == 0;
         if (w == 0) ok &= be->draft_feed(fa, st, 0, 3) == 0 && be->draft_feed(fa, st, 3, 197) == 0;
         else ok &= be->draft_feed(fa, st, 0, 100) == 0;
@@ -974,7 +974,7 @@ TEST(draft_feed_equals_ctx_append) {
           "fed context differs from the appended one");
     /* a verify round: 6 rows, 4 accepted */
     int32_t vt[6] = {5, i1[0], i1[1], i1[2], i1[3], i1[4]};
-    be_batch vb = {6, vt, 0, NULL, K, dm.cfg.tap_layers, 1};
+    be_batch vb = {.T = 6, .tokens = vt, .n_taps = K, .tap_layers = dm.cfg.tap_layers, .keep_rows = 1};
     CHECK(be->forward(st, &vb) == 0 && be->taps(st, 0, 6, taps) == 0, "verify: %s", dfl_lasterr());
     be->truncate(st, N + 4);
     CHECK(be->draft_feed(fa, st, 0, 4) == 0, "feed after verify: %s", dfl_lasterr());
@@ -987,7 +987,7 @@ TEST(draft_feed_equals_ctx_append) {
     /* refused: rows the last forward did not produce, and a forward without taps */
     CHECK(be->draft_feed(fa, st, 4, 3) != 0 && err_has("not tapped"), "feed past the tapped rows");
     CHECK(be->taps(st, 6, 1, taps) != 0, "taps past the last forward's rows");
-    be_batch nb = {1, tok, 0, NULL, 0, NULL, 0};
+    be_batch nb = {.T = 1, .tokens = tok};
     be->forward(st, &nb);
     CHECK(be->draft_feed(fa, st, 0, 1) != 0 && err_has("draft_feed"), "feed after a forward without taps");
     CHECK(be->draft_ctx_length(fa) == N + 4, "a refused feed changed the context");
@@ -1015,7 +1015,7 @@ TEST(draft_truncate_with_pending_rows) {
     float *taps = malloc(sizeof(float) * N * K * H);
     float *l1 = malloc(sizeof(float) * 7 * V), *l2 = malloc(sizeof(float) * 7 * V);
     int32_t i1[7], i2[7];
-    be_batch b = {N, tok, 0, NULL, K, dm.cfg.tap_layers, 0};
+    be_batch b = {.T = N, .tokens = tok, .n_taps = K, .tap_layers = dm.cfg.tap_layers};
     CHECK(be->forward(st, &b) == 0 && be->taps(st, 0, N, taps) == 0, "forward: %s", dfl_lasterr());
     /* cases: {rows projected (fed, then a block), rows pending on top, keep} */
     int cases[4][3] = {{0, 20, 17}, {12, 8, 15}, {12, 8, 7}, {12, 8, 12}};
@@ -1070,7 +1070,7 @@ TEST(draft_block_ids_follow_the_rule) {
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 31 + 1) % V);
     void *st = be->create(bi, &tm, 64), *ds = be->draft_create(bi, &dm, &tm, 64);
-    be_batch b = {N, tok, 0, NULL, K, dm.cfg.tap_layers, 0};
+    be_batch b = {.T = N, .tokens = tok, .n_taps = K, .tap_layers = dm.cfg.tap_layers};
     CHECK(be->forward(st, &b) == 0 && be->draft_feed(ds, st, 0, N) == 0, "prefill: %s", dfl_lasterr());
     float *full = malloc(sizeof(float) * 7 * V), lg[7 * NV], xl[7 * 3];
     int32_t ids[7], blk[8] = {5, 500, 500, 500, 500, 500, 500, 500};
@@ -1146,7 +1146,7 @@ TEST(argmax_equals_logits_argmax) {
     enum { T = 7 };
     int32_t tok[T] = {151644, 872, 198, 3838, 374, 220, 17}, got[T], one;
     float *lg = malloc(sizeof(float) * T * (size_t)V);
-    be_batch b = {T, tok, 0, NULL, 0, NULL, 1};
+    be_batch b = {.T = T, .tokens = tok, .keep_rows = 1};
     CHECK(be->forward(st, &b) == 0, "forward: %s", dfl_lasterr());
     CHECK(be->logits(st, 0, T, lg) == 0, "logits: %s", dfl_lasterr());
     CHECK(be->argmax(st, 0, T, got) == 0, "argmax: %s", dfl_lasterr());

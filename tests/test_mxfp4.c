@@ -155,7 +155,7 @@ static int make_dirs(const char *mxd, const char *dqd) {
 
 static void logits_of(const mdl_model *m, const int32_t *tok, int T, float *out) {
     void *st = be_cpu.create(bi, m, 256);
-    be_batch b = {T, tok, T, out, 0, NULL, 0};
+    be_batch b = {.T = T, .tokens = tok, .n_logits = T, .logits = out};
     CHECK(be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
     be_cpu.destroy(st);
 }
@@ -214,12 +214,12 @@ TEST(mxfp4_experts_exact_and_forward) {
     int32_t *outs[2] = {ta, tb};
     for (int k = 0; k < 2; k++) {
         void *st = be_cpu.create(bi, ms[k], 256);
-        be_batch pb = {T, tok, 1, la, 0, NULL, 0};
+        be_batch pb = {.T = T, .tokens = tok, .n_logits = 1, .logits = la};
         be_cpu.forward(st, &pb);
         for (int g = 0; g < G; g++) {
             int32_t nx = smp_argmax(la, V);
             outs[k][g] = nx;
-            be_batch s1 = {1, &nx, 1, la, 0, NULL, 0};
+            be_batch s1 = {.T = 1, .tokens = &nx, .n_logits = 1, .logits = la};
             be_cpu.forward(st, &s1);
         }
         be_cpu.destroy(st);
@@ -230,7 +230,7 @@ TEST(mxfp4_experts_exact_and_forward) {
     void *st = be_cpu.create(bi, &a, 256);
     int ok = 1;
     for (int i = 0; i < T; i++) {
-        be_batch s1 = {1, tok + i, 1, lb + (size_t)i * V, 0, NULL, 0};
+        be_batch s1 = {.T = 1, .tokens = tok + i, .n_logits = 1, .logits = lb + (size_t)i * V};
         ok &= be_cpu.forward(st, &s1) == 0;
     }
     be_cpu.destroy(st);

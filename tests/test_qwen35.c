@@ -48,7 +48,7 @@ static int taps[32];
 
 /* Forward T tokens; logits of all T rows to lg, taps of all layers to tp. */
 static int fwd(void *st, const int32_t *t, int T, float *lg, float *tp) {
-    be_batch b = {T, t, lg ? T : 0, lg, tp ? L : 0, taps, 0};
+    be_batch b = {.T = T, .tokens = t, .n_logits = lg ? T : 0, .logits = lg, .n_taps = tp ? L : 0, .tap_layers = taps};
     if (be_cpu.forward(st, &b) != 0) return -1;
     return tp ? be_cpu.taps(st, 0, T, tp) : 0;
 }

@@ -77,7 +77,7 @@ static void check_model_within(const char *path, const char *name, float lb, flo
         const int32_t *tok = ids->data;
         void *st = be->create(bi, &m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V), *tapbuf = malloc(sizeof(float) * (size_t)T * L * H);
-        be_batch b = {T, tok, T, logits, L, taps, 0};
+        be_batch b = {.T = T, .tokens = tok, .n_logits = T, .logits = logits, .n_taps = L, .tap_layers = taps};
         CHECK(be->forward(st, &b) == 0 && be->taps(st, 0, T, tapbuf) == 0, "%s p%d forward: %s", name, i,
               dfl_lasterr());
         /* logits of the last nl rows */
@@ -103,7 +103,7 @@ static void check_model_within(const char *path, const char *name, float lb, flo
         int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
         for (int k = 0; k < n; k++) {
             same &= next == rg[k];
-            be_batch s1 = {1, &next, 1, logits, 0, NULL, 0};
+            be_batch s1 = {.T = 1, .tokens = &next, .n_logits = 1, .logits = logits};
             be->forward(st, &s1);
             next = smp_argmax(logits, V);
         }
@@ -142,7 +142,8 @@ static float draft_round1(const be_ops *be, void *st, void *ds, const mdl_model 
                           const int32_t *tok, int T, int V, int32_t *blk, int32_t *prop, float *logits,
                           be_draft_block *q, int need_logits) {
     int B = 16;
-    be_batch pb = {T, tok, 1, logits, d->cfg.n_taps, d->cfg.tap_layers, 0};
+    be_batch pb = {.T = T, .tokens = tok, .n_logits = 1, .logits = logits, .n_taps = d->cfg.n_taps,
+                   .tap_layers = d->cfg.tap_layers};
     be->forward(st, &pb);
     blk[0] = smp_argmax(logits, V);
     for (int k = 1; k < B; k++) blk[k] = d->cfg.mask_token_id;
@@ -194,7 +195,8 @@ TEST(draft_forward_and_dflash_loop) {
         int32_t vt[16];
         vt[0] = blk[0];
         memcpy(vt + 1, a1, sizeof(int32_t) * (B - 1));
-        be_batch vb = {B, vt, B, logits, K, d.cfg.tap_layers, 0};
+        be_batch vb = {.T = B, .tokens = vt, .n_logits = B, .logits = logits, .n_taps = K,
+                       .tap_layers = d.cfg.tap_layers};
         be->forward(st, &vb);
         int a = 0;
         while (a < B - 1 && vt[a + 1] == smp_argmax(logits + (size_t)a * V, V)) a++;
@@ -297,13 +299,13 @@ TEST(gemma4_keqv_greedy) {
         if (!T || !n) continue;
         void *st = be->create(bi, &m, 256);
         float *logits = malloc(sizeof(float) * (size_t)T * V);
-        be_batch b = {T, ids, T, logits, 0, NULL, 0};
+        be_batch b = {.T = T, .tokens = ids, .n_logits = T, .logits = logits};
         CHECK(be->forward(st, &b) == 0, "tiny-gemma4-kv p%d forward: %s", np, dfl_lasterr());
         int32_t next = smp_argmax(logits + (size_t)(T - 1) * V, V);
         int first_bad = -1;
         for (int k = 0; k < n; k++) {
             if (next != want[k] && first_bad < 0) first_bad = k;
-            be_batch s1 = {1, &next, 1, logits, 0, NULL, 0};
+            be_batch s1 = {.T = 1, .tokens = &next, .n_logits = 1, .logits = logits};
             be->forward(st, &s1);
             next = smp_argmax(logits, V);
         }

@@ -116,8 +116,10 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     m->len = prompt;
     s->n = 0;
     m->rows_predicted = m->rows_wasted = 0;
-    spec_iface it = {m, mock_verify, mock_predict, mock_accept, block > 1 ? mock_draft : NULL, m->trim ? mock_trim : NULL};
-    spec_params p = {n_predict, block, draft_max, room, stop, n_stop, NULL, m->predict_rows};
+    spec_iface it = {.ud = m, .verify = mock_verify, .predict = mock_predict, .accept = mock_accept,
+                     .draft = block > 1 ? mock_draft : NULL, .trim = m->trim ? mock_trim : NULL};
+    spec_params p = {.n_predict = n_predict, .block_size = block, .draft_max = draft_max, .room = room, .stop = stop,
+                     .n_stop = n_stop, .predict_rows = m->predict_rows};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
 }

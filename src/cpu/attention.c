@@ -24,6 +24,20 @@ static inline int row_lo(const at_job *J, int na) {
 
 static inline int key_row(const at_job *J, int j) { return J->ring ? j % J->ring : j; }
 
+/* na(t) of attention.h: the Ka keys row t sees (causal: its own included;
+ * a tree row at depth d: na + d + 1) */
+static inline int row_na(const at_job *J, int t) {
+    if (!J->causal) return J->na;
+    return J->na + (J->tree_depth ? J->tree_depth[t] : t) + 1;
+}
+
+/* The Ka/Va row of row t's key j (j < row_na): a tree row's keys past the
+ * committed ones are its ancestors, then itself (attention.h) */
+static inline int row_key(const at_job *J, int t, int j) {
+    if (J->tree_anc && j >= J->na) return J->na + J->tree_anc[(size_t)t * J->tree_stride + (j - J->na)];
+    return key_row(J, j);
+}
+
 /* the scores' multiplier: J->scale, by default 1 / sqrt(hd) */
 static inline float score_scale(const at_job *J) { return J->scale != 0 ? J->scale : 1.0f / sqrtf((float)J->hd); }
 
@@ -64,7 +78,7 @@ static int fast_reset(const at_job *J, int t0, int t1, int h0, int ng, float (*m
                       float (*acc)[FG][FHD], int *jlo) {
     int nmax = 0, lo = INT_MAX;
     for (int t = t0; t < t1; t++) {
-        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lt = row_lo(J, na);
+        int na = row_na(J, t), n = na + J->nb, lt = row_lo(J, na);
         nmax = n > nmax ? n : nmax;
         lo = lt < lo ? lt : lo;
         for (int g = 0; g < ng; g++) {
@@ -78,13 +92,14 @@ static int fast_reset(const at_job *J, int t0, int t1, int h0, int ng, float (*m
 }
 
 static int fast_gather(const at_job *J, int kh, int t, int j0, int jn, int pad, const float **kp, const float **vp) {
-    int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lo = row_lo(J, na);
+    int na = row_na(J, t), n = na + J->nb, lo = row_lo(J, na);
     int a = j0 > lo ? j0 : lo, e = j0 + jn < n ? j0 + jn : n;
     if (a >= e) return 0;
     int nj = e - a;
     for (int j = 0; j < nj; j++) {
         int jj = a + j;
-        size_t oa = kh * J->a_head + (size_t)key_row(J, jj) * J->a_row, ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
+        size_t oa = kh * J->a_head + (size_t)row_key(J, t, jj) * J->a_row;
+        size_t ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
         kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
         vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
     }
@@ -351,7 +366,7 @@ static void rows(void *p, int start, int end) {
     float acc[MAXG][MAXHD];
     for (int job = start; job < end; job++) {
         int t = job / J->nkv, kh = job % J->nkv;
-        int na = J->causal ? J->na + t + 1 : J->na, n = na + J->nb, lo = row_lo(J, na);
+        int na = row_na(J, t), n = na + J->nb, lo = row_lo(J, na);
         for (int g0 = 0; g0 < grp; g0 += MAXG) { /* query heads sharing kv head kh */
             int ng = grp - g0 < MAXG ? grp - g0 : MAXG;
             const float *q0 = J->q + (size_t)t * J->nh * hd + (size_t)(kh * grp + g0) * hd;
@@ -363,7 +378,7 @@ static void rows(void *p, int start, int end) {
             for (int j0 = lo, j1; j0 < n; j0 = j1) { /* blocks end at multiples of BLK */
                 j1 = (j0 / BLK + 1) * BLK < n ? (j0 / BLK + 1) * BLK : n;
                 for (int j = j0; j < j1; j++) {
-                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)key_row(J, j) * J->a_row
+                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)row_key(J, t, j) * J->a_row
                                             : J->Kb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) s[g][j - j0] = v->dot(q0 + (size_t)g * hd, k, hd) * scale;
                 }
@@ -382,7 +397,7 @@ static void rows(void *p, int start, int end) {
                     }
                 }
                 for (int j = j0; j < j1; j++) {
-                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)key_row(J, j) * J->a_row
+                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)row_key(J, t, j) * J->a_row
                                              : J->Vb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) v->axpy(acc[g], s[g][j - j0], vv, hd);
                 }

@@ -17,7 +17,15 @@
  *
  * A ring cache (ring > 0) keeps key j of Ka at row j % ring: the caller
  * guarantees that rows lo(t) .. na(t) - 1 are all still there (ring >= the
- * window plus the rows stored since the oldest of them). */
+ * window plus the rows stored since the oldest of them).
+ *
+ * A tree batch (tree_depth != NULL, causal, no ring): row t sits at depth
+ * tree_depth[t] below the committed keys 0..na-1, and sees those plus its
+ * ancestors: key na + i (i = 0..depth) is the one at Ka row
+ * na + tree_anc[t * tree_stride + i] (the batch row of its ancestor at depth
+ * i, itself at i = depth). Keys keep their logical index j, so the blocks and
+ * the order are those of plain decoding of the same prefix: the mask changes
+ * which keys are seen, never the reduction order of what is seen. */
 #ifndef DFL_ATTENTION_H
 #define DFL_ATTENTION_H
 
@@ -39,6 +47,9 @@ typedef struct {
     int window;            /* Ka keys per row (causal: the row's own included); 0: all */
     int ring;              /* rows of the Ka/Va ring (key j at row j % ring); 0: key j at row j */
     float scale;           /* the scores' multiplier; 0: 1 / sqrt(hd) (Gemma-4: 1) */
+    const int *tree_depth; /* [T] a tree batch's row depths (above), or NULL */
+    const int *tree_anc;   /* [T][tree_stride] ancestor batch rows by depth */
+    int tree_stride;
 } at_job;
 
 /* Threaded over (row, kv head) jobs on tp (NULL: the calling thread). */

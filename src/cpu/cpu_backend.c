@@ -497,9 +497,10 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
         return;
     }
     qkv(tp, s, L, c, l, T);
-    for (int t = 0; t < T; t++) {
-        norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos0 + t);
-        norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos0 + t);
+    for (int t = 0; t < T; t++) { /* a tree row's position: committed length + depth (backend.h) */
+        int pos = J.tree_depth ? J.na + J.tree_depth[t] : pos0 + t;
+        norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos);
+        norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos);
     }
     if (c->v_norm)
         for (size_t i = 0; i < (size_t)T * nkv; i++) rmsnorm(s->v + i * hd, s->v + i * hd, NULL, hd, c->eps);
@@ -551,6 +552,13 @@ typedef struct {
     int tap_rows;    /* rows of taps the last forward left (0: it tapped none) */
     int n_taps;      /* taps per row of the last forward, layers tap_layers[] */
     int tap_layers[CFG_MAX_TAPS];
+    /* the last forward (tree rule, backend.h) */
+    int fwd_len;     /* the committed length before it */
+    int fwd_T;       /* its rows */
+    int tree;        /* it was a tree batch */
+    int tree_parent[BE_KEEP_ROWS];            /* [fwd_T] parent rows (-1: committed) */
+    int tree_depth[BE_KEEP_ROWS];             /* [fwd_T] depth of each row */
+    int tree_anc[BE_KEEP_ROWS * BE_KEEP_ROWS]; /* [fwd_T][BE_KEEP_ROWS] ancestor row at each depth */
 } cpu_seq;
 
 static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
@@ -674,6 +682,12 @@ static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
          * layer the last window of them) */
         at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)rows * hd, .a_row = (size_t)hd,
                     .ring = ring};
+        if (q->tree) { /* keys: the committed rows, then the row's ancestors (attention.h) */
+            J.na = q->fwd_len;
+            J.tree_depth = q->tree_depth + r0;
+            J.tree_anc = q->tree_anc + (size_t)r0 * BE_KEEP_ROWS;
+            J.tree_stride = BE_KEEP_ROWS;
+        }
         layer(q->tp, s, L, l, c, rope, pos0, T, J, kc, vc, rows, q->dn);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
@@ -705,6 +719,26 @@ static int cpu_forward(void *st, const be_batch *b) {
         q->taps = dfl_malloc64(sizeof(float) * BE_MAX_ROWS * (size_t)b->n_taps * c->hidden);
         q->cap_taps = b->n_taps;
     }
+    q->tree = 0;
+    if (b->tree_parent) { /* backend.h's tree rule */
+        if (q->dn || c->n_sliding_layers) {
+            dfl_seterr("forward: tree verification needs full attention in every layer; this %s model has %s "
+                       "(use the chain: --tree 0)", c->arch_name,
+                       q->dn ? "recurrent (Gated DeltaNet) layers" : "sliding-window layers");
+            return -1;
+        }
+        for (int t = 0; t < b->T; t++) {
+            int p = b->tree_parent[t], d = p < 0 ? 0 : q->tree_depth[p] + 1;
+            q->tree_parent[t] = p;
+            q->tree_depth[t] = d;
+            int *anc = q->tree_anc + (size_t)t * BE_KEEP_ROWS;
+            if (p >= 0) memcpy(anc, q->tree_anc + (size_t)p * BE_KEEP_ROWS, sizeof(int) * (size_t)d);
+            anc[d] = t;
+        }
+        q->tree = 1;
+    }
+    q->fwd_len = q->len;
+    q->fwd_T = b->T;
     q->n_kept = 0;
     q->tap_rows = b->n_taps ? b->T : 0;
     q->n_taps = b->n_taps;
@@ -720,6 +754,53 @@ static int cpu_forward(void *st, const be_batch *b) {
         r0 += n;
     }
     if (b->keep_rows) q->n_kept = b->T;
+    return 0;
+}
+
+/* The tree rule (backend.h): the path rows[0..n) of the last forward moves
+ * into place. rows ascend (a parent comes before its child), so row i's
+ * source rows[i] >= i is never a destination overwritten before it is read. */
+static int cpu_tree_commit(void *st, const int *rows, int n) {
+    cpu_seq *q = st;
+    const cfg_model *c = &q->m->cfg;
+    int T = q->fwd_T, base = q->fwd_len;
+    if (q->len != base + T || n < 1 || n > T) {
+        dfl_seterr("tree_commit: %d rows of a last forward of %d (length %d, was %d before it)", n, T, q->len, base);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int r = rows[i], want = i ? rows[i - 1] : -1;
+        int parent = q->tree ? (r >= 0 && r < T ? q->tree_parent[r] : -2) : r - 1;
+        if (r < 0 || r >= T || parent != want) {
+            dfl_seterr("tree_commit: path entry %d is row %d, not a child of %s %d", i, r, i ? "row" : "the committed",
+                       want);
+            return -1;
+        }
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!q->kv_rows[l]) continue;
+        size_t hd = (size_t)cfg_head_dim(c, l), nkv = (size_t)cfg_kv_heads(c, l), rs = (size_t)q->kv_rows[l];
+        float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
+        for (size_t h = 0; h < nkv; h++)
+            for (int i = 0; i < n; i++) {
+                if (rows[i] == i) continue;
+                size_t dst = (h * rs + (size_t)(base + i)) * hd, src = (h * rs + (size_t)(base + rows[i])) * hd;
+                memcpy(kc + dst, kc + src, sizeof(float) * hd);
+                memcpy(vc + dst, vc + src, sizeof(float) * hd);
+            }
+    }
+    size_t H = (size_t)c->hidden, tr = (size_t)q->n_taps * H;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] == i) continue;
+        if (i < q->tap_rows) memcpy(q->taps + i * tr, q->taps + (size_t)rows[i] * tr, sizeof(float) * tr);
+        if (i < q->n_kept) memcpy(q->kept + i * H, q->kept + (size_t)rows[i] * H, sizeof(float) * H);
+    }
+    if (q->tap_rows) q->tap_rows = n;
+    if (q->n_kept) q->n_kept = n;
+    q->len = base + n;
+    q->hw = q->len > q->hw ? q->len : q->hw;
+    q->tree = 0;
+    q->fwd_T = n; /* the path is now the last forward's rows 0..n-1, a chain */
     return 0;
 }
 
@@ -925,6 +1006,44 @@ static float *grow(float **buf, size_t *cap, size_t n) {
     return *buf;
 }
 
+/* be_draft_block.top_k: each slot's best top_k ids among ids 0..nv-1 then
+ * b->extra (a later id only when strictly greater, as out[] is chosen) and
+ * their log-probabilities under the softmax over those ids. lg: [ns][nv],
+ * xl: [ns][n_extra]. */
+static int draft_top_k(const be_draft_block *b, const float *lg, const float *xl, int ns, int nv) {
+    int K = b->top_k, nx = b->n_extra;
+    if (K > BE_DRAFT_TOPK || K > nv + nx || !b->top_ids || !b->top_logp) {
+        dfl_seterr("draft block: top_k %d (at most %d and the %d scored ids, with both output buffers)", K,
+                   BE_DRAFT_TOPK, nv + nx);
+        return -1;
+    }
+    for (int i = 0; i < ns; i++) {
+        const float *l = lg + (size_t)i * nv, *x = xl + (size_t)i * nx;
+        int32_t *ids = b->top_ids + (size_t)i * K;
+        float *lp = b->top_logp + (size_t)i * K, mx = -INFINITY;
+        int n = 0;
+        for (int j = 0; j < nv + nx; j++) {
+            float v = j < nv ? l[j] : x[j - nv];
+            mx = v > mx ? v : mx;
+            if (n == K && !(v > lp[K - 1])) continue;
+            int at = n < K ? n++ : K - 1; /* insert after every candidate >= v */
+            while (at > 0 && !(lp[at - 1] >= v)) {
+                lp[at] = lp[at - 1];
+                ids[at] = ids[at - 1];
+                at--;
+            }
+            lp[at] = v;
+            ids[at] = j < nv ? j : b->extra[j - nv];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < nv; j++) sum += expf(l[j] - mx);
+        for (int e = 0; e < nx; e++) sum += expf(x[e] - mx);
+        float lz = mx + logf(sum);
+        for (int k = 0; k < K; k++) lp[k] -= lz;
+    }
+    return 0;
+}
+
 static int cpu_draft_block(void *st, const be_draft_block *b) {
     cpu_draft *q = st;
     flush_pending(q);
@@ -947,9 +1066,9 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         const mdl_layer *L = &q->d->layers[l];
         /* keys: the projected context 0..pos0-1, then all B block rows
          * (not causal; the block's K/V are never cached) */
-        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
-                    .Kb = s->k, .Vb = s->v, .na = pos0, .nb = B, .causal = 0,
-                    .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd, .b_row = (size_t)kvd};
+        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd, .Kb = s->k,
+                    .Vb = s->v, .na = pos0, .nb = B, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd,
+                    .b_head = (size_t)hd, .b_row = (size_t)kvd};
         layer(q->tp, s, L, l, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx, NULL);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
@@ -969,6 +1088,7 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
             xl[(size_t)i * nx + e] = acc;
         }
     }
+    if (b->top_k > 0 && draft_top_k(b, lg, xl, ns, nv) != 0) return -1;
     if (b->out)
         for (int i = 0; i < ns; i++) { /* first maximum over ids 0..nv-1, then the extra ids */
             const float *l = lg + (size_t)i * nv;
@@ -1092,6 +1212,7 @@ const be_ops be_cpu = {
     .logits = cpu_logits,
     .argmax = cpu_argmax,
     .taps = cpu_taps,
+    .tree_commit = cpu_tree_commit,
     .draft_create = cpu_draft_create,
     .draft_destroy = cpu_draft_destroy,
     .draft_feed = cpu_draft_feed,

@@ -1796,6 +1796,10 @@ static int cu_forward(void *p, const be_batch *b) {
     const cu_model *cm = q->cm;
     cudaStream_t s = q->be->stream;
     if (be_check_batch(b, c, q->len, q->n_ctx) != 0) return -1; /* the checks every backend shares */
+    if (b->tree_parent) { /* backend.h's tree rule: no tree_commit here yet */
+        dfl_seterr("forward: the cuda backend has no tree verification yet (use the chain: --tree 0)");
+        return -1;
+    }
     if (b->n_taps > q->taps_cap) {
         cudaFree(q->taps);
         q->taps_cap = 0;
@@ -2106,6 +2110,10 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     int B = b->B;
     if (B < 2 || B > q->max_B) {
         dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
+        return -1;
+    }
+    if (b->top_k > 0) {
+        dfl_seterr("draft block: the cuda backend ranks no top-k candidates yet (tree drafting)");
         return -1;
     }
     if (b->n_extra < 0 || b->n_extra > CFG_MAX_EOS + 1) {
