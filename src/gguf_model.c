@@ -23,8 +23,10 @@ const char ggm_llama3_re[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 /* gpt-oss's o200k_harmony (llama.cpp's "gpt-4o"): case-split words, digits
  * in threes, no normalizer */
-const char ggm_gpt4o_re[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-                            "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char ggm_gpt4o_re[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+                            "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
+                            "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 /* NFC as the families' tokenizer.json files normalize (Qwen3.5's as Qwen3's) */
 const ggm_pretok ggm_pretoks[] = {
     {"qwen2", ggm_qwen2_re, 1},
@@ -81,8 +83,8 @@ static int arch_of(const gguf_file *g, char *arch, size_t cap, ggm_arch *ga) {
             return 0;
         }
     char b[64];
-    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, llama, gpt-oss, "
-               "gemma4, dflash)",
+    dfl_seterr("%s: unsupported architecture '%s' (supported: qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, llama, "
+               "gpt-oss, gemma4, dflash)",
                g->path, shown(arch, strlen(arch), b));
     return -1;
 }
@@ -1279,7 +1281,8 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
             re = pt->re, nfc = pt->nfc;
     if (!re && strcmp(pre, "default") && strcmp(pre, "gpt2")) {
         char b[64];
-        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt-4o, gpt2)", path, shown(pre, strlen(pre), b));
+        dfl_seterr("%s: tokenizer.ggml.pre '%s' not supported (qwen2, qwen35, llama-bpe, gpt-4o, gpt2)", path,
+                   shown(pre, strlen(pre), b));
         goto out;
     }
     const gguf_kv *tk = str_array(&g, "tokenizer.ggml.tokens", 1), *mg, *ty = NULL;

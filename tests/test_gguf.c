@@ -16,7 +16,12 @@
  *     plain prompt the special tokens of tokenizer.ggml.add_bos_token /
  *     add_eos_token (llama.cpp's defaults when absent; bad values refused
  *     naming the key); dflash convert writes those flags from
- *     tokenizer.json's post_processor, so both give the same ids. */
+ *     tokenizer.json's post_processor, so both give the same ids;
+ *   - gpt-oss and Gemma-4 as llama.cpp v0.5.0's converter writes them (its
+ *     files of the tiny checkpoints, vocabularies cut to 1024): the same
+ *     logits as the checkpoints bit for bit, the MXFP4 experts included;
+ *     dflash convert writes the converter's keys and bytes; bad metadata
+ *     refused naming the key; gpt-oss's tokenizer as "gpt-4o". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
