@@ -2048,7 +2048,7 @@ static int zoo2_cut(const char *name, const char *dir, int mx) {
 /* Logits [T][V] of M on TOK (CPU backend). */
 static void zoo2_logits(void *be, const mdl_model *m, const int32_t *tok, int T, float *out) {
     void *st = be_cpu.create(be, m, 256);
-    be_batch b = {T, tok, T, out, 0, NULL, 0};
+    be_batch b = {.T = T, .tokens = tok, .n_logits = T, .logits = out};
     CHECK(st && be_cpu.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
     if (st) be_cpu.destroy(st);
 }
