@@ -117,7 +117,7 @@ TOKENIZER_JSON := models/qwen3-tokenizer/tokenizer.json models/gptoss-tokenizer/
 DEMO_MODELS := models/demo/target/model.safetensors models/demo/draft/model.safetensors
 # the issue 22 references (tests/fixtures/README.md): Gemma-4 and gpt-oss from transformers
 ZOO2_MODELS := tests/models/tiny-gemma4/model.safetensors tests/models/tiny-gptoss/model.safetensors \
-  tests/models/tiny-gemma4-kv/model.safetensors
+  tests/models/tiny-gemma4-kv/model.safetensors tests/models/tiny-gemma4-moe/model.safetensors
 UNPACKED := $(TOKENIZER_JSON) $(DEMO_MODELS) $(ZOO2_MODELS)
 $(UNPACKED): %: %.xz | $(DEPS_STAMP)
 	@{ xz -dc $< 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' $<; } >$@.tmp && mv $@.tmp $@
