@@ -657,6 +657,11 @@ static int cu_prepare(void *p, mdl_model *m) {
     cu_be *be = (cu_be *)p;
     cudaSetDevice(be->device);
     const cfg_model *c = &m->cfg;
+    if (c->g4_moe) { /* the CPU runs it (cpu_backend.c g4_moe); not written for the GPU yet */
+        dfl_seterr("backend cuda: Gemma-4's MoE block (enable_moe_block, gemma-4-26B-A4B: experts beside the "
+                   "dense MLP) is not implemented on the GPU yet; use --backend cpu");
+        return -1;
+    }
     if (c->n_moe_layers && (c->n_experts > MOE_MAX_E || c->n_experts_used > MOE_MAX_K ||
                             BE_MAX_ROWS * c->n_experts_used > MOE_MAX_PAIRS)) {
         dfl_seterr("backend cuda: %d experts, %d per token: at most %d and %d; use --backend cpu", c->n_experts,
