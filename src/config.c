@@ -588,6 +588,41 @@ static int parse_per_layer_config(cfg_model *c, const cJSON *plc) {
     return 0;
 }
 
+/* Gemma-4's MoE block (enable_moe_block, gemma-4-26B-A4B): every layer has
+ * the expert block beside its dense MLP (model.h). num_experts,
+ * top_k_experts, moe_intermediate_size are required (Gemma4TextConfig's
+ * defaults are null); the router renormalises its top k (norm_topk). */
+static int parse_gemma4_moe(cfg_model *c, const cJSON *root) {
+    static const char *keys[3] = {"num_experts", "top_k_experts", "moe_intermediate_size"};
+    int *vals[3] = {&c->n_experts, &c->n_experts_used, &c->moe_inter};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        if (!v || cJSON_IsNull(v)) {
+            dfl_seterr("%s: enable_moe_block is true but \"%s\" is %s", cur_path, keys[i], v ? "null" : "missing");
+            return -1;
+        }
+        if (get_int(root, keys[i], vals[i], 1, 0)) return -1;
+    }
+    if (c->n_experts < 1 || c->n_experts > CFG_MAX_EXPERTS) {
+        dfl_seterr("%s: num_experts %d out of range (1..%d)", cur_path, c->n_experts, CFG_MAX_EXPERTS);
+        return -1;
+    }
+    if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts || c->n_experts_used > CFG_MAX_EXPERTS_USED) {
+        dfl_seterr("%s: top_k_experts %d out of range (1..%d, at most num_experts %d)", cur_path, c->n_experts_used,
+                   CFG_MAX_EXPERTS_USED, c->n_experts);
+        return -1;
+    }
+    if (c->moe_inter < 1 || c->moe_inter > CFG_MAX_INTER) {
+        dfl_seterr("%s: moe_intermediate_size %d out of range (1..%d)", cur_path, c->moe_inter, CFG_MAX_INTER);
+        return -1;
+    }
+    c->norm_topk = 1;
+    c->g4_moe = 1;
+    for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+    c->n_moe_layers = c->n_layers;
+    return 0;
+}
+
 /* Gemma-4's fields (Gemma4TextConfig, transformers 5.17), with its defaults
  * for absent ones. Implemented: layer_types (absent: every 6th layer full;
  * the last layer is made full as transformers does), sliding_window (512),
@@ -598,12 +633,11 @@ static int parse_per_layer_config(cfg_model *c, const cJSON *plc) {
  * null or "vision" (text tokens attend causally), attention_k_eq_v (full
  * layers have no v_proj: their values are the k_proj output, RMS-normed
  * without weight; read from the reference's code, no fixture checks it
- * yet). Refused by name, no reference to check them against yet:
- * num_kv_shared_layers > 0, enable_moe_block, use_bidirectional_attention
- * "all".
+ * yet), enable_moe_block (parse_gemma4_moe). Refused by name, no reference
+ * to check them against yet: num_kv_shared_layers > 0,
+ * use_bidirectional_attention "all".
  * use_double_wide_mlp widens only KV-shared layers' MLPs: with none it
- * changes nothing. num_experts, top_k_experts, moe_intermediate_size belong
- * to the refused MoE block. */
+ * changes nothing. */
 static int parse_gemma4(cfg_model *c, const cJSON *root) {
     int shared, moe, vp;
     double cap;
@@ -623,11 +657,12 @@ static int parse_gemma4(cfg_model *c, const cJSON *root) {
     if (get_bool(root, "attention_k_eq_v", &c->k_eq_v, 0) || get_int(root, "num_kv_shared_layers", &shared, 0, 0) ||
         get_bool(root, "enable_moe_block", &moe, 0))
         return -1;
-    if (shared || moe) {
-        dfl_seterr("%s: %s is not supported for Gemma-4 yet (no reference checks it)", cur_path,
-                   shared ? "num_kv_shared_layers > 0" : "enable_moe_block=true");
+    if (shared) {
+        dfl_seterr("%s: num_kv_shared_layers > 0 is not supported for Gemma-4 yet (no reference checks it)",
+                   cur_path);
         return -1;
     }
+    if (moe && parse_gemma4_moe(c, root)) return -1;
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && !cJSON_IsNull(lt)) {
         if (layer_types(lt, c->n_layers, "sliding_attention", c->sliding_layer, &c->n_sliding_layers)) return -1;

@@ -155,6 +155,8 @@ typedef struct {
     float softcap;       /* final_logit_softcapping; 0: none */
     double full_theta, full_factor; /* full layers' proportional RoPE: theta, factor */
     int full_rot;        /* frequency pairs that rotate in a full layer (the rest: frequency 0) */
+    int g4_moe;          /* Gemma-4 enable_moe_block: every layer (moe_layer[] all 1) has the expert block
+                            beside its dense MLP (intermediate_size), outputs summed (model.h) */
     int gemma_mm;        /* a multimodal gemma4 config: its text_config was loaded, vision/audio ignored */
     /* a layer's head width and kv heads where they differ from head_dim /
      * n_kv_heads (Gemma-4's full layers), else 0: read them with

@@ -542,6 +542,50 @@ static float *bind_vec(mdl_model *m, const char *name, int n) {
     return v;
 }
 
+/* Gemma-4's expert block under PRE ("model.layers.L."; model.h): the router
+ * and the experts as transformers 5.17 stores them, float, bound in place.
+ * Other layouts (MLX-quantized or split experts) are refused by name: no
+ * reference says how they are laid out for this family. */
+static int bind_gemma4_experts(mdl_model *m, const char *pre, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    int E = c->n_experts, H = c->hidden, I = c->moe_inter;
+    char b[256], q[300];
+    snprintf(b, sizeof b, "%srouter.proj", pre);
+    if (bind_linear(m, b, E, H, &L->router)) return -1;
+    snprintf(b, sizeof b, "%srouter.scale", pre);
+    if (!(L->router_scale = bind_f32(m, b, H, 0, 0))) return -1;
+    snprintf(b, sizeof b, "%srouter.per_expert_scale", pre);
+    if (!(L->router_pes = bind_f32(m, b, E, 0, 0))) return -1;
+    static const char *part[2] = {"gate_up_proj", "down_proj"};
+    for (int p = 0; p < 2; p++) {
+        snprintf(b, sizeof b, "%sexperts.%s", pre, part[p]);
+        snprintf(q, sizeof q, "%s.scales", b);
+        if (st_find(&m->st, q) || !st_find(&m->st, b)) {
+            dfl_seterr("tensor '%s': %s; Gemma-4's experts are supported as transformers stores them (float "
+                       "experts.gate_up_proj [E, 2*moe_inter, H], experts.down_proj [E, H, moe_inter]), not "
+                       "MLX-quantized or in another layout (quantize at load with --quant q8|q4 instead)",
+                       b, st_find(&m->st, q) ? "MLX-quantized" : "missing");
+            return -1;
+        }
+    }
+    L->experts = dfl_calloc((size_t)E, sizeof(mdl_expert));
+    wt_weight *tmp = dfl_malloc(sizeof(wt_weight) * (size_t)E);
+    int rc = -1;
+    snprintf(b, sizeof b, "%sexperts.gate_up_proj", pre);
+    if (bind_mat(m, b, b, E, 2 * I, H, tmp)) goto out; /* [E, 2I, H] */
+    for (int e = 0; e < E; e++) {
+        L->experts[e].wg = rows_of(&tmp[e], 0, I);
+        L->experts[e].wu = rows_of(&tmp[e], I, I);
+    }
+    snprintf(b, sizeof b, "%sexperts.down_proj", pre);
+    if (bind_mat(m, b, b, E, H, I, tmp)) goto out; /* [E, H, I] */
+    for (int e = 0; e < E; e++) L->experts[e].wd = tmp[e];
+    rc = 0;
+out:
+    free(tmp);
+    return rc;
+}
+
 /* Layer L's Gated DeltaNet under PRE (".../layers.L.linear_attn."). */
 static int bind_linear_attn(mdl_model *m, const char *pre, mdl_layer *L) {
     const cfg_model *c = &m->cfg;
@@ -727,7 +771,16 @@ int mdl_load(mdl_model *m, const char *dir) {
         if (c->attn_sinks) {
             VECN(sinks, "self_attn.sinks", c->n_heads);
         }
-        if (c->moe_layer[l] && c->arch == CFG_GPT_OSS) {
+        if (c->g4_moe) { /* the dense MLP and the expert block beside it */
+            LIN(wg, "mlp.gate_proj", c->inter, H);
+            LIN(wu, "mlp.up_proj", c->inter, H);
+            LIN(wd, "mlp.down_proj", H, c->inter);
+            snprintf(b, sizeof b, "%slayers.%d.", pre, l);
+            if (bind_gemma4_experts(m, b, L)) goto fail;
+            VEC(moe_in_norm, "pre_feedforward_layernorm_2", H);
+            VEC(ffn_out_norm1, "post_feedforward_layernorm_1", H);
+            VEC(ffn_out_norm2, "post_feedforward_layernorm_2", H);
+        } else if (c->moe_layer[l] && c->arch == CFG_GPT_OSS) {
             snprintf(b, sizeof b, "%slayers.%d.", pre, l);
             if (bind_gptoss_experts(m, b, L)) goto fail;
         } else if (c->moe_layer[l]) {
@@ -801,6 +854,11 @@ void mdl_free(mdl_model *m) {
             free(L->attn_out_norm);
             free(L->ffn_out_norm);
             free(L->ple_norm);
+            free(L->router_scale);
+            free(L->router_pes);
+            free(L->moe_in_norm);
+            free(L->ffn_out_norm1);
+            free(L->ffn_out_norm2);
         }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

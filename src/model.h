@@ -80,6 +80,25 @@ typedef struct {
     wt_weight ple_proj;          /* per_layer_projection [H, P] */
     float *ple_norm;             /* post_per_layer_input_norm [H] */
     float layer_scalar;          /* layer_scalar [1]: the layer's output times it */
+    /* Gemma-4's MoE block (cfg.g4_moe: every layer), else NULL. The layer
+     * keeps its dense MLP (wg, wu, wd, input norm post_norm) and adds the
+     * expert block beside it, on disk under layers.L.: router.proj.weight
+     * [E, H] (bound as router), router.scale [H], router.per_expert_scale
+     * [E], experts.gate_up_proj [E, 2*moe_inter, H] (output-major: rows
+     * 0..I-1 the gate, I..2I-1 the up; each expert's wg / wu bound in place
+     * as rows of it) and experts.down_proj [E, H, moe_inter] (wd in place).
+     * With r = x after attention:
+     *   h1 = ffn_out_norm1(Wd(gelu_tanh(Wg n) * (Wu n))), n = post_norm(r);
+     *   z = rmsnorm_noweight(r) * router_scale * H^-0.5; p = softmax(Wr z);
+     *   the top k of p, renormalised to sum 1, each times router_pes[e];
+     *   h2 = ffn_out_norm2(sum_k w_k Wd_e(gelu_tanh(Wg_e n2) * (Wu_e n2))),
+     *   n2 = moe_in_norm(r);
+     *   x = r + ffn_out_norm(h1 + h2). */
+    float *router_scale;         /* router.scale [H] */
+    float *router_pes;           /* router.per_expert_scale [E] */
+    float *moe_in_norm;          /* pre_feedforward_layernorm_2 [H] */
+    float *ffn_out_norm1;        /* post_feedforward_layernorm_1 [H]: on the dense MLP's output */
+    float *ffn_out_norm2;        /* post_feedforward_layernorm_2 [H]: on the experts' sum */
 } mdl_layer;
 
 typedef struct {

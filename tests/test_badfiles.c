@@ -333,6 +333,49 @@ TEST(gptoss_bad_files) {
     CHECK(load_fails(d, "quant_method \"mxfp4\" is not supported"), "mxfp4 on qwen3");
 }
 
+/* Gemma-4 MoE (tiny-gemma4-moe) with one thing wrong: the expert fields
+ * (each named), the router's and the experts' tensors, an expert layout
+ * other than transformers' (MLX-quantized: refused by name). */
+TEST(gemma4_moe_bad_files) {
+    static const struct {
+        const char *key, *value, *needle;
+    } cfg[] = {
+        {"num_experts", "null", "enable_moe_block is true but \"num_experts\" is null"},
+        {"top_k_experts", "5", "top_k_experts 5 out of range (1..64, at most num_experts 4)"},
+        {"top_k_experts", "0", "top_k_experts 0 out of range"},
+        {"num_experts", "0", "num_experts 0 out of range"},
+        {"moe_intermediate_size", "0", "moe_intermediate_size 0 out of range"},
+        {"moe_intermediate_size", "2.5", "field \"moe_intermediate_size\" must be an integer"},
+        {"num_kv_shared_layers", "2", "num_kv_shared_layers > 0 is not supported"},
+    };
+    const char *d;
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        d = clone("tiny-gemma4-moe");
+        set_raw(d, "config.json", NULL, cfg[i].key, cfg[i].value);
+        CHECK(load_fails(d, cfg[i].needle), "config %s = %s", cfg[i].key, cfg[i].value);
+    }
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.2.router.per_expert_scale", "model.layers.2.router.pes", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.2.router.per_expert_scale'"), "no per_expert_scale");
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.1.experts.gate_up_proj", NULL, "[4, 32, 128]", NULL, 0);
+    CHECK(load_fails(d, "gate_up_proj': shape [4, 32, 128], expected [4, 64, 64]"), "gate_up_proj shape");
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.4.experts.down_proj", NULL, "[4, 32, 64]", NULL, 0);
+    CHECK(load_fails(d, "down_proj': shape [4, 32, 64], expected [4, 64, 32]"), "down_proj shape");
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.0.pre_feedforward_layernorm_2.weight", "model.layers.0.pre_ffn_2.weight", NULL, NULL, 0);
+    CHECK(load_fails(d, "missing tensor 'model.layers.0.pre_feedforward_layernorm_2.weight'"), "no norm 2");
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.3.post_feedforward_layernorm_1.weight", "model.layers.3.experts.gate_up_proj.scales",
+             NULL, NULL, 0);
+    CHECK(load_fails(d, "tensor 'model.layers.3.experts.gate_up_proj': MLX-quantized; Gemma-4's experts"),
+          "MLX experts refused");
+    d = clone("tiny-gemma4-moe");
+    st_patch(d, "model.layers.5.experts.down_proj", "model.layers.5.experts.down", NULL, NULL, 0);
+    CHECK(load_fails(d, "tensor 'model.layers.5.experts.down_proj': missing; Gemma-4's experts"), "no down_proj");
+}
+
 /* Gemma-4 checkpoints with one thing wrong: its own tensors (layer_scalar,
  * the full layer's wider head, the per-layer inputs) and config fields
  * (those refused by name, out-of-range values); and the multimodal
@@ -359,7 +402,7 @@ TEST(gemma4_bad_files) {
         const char *obj, *key, *value, *needle;
     } cfg[] = {
         {NULL, "num_kv_shared_layers", "2", "num_kv_shared_layers > 0 is not supported"},
-        {NULL, "enable_moe_block", "true", "enable_moe_block=true is not supported"},
+        {NULL, "enable_moe_block", "true", "enable_moe_block is true but \"num_experts\" is null"},
         {NULL, "hidden_activation", "\"gelu\"", "hidden_activation \"gelu\" is not supported"},
         {NULL, "use_bidirectional_attention", "\"all\"", "use_bidirectional_attention all is not supported"},
         {NULL, "per_layer_config", "{\"7\": {\"head_dim\": 32}}", "per_layer_config key \"7\" must be a layer id"},
@@ -590,6 +633,7 @@ int main(void) {
     RUN(qwen3next_bad_files);
     RUN(gptoss_bad_files);
     RUN(gemma4_bad_files);
+    RUN(gemma4_moe_bad_files);
     RUN(good_models_still_load);
     RUN(output_dirs);
     RUN(nan_logits_generate);

@@ -493,8 +493,8 @@ TEST(lossless_gptoss_random_draft) {
  * full one with a wider head, per-layer inputs, softcapping) with a random
  * dense draft tapping its layers: DFlash = plain decoding at blocks 2..16
  * and auto, greedy and temp 0.8, past the ring (8 + 64 rows). */
-TEST(lossless_gemma4_random_draft) {
-    const char *t = rpath("tests/models/tiny-gemma4");
+static void gemma4_random_draft(const char *target, const char *what) {
+    const char *t = rpath(target);
     char d[512];
     snprintf(d, sizeof d, "%s", tpath("gemma4_draft"));
     syn_spec ds = draft_spec();
@@ -506,8 +506,14 @@ TEST(lossless_gemma4_random_draft) {
     CHECK(syn_write(d, &ds) == 0, "synth: %s", dfl_lasterr());
     dflash_model *m = load_pair(t, d, NULL);
     if (!m) return;
-    random_lossless(m, 24, 16000, n_small < 24 ? n_small : 24, n_small < 8 ? n_small : 8, 40, "gemma-4 + random draft");
+    random_lossless(m, 24, 16000, n_small < 24 ? n_small : 24, n_small < 8 ? n_small : 8, 40, what);
     dflash_free(m);
+}
+TEST(lossless_gemma4_random_draft) { gemma4_random_draft("tests/models/tiny-gemma4", "gemma-4 + random draft"); }
+/* the same with tests/models/tiny-gemma4-moe (enable_moe_block: every layer
+ * has the expert block beside its dense MLP) */
+TEST(lossless_gemma4_moe_random_draft) {
+    gemma4_random_draft("tests/models/tiny-gemma4-moe", "gemma-4 MoE + random draft");
 }
 
 TEST(lossless_demo_pair) {
@@ -669,6 +675,7 @@ int main(void) {
     RUN(lossless_gptoss_random_draft);
     RUN(lossless_gptoss_accepting);
     RUN(lossless_gemma4_random_draft);
+    RUN(lossless_gemma4_moe_random_draft);
     RUN(lossless_gemma4_accepting);
     RUN(lossless_draft_window);
     RUN(lossless_demo_pair);

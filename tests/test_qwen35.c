@@ -301,7 +301,7 @@ int main(void) {
     if (grc) fprintf(stderr, "  gemma4 k_eq_v synth: %s\n", dfl_lasterr());
     const char *dirs[] = {"tests/models/tiny-qwen35", "tests/models/tiny-qwen35moe", "tests/models/tiny-qwen3next", q4,
                           q4n, "tests/models/tiny-gptoss", "tests/models/tiny-gemma4", keqv,
-                          "tests/models/tiny-gemma4-kv"};
+                          "tests/models/tiny-gemma4-kv", "tests/models/tiny-gemma4-moe"};
     for (int d = 0; d < (int)(sizeof dirs / sizeof dirs[0]); d++) {
         model_dir = dirs[d];
         if ((d >= 3 && d <= 4 && qrc) || (dirs[d] == keqv && grc)) {

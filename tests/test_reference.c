@@ -261,6 +261,9 @@ TEST(gptoss_bf16) { check_target("tiny-gptoss"); }
  * reference's own spread, logits 2e-3, taps 1e-3 (the window, softcap,
  * rotary fraction or eps changed give 3e-3 .. O(1)). */
 TEST(gemma4_bf16) { check_model_within("tests/models/tiny-gemma4", "tiny-gemma4", 2e-3f, 1e-3f); }
+/* Gemma-4 with enable_moe_block (gemma-4-26B-A4B's layer: dense MLP + 4
+ * experts top 2 beside it), same bounds as tiny-gemma4 */
+TEST(gemma4_moe_bf16) { check_model_within("tests/models/tiny-gemma4-moe", "tiny-gemma4-moe", 2e-3f, 1e-3f); }
 /* Gemma-4 with attention_k_eq_v (tests/models/tiny-gemma4-kv, the attention
  * of gemma-4-31B: full layers 2 and 5 with no v_proj, their values the keys
  * as projected, v-normed and unrotated, one kv head of 32; no per-layer
@@ -540,6 +543,7 @@ int main(void) {
     RUN(qwen3moe_bf16);
     RUN(gptoss_bf16);
     RUN(gemma4_bf16);
+    RUN(gemma4_moe_bf16);
     RUN(gemma4_keqv_greedy);
     RUN(qwen3moe_mlx_q4_switch_mlp);
     RUN(qwen3moe_token_bytes);

@@ -130,7 +130,9 @@ typedef struct {
     int *start;        /* [n_experts + 1] first pair row of each expert */
     float *xe, *ye;    /* [P][H] inputs gathered by expert, expert outputs */
     float *ge, *ue;    /* [P][moe_inter] */
-    float *sh;         /* [rows][H] the shared expert's gated output (Qwen3.5-MoE), else NULL */
+    float *sh;         /* [rows][H] the shared expert's gated output (Qwen3.5-MoE), Gemma-4 MoE's dense
+                          MLP output h1, else NULL */
+    float *rn, *h2;    /* [rows][H] Gemma-4 MoE (cfg.g4_moe): the router's input, the experts' sum; else NULL */
     /* Gemma-4 per-layer inputs (cfg.ple = P > 0), else NULL */
     float *ple;        /* [rows][L*P] every layer's inputs of the rows */
     float *pt;         /* [rows][P] one layer's gate */
@@ -155,7 +157,12 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     }
     s->rl = NULL, s->sel = NULL, s->wsel = NULL, s->slot = NULL, s->start = NULL;
     s->xe = s->ye = s->ge = s->ue = s->sh = NULL;
-    if (c->shared_inter) s->sh = dfl_malloc64(sizeof(float) * rows * H);
+    if (c->shared_inter || c->g4_moe) s->sh = dfl_malloc64(sizeof(float) * rows * H);
+    s->rn = s->h2 = NULL;
+    if (c->g4_moe) {
+        s->rn = dfl_malloc64(sizeof(float) * rows * H);
+        s->h2 = dfl_malloc64(sizeof(float) * rows * H);
+    }
     s->ple = s->pt = s->pe = NULL;
     if (c->ple) {
         size_t LP = (size_t)c->n_layers * c->ple;
@@ -198,6 +205,8 @@ static void scratch_free(scratch *s) {
     free(s->ge);
     free(s->ue);
     free(s->sh);
+    free(s->rn);
+    free(s->h2);
     free(s->ple);
     free(s->pt);
     free(s->pe);
@@ -246,14 +255,20 @@ static void swiglu(tp_pool *tp, float *g, const float *u, size_t n) { gated_act(
 
 /* x += Wd(silu(Wg n) * (Wu n)), n = post_norm(x); for T rows. Gemma-4:
  * gelu_tanh for silu, and ffn_out_norm on the output before the add. */
-static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+/* out[T][H] = Wd(act(Wg n) * (Wu n)), n = post_norm(x) (in s->xn) */
+static void dense_mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T, float *out) {
     int H = c->hidden, I = c->inter;
     rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
     float *ys[2] = {s->g, s->u};
     const wt_weight *ws[2] = {&L->wg, &L->wu};
     kn_matmul_n(tp, ys, s->xn, ws, 2, T);
     gated_act(tp, s->g, s->u, (size_t)T * I, c->geglu);
-    kn_matmul(tp, s->xn, s->g, &L->wd, T);
+    kn_matmul(tp, out, s->g, &L->wd, T);
+}
+
+static void mlp(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    int H = c->hidden;
+    dense_mlp(tp, s, L, c, T, s->xn);
     if (L->ffn_out_norm) rmsnorm_rows(s->xn, s->xn, L->ffn_out_norm, T, H, c->eps);
     for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
 }
@@ -328,17 +343,20 @@ static void clamped_swiglu(float *g, const float *u, const float *bg, const floa
         }
 }
 
-/* The expert block on T rows: n = post_norm(x), each row routed (route;
- * gpt-oss: route_topk_softmax on the biased logits), x += sum over its k
- * experts, in rank order, of w_j * Wd_e(silu(Wg_e n) * (Wu_e n)) (gpt-oss:
- * Wd_e clamped_swiglu(...) + bd_e) (+ the gated shared expert, Qwen3.5-MoE). The rows routed to one expert go through its matrices in one
- * kn_matmul (row-invariant, so a row's expert output does not depend on
- * which rows share it), and each row's sum has one order: a row's result is
- * the same bits for any T and any mix of rows. */
-static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+/* The expert block on T rows: each row routed on its router input rin
+ * ([T][H]; route, then (Gemma-4) each weight times router_pes[e]; gpt-oss:
+ * route_topk_softmax on the biased logits), out[t] += sum over its k
+ * experts, in rank order, of w_j * Wd_e(act(Wg_e n) * (Wu_e n)), n = xin[t]
+ * ([T][H]; act: silu, gelu_tanh with c->geglu; gpt-oss: Wd_e
+ * clamped_swiglu(...) + bd_e) (+ the gated shared expert on xin,
+ * Qwen3.5-MoE). The rows routed to one expert go through its matrices in
+ * one kn_matmul (row-invariant, so a row's expert output does not depend
+ * on which rows share it), and each row's sum has one order: a row's result
+ * is the same bits for any T and any mix of rows. */
+static void experts(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T, const float *rin,
+                    const float *xin, float *out) {
     int H = c->hidden, E = c->n_experts, K = c->n_experts_used, I = c->moe_inter;
-    rmsnorm_rows(s->xn, s->x, L->post_norm, T, H, c->eps);
-    kn_matmul(tp, s->rl, s->xn, &L->router, T);
+    kn_matmul(tp, s->rl, rin, &L->router, T);
     for (int e = 0; e <= E; e++) s->start[e] = 0;
     for (int t = 0; t < T; t++) {
         float *rl = s->rl + (size_t)t * E;
@@ -348,6 +366,8 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         } else {
             route(rl, E, K, c->norm_topk, s->sel + (size_t)t * K, s->wsel + (size_t)t * K);
         }
+        if (L->router_pes) /* Gemma-4 */
+            for (int j = 0; j < K; j++) s->wsel[t * K + j] *= L->router_pes[s->sel[t * K + j]];
         for (int j = 0; j < K; j++) s->start[s->sel[t * K + j] + 1]++;
     }
     for (int e = 0; e < E; e++) s->start[e + 1] += s->start[e];
@@ -357,7 +377,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         for (int j = 0; j < K; j++) {
             int p = s->start[s->sel[t * K + j]]++;
             s->slot[t * K + j] = p;
-            memcpy(s->xe + (size_t)p * H, s->xn + (size_t)t * H, sizeof(float) * H);
+            memcpy(s->xe + (size_t)p * H, xin + (size_t)t * H, sizeof(float) * H);
         }
     for (int e = E; e > 0; e--) s->start[e] = s->start[e - 1];
     s->start[0] = 0;
@@ -370,7 +390,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         kn_matmul_n(tp, ys, s->xe + (size_t)a * H, ws, 2, n);
         if (x->bg) clamped_swiglu(s->ge + (size_t)a * I, s->ue + (size_t)a * I, x->bg, x->bu, n, I, c->swiglu_limit);
     }
-    if (!L->router_bias) swiglu(tp, s->ge, s->ue, (size_t)T * K * I);
+    if (!L->router_bias) gated_act(tp, s->ge, s->ue, (size_t)T * K * I, c->geglu);
     for (int e = 0; e < E; e++) {
         int a = s->start[e], n = s->start[e + 1] - a;
         if (!n) continue;
@@ -382,11 +402,11 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
     if (L->sh_gate) {
         float *ys[2] = {s->g, s->u};
         const wt_weight *ws[2] = {&L->sh_wg, &L->sh_wu};
-        kn_matmul_n(tp, ys, s->xn, ws, 2, T);
+        kn_matmul_n(tp, ys, xin, ws, 2, T);
         swiglu(tp, s->g, s->u, (size_t)T * c->shared_inter);
         kn_matmul(tp, s->sh, s->g, &L->sh_wd, T);
         for (int t = 0; t < T; t++) {
-            const float *n = s->xn + (size_t)t * H;
+            const float *n = xin + (size_t)t * H;
             float dot = 0.0f;
             for (int d = 0; d < H; d++) dot += L->sh_gate[d] * n[d];
             float sg = 1.0f / (1.0f + expf(-dot));
@@ -394,7 +414,7 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
         }
     }
     for (int t = 0; t < T; t++) {
-        float *xr = s->x + (size_t)t * H;
+        float *xr = out + (size_t)t * H;
         for (int d = 0; d < H; d++) {
             float acc = 0.0f;
             for (int j = 0; j < K; j++) acc += s->wsel[t * K + j] * s->ye[(size_t)s->slot[t * K + j] * H + d];
@@ -402,6 +422,36 @@ static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c,
             xr[d] += acc;
         }
     }
+}
+
+/* The expert block as a layer's MLP (Qwen3-MoE, Qwen3.5-MoE, Qwen3-Next,
+ * gpt-oss): x += experts(n), n = post_norm(x) routing and feeding them. */
+static void moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    rmsnorm_rows(s->xn, s->x, L->post_norm, T, c->hidden, c->eps);
+    experts(tp, s, L, c, T, s->xn, s->xn, s->x);
+}
+
+/* Gemma-4's MoE layer (cfg.g4_moe, model.h) on T rows, r = x:
+ * h1 = ffn_out_norm1(dense MLP(post_norm(r))) in s->sh; the router's input
+ * rmsnorm(r) * router_scale * H^-0.5 in s->rn; the experts' input
+ * moe_in_norm(r) in s->xn; h2 = ffn_out_norm2(their sum) in s->h2;
+ * x = r + ffn_out_norm(h1 + h2). Row by row throughout: batch-invariant as
+ * experts() is. */
+static void g4_moe(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_model *c, int T) {
+    int H = c->hidden;
+    size_t n = (size_t)T * H;
+    dense_mlp(tp, s, L, c, T, s->sh);
+    rmsnorm_rows(s->sh, s->sh, L->ffn_out_norm1, T, H, c->eps);
+    const float root = 1.0f / sqrtf((float)H); /* hidden_size ** -0.5 */
+    rmsnorm_rows(s->rn, s->x, L->router_scale, T, H, c->eps);
+    for (size_t i = 0; i < n; i++) s->rn[i] *= root;
+    rmsnorm_rows(s->xn, s->x, L->moe_in_norm, T, H, c->eps);
+    memset(s->h2, 0, sizeof(float) * n);
+    experts(tp, s, L, c, T, s->rn, s->xn, s->h2);
+    rmsnorm_rows(s->h2, s->h2, L->ffn_out_norm2, T, H, c->eps);
+    for (size_t i = 0; i < n; i++) s->xn[i] = s->sh[i] + s->h2[i];
+    rmsnorm_rows(s->xn, s->xn, L->ffn_out_norm, T, H, c->eps);
+    for (size_t i = 0; i < n; i++) s->x[i] += s->xn[i];
 }
 
 /* q, k, v = Wq xn, Wk xn, Wv xn for T rows of layer l (one parallel region;
@@ -509,7 +559,8 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
     J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
     at_run(tp, &J, T);
     attn_out(tp, s, L, c, T);
-    if (L->experts) moe(tp, s, L, c, T);
+    if (c->g4_moe) g4_moe(tp, s, L, c, T);
+    else if (L->experts) moe(tp, s, L, c, T);
     else mlp(tp, s, L, c, T);
     if (L->ple_gate.rows) ple_block(tp, s, L, l, c, T);
     if (c->arch == CFG_GEMMA4)

@@ -1669,7 +1669,7 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, c
  * lane's values in ascending index, then a butterfly over the lanes: every
  * lane gets the same bits), sel[t][j] = the K largest p, largest first
  * (ties: the lower index), wsel[t][j] their p, divided by their sum taken in
- * rank order when norm. A row's routing depends on its logits alone.
+ * rank order when norm, then times pes[sel[t][j]] when pes (Gemma-4). A row's routing depends on its logits alone.
  * Plan of the P = T*K pairs (pair q = row q / K, rank q % K): start[e] =
  * first place of expert e's pairs, which come in ascending q; slot[q] = pair
  * q's place; pair_row[place] = its row; active = the experts with pairs,
@@ -1677,7 +1677,8 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm_moe(cw_weight w, c
  * model's E fixes it). */
 template <int PER>
 __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl, const float *__restrict__ bias,
-                                                    int T, int E, int K, int norm, int *__restrict__ sel, float *__restrict__ wsel,
+                                                    int T, int E, int K, int norm, const float *__restrict__ pes,
+                                                    int *__restrict__ sel, float *__restrict__ wsel,
                                                     int *__restrict__ start, int *__restrict__ active,
                                                     int *__restrict__ n_active, int *__restrict__ slot,
                                                     int *__restrict__ pair_row) {
@@ -1755,7 +1756,10 @@ __global__ void __launch_bounds__(1024) k_moe_route(const float *__restrict__ rl
             if (lane == 0) sel[(size_t)t * K + j] = ssel[t * K + j] = bi;
         }
         if (lane == 0)
-            for (int j = 0; j < K; j++) wsel[(size_t)t * K + j] = norm ? w[j] / tot : w[j];
+            for (int j = 0; j < K; j++) {
+                float wj = norm ? w[j] / tot : w[j];
+                wsel[(size_t)t * K + j] = pes ? wj * pes[ssel[t * K + j]] : wj; /* Gemma-4's per_expert_scale */
+            }
     }
     /* the plan: integer counts (shared atomics: any order gives the same
      * numbers), then thread e (E <= MOE_MAX_E = blockDim.x) takes expert e's
@@ -1952,6 +1956,59 @@ __global__ void k_ple_gate(const float *pt, const float *ple, int LP, int l, int
     for (int i = threadIdx.x; i < P; i += blockDim.x)
         g[(size_t)blockIdx.x * ldg + i] =
             __float2bfloat16_rn(cu_gelu_tanh(pt[(size_t)blockIdx.x * P + i]) * ple[(size_t)blockIdx.x * LP + (size_t)l * P + i]);
+}
+
+/* Gemma-4's experts (GeGLU): place p = blockIdx.x of the P pairs, gy [P][ldg]
+ * the gate/up GEMM's f32 sums in interleave8 order; he[p][i] =
+ * bf16(gelu_tanh(g) * u), i < I. Each place is one pair's. */
+__global__ void k_moe_geglu(const float *__restrict__ gy, int ldg, int I, __nv_bfloat16 *__restrict__ he, int ldh) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const float *g = gy + (size_t)blockIdx.x * ldg;
+    for (int i = threadIdx.x; i < I; i += blockDim.x) {
+        int r = (i >> 3) * 16 + (i & 7);
+        he[(size_t)blockIdx.x * ldh + i] = __float2bfloat16_rn(cu_gelu_tanh(g[r]) * g[r + 8]);
+    }
+}
+
+/* Row t's expert sum at column d: sum over ranks j of wsel[t][j] *
+ * ye[slot[t K + j]][d], in rank order (k_moe_combine's order). */
+__device__ __forceinline__ float cu_moe_sum(const float *__restrict__ ye, int H, const int *__restrict__ slot,
+                                            const float *__restrict__ wsel, int K, int t, int d) {
+    float acc = 0.0f;
+    for (int j = 0; j < K; j++) acc += wsel[(size_t)t * K + j] * ye[(size_t)slot[(size_t)t * K + j] * H + d];
+    return acc;
+}
+
+/* Gemma-4's MoE layer output (the CPU's g4_moe): with h1 = ob[t] (the
+ * dense MLP's Wd h) and h2 = the experts' sum (cu_moe_sum, computed twice:
+ * the same bits each time), x[t] += RMSNorm(RMSNorm(h1) w1 + RMSNorm(h2) w2)
+ * w; ob[t] is overwritten with the inner sum. One block (256) per row. */
+__global__ void k_g4_moe_out(float *__restrict__ x, float *__restrict__ ob, const float *__restrict__ ye,
+                             const int *__restrict__ slot, const float *__restrict__ wsel, int K,
+                             const float *__restrict__ w1, const float *__restrict__ w2, const float *__restrict__ w,
+                             int H, float eps) {
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    float *o = ob + (size_t)t * H;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float h = cu_moe_sum(ye, H, slot, wsel, K, t, d);
+        s1 += o[d] * o[d];
+        s2 += h * h;
+    }
+    const float r1 = 1.0f / sqrtf(cu_block_sum(s1, red) / (float)H + eps);
+    const float r2 = 1.0f / sqrtf(cu_block_sum(s2, red) / (float)H + eps);
+    float s3 = 0.0f;
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float v = o[d] * r1 * w1[d] + cu_moe_sum(ye, H, slot, wsel, K, t, d) * r2 * w2[d];
+        o[d] = v;
+        s3 += v * v;
+    }
+    const float r3 = 1.0f / sqrtf(cu_block_sum(s3, red) / (float)H + eps);
+    for (int d = threadIdx.x; d < H; d += blockDim.x) x[(size_t)t * H + d] += o[d] * r3 * w[d];
 }
 
 /* x[t] += sum over ranks j of wsel[t][j] * ye[slot[t K + j]] (rank order),

@@ -570,6 +570,11 @@ typedef struct {
     float *attn_out_norm, *ffn_out_norm, *ple_norm;
     cw_weight ple_gate, ple_proj;
     float layer_scalar;
+    /* Gemma-4's MoE block (cfg.g4_moe; else NULL): the dense MLP (wgu, wd)
+     * and the experts beside it; rscale = router.scale * H^-0.5 [H], pes =
+     * router.per_expert_scale [E], the norms [H] */
+    int g4moe;
+    float *rscale, *pes, *moe_in_norm, *ffn_out_norm1, *ffn_out_norm2;
 } cu_layer;
 
 typedef struct {
@@ -614,7 +619,8 @@ static void cu_release(void *p, mdl_model *m) {
             cudaFree(L->sh_gate);
         }
         float *oss[] = {L->bqkv, L->bo, L->sinks, L->router_bias, L->ebg, L->ebu, L->ebd,
-                        L->attn_out_norm, L->ffn_out_norm, L->ple_norm};
+                        L->attn_out_norm, L->ffn_out_norm, L->ple_norm, L->rscale, L->pes, L->moe_in_norm,
+                        L->ffn_out_norm1, L->ffn_out_norm2};
         cw_free(&L->ple_gate);
         cw_free(&L->ple_proj);
         for (size_t i = 0; i < sizeof oss / sizeof oss[0]; i++) cudaFree(oss[i]);
@@ -745,8 +751,22 @@ static int cu_prepare(void *p, mdl_model *m) {
             if (upload_experts(D, L, c, name) != 0) goto fail;
             cm->bytes += cw_bytes(&D->router) + cw_bytes(&D->sh_gu) + cw_bytes(&D->sh_dn);
             for (int e = 0; e < c->n_experts; e++) cm->bytes += cw_bytes(&D->egu[e]) + cw_bytes(&D->edn[e]);
-        } else if (cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0) {
+        }
+        if ((!L->experts || c->g4_moe) &&
+            (cw_upload(&D->wgu, gu, 2, name, 1) != 0 || cw_upload(&D->wd, d, 1, name, 0) != 0))
             goto fail;
+        if (c->g4_moe) { /* the router's scale with H^-0.5 folded in, the block's norms */
+            float *rs = (float *)dfl_malloc(sizeof(float) * (size_t)c->hidden);
+            const float root = 1.0f / sqrtf((float)c->hidden);
+            for (int i = 0; i < c->hidden; i++) rs[i] = L->router_scale[i] * root;
+            int rc = upload_vec(&D->rscale, rs, c->hidden);
+            free(rs);
+            D->g4moe = 1;
+            if (rc != 0 || upload_vec(&D->pes, L->router_pes, c->n_experts) != 0 ||
+                upload_vec(&D->moe_in_norm, L->moe_in_norm, c->hidden) != 0 ||
+                upload_vec(&D->ffn_out_norm1, L->ffn_out_norm1, c->hidden) != 0 ||
+                upload_vec(&D->ffn_out_norm2, L->ffn_out_norm2, c->hidden) != 0)
+                goto fail;
         }
         if (upload_vec(&D->in_norm, L->in_norm, c->hidden) != 0 ||
             upload_vec(&D->post_norm, L->post_norm, c->hidden) != 0 ||
@@ -1044,6 +1064,7 @@ typedef struct {
      * hold the widest layer's Q, KV (buffers) and Qp stays the widest for
      * every layer (the attention output's row stride) */
     int gemma, v_norm, geglu, Rd; /* Rd: the dense gate/up rows, 2 pad8(I) */
+    int g4moe;                  /* Gemma-4's MoE block: gy holds the experts' gate/up sums (R rows) */
     int P, Pp;                  /* per-layer input width, padded (0: none) */
     float softcap, emb_scale;   /* emb_scale 0: none */
 } cu_dims;
@@ -1089,6 +1110,7 @@ static cu_dims dims_of(const cfg_model *c, int vocab) {
     d.v_norm = c->v_norm;
     d.geglu = c->geglu;
     d.Rd = 2 * pad(d.I, 8);
+    d.g4moe = c->g4_moe;
     d.P = c->ple;
     d.Pp = pad(d.P, CW_COL_ALIGN);
     d.softcap = c->softcap;
@@ -1129,7 +1151,7 @@ typedef struct {
     bf16 *he;           /* [P][MIp] the experts' SwiGLU outputs */
     float *ye, *sh;     /* [P][H] expert outputs, [rows][H] the shared expert's */
     bf16 *shb;          /* [rows][Sp] the shared expert's SwiGLU output */
-    float *gy;          /* gpt-oss: [P][R] the experts' gate/up sums (interleave8 order) */
+    float *gy;          /* gpt-oss, Gemma-4 MoE: [P][R] the experts' gate/up sums (interleave8 order) */
     float *ob;          /* gpt-oss, Gemma-4: [rows][H] a projection's output before its bias or norm */
     float *gyd;         /* Gemma-4: [rows][Rd] the dense gate/up sums (interleave8 order) */
     float *ple, *pproj; /* Gemma-4 per-layer inputs: [rows][L P] each layer's, the projection's output */
@@ -1160,7 +1182,7 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
         return -1;
     if (d->S && (cu_alloc(&a->sh, sizeof(float) * rows * d->H) || cu_alloc(&a->shb, sizeof(bf16) * rows * d->Sp)))
         return -1;
-    if (d->oss && cu_alloc(&a->gy, sizeof(float) * P * d->R)) return -1;
+    if ((d->oss || d->g4moe) && cu_alloc(&a->gy, sizeof(float) * P * d->R)) return -1;
     if ((d->bias || d->gemma) && cu_alloc(&a->ob, sizeof(float) * rows * d->H)) return -1;
     if (d->geglu && cu_alloc(&a->gyd, sizeof(float) * rows * d->Rd)) return -1;
     if (d->P && (cu_alloc(&a->ple, sizeof(float) * rows * d->L * d->P) ||
@@ -1391,6 +1413,38 @@ static void attention(cudaStream_t s, const cu_dims *d, const cu_split *sp, cons
     }
 }
 
+typedef void (*moe_route_fn)(const float *, const float *, int, int, int, int, const float *, int *, float *, int *,
+                             int *, int *, int *, int *);
+static moe_route_fn moe_route_kernel(int E) {
+    return E <= 128 ? k_moe_route<4> : E <= 256 ? k_moe_route<8> : E <= 512 ? k_moe_route<16> : k_moe_route<32>;
+}
+
+/* Gemma-4's MoE layer after its dense MLP (a->ob = Wd h; the CPU's g4_moe):
+ * the router on RMSNorm(x) * rscale (bf16 rows, as every GEMM input),
+ * softmax, top k renormalised, times pes (k_moe_route); the experts on
+ * moe_in_norm(x): gate/up sums, GeGLU per pair (k_moe_geglu), down; then
+ * x += ffn_out_norm(ffn_out_norm1(ob) + ffn_out_norm2(experts' sum))
+ * (k_g4_moe_out). Each step per row or per pair: batch-invariant as moe(). */
+static void g4_moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T) {
+    int E = d->E, P = T * d->EK, slots = P < E ? P : E;
+    rmsnorm(s, a->x, d->H, L->rscale, d->H, d->eps, T, a->xb, d->Hp);
+    gemm(s, L->router, E, a->xb, d->Hp, T, a->rl, E, 0);
+    launch(moe_route_kernel(E), 1, 1024, s, (const float *)a->rl, (const float *)NULL, T, E, d->EK, 1,
+           (const float *)L->pes, a->sel, a->wsel, a->start, a->active, a->n_active, a->slot, a->pair_row);
+    prof_mark(s, "g4 moe router+plan", cw_bytes(&L->router));
+    rmsnorm(s, a->x, d->H, L->moe_in_norm, d->H, d->eps, T, a->xb, d->Hp);
+    cu_moe_map gu = {L->eptr, L->eptr + E, a->pair_row, a->start, a->active, a->n_active, 0},
+               dn = {L->eptr + 2 * E, L->eptr + 3 * E, NULL, a->start, a->active, a->n_active, 0};
+    gemm_moe<0>(s, L->egu[0], gu, L->egu[0].rows, T, slots, a->xb, d->Hp, a->gy, d->R, NULL, 0);
+    launch(k_moe_geglu, P, 256, s, (const float *)a->gy, d->R, d->MI, a->he, d->MIp);
+    gemm_moe<0>(s, L->edn[0], dn, d->H, T, slots, a->he, d->MIp, a->ye, d->H, NULL, 0);
+    prof_mark(s, "g4 moe experts", 0);
+    launch(k_g4_moe_out, T, 256, s, a->x, a->ob, (const float *)a->ye, (const int *)a->slot, (const float *)a->wsel,
+           d->EK, (const float *)L->ffn_out_norm1, (const float *)L->ffn_out_norm2, (const float *)L->ffn_out_norm,
+           d->H, d->eps);
+    prof_mark(s, "g4 moe out norms", 0);
+}
+
 /* The expert block on rows 0..T-1 of a (a->xb: their post-norm rows): x +=
  * each row's experts in rank order (+ the gated shared expert). The steps
  * and why a row's bits do not depend on the other rows: cu_kernels.cuh. */
@@ -1399,11 +1453,9 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     int P = T * d->EK, slots = P < d->E ? P : d->E; /* at most this many experts are active */
     gemm(s, L->router, d->E, a->xb, d->Hp, T, a->rl, d->E, 0);
     prof_mark(s, "gemm router", cw_bytes(&L->router));
-    void (*route)(const float *, const float *, int, int, int, int, int *, float *, int *, int *, int *, int *,
-                  int *) =
-        d->E <= 128 ? k_moe_route<4> : d->E <= 256 ? k_moe_route<8> : d->E <= 512 ? k_moe_route<16> : k_moe_route<32>;
-    launch(route, 1, 1024, s, (const float *)a->rl, (const float *)L->router_bias, T, d->E, d->EK, d->norm_topk,
-           a->sel, a->wsel, a->start, a->active, a->n_active, a->slot, a->pair_row);
+    launch(moe_route_kernel(d->E), 1, 1024, s, (const float *)a->rl, (const float *)L->router_bias, T, d->E, d->EK,
+           d->norm_topk, (const float *)NULL, a->sel, a->wsel, a->start, a->active, a->n_active, a->slot,
+           a->pair_row);
     prof_mark(s, "moe route+plan", 0);
     double eb = 0; /* the expert bytes this block streams (profile only: needs the plan) */
     if (prof.on && !prof.skip) {
@@ -1503,7 +1555,7 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
     }
     rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
     prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
-    if (L->moe) return moe(s, d, L, a, T, next_norm, next_ob);
+    if (L->moe && !L->g4moe) return moe(s, d, L, a, T, next_norm, next_ob);
     if (d->geglu) { /* Gemma-4: gelu_tanh(g) * u from the f32 sums */
         gemm(s, L->wgu, d->Rd, a->xb, d->Hp, T, a->gyd, d->Rd, 0);
         launch(k_geglu, T, 256, s, (const float *)a->gyd, d->Rd, d->I, a->hb, d->Ip);
@@ -1511,7 +1563,10 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
         gemm_swiglu(s, L->wgu, a->xb, d->Hp, T, a->hb, d->Ip);
     }
     prof_mark(s, causal ? "gemm gate_up+swiglu" : "draft gemm gate_up+swiglu", cw_bytes(&L->wgu));
-    if (L->ffn_out_norm) { /* Gemma-4: x += ffn_out_norm(Wd h) */
+    if (L->g4moe) { /* Gemma-4 MoE: Wd h into ob, the expert block beside it (g4_moe) */
+        gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->ob, d->H, 0);
+        g4_moe(s, d, L, a, T);
+    } else if (L->ffn_out_norm) { /* Gemma-4: x += ffn_out_norm(Wd h) */
         gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->ob, d->H, 0);
         launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->ffn_out_norm, d->H, d->eps);
     } else {

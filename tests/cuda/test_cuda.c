@@ -1223,16 +1223,19 @@ TEST(gptoss) {
 /* Gemma-4 (dense): tiny-gemma4 (five sliding layers of window 8 and a full
  * one with heads of 32, per-layer inputs, softcapping; transformers-checked on
  * the CPU) and tiny-gemma4-kv (attention_k_eq_v: two full layers without
- * v_proj, one kv head of 32) as family_case runs the families, past the
- * chunk edges, and DFlash with a random dense draft */
+ * v_proj, one kv head of 32) and tiny-gemma4-moe (enable_moe_block: 4
+ * experts top 2 beside each dense MLP) as family_case runs the families,
+ * past the chunk edges, and DFlash with a random dense draft */
 TEST(gemma4) {
     family_case("tests/models/tiny-gemma4");
     family_case("tests/models/tiny-gemma4-kv");
     /* llama.cpp's converter's files (vocabularies cut to 1024) */
     family_case("tests/fixtures/gguf/tiny-gemma4-v1k.gguf");
     family_case("tests/fixtures/gguf/tiny-gemma4-kv-v1k.gguf");
+    family_case("tests/models/tiny-gemma4-moe");
     window_long("tests/models/tiny-gemma4");
     random_draft_pair("tests/models/tiny-gemma4", 6);
+    random_draft_pair("tests/models/tiny-gemma4-moe", 6);
     /* a full layer with heads of 512 (gemma-4-31B's global_head_dim, one kv head whose keys
      * are its values): the chunked attention's half-size unit (cu_att_unit), synthesized */
     char g512[128];
