@@ -1956,9 +1956,12 @@ static void zoo2_encode(const uint16_t *w, size_t rs, size_t ks, int rows, int c
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < cols / 32; b++) {
             double x[32], amax = 0;
+            /* a compare, not fmax: aarch64 gcc 12's vectorizer dies on the
+             * fmax reduction here (internal compiler error, -O2) */
             for (int j = 0; j < 32; j++) {
                 x[j] = dfl_bf16_to_f32(w[r * rs + (size_t)(b * 32 + j) * ks]);
-                amax = fmax(amax, fabs(x[j]));
+                double a = fabs(x[j]);
+                if (a > amax) amax = a;
             }
             int e = -20;
             if (amax > 0)

@@ -779,8 +779,22 @@ TEST(synth_gptoss_round_trip) {
     } else {
         CHECK(0, "tiny-gptoss draft: load: %s", dfl_lasterr());
     }
-    CHECK(dflash_synth("tiny-gptoss", 0, 4, NULL, path("oss_q4", NULL)) != 0 && strstr(dflash_error(), "--bits"),
-          "synth gpt-oss --bits 4: %s", dflash_error());
+    /* --bits 4: MXFP4 experts as openai ships them (they load as MLX 8-bit
+     * matrices of group 32, model.c mxfp4_to_q8), the rest BF16; --bits 8
+     * has no gpt-oss layout and is refused naming the flag */
+    char *dq = path("oss_q4", NULL);
+    CHECK(dflash_synth("tiny-gptoss", 0, 4, NULL, dq) == 0, "synth tiny-gptoss --bits 4: %s", dflash_error());
+    if (mdl_load(&m, dq) == 0) {
+        const mdl_layer *L = &m.layers[1];
+        CHECK(L->experts && L->experts[2].wg.dtype == WT_Q8 && L->experts[2].wg.group_size == 32 &&
+                  L->experts[2].wd.dtype == WT_Q8 && L->experts[2].wd.rows == 64 && L->wq.dtype == WT_BF16,
+              "tiny-gptoss --bits 4: experts not MXFP4 (as 8-bit group 32) beside BF16 attention");
+        mdl_free(&m);
+    } else {
+        CHECK(0, "tiny-gptoss --bits 4: load: %s", dfl_lasterr());
+    }
+    CHECK(dflash_synth("tiny-gptoss", 0, 8, NULL, path("oss_q8", NULL)) != 0 && strstr(dflash_error(), "--bits 8"),
+          "synth gpt-oss --bits 8: %s", dflash_error());
 }
 
 /* dflash synth's tiny-gemma4: what it writes loads back as the Gemma-4 of

@@ -865,9 +865,11 @@ static double rel_err(const float *a, const float *b, size_t n) { return max_dif
 
 /* The CPU's logits of tok[0..T) for c with the reduced-precision activation
  * mode on, against lc (its f32 logits): the relative error, or -1 where the
- * CPU has no such mode for these weights. */
-static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, const float *lc) {
+ * CPU has no such mode for these weights; *agree (if given) the rows whose
+ * argmax the mode leaves as it is (T where there is no such mode). */
+static double cpu_sensitivity_agree(const mdl_model *c, const int32_t *tok, int T, const float *lc, int *agree) {
     int V = c->cfg.vocab;
+    if (agree) *agree = T;
     kn_set_act_quant(1);
     int on = c->embed.dtype == WT_BF16 ? kn_act_bf16() : kn_act_quant();
     double e = -1;
@@ -881,11 +883,20 @@ static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, con
             ok = be_cpu.forward(s, &b) == 0;
         }
         if (ok) e = rel_err(lc, l, (size_t)T * V);
+        if (ok && agree) {
+            *agree = 0;
+            for (int i = 0; i < T; i++)
+                *agree += smp_argmax(lc + (size_t)i * V, V) == smp_argmax(l + (size_t)i * V, V);
+        }
         if (s) be_cpu.destroy(s);
         free(l);
     }
     kn_set_act_quant(-1);
     return e;
+}
+
+static double cpu_sensitivity(const mdl_model *c, const int32_t *tok, int T, const float *lc) {
+    return cpu_sensitivity_agree(c, tok, T, lc, NULL);
 }
 
 static int q35_fwd(void *st, const int32_t *tok, int T, float *lg, int V) {
@@ -944,16 +955,22 @@ static void family_case(const char *rel) {
                 "(layers %d/%d/%d: %.4f %.4f %.4f), argmax agrees %d/%d\n", rel, el, NC - 1, rows[0], rows[1], rows[2],
                 rows[3], et, taps[0], taps[1], taps[2], tl[0], tl[1], tl[2], agree, NC);
         CHECK(rows[0] <= LOGIT_TOL, "%s: row 0 differs from the CPU f32 path by %.4f", rel, rows[0]);
-        double sens = cpu_sensitivity(&c.m, tok, NC, lc), tol = Q35_TOL;
+        int cpu_agree = NC;
+        double sens = cpu_sensitivity_agree(&c.m, tok, NC, lc, &cpu_agree), tol = Q35_TOL;
         if (sens * SENS_FACTOR > tol) tol = sens * SENS_FACTOR;
-        fprintf(stderr, "  %-28s CPU reduced-precision activations vs f32: %s%.4f; bound %.4f\n", rel,
-                sens < 0 ? "(no such mode here) " : "", sens < 0 ? 0.0 : sens, tol);
+        fprintf(stderr, "  %-28s CPU reduced-precision activations vs f32: %s%.4f, argmax agrees %d/%d; bound %.4f\n",
+                rel, sens < 0 ? "(no such mode here) " : "", sens < 0 ? 0.0 : sens, cpu_agree, NC, tol);
         CHECK(el <= tol && et <= tol, "%s: GPU differs from the CPU f32 path (%.4f, %.4f; bound %.4f)", rel, el, et,
               tol);
         /* a chaotic model (tiny-gemma4: unscaled attention scores amplify rounding; the CPU's own bf16
          * activations move its logits by 0.81 of the largest on the H100 machine's CPU, 2026-12-06) has no
-         * argmax to agree on: row 0 and the bound above are its checks */
-        CHECK(sens > CHAOTIC || agree >= NC * 3 / 4, "%s: argmax agrees on %d of %d rows only", rel, agree, NC);
+         * argmax to agree on: row 0 and the bound above are its checks. Elsewhere the GPU must agree with
+         * the CPU's f32 argmax on 3/4 of the rows, or, where the CPU's own reduced-precision run keeps
+         * fewer (tiny-gemma4-kv-v1k.gguf, 2026-12-06: sens 0.33, the GPU 15/24 on an H100), on 3/4 of
+         * as many as that run keeps */
+        int need = (cpu_agree < NC ? cpu_agree : NC) * 3 / 4;
+        CHECK(sens > CHAOTIC || agree >= need, "%s: argmax agrees on %d of %d rows only (need %d; the CPU's own "
+              "reduced-precision run keeps %d)", rel, agree, NC, need, cpu_agree);
         be_cpu.destroy(sc);
         be_cuda.destroy(sg);
         free(lc);
