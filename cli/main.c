@@ -3,6 +3,7 @@
  *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
  *   dflash chat -m DIR [options]                           interactive chat
  *   dflash tokenize -m DIR (-p TEXT | -f FILE) [--special] print token ids
+ *   dflash vocab-rank -m DIR -o FILE TEXT...               rank token ids by frequency
  *   dflash serve -m DIR [options]                          OpenAI-compatible server (cli/serve.c)
  *
  * stdout carries only generated text (or ids for tokenize); everything else
@@ -83,6 +84,8 @@ typedef struct {
     const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
     int raw, max_prompts, reps, depth, json, draft_vocab, draft_window;
     int tree; /* --tree N: verify rows of a tree round, 0 = the chain */
+    char draft_vocab_rank[4096]; /* --draft-vocab FILE[:N] or freq:N's file; "" = none */
+    int draft_vocab_freq;        /* --draft-vocab freq:N: the model's own vocab_rank.txt */
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -155,8 +158,12 @@ static const char *help_generate =
     "                         per round the chain or a tree of 8/16/32 rows, the best\n"
     "                         measured tok/s. Same output; CPU, full-attention\n"
     "                         targets, no grammar, logit controls or logprobs\n"
-    "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
-    "                         tokens); default 32768 for vocabularies > 65536\n"
+    "      --draft-vocab N|full|freq:N|FILE[:N]  the token ids the draft proposes\n"
+    "                         (plus stop tokens): ids < N; full: all; freq:N: the N\n"
+    "                         most frequent of vocab_rank.txt beside the model's\n"
+    "                         tokenizer; FILE[:N]: of a rank file (dflash vocab-rank).\n"
+    "                         Default 32768 for vocabularies > 65536 (ids < 32768).\n"
+    "                         Speed only: output is the same\n"
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
@@ -225,7 +232,7 @@ static const char *help_bench =
     "      --reps N           repetitions (default 3; medians reported)\n"
     "      --depth N          context depth for the forward costs (default 256; without\n"
     "                         -c the context is sized to hold depth + 16 rows)\n"
-    "      --draft-max N|auto, --block-size B, --draft-vocab N|full, --tree N   as for\n"
+    "      --draft-max N|auto, --block-size B, --draft-vocab V, --tree N   as for\n"
     "                         generate\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
@@ -295,6 +302,7 @@ static const char *help_main =
     "  chat       interactive chat\n"
     "  serve      OpenAI-compatible HTTP server with a chat page\n"
     "  tokenize   print the token ids of a text\n"
+    "  vocab-rank rank token ids by frequency in text files (for --draft-vocab)\n"
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
@@ -393,6 +401,71 @@ static void check_model_path(const char *cmd, const char *flag, const char *path
     exit(1);
 }
 
+/* --draft-vocab N | full | freq:N | FILE | FILE:N (a rank file, src/vocab.h;
+ * freq:N takes vocab_rank.txt beside the model's tokenizer, resolved once
+ * -m and --tokenizer are known). */
+static void parse_draft_vocab(opts *o, const char *flag, const char *v) {
+    o->draft_vocab_rank[0] = 0;
+    o->draft_vocab_freq = 0;
+    if (!*v) cli_usage_err(o->cmd, "--draft-vocab expects N, full, freq:N or a rank file FILE[:N], got", "''");
+    if (!strcmp(v, "full")) {
+        o->draft_vocab = -1;
+        return;
+    }
+    if (strspn(v, "0123456789") == strlen(v) || v[0] == '-') {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, flag, v, 1, INT_MAX);
+        return;
+    }
+    if (!strncmp(v, "freq:", 5)) {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab freq:", v + 5, 1, INT_MAX);
+        o->draft_vocab_freq = 1;
+        return;
+    }
+    /* FILE:N where the tail is a number, else the whole value is the file */
+    const char *colon = strrchr(v, ':');
+    size_t n = strlen(v);
+    o->draft_vocab = 0; /* every id the file lists */
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab FILE:", colon + 1, 1, INT_MAX);
+        n = (size_t)(colon - v);
+    }
+    if (n == 0 || n >= sizeof o->draft_vocab_rank)
+        cli_usage_err(o->cmd, "--draft-vocab: rank file name empty or too long:", v);
+    memcpy(o->draft_vocab_rank, v, n);
+    o->draft_vocab_rank[n] = 0;
+    struct stat st;
+    if (stat(o->draft_vocab_rank, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s %s: --draft-vocab %s: %s is not a rank file (want N, full, freq:N or FILE[:N])\n", prog,
+                o->cmd, v, o->draft_vocab_rank);
+        exit(2);
+    }
+}
+
+/* freq:N's rank file: vocab_rank.txt in the --tokenizer directory, else in
+ * the model's directory (a GGUF file: its directory). */
+static void find_freq_rank(opts *o) {
+    char dir[4096];
+    const char *cands[2] = {o->tokenizer, o->model};
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i]) continue;
+        struct stat st;
+        snprintf(dir, sizeof dir, "%s", cands[i]);
+        if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else snprintf(dir, sizeof dir, ".");
+        }
+        int w = snprintf(o->draft_vocab_rank, sizeof o->draft_vocab_rank, "%s/vocab_rank.txt", dir);
+        if (w > 0 && (size_t)w < sizeof o->draft_vocab_rank && stat(o->draft_vocab_rank, &st) == 0) return;
+    }
+    fprintf(stderr,
+            "%s %s: --draft-vocab freq:%d: no vocab_rank.txt beside the model's tokenizer (looked in %s%s%s); "
+            "give a rank file: --draft-vocab FILE:%d (dflash vocab-rank makes one)\n",
+            prog, o->cmd, o->draft_vocab, o->tokenizer ? o->tokenizer : "", o->tokenizer ? " and " : "", o->model,
+            o->draft_vocab);
+    exit(2);
+}
+
 static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     memset(o, 0, sizeof *o);
     o->cmd = argv[1];
@@ -481,15 +554,13 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             o->logit_bias[o->n_logit_bias++] = (dflash_logit_bias){.id = (int32_t)id, .bias = b};
         }
         else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)cli_parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
-        else if (IS("--draft-vocab", "--draft-vocab")) {
-            const char *v = VAL();
-            o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 1, INT_MAX);
-        }
+        else if (IS("--draft-vocab", "--draft-vocab")) parse_draft_vocab(o, a, VAL());
         else cli_usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
     }
     if (!o->model) cli_usage_err(o->cmd, "missing -m DIR", NULL);
+    if (o->draft_vocab_freq) find_freq_rank(o);
     if (o->prompt && o->file) cli_usage_err(o->cmd, "give -p or -f, not both", NULL);
     reject_foreign_opts(o->cmd, argc, argv);
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
@@ -711,6 +782,7 @@ static dflash_gen gen_params(const opts *o) {
     g.block_size = o->block_size;
     g.draft_max = o->draft_max;
     g.draft_vocab = o->draft_vocab;
+    g.draft_vocab_rank = o->draft_vocab_rank[0] ? o->draft_vocab_rank : NULL;
     g.tree = o->tree;
     g.ignore_eos = o->ignore_eos;
     g.use_draft = !o->no_draft;
@@ -1085,6 +1157,121 @@ static int cmd_tokenize(int argc, char **argv) {
     printf("\n");
     free(ids);
     free(text);
+    dflash_free(m);
+    return 0;
+}
+
+/* ---- vocab-rank -------------------------------------------------------- */
+
+static const char *help_vocab_rank =
+    "usage: dflash vocab-rank -m DIR -o FILE TEXT...\n"
+    "\n"
+    "Count the tokens of the TEXT files with DIR's tokenizer and write their ids,\n"
+    "most frequent first, as a rank file for --draft-vocab FILE:N (freq:N reads\n"
+    "vocab_rank.txt beside the model's tokenizer). The header records DIR's\n"
+    "config.json vocab_size, which the model must have. Files are tokenized in\n"
+    "pieces of about 64 KB cut at line ends.\n"
+    "\n"
+    "  -m, --model DIR        a model directory (config.json + tokenizer)\n"
+    "  -o, --output FILE      the rank file to write\n"
+    "  -h, --help             this help\n";
+
+/* config.json's vocab_size in dir, or -1 with a message. */
+static int config_vocab(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t r; (cap - n > 0 || (buf = realloc(buf, cap = cap ? 2 * cap : 65536))) &&
+                   (r = fread(buf + n, 1, cap - n - 1, f)) > 0;)
+        n += r;
+    fclose(f);
+    if (!buf) return -1;
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "text_config"), "vocab_size");
+    int vocab = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : -1;
+    cJSON_Delete(j);
+    return vocab;
+}
+
+static int cmd_vocab_rank(int argc, char **argv) {
+    const char *model = NULL, *out = NULL;
+    const char **files = calloc((size_t)argc, sizeof *files);
+    int nf = 0;
+    if (!files) die("%s", "out of memory");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_vocab_rank, stdout);
+            exit(0);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (i + 1 >= argc) cli_usage_err("vocab-rank", "missing value for", a);
+            model = argv[++i];
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (i + 1 >= argc) cli_usage_err("vocab-rank", "missing value for", a);
+            out = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            cli_usage_err("vocab-rank", "unknown option", a);
+        } else {
+            files[nf++] = a;
+        }
+    }
+    if (!model) cli_usage_err("vocab-rank", "missing -m DIR", NULL);
+    if (!out) cli_usage_err("vocab-rank", "missing -o FILE", NULL);
+    if (!nf) cli_usage_err("vocab-rank", "no TEXT files to count", NULL);
+    int vocab = config_vocab(model);
+    if (vocab < 1) die("%s/config.json: no vocab_size (the rank file records the model's vocabulary size)", model);
+    dflash_model *m = dflash_load_tokenizer(model);
+    if (!m) die("%s", dflash_error());
+    int64_t *counts = calloc((size_t)vocab, sizeof *counts);
+    if (!counts) die("%s", "out of memory");
+    long long total = 0;
+    for (int k = 0; k < nf; k++) {
+        FILE *f = fopen(files[k], "rb");
+        if (!f) die("cannot open %s", files[k]);
+        char *buf = NULL;
+        size_t len = 0, cap = 0;
+        for (size_t r = 1; r > 0;) {
+            if (len == cap && !(buf = realloc(buf, cap = cap ? 2 * cap : 1 << 20))) die("%s", "out of memory");
+            r = fread(buf + len, 1, cap - len, f);
+            len += r;
+        }
+        if (ferror(f)) die("cannot read %s", files[k]);
+        fclose(f);
+        enum { PIECE = 65536 };
+        for (size_t at = 0; at < len;) { /* pieces of about PIECE bytes ending at a line end */
+            size_t cut = len - at <= PIECE ? len - at : PIECE;
+            if (at + cut < len) {
+                size_t nl = cut;
+                while (nl > 0 && buf[at + nl - 1] != '\n') nl--;
+                if (nl > 0) cut = nl;
+            }
+            int32_t *ids;
+            size_t n;
+            if (dflash_tokenize(m, buf + at, cut, &ids, &n) != 0) {
+                fprintf(stderr, "%s: error: %s: %s\n", prog, files[k], dflash_error());
+                exit(1);
+            }
+            for (size_t t = 0; t < n; t++)
+                if (ids[t] >= 0 && ids[t] < vocab) counts[ids[t]]++;
+            total += (long long)n;
+            free(ids);
+            at += cut;
+        }
+        free(buf);
+    }
+    if (dflash_vocab_rank_write(out, counts, vocab) != 0) die("%s", dflash_error());
+    int listed = 0;
+    for (int i = 0; i < vocab; i++) listed += counts[i] > 0;
+    fprintf(stderr, "%s: %lld tokens, %d distinct ids of %d, from %d file%s\n", out, total, listed, vocab, nf,
+            nf == 1 ? "" : "s");
+    free(counts);
+    free(files);
     dflash_free(m);
     return 0;
 }
@@ -1619,6 +1806,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(argv[1], "vocab-rank")) return cmd_vocab_rank(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
     if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);
