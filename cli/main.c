@@ -716,8 +716,14 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
                 "\"tau\": %.4f, \"accept_per_pos\": [",
                 st->n_prompt, st->n_tokens, in.load_s, pt, dt, ms, st->rounds, st->plain_steps, st->tau);
         for (int i = 0; i < st->n_pos; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", st->accept_per_pos[i]);
+        int top = 0; /* the histogram up to its last non-zero entry */
+        for (int a = 0; a < 64; a++)
+            if (st->accept_hist[a]) top = a + 1;
+        fprintf(stderr, "], \"accept_hist\": [");
+        for (int a = 0; a < top; a++) fprintf(stderr, "%s%d", a ? ", " : "", st->accept_hist[a]);
+        fprintf(stderr, "], \"verified_rows\": %d, \"tree_rounds\": %d", st->n_verified, st->n_tree_rounds);
         fprintf(stderr,
-                "], \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
+                ", \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
                 "\"threads\": %d, \"backend\": \"%s\", \"kernels\": \"%s\"}\n",
                 1000 * st->draft_s, 1000 * st->verify_s, 1000 * st->other_s, st->stop_reason, in.n_threads,
                 in.backend, in.kernels);
@@ -734,6 +740,11 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
         fprintf(stderr, "dflash: %d rounds, tau %.2f, %d plain steps; accept per position:", st->rounds, st->tau,
                 st->plain_steps);
         for (int i = 0; i < st->n_pos; i++) fprintf(stderr, " %.2f", st->accept_per_pos[i]);
+        fprintf(stderr, "\nrounds by drafts accepted (accepted:rounds):");
+        for (int a = 0; a < 64; a++)
+            if (st->accept_hist[a]) fprintf(stderr, " %d:%d", a, st->accept_hist[a]);
+        fprintf(stderr, "\nverified: %d rows in %d rounds (%.1f a round; %d tree rounds)", st->n_verified, st->rounds,
+                (double)st->n_verified / st->rounds, st->n_tree_rounds);
         double tot = st->draft_s + st->verify_s + st->other_s;
         fprintf(stderr, "\ntime: draft %.1f ms (%.0f%%), verify %.1f ms (%.0f%%), other %.1f ms\n", 1000 * st->draft_s,
                 tot > 0 ? 100 * st->draft_s / tot : 0, 1000 * st->verify_s, tot > 0 ? 100 * st->verify_s / tot : 0,

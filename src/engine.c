@@ -1093,6 +1093,9 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (int i = 0; i < st->n_pos; i++) st->accepted_at_pos[i] = ss.accepted[i];
     for (int w = 2; w <= SPEC_MAX_BLOCK; w++) st->n_drafted += ss.width_hist[w] * (w - 1);
     st->n_accepted = (int)(ss.committed_in_rounds - ss.rounds);
+    for (int a = 0; a < SPEC_MAX_BLOCK && a < 64; a++) st->accept_hist[a] = ss.accept_hist[a];
+    for (int w = 2; w <= SPEC_MAX_BLOCK; w++) st->n_verified += ss.width_hist[w] * w;
+    st->n_tree_rounds = ss.tree_rounds;
     st->draft_s = ss.draft_s;
     st->verify_s = ss.verify_s;
     st->other_s = ss.other_s;
