@@ -232,8 +232,10 @@ static const char *help_bench =
     "      --reps N           repetitions (default 3; medians reported)\n"
     "      --depth N          context depth for the forward costs (default 256; without\n"
     "                         -c the context is sized to hold depth + 16 rows)\n"
-    "      --draft-max N|auto, --block-size B, --draft-vocab V, --tree N   as for\n"
-    "                         generate\n"
+    "      --draft-max N|auto, --block-size B, --draft-vocab V   as for generate (the\n"
+    "                         draft block is timed at that vocabulary)\n"
+    "      --tree N|auto      also run each prompt with a tree of N rows and compare\n"
+    "                         it with the chain per domain (tau, rows, speed)\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
     "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
@@ -1334,13 +1336,48 @@ static double median(double *v, int n) {
     return n ? v[n / 2] : 0;
 }
 
+/* DFlash runs of one mode (the chain, or --tree N) in one domain, rep 0 */
+typedef struct {
+    double tau_sum;          /* mean tau per prompt: the sum over prompts that drafted */
+    int tau_n;
+    long rounds, verified;   /* verify rows in drafting rounds (nodes, anchors included) */
+    long hist[64];           /* drafting rounds by drafts accepted */
+    double draft_s, verify_s, other_s;
+} mode_stats;
+
 typedef struct {
     char name[64];
     int n_prompts;
-    double *greedy, *dflash; /* tok/s per rep */
+    double *greedy, *dflash, *tree; /* tok/s per rep (tree: with --tree N) */
     double tau_sum;
     int tau_n, identical, compared;
+    mode_stats chain_m, tree_m;
 } domain_stats;
+
+static void mode_add(mode_stats *ms, const dflash_stats *st) {
+    if (st->rounds) { /* prompts that never drafted have no tau */
+        ms->tau_sum += st->tau;
+        ms->tau_n++;
+    }
+    ms->rounds += st->rounds;
+    ms->verified += st->n_verified;
+    for (int a = 0; a < 64; a++) ms->hist[a] += st->accept_hist[a];
+    ms->draft_s += st->draft_s;
+    ms->verify_s += st->verify_s;
+    ms->other_s += st->other_s;
+}
+
+static double mode_tau(const mode_stats *ms) { return ms->tau_n ? ms->tau_sum / ms->tau_n : 0; }
+
+/* "a:rounds ..." of the histogram, percent of rounds, into buf */
+static const char *mode_hist(const mode_stats *ms, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int a = 0; a < 64 && at < n; a++)
+        if (ms->hist[a])
+            at += (size_t)snprintf(buf + at, n - at, "%s%d:%.0f%%", at ? " " : "", a, 100.0 * ms->hist[a] / ms->rounds);
+    return buf;
+}
 
 /* An SVG with two panels: forward cost (x T=1) against T, with the ideal
  * "free width" line at 1 and the sequential line T; and speed-up per domain. */
@@ -1474,7 +1511,11 @@ static int cmd_bench(int argc, char **argv) {
      * tau tokens per round for one draft block and one verify of the block */
     double draft_s = 0;
     int B = in.has_draft ? in.block_size : 0;
-    if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft(m, depth, o.reps, &draft_s) != 0) die("%s", dflash_error());
+    dflash_gen vg = dflash_default_gen(); /* the draft block at the --draft-vocab asked for */
+    vg.draft_vocab = o.draft_vocab;
+    vg.draft_vocab_rank = o.draft_vocab_rank[0] ? o.draft_vocab_rank : NULL;
+    if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft_gen(m, &vg, depth, o.reps, &draft_s) != 0)
+        die("%s", dflash_error());
     static const double taus[] = {3.0, 5.0, 6.5, 8.0};
     double decode = 1.0 / cost[0], gbs = in.token_bytes / cost[0] / 1e9;
     if (!o.json) {
@@ -1515,13 +1556,16 @@ static int cmd_bench(int argc, char **argv) {
                 snprintf(ds[nd].name, sizeof ds[nd].name, "%s", ps[i].domain);
                 ds[nd].greedy = calloc((size_t)o.reps, sizeof(double));
                 ds[nd].dflash = calloc((size_t)o.reps, sizeof(double));
+                ds[nd].tree = calloc((size_t)o.reps, sizeof(double));
                 nd++;
             }
         }
-        double *gtok = calloc((size_t)nd * 2, sizeof(double)), *gtime = calloc((size_t)nd * 2, sizeof(double));
+        /* modes: 0 greedy, 1 DFlash (the chain when --tree is given), 2 --tree N */
+        int nm = o.tree ? 3 : 2;
+        double *gtok = calloc((size_t)nd * 3, sizeof(double)), *gtime = calloc((size_t)nd * 3, sizeof(double));
         for (int rep = -1; rep < o.reps; rep++) { /* rep -1: warm-up on the first prompt */
-            memset(gtok, 0, sizeof(double) * (size_t)nd * 2);
-            memset(gtime, 0, sizeof(double) * (size_t)nd * 2);
+            memset(gtok, 0, sizeof(double) * (size_t)nd * 3);
+            memset(gtime, 0, sizeof(double) * (size_t)nd * 3);
             int per[32] = {0};
             for (int i = 0; i < np; i++) {
                 int k = 0;
@@ -1536,19 +1580,22 @@ static int cmd_bench(int argc, char **argv) {
                     if (!chat) die("%s", dflash_error());
                     text = chat;
                 }
-                int32_t *ids, *out[2];
-                size_t n, nout[2];
+                int32_t *ids, *out[3];
+                size_t n, nout[3];
                 if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("%s", dflash_error());
-                dflash_stats st[2];
-                for (int mode = 0; mode < 2; mode++) {
-                    g.use_draft = mode;
+                dflash_stats st[3];
+                for (int mode = 0; mode < nm; mode++) {
+                    g.use_draft = mode > 0;
+                    g.tree = mode == 2 ? o.tree : nm == 3 ? 0 : o.tree;
                     dflash_reset(m);
                     if (dflash_generate(m, ids, n, &g, NULL, NULL, &out[mode], &nout[mode], &st[mode]) != 0)
                         die("%s", dflash_error());
-                    gtok[2 * k + mode] += st[mode].n_tokens;
-                    gtime[2 * k + mode] += st[mode].decode_s;
+                    gtok[3 * k + mode] += st[mode].n_tokens;
+                    gtime[3 * k + mode] += st[mode].decode_s;
                 }
-                int same = nout[0] == nout[1] && !memcmp(out[0], out[1], sizeof(int32_t) * nout[0]);
+                int same = 1;
+                for (int mode = 1; mode < nm; mode++)
+                    same &= nout[0] == nout[mode] && !memcmp(out[0], out[mode], sizeof(int32_t) * nout[0]);
                 if (rep == 0) {
                     ds[k].compared++;
                     ds[k].identical += same;
@@ -1557,17 +1604,19 @@ static int cmd_bench(int argc, char **argv) {
                         ds[k].tau_sum += st[1].tau;
                         ds[k].tau_n++;
                     }
+                    mode_add(&ds[k].chain_m, &st[1]);
+                    if (nm == 3) mode_add(&ds[k].tree_m, &st[2]);
                 }
                 all_same &= same;
-                free(out[0]);
-                free(out[1]);
+                for (int mode = 0; mode < nm; mode++) free(out[mode]);
                 free(ids);
                 free(chat);
             }
             if (rep >= 0)
                 for (int k = 0; k < nd; k++) {
-                    ds[k].greedy[rep] = gtime[2 * k] > 0 ? gtok[2 * k] / gtime[2 * k] : 0;
-                    ds[k].dflash[rep] = gtime[2 * k + 1] > 0 ? gtok[2 * k + 1] / gtime[2 * k + 1] : 0;
+                    ds[k].greedy[rep] = gtime[3 * k] > 0 ? gtok[3 * k] / gtime[3 * k] : 0;
+                    ds[k].dflash[rep] = gtime[3 * k + 1] > 0 ? gtok[3 * k + 1] / gtime[3 * k + 1] : 0;
+                    ds[k].tree[rep] = gtime[3 * k + 2] > 0 ? gtok[3 * k + 2] / gtime[3 * k + 2] : 0;
                 }
         }
         free(gtok);
@@ -1589,6 +1638,32 @@ static int cmd_bench(int argc, char **argv) {
         if (!o.json)
             printf("%-10s  %7s  %12.1f  %12.1f  %5.2f  %7.2fx  %s\n", "mean", "", g_all, d_all, tau_all,
                    g_all > 0 ? d_all / g_all : 0, all_same ? "all" : "NOT ALL");
+        if (!o.json) { /* the rounds of each DFlash mode (item 6): rows verified, accepted drafts, time */
+            char tname[32], hb[512];
+            if (o.tree > 0) snprintf(tname, sizeof tname, "tree %d", o.tree);
+            else snprintf(tname, sizeof tname, "tree auto");
+            printf("\nrounds (first rep): mode, tau, verified rows a round, time draft/verify/other, rounds by drafts "
+                   "accepted\n");
+            for (int k = 0; k < nd; k++)
+                for (int md = 0; md < nm - 1; md++) {
+                    const mode_stats *ms = md ? &ds[k].tree_m : &ds[k].chain_m;
+                    double tot = ms->draft_s + ms->verify_s + ms->other_s;
+                    printf("%-10s  %-9s  tau %5.2f  rows %5.1f  %3.0f/%3.0f/%2.0f%%  %s\n", ds[k].name,
+                           md ? tname : "chain", mode_tau(ms), ms->rounds ? (double)ms->verified / ms->rounds : 0,
+                           tot > 0 ? 100 * ms->draft_s / tot : 0, tot > 0 ? 100 * ms->verify_s / tot : 0,
+                           tot > 0 ? 100 * ms->other_s / tot : 0, mode_hist(ms, hb, sizeof hb));
+                }
+            if (nm == 3) {
+                printf("\n%s vs the chain (same run): domain, chain tok/s, %s tok/s, speed ratio, tau ratio\n", tname,
+                       tname);
+                for (int k = 0; k < nd; k++) {
+                    double cm = median(ds[k].dflash, o.reps), tm = median(ds[k].tree, o.reps);
+                    double ct = mode_tau(&ds[k].chain_m), tt = mode_tau(&ds[k].tree_m);
+                    printf("%-10s  %8.1f  %8.1f  %6.2fx  %6.2fx\n", ds[k].name, cm, tm, cm > 0 ? tm / cm : 0,
+                           ct > 0 ? tt / ct : 0);
+                }
+            }
+        }
     }
     if (o.json) {
         printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"backend\": \"%s\", "
@@ -1614,9 +1689,22 @@ static int cmd_bench(int argc, char **argv) {
             for (int k = 0; k < nd; k++) {
                 double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
                 printf("%s\"%s\": {\"tau\": %.4f, \"speedup\": %.4f, \"greedy_tok_s\": %.2f, \"dflash_tok_s\": %.2f, "
-                       "\"identical\": %s}",
+                       "\"identical\": %s",
                        k ? ", " : "", ds[k].name, ds[k].tau_n ? ds[k].tau_sum / ds[k].tau_n : 0, gm > 0 ? dm / gm : 0,
                        gm, dm, ds[k].identical == ds[k].compared ? "true" : "false");
+                for (int md = 0; md < (o.tree ? 2 : 1); md++) {
+                    const mode_stats *ms = md ? &ds[k].tree_m : &ds[k].chain_m;
+                    printf(", \"%s\": {\"tau\": %.4f, \"tok_s\": %.2f, \"rounds\": %ld, \"verified_rows\": %ld, "
+                           "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"accept_hist\": [",
+                           md ? "tree" : "chain", mode_tau(ms), median(md ? ds[k].tree : ds[k].dflash, o.reps),
+                           ms->rounds, ms->verified, 1e3 * ms->draft_s, 1e3 * ms->verify_s, 1e3 * ms->other_s);
+                    int top = 0;
+                    for (int a = 0; a < 64; a++)
+                        if (ms->hist[a]) top = a + 1;
+                    for (int a = 0; a < top; a++) printf("%s%ld", a ? ", " : "", ms->hist[a]);
+                    printf("]}");
+                }
+                printf("}");
             }
             printf("}");
         }
@@ -1630,7 +1718,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         write_plot(o.plot, widths, cost, NW, ds, sp, nd);
     }
-    for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
+    for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash), free(ds[k].tree);
     for (int i = 0; i < np; i++) free(ps[i].domain), free(ps[i].prompt); /* not used: no draft */
     free(ps);
     dflash_free(m);
