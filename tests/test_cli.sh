@@ -226,6 +226,17 @@ tail -n 1 "$T/err" | grep -q '"accept_hist": \[[0-9]' && tail -n 1 "$T/err" | gr
     ok "--stats-json: accept_hist and verified_rows" || bad "--stats-json: accept_hist and verified_rows: $(tail -n 1 "$T/err")"
 expect "stats text: histogram" 0 "rounds by drafts accepted" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --draft-max 3
 
+# bench --tree N: the chain and the tree per domain, from the same run (issue 23 item 6)
+printf '{"domain": "a", "prompt": "Hello there"}\n{"domain": "b", "prompt": "Count to ten"}\n' >"$T/bp.jsonl"
+expect "bench --tree 8" 0 "" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --prompts "$T/bp.jsonl" -n 8 --reps 1 --depth 8 --tree 8 --draft-vocab "$T/r.txt:500"
+grep -q "^rounds (first rep)" "$T/out" && grep -qE "^a +tree 8 +tau" "$T/out" && grep -qE "^b +chain +tau" "$T/out" &&
+    grep -q "tree 8 vs the chain (same run)" "$T/out" && ok "bench --tree 8: chain and tree per domain" ||
+    bad "bench --tree 8: chain and tree per domain: $(cat "$T/out")"
+expect "bench --tree 8 --json" 0 "" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --prompts "$T/bp.jsonl" -n 8 --reps 1 --depth 8 --tree 8 --json
+grep -q '"chain": {"tau"' "$T/out" && grep -q '"tree": {"tau"' "$T/out" && grep -q '"accept_hist": \[' "$T/out" &&
+    ok "bench --tree 8 --json: chain and tree" || bad "bench --tree 8 --json: $(cat "$T/out")"
+expect "bench with a bad rank file" 1 "r_bad.txt line 3" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --reps 1 --depth 8 --draft-vocab "$T/r_bad.txt"
+
 # chat: two turns through stdin
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"
