@@ -804,8 +804,10 @@ static int on_emit(void *ud, int32_t id) {
 
 /* The draft's vocabulary for a call (dflash_gen.draft_vocab and
  * draft_vocab_rank): m->draft_nv ids, ids < draft_nv or, by rank,
- * m->draft_ids (draft_ids_on). A rank file is read once per path. */
-static int set_draft_vocab(dflash_model *m, const dflash_gen *g) {
+ * m->draft_ids (draft_ids_on). A rank file is read once per path and
+ * checked even when the call does not draft; drafting: the call drafts (a
+ * backend without the gather refuses a ranking only then). */
+static int set_draft_vocab(dflash_model *m, const dflash_gen *g, int drafting) {
     const cfg_model *c = &m->target.cfg;
     m->draft_ids_on = 0;
     if (g->draft_vocab < -1) {
@@ -826,7 +828,7 @@ static int set_draft_vocab(dflash_model *m, const dflash_gen *g) {
         dfl_seterr("draft vocabulary %d by rank: the model has only %d token ids", g->draft_vocab, c->vocab);
         return -1;
     }
-    if (!m->be->draft_ids) {
+    if (drafting && !m->be->draft_ids) {
         dfl_seterr("draft vocabulary by rank (%s): backend %s scores ids by number only (--draft-vocab N or full)",
                    g->draft_vocab_rank, m->be->name);
         return -1;
@@ -1004,7 +1006,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
             return -1;
         }
     }
-    if (set_draft_vocab(m, g) != 0) return -1;
+    if (set_draft_vocab(m, g, m->drafting) != 0) return -1;
     m->n_stop = 0;
     if (!g->ignore_eos || m->gr) { /* a grammar ends with a stop token (ignore_eos: only where it must) */
         for (int i = 0; i < c->n_eos; i++) m->stop[m->n_stop++] = c->eos_ids[i];
@@ -1183,7 +1185,7 @@ int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int r
         return -1;
     }
     dflash_gen dg = dflash_default_gen();
-    if (set_draft_vocab(m, g ? g : &dg) != 0) return -1;
+    if (set_draft_vocab(m, g ? g : &dg, 1) != 0) return -1;
     int B = m->draft.cfg.block_size;
     if (B < 2 || B > SPEC_MAX_BLOCK || depth < 1 || depth + B > m->n_ctx || reps < 1) {
         dfl_seterr("time_draft: block %d at depth %d does not fit (context %d)", B, depth, m->n_ctx);
