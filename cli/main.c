@@ -160,8 +160,9 @@ static const char *help_generate =
     "                         targets, no grammar, logit controls or logprobs\n"
     "      --draft-vocab N|full|freq:N|FILE[:N]  the token ids the draft proposes\n"
     "                         (plus stop tokens): ids < N; full: all; freq:N: the N\n"
-    "                         most frequent of vocab_rank.txt beside the model's\n"
-    "                         tokenizer; FILE[:N]: of a rank file (dflash vocab-rank).\n"
+    "                         most frequent of vocab_rank.txt in the --tokenizer or\n"
+    "                         -m directory; FILE[:N]: of a rank file (dflash\n"
+    "                         vocab-rank; no N: every id it lists). CPU only by rank.\n"
     "                         Default 32768 for vocabularies > 65536 (ids < 32768).\n"
     "                         Speed only: output is the same\n"
     "      --no-draft         ignore --draft (plain decoding)\n"
@@ -404,7 +405,7 @@ static void check_model_path(const char *cmd, const char *flag, const char *path
 }
 
 /* --draft-vocab N | full | freq:N | FILE | FILE:N (a rank file, src/vocab.h;
- * freq:N takes vocab_rank.txt beside the model's tokenizer, resolved once
+ * freq:N takes vocab_rank.txt in the --tokenizer or -m directory, resolved once
  * -m and --tokenizer are known). */
 static void parse_draft_vocab(opts *o, const char *flag, const char *v) {
     o->draft_vocab_rank[0] = 0;
@@ -444,7 +445,7 @@ static void parse_draft_vocab(opts *o, const char *flag, const char *v) {
 }
 
 /* freq:N's rank file: vocab_rank.txt in the --tokenizer directory, else in
- * the model's directory (a GGUF file: its directory). */
+ * the model's directory (a GGUF file or a tokenizer file: its directory). */
 static void find_freq_rank(opts *o) {
     char dir[4096];
     const char *cands[2] = {o->tokenizer, o->model};
@@ -461,7 +462,7 @@ static void find_freq_rank(opts *o) {
         if (w > 0 && (size_t)w < sizeof o->draft_vocab_rank && stat(o->draft_vocab_rank, &st) == 0) return;
     }
     fprintf(stderr,
-            "%s %s: --draft-vocab freq:%d: no vocab_rank.txt beside the model's tokenizer (looked in %s%s%s); "
+            "%s %s: --draft-vocab freq:%d: no vocab_rank.txt in the --tokenizer or -m directory (looked in %s%s%s); "
             "give a rank file: --draft-vocab FILE:%d (dflash vocab-rank makes one)\n",
             prog, o->cmd, o->draft_vocab, o->tokenizer ? o->tokenizer : "", o->tokenizer ? " and " : "", o->model,
             o->draft_vocab);
@@ -1181,7 +1182,7 @@ static const char *help_vocab_rank =
     "\n"
     "Count the tokens of the TEXT files with DIR's tokenizer and write their ids,\n"
     "most frequent first, as a rank file for --draft-vocab FILE:N (freq:N reads\n"
-    "vocab_rank.txt beside the model's tokenizer). The header records DIR's\n"
+    "vocab_rank.txt in the --tokenizer or -m directory). The header records DIR's\n"
     "config.json vocab_size, which the model must have. Files are tokenized in\n"
     "pieces of about 64 KB cut at line ends.\n"
     "\n"
