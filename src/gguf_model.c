@@ -1281,9 +1281,37 @@ static int all_newlines(const char *s, size_t n) {
  * kept whole: llama.cpp's converter types Gemma's added "\n" runs NORMAL).
  * A plain prompt gets <bos> unless add_bos_token is false (llama.cpp forces
  * it for this vocabulary). Errors name the key. */
+/* What every GGUF tokenizer ends with: the end-of-sequence id, the specials
+ * a plain prompt gets (PRE: the pre-tokenizer's name), the chat template,
+ * and the tokenizer built from ROOT (tokenizer.json's form; not freed here). */
+static tok_tokenizer *finish_tokenizer(const gguf_file *g, cJSON *root, const char *pre, uint64_t n_tokens,
+                                       const char *path) {
+    int64_t eos = -1;
+    if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) return NULL;
+    if (eos < -1 || eos >= (int64_t)n_tokens) {
+        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
+        return NULL;
+    }
+    if (prompt_specials(g, root, pre, eos, n_tokens) != 0) return NULL;
+    const char *s;
+    size_t n;
+    char *tmpl = NULL;
+    int rc = gguf_get_str(g, "tokenizer.chat_template", &s, &n, 0);
+    if (rc < 0) return NULL;
+    if (rc == 0) {
+        if (memchr(s, 0, n)) {
+            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
+            return NULL;
+        }
+        tmpl = cstr(s, n);
+    }
+    tok_tokenizer *t = tok_from_json(root, tmpl, (int)eos, path);
+    free(tmpl);
+    return t;
+}
+
 static tok_tokenizer *gemma4_tokenizer(const gguf_file *g, const char *path) {
     tok_tokenizer *t = NULL;
-    char *tmpl = NULL;
     const char *s;
     size_t n;
     const gguf_kv *tk = str_array(g, "tokenizer.ggml.tokens", 1), *mg, *ty;
@@ -1355,26 +1383,9 @@ static tok_tokenizer *gemma4_tokenizer(const gguf_file *g, const char *path) {
         free(a);
         free(b);
     }
-    int64_t eos = -1;
-    if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) goto out;
-    if (eos < -1 || eos >= (int64_t)tk->n) {
-        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
-        goto out;
-    }
-    if (prompt_specials(g, root, "gemma4", eos, tk->n) != 0) goto out;
-    int rc = gguf_get_str(g, "tokenizer.chat_template", &s, &n, 0);
-    if (rc < 0) goto out;
-    if (rc == 0) {
-        if (memchr(s, 0, n)) {
-            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
-            goto out;
-        }
-        tmpl = cstr(s, n);
-    }
-    t = tok_from_json(root, tmpl, (int)eos, path);
+    t = finish_tokenizer(g, root, "gemma4", tk->n, path);
 out:
     cJSON_Delete(root);
-    free(tmpl);
     return t;
 }
 
@@ -1383,7 +1394,7 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
     if (gguf_open(&g, path) != 0) return NULL;
     tok_tokenizer *t = NULL;
     cJSON *root = NULL;
-    char *tmpl = NULL, *pre = NULL;
+    char *pre = NULL;
     const char *s;
     size_t n;
     if (gguf_get_str(&g, "tokenizer.ggml.model", &s, &n, 1)) goto out;
@@ -1481,26 +1492,9 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
         cJSON_AddItemToArray(merges, cJSON_CreateString(c));
         free(c);
     }
-    int64_t eos = -1;
-    if (gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) goto out;
-    if (eos < -1 || eos >= (int64_t)tk->n) {
-        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
-        goto out;
-    }
-    if (prompt_specials(&g, root, pre, eos, tk->n) != 0) goto out;
-    int rc = gguf_get_str(&g, "tokenizer.chat_template", &s, &n, 0);
-    if (rc < 0) goto out;
-    if (rc == 0) {
-        if (memchr(s, 0, n)) {
-            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
-            goto out;
-        }
-        tmpl = cstr(s, n);
-    }
-    t = tok_from_json(root, tmpl, (int)eos, path);
+    t = finish_tokenizer(&g, root, pre, tk->n, path);
 out:
     cJSON_Delete(root);
-    free(tmpl);
     free(pre);
     gguf_close(&g);
     return t;
