@@ -511,25 +511,28 @@ __device__ __forceinline__ void cu_gemm_step(uint4 ra, uint4 rb, float sca, floa
 
 /* The shared-memory ring (k_gemm with GEMM_UNROLL = 0; the register batches
  * of GEMM_UNROLL = 4 keep at most 4 steps in flight and none while their
- * MMAs run). Each warp keeps STAGES steps of its K slice in flight as
- * asynchronous copies into STAGES slots of its own in dynamic shared memory:
- * one slot = the step's 1024 weight bytes, lane l's 16 bytes of rows g and
- * g + 8 at 16 l and 512 + 16 l (as in global memory), then LANE_SC bytes
- * per lane for the scale words of its two rows. The warp consumes step s
- * from slot (s - s0) % STAGES and then refills that slot with step
- * s + STAGES. A lane reads only what it copied itself (cp.async.wait_group
- * makes a thread's own copies visible to it), so nothing synchronises the
- * lanes or the warps, and the bytes in flight cost no registers. The first
- * STAGES steps are issued before the programmatic-dependent-launch wait
- * (weights are immutable). Timing only: each step's arithmetic is the
- * register path's (cu_gemm_step, cu_iq_step), in the same order.
- * Shared memory: split warps x STAGES x BYTES <= 8 x 12 KB. */
-template <int KIND, int DQ> struct cu_ring {
+ * MMAs run). Each warp keeps its next STAGES steps of its K slice in flight
+ * as asynchronous copies into STAGES slots of its own in dynamic shared
+ * memory: one slot = the step's 1024 weight bytes, lane l's 16 bytes of
+ * rows g and g + 8 at 16 l and 512 + 16 l (as in global memory), then
+ * LANE_SC bytes per lane for the scale words of its two rows. The warp
+ * consumes BATCH steps at a time (as the register batches do, so their
+ * MMA chains interleave), then refills their slots with the steps STAGES
+ * further on: BATCH to STAGES steps stay in flight. A lane reads only what
+ * it copied itself (cp.async.wait_group makes a thread's own copies visible
+ * to it), so nothing synchronises the lanes or the warps, and bytes in
+ * flight cost no registers. The first STAGES steps are issued before the
+ * programmatic-dependent-launch wait (weights are immutable). Timing only:
+ * each step's arithmetic is the register path's (cu_gemm_step,
+ * cu_iq_step), in the same order. Shared memory: split warps x STAGES x
+ * BYTES. */
+template <int KIND, int NT, int DQ> struct cu_ring {
     enum {
         NW = DQ >= 2 ? (DQ >= 5 ? 2 : 1) * (8 >> ((DQ - 2) % 3 + 1)) : 0, /* cu_gemm_iq_steps' NW */
         LANE_SC = DQ >= 2 ? 8 * NW : KIND == CW_BF16 ? 0 : 16,
         BYTES = 1024 + 32 * LANE_SC,
-        STAGES = BYTES <= 1536 ? 8 : BYTES <= 2048 ? 6 : 4
+        BATCH = DQ >= 2 && (NT > 1 || NW > 4) ? 2 : 4, /* the register path's unroll */
+        STAGES = 2 * BATCH
     };
 };
 
@@ -541,29 +544,40 @@ __device__ __forceinline__ void cu_cp_words(uint8_t *smem, const uint8_t *g) {
     else cu_cp16(smem, g), cu_cp16(smem + 16, g + 16);
 }
 
-/* Issue step s of this lane's slice into slot st (nothing past s1), as one
- * commit group: every call commits one, so group i is step s0 + i. */
-template <int KIND, int DQ>
+/* Copy step s of this lane's slice into slot st (nothing past s1). */
+template <int KIND, int NT, int DQ>
 __device__ __forceinline__ void cu_ring_issue(uint8_t *st, int s, int s1, const uint8_t *wa, const uint8_t *wb,
                                               const uint8_t *sa, const uint8_t *sbp, int t, int group, int sdt) {
-    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NW = cu_ring<KIND, DQ>::NW, LS = cu_ring<KIND, DQ>::LANE_SC;
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NW = cu_ring<KIND, NT, DQ>::NW;
+    constexpr int LS = cu_ring<KIND, NT, DQ>::LANE_SC;
     const int lane = threadIdx.x & 31;
-    if (s < s1) {
-        const size_t off = (size_t)s * 1024;
-        cu_cp16(st + lane * 16, wa + off);
-        cu_cp16(st + 512 + lane * 16, wb + off);
-        uint8_t *sc = st + 1024 + lane * LS;
-        if constexpr (DQ >= 2) {
-            constexpr int NG = 8 >> ((DQ - 2) % 3 + 1);
-            const size_t w0 = (NG > 1 ? (size_t)s * NW : (size_t)(s * 128 / group) * NW) * 4; /* cu_iq_ld_sb */
-            cu_cp_words<4 * NW>(sc, sa + w0);
-            cu_cp_words<4 * NW>(sc + 4 * NW, sbp + w0);
-        } else if constexpr (KIND != CW_BF16) {
-            const int grp = (s * STEP + t * CK) / group;
-            if (sdt == SC_F32) cu_cp8(sc, sa + 8 * grp), cu_cp8(sc + 8, sbp + 8 * grp);
-            else cu_cp4(sc, sa + 4 * grp), cu_cp4(sc + 8, sbp + 4 * grp);
-        }
+    if (s >= s1) return;
+    const size_t off = (size_t)s * 1024;
+    cu_cp16(st + lane * 16, wa + off);
+    cu_cp16(st + 512 + lane * 16, wb + off);
+    uint8_t *sc = st + 1024 + lane * LS;
+    if constexpr (DQ >= 2) {
+        constexpr int NG = 8 >> ((DQ - 2) % 3 + 1);
+        const size_t w0 = (NG > 1 ? (size_t)s * NW : (size_t)(s * 128 / group) * NW) * 4; /* cu_iq_ld_sb */
+        cu_cp_words<4 * NW>(sc, sa + w0);
+        cu_cp_words<4 * NW>(sc + 4 * NW, sbp + w0);
+    } else if constexpr (KIND != CW_BF16) {
+        const int grp = (s * STEP + t * CK) / group;
+        if (sdt == SC_F32) cu_cp8(sc, sa + 8 * grp), cu_cp8(sc + 8, sbp + 8 * grp);
+        else cu_cp4(sc, sa + 4 * grp), cu_cp4(sc + 8, sbp + 4 * grp);
     }
+}
+
+/* Copy the BATCH steps s.. into the slots from slot on, as one commit group
+ * (every call commits one: group i holds batch i of the slice). */
+template <int KIND, int NT, int DQ>
+__device__ __forceinline__ void cu_ring_batch(uint8_t *ring, int slot, int s, int s1, const uint8_t *wa,
+                                              const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp, int t,
+                                              int group, int sdt) {
+    constexpr int U = cu_ring<KIND, NT, DQ>::BATCH, SB = cu_ring<KIND, NT, DQ>::BYTES;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        cu_ring_issue<KIND, NT, DQ>(ring + (slot + u) * SB, s + u, s1, wa, wb, sa, sbp, t, group, sdt);
     cu_cp_commit();
 }
 
@@ -572,28 +586,38 @@ __device__ __forceinline__ void cu_gemm_ring_steps(const cw_weight &w, int t, in
                                                    const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp,
                                                    uint8_t *ring, const __nv_bfloat16 *const *xr, const bool *xv,
                                                    float (*acc)[4]) {
-    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, P = cu_ring<KIND, DQ>::STAGES, SB = cu_ring<KIND, DQ>::BYTES;
-    constexpr int NW = cu_ring<KIND, DQ>::NW, LS = cu_ring<KIND, DQ>::LANE_SC;
+    using R = cu_ring<KIND, NT, DQ>;
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, U = R::BATCH, P = R::STAGES, SB = R::BYTES, NW = R::NW;
+    constexpr int LS = R::LANE_SC, NB = P / U; /* batches in flight */
     const int lane = threadIdx.x & 31, sdt = w.sdt, group = w.group;
     int slot = 0;
-    for (int s = s0; s < s1; s++) {
-        cu_cp_wait<P - 1>(); /* group s - s0 is complete */
-        uint8_t *st = ring + slot * SB;
-        const uint4 ra = *(const uint4 *)(st + lane * 16), rb = *(const uint4 *)(st + 512 + lane * 16);
-        const uint8_t *sc = st + 1024 + lane * LS;
-        if constexpr (DQ >= 2) {
-            uint32_t qa[NW], qb[NW];
+    for (int s = s0; s < s1; s += U) {
+        cu_cp_wait<NB - 1>(); /* this batch's group is complete */
+        uint4 ra[U], rb[U];
+        uint32_t qa[U][NW > 0 ? NW : 1], qb[U][NW > 0 ? NW : 1];
+        float sca[U], bia[U], scb[U], bib[U];
 #pragma unroll
-            for (int i = 0; i < NW; i++) qa[i] = ((const uint32_t *)sc)[i], qb[i] = ((const uint32_t *)sc)[NW + i];
-            cu_iq_step<NT, DQ>(ra, rb, qa, qb, sdt, s * 128 + 4 * t, xr, xv, acc);
-        } else {
-            float sca = 0.0f, bia = 0.0f, scb = 0.0f, bib = 0.0f;
-            if (KIND != CW_BF16) cu_sb_pair(sc, sdt, &sca, &bia), cu_sb_pair(sc + 8, sdt, &scb, &bib);
-            cu_gemm_step<KIND, NT, DQ>(ra, rb, sca, bia, scb, bib, s * STEP + t * CK, xr, xv, acc);
+        for (int u = 0; u < U; u++) {
+            const uint8_t *st = ring + (slot + u) * SB, *sc = st + 1024 + lane * LS;
+            ra[u] = *(const uint4 *)(st + lane * 16);
+            rb[u] = *(const uint4 *)(st + 512 + lane * 16);
+            if constexpr (DQ >= 2) {
+#pragma unroll
+                for (int i = 0; i < NW; i++) qa[u][i] = ((const uint32_t *)sc)[i], qb[u][i] = ((const uint32_t *)sc)[NW + i];
+            } else {
+                sca[u] = bia[u] = scb[u] = bib[u] = 0.0f;
+                if (KIND != CW_BF16) cu_sb_pair(sc, sdt, &sca[u], &bia[u]), cu_sb_pair(sc + 8, sdt, &scb[u], &bib[u]);
+            }
         }
-        /* the slot's values are in registers and used: refill it */
-        cu_ring_issue<KIND, DQ>(st, s + P, s1, wa, wb, sa, sbp, t, group, sdt);
-        slot = slot + 1 == P ? 0 : slot + 1;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (s + u >= s1) break;
+            if constexpr (DQ >= 2) cu_iq_step<NT, DQ>(ra[u], rb[u], qa[u], qb[u], sdt, (s + u) * 128 + 4 * t, xr, xv, acc);
+            else cu_gemm_step<KIND, NT, DQ>(ra[u], rb[u], sca[u], bia[u], scb[u], bib[u], (s + u) * STEP + t * CK, xr, xv, acc);
+        }
+        /* the batch's values are in registers and used: refill its slots */
+        cu_ring_batch<KIND, NT, DQ>(ring, slot, s + P, s1, wa, wb, sa, sbp, t, group, sdt);
+        slot = slot + U == P ? 0 : slot + U;
     }
     cu_cp_wait<0>();
 }
@@ -633,11 +657,11 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     extern __shared__ __align__(16) float sm[];
     uint8_t *ring = nullptr;
     if constexpr (GEMM_UNROLL == 0) {
-        constexpr int P = cu_ring<KIND, DQ>::STAGES, SB = cu_ring<KIND, DQ>::BYTES;
-        ring = (uint8_t *)sm + (size_t)warp * P * SB;
+        using R = cu_ring<KIND, NT, DQ>;
+        ring = (uint8_t *)sm + (size_t)warp * R::STAGES * R::BYTES;
 #pragma unroll
-        for (int i = 0; i < P; i++)
-            cu_ring_issue<KIND, DQ>(ring + i * SB, s0 + i, s1, wa, wb, sa, sbp, t, w.group, w.sdt);
+        for (int i = 0; i < R::STAGES; i += R::BATCH)
+            cu_ring_batch<KIND, NT, DQ>(ring, i, s0 + i, s1, wa, wb, sa, sbp, t, w.group, w.sdt);
     } else {
 #pragma unroll
         for (int u = 0; u < GEMM_UNROLL; u++)

@@ -874,11 +874,11 @@ static int gemm_dq_of(const cw_weight &w) {
 /* Launch a GEMM kernel; with the shared-memory ring (U = 0) its dynamic
  * shared memory (cu_ring: block warps x STAGES x BYTES), allowed past the
  * default 48 KB once per kernel. */
-template <int KIND, int U, int DQ, typename... KArgs, typename... Args>
+template <int KIND, int NT, int U, int DQ, typename... KArgs, typename... Args>
 static void gemm_k(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
     size_t smem = 0;
     if constexpr (U == 0) {
-        enum { PER_WARP = cu_ring<KIND, DQ>::STAGES * cu_ring<KIND, DQ>::BYTES };
+        enum { PER_WARP = cu_ring<KIND, NT, DQ>::STAGES * cu_ring<KIND, NT, DQ>::BYTES };
         smem = (size_t)(block.x / 32) * PER_WARP;
         static const void *done[64];
         static int n_done;
@@ -894,8 +894,8 @@ static void gemm_k(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, A
 
 template <int MOE, int NT, int U, int SW, int DQ, typename... A>
 static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
-    if constexpr (MOE) gemm_k<CW_Q4, U, DQ>(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
-    else gemm_k<CW_Q4, U, DQ>(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    if constexpr (MOE) gemm_k<CW_Q4, NT, U, DQ>(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    else gemm_k<CW_Q4, NT, U, DQ>(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
 }
 
 /* The integer-MMA kernel for DQ 2..7 (folds of 32/64/128 columns, 16-bit
@@ -928,17 +928,17 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     }
     if constexpr (KIND == CW_Q4) {
         if (dq == -1) {
-            if constexpr (MOE) gemm_k<KIND, U, -1>(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
-            else gemm_k<KIND, U, -1>(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            if constexpr (MOE) gemm_k<KIND, NT, U, -1>(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            else gemm_k<KIND, NT, U, -1>(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
             return;
         }
     }
     if constexpr (MOE) {
-        if (dq == 1) gemm_k<KIND, U, 1>(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else gemm_k<KIND, U, 0>(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) gemm_k<KIND, NT, U, 1>(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else gemm_k<KIND, NT, U, 0>(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
     } else {
-        if (dq == 1) gemm_k<KIND, U, 1>(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else gemm_k<KIND, U, 0>(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) gemm_k<KIND, NT, U, 1>(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else gemm_k<KIND, NT, U, 0>(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
     }
 }
 
