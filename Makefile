@@ -230,7 +230,7 @@ asan:
 
 # ThreadSanitizer: the tests that run threads against each other (worker
 # pools; models on several threads); any report fails the test (exit 66)
-TSAN_TESTS ?= test_threads test_two_models
+TSAN_TESTS ?= test_threads test_two_models test_batch
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
 	    build-tsan/.deps-ok $(UNPACKED) $(TSAN_TESTS:%=build-tsan/%)

@@ -1,0 +1,139 @@
+/* batch.c - the forward scheduler of batch.h. */
+#include "batch.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* One sequence's waiting forward (on its caller's stack). */
+typedef struct bat_req {
+    void *st;
+    const be_batch *batch;
+    int rc, done;
+    char err[512];       /* the error of a failed forward (rc -1) */
+    struct bat_req *next;
+} bat_req;
+
+struct bat_sched {
+    const be_ops *be;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;   /* a forward was queued or finished, a sequence left, the backend was released */
+    int busy;            /* a thread is using the backend */
+    int n_pending;       /* requests in pending, not yet taken by a step */
+    bat_req *pending;
+    bat_counts c;        /* c.active: sequences between bat_enter and bat_leave */
+};
+
+bat_sched *bat_new(const be_ops *be) {
+    bat_sched *b = dfl_calloc(1, sizeof *b);
+    b->be = be;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    return b;
+}
+
+void bat_free(bat_sched *b) {
+    if (!b) return;
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}
+
+void bat_enter(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->c.active++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_leave(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->c.active--;
+    pthread_cond_broadcast(&b->cv); /* the waiting sequences may be all there is now */
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_lock(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    while (b->busy) pthread_cond_wait(&b->cv, &b->mu);
+    b->busy = 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_unlock(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->busy = 0;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_stats(bat_sched *b, bat_counts *out) {
+    pthread_mutex_lock(&b->mu);
+    *out = b->c;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Run the requests of one step (the backend held, b->mu not). */
+static void run_step(bat_sched *b, bat_req **r, int n) {
+    int rc = -1;
+    if (n > 1 && b->be->forward_multi) {
+        void *sts[BE_MAX_SEQS];
+        be_batch bs[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++) {
+            sts[i] = r[i]->st;
+            bs[i] = *r[i]->batch;
+        }
+        rc = b->be->forward_multi(sts, bs, n);
+        if (rc == 0)
+            for (int i = 0; i < n; i++) r[i]->rc = 0;
+    }
+    if (rc != 0) /* one by one: each its own result */
+        for (int i = 0; i < n; i++) {
+            r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
+            if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+        }
+}
+
+int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
+    bat_req me = {.st = st, .batch = batch};
+    pthread_mutex_lock(&b->mu);
+    me.next = b->pending;
+    b->pending = &me;
+    b->n_pending++;
+    pthread_cond_broadcast(&b->cv);
+    while (!me.done) {
+        if (b->busy || b->n_pending == 0 || b->n_pending < b->c.active) {
+            pthread_cond_wait(&b->cv, &b->mu);
+            continue;
+        }
+        /* every sequence inside a generation waits: this thread runs the step */
+        bat_req *r[BE_MAX_SEQS];
+        int n = 0;
+        while (b->pending && n < BE_MAX_SEQS) { /* oldest first */
+            bat_req **pp = &b->pending;
+            while ((*pp)->next) pp = &(*pp)->next;
+            r[n++] = *pp;
+            *pp = NULL;
+        }
+        b->n_pending -= n;
+        b->busy = 1;
+        pthread_mutex_unlock(&b->mu);
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += r[i]->batch->T;
+        run_step(b, r, n);
+        pthread_mutex_lock(&b->mu);
+        b->busy = 0;
+        b->c.steps++;
+        b->c.seq_steps += n;
+        b->c.rows += rows;
+        b->c.last_batch = n;
+        if (n > b->c.max_batch) b->c.max_batch = n;
+        for (int i = 0; i < n; i++) r[i]->done = 1;
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (me.rc != 0) dfl_seterr("%s", me.err);
+    return me.rc;
+}

@@ -1,0 +1,319 @@
+/* test_batch.c - several sequences of one model (dflash_seq_new) and the
+ * batched target forward under them (be_ops.forward_multi, batch.h).
+ *
+ *   forward_multi_rows  the CPU backend's forward_multi over sequences with
+ *                       prefills of different lengths (one longer than a
+ *                       pass), then decode / verify batches of 1..16 rows:
+ *                       every sequence's logits, taps and argmax are
+ *                       bit-identical to the same forwards run alone; a tree
+ *                       batch and a sequence given twice are refused with
+ *                       nothing run
+ *   seqs_concurrent     the model and four sequences generating at once on
+ *                       five threads (greedy and sampled with a seed, DFlash
+ *                       on and off, logprobs, a grammar, an auto tree whose
+ *                       tree batches run alone, a generation stopped by its
+ *                       callback): each gives the tokens (and log-
+ *                       probabilities) it gives alone, and the steps were
+ *                       shared (the most sequences in one step >= 2)
+ *   seq_errors          a sequence of a tokenizer-only model is refused; a
+ *                       sequence's bad request fails with its own error while
+ *                       the others generate
+ *
+ * Uses the shipped demo pair; make tsan runs it under ThreadSanitizer. */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "check.h"
+#include "demo_pair.h"
+
+/* ---- the backend: forward_multi against forward ------------------------- */
+
+enum { NSEQ = 4, NTAPS = 3 };
+static const int tap_layers[NTAPS] = {1, 5, 10};
+
+typedef struct {
+    void *st;
+    float *logits, *taps;
+    int32_t ids[64];
+} fw_out;
+
+/* forward of tok[0..T) on each sequence: alone (multi 0) or in one
+ * forward_multi; logits of every row (a prefill: n_logits = T) or kept rows
+ * (keep: logits() and argmax() afterwards), taps of every row. */
+static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const int *T, int keep, int multi) {
+    be_batch bs[NSEQ];
+    void *sts[NSEQ];
+    size_t V = (size_t)t->V, H = (size_t)t->tm.cfg.hidden;
+    for (int i = 0; i < NSEQ; i++) {
+        free(o[i].logits);
+        free(o[i].taps);
+        o[i].logits = malloc(sizeof(float) * V * (size_t)T[i]);
+        o[i].taps = malloc(sizeof(float) * H * NTAPS * (size_t)T[i]);
+        bs[i] = (be_batch){.T = T[i], .tokens = tok[i], .n_logits = keep ? 0 : T[i], .logits = o[i].logits,
+                           .n_taps = NTAPS, .tap_layers = tap_layers, .keep_rows = keep};
+        sts[i] = o[i].st;
+    }
+    if (multi) {
+        if (be_cpu.forward_multi(sts, bs, NSEQ) != 0) return -1;
+    } else {
+        for (int i = 0; i < NSEQ; i++)
+            if (be_cpu.forward(sts[i], &bs[i]) != 0) return -1;
+    }
+    for (int i = 0; i < NSEQ; i++) {
+        if (be_cpu.taps(sts[i], 0, T[i], o[i].taps) != 0) return -1;
+        if (keep && (be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0 || be_cpu.argmax(sts[i], 0, T[i], o[i].ids) != 0))
+            return -1;
+    }
+    return 0;
+}
+
+TEST(forward_multi_rows) {
+    demo_target t;
+    if (target_open(&t) != 0) return;
+    CHECK(be_cpu.forward_multi != NULL, "the CPU backend has no forward_multi");
+    size_t V = (size_t)t.V, H = (size_t)t.tm.cfg.hidden;
+    fw_out alone[NSEQ] = {{0}}, multi[NSEQ] = {{0}};
+    for (int i = 0; i < NSEQ; i++) {
+        alone[i].st = be_cpu.create(t.bi, &t.tm, 1024);
+        multi[i].st = be_cpu.create(t.bi, &t.tm, 1024);
+    }
+    /* prefills of 5, 45 (more than one 32-row pass), 17, 3 tokens, then
+     * three steps of verify-sized batches */
+    static const int pre[NSEQ] = {5, 45, 17, 3};
+    static const int steps[3][NSEQ] = {{1, 4, 16, 2}, {8, 1, 1, 1}, {3, 16, 5, 1}};
+    int32_t tok[NSEQ][64];
+    const int32_t *tp[NSEQ];
+    for (int s = -1; s < 3; s++) {
+        int T[NSEQ];
+        for (int i = 0; i < NSEQ; i++) {
+            T[i] = s < 0 ? pre[i] : steps[s][i];
+            for (int r = 0; r < T[i]; r++) tok[i][r] = (int32_t)((1000u + 7919u * (unsigned)((i + 1) * (r + 3 + 11 * (s + 1)))) % (unsigned)t.V);
+            tp[i] = tok[i];
+        }
+        int keep = s >= 0;
+        int ra = run_step(&t, alone, tp, T, keep, 0), rm = run_step(&t, multi, tp, T, keep, 1);
+        CHECK(ra == 0 && rm == 0, "step %d: forward %d, forward_multi %d: %s", s, ra, rm, dfl_lasterr());
+        if (ra || rm) break;
+        for (int i = 0; i < NSEQ; i++) {
+            CHECK(be_cpu.length(multi[i].st) == be_cpu.length(alone[i].st), "step %d seq %d: length %d vs %d", s, i,
+                  be_cpu.length(multi[i].st), be_cpu.length(alone[i].st));
+            CHECK(!memcmp(alone[i].logits, multi[i].logits, sizeof(float) * V * (size_t)T[i]),
+                  "step %d seq %d: logits differ from the forward alone", s, i);
+            CHECK(!memcmp(alone[i].taps, multi[i].taps, sizeof(float) * H * NTAPS * (size_t)T[i]),
+                  "step %d seq %d: taps differ from the forward alone", s, i);
+            CHECK(!keep || !memcmp(alone[i].ids, multi[i].ids, sizeof(int32_t) * (size_t)T[i]),
+                  "step %d seq %d: argmax differs", s, i);
+        }
+        /* roll back part of the verify, as a rejected draft does */
+        for (int i = 0; keep && i < NSEQ; i++) {
+            int len = be_cpu.length(alone[i].st) - T[i] / 2;
+            be_cpu.truncate(alone[i].st, len);
+            be_cpu.truncate(multi[i].st, len);
+        }
+    }
+    /* refusals: nothing runs */
+    int32_t one = 42;
+    int parent = -1;
+    void *sts[2] = {multi[0].st, multi[1].st};
+    be_batch bs[2] = {{.T = 1, .tokens = &one}, {.T = 1, .tokens = &one, .tree_parent = &parent}};
+    int len0 = be_cpu.length(sts[0]);
+    CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "tree"), "a tree batch: %s", dfl_lasterr());
+    sts[1] = sts[0];
+    bs[1].tree_parent = NULL;
+    CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "twice"), "the same sequence twice: %s",
+          dfl_lasterr());
+    CHECK(be_cpu.length(sts[0]) == len0, "a refused forward_multi moved the length %d -> %d", len0,
+          be_cpu.length(sts[0]));
+    for (int i = 0; i < NSEQ; i++) {
+        be_cpu.destroy(alone[i].st);
+        be_cpu.destroy(multi[i].st);
+        free(alone[i].logits);
+        free(alone[i].taps);
+        free(multi[i].logits);
+        free(multi[i].taps);
+    }
+    target_close(&t);
+}
+
+/* ---- sequences on threads ------------------------------------------------ */
+
+enum { NJOBS = 5, N_PREDICT = 48 };
+
+typedef struct {
+    dflash_model *m;  /* the model's own sequence (seq NULL) */
+    dflash_seq *seq;
+    int prompt;
+    dflash_gen g;
+    int stop_after;   /* > 0: the callback stops the generation after this many tokens */
+    int n_cb;
+    pthread_barrier_t *start;
+    int32_t *out;
+    size_t n;
+    lp_log lps;
+    int rc;
+    char err[256];
+} job;
+
+static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
+    job *j = ud;
+    (void)id, (void)text, (void)len;
+    return j->stop_after > 0 && ++j->n_cb >= j->stop_after;
+}
+
+static int job_on_lp(void *ud, const dflash_logprob *lp) { return on_lp(&((job *)ud)->lps, lp); }
+
+static void job_run(job *j) {
+    j->n_cb = 0;
+    j->lps.n = 0;
+    free(j->out);
+    j->out = NULL;
+    if (j->g.on_logprob) j->g.on_logprob = job_on_lp;
+    j->rc = j->seq ? dflash_seq_generate(j->seq, prompt[j->prompt], prompt_len[j->prompt], &j->g, job_on_token, j,
+                                         &j->out, &j->n, NULL)
+                   : dflash_generate(j->m, prompt[j->prompt], prompt_len[j->prompt], &j->g, job_on_token, j, &j->out,
+                                     &j->n, NULL);
+    if (j->rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
+}
+
+static void *job_thread(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->start);
+    job_run(j);
+    return NULL;
+}
+
+static const char *const texts[] = {"Solve for x: 3x + 5 = 20.", "Evaluate 44 * 9 - 30.",
+                                    "Write a haiku about the sea.", "List three prime numbers."};
+
+/* the jobs' settings: greedy DFlash; greedy plain; sampled DFlash with
+ * logprobs; sampled plain with a grammar; greedy DFlash with an auto tree,
+ * stopped by its callback */
+static void job_settings(job *j) {
+    for (int i = 0; i < NJOBS; i++) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = N_PREDICT;
+        g.ignore_eos = 1;
+        j[i].prompt = i % n_prompts;
+        j[i].stop_after = 0;
+        if (i == 1) g.use_draft = 0;
+        if (i == 2) {
+            g.temp = 0.8f, g.top_k = 40, g.seed = 1234;
+            g.on_logprob = job_on_lp;
+            g.top_logprobs = 3;
+        }
+        if (i == 3) {
+            g.temp = 0.7f, g.seed = 99, g.use_draft = 0;
+            g.grammar = "root ::= [a-z ]+ \".\"";
+            g.ignore_eos = 0;
+        }
+        if (i == 4) {
+            g.tree = -1;
+            j[i].stop_after = 9;
+        }
+        j[i].g = g;
+    }
+}
+
+TEST(seqs_concurrent) {
+    if (!demo) return;
+    dflash_seq *seq[NJOBS] = {NULL};
+    for (int i = 1; i < NJOBS; i++) {
+        seq[i] = dflash_seq_new(demo);
+        CHECK(seq[i] != NULL, "dflash_seq_new: %s", dflash_error());
+        if (!seq[i]) goto out;
+    }
+    job ref[NJOBS] = {{0}}, got[NJOBS] = {{0}};
+    job_settings(ref);
+    job_settings(got);
+    /* alone: each on the model's own sequence, fresh */
+    for (int i = 0; i < NJOBS; i++) {
+        ref[i].m = demo;
+        dflash_reset(demo);
+        job_run(&ref[i]);
+        CHECK(ref[i].rc == 0 && ref[i].n > 0, "job %d alone: %s", i, ref[i].err);
+    }
+    CHECK(ref[4].n == 9, "the callback's stop after 9 tokens gave %zu", ref[4].n);
+    dflash_batch_info b0, b1;
+    dflash_batch_stats(demo, &b0);
+    int rounds = fast ? 1 : 2;
+    for (int r = 0; r < rounds; r++) { /* round 2: the sequences' prompt caches are warm */
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, NJOBS);
+        pthread_t th[NJOBS];
+        for (int i = 0; i < NJOBS; i++) {
+            got[i].m = demo;
+            got[i].seq = seq[i];
+            got[i].start = &start;
+            got[i].prompt = (i + r) % n_prompts; /* another prompt per round: the cache rule under batching */
+            CHECK(pthread_create(&th[i], NULL, job_thread, &got[i]) == 0, "pthread_create");
+        }
+        for (int i = 0; i < NJOBS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < NJOBS; i++) {
+            static job tmp[NJOBS]; /* the same settings, alone on the model's own sequence */
+            memset(tmp, 0, sizeof tmp);
+            job_settings(tmp);
+            job alone = tmp[i];
+            alone.m = demo;
+            alone.prompt = got[i].prompt;
+            dflash_reset(demo);
+            job_run(&alone);
+            CHECK(got[i].rc == 0, "round %d job %d: %s", r, i, got[i].err);
+            CHECK(alone.rc == 0 && got[i].n == alone.n && !memcmp(got[i].out, alone.out, sizeof(int32_t) * alone.n),
+                  "round %d job %d (prompt %d): %zu tokens under load differ from the %zu alone", r, i, got[i].prompt,
+                  got[i].n, alone.n);
+            CHECK(same_lps(&got[i].lps, &alone.lps), "round %d job %d: logprobs differ from alone", r, i);
+            free(alone.out);
+        }
+    }
+    dflash_batch_stats(demo, &b1);
+    CHECK(b1.active == 0, "%d generations still counted as running", b1.active);
+    CHECK(b1.max_batch >= 2, "no step had two sequences (max %d; %ld steps)", b1.max_batch, b1.steps - b0.steps);
+    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d\n", b1.steps - b0.steps,
+            b1.steps > b0.steps ? (double)(b1.seq_steps - b0.seq_steps) / (double)(b1.steps - b0.steps) : 0.0,
+            b1.max_batch);
+    for (int i = 0; i < NJOBS; i++) {
+        free(ref[i].out);
+        free(got[i].out);
+    }
+out:
+    for (int i = 0; i < NJOBS; i++) dflash_seq_free(seq[i]);
+}
+
+TEST(seq_errors) {
+    dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
+    CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
+    CHECK(tk && !dflash_seq_new(tk) && strstr(dflash_error(), "tokenizer only"), "a tokenizer-only model's sequence: %s",
+          dflash_error());
+    dflash_free(tk);
+    if (!demo) return;
+    dflash_seq *s = dflash_seq_new(demo);
+    CHECK(s != NULL, "dflash_seq_new: %s", dflash_error());
+    if (!s) return;
+    int32_t bad = 1 << 30;
+    dflash_gen g = dflash_default_gen();
+    CHECK(dflash_seq_generate(s, &bad, 1, &g, NULL, NULL, NULL, NULL, NULL) != 0 &&
+              strstr(dflash_error(), "outside the model's vocabulary"),
+          "a bad token: %s", dflash_error());
+    g.n_predict = 8;
+    int32_t *out = NULL;
+    size_t n = 0;
+    CHECK(dflash_seq_generate(s, prompt[0], prompt_len[0], &g, NULL, NULL, &out, &n, NULL) == 0 && n == 8,
+          "after the refusal: %s", dflash_error());
+    free(out);
+    dflash_seq_free(s);
+}
+
+int main(void) {
+    (void)target_logits, (void)refused, (void)dflash_runs; /* demo_pair.h's, used by the other tests */
+    demo_begin();
+#if defined(__SANITIZE_THREAD__)
+    fast = 1; /* one concurrent round: ThreadSanitizer is many times slower */
+#endif
+    if (demo) make_prompts(demo, texts, 4, 4);
+    RUN(forward_multi_rows);
+    RUN(seqs_concurrent);
+    RUN(seq_errors);
+    demo_end();
+    CHECK_DONE("test_batch");
+}
