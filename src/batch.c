@@ -8,10 +8,12 @@
 
 #include "util.h"
 
-/* One sequence's waiting forward (on its caller's stack). */
+/* One sequence's waiting forward or argmax (on its caller's stack). */
 typedef struct bat_req {
     void *st;
-    const be_batch *batch;
+    const be_batch *batch; /* a forward; NULL: an argmax of kept rows row..row+n-1 into out */
+    int row, n;
+    int32_t *out;
     int rc, done;
     char err[512];       /* the error of a failed forward (rc -1) */
     struct bat_req *next;
@@ -75,8 +77,29 @@ void bat_stats(bat_sched *b, bat_counts *out) {
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Run the requests of one step (the backend held, b->mu not). */
-static void run_step(bat_sched *b, bat_req **r, int n) {
+/* The argmaxes of one step: one argmax_multi (rows of several sequences
+ * through one pass over the lm_head), else one by one. */
+static void run_argmax(bat_sched *b, bat_req **r, int n) {
+    int rc = -1;
+    if (n > 1 && b->be->argmax_multi) {
+        void *sts[BE_MAX_SEQS];
+        int row[BE_MAX_SEQS], cnt[BE_MAX_SEQS];
+        int32_t *out[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++) sts[i] = r[i]->st, row[i] = r[i]->row, cnt[i] = r[i]->n, out[i] = r[i]->out;
+        rc = b->be->argmax_multi(sts, row, cnt, out, n);
+        if (rc == 0)
+            for (int i = 0; i < n; i++) r[i]->rc = 0;
+    }
+    if (rc != 0)
+        for (int i = 0; i < n; i++) {
+            r[i]->rc = b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
+            if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+        }
+}
+
+/* Run the forwards of one step (the backend held, b->mu not). */
+static void run_forward(bat_sched *b, bat_req **r, int n) {
+    if (n == 0) return;
     int rc = -1;
     if (n > 1 && b->be->forward_multi) {
         void *sts[BE_MAX_SEQS];
@@ -96,14 +119,16 @@ static void run_step(bat_sched *b, bat_req **r, int n) {
         }
 }
 
-int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
-    bat_req me = {.st = st, .batch = batch};
+/* Queue *me and wait until a step (run by whichever waiting thread finds
+ * every running generation waiting) has done it. */
+static int bat_wait(bat_sched *b, bat_req *req) {
+    bat_req me_ = *req, *me = &me_;
     pthread_mutex_lock(&b->mu);
-    me.next = b->pending;
-    b->pending = &me;
+    me->next = b->pending;
+    b->pending = me;
     b->n_pending++;
     pthread_cond_broadcast(&b->cv);
-    while (!me.done) {
+    while (!me->done) {
         if (b->busy || b->n_pending == 0 || b->n_pending < b->c.active) {
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
@@ -120,20 +145,39 @@ int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
         b->n_pending -= n;
         b->busy = 1;
         pthread_mutex_unlock(&b->mu);
-        int rows = 0;
-        for (int i = 0; i < n; i++) rows += r[i]->batch->T;
-        run_step(b, r, n);
+        bat_req *fw[BE_MAX_SEQS], *am[BE_MAX_SEQS];
+        int nf = 0, na = 0, rows = 0;
+        for (int i = 0; i < n; i++) {
+            if (r[i]->batch) {
+                fw[nf++] = r[i];
+                rows += r[i]->batch->T;
+            } else {
+                am[na++] = r[i];
+            }
+        }
+        run_forward(b, fw, nf);
+        if (na) run_argmax(b, am, na);
         pthread_mutex_lock(&b->mu);
         b->busy = 0;
-        b->c.steps++;
-        b->c.seq_steps += n;
-        b->c.rows += rows;
-        b->c.last_batch = n;
-        if (n > b->c.max_batch) b->c.max_batch = n;
+        if (nf) {
+            b->c.steps++;
+            b->c.seq_steps += nf;
+            b->c.rows += rows;
+            b->c.last_batch = nf;
+            if (nf > b->c.max_batch) b->c.max_batch = nf;
+        }
         for (int i = 0; i < n; i++) r[i]->done = 1;
         pthread_cond_broadcast(&b->cv);
     }
     pthread_mutex_unlock(&b->mu);
-    if (me.rc != 0) dfl_seterr("%s", me.err);
-    return me.rc;
+    if (me->rc != 0) dfl_seterr("%s", me->err);
+    return me->rc;
+}
+
+int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
+    return bat_wait(b, &(bat_req){.st = st, .batch = batch});
+}
+
+int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out) {
+    return bat_wait(b, &(bat_req){.st = st, .row = row, .n = n, .out = out});
 }

@@ -14,8 +14,9 @@
  * scheduler (m->owner, m->bat) and has its own everything else below - KV
  * caches, draft context, sampler, stop rules, grammar, prompt cache. Every
  * backend call of a generation goes through the scheduler (batch.h): target
- * forwards by bat_forward, batched with the other sequences' forwards of the
- * step; all other calls between bat_lock and bat_unlock.
+ * forwards by bat_forward and greedy argmaxes by bat_argmax, batched with the
+ * other sequences' of the step; all other calls between bat_lock and
+ * bat_unlock.
  *
  * Per greedy round only ids cross from the backend (argmax, draft_block's
  * out); sampling, the logit controls (logit_bias, penalties) and logprobs
@@ -671,11 +672,11 @@ static int32_t pick_row(dflash_model *m, float *row, int64_t pos, dflash_logprob
 static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     dflash_model *m = ud;
     int V = m->target.cfg.vocab;
+    if (!m->host_logits) return bat_argmax(m->bat, m->seq, i, n, pred); /* plain greedy: no logits written */
     bat_lock(m->bat);
-    int rc = m->host_logits ? m->be->logits(m->seq, i, n, m->logits)
-                            : m->be->argmax(m->seq, i, n, pred); /* plain greedy: no logits written */
+    int rc = m->be->logits(m->seq, i, n, m->logits);
     bat_unlock(m->bat);
-    if (rc != 0 || !m->host_logits) return rc;
+    if (rc != 0) return rc;
     for (int j = 0; j < n; j++) {
         int r = i + j;
         if (m->gr) { /* the grammar state of row r (the rule at the top) */

@@ -5,7 +5,8 @@
  *                       prefills of different lengths (one longer than a
  *                       pass), then decode / verify batches of 1..16 rows:
  *                       every sequence's logits, taps and argmax are
- *                       bit-identical to the same forwards run alone; a tree
+ *                       bit-identical to the same forwards run alone
+ *                       (argmax_multi's ids to argmax's); a tree
  *                       batch and a sequence given twice are refused with
  *                       nothing run
  *   seqs_concurrent     the model and four sequences generating at once on
@@ -59,11 +60,16 @@ static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const 
         for (int i = 0; i < NSEQ; i++)
             if (be_cpu.forward(sts[i], &bs[i]) != 0) return -1;
     }
+    int row[NSEQ] = {0};
+    int32_t *ids[NSEQ];
     for (int i = 0; i < NSEQ; i++) {
+        ids[i] = o[i].ids;
         if (be_cpu.taps(sts[i], 0, T[i], o[i].taps) != 0) return -1;
-        if (keep && (be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0 || be_cpu.argmax(sts[i], 0, T[i], o[i].ids) != 0))
-            return -1;
+        if (keep && be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0) return -1;
+        if (keep && !multi && be_cpu.argmax(sts[i], 0, T[i], o[i].ids) != 0) return -1;
     }
+    /* the argmaxes of all sequences' kept rows in one pass over the lm_head */
+    if (keep && multi && be_cpu.argmax_multi(sts, row, T, ids, NSEQ) != 0) return -1;
     return 0;
 }
 

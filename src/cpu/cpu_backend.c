@@ -1017,6 +1017,55 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     return 0;
 }
 
+/* be_ops.argmax_multi: cpu_argmax's slices and comparisons over the kept
+ * rows of several sequences, gathered CHUNK rows at a time into the first
+ * sequence's scratch (xn), so each pass over the lm_head serves them all; a
+ * row's logits are the same bits in any company (kn_matmul is batch-
+ * invariant), so each out[] is what cpu_argmax gives. */
+static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int32_t *const *out, int ns) {
+    cpu_seq *q0 = sts[0];
+    const mdl_model *m = q0->m;
+    int H = m->cfg.hidden;
+    for (int i = 0; i < ns; i++) {
+        const cpu_seq *q = sts[i];
+        if (q->m != m) {
+            dfl_seterr("argmax_multi: sequence %d is of another model", i);
+            return -1;
+        }
+        if (check_kept(q, row[i], n[i], "argmax") != 0) return -1;
+    }
+    const wt_weight *w = &m->lm_head;
+    int si = 0, sj = 0; /* the next row to gather: sequence si, its row sj */
+    while (si < ns) {
+        int32_t *dst[CHUNK];
+        int R = 0;
+        for (; si < ns && R < CHUNK; sj = 0, si++) {
+            const cpu_seq *q = sts[si];
+            for (; sj < n[si] && R < CHUNK; sj++, R++) {
+                memcpy(q0->s.xn + (size_t)R * H, q->kept + (size_t)(row[si] + sj) * H, sizeof(float) * (size_t)H);
+                dst[R] = out[si] + sj;
+            }
+            if (sj < n[si]) break; /* this pass is full: go on in this sequence */
+        }
+        float best[CHUNK];
+        for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
+            int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
+            wt_weight v = kn_row_view(w, r0, nr);
+            kn_matmul(q0->tp, q0->slice, q0->s.xn, &v, R);
+            softcap(q0->slice, (size_t)R * nr, m->cfg.softcap);
+            for (int j = 0; j < R; j++) {
+                const float *l = q0->slice + (size_t)j * nr;
+                int i = smp_argmax(l, nr);
+                if (r0 == 0 || l[i] > best[j]) {
+                    best[j] = l[i];
+                    *dst[j] = r0 + i;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 static int cpu_taps(void *st, int row, int n, float *out) {
     cpu_seq *q = st;
     if (row < 0 || n < 1 || row + n > q->tap_rows) {
@@ -1385,6 +1434,7 @@ const be_ops be_cpu = {
     .truncate = cpu_truncate,
     .logits = cpu_logits,
     .argmax = cpu_argmax,
+    .argmax_multi = cpu_argmax_multi,
     .taps = cpu_taps,
     .tree_commit = cpu_tree_commit,
     .draft_create = cpu_draft_create,
