@@ -22,7 +22,9 @@ typedef struct bat_req {
 struct bat_sched {
     const be_ops *be;
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* a forward was queued or finished, a sequence left, the backend was released */
+    pthread_cond_t cv;   /* for the waiting requests: a step finished, or one can run (a sequence left, the
+                            backend was released) */
+    pthread_cond_t lk;   /* for bat_lock: the backend was released */
     int busy;            /* a thread is using the backend */
     int n_pending;       /* requests in pending, not yet taken by a step */
     bat_req *pending;
@@ -34,6 +36,7 @@ bat_sched *bat_new(const be_ops *be) {
     b->be = be;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
+    pthread_cond_init(&b->lk, NULL);
     return b;
 }
 
@@ -41,6 +44,7 @@ void bat_free(bat_sched *b) {
     if (!b) return;
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
+    pthread_cond_destroy(&b->lk);
     free(b);
 }
 
@@ -50,16 +54,29 @@ void bat_enter(bat_sched *b) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* A step can run: something waits, every running generation waits, nobody
+ * holds the backend (b->mu held). */
+static int step_ready(const bat_sched *b) { return !b->busy && b->n_pending > 0 && b->n_pending >= b->c.active; }
+
+/* The backend was released (b->mu held): a bat_lock waiter, and the
+ * waiting requests if a step can run now. Only these are woken: waking
+ * every waiting thread at each change costs a context switch per thread on
+ * a busy machine. */
+static void released(bat_sched *b) {
+    pthread_cond_signal(&b->lk);
+    if (step_ready(b)) pthread_cond_broadcast(&b->cv);
+}
+
 void bat_leave(bat_sched *b) {
     pthread_mutex_lock(&b->mu);
     b->c.active--;
-    pthread_cond_broadcast(&b->cv); /* the waiting sequences may be all there is now */
+    if (step_ready(b)) pthread_cond_broadcast(&b->cv); /* the waiting sequences may be all there is now */
     pthread_mutex_unlock(&b->mu);
 }
 
 void bat_lock(bat_sched *b) {
     pthread_mutex_lock(&b->mu);
-    while (b->busy) pthread_cond_wait(&b->cv, &b->mu);
+    while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
     b->busy = 1;
     pthread_mutex_unlock(&b->mu);
 }
@@ -67,7 +84,7 @@ void bat_lock(bat_sched *b) {
 void bat_unlock(bat_sched *b) {
     pthread_mutex_lock(&b->mu);
     b->busy = 0;
-    pthread_cond_broadcast(&b->cv);
+    released(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -126,10 +143,9 @@ static int bat_wait(bat_sched *b, bat_req *req) {
     pthread_mutex_lock(&b->mu);
     me->next = b->pending;
     b->pending = me;
-    b->n_pending++;
-    pthread_cond_broadcast(&b->cv);
+    b->n_pending++; /* no wake-up: if this completes the step, this thread runs it */
     while (!me->done) {
-        if (b->busy || b->n_pending == 0 || b->n_pending < b->c.active) {
+        if (!step_ready(b)) {
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
         }
@@ -167,7 +183,8 @@ static int bat_wait(bat_sched *b, bat_req *req) {
             if (nf > b->c.max_batch) b->c.max_batch = nf;
         }
         for (int i = 0; i < n; i++) r[i]->done = 1;
-        pthread_cond_broadcast(&b->cv);
+        pthread_cond_broadcast(&b->cv); /* this step's requests */
+        released(b);
     }
     pthread_mutex_unlock(&b->mu);
     if (me->rc != 0) dfl_seterr("%s", me->err);
