@@ -345,8 +345,12 @@ DFLASH_API void dflash_reset(dflash_model *m);
  * the same call gets alone, token for token and bit for bit in its
  * logprobs: a row is computed the same whatever rows are beside it. A step
  * waits for every running generation's next forward, so a slow dflash_on_token
- * callback holds the others back. The draft blocks, argmax and sampling
- * still run per sequence (one at a time on the model's threads).
+ * callback holds the others back. Greedy argmaxes are batched the same way;
+ * the draft blocks and sampling (logits to the host) still run per sequence,
+ * one at a time on the model's threads. Model families the backend cannot
+ * batch (the CPU: recurrent Gated DeltaNet layers; tree batches; the CUDA
+ * backend for now) run their sequences' forwards one at a time, with the
+ * same results.
  * dflash_time_forward / dflash_time_draft wait for the backend and run alone.
  * Free every sequence before its model. */
 typedef struct dflash_seq dflash_seq;
