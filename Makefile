@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-rollback bench-tree all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-rollback bench-tree all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -278,6 +278,11 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(PREFILL_MODEL)),$(DEMO_MODELS))
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# one batched forward + argmax over S sequences vs S of each (issue 24): make bench-batch
+BATCH_MODEL ?= models/demo/target
+bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL)),$(DEMO_MODELS))
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL)
 
 # chain vs tree rounds, interleaved per prompt (issue 23): make bench-tree
 TREE_TARGET ?= models/demo/target
