@@ -2154,6 +2154,11 @@ int cmd_serve(int argc, char **argv) {
         *sl = (sv_slot){.srv = s, .id = i};
         if (i > 0 && !(sl->seq = dflash_seq_new(m))) {
             fprintf(stderr, "dflash serve: error: slot %d: %s\n", i, dflash_error());
+            for (int k = 1; k < i; k++) dflash_seq_free(s->slots[k].seq);
+            free(s->slots);
+            free(s);
+            dflash_free(m);
+            freeaddrinfo(ai);
             return 1;
         }
     }
