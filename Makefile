@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-batch bench-rollback bench-tree all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -119,7 +119,9 @@ DEMO_MODELS := models/demo/target/model.safetensors models/demo/draft/model.safe
 # (bf16 weights: 19.2 -> 14.5 MB): every tests/models/*/*.safetensors.xz and
 # tests/fixtures/gguf/*.gguf.xz
 TEST_MODELS := $(patsubst %.xz,%,$(wildcard tests/models/*/*.safetensors.xz tests/fixtures/gguf/*.gguf.xz))
-UNPACKED := $(TOKENIZER_JSON) $(DEMO_MODELS) $(TEST_MODELS)
+# the Qwen3 draft-vocabulary ranking (--draft-vocab freq:N; 434 KB -> 67 KB; bench/NOTES.md)
+VOCAB_RANK := models/qwen3-tokenizer/vocab_rank.txt
+UNPACKED := $(TOKENIZER_JSON) $(VOCAB_RANK) $(DEMO_MODELS) $(TEST_MODELS)
 $(UNPACKED): %: %.xz | $(DEPS_STAMP)
 	@{ xz -dc $< 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' $<; } >$@.tmp && mv $@.tmp $@
 unpack: $(UNPACKED)
@@ -284,6 +286,11 @@ BATCH_MODEL ?= models/demo/target
 bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL)),$(DEMO_MODELS))
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL)
 
+# the draft block's cost per --draft-vocab choice, interleaved (issue 23 item 5): make bench-vocab
+bench-vocab: bench/vocab_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS) $(VOCAB_RANK)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/vocab_bench && \
+	    $(BUILD)/vocab_bench models/demo/target models/demo/draft $(VOCAB_RANK) $(VOCAB_ARGS)
+
 # chain vs tree rounds, interleaved per prompt (issue 23): make bench-tree
 TREE_TARGET ?= models/demo/target
 TREE_DRAFT ?= models/demo/draft
@@ -307,12 +314,12 @@ bench-rollback: bench/rollback_bench.c $(BUILD)/libdflash.a
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD ?= build-fuzz
 FUZZ_CC ?= clang
-FUZZ_ONLY ?= safetensors model tokenizer chat gguf reply grammar schema
+FUZZ_ONLY ?= safetensors model tokenizer chat gguf reply grammar schema vocab
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
               -std=c11 -pthread -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude -Isrc \
               $(shell pkg-config --cflags libcjson libpcre2-8 2>/dev/null)
 # the library files the harnesses reach: instrumented (src/ and, _CPU, src/cpu/)
-FUZZ_LIB := util weight safetensors config model tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema
+FUZZ_LIB := util weight safetensors config model tokenizer chat gguf gguf_model gguf_write reply grammar grammar_schema vocab
 FUZZ_LIB_CPU := cpu cpu_pack kernels threads
 # SIMD kernel variants (src/cpu/): linked (kernels.c's dispatch table), never run by a
 # harness; built by $(CC) as in the normal build (clang 14 rejects a cpu

@@ -3,6 +3,7 @@
  *   dflash generate -m DIR (-p TEXT | -f FILE) [options]   stream a completion
  *   dflash chat -m DIR [options]                           interactive chat
  *   dflash tokenize -m DIR (-p TEXT | -f FILE) [--special] print token ids
+ *   dflash vocab-rank -m DIR -o FILE TEXT...               rank token ids by frequency
  *   dflash serve -m DIR [options]                          OpenAI-compatible server (cli/serve.c)
  *
  * stdout carries only generated text (or ids for tokenize); everything else
@@ -83,6 +84,8 @@ typedef struct {
     const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
     int raw, max_prompts, reps, depth, json, draft_vocab, draft_window;
     int tree; /* --tree N: verify rows of a tree round, 0 = the chain */
+    char draft_vocab_rank[4096]; /* --draft-vocab FILE[:N] or freq:N's file; "" = none */
+    int draft_vocab_freq;        /* --draft-vocab freq:N: the model's own vocab_rank.txt */
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -155,8 +158,13 @@ static const char *help_generate =
     "                         per round the chain or a tree of 8/16/32 rows, the best\n"
     "                         measured tok/s. Same output; CPU, full-attention\n"
     "                         targets, no grammar, logit controls or logprobs\n"
-    "      --draft-vocab N|full  the draft proposes only token ids < N (plus stop\n"
-    "                         tokens); default 32768 for vocabularies > 65536\n"
+    "      --draft-vocab N|full|freq:N|FILE[:N]  the token ids the draft proposes\n"
+    "                         (plus stop tokens): ids < N; full: all; freq:N: the N\n"
+    "                         most frequent of vocab_rank.txt in the --tokenizer or\n"
+    "                         -m directory; FILE[:N]: of a rank file (dflash\n"
+    "                         vocab-rank; no N: every id it lists). CPU only by rank.\n"
+    "                         Default 32768 for vocabularies > 65536 (ids < 32768).\n"
+    "                         Speed only: output is the same\n"
     "      --no-draft         ignore --draft (plain decoding)\n"
     "      --ignore-eos       do not stop at end-of-sequence tokens\n"
     "      --stats-json       print statistics as one JSON object (last stderr line)\n"
@@ -225,8 +233,10 @@ static const char *help_bench =
     "      --reps N           repetitions (default 3; medians reported)\n"
     "      --depth N          context depth for the forward costs (default 256; without\n"
     "                         -c the context is sized to hold depth + 16 rows)\n"
-    "      --draft-max N|auto, --block-size B, --draft-vocab N|full, --tree N   as for\n"
-    "                         generate\n"
+    "      --draft-max N|auto, --block-size B, --draft-vocab V   as for generate (the\n"
+    "                         draft block is timed at that vocabulary)\n"
+    "      --tree N|auto      also run each prompt with a tree of N rows and compare\n"
+    "                         it with the chain per domain (tau, rows, speed)\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --backend auto|cpu|cuda  where to compute (default auto)\n"
     "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
@@ -243,8 +253,9 @@ static const char *help_synth =
     "SHAPE: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b,\n"
     "qwen3.5-4b, qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b (--bits 4:\n"
     "MXFP4 experts and the rest BF16, as openai ships them; no --bits 8),\n"
-    "gemma-4-31b, or the small tiny, tiny-moe, tiny-qwen35, tiny-qwen35moe,\n"
-    "tiny-gptoss, tiny-gemma4.\n"
+    "gemma-4-31b, gemma-4-26b-a4b (its experts BF16 only: no --bits), or the\n"
+    "small tiny, tiny-moe, tiny-qwen35, tiny-qwen35moe, tiny-gptoss, tiny-gemma4,\n"
+    "tiny-gemma4-moe.\n"
     "\n"
     "Write a checkpoint with random weights and the real config of that model\n"
     "(speed does not depend on the values). --draft writes the matching DFlash\n"
@@ -274,9 +285,11 @@ static const char *help_convert =
     "\n"
     "Write a Hugging Face / MLX target (qwen3, llama, qwen3_moe; Qwen3.5,\n"
     "Qwen3.5-MoE and Qwen3-Next as GGUF qwen35, qwen35moe, qwen3next, the\n"
-    "multi-token-prediction blocks left out) or a DFlash draft as one\n"
+    "multi-token-prediction blocks left out; gpt_oss and gemma4 as gpt-oss and\n"
+    "gemma4) or a DFlash draft as one\n"
     "GGUF file the way llama.cpp's converter does: its tensor names and metadata\n"
-    "keys, the tokenizer (tokenizer.ggml.*) and chat template inside (a draft\n"
+    "keys, the tokenizer (tokenizer.ggml.*: byte-level BPE as gpt2, Gemma's\n"
+    "SentencePiece-style BPE as gemma4) and chat template inside (a draft\n"
     "takes its target's: --target TARGET_DIR; architecture dflash, target layers\n"
     "stored +1, mask token). --type f16 (default), bf16 (exact for a bf16\n"
     "checkpoint), q8_0 or q4_0 (llama.cpp's Q8_0 / Q4_0: blocks of 32 8-/4-bit\n"
@@ -295,6 +308,7 @@ static const char *help_main =
     "  chat       interactive chat\n"
     "  serve      OpenAI-compatible HTTP server with a chat page\n"
     "  tokenize   print the token ids of a text\n"
+    "  vocab-rank rank token ids by frequency in text files (for --draft-vocab)\n"
     "  bench      measure forward cost, decode speed, DFlash speed-up\n"
     "  synth      write a random-weight checkpoint with a real model's shapes\n"
     "  quantize   convert a checkpoint to MLX 4-bit or 8-bit\n"
@@ -393,6 +407,71 @@ static void check_model_path(const char *cmd, const char *flag, const char *path
     exit(1);
 }
 
+/* --draft-vocab N | full | freq:N | FILE | FILE:N (a rank file, src/vocab.h;
+ * freq:N takes vocab_rank.txt in the --tokenizer or -m directory, resolved once
+ * -m and --tokenizer are known). */
+static void parse_draft_vocab(opts *o, const char *flag, const char *v) {
+    o->draft_vocab_rank[0] = 0;
+    o->draft_vocab_freq = 0;
+    if (!*v) cli_usage_err(o->cmd, "--draft-vocab expects N, full, freq:N or a rank file FILE[:N], got", "''");
+    if (!strcmp(v, "full")) {
+        o->draft_vocab = -1;
+        return;
+    }
+    if (strspn(v, "0123456789") == strlen(v) || v[0] == '-') {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, flag, v, 1, INT_MAX);
+        return;
+    }
+    if (!strncmp(v, "freq:", 5)) {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab freq:", v + 5, 1, INT_MAX);
+        o->draft_vocab_freq = 1;
+        return;
+    }
+    /* FILE:N where the tail is a number, else the whole value is the file */
+    const char *colon = strrchr(v, ':');
+    size_t n = strlen(v);
+    o->draft_vocab = 0; /* every id the file lists */
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab FILE:", colon + 1, 1, INT_MAX);
+        n = (size_t)(colon - v);
+    }
+    if (n == 0 || n >= sizeof o->draft_vocab_rank)
+        cli_usage_err(o->cmd, "--draft-vocab: rank file name empty or too long:", v);
+    memcpy(o->draft_vocab_rank, v, n);
+    o->draft_vocab_rank[n] = 0;
+    struct stat st;
+    if (stat(o->draft_vocab_rank, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s %s: --draft-vocab %s: %s is not a rank file (want N, full, freq:N or FILE[:N])\n", prog,
+                o->cmd, v, o->draft_vocab_rank);
+        exit(2);
+    }
+}
+
+/* freq:N's rank file: vocab_rank.txt in the --tokenizer directory, else in
+ * the model's directory (a GGUF file or a tokenizer file: its directory). */
+static void find_freq_rank(opts *o) {
+    char dir[4096];
+    const char *cands[2] = {o->tokenizer, o->model};
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i]) continue;
+        struct stat st;
+        snprintf(dir, sizeof dir, "%s", cands[i]);
+        if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else snprintf(dir, sizeof dir, ".");
+        }
+        int w = snprintf(o->draft_vocab_rank, sizeof o->draft_vocab_rank, "%s/vocab_rank.txt", dir);
+        if (w > 0 && (size_t)w < sizeof o->draft_vocab_rank && stat(o->draft_vocab_rank, &st) == 0) return;
+    }
+    fprintf(stderr,
+            "%s %s: --draft-vocab freq:%d: no vocab_rank.txt in the --tokenizer or -m directory (looked in %s%s%s); "
+            "give a rank file: --draft-vocab FILE:%d (dflash vocab-rank makes one)\n",
+            prog, o->cmd, o->draft_vocab, o->tokenizer ? o->tokenizer : "", o->tokenizer ? " and " : "", o->model,
+            o->draft_vocab);
+    exit(2);
+}
+
 static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     memset(o, 0, sizeof *o);
     o->cmd = argv[1];
@@ -481,15 +560,13 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             o->logit_bias[o->n_logit_bias++] = (dflash_logit_bias){.id = (int32_t)id, .bias = b};
         }
         else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)cli_parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
-        else if (IS("--draft-vocab", "--draft-vocab")) {
-            const char *v = VAL();
-            o->draft_vocab = strcmp(v, "full") == 0 ? -1 : (int)cli_parse_int(o->cmd, a, v, 1, INT_MAX);
-        }
+        else if (IS("--draft-vocab", "--draft-vocab")) parse_draft_vocab(o, a, VAL());
         else cli_usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
     }
     if (!o->model) cli_usage_err(o->cmd, "missing -m DIR", NULL);
+    if (o->draft_vocab_freq) find_freq_rank(o);
     if (o->prompt && o->file) cli_usage_err(o->cmd, "give -p or -f, not both", NULL);
     reject_foreign_opts(o->cmd, argc, argv);
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
@@ -645,8 +722,14 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
                 "\"tau\": %.4f, \"accept_per_pos\": [",
                 st->n_prompt, st->n_tokens, in.load_s, pt, dt, ms, st->rounds, st->plain_steps, st->tau);
         for (int i = 0; i < st->n_pos; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", st->accept_per_pos[i]);
+        int top = 0; /* the histogram up to its last non-zero entry */
+        for (int a = 0; a < 64; a++)
+            if (st->accept_hist[a]) top = a + 1;
+        fprintf(stderr, "], \"accept_hist\": [");
+        for (int a = 0; a < top; a++) fprintf(stderr, "%s%d", a ? ", " : "", st->accept_hist[a]);
+        fprintf(stderr, "], \"verified_rows\": %d, \"tree_rounds\": %d", st->n_verified, st->n_tree_rounds);
         fprintf(stderr,
-                "], \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
+                ", \"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"stop_reason\": \"%s\", "
                 "\"threads\": %d, \"backend\": \"%s\", \"kernels\": \"%s\"}\n",
                 1000 * st->draft_s, 1000 * st->verify_s, 1000 * st->other_s, st->stop_reason, in.n_threads,
                 in.backend, in.kernels);
@@ -663,6 +746,11 @@ static void print_stats(const dflash_model *m, const dflash_stats *st, int json)
         fprintf(stderr, "dflash: %d rounds, tau %.2f, %d plain steps; accept per position:", st->rounds, st->tau,
                 st->plain_steps);
         for (int i = 0; i < st->n_pos; i++) fprintf(stderr, " %.2f", st->accept_per_pos[i]);
+        fprintf(stderr, "\nrounds by drafts accepted (accepted:rounds):");
+        for (int a = 0; a < 64; a++)
+            if (st->accept_hist[a]) fprintf(stderr, " %d:%d", a, st->accept_hist[a]);
+        fprintf(stderr, "\nverified: %d rows in %d rounds (%.1f a round; %d tree rounds)", st->n_verified, st->rounds,
+                (double)st->n_verified / st->rounds, st->n_tree_rounds);
         double tot = st->draft_s + st->verify_s + st->other_s;
         fprintf(stderr, "\ntime: draft %.1f ms (%.0f%%), verify %.1f ms (%.0f%%), other %.1f ms\n", 1000 * st->draft_s,
                 tot > 0 ? 100 * st->draft_s / tot : 0, 1000 * st->verify_s, tot > 0 ? 100 * st->verify_s / tot : 0,
@@ -711,6 +799,7 @@ static dflash_gen gen_params(const opts *o) {
     g.block_size = o->block_size;
     g.draft_max = o->draft_max;
     g.draft_vocab = o->draft_vocab;
+    g.draft_vocab_rank = o->draft_vocab_rank[0] ? o->draft_vocab_rank : NULL;
     g.tree = o->tree;
     g.ignore_eos = o->ignore_eos;
     g.use_draft = !o->no_draft;
@@ -1089,6 +1178,121 @@ static int cmd_tokenize(int argc, char **argv) {
     return 0;
 }
 
+/* ---- vocab-rank -------------------------------------------------------- */
+
+static const char *help_vocab_rank =
+    "usage: dflash vocab-rank -m DIR -o FILE TEXT...\n"
+    "\n"
+    "Count the tokens of the TEXT files with DIR's tokenizer and write their ids,\n"
+    "most frequent first, as a rank file for --draft-vocab FILE:N (freq:N reads\n"
+    "vocab_rank.txt in the --tokenizer or -m directory). The header records DIR's\n"
+    "config.json vocab_size, which the model must have. Files are tokenized in\n"
+    "pieces of about 64 KB cut at line ends.\n"
+    "\n"
+    "  -m, --model DIR        a model directory (config.json + tokenizer)\n"
+    "  -o, --output FILE      the rank file to write\n"
+    "  -h, --help             this help\n";
+
+/* config.json's vocab_size in dir, or -1 with a message. */
+static int config_vocab(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t r; (cap - n > 0 || (buf = realloc(buf, cap = cap ? 2 * cap : 65536))) &&
+                   (r = fread(buf + n, 1, cap - n - 1, f)) > 0;)
+        n += r;
+    fclose(f);
+    if (!buf) return -1;
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "text_config"), "vocab_size");
+    int vocab = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : -1;
+    cJSON_Delete(j);
+    return vocab;
+}
+
+static int cmd_vocab_rank(int argc, char **argv) {
+    const char *model = NULL, *out = NULL;
+    const char **files = calloc((size_t)argc, sizeof *files);
+    int nf = 0;
+    if (!files) die("%s", "out of memory");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help_vocab_rank, stdout);
+            exit(0);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (i + 1 >= argc) cli_usage_err("vocab-rank", "missing value for", a);
+            model = argv[++i];
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (i + 1 >= argc) cli_usage_err("vocab-rank", "missing value for", a);
+            out = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            cli_usage_err("vocab-rank", "unknown option", a);
+        } else {
+            files[nf++] = a;
+        }
+    }
+    if (!model) cli_usage_err("vocab-rank", "missing -m DIR", NULL);
+    if (!out) cli_usage_err("vocab-rank", "missing -o FILE", NULL);
+    if (!nf) cli_usage_err("vocab-rank", "no TEXT files to count", NULL);
+    int vocab = config_vocab(model);
+    if (vocab < 1) die("%s/config.json: no vocab_size (the rank file records the model's vocabulary size)", model);
+    dflash_model *m = dflash_load_tokenizer(model);
+    if (!m) die("%s", dflash_error());
+    int64_t *counts = calloc((size_t)vocab, sizeof *counts);
+    if (!counts) die("%s", "out of memory");
+    long long total = 0;
+    for (int k = 0; k < nf; k++) {
+        FILE *f = fopen(files[k], "rb");
+        if (!f) die("cannot open %s", files[k]);
+        char *buf = NULL;
+        size_t len = 0, cap = 0;
+        for (size_t r = 1; r > 0;) {
+            if (len == cap && !(buf = realloc(buf, cap = cap ? 2 * cap : 1 << 20))) die("%s", "out of memory");
+            r = fread(buf + len, 1, cap - len, f);
+            len += r;
+        }
+        if (ferror(f)) die("cannot read %s", files[k]);
+        fclose(f);
+        enum { PIECE = 65536 };
+        for (size_t at = 0; at < len;) { /* pieces of about PIECE bytes ending at a line end */
+            size_t cut = len - at <= PIECE ? len - at : PIECE;
+            if (at + cut < len) {
+                size_t nl = cut;
+                while (nl > 0 && buf[at + nl - 1] != '\n') nl--;
+                if (nl > 0) cut = nl;
+            }
+            int32_t *ids;
+            size_t n;
+            if (dflash_tokenize(m, buf + at, cut, &ids, &n) != 0) {
+                fprintf(stderr, "%s: error: %s: %s\n", prog, files[k], dflash_error());
+                exit(1);
+            }
+            for (size_t t = 0; t < n; t++)
+                if (ids[t] >= 0 && ids[t] < vocab) counts[ids[t]]++;
+            total += (long long)n;
+            free(ids);
+            at += cut;
+        }
+        free(buf);
+    }
+    if (dflash_vocab_rank_write(out, counts, vocab) != 0) die("%s", dflash_error());
+    int listed = 0;
+    for (int i = 0; i < vocab; i++) listed += counts[i] > 0;
+    fprintf(stderr, "%s: %lld tokens, %d distinct ids of %d, from %d file%s\n", out, total, listed, vocab, nf,
+            nf == 1 ? "" : "s");
+    free(counts);
+    free(files);
+    dflash_free(m);
+    return 0;
+}
+
 /* ---- bench ---------------------------------------------------------------- */
 
 typedef struct {
@@ -1136,13 +1340,48 @@ static double median(double *v, int n) {
     return n ? v[n / 2] : 0;
 }
 
+/* DFlash runs of one mode (the chain, or --tree N) in one domain, rep 0 */
+typedef struct {
+    double tau_sum;          /* mean tau per prompt: the sum over prompts that drafted */
+    int tau_n;
+    long rounds, verified;   /* verify rows in drafting rounds (nodes, anchors included) */
+    long hist[64];           /* drafting rounds by drafts accepted */
+    double draft_s, verify_s, other_s;
+} mode_stats;
+
 typedef struct {
     char name[64];
     int n_prompts;
-    double *greedy, *dflash; /* tok/s per rep */
+    double *greedy, *dflash, *tree; /* tok/s per rep (tree: with --tree N) */
     double tau_sum;
     int tau_n, identical, compared;
+    mode_stats chain_m, tree_m;
 } domain_stats;
+
+static void mode_add(mode_stats *ms, const dflash_stats *st) {
+    if (st->rounds) { /* prompts that never drafted have no tau */
+        ms->tau_sum += st->tau;
+        ms->tau_n++;
+    }
+    ms->rounds += st->rounds;
+    ms->verified += st->n_verified;
+    for (int a = 0; a < 64; a++) ms->hist[a] += st->accept_hist[a];
+    ms->draft_s += st->draft_s;
+    ms->verify_s += st->verify_s;
+    ms->other_s += st->other_s;
+}
+
+static double mode_tau(const mode_stats *ms) { return ms->tau_n ? ms->tau_sum / ms->tau_n : 0; }
+
+/* "a:rounds ..." of the histogram, percent of rounds, into buf */
+static const char *mode_hist(const mode_stats *ms, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int a = 0; a < 64 && at < n; a++)
+        if (ms->hist[a])
+            at += (size_t)snprintf(buf + at, n - at, "%s%d:%.0f%%", at ? " " : "", a, 100.0 * ms->hist[a] / ms->rounds);
+    return buf;
+}
 
 /* An SVG with two panels: forward cost (x T=1) against T, with the ideal
  * "free width" line at 1 and the sequential line T; and speed-up per domain. */
@@ -1276,7 +1515,11 @@ static int cmd_bench(int argc, char **argv) {
      * tau tokens per round for one draft block and one verify of the block */
     double draft_s = 0;
     int B = in.has_draft ? in.block_size : 0;
-    if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft(m, depth, o.reps, &draft_s) != 0) die("%s", dflash_error());
+    dflash_gen vg = dflash_default_gen(); /* the draft block at the --draft-vocab asked for */
+    vg.draft_vocab = o.draft_vocab;
+    vg.draft_vocab_rank = o.draft_vocab_rank[0] ? o.draft_vocab_rank : NULL;
+    if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft_gen(m, &vg, depth, o.reps, &draft_s) != 0)
+        die("%s", dflash_error());
     static const double taus[] = {3.0, 5.0, 6.5, 8.0};
     double decode = 1.0 / cost[0], gbs = in.token_bytes / cost[0] / 1e9;
     if (!o.json) {
@@ -1317,13 +1560,16 @@ static int cmd_bench(int argc, char **argv) {
                 snprintf(ds[nd].name, sizeof ds[nd].name, "%s", ps[i].domain);
                 ds[nd].greedy = calloc((size_t)o.reps, sizeof(double));
                 ds[nd].dflash = calloc((size_t)o.reps, sizeof(double));
+                ds[nd].tree = calloc((size_t)o.reps, sizeof(double));
                 nd++;
             }
         }
-        double *gtok = calloc((size_t)nd * 2, sizeof(double)), *gtime = calloc((size_t)nd * 2, sizeof(double));
+        /* modes: 0 greedy, 1 DFlash (the chain when --tree is given), 2 --tree N */
+        int nm = o.tree ? 3 : 2;
+        double *gtok = calloc((size_t)nd * 3, sizeof(double)), *gtime = calloc((size_t)nd * 3, sizeof(double));
         for (int rep = -1; rep < o.reps; rep++) { /* rep -1: warm-up on the first prompt */
-            memset(gtok, 0, sizeof(double) * (size_t)nd * 2);
-            memset(gtime, 0, sizeof(double) * (size_t)nd * 2);
+            memset(gtok, 0, sizeof(double) * (size_t)nd * 3);
+            memset(gtime, 0, sizeof(double) * (size_t)nd * 3);
             int per[32] = {0};
             for (int i = 0; i < np; i++) {
                 int k = 0;
@@ -1338,19 +1584,22 @@ static int cmd_bench(int argc, char **argv) {
                     if (!chat) die("%s", dflash_error());
                     text = chat;
                 }
-                int32_t *ids, *out[2];
-                size_t n, nout[2];
+                int32_t *ids, *out[3];
+                size_t n, nout[3];
                 if (dflash_tokenize(m, text, strlen(text), &ids, &n) != 0) die("%s", dflash_error());
-                dflash_stats st[2];
-                for (int mode = 0; mode < 2; mode++) {
-                    g.use_draft = mode;
+                dflash_stats st[3];
+                for (int mode = 0; mode < nm; mode++) {
+                    g.use_draft = mode > 0;
+                    g.tree = mode == 2 ? o.tree : nm == 3 ? 0 : o.tree;
                     dflash_reset(m);
                     if (dflash_generate(m, ids, n, &g, NULL, NULL, &out[mode], &nout[mode], &st[mode]) != 0)
                         die("%s", dflash_error());
-                    gtok[2 * k + mode] += st[mode].n_tokens;
-                    gtime[2 * k + mode] += st[mode].decode_s;
+                    gtok[3 * k + mode] += st[mode].n_tokens;
+                    gtime[3 * k + mode] += st[mode].decode_s;
                 }
-                int same = nout[0] == nout[1] && !memcmp(out[0], out[1], sizeof(int32_t) * nout[0]);
+                int same = 1;
+                for (int mode = 1; mode < nm; mode++)
+                    same &= nout[0] == nout[mode] && !memcmp(out[0], out[mode], sizeof(int32_t) * nout[0]);
                 if (rep == 0) {
                     ds[k].compared++;
                     ds[k].identical += same;
@@ -1359,17 +1608,19 @@ static int cmd_bench(int argc, char **argv) {
                         ds[k].tau_sum += st[1].tau;
                         ds[k].tau_n++;
                     }
+                    mode_add(&ds[k].chain_m, &st[1]);
+                    if (nm == 3) mode_add(&ds[k].tree_m, &st[2]);
                 }
                 all_same &= same;
-                free(out[0]);
-                free(out[1]);
+                for (int mode = 0; mode < nm; mode++) free(out[mode]);
                 free(ids);
                 free(chat);
             }
             if (rep >= 0)
                 for (int k = 0; k < nd; k++) {
-                    ds[k].greedy[rep] = gtime[2 * k] > 0 ? gtok[2 * k] / gtime[2 * k] : 0;
-                    ds[k].dflash[rep] = gtime[2 * k + 1] > 0 ? gtok[2 * k + 1] / gtime[2 * k + 1] : 0;
+                    ds[k].greedy[rep] = gtime[3 * k] > 0 ? gtok[3 * k] / gtime[3 * k] : 0;
+                    ds[k].dflash[rep] = gtime[3 * k + 1] > 0 ? gtok[3 * k + 1] / gtime[3 * k + 1] : 0;
+                    ds[k].tree[rep] = gtime[3 * k + 2] > 0 ? gtok[3 * k + 2] / gtime[3 * k + 2] : 0;
                 }
         }
         free(gtok);
@@ -1391,6 +1642,32 @@ static int cmd_bench(int argc, char **argv) {
         if (!o.json)
             printf("%-10s  %7s  %12.1f  %12.1f  %5.2f  %7.2fx  %s\n", "mean", "", g_all, d_all, tau_all,
                    g_all > 0 ? d_all / g_all : 0, all_same ? "all" : "NOT ALL");
+        if (!o.json) { /* the rounds of each DFlash mode (item 6): rows verified, accepted drafts, time */
+            char tname[32], hb[512];
+            if (o.tree > 0) snprintf(tname, sizeof tname, "tree %d", o.tree);
+            else snprintf(tname, sizeof tname, "tree auto");
+            printf("\nrounds (first rep): mode, tau, verified rows a round, time draft/verify/other, rounds by drafts "
+                   "accepted\n");
+            for (int k = 0; k < nd; k++)
+                for (int md = 0; md < nm - 1; md++) {
+                    const mode_stats *ms = md ? &ds[k].tree_m : &ds[k].chain_m;
+                    double tot = ms->draft_s + ms->verify_s + ms->other_s;
+                    printf("%-10s  %-9s  tau %5.2f  rows %5.1f  %3.0f/%3.0f/%2.0f%%  %s\n", ds[k].name,
+                           md ? tname : "chain", mode_tau(ms), ms->rounds ? (double)ms->verified / ms->rounds : 0,
+                           tot > 0 ? 100 * ms->draft_s / tot : 0, tot > 0 ? 100 * ms->verify_s / tot : 0,
+                           tot > 0 ? 100 * ms->other_s / tot : 0, mode_hist(ms, hb, sizeof hb));
+                }
+            if (nm == 3) {
+                printf("\n%s vs the chain (same run): domain, chain tok/s, %s tok/s, speed ratio, tau ratio\n", tname,
+                       tname);
+                for (int k = 0; k < nd; k++) {
+                    double cm = median(ds[k].dflash, o.reps), tm = median(ds[k].tree, o.reps);
+                    double ct = mode_tau(&ds[k].chain_m), tt = mode_tau(&ds[k].tree_m);
+                    printf("%-10s  %8.1f  %8.1f  %6.2fx  %6.2fx\n", ds[k].name, cm, tm, cm > 0 ? tm / cm : 0,
+                           ct > 0 ? tt / ct : 0);
+                }
+            }
+        }
     }
     if (o.json) {
         printf("{\"model\": \"%s\", \"weight_format\": \"%s\", \"threads\": %d, \"backend\": \"%s\", "
@@ -1416,9 +1693,22 @@ static int cmd_bench(int argc, char **argv) {
             for (int k = 0; k < nd; k++) {
                 double gm = median(ds[k].greedy, o.reps), dm = median(ds[k].dflash, o.reps);
                 printf("%s\"%s\": {\"tau\": %.4f, \"speedup\": %.4f, \"greedy_tok_s\": %.2f, \"dflash_tok_s\": %.2f, "
-                       "\"identical\": %s}",
+                       "\"identical\": %s",
                        k ? ", " : "", ds[k].name, ds[k].tau_n ? ds[k].tau_sum / ds[k].tau_n : 0, gm > 0 ? dm / gm : 0,
                        gm, dm, ds[k].identical == ds[k].compared ? "true" : "false");
+                for (int md = 0; md < (o.tree ? 2 : 1); md++) {
+                    const mode_stats *ms = md ? &ds[k].tree_m : &ds[k].chain_m;
+                    printf(", \"%s\": {\"tau\": %.4f, \"tok_s\": %.2f, \"rounds\": %ld, \"verified_rows\": %ld, "
+                           "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"other_ms\": %.3f, \"accept_hist\": [",
+                           md ? "tree" : "chain", mode_tau(ms), median(md ? ds[k].tree : ds[k].dflash, o.reps),
+                           ms->rounds, ms->verified, 1e3 * ms->draft_s, 1e3 * ms->verify_s, 1e3 * ms->other_s);
+                    int top = 0;
+                    for (int a = 0; a < 64; a++)
+                        if (ms->hist[a]) top = a + 1;
+                    for (int a = 0; a < top; a++) printf("%s%ld", a ? ", " : "", ms->hist[a]);
+                    printf("]}");
+                }
+                printf("}");
             }
             printf("}");
         }
@@ -1432,7 +1722,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         write_plot(o.plot, widths, cost, NW, ds, sp, nd);
     }
-    for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash);
+    for (int k = 0; k < nd; k++) free(ds[k].greedy), free(ds[k].dflash), free(ds[k].tree);
     for (int i = 0; i < np; i++) free(ps[i].domain), free(ps[i].prompt); /* not used: no draft */
     free(ps);
     dflash_free(m);
@@ -1619,6 +1909,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(argv[1], "vocab-rank")) return cmd_vocab_rank(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "synth")) return cmd_synth(argc, argv);
     if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);

@@ -241,7 +241,13 @@ typedef struct {
     int draft_vocab;   /* the draft scores token ids 0..N-1 plus the stop tokens;
                           0 = auto (32768 when the vocabulary is larger than
                           65536), -1 = the whole vocabulary. Changes speed
-                          only: every token is still the target's choice. */
+                          only: every token is still the target's choice.
+                          With draft_vocab_rank: the N most frequent ids of
+                          the ranking (0 = every id it lists). */
+    const char *draft_vocab_rank; /* NULL = ids by number (above); else a rank
+                          file (dflash_vocab_rank_write; format in src/vocab.h)
+                          for this model's vocabulary: the draft's LM head is
+                          computed over the chosen ids only (CPU backend). */
     int ignore_eos;
     /* Logit controls, applied to the target's logits at every position (in
      * this order: logit_bias, repeat_penalty, frequency/presence), with the
@@ -302,6 +308,11 @@ typedef struct {
     int n_drafted;       /* tokens the draft proposed (k summed over drafting rounds) */
     int n_accepted;      /* ... and the target accepted (tokens committed in rounds - rounds) */
     int accepted_at_pos[64]; /* drafts accepted at position i (accept_per_pos is the rate) */
+    int accept_hist[64]; /* drafting rounds that accepted exactly a drafts (a = 0..63):
+                            sums to rounds; sum of (a + 1) * accept_hist[a] = tau * rounds */
+    int n_verified;      /* target rows verified in drafting rounds (chain: anchor + drafts;
+                            tree: nodes), anchors included */
+    int n_tree_rounds;   /* drafting rounds that verified a tree */
 } dflash_stats;
 
 /* Called with each piece of text as it is decoded (never half a UTF-8
@@ -388,6 +399,19 @@ DFLASH_API int dflash_time_forward(dflash_model *m, int T, int depth, int reps, 
  * proposed, ids returned) over a context of `depth` target rows. Resets the
  * prompt cache. */
 DFLASH_API int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s);
+/* The same with the draft vocabulary g asks for (draft_vocab,
+ * draft_vocab_rank; NULL = the default), checked as dflash_generate checks it. */
+DFLASH_API int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int reps, double *median_s);
+
+/* ---- the draft's vocabulary (--draft-vocab freq:N) ----------------------- */
+
+/* Write a rank file: the ids with counts[id] > 0, most frequent first
+ * (ties: smaller id first), for a model of `vocab` ids (its config's
+ * vocab_size). Through a temporary file. 0, or -1 + dflash_error(). */
+DFLASH_API int dflash_vocab_rank_write(const char *path, const int64_t *counts, int vocab);
+/* Check a rank file (vocab > 0: made for that many ids); *n_ids = the ids
+ * it lists. 0, or -1 + dflash_error() naming the line and the culprit. */
+DFLASH_API int dflash_vocab_rank_check(const char *path, int vocab, int *n_ids);
 
 /* Write a random-weight checkpoint with a real model's shapes to out_dir:
  * shape "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-30b-a3b",

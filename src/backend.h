@@ -112,6 +112,12 @@ typedef struct {
                                block runs at the trained length while fewer
                                drafts are verified */
     int n_vocab;            /* score lm_head rows 0..n_vocab-1 (0 = all) */
+    const int32_t *ids;     /* NULL, or score rows ids[0..n_vocab) instead
+                               (ascending, distinct; be_ops.draft_ids): each
+                               logit bit-identical to the full head's for the
+                               same id, "first maximum" in ascending id order;
+                               logits, out, top_ids as if these were the ids
+                               0..n_vocab-1 (logits by index, ids mapped) */
     const int32_t *extra;   /* and these ids beyond n_vocab (stop tokens) */
     int n_extra;
     int32_t *out;           /* [n_slots] proposed ids (may be NULL) */
@@ -128,6 +134,7 @@ typedef struct {
 
 typedef struct be_ops {
     const char *name;
+    int draft_ids;    /* 1: draft_block takes be_draft_block.ids (a gathered LM head) */
     int predict_rows; /* verify rows projected per predict call; 0 = all at once
                          (the engine's default: fewer rows waste less work past
                          the first rejected draft, more share each pass over

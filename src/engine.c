@@ -48,6 +48,7 @@
 #include "spec.h"
 #include "tokenizer.h"
 #include "util.h"
+#include "vocab.h"
 
 enum { PREFILL_ROWS = BE_MAX_ROWS };
 /* Verify rows projected per predict call when sampling on a backend that
@@ -88,8 +89,16 @@ struct dflash_model {
     int predict_rows;    /* verify rows projected to logits at a time */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* config's, tokenizer_config's, the chat format's */
-    int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv, plus */
+    int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv (or draft_ids), plus */
     int32_t draft_extra[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* these stop ids beyond it */
+    /* a ranked draft vocabulary (dflash_gen.draft_vocab_rank): the file's
+     * ranking, and the draft_nv ids scored, ascending (NULL: ids < draft_nv) */
+    char *rank_path;
+    voc_rank rank;
+    int32_t *draft_ids;
+    int draft_ids_cap;
+    int draft_ids_n;     /* the selection draft_ids holds (0: none) */
+    int draft_ids_on;    /* this call scores draft_ids[0..draft_nv) */
     spec_auto ctl;       /* draft length control, kept across calls */
     /* tree rounds (dflash_gen.tree): the last tree verify's rows, 0: a chain */
     int tree_n;
@@ -227,6 +236,9 @@ static void seq_release(dflash_model *m) {
     free(m->pen_count);
     free(m->bias);
     free(m->tok_first);
+    free(m->rank_path);
+    voc_rank_free(&m->rank);
+    free(m->draft_ids);
     gr_state_free(m->gr_emitted);
     gr_state_free(m->gr_row);
     gr_state_free(m->gr_try);
@@ -767,7 +779,8 @@ static int cb_draft_tree(void *ud, int32_t anchor, int budget, int max_depth, in
     for (int i = 1; i < B; i++) blk[i] = m->draft.cfg.mask_token_id;
     int K = budget - 1 < TREE_TOPK ? budget - 1 : TREE_TOPK;
     be_draft_block b = {.B = B, .tokens = blk, .n_slots = max_depth, .n_vocab = m->draft_nv ? m->draft_nv : c->vocab,
-                        .extra = m->draft_extra, .n_extra = m->draft_nx, .top_k = K, .top_ids = m->top_ids,
+                        .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
+                        .n_extra = m->draft_nx, .top_k = K, .top_ids = m->top_ids,
                         .top_logp = m->top_logp};
     bat_lock(m->bat);
     int rc = m->be->draft_block(m->dseq, &b);
@@ -824,7 +837,8 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     for (int i = 1; i < B; i++) tok[i] = m->draft.cfg.mask_token_id;
     int nv = m->draft_nv ? m->draft_nv : c->vocab;
     /* the backend proposes: first maximum over ids 0..nv-1, then the extra ids */
-    be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv, .extra = m->draft_extra,
+    be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv,
+                        .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
                         .n_extra = m->draft_nx, .out = out};
     bat_lock(m->bat);
     int rc = m->be->draft_block(m->dseq, &b);
@@ -886,6 +900,74 @@ static int on_emit(void *ud, int32_t id) {
     if (!e->cb) return 0;
     size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
     return e->cb(e->ud, id, e->piece, n);
+}
+
+/* The draft's vocabulary for a call (dflash_gen.draft_vocab and
+ * draft_vocab_rank): m->draft_nv ids, ids < draft_nv or, by rank,
+ * m->draft_ids (draft_ids_on). A rank file is read once per path and
+ * checked even when the call does not draft; drafting: the call drafts (a
+ * backend without the gather refuses a ranking only then). */
+static int set_draft_vocab(dflash_model *m, const dflash_gen *g, int drafting) {
+    const cfg_model *c = &m->target.cfg;
+    m->draft_ids_on = 0;
+    if (g->draft_vocab < -1) {
+        dfl_seterr("draft vocabulary %d: want N > 0 ids, 0 (auto) or -1 (the whole vocabulary)", g->draft_vocab);
+        return -1;
+    }
+    if (!g->draft_vocab_rank) {
+        m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
+        if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
+        return 0;
+    }
+    if (g->draft_vocab < 0) {
+        dfl_seterr("draft vocabulary: a rank file (%s) with the whole vocabulary ranks nothing; give N or drop the file",
+                   g->draft_vocab_rank);
+        return -1;
+    }
+    if (g->draft_vocab > c->vocab) {
+        dfl_seterr("draft vocabulary %d by rank: the model has only %d token ids", g->draft_vocab, c->vocab);
+        return -1;
+    }
+    if (drafting && !m->be->draft_ids) {
+        dfl_seterr("draft vocabulary by rank (%s): backend %s scores ids by number only (--draft-vocab N or full)",
+                   g->draft_vocab_rank, m->be->name);
+        return -1;
+    }
+    if (!m->rank_path || strcmp(m->rank_path, g->draft_vocab_rank) != 0) {
+        voc_rank r;
+        if (voc_rank_read(g->draft_vocab_rank, c->vocab, &r) != 0) return -1;
+        voc_rank_free(&m->rank);
+        m->rank = r;
+        free(m->rank_path);
+        m->rank_path = dfl_strdup(g->draft_vocab_rank);
+        m->draft_ids_n = 0; /* select again */
+    }
+    int n = g->draft_vocab > 0 ? g->draft_vocab : m->rank.n;
+    if (n > m->draft_ids_cap) {
+        free(m->draft_ids);
+        m->draft_ids = dfl_malloc(sizeof(int32_t) * (size_t)n);
+        m->draft_ids_cap = n;
+        m->draft_ids_n = 0;
+    }
+    if (n != m->draft_ids_n) voc_select(&m->rank, n, m->draft_ids);
+    m->draft_ids_n = n;
+    m->draft_nv = n;
+    m->draft_ids_on = 1;
+    return 0;
+}
+
+/* 1 if the draft scores id in this call's vocabulary. */
+static int draft_scores(const dflash_model *m, int32_t id) {
+    if (!m->draft_ids_on) return id < m->draft_nv;
+    int lo = 0, hi = m->draft_nv;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (m->draft_ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->draft_nv && m->draft_ids[lo] == id;
 }
 
 static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
@@ -1024,8 +1106,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
             return -1;
         }
     }
-    m->draft_nv = g->draft_vocab > 0 ? g->draft_vocab : g->draft_vocab < 0 || c->vocab <= 65536 ? c->vocab : 32768;
-    if (m->draft_nv > c->vocab) m->draft_nv = c->vocab;
+    if (set_draft_vocab(m, g, m->drafting) != 0) return -1;
     m->n_stop = 0;
     if (!g->ignore_eos || m->gr) { /* a grammar ends with a stop token (ignore_eos: only where it must) */
         for (int i = 0; i < c->n_eos; i++) m->stop[m->n_stop++] = c->eos_ids[i];
@@ -1046,7 +1127,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
 
     m->draft_nx = 0;
     for (int i = 0; i < m->n_stop; i++)
-        if (m->stop[i] >= m->draft_nv && m->stop[i] < c->vocab) m->draft_extra[m->draft_nx++] = m->stop[i];
+        if (m->stop[i] < c->vocab && !draft_scores(m, m->stop[i])) m->draft_extra[m->draft_nx++] = m->stop[i];
 
     /* a tree verify left uncommitted (an error ended the call inside its
      * round): its rows are not cache_tok's positions, forget them */
@@ -1121,6 +1202,9 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (int i = 0; i < st->n_pos; i++) st->accepted_at_pos[i] = ss.accepted[i];
     for (int w = 2; w <= SPEC_MAX_BLOCK; w++) st->n_drafted += ss.width_hist[w] * (w - 1);
     st->n_accepted = (int)(ss.committed_in_rounds - ss.rounds);
+    for (int a = 0; a < SPEC_MAX_BLOCK && a < 64; a++) st->accept_hist[a] = ss.accept_hist[a];
+    for (int w = 2; w <= SPEC_MAX_BLOCK; w++) st->n_verified += ss.width_hist[w] * w;
+    st->n_tree_rounds = ss.tree_rounds;
     st->draft_s = ss.draft_s;
     st->verify_s = ss.verify_s;
     st->other_s = ss.other_s;
@@ -1212,11 +1296,17 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
 }
 
 int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
+    return dflash_time_draft_gen(m, NULL, depth, reps, median_s);
+}
+
+int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int reps, double *median_s) {
     const cfg_model *c = &m->target.cfg;
     if (!m->has_draft) {
         dfl_seterr("time_draft: no draft loaded");
         return -1;
     }
+    dflash_gen dg = dflash_default_gen();
+    if (set_draft_vocab(m, g ? g : &dg, 1) != 0) return -1;
     int B = m->draft.cfg.block_size;
     if (B < 2 || B > SPEC_MAX_BLOCK || depth < 1 || depth + B > m->n_ctx || reps < 1) {
         dfl_seterr("time_draft: block %d at depth %d does not fit (context %d)", B, depth, m->n_ctx);
@@ -1237,10 +1327,10 @@ int dflash_time_draft(dflash_model *m, int depth, int reps, double *median_s) {
     int32_t blk[SPEC_MAX_BLOCK], out[SPEC_MAX_BLOCK];
     blk[0] = tok[depth - 1];
     for (int i = 1; i < B; i++) blk[i] = m->draft.cfg.mask_token_id;
-    int nv = c->vocab <= 65536 ? c->vocab : 32768; /* the default --draft-vocab */
     double *ts = dfl_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int r = 0; r <= reps && rc == 0; r++) {
-        be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = nv, .out = out};
+        be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = m->draft_nv,
+                            .ids = m->draft_ids_on ? m->draft_ids : NULL, .out = out};
         double t0 = dfl_now();
         rc = m->be->draft_block(m->dseq, &q); /* returns the ids: the work is done */
         ts[r] = dfl_now() - t0;
@@ -1280,4 +1370,16 @@ int dflash_grammar_check(const char *gbnf) {
     gr_state_free(st);
     gr_free(g);
     return rc;
+}
+
+int dflash_vocab_rank_write(const char *path, const int64_t *counts, int vocab) {
+    return voc_rank_write(path, counts, vocab);
+}
+
+int dflash_vocab_rank_check(const char *path, int vocab, int *n_ids) {
+    voc_rank r;
+    if (voc_rank_read(path, vocab, &r) != 0) return -1;
+    if (n_ids) *n_ids = r.n;
+    voc_rank_free(&r);
+    return 0;
 }

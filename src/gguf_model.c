@@ -1207,7 +1207,8 @@ static const gguf_kv *str_array(const gguf_file *g, const char *key, int require
  * after it when add_eos_token is; put into ROOT as the TemplateProcessing
  * post_processor a tokenizer.json would hold. A key that is absent takes
  * llama.cpp's default for a "gpt2" (byte-level BPE) vocabulary: add_bos
- * true for the Llama-3 pre-tokenizers ("llama-bpe", "llama3"), false for
+ * true for the Llama-3 pre-tokenizers ("llama-bpe", "llama3") and Gemma's
+ * (tokenizer.ggml.model "gemma4", passed as PRE "gemma4"), false for
  * the others read here (qwen2, qwen35, gpt2, default); add_eos false.
  * Where the default asks for a BOS the file has no id for, none is added
  * (llama.cpp would fall back to id 11, its gpt2 default). Errors naming the
@@ -1217,7 +1218,7 @@ static const gguf_kv *str_array(const gguf_file *g, const char *key, int require
 static int prompt_specials(const gguf_file *g, cJSON *root, const char *pre, int64_t eos, uint64_t n_tok) {
     int64_t bos = -1;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &bos, 0) < 0) return -1;
-    int add_bos = !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3"), add_eos = 0;
+    int add_bos = !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "gemma4"), add_eos = 0;
     int rb = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, 0);
     int re = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, 0);
     if (rb < 0 || re < 0) return -1;
@@ -1258,18 +1259,153 @@ static int prompt_specials(const gguf_file *g, cJSON *root, const char *pre, int
     return 0;
 }
 
+/* All N bytes of S are '\n'. */
+static int all_newlines(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n') return 0;
+    return n > 0;
+}
+
+/* tokenizer.ggml.model "gemma4": llama.cpp's converter (Gemma4Model.set_vocab)
+ * writes Gemma's SentencePiece-style BPE as tokens [n] (literal UTF-8, U+2581
+ * for the space, <0x00>..<0xFF> typed BYTE), token_type [n], scores [n]
+ * (not used: BPE goes by the merges' order), merges, the special ids and
+ * add_bos_token true; llama.cpp reads it with pre-tokenizer "gemma4"
+ * whatever tokenizer.ggml.pre says (spaces to U+2581, runs of newlines cut
+ * from the rest, merges over characters, byte fallback). Rebuilt here as the
+ * tokenizer.json it came from (models/gemma3-tokenizer's layout): every
+ * token in model.vocab; CONTROL ones as special added tokens, USER_DEFINED
+ * ones as the other added tokens (both split out of the text before the
+ * BPE, as HF and llama.cpp do), and so are the NORMAL tokens that are runs
+ * of newlines (llama.cpp's "[^\n]+|[\n]+" split with a run that is a token
+ * kept whole: llama.cpp's converter types Gemma's added "\n" runs NORMAL).
+ * A plain prompt gets <bos> unless add_bos_token is false (llama.cpp forces
+ * it for this vocabulary). Errors name the key. */
+/* What every GGUF tokenizer ends with: the end-of-sequence id, the specials
+ * a plain prompt gets (PRE: the pre-tokenizer's name), the chat template,
+ * and the tokenizer built from ROOT (tokenizer.json's form; not freed here). */
+static tok_tokenizer *finish_tokenizer(const gguf_file *g, cJSON *root, const char *pre, uint64_t n_tokens,
+                                       const char *path) {
+    int64_t eos = -1;
+    if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) return NULL;
+    if (eos < -1 || eos >= (int64_t)n_tokens) {
+        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
+        return NULL;
+    }
+    if (prompt_specials(g, root, pre, eos, n_tokens) != 0) return NULL;
+    const char *s;
+    size_t n;
+    char *tmpl = NULL;
+    int rc = gguf_get_str(g, "tokenizer.chat_template", &s, &n, 0);
+    if (rc < 0) return NULL;
+    if (rc == 0) {
+        if (memchr(s, 0, n)) {
+            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
+            return NULL;
+        }
+        tmpl = cstr(s, n);
+    }
+    tok_tokenizer *t = tok_from_json(root, tmpl, (int)eos, path);
+    free(tmpl);
+    return t;
+}
+
+static tok_tokenizer *gemma4_tokenizer(const gguf_file *g, const char *path) {
+    tok_tokenizer *t = NULL;
+    const char *s;
+    size_t n;
+    const gguf_kv *tk = str_array(g, "tokenizer.ggml.tokens", 1), *mg, *ty;
+    if (!tk || !(mg = str_array(g, "tokenizer.ggml.merges", 1))) return NULL;
+    ty = gguf_find_kv(g, "tokenizer.ggml.token_type");
+    if (ty && (ty->type != GGUF_ARRAY || ty->atype == GGUF_STRING || ty->atype == GGUF_FLOAT32 ||
+               ty->atype == GGUF_FLOAT64 || ty->n != tk->n)) {
+        dfl_seterr("%s: tokenizer.ggml.token_type must be an integer array as long as tokenizer.ggml.tokens", path);
+        return NULL;
+    }
+    if (tk->n > (1u << 24)) {
+        dfl_seterr("%s: %llu tokens is more than dflash supports", path, (unsigned long long)tk->n);
+        return NULL;
+    }
+    cJSON *root = cJSON_Parse("{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, "
+                              "\"content\": \"\u2581\"}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                              "{\"String\": \" \"}, \"behavior\": \"MergedWithPrevious\", \"invert\": false}, "
+                              "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", "
+                              "\"pattern\": {\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": "
+                              "\"ByteFallback\"}, {\"type\": \"Fuse\"}]}}");
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddBoolToObject(model, "byte_fallback", 1);
+    cJSON_AddBoolToObject(model, "fuse_unk", 1);
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    for (uint64_t i = 0; i < tk->n; i++) {
+        s = gguf_arr_str(tk, i, &n);
+        int64_t type = ty ? gguf_arr_int(ty, i) : TT_NORMAL;
+        if (type == TT_UNUSED) continue;
+        if (type < TT_NORMAL || type > TT_BYTE) {
+            dfl_seterr("%s: tokenizer.ggml.token_type of token %llu is %lld (1..6)", path, (unsigned long long)i,
+                       (long long)type);
+            goto out;
+        }
+        if (n == 0 || memchr(s, 0, n)) {
+            dfl_seterr("%s: tokenizer.ggml.tokens: token %llu is empty or holds a NUL byte", path,
+                       (unsigned long long)i);
+            goto out;
+        }
+        char *c = cstr(s, n);
+        cJSON_AddItemToObject(vocab, c, cJSON_CreateNumber((double)i));
+        if (type == TT_CONTROL || type == TT_USER || (type == TT_NORMAL && all_newlines(s, n))) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddStringToObject(a, "content", c);
+            cJSON_AddBoolToObject(a, "special", type == TT_CONTROL);
+            cJSON_AddItemToArray(added, a);
+        }
+        free(c);
+    }
+    for (uint64_t i = 0; i < mg->n; i++) {
+        s = gguf_arr_str(mg, i, &n);
+        /* "A B", cut at the first space after the first byte (llama.cpp's
+         * rule); stored as the pair ["A", "B"] */
+        const char *sp = n > 2 ? memchr(s + 1, ' ', n - 2) : NULL;
+        if (!sp || memchr(s, 0, n)) {
+            char b[64];
+            dfl_seterr("%s: tokenizer.ggml.merges: merge %llu '%s' is not two tokens with a space between", path,
+                       (unsigned long long)i, shown(s, n, b));
+            goto out;
+        }
+        char *a = cstr(s, (size_t)(sp - s)), *b = cstr(sp + 1, (size_t)(s + n - sp - 1));
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString(a));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(b));
+        cJSON_AddItemToArray(merges, pair);
+        free(a);
+        free(b);
+    }
+    t = finish_tokenizer(g, root, "gemma4", tk->n, path);
+out:
+    cJSON_Delete(root);
+    return t;
+}
+
 tok_tokenizer *ggm_tokenizer(const char *path) {
     gguf_file g;
     if (gguf_open(&g, path) != 0) return NULL;
     tok_tokenizer *t = NULL;
     cJSON *root = NULL;
-    char *tmpl = NULL, *pre = NULL;
+    char *pre = NULL;
     const char *s;
     size_t n;
     if (gguf_get_str(&g, "tokenizer.ggml.model", &s, &n, 1)) goto out;
+    if (n == 6 && !memcmp(s, "gemma4", 6)) {
+        t = gemma4_tokenizer(&g, path);
+        goto out;
+    }
     if (!(n == 4 && !memcmp(s, "gpt2", 4))) {
         char b[64];
-        dfl_seterr("%s: tokenizer.ggml.model '%s' not supported (only gpt2, byte-level BPE)", path, shown(s, n, b));
+        dfl_seterr("%s: tokenizer.ggml.model '%s' not supported (gpt2: byte-level BPE; gemma4: Gemma's "
+                   "SentencePiece-style BPE)", path, shown(s, n, b));
         goto out;
     }
     const char *re = NULL;
@@ -1356,26 +1492,9 @@ tok_tokenizer *ggm_tokenizer(const char *path) {
         cJSON_AddItemToArray(merges, cJSON_CreateString(c));
         free(c);
     }
-    int64_t eos = -1;
-    if (gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &eos, 0) < 0) goto out;
-    if (eos < -1 || eos >= (int64_t)tk->n) {
-        dfl_seterr("%s: tokenizer.ggml.eos_token_id %lld is not a token", path, (long long)eos);
-        goto out;
-    }
-    if (prompt_specials(&g, root, pre, eos, tk->n) != 0) goto out;
-    int rc = gguf_get_str(&g, "tokenizer.chat_template", &s, &n, 0);
-    if (rc < 0) goto out;
-    if (rc == 0) {
-        if (memchr(s, 0, n)) {
-            dfl_seterr("%s: tokenizer.chat_template holds a NUL byte", path);
-            goto out;
-        }
-        tmpl = cstr(s, n);
-    }
-    t = tok_from_json(root, tmpl, (int)eos, path);
+    t = finish_tokenizer(&g, root, pre, tk->n, path);
 out:
     cJSON_Delete(root);
-    free(tmpl);
     free(pre);
     gguf_close(&g);
     return t;

@@ -3,6 +3,7 @@
 #include "gguf_write.h"
 
 #include <cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -730,7 +731,32 @@ static void gemma4_tensors(conv *cv, const mdl_model *m) {
     }
 }
 
-/* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys */
+/* "<0xHH>": a byte-fallback token (gguf-py's BYTE type) */
+static int is_byte_token(const char *s) {
+    return strlen(s) == 6 && !strncmp(s, "<0x", 3) && isxdigit((unsigned char)s[3]) &&
+           isxdigit((unsigned char)s[4]) && s[5] == '>';
+}
+
+/* Gemma 4's special tokens that llama.cpp's converter types USER_DEFINED
+ * (Gemma4Model.set_vocab's visible_tokens: always rendered, for the chat
+ * parser) */
+static int gemma4_visible(const char *s) {
+    static const char *const v[] = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+                                    "<|tool_response>", "<tool_response|>", "<|\"|>"};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (!strcmp(s, v[i])) return 1;
+    return 0;
+}
+
+/* tokenizer.json (+ tokenizer_config.json, config.json ids) -> tokenizer.* keys.
+ * A byte-level BPE is llama.cpp's "gpt2" with the pre-tokenizer named;
+ * Gemma's SentencePiece-style BPE is its "gemma4" as Gemma4Model.set_vocab
+ * writes it (tokens, scores, token_type, merges, add_space_prefix false),
+ * but for one thing: an added token that is not special is typed
+ * USER_DEFINED (llama.cpp's converter types those below the base vocabulary
+ * size NORMAL, so their HF split, such as tab runs and HTML tags, is lost
+ * but for newline runs; llama.cpp splits USER_DEFINED tokens out as HF
+ * does), so the file gives HF's ids. */
 static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
     char *p = dfl_path_join(dir, "tokenizer.json");
     char *txt = dfl_read_file(p, NULL);
@@ -746,9 +772,18 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         dfl_seterr("%s: not a JSON object", p);
         goto out;
     }
-    /* the pre-tokenizer regex names llama.cpp's pre-tokenizer */
+    /* the pre-tokenizer regex names llama.cpp's pre-tokenizer; Gemma's
+     * SentencePiece-style BPE (normalizer Replace " " -> U+2581, byte
+     * fallback) is llama.cpp's tokenizer.ggml.model "gemma4" */
     const char *pre = NULL;
     cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), *e;
+    cJSON *nz = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    cJSON *nzp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(nz, "pattern"), "String");
+    cJSON *nzc = cJSON_GetObjectItemCaseSensitive(nz, "content");
+    int gemma = cJSON_IsString(nzp) && !strcmp(nzp->valuestring, " ") && cJSON_IsString(nzc) &&
+                !strcmp(nzc->valuestring, "\xe2\x96\x81") &&
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"),
+                                                              "byte_fallback"));
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers")) {
         cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "pattern"), "Regex");
         if (cJSON_IsString(re)) {
@@ -756,7 +791,7 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
                 if (!strcmp(re->valuestring, t->re)) pre = t->name;
         }
     }
-    if (!pre) {
+    if (!pre && !gemma) {
         dfl_seterr("%s: pre-tokenizer is neither Qwen2/3's, Qwen3.5's, Llama-3's nor gpt-oss's (no GGUF tokenizer.ggml.pre for it)", p);
         goto out;
     }
@@ -783,6 +818,7 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         free(tokens[id]);
         tokens[id] = dfl_strdup(e->string);
         types[id] = TT_NORMAL;
+        if (gemma && is_byte_token(e->string)) types[id] = TT_BYTE;
     }
     cJSON_ArrayForEach(e, added) {
         cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *ct = cJSON_GetObjectItemCaseSensitive(e, "content");
@@ -792,10 +828,10 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         size_t sl = strlen(s);
         /* llama.cpp: special tokens, and ones that look special (<|...|>), are CONTROL */
         int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
-                      (sl >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + sl - 2, "|>"));
+                      (!gemma && sl >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + sl - 2, "|>"));
         free(tokens[i]);
         tokens[i] = dfl_strdup(s);
-        types[i] = special ? TT_CONTROL : TT_USER;
+        types[i] = special && !(gemma && gemma4_visible(s)) ? TT_CONTROL : TT_USER;
     }
     for (int i = 0; i < n; i++)
         if (!tokens[i]) {
@@ -824,11 +860,31 @@ static int put_tokenizer(conv *cv, const char *dir, const cfg_model *c) {
         }
         k++;
     }
-    gguf_w_str(cv->w, "tokenizer.ggml.model", "gpt2");
-    gguf_w_str(cv->w, "tokenizer.ggml.pre", pre);
-    gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
-    gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", types, (uint64_t)n);
-    gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+    if (gemma) {
+        /* llama.cpp's Gemma4Model.set_vocab: no pre key, every score -1000
+         * (gguf-py's LlamaHfVocab), add_space_prefix false, the unk id */
+        float *sc = dfl_malloc((size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++) sc[i] = -1000.0f;
+        gguf_w_str(cv->w, "tokenizer.ggml.model", "gemma4");
+        gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
+        gguf_w_arr_f32(cv->w, "tokenizer.ggml.scores", sc, (uint64_t)n);
+        free(sc);
+        gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+        gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+        cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+        for (int i = 0; cJSON_IsString(unk) && i < n; i++)
+            if (!strcmp(tokens[i], unk->valuestring)) {
+                gguf_w_u32(cv->w, "tokenizer.ggml.unknown_token_id", (uint32_t)i);
+                break;
+            }
+        gguf_w_bool(cv->w, "tokenizer.ggml.add_space_prefix", 0);
+    } else {
+        gguf_w_str(cv->w, "tokenizer.ggml.model", "gpt2");
+        gguf_w_str(cv->w, "tokenizer.ggml.pre", pre);
+        gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
+        gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+        gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+    }
     /* ids: tokenizer_config.json tokens (eos, pad), config.json bos / eos */
     free(p);
     p = dfl_path_join(dir, "config.json");

@@ -190,6 +190,8 @@ static int tree_round(const spec_iface *it, const spec_params *p, int32_t anchor
     if (n > 1) {
         st->rounds++;
         st->committed_in_rounds += a + 1;
+        st->accept_hist[a]++;
+        st->tree_rounds++;
         for (int i = 0; i < md && i <= a; i++) {
             st->tried[i]++;
             st->accepted[i] += i < a;
@@ -305,6 +307,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             auto_update(ctl, k, a);
             st->rounds++;
             st->committed_in_rounds += a + 1;
+            st->accept_hist[a]++;
             for (int i = 0; i < k && i <= a; i++) {
                 st->tried[i]++;
                 st->accepted[i] += i < a;

@@ -110,11 +110,13 @@ typedef struct {
     int n_emitted;
     int rounds;                         /* rounds that drafted (k > 0) */
     int plain_steps;                    /* rounds with k = 0 */
+    int tree_rounds;                    /* drafting rounds that verified a tree */
     long committed_in_rounds;           /* sum of a + 1 over drafting rounds */
     long predicted_rows;                /* verify rows that were projected to logits */
     int tried[SPEC_MAX_BLOCK];          /* draft position i was verified */
     int accepted[SPEC_MAX_BLOCK];       /* ... and accepted */
-    int width_hist[SPEC_MAX_BLOCK + 1]; /* verify widths used */
+    int width_hist[SPEC_MAX_BLOCK + 1]; /* verify widths used (tree rounds: nodes) */
+    int accept_hist[SPEC_MAX_BLOCK];    /* drafting rounds that accepted exactly a drafts */
     double draft_s, verify_s, other_s;
     int stopped_by;                     /* 0 budget, 1 stop token, 2 context full, 3 caller */
 } spec_stats;

@@ -388,7 +388,12 @@ static int write_config(const char *dir, const syn_spec *s) {
         cJSON_AddNumberToObject(j, "vocab_size_per_layer_input", c->vocab);
         cJSON_AddBoolToObject(j, "attention_k_eq_v", c->k_eq_v);
         cJSON_AddNumberToObject(j, "num_kv_shared_layers", 0);
-        cJSON_AddBoolToObject(j, "enable_moe_block", 0);
+        cJSON_AddBoolToObject(j, "enable_moe_block", c->g4_moe);
+        if (c->g4_moe) {
+            cJSON_AddNumberToObject(j, "num_experts", c->n_experts);
+            cJSON_AddNumberToObject(j, "top_k_experts", c->n_experts_used);
+            cJSON_AddNumberToObject(j, "moe_intermediate_size", c->moe_inter);
+        }
         cJSON_AddBoolToObject(j, "use_double_wide_mlp", 0);
     }
     cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
@@ -522,7 +527,8 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
     double lb = (att > lin ? att : lin) +
                 (c->n_moe_layers ? mat_bytes(s, c->n_experts, H) +
                                        3.0 * c->n_experts * mat_bytes(s, c->moe_inter, H) * (s->mxfp4 ? 17.0 / 64 : 1) +
-                                       (c->shared_inter ? 3 * mat_bytes(s, c->shared_inter, H) : 0)
+                                       (c->shared_inter ? 3 * mat_bytes(s, c->shared_inter, H) : 0) +
+                                       (c->g4_moe ? 3 * mat_bytes(s, c->inter, H) : 0)
                                  : 3 * mat_bytes(s, c->inter, H));
     double head = mat_bytes(s, c->vocab, H) * (c->is_draft ? 0 : c->tie_embeddings ? 1 : 2);
     int per = lb >= SHARD_BYTES ? 1 : (int)(SHARD_BYTES / lb);
@@ -576,6 +582,17 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
             if (s->mxfp4) mx4(&ts, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, H, I, sm);
             else big3(&ts, s, &r, b, sizeof b, pre, l, "mlp.experts.down_proj", E, I, H, sm);
             F("mlp.experts.down_proj_bias", E, H, 0, 0.0f, 0.1f * ls, 0);
+        } else if (c->g4_moe) { /* model.c bind_gemma4_experts: the dense MLP, the router, the experts [E, 2I, H] / [E, H, I] */
+            float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
+            int64_t E = c->n_experts, I = c->moe_inter;
+            M("mlp.gate_proj", c->inter, H, sh);
+            M("mlp.up_proj", c->inter, H, sh);
+            M("mlp.down_proj", H, c->inter, si);
+            M("router.proj", c->n_experts, H, sh);
+            F("router.scale", H, 0, 0, 1.0f, 0.2f, 0);
+            F("router.per_expert_scale", E, 0, 0, 1.0f, 0.2f, 0);
+            big3(&ts, s, &r, b, sizeof b, pre, l, "experts.gate_up_proj", E, 2 * I, H, sh);
+            big3(&ts, s, &r, b, sizeof b, pre, l, "experts.down_proj", E, H, I, sm);
         } else if (c->moe_layer[l]) {
             float sm = (s->layer_scale > 0 ? s->layer_scale : 1.0f) / sqrtf((float)c->moe_inter);
             if (s->router_bits && c->q_bits) {
@@ -615,6 +632,11 @@ static int write_model(dfl_stage *sg, const syn_spec *s) {
             V("pre_feedforward_layernorm", H);
             F("post_feedforward_layernorm.weight", H, 0, 0, ls, 0.2f * ls, 0);
             F("layer_scalar", 1, 0, 0, 1.0f, 0.1f, 0);
+            if (c->g4_moe) { /* the expert block's own norms: its input, both outputs */
+                V("pre_feedforward_layernorm_2", H);
+                F("post_feedforward_layernorm_1.weight", H, 0, 0, ls, 0.2f * ls, 0);
+                F("post_feedforward_layernorm_2.weight", H, 0, 0, ls, 0.2f * ls, 0);
+            }
             if (c->ple) {
                 M("per_layer_input_gate", c->ple, H, sh);
                 M("per_layer_projection", H, c->ple, 1.0f / sqrtf((float)c->ple));
@@ -736,7 +758,7 @@ void syn_gemma4(cfg_model *c, int window, int hd_full, int kv_full, int k_eq_v, 
 
 #include "dflash.h"
 
-int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir) {
+int syn_shape(const char *shape, int draft, int bits, syn_spec *out) {
     static const struct {
         const char *name;
         int hidden, inter, layers, heads, kv, hd;
@@ -780,21 +802,43 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
          * heads of 256 on sliding layers (window 1024), 4 kv heads of 512 on
          * the full ones with attention_k_eq_v, no per-layer inputs */
         {"gemma-4-31b", 5376, 21504, 60, 32, 16, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024, 512, 4, 1, 0},
+        /* gemma-4-26B-A4B(-it): its config.json's text_config (the Hugging
+         * Face file is not reachable here; these values as several public
+         * repositories quote it, in agreement): hidden_size 2816,
+         * intermediate_size 2112 (the dense MLP beside the experts),
+         * num_hidden_layers 30, num_attention_heads 16, num_key_value_heads
+         * 8, head_dim 256, sliding_window 1024, layer_types 5 sliding : 1
+         * full, global_head_dim 512 with num_global_key_value_heads 2,
+         * attention_k_eq_v true, enable_moe_block true, num_experts 128,
+         * top_k_experts 8, moe_intermediate_size 704,
+         * hidden_size_per_layer_input 0 (none), num_kv_shared_layers 0,
+         * vocab_size 262144, final_logit_softcapping 30, RoPE as
+         * gemma-4-31B's. Google's model card: 25.2B parameters, 3.8B active
+         * (test_model synth_gemma4_moe checks this table against both) */
+        {"gemma-4-26b-a4b", 2816, 2112, 30, 16, 8, 256, 128, 8, 704, 0, 0, 0, 0, 0, 0, 0, 1024, 512, 2, 1, 0},
         /* tests/models/tiny-gemma4's shape */
         {"tiny-gemma4", 64, 128, 6, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 32, 0, 0, 8},
+        /* tests/models/tiny-gemma4-moe's: tiny-gemma4 with 4 experts, top 2, of 32 */
+        {"tiny-gemma4-moe", 64, 128, 6, 4, 2, 16, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, 8, 32, 0, 0, 8},
     };
     int k = -1;
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++)
         if (!strcmp(shapes[i].name, shape)) k = i;
     if (k < 0) {
         dfl_seterr("unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-30b-a3b, qwen3.5-0.8b, qwen3.5-4b, "
-                   "qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, gemma-4-31b, tiny, tiny-moe, "
-                   "tiny-qwen35, tiny-qwen35moe, tiny-gptoss, tiny-gemma4)",
+                   "qwen3.5-9b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, gemma-4-31b, gemma-4-26b-a4b, tiny, "
+                   "tiny-moe, tiny-qwen35, tiny-qwen35moe, tiny-gptoss, tiny-gemma4, tiny-gemma4-moe)",
                    shape);
         return -1;
     }
     if (bits != 0 && bits != 4 && bits != 8) {
         dfl_seterr("bits must be 0 (bf16), 4 or 8, not %d", bits);
+        return -1;
+    }
+    int g4 = shapes[k].gwin > 0;
+    if (g4 && shapes[k].experts && bits && !draft) { /* as model.c: MLX-quantized Gemma-4 experts are refused */
+        dfl_seterr("shape %s: --bits %d is not supported for Gemma-4's experts (write BF16 and load it with "
+                   "--quant q8|q4)", shape, bits);
         return -1;
     }
     syn_spec s = syn_default();
@@ -854,7 +898,6 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->tie_embeddings = 0;
     }
     if (oss && !draft) syn_gptoss(c, shapes[k].window);
-    int g4 = shapes[k].gwin > 0;
     if (g4) { /* Gemma's tokenizer: <eos> 1, <end_of_turn> 106 (Gemma 3's ids) */
         c->vocab = 262144;
         c->max_pos = 262144;
@@ -863,7 +906,16 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->tie_embeddings = 1;
     }
     if (g4 && !draft) syn_gemma4(c, shapes[k].gwin, shapes[k].ghd, shapes[k].gkv, shapes[k].keqv, shapes[k].ple);
-    if (shapes[k].experts && !draft && oss) {
+    if (shapes[k].experts && !draft && g4) { /* enable_moe_block: every layer, beside the dense MLP */
+        c->n_experts = shapes[k].experts;
+        c->n_experts_used = shapes[k].used;
+        c->moe_inter = shapes[k].moe_inter;
+        c->norm_topk = 1;
+        c->g4_moe = 1;
+        c->sparse_step = 1;
+        c->n_moe_layers = c->n_layers;
+        for (int l = 0; l < c->n_layers; l++) c->moe_layer[l] = 1;
+    } else if (shapes[k].experts && !draft && oss) {
         c->n_experts = shapes[k].experts;
         c->n_experts_used = shapes[k].used;
         c->moe_inter = shapes[k].moe_inter;
@@ -896,6 +948,41 @@ int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_d
         c->tie_embeddings = 0;
         s.seed = 2;
     }
+    *out = s;
+    return 0;
+}
+
+void syn_count(const cfg_model *c, double *params, double *active) {
+    double H = c->hidden, p = 0, a = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        double hd = cfg_head_dim(c, l), q = c->n_heads * hd, kv = cfg_kv_heads(c, l) * hd, lp;
+        if (c->linear_layer[l]) {
+            double vd = (double)c->lin_v_heads * c->lin_v_dim, C = 2.0 * c->lin_k_heads * c->lin_k_dim + vd;
+            lp = (C + 2 * c->lin_v_heads) * H + 2 * vd * H;
+        } else {
+            lp = ((c->attn_gate ? 2 : 1) * q + q) * H + (c->k_eq_v && !c->sliding_layer[l] ? 1 : 2) * kv * H;
+        }
+        double dense = 3.0 * c->inter * H, ex = 0, exa = 0;
+        if (c->moe_layer[l] && c->n_experts) {
+            ex = 3.0 * c->n_experts * c->moe_inter * H;
+            exa = ex / c->n_experts * c->n_experts_used;
+            lp += c->n_experts * H; /* the router */
+            if (!c->g4_moe) dense = c->shared_inter ? 3.0 * c->shared_inter * H : 0;
+        }
+        if (c->ple) lp += 2.0 * c->ple * H;
+        p += lp + dense + ex;
+        a += lp + dense + exa;
+    }
+    double emb = (double)c->vocab * H, ple = c->ple ? (double)c->vocab * c->ple * c->n_layers : 0;
+    p += emb * (c->tie_embeddings ? 1 : 2) + ple;
+    a += emb + (c->tie_embeddings ? 0 : H) + (ple ? c->ple * c->n_layers : 0);
+    *params = p;
+    *active = a;
+}
+
+int dflash_synth(const char *shape, int draft, int bits, const char *tokenizer_dir, const char *out_dir) {
+    syn_spec s;
+    if (syn_shape(shape, draft, bits, &s) != 0) return -1;
     /* the tokenizer is checked before anything is written */
     char real[PATH_MAX];
     static const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};

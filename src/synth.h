@@ -34,11 +34,17 @@
  * Gemma4TextConfig writes it (transformers 5.17: layer_types,
  * sliding_window, per_layer_config for the full layers' head, rope_parameters
  * per layer type, final_logit_softcapping, hidden_size_per_layer_input,
- * attention_k_eq_v), and per layer q/k/v/o at the layer's width (no v_proj
+ * attention_k_eq_v; enable_moe_block with num_experts, top_k_experts,
+ * moe_intermediate_size when c.g4_moe), and per layer q/k/v/o at the layer's width (no v_proj
  * in a k_eq_v full layer), q_norm / k_norm, the four sandwich norms,
  * layer_scalar [1] and with per-layer inputs per_layer_input_gate /
  * per_layer_projection / post_per_layer_input_norm; embed_tokens_per_layer,
- * per_layer_model_projection, per_layer_projection_norm at the top. With
+ * per_layer_model_projection, per_layer_projection_norm at the top; with
+ * g4_moe beside the dense MLP router.proj, router.scale,
+ * router.per_expert_scale, experts.gate_up_proj [E, 2I, H] and
+ * experts.down_proj [E, H, I] (float: model.c refuses MLX-quantized ones)
+ * and the norms pre_feedforward_layernorm_2, post_feedforward_layernorm_1
+ * and _2. With
  * layer_scale the output norms (post_attention, post_feedforward,
  * post_per_layer_input) are scaled by it: they, not the matrices, set the
  * size of a Gemma layer's contributions. */
@@ -81,6 +87,17 @@ void syn_gptoss(cfg_model *c, int window);
  * proportional 0.25 at 1e6 (full); softcapping 30; per-layer inputs of PLE
  * (0: none). */
 void syn_gemma4(cfg_model *c, int window, int hd_full, int kv_full, int k_eq_v, int ple);
+
+/* The spec dflash_synth writes for SHAPE (a --shape name; DRAFT: its
+ * DFlash draft; BITS 0, 4 or 8) into *OUT, nothing written; -1 with the
+ * error set for an unknown shape or a bits it cannot take. */
+int syn_shape(const char *shape, int draft, int bits, syn_spec *out);
+
+/* C's parameter count (matrices and embeddings; norms and other vectors
+ * left out) and the part one decoded token reads: the routed experts only
+ * (n_experts_used of n_experts), one row of an input embedding that is not
+ * the lm_head, one row of each per-layer table. */
+void syn_count(const cfg_model *c, double *params, double *active);
 
 /* Write config.json, generation_config.json (targets) and the safetensors
  * into DIR, all or nothing (util.h dfl_stage: a new DIR appears complete;

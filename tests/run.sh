@@ -25,7 +25,7 @@ WRAP=${DFLASH_WRAP:-}
 # the programs whose result depends on the kernel variant beyond what they
 # loop over themselves (test_kernels and test_attention force every variant
 # in turn; the rest use the library's choice)
-DFLASH_VARIANT_TESTS=${DFLASH_VARIANT_TESTS:-"test_sample test_model test_dflash test_gguf test_reference test_kernels_q8ref test_qwen35 test_tree"}
+DFLASH_VARIANT_TESTS=${DFLASH_VARIANT_TESTS:-"test_sample test_model test_dflash test_gguf test_reference test_kernels_q8ref test_qwen35 test_tree test_vocab"}
 
 # count one result: $1 = label, $2 = the program's exit status; the summary
 # line is read from $log

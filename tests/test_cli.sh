@@ -193,6 +193,50 @@ grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "gemma4: n
 printf 'Hello\nHi again\n' | "$BIN" chat -m "$T/tgt" --tokenizer "$T/g4tok" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "gemma4: chat runs two turns" || bad "gemma4: chat runs two turns: $(head -c 300 "$T/err")"
 
+# the draft's vocabulary (--draft-vocab N|full|freq:N|FILE[:N]) and dflash vocab-rank
+for v in "" "freq:0" "freq:x" "freq:" "-3" "0"; do
+    expect "--draft-vocab '$v' refused" 2 "--draft-vocab" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi --draft-vocab "$v"
+done
+expect "--draft-vocab missing file" 2 "$T/none.txt is not a rank file" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi --draft-vocab "$T/none.txt:12"
+expect "--draft-vocab freq:N without vocab_rank.txt" 2 "no vocab_rank.txt" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi --draft-vocab freq:100
+expect "vocab-rank --help" 0 "" -- "$BIN" vocab-rank --help
+expect "vocab-rank without -o" 2 "missing -o" -- "$BIN" vocab-rank -m "$T/tgt" "$T/p.txt"
+expect "vocab-rank without text" 2 "no TEXT" -- "$BIN" vocab-rank -m "$T/tgt" -o "$T/r.txt"
+expect "vocab-rank unknown option" 2 "unknown option" -- "$BIN" vocab-rank -m "$T/tgt" -o "$T/r.txt" --frob x
+expect "vocab-rank without config.json" 1 "vocab_size" -- "$BIN" vocab-rank -m models/qwen3-tokenizer -o "$T/r.txt" "$T/p.txt"
+expect "vocab-rank missing text" 1 "cannot open" -- "$BIN" vocab-rank -m "$T/tgt" -o "$T/r.txt" "$T/nothing.txt"
+"$BIN" --help >"$T/vr.txt" && "$BIN" generate --help >>"$T/vr.txt" && "$BIN" bench --help >>"$T/vr.txt"
+expect "vocab-rank" 0 "distinct ids of 151936" -- "$BIN" vocab-rank -m "$T/tgt" -o "$T/r.txt" "$T/vr.txt"
+head -n 1 "$T/r.txt" | grep -qx "dflash-vocab-rank 1 151936" && [ "$(wc -l <"$T/r.txt")" -gt 100 ] &&
+    ok "vocab-rank: header and ids" || bad "vocab-rank: header and ids"
+for v in "$T/r.txt:100" "$T/r.txt" 1000 full; do
+    expect "generate --draft-vocab $v" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --draft-vocab "$v"
+    cmp -s "$T/out" "$T/greedy.txt" && ok "--draft-vocab $v: output = greedy" || bad "--draft-vocab $v: output = greedy"
+done
+cp models/qwen3-tokenizer/vocab_rank.txt "$T/tgt/vocab_rank.txt"
+expect "generate --draft-vocab freq:32768 --tree 8" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --draft-vocab freq:32768 --tree 8
+cmp -s "$T/out" "$T/greedy.txt" && ok "--draft-vocab freq:32768 --tree 8: output = greedy" || bad "--draft-vocab freq:32768 --tree 8: output = greedy"
+rm -f "$T/tgt/vocab_rank.txt"
+sed '3s/ [0-9]*$/ x/' "$T/r.txt" >"$T/r_bad.txt"
+expect "corrupt rank file" 1 "r_bad.txt line 3" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi -n 4 --draft-vocab "$T/r_bad.txt:10"
+expect "rank file and more ids than the model" 1 "only 151936" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p hi -n 4 --draft-vocab "$T/r.txt:200000"
+# the round statistics (issue 23 item 6)
+expect "--stats-json: histogram" 0 "" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --stats-json --draft-max 3
+tail -n 1 "$T/err" | grep -q '"accept_hist": \[[0-9]' && tail -n 1 "$T/err" | grep -q '"verified_rows": [1-9]' &&
+    ok "--stats-json: accept_hist and verified_rows" || bad "--stats-json: accept_hist and verified_rows: $(tail -n 1 "$T/err")"
+expect "stats text: histogram" 0 "rounds by drafts accepted" -- "$BIN" generate -m "$T/tgt" -md "$T/drf" -p "Hello there" -n 12 --ignore-eos --draft-max 3
+
+# bench --tree N: the chain and the tree per domain, from the same run (issue 23 item 6)
+printf '{"domain": "a", "prompt": "Hello there"}\n{"domain": "b", "prompt": "Count to ten"}\n' >"$T/bp.jsonl"
+expect "bench --tree 8" 0 "" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --prompts "$T/bp.jsonl" -n 8 --reps 1 --depth 8 --tree 8 --draft-vocab "$T/r.txt:500"
+grep -q "^rounds (first rep)" "$T/out" && grep -qE "^a +tree 8 +tau" "$T/out" && grep -qE "^b +chain +tau" "$T/out" &&
+    grep -q "tree 8 vs the chain (same run)" "$T/out" && ok "bench --tree 8: chain and tree per domain" ||
+    bad "bench --tree 8: chain and tree per domain: $(cat "$T/out")"
+expect "bench --tree 8 --json" 0 "" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --prompts "$T/bp.jsonl" -n 8 --reps 1 --depth 8 --tree 8 --json
+grep -q '"chain": {"tau"' "$T/out" && grep -q '"tree": {"tau"' "$T/out" && grep -q '"accept_hist": \[' "$T/out" &&
+    ok "bench --tree 8 --json: chain and tree" || bad "bench --tree 8 --json: $(cat "$T/out")"
+expect "bench with a bad rank file" 1 "r_bad.txt line 3" -- "$BIN" bench -m "$T/tgt" -md "$T/drf" --reps 1 --depth 8 --draft-vocab "$T/r_bad.txt"
+
 # chat: two turns through stdin
 printf 'Hello\n/reset\nHi again\n' | "$BIN" chat -m "$T/tgt" -md "$T/drf" -n 5 >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "chat runs" || bad "chat runs"

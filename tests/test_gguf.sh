@@ -44,6 +44,19 @@ for fam in tiny-gptoss tiny-gemma4 tiny-gemma4-kv; do
     "$BIN" generate -m "$T/$fam.gguf" -p "Hello, world" -n 16 --ignore-eos >"$T/b" 2>/dev/null
     [ -s "$T/a" ] && cmp -s "$T/a" "$T/b" && ok "$fam: GGUF = checkpoint" || bad "$fam: GGUF = checkpoint"
 done
+# Gemma's tokenizer in the GGUF (tokenizer.ggml.model gemma4): tiny-gemma4
+# with models/gemma3-tokenizer converts, and the file alone tokenizes as the
+# tokenizer.json does (test_tokenizer.c: all 450 corpus documents) and
+# generates without --tokenizer
+mkdir -p "$T/g4tok"
+for f in config.json model.safetensors; do ln -s "$PWD/tests/models/tiny-gemma4/$f" "$T/g4tok/$f"; done
+for f in tokenizer.json tokenizer_config.json; do ln -s "$PWD/models/gemma3-tokenizer/$f" "$T/g4tok/$f"; done
+expect "convert tiny-gemma4 with Gemma's tokenizer" 0 "wrote" -- "$BIN" convert "$T/g4tok" -o "$T/g4tok.gguf"
+txt=$(printf 'Hello world\n\n\tx <table>\t\ty</table>  \342\226\201\342\226\201 <start_of_turn>user\n\360\237\253\240')
+"$BIN" tokenize -m models/gemma3-tokenizer -p "$txt" --special >"$T/a" 2>/dev/null
+"$BIN" tokenize -m "$T/g4tok.gguf" -p "$txt" --special >"$T/b" 2>/dev/null
+[ -s "$T/a" ] && cmp -s "$T/a" "$T/b" && ok "gemma4 GGUF tokenizer = tokenizer.json" || bad "gemma4 GGUF tokenizer = tokenizer.json"
+expect "generate from it without --tokenizer" 0 "gemma4 (gguf)" -- "$BIN" generate -m "$T/g4tok.gguf" -p "Hi" -n 4
 expect "convert the mlx-lm q4 Qwen3.5" 0 "wrote" -- \
     "$BIN" convert tests/models/tiny-qwen35-mlx-q4 -o "$T/mlx.gguf" --type q8_0
 expect "generate from it" 0 "qwen35 (gguf)" -- "$BIN" generate -m "$T/mlx.gguf" -p "Hi" -n 4

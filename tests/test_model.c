@@ -856,6 +856,68 @@ TEST(synth_gemma4_round_trip) {
     }
 }
 
+/* dflash synth's tiny-gemma4-moe loads back as tests/models/tiny-gemma4-moe
+ * (transformers' config: the same layers as tiny-gemma4, and the MoE block:
+ * experts, top k, their width, beside the dense MLP), every expert tensor
+ * bound; and the gemma-4-26b-a4b shape (not written: 50 GB) has the
+ * parameters Google's model card states, 25.2B of which 3.8B active (a
+ * token reads the 8 routed experts of 128, the dense MLP and attention,
+ * the tied embedding as lm_head), its config as its config.json says. */
+TEST(synth_gemma4_moe) {
+    char *d = path("g4_moe", NULL);
+    CHECK(dflash_synth("tiny-gemma4-moe", 0, 0, NULL, d) == 0, "synth tiny-gemma4-moe: %s", dflash_error());
+    CHECK(dflash_synth("tiny-gemma4-moe", 0, 4, NULL, path("g4_moe_q4", NULL)) != 0 &&
+              strstr(dflash_error(), "--bits 4 is not supported for Gemma-4's experts"),
+          "tiny-gemma4-moe --bits 4: %s", dflash_error());
+    mdl_model m, f;
+    const char *root = getenv("DFLASH_ROOT");
+    char fdir[4096];
+    snprintf(fdir, sizeof fdir, "%s/tests/models/tiny-gemma4-moe", root ? root : ".");
+    if (mdl_load(&m, d) != 0 || mdl_load(&f, fdir)) {
+        CHECK(0, "tiny-gemma4-moe: load: %s", dfl_lasterr());
+        return;
+    }
+    const cfg_model *c = &m.cfg, *r = &f.cfg;
+    int same = c->arch == CFG_GEMMA4 && r->arch == CFG_GEMMA4 && c->g4_moe && r->g4_moe &&
+               c->n_experts == r->n_experts && c->n_experts_used == r->n_experts_used &&
+               c->moe_inter == r->moe_inter && c->inter == r->inter && c->hidden == r->hidden &&
+               c->n_layers == r->n_layers && c->n_moe_layers == r->n_moe_layers && c->norm_topk == r->norm_topk &&
+               c->window == r->window && c->n_sliding_layers == r->n_sliding_layers && c->ple == r->ple &&
+               c->softcap == r->softcap && c->full_rot == r->full_rot && c->k_eq_v == r->k_eq_v;
+    for (int l = 0; l < c->n_layers; l++)
+        same &= c->sliding_layer[l] == r->sliding_layer[l] && c->moe_layer[l] == r->moe_layer[l] &&
+                cfg_head_dim(c, l) == cfg_head_dim(r, l) && cfg_kv_heads(c, l) == cfg_kv_heads(r, l);
+    CHECK(same && c->n_experts == 4 && c->n_experts_used == 2 && c->moe_inter == 32 && c->n_moe_layers == 6,
+          "tiny-gemma4-moe synth config differs from transformers' tiny-gemma4-moe");
+    int bound = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mdl_layer *L = &m.layers[l];
+        bound &= L->wg.rows == 128 && L->router.rows == 4 && L->router_scale && L->router_pes && L->experts &&
+                 L->moe_in_norm && L->ffn_out_norm1 && L->ffn_out_norm2;
+        for (int e = 0; L->experts && e < 4; e++)
+            bound &= L->experts[e].wg.rows == 32 && L->experts[e].wu.rows == 32 && L->experts[e].wd.rows == 64 &&
+                     L->experts[e].wd.cols == 32;
+    }
+    CHECK(bound, "tiny-gemma4-moe: experts not bound as Gemma-4's");
+    mdl_free(&m);
+    mdl_free(&f);
+    syn_spec s;
+    CHECK(syn_shape("gemma-4-26b-a4b", 0, 0, &s) == 0, "shape: %s", dfl_lasterr());
+    c = &s.c;
+    CHECK(c->arch == CFG_GEMMA4 && c->g4_moe && c->hidden == 2816 && c->inter == 2112 && c->n_layers == 30 &&
+              c->n_heads == 16 && c->n_kv_heads == 8 && c->head_dim == 256 && c->window == 1024 &&
+              c->n_sliding_layers == 25 && cfg_head_dim(c, 5) == 512 && cfg_kv_heads(c, 5) == 2 && c->k_eq_v &&
+              c->n_experts == 128 && c->n_experts_used == 8 && c->moe_inter == 704 && !c->ple &&
+              c->vocab == 262144 && c->tie_embeddings && c->softcap == 30.0f,
+          "gemma-4-26b-a4b config");
+    double p, a;
+    syn_count(c, &p, &a);
+    fprintf(stderr, "  gemma-4-26b-a4b: %.3fB parameters, %.3fB read per token\n", p / 1e9, a / 1e9);
+    CHECK(fabs(p - 25.2e9) < 0.05e9 && fabs(a - 3.8e9) < 0.05e9, "gemma-4-26b-a4b: %.3fB / %.3fB", p / 1e9,
+          a / 1e9);
+    CHECK(syn_shape("gemma-4-26b-a4b", 0, 8, &s) != 0, "gemma-4-26b-a4b --bits 8 accepted");
+}
+
 /* ---- draft validation ----------------------------------------------------- */
 
 /* The small target (2 layers, hidden 64, vocab 512) and a draft tapping its
@@ -1196,6 +1258,7 @@ int main(void) {
     RUN(backend_select);
     RUN(synth_gptoss_round_trip);
     RUN(synth_gemma4_round_trip);
+    RUN(synth_gemma4_moe);
     be_cpu.close(bi);
     tmpdir_remove();
     CHECK_DONE("test_model");

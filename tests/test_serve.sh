@@ -97,11 +97,11 @@ if start_server -m models/demo/target --ctx-size 4096 -n 5; then
     curl -sS "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Count to a million."}],
         "ignore_eos": true}' -o "$T/n.json" 2>"$T/err" && grep -q '"completion_tokens":5' "$T/n.json" &&
         grep -q '"finish_reason":"length"' "$T/n.json" && ok "serve -n 5: a request without max_tokens gets 5 tokens" ||
-        bad "serve -n 5: a request without max_tokens gets 5 tokens ($(cut -c1-300 "$T/n.json"))"
+        bad "serve -n 5: a request without max_tokens gets 5 tokens ($(cut -c1-300 "$T/n.json" 2>&1) curl: $(cat "$T/err"); server: $(tail -n 3 "$T/server.log"))"
     # /props without a draft (tools.js checks it with one)
     curl -sS "$BASE/props" -o "$T/props.json" 2>"$T/err" && grep -q '"draft":{"loaded":false,"block_size":0' "$T/props.json" &&
         grep -q '"speculative":false' "$T/props.json" && ok "/props without a draft: loaded false, block_size 0" ||
-        bad "/props without a draft: loaded false, block_size 0 ($(cut -c1-300 "$T/props.json"))"
+        bad "/props without a draft: loaded false, block_size 0 ($(cut -c1-300 "$T/props.json" 2>&1) curl: $(cat "$T/err"))"
     curl -sSN "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Count to a million."}],
         "max_tokens": 4000, "ignore_eos": true, "stream": true}' >"$T/cut.sse" 2>"$T/err" &
     cpid=$!

@@ -357,6 +357,12 @@ static void corpus_check(int32_t **ovr, const size_t *novr) {
 
 TEST(corpus_matches_reference) { corpus_check(NULL, NULL); }
 
+static void free_ids(int32_t **want, size_t *nwant) {
+    for (int d = 0; want && d < C.ndocs; d++) free(want[d]);
+    free(want);
+    free(nwant);
+}
+
 /* decode(encode(x)) == NFC(x), whole and streamed; no streamed chunk ends inside a character */
 TEST(round_trip) {
     int bad = 0, partial = 0;
@@ -991,9 +997,7 @@ TEST(gptoss_corpus) {
     CHECK(bad == 0, "%d documents do not round-trip", bad);
     CHECK(partial == 0, "%d streamed chunks held a partial character", partial);
     T = keep;
-    for (int d = 0; d < C.ndocs; d++) free(want[d]);
-    free(want);
-    free(nwant);
+    free_ids(want, nwant);
 }
 
 /* ---- Gemma 3 (SentencePiece-style BPE): models/gemma3-tokenizer -----------
@@ -1083,15 +1087,18 @@ TEST(gemma_cases) {
     T = keep;
 }
 
-TEST(gemma_corpus) {
-    if (!GEMMA) return;
+/* The reference's Gemma 3 ids of the corpus documents (want [ndocs],
+ * nwant [ndocs]; free with free_ids); the number of lines read (0: none) */
+static int gemma_ids(int32_t ***want_out, size_t **nwant_out) {
     size_t nt;
     char *fx = root_path("tests/fixtures/tokenizer/ids-gemma3.txt.xz"), *lines = read_xz(fx, &nt);
     free(fx);
     CHECK(lines != NULL, "ids-gemma3.txt.xz missing");
+    *want_out = NULL;
+    *nwant_out = NULL;
     if (!lines || C.ndocs == 0) {
         free(lines);
-        return;
+        return 0;
     }
     int32_t **want = dfl_calloc((size_t)C.ndocs, sizeof *want);
     size_t *nwant = dfl_calloc((size_t)C.ndocs, sizeof *nwant);
@@ -1104,6 +1111,17 @@ TEST(gemma_corpus) {
     }
     free(lines);
     CHECK(nl == C.ndocs, "ids-gemma3.txt.xz has %d lines for %d documents", nl, C.ndocs);
+    *want_out = want;
+    *nwant_out = nwant;
+    return nl;
+}
+
+TEST(gemma_corpus) {
+    if (!GEMMA) return;
+    int32_t **want;
+    size_t *nwant;
+    int nl = gemma_ids(&want, &nwant);
+    if (!nl) return;
     /* the corpus exercises byte fallback (<0x00>..<0xFF> are ids 238..493) */
     int docs_fallback = 0;
     for (int d = 0; d < nl; d++) {
@@ -1151,6 +1169,201 @@ TEST(gemma_corpus) {
     for (int d = 0; d < C.ndocs; d++) free(want[d]);
     free(want);
     free(nwant);
+}
+
+/* ---- Gemma's tokenizer in a GGUF file (tokenizer.ggml.model "gemma4") ----
+ * GEMMA_GGUF: dflash convert of tiny-gemma4 with models/gemma3-tokenizer as
+ * its tokenizer (ggm_convert's tok_dir). main runs gemma_load, gemma_cases
+ * and gemma_corpus again on the tokenizer read back from it: the same ids
+ * as the reference on every case and corpus document. */
+static char GEMMA_GGUF[300];
+
+/* SRC with KEY replaced by what PUT writes from the old value (PUT NULL:
+ * KEY left out), as tmpdir/NAME; the path */
+static const char *tok_edit(const char *src, const char *name, const char *key,
+                            void (*put)(gguf_writer *w, const gguf_kv *old)) {
+    const char *out = path(name, NULL);
+    gguf_file g;
+    if (gguf_open(&g, src) != 0) return out;
+    gguf_writer *w = gguf_w_new();
+    for (int i = 0; i < g.n_kv; i++) {
+        if (strcmp(g.kv[i].key, key)) gguf_w_copy_kv(w, &g.kv[i]);
+        else if (put) put(w, &g.kv[i]);
+    }
+    for (int i = 0; i < g.n_tensors; i++)
+        gguf_w_tensor(w, g.t[i].name, g.t[i].type, g.t[i].n_dims, g.t[i].ne, g.t[i].data);
+    if (gguf_w_write(w, out) != 0) fprintf(stderr, "  tok_edit: %s\n", dfl_lasterr());
+    gguf_w_free(w);
+    gguf_close(&g);
+    return out;
+}
+
+/* token_type [n] of OLD with FROM -> TO (all of them), or token AT set to TO */
+static void put_types(gguf_writer *w, const gguf_kv *old, int from, int at, int to) {
+    int32_t *v = dfl_malloc(old->n * sizeof *v);
+    for (uint64_t i = 0; i < old->n; i++) {
+        v[i] = (int32_t)gguf_arr_int(old, i);
+        if (v[i] == from || (int64_t)i == at) v[i] = to;
+    }
+    gguf_w_arr_i32(w, old->key, v, old->n);
+    free(v);
+}
+static void types_llama(gguf_writer *w, const gguf_kv *old) { put_types(w, old, TT_USER, -1, TT_NORMAL); }
+static void types_bad(gguf_writer *w, const gguf_kv *old) { put_types(w, old, -1, 300, 9); }
+static void types_float(gguf_writer *w, const gguf_kv *old) {
+    float *v = dfl_calloc(old->n, sizeof *v);
+    gguf_w_arr_f32(w, old->key, v, old->n);
+    free(v);
+}
+/* a string array OLD with entry AT replaced by REPL */
+static void put_strs(gguf_writer *w, const gguf_kv *old, uint64_t at, const char *repl) {
+    char **v = dfl_malloc(old->n * sizeof *v);
+    for (uint64_t i = 0; i < old->n; i++) {
+        size_t n;
+        const char *x = gguf_arr_str(old, i, &n);
+        v[i] = dfl_malloc(n + 1);
+        memcpy(v[i], x, n);
+        v[i][n] = 0;
+        if (i == at) {
+            free(v[i]);
+            v[i] = dfl_strdup(repl);
+        }
+    }
+    gguf_w_arr_str(w, old->key, (const char *const *)v, old->n);
+    for (uint64_t i = 0; i < old->n; i++) free(v[i]);
+    free(v);
+}
+static void merges_bad(gguf_writer *w, const gguf_kv *old) { put_strs(w, old, 7, "nospace"); }
+static void tokens_empty(gguf_writer *w, const gguf_kv *old) { put_strs(w, old, 500, ""); }
+static void eos_big(gguf_writer *w, const gguf_kv *old) { gguf_w_u32(w, old->key, 300000); }
+static void bos_off(gguf_writer *w, const gguf_kv *old) { gguf_w_bool(w, old->key, 0); }
+
+static int has_u2581(const char *x, size_t len) {
+    for (size_t i = 0; i + 3 <= len; i++)
+        if (!memcmp(x + i, "\xe2\x96\x81", 3)) return 1;
+    return 0;
+}
+
+/* the keys as llama.cpp's Gemma4Model.set_vocab writes them: model gemma4,
+ * no pre, a score (-1000) per token, 256 BYTE tokens at 238..493, the
+ * special added tokens CONTROL, unk 3, bos 2, eos 106 (<end_of_turn>, the
+ * -it tokenizer_config.json's), add_bos_token true, add_space_prefix false;
+ * a plain prompt gets <bos> */
+TEST(gemma_gguf_keys) {
+    gguf_file g;
+    if (gguf_open(&g, GEMMA_GGUF) != 0) {
+        CHECK(0, "open %s: %s", GEMMA_GGUF, dfl_lasterr());
+        return;
+    }
+    const char *s;
+    size_t n;
+    CHECK(gguf_get_str(&g, "tokenizer.ggml.model", &s, &n, 1) == 0 && n == 6 && !memcmp(s, "gemma4", 6), "model");
+    CHECK(!gguf_find_kv(&g, "tokenizer.ggml.pre"), "a pre key");
+    const gguf_kv *tk = gguf_find_kv(&g, "tokenizer.ggml.tokens"), *sc = gguf_find_kv(&g, "tokenizer.ggml.scores"),
+                  *ty = gguf_find_kv(&g, "tokenizer.ggml.token_type"), *mg = gguf_find_kv(&g, "tokenizer.ggml.merges");
+    CHECK(tk && tk->n == 262145 && sc && sc->atype == GGUF_FLOAT32 && sc->n == tk->n && ty && ty->n == tk->n &&
+              mg && mg->n == 514906, "tokens / scores / types / merges");
+    if (tk && sc && ty && sc->n == tk->n && ty->n == tk->n) {
+        int count[8] = {0}, bytes_at = 1, scores = 1;
+        for (uint64_t i = 0; i < tk->n; i++) {
+            int64_t t = gguf_arr_int(ty, i);
+            if (t >= 0 && t < 8) count[t]++;
+            if (t == TT_BYTE && (i < 238 || i > 493)) bytes_at = 0;
+            scores &= gguf_arr_float(sc, i) == -1000.0;
+        }
+        fprintf(stderr, "  types: %d normal, %d byte, %d control, %d user-defined\n", count[TT_NORMAL],
+                count[TT_BYTE], count[TT_CONTROL], count[TT_USER]);
+        CHECK(count[TT_BYTE] == 256 && bytes_at && count[TT_CONTROL] == 9 &&
+                  count[TT_USER] == 6415 - 9 && scores, "token types or scores");
+    }
+    int64_t v;
+    CHECK(gguf_get_int(&g, "tokenizer.ggml.unknown_token_id", &v, 1) == 0 && v == 3, "unk");
+    CHECK(gguf_get_int(&g, "tokenizer.ggml.bos_token_id", &v, 1) == 0 && v == 2, "bos");
+    CHECK(gguf_get_int(&g, "tokenizer.ggml.eos_token_id", &v, 1) == 0 && v == 106, "eos");
+    int b;
+    CHECK(gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &b, 1) == 0 && b == 1, "add_bos");
+    CHECK(gguf_get_bool(&g, "tokenizer.ggml.add_space_prefix", &b, 1) == 0 && b == 0, "add_space_prefix");
+    gguf_close(&g);
+    tok_tokenizer *t = ggm_tokenizer(GEMMA_GGUF);
+    if (!t) return;
+    int32_t *ids = NULL;
+    size_t ni = 0;
+    CHECK(tok_encode_prompt(t, "Hello world", 11, &ids, &ni) == 0 && ni == 3 && ids[0] == 2 && ids[1] == 9259 &&
+              ids[2] == 1902, "plain prompt: %zu ids", ni);
+    free(ids);
+    tok_free(t);
+    /* add_bos_token false: none */
+    t = ggm_tokenizer(tok_edit(GEMMA_GGUF, "g-nobos.gguf", "tokenizer.ggml.add_bos_token", bos_off));
+    CHECK(t != NULL, "no bos: %s", dfl_lasterr());
+    if (t && tok_encode_prompt(t, "Hello world", 11, &ids, &ni) == 0) {
+        CHECK(ni == 2 && ids[0] == 9259, "add_bos_token false: %zu ids", ni);
+        free(ids);
+    }
+    tok_free(t);
+}
+
+/* The file typed as llama.cpp's converter types it (the added tokens that
+ * are not special NORMAL: HF's split of tab runs, HTML tags, U+2581 runs,
+ * <unusedN> is gone; newline runs split out all the same, as llama.cpp's
+ * gemma4 pre-tokenizer does): the reference's ids on every corpus document
+ * that holds no tab, '<', '[' or U+2581, and on the newline cases. (No
+ * Gemma 3 token mixes a newline with anything else, and the merges rebuild
+ * the corpus's newline runs: these ids are the same without that split.) */
+TEST(gemma_gguf_llama_types) {
+    tok_tokenizer *t = ggm_tokenizer(tok_edit(GEMMA_GGUF, "g-llama.gguf", "tokenizer.ggml.token_type", types_llama));
+    CHECK(t != NULL, "load: %s", dfl_lasterr());
+    if (!t) return;
+    tok_tokenizer *keep = T;
+    T = t;
+    CHECK_IDS("line1\n\n\nline2", 1257, 236770, 109, 1257, 236778);
+    CHECK_IDS("a\n\nb\nc\n", 236746, 108, 236763, 107, 236755, 107);
+    CHECK_IDS("<start_of_turn>user\nHi<end_of_turn>\n", 105, 2364, 107, 10979, 106, 107);
+    int32_t **want;
+    size_t *nwant;
+    int nl = gemma_ids(&want, &nwant), used = 0, bad = 0, nlines = 0;
+    for (int d = 0; d < nl; d++) {
+        const char *x = C.doc[d];
+        size_t len = C.len[d];
+        if (memchr(x, '\t', len) || memchr(x, '<', len) || memchr(x, '[', len) ||
+            has_u2581(x, len))
+            continue;
+        used++;
+        nlines += memchr(x, '\n', len) != NULL;
+        size_t n;
+        int32_t *ids = enc(x, len, &n);
+        if (!ids || !ids_equal(ids, n, want[d], nwant[d])) bad++;
+        free(ids);
+    }
+    fprintf(stderr, "  %d of %d documents compared (%d with newlines), %d differ\n", used, nl, nlines, bad);
+    CHECK(used >= 100 && nlines >= 50 && bad == 0, "%d of %d documents differ", bad, used);
+    free_ids(want, nwant);
+    T = keep;
+    tok_free(t);
+}
+
+/* Bad gemma4 tokenizer metadata is refused naming the key */
+TEST(gemma_gguf_bad) {
+    static const char *const no_merges[] = {"tokenizer.ggml.merges"};
+    struct {
+        const char *name, *key;
+        void (*put)(gguf_writer *, const gguf_kv *);
+        const char *expect;
+    } cases[] = {
+        {"g-b1.gguf", no_merges[0], NULL, "missing key 'tokenizer.ggml.merges'"},
+        {"g-b2.gguf", "tokenizer.ggml.merges", merges_bad, "tokenizer.ggml.merges: merge 7 'nospace'"},
+        {"g-b3.gguf", "tokenizer.ggml.token_type", types_bad, "tokenizer.ggml.token_type of token 300 is 9"},
+        {"g-b4.gguf", "tokenizer.ggml.token_type", types_float, "tokenizer.ggml.token_type must be an integer array"},
+        {"g-b5.gguf", "tokenizer.ggml.tokens", tokens_empty, "tokenizer.ggml.tokens: token 500 is empty"},
+        {"g-b6.gguf", "tokenizer.ggml.eos_token_id", eos_big, "tokenizer.ggml.eos_token_id 300000 is not a token"},
+        {"g-b7.gguf", "tokenizer.ggml.tokens", NULL, "missing key 'tokenizer.ggml.tokens'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tok_tokenizer *t = ggm_tokenizer(tok_edit(GEMMA_GGUF, cases[i].name, cases[i].key, cases[i].put));
+        const char *e = dfl_lasterr();
+        CHECK(!t && strstr(e, cases[i].expect) && !strchr(e, '\n'), "%s: %s", cases[i].name, t ? "loaded" : e);
+        tok_free(t);
+        unlink(path(cases[i].name, NULL));
+    }
 }
 
 /* Split with a String pattern, on a small charmode tokenizer: the pieces of
@@ -1369,6 +1582,21 @@ int main(void) {
     RUN(gemma_cases);
     RUN(gemma_corpus);
     tok_free(GEMMA);
+    /* the same from a GGUF file dflash convert writes (tokenizer.ggml.model gemma4) */
+    snprintf(GEMMA_GGUF, sizeof GEMMA_GGUF, "%s", path("gemma4-tok.gguf", NULL));
+    char *g4 = root_path("tests/models/tiny-gemma4"), *g3tok = root_path("models/gemma3-tokenizer");
+    if (ggm_convert(g4, GEMMA_GGUF, "f16", g3tok) != 0) fprintf(stderr, "convert: %s\n", dfl_lasterr());
+    free(g4);
+    free(g3tok);
+    GEMMA = ggm_tokenizer(GEMMA_GGUF);
+    RUN(gemma_load);
+    RUN(gemma_cases);
+    RUN(gemma_corpus);
+    tok_free(GEMMA);
+    RUN(gemma_gguf_keys);
+    RUN(gemma_gguf_llama_types);
+    RUN(gemma_gguf_bad);
+    unlink(GEMMA_GGUF);
     RUN(plain_prompt_special_tokens);
     unlink(GGUF_PATH);
     tmpdir_remove();

@@ -1096,6 +1096,11 @@ typedef struct {
     int n_pend;
     float *lg, *xl;  /* draft_block's logits when the caller passes none: */
     size_t cap_lg, cap_xl; /* [n_slots][n_vocab], [n_slots][n_extra] (floats allocated) */
+    /* be_draft_block.ids: the target's lm_head rows of those ids, gathered
+     * (head_ids[0..head.rows) the ids, as last asked; head.rows 0: none) */
+    wt_weight head;
+    int32_t *head_ids;
+    void *head_data, *head_scales, *head_biases; /* head's own buffers */
 } cpu_draft;
 
 static void *cpu_draft_create(void *be, const mdl_model *d, const mdl_model *t, int n_ctx) {
@@ -1116,9 +1121,60 @@ static void *cpu_draft_create(void *be, const mdl_model *d, const mdl_model *t, 
     return q;
 }
 
+/* Forget the gathered head. */
+static void head_free(cpu_draft *q) {
+    kn_unpack(&q->head);
+    free(q->head_ids);
+    free(q->head_data);
+    free(q->head_scales);
+    free(q->head_biases);
+    q->head_ids = NULL;
+    q->head_data = q->head_scales = q->head_biases = NULL;
+    memset(&q->head, 0, sizeof q->head);
+}
+
+/* q->head = rows ids[0..n) of lm (ascending, distinct, < lm->rows), in
+ * lm's own format and packed as lm is, so that the kernels compute each
+ * row's logit as they do in lm (bit for bit); kept while ids stay the same. */
+static int head_gather(cpu_draft *q, const wt_weight *lm, const int32_t *ids, int n) {
+    if (q->head.rows == n && !memcmp(q->head_ids, ids, sizeof(int32_t) * (size_t)n)) return 0;
+    head_free(q);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= lm->rows || (i && ids[i] <= ids[i - 1])) {
+            dfl_seterr("draft block: vocabulary id %d at %d (ids must ascend, each < %d)", ids[i], i, lm->rows);
+            return -1;
+        }
+    wt_weight h = *lm;
+    h.rows = n;
+    h.packed = NULL;
+    size_t elem = lm->dtype == WT_F32 ? 4 : lm->dtype == WT_F16 || lm->dtype == WT_BF16 ? 2 : 0;
+    size_t row_bytes = elem ? (size_t)lm->cols * elem : (size_t)lm->cols * lm->bits / 8;
+    size_t sg = elem ? 0 : (size_t)(lm->cols / lm->group_size) * (lm->scale_dtype == WT_F32 ? 4 : 2);
+    char *d = dfl_malloc64(row_bytes * (size_t)n), *sc = sg ? dfl_malloc64(sg * (size_t)n) : NULL;
+    char *bi = sg && lm->biases ? dfl_malloc64(sg * (size_t)n) : NULL;
+    for (int i = 0; i < n; i++) {
+        memcpy(d + row_bytes * (size_t)i, (const char *)lm->data + row_bytes * (size_t)ids[i], row_bytes);
+        if (sc) memcpy(sc + sg * (size_t)i, (const char *)lm->scales + sg * (size_t)ids[i], sg);
+        if (bi) memcpy(bi + sg * (size_t)i, (const char *)lm->biases + sg * (size_t)ids[i], sg);
+    }
+    h.data = d;
+    h.scales = sc;
+    h.biases = bi;
+    q->head_data = d, q->head_scales = sc, q->head_biases = bi;
+    q->head_ids = dfl_malloc(sizeof(int32_t) * (size_t)n);
+    memcpy(q->head_ids, ids, sizeof(int32_t) * (size_t)n);
+    q->head = h;
+    if (lm->packed && kn_pack(&q->head) != 0) {
+        head_free(q);
+        return -1;
+    }
+    return 0;
+}
+
 static void cpu_draft_destroy(void *st) {
     cpu_draft *q = st;
     if (!q) return;
+    head_free(q);
     free(q->kc);
     free(q->vc);
     free(q->c);
@@ -1254,7 +1310,7 @@ static int draft_top_k(const be_draft_block *b, const float *lg, const float *xl
                 at--;
             }
             lp[at] = v;
-            ids[at] = j < nv ? j : b->extra[j - nv];
+            ids[at] = j < nv ? (b->ids ? b->ids[j] : j) : b->extra[j - nv];
         }
         float sum = 0.0f;
         for (int j = 0; j < nv; j++) sum += expf(l[j] - mx);
@@ -1296,10 +1352,15 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
     int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
+    if (b->ids && b->n_vocab < 1) {
+        dfl_seterr("draft block: %d vocabulary ids given", b->n_vocab);
+        return -1;
+    }
     int nx = b->n_extra;
     float *lg = b->logits ? b->logits : grow(&q->lg, &q->cap_lg, (size_t)ns * nv);         /* [ns][nv] */
     float *xl = b->extra_logits ? b->extra_logits : grow(&q->xl, &q->cap_xl, (size_t)ns * nx + 1); /* [ns][nx] */
-    wt_weight head = kn_row_view(&tg->lm_head, 0, nv); /* ids 0..nv-1 */
+    if (b->ids && head_gather(q, &tg->lm_head, b->ids, nv) != 0) return -1;
+    wt_weight head = b->ids ? q->head : kn_row_view(&tg->lm_head, 0, nv); /* ids[0..nv) or ids 0..nv-1 */
     kn_matmul(q->tp, lg, s->xn, &head, ns);
     for (int e = 0; e < nx; e++) { /* a few ids beyond the prefix (stop tokens) */
         wt_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
@@ -1314,8 +1375,8 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
     if (b->out)
         for (int i = 0; i < ns; i++) { /* first maximum over ids 0..nv-1, then the extra ids */
             const float *l = lg + (size_t)i * nv;
-            int32_t id = smp_argmax(l, nv);
-            float best = l[id];
+            int32_t j = smp_argmax(l, nv), id = b->ids ? b->ids[j] : j;
+            float best = l[j];
             for (int e = 0; e < nx; e++)
                 if (xl[(size_t)i * nx + e] > best) {
                     best = xl[(size_t)i * nx + e];
@@ -1416,6 +1477,7 @@ static double cpu_bandwidth(void *be) {
 
 const be_ops be_cpu = {
     .name = "cpu",
+    .draft_ids = 1,
     .predict_rows = 4, /* bench/NOTES.md */
     .probe = cpu_probe,
     .open = cpu_open,

@@ -3,7 +3,8 @@
  * build/libdflash.a; see docs/reliability.md). Small synthetic models in
  * every loader path (BF16, F32, MLX 4/8-bit, sharded index aside, Llama,
  * draft; the qwen3moe / qwen35 / qwen35moe / gpt-oss GGUF fixtures with
- * their embeddings cut to 64 rows), tokenizer texts and chat message lists. */
+ * their embeddings cut to 64 rows; a GGUF with a gemma4 tokenizer),
+ * tokenizer texts and chat message lists. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,52 @@ static void gguf_seed(const char *name, syn_spec s, const char *type) {
     }
 }
 
+/* A GGUF whose tokenizer is Gemma's SentencePiece-style BPE
+ * (tokenizer.ggml.model gemma4, as dflash convert writes it): a small model
+ * with a 267-token Gemma-layout tokenizer.json (specials, the 256 <0xNN>
+ * byte tokens, U+2581, newline runs as added tokens, three merges). */
+static void gemma_tok_seed(void) {
+    syn_spec s = small();
+    s.c.vocab = 272;
+    char d[] = "/tmp/dflash-seed-gguf-gemma4tok", p[300];
+    if (syn_write(d, &s) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+    dfl_buf b = {0};
+    dfl_buf_str(&b, "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": "
+                    "\"\\u2581\"}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+                    "\"behavior\": \"MergedWithPrevious\", \"invert\": false}, \"decoder\": {\"type\": \"Sequence\", "
+                    "\"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\\u2581\"}, \"content\": \" \"}, "
+                    "{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}]}, \"post_processor\": {\"type\": "
+                    "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<bos>\"}}, {\"Sequence\": "
+                    "{\"id\": \"A\"}}], \"special_tokens\": {\"<bos>\": {\"ids\": [2]}}}, \"model\": {\"type\": \"BPE\", "
+                    "\"byte_fallback\": true, \"fuse_unk\": true, \"unk_token\": \"<unk>\", \"vocab\": {\"<pad>\": 0, "
+                    "\"<eos>\": 1, \"<bos>\": 2, \"<unk>\": 3");
+    for (int i = 0; i < 256; i++) {
+        char t[32];
+        snprintf(t, sizeof t, ", \"<0x%02X>\": %d", i, 4 + i);
+        dfl_buf_str(&b, t);
+    }
+    dfl_buf_str(&b, ", \"\\u2581\": 260, \"a\": 261, \"b\": 262, \"ab\": 263, \"\\n\": 264, \"\\n\\n\": 265, "
+                    "\"\\u2581a\": 266}, \"merges\": [[\"a\", \"b\"], [\"\\u2581\", \"a\"], [\"\\n\", \"\\n\"]]}, "
+                    "\"added_tokens\": [{\"id\": 0, \"content\": \"<pad>\", \"special\": true}, {\"id\": 1, "
+                    "\"content\": \"<eos>\", \"special\": true}, {\"id\": 2, \"content\": \"<bos>\", \"special\": true}, "
+                    "{\"id\": 3, \"content\": \"<unk>\", \"special\": true}, {\"id\": 264, \"content\": \"\\n\", "
+                    "\"special\": false}, {\"id\": 265, \"content\": \"\\n\\n\", \"special\": false}]}");
+    snprintf(p, sizeof p, "%s/tokenizer.json", d);
+    FILE *f = fopen(p, "w");
+    if (!f || fwrite(b.s, 1, b.n, f) != b.n || fclose(f)) exit(1);
+    dfl_buf_free(&b);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+    f = fopen(p, "w");
+    if (!f || fputs("{\"eos_token\": \"<eos>\"}", f) < 0 || fclose(f)) exit(1);
+    if (ggm_convert(d, "tests/fuzz/seeds/gguf/gemma4-tok", "f16", NULL) != 0) {
+        fprintf(stderr, "%s\n", dfl_lasterr());
+        exit(1);
+    }
+}
+
 /* A llama.cpp-converted family file (tests/fixtures/gguf/SRC.gguf) with its
  * embedding (and output, per-layer embedding) cut to 64 rows: the seed for
  * the qwen3moe / qwen35 / qwen35moe / gpt-oss (MXFP4) binding paths, small
@@ -195,6 +242,7 @@ int main(void) {
     gguf_seed("llama-f16", s, "f16");
     s = small_draft();
     gguf_seed("draft-f16", s, "f16");
+    gemma_tok_seed();
     family_seed("tiny-qwen3moe-bf16", "qwen3moe-bf16");
     family_seed("tiny-qwen35-bf16", "qwen35-bf16");
     family_seed("tiny-qwen35moe-q8_0", "qwen35moe-q8_0");
