@@ -11,9 +11,11 @@
  *                       nothing run
  *   seqs_concurrent     the model and four sequences generating at once on
  *                       five threads (greedy and sampled with a seed, DFlash
- *                       on and off, logprobs, a grammar, an auto tree whose
- *                       tree batches run alone, a generation stopped by its
- *                       callback): each gives the tokens (and log-
+ *                       on and off, a ranked draft vocabulary (the gathered
+ *                       draft head) chained and in a tree, logprobs, a
+ *                       grammar, an auto tree whose tree batches run alone,
+ *                       a generation stopped by its callback): each gives
+ *                       the tokens (and log-
  *                       probabilities) it gives alone, and the steps were
  *                       shared (the most sequences in one step >= 2)
  *   seq_errors          a sequence of a tokenizer-only model is refused; a
@@ -191,16 +193,20 @@ static void *job_thread(void *arg) {
 static const char *const texts[] = {"Solve for x: 3x + 5 = 20.", "Evaluate 44 * 9 - 30.",
                                     "Write a haiku about the sea.", "List three prime numbers."};
 
-/* the jobs' settings: greedy DFlash; greedy plain; sampled DFlash with
- * logprobs; sampled plain with a grammar; greedy DFlash with an auto tree,
- * stopped by its callback */
+/* the jobs' settings: greedy DFlash drafting over the 2000 most frequent
+ * ids (the gathered draft head, --draft-vocab freq:2000); greedy plain;
+ * sampled DFlash with logprobs; sampled plain with a grammar; greedy DFlash
+ * with an auto tree over every ranked id, stopped by its callback */
 static void job_settings(job *j) {
+    static char rank[600]; /* read by the jobs' threads: written once, before any */
+    if (!rank[0]) snprintf(rank, sizeof rank, "%s/models/demo/target/vocab_rank.txt", root);
     for (int i = 0; i < NJOBS; i++) {
         dflash_gen g = dflash_default_gen();
         g.n_predict = N_PREDICT;
         g.ignore_eos = 1;
         j[i].prompt = i % n_prompts;
         j[i].stop_after = 0;
+        if (i == 0) g.draft_vocab = 2000, g.draft_vocab_rank = rank;
         if (i == 1) g.use_draft = 0;
         if (i == 2) {
             g.temp = 0.8f, g.top_k = 40, g.seed = 1234;
@@ -214,6 +220,7 @@ static void job_settings(job *j) {
         }
         if (i == 4) {
             g.tree = -1;
+            g.draft_vocab_rank = rank;
             j[i].stop_after = 9;
         }
         j[i].g = g;
