@@ -9,20 +9,24 @@
  *                       (argmax_multi's ids to argmax's); a tree
  *                       batch and a sequence given twice are refused with
  *                       nothing run
+ *   forward_multi_families  the same (no refusals) on the tiny checkpoints
+ *                       of the other layer kinds: gpt-oss and Gemma-4
+ *                       sliding rings (wrapped), Gemma-4 kv / MoE, Qwen3-MoE,
+ *                       Llama-3
  *   seqs_concurrent     the model and four sequences generating at once on
  *                       five threads (greedy and sampled with a seed, DFlash
  *                       on and off, a ranked draft vocabulary (the gathered
  *                       draft head) chained and in a tree, logprobs, a
  *                       grammar, an auto tree whose tree batches run alone,
  *                       a generation stopped by its callback): each gives
- *                       the tokens (and log-
- *                       probabilities) it gives alone, and the steps were
- *                       shared (the most sequences in one step >= 2)
+ *                       the tokens (and log-probabilities) it gives alone,
+ *                       and the steps were shared (the most sequences in
+ *                       one step >= 2)
  *   seq_errors          a sequence of a tokenizer-only model is refused; a
  *                       sequence's bad request fails with its own error while
  *                       the others generate
  *
- * Uses the shipped demo pair; make tsan runs it under ThreadSanitizer. */
+ * Uses the shipped demo pair and tests/models' tiny checkpoints; make tsan runs it under ThreadSanitizer. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -31,8 +35,7 @@
 
 /* ---- the backend: forward_multi against forward ------------------------- */
 
-enum { NSEQ = 4, NTAPS = 3 };
-static const int tap_layers[NTAPS] = {1, 5, 10};
+enum { NSEQ = 4, NTAPS = 3, NSTEPS = 9 };
 
 typedef struct {
     void *st;
@@ -42,8 +45,9 @@ typedef struct {
 
 /* forward of tok[0..T) on each sequence: alone (multi 0) or in one
  * forward_multi; logits of every row (a prefill: n_logits = T) or kept rows
- * (keep: logits() and argmax() afterwards), taps of every row. */
-static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const int *T, int keep, int multi) {
+ * (keep: logits() and argmax() afterwards), taps of every row at taps[NTAPS]. */
+static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const int *T, int keep, int multi,
+                    const int *taps) {
     be_batch bs[NSEQ];
     void *sts[NSEQ];
     size_t V = (size_t)t->V, H = (size_t)t->tm.cfg.hidden;
@@ -53,7 +57,7 @@ static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const 
         o[i].logits = malloc(sizeof(float) * V * (size_t)T[i]);
         o[i].taps = malloc(sizeof(float) * H * NTAPS * (size_t)T[i]);
         bs[i] = (be_batch){.T = T[i], .tokens = tok[i], .n_logits = keep ? 0 : T[i], .logits = o[i].logits,
-                           .n_taps = NTAPS, .tap_layers = tap_layers, .keep_rows = keep};
+                           .n_taps = NTAPS, .tap_layers = taps, .keep_rows = keep};
         sts[i] = o[i].st;
     }
     if (multi) {
@@ -75,42 +79,47 @@ static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const 
     return 0;
 }
 
-TEST(forward_multi_rows) {
-    demo_target t;
-    if (target_open(&t) != 0) return;
-    CHECK(be_cpu.forward_multi != NULL, "the CPU backend has no forward_multi");
-    size_t V = (size_t)t.V, H = (size_t)t.tm.cfg.hidden;
+/* forward_multi against forward on t's model (name: for the messages):
+ * four sequences with prefills of 5, 45 (more than one 32-row pass; 90 for a
+ * vocabulary up to 64K: three passes, past a 72-row sliding ring), 17 and 3
+ * tokens, then NSTEPS steps of verify-sized batches, each rolled back by
+ * half its rows as a rejected draft is; every sequence's logits, taps,
+ * argmax and length as alone. refusals: then a tree batch and a sequence
+ * given twice are refused with nothing run. */
+static void multi_rows(demo_target *t, const char *name, int refusals) {
+    const cfg_model *c = &t->tm.cfg;
+    const int taps[NTAPS] = {0, c->n_layers / 2, c->n_layers - 1};
+    size_t V = (size_t)t->V, H = (size_t)c->hidden;
     fw_out alone[NSEQ] = {{0}}, multi[NSEQ] = {{0}};
     for (int i = 0; i < NSEQ; i++) {
-        alone[i].st = be_cpu.create(t.bi, &t.tm, 1024);
-        multi[i].st = be_cpu.create(t.bi, &t.tm, 1024);
+        alone[i].st = be_cpu.create(t->bi, &t->tm, 1024);
+        multi[i].st = be_cpu.create(t->bi, &t->tm, 1024);
     }
-    /* prefills of 5, 45 (more than one 32-row pass), 17, 3 tokens, then
-     * three steps of verify-sized batches */
-    static const int pre[NSEQ] = {5, 45, 17, 3};
+    const int pre[NSEQ] = {5, t->V > 65536 ? 45 : 90, 17, 3};
     static const int steps[3][NSEQ] = {{1, 4, 16, 2}, {8, 1, 1, 1}, {3, 16, 5, 1}};
-    int32_t tok[NSEQ][64];
+    int32_t tok[NSEQ][96];
     const int32_t *tp[NSEQ];
-    for (int s = -1; s < 3; s++) {
+    int bad = 0;
+    for (int s = -1; s < NSTEPS && !bad; s++) {
         int T[NSEQ];
         for (int i = 0; i < NSEQ; i++) {
-            T[i] = s < 0 ? pre[i] : steps[s][i];
-            for (int r = 0; r < T[i]; r++) tok[i][r] = (int32_t)((1000u + 7919u * (unsigned)((i + 1) * (r + 3 + 11 * (s + 1)))) % (unsigned)t.V);
+            T[i] = s < 0 ? pre[i] : steps[s % 3][i];
+            for (int r = 0; r < T[i]; r++)
+                tok[i][r] = (int32_t)((1000u + 7919u * (unsigned)((i + 1) * (r + 3 + 11 * (s + 1)))) % (unsigned)t->V);
             tp[i] = tok[i];
         }
         int keep = s >= 0;
-        int ra = run_step(&t, alone, tp, T, keep, 0), rm = run_step(&t, multi, tp, T, keep, 1);
-        CHECK(ra == 0 && rm == 0, "step %d: forward %d, forward_multi %d: %s", s, ra, rm, dfl_lasterr());
+        int ra = run_step(t, alone, tp, T, keep, 0, taps), rm = run_step(t, multi, tp, T, keep, 1, taps);
+        CHECK(ra == 0 && rm == 0, "%s step %d: forward %d, forward_multi %d: %s", name, s, ra, rm, dfl_lasterr());
         if (ra || rm) break;
         for (int i = 0; i < NSEQ; i++) {
-            CHECK(be_cpu.length(multi[i].st) == be_cpu.length(alone[i].st), "step %d seq %d: length %d vs %d", s, i,
-                  be_cpu.length(multi[i].st), be_cpu.length(alone[i].st));
-            CHECK(!memcmp(alone[i].logits, multi[i].logits, sizeof(float) * V * (size_t)T[i]),
-                  "step %d seq %d: logits differ from the forward alone", s, i);
-            CHECK(!memcmp(alone[i].taps, multi[i].taps, sizeof(float) * H * NTAPS * (size_t)T[i]),
-                  "step %d seq %d: taps differ from the forward alone", s, i);
-            CHECK(!keep || !memcmp(alone[i].ids, multi[i].ids, sizeof(int32_t) * (size_t)T[i]),
-                  "step %d seq %d: argmax differs", s, i);
+            int la = be_cpu.length(alone[i].st), lm = be_cpu.length(multi[i].st);
+            int same = la == lm && !memcmp(alone[i].logits, multi[i].logits, sizeof(float) * V * (size_t)T[i]) &&
+                       !memcmp(alone[i].taps, multi[i].taps, sizeof(float) * H * NTAPS * (size_t)T[i]) &&
+                       (!keep || !memcmp(alone[i].ids, multi[i].ids, sizeof(int32_t) * (size_t)T[i]));
+            CHECK(same, "%s step %d seq %d (length %d vs %d alone): logits, taps or argmax differ from the forward alone",
+                  name, s, i, lm, la);
+            bad |= !same;
         }
         /* roll back part of the verify, as a rejected draft does */
         for (int i = 0; keep && i < NSEQ; i++) {
@@ -119,19 +128,21 @@ TEST(forward_multi_rows) {
             be_cpu.truncate(multi[i].st, len);
         }
     }
-    /* refusals: nothing runs */
-    int32_t one = 42;
-    int parent = -1;
-    void *sts[2] = {multi[0].st, multi[1].st};
-    be_batch bs[2] = {{.T = 1, .tokens = &one}, {.T = 1, .tokens = &one, .tree_parent = &parent}};
-    int len0 = be_cpu.length(sts[0]);
-    CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "tree"), "a tree batch: %s", dfl_lasterr());
-    sts[1] = sts[0];
-    bs[1].tree_parent = NULL;
-    CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "twice"), "the same sequence twice: %s",
-          dfl_lasterr());
-    CHECK(be_cpu.length(sts[0]) == len0, "a refused forward_multi moved the length %d -> %d", len0,
-          be_cpu.length(sts[0]));
+    if (refusals) { /* nothing runs */
+        int32_t one = 42;
+        int parent = -1;
+        void *sts[2] = {multi[0].st, multi[1].st};
+        be_batch bs[2] = {{.T = 1, .tokens = &one}, {.T = 1, .tokens = &one, .tree_parent = &parent}};
+        int len0 = be_cpu.length(sts[0]);
+        CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "tree"), "a tree batch: %s",
+              dfl_lasterr());
+        sts[1] = sts[0];
+        bs[1].tree_parent = NULL;
+        CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "twice"), "the same sequence twice: %s",
+              dfl_lasterr());
+        CHECK(be_cpu.length(sts[0]) == len0, "a refused forward_multi moved the length %d -> %d", len0,
+              be_cpu.length(sts[0]));
+    }
     for (int i = 0; i < NSEQ; i++) {
         be_cpu.destroy(alone[i].st);
         be_cpu.destroy(multi[i].st);
@@ -140,7 +151,41 @@ TEST(forward_multi_rows) {
         free(multi[i].logits);
         free(multi[i].taps);
     }
+}
+
+TEST(forward_multi_rows) {
+    demo_target t;
+    if (target_open(&t) != 0) return;
+    CHECK(be_cpu.forward_multi != NULL, "the CPU backend has no forward_multi");
+    if (be_cpu.forward_multi) multi_rows(&t, "demo target", 1);
     target_close(&t);
+}
+
+/* The layer kinds forward_multi runs beside the demo's Qwen3: sliding
+ * windows in rings (gpt-oss, Gemma-4: window 8, ring 72 rows, wrapped), attention
+ * sinks and biases, MoE experts (Qwen3-MoE, Gemma-4's MoE block), Gemma-4's
+ * per-layer inputs, wide heads and k = v, Llama-3's RoPE scaling. */
+TEST(forward_multi_families) {
+    static const char *const dirs[] = {"tests/models/tiny-gptoss",     "tests/models/tiny-gemma4",
+                                       "tests/models/tiny-gemma4-kv",  "tests/models/tiny-gemma4-moe",
+                                       "tests/models/tiny-qwen3moe",   "tests/models/tiny-llama3"};
+    if (!be_cpu.forward_multi) return;
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+        demo_target t = {0};
+        if (mdl_load(&t.tm, rpath(dirs[d])) != 0) {
+            CHECK(0, "mdl_load %s: %s (make unpack)", dirs[d], dfl_lasterr());
+            continue;
+        }
+        be_options bo = {.n_threads = 0};
+        t.bi = be_cpu.open(&bo);
+        int ok = t.bi && be_cpu.prepare(t.bi, &t.tm) == 0;
+        CHECK(ok, "%s: backend: %s", dirs[d], dfl_lasterr());
+        t.V = t.tm.cfg.vocab;
+        if (ok) multi_rows(&t, dirs[d], 0);
+        if (ok) be_cpu.release(t.bi, &t.tm);
+        if (t.bi) be_cpu.close(t.bi);
+        mdl_free(&t.tm);
+    }
 }
 
 /* ---- sequences on threads ------------------------------------------------ */
@@ -325,6 +370,7 @@ int main(void) {
 #endif
     if (demo) make_prompts(demo, texts, 4, 4);
     RUN(forward_multi_rows);
+    RUN(forward_multi_families);
     RUN(seqs_concurrent);
     RUN(seq_errors);
     demo_end();
