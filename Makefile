@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-batch bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-seq-mem bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -285,6 +285,11 @@ bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/d
 BATCH_MODEL ?= models/demo/target
 bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL)),$(DEMO_MODELS))
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL)
+
+# resident memory per sequence / --parallel slot (issue 24): make bench-seq-mem [SEQMEM_ARGS="S CTX N"]
+SEQMEM_ARGS ?= 4 1024 64
+bench-seq-mem: bench/seq_mem.c $(BUILD)/libdflash.a $(DEMO_MODELS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/seq_mem && $(BUILD)/seq_mem $(SEQMEM_ARGS)
 
 # the draft block's cost per --draft-vocab choice, interleaved (issue 23 item 5): make bench-vocab
 bench-vocab: bench/vocab_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS) $(VOCAB_RANK)

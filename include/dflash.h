@@ -113,7 +113,9 @@ typedef struct {
     /* the bytes of the KV caches one sequence holds (the model's own, each
      * dflash_seq_new's): the target's K and V in float32 for n_ctx positions
      * (a sliding layer: its ring), the draft's likewise; allocated in full
-     * when the sequence is made, whatever its use */
+     * when the sequence is made, whatever its use (its pages resident as
+     * positions are written, until the sequence is freed); the sequence's
+     * working buffers come on top */
     size_t seq_kv_bytes;
 } dflash_info;
 
