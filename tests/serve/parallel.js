@@ -2,7 +2,7 @@
 // the official openai client (run by tests/test_serve_parallel.sh against a
 // server with the demo pair and --parallel $SLOTS): every request is first
 // sent alone, one at a time; then all of them at once, PAR_ROUNDS times
-// (more requests than slots: some queue), mixed greedy / sampled with a seed,
+// (PAR_PER_SLOT requests per slot, default 3: more than the slots, some queue), mixed greedy / sampled with a seed,
 // DFlash on and off (draft_max 0), streamed and whole, with logprobs, a
 // grammar, and clients that abort mid-stream. Every reply that completes
 // must equal its reply alone, text and log-probabilities. /metrics must show
@@ -83,7 +83,7 @@ async function metrics() {
 }
 
 async function main() {
-  const N = 3 * SLOTS; // more than the slots: some wait in the queue
+  const N = (+process.env.PAR_PER_SLOT || 3) * SLOTS; // more than the slots: some wait in the queue
   const qs = Array.from({ length: N }, (_, k) => plan(k));
   // alone, one at a time, nothing aborted
   const ref = [];
