@@ -9,7 +9,7 @@
 #   make demo     run DFlash on the shipped demo models
 #   make unpack   just the files committed as .xz (the tokenizers, the demo weights)
 #   make asan     build and test with AddressSanitizer + UBSan
-#   make tsan     the thread pool and two-models tests under ThreadSanitizer
+#   make tsan     the thread pool, two-models and batched-sequences tests under ThreadSanitizer
 #   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
 #                 by default); make CUDA=1 test-cuda runs tests/cuda on the GPU
 CC      ?= cc
@@ -231,7 +231,8 @@ asan:
 	    OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # ThreadSanitizer: the tests that run threads against each other (worker
-# pools; models on several threads); any report fails the test (exit 66)
+# pools; models on several threads; sequences batched across threads); any
+# report fails the test (exit 66)
 TSAN_TESTS ?= test_threads test_two_models test_batch
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
