@@ -9,7 +9,7 @@
 #   make demo     run DFlash on the shipped demo models
 #   make unpack   just the files committed as .xz (the tokenizers, the demo weights)
 #   make asan     build and test with AddressSanitizer + UBSan
-#   make tsan     the thread pool and two-models tests under ThreadSanitizer
+#   make tsan     the thread pool, two-models and batched-sequences tests under ThreadSanitizer
 #   make CUDA=1   also build the CUDA backend (src/cuda/*.cu, nvcc; CUDA_ARCH=sm_90
 #                 by default); make CUDA=1 test-cuda runs tests/cuda on the GPU
 CC      ?= cc
@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-seq-mem bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -231,8 +231,9 @@ asan:
 	    OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # ThreadSanitizer: the tests that run threads against each other (worker
-# pools; models on several threads); any report fails the test (exit 66)
-TSAN_TESTS ?= test_threads test_two_models
+# pools; models on several threads; sequences batched across threads); any
+# report fails the test (exit 66)
+TSAN_TESTS ?= test_threads test_two_models test_batch
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/dflash OPT="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
 	    build-tsan/.deps-ok $(UNPACKED) $(TSAN_TESTS:%=build-tsan/%)
@@ -280,6 +281,16 @@ PREFILL_MODEL ?= models/demo/target
 bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(PREFILL_MODEL)),$(DEMO_MODELS))
 	@pkg-config --exists openblas || { echo "bench-prefill: needs libopenblas-dev" >&2; exit 1; }
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
+
+# one batched forward + argmax over S sequences vs S of each (issue 24): make bench-batch
+BATCH_MODEL ?= models/demo/target
+bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL)),$(DEMO_MODELS))
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL)
+
+# resident memory per sequence / --parallel slot (issue 24): make bench-seq-mem [SEQMEM_ARGS="S CTX N"]
+SEQMEM_ARGS ?= 4 1024 64
+bench-seq-mem: bench/seq_mem.c $(BUILD)/libdflash.a $(DEMO_MODELS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/seq_mem && $(BUILD)/seq_mem $(SEQMEM_ARGS)
 
 # the draft block's cost per --draft-vocab choice, interleaved (issue 23 item 5): make bench-vocab
 bench-vocab: bench/vocab_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS) $(VOCAB_RANK)

@@ -7,21 +7,25 @@
  *   GET  /health                 {"status":"ok"}
  *   GET  /v1/models              the one model; /v1/models/{id} it alone (404 for another id)
  *   GET  /metrics                Prometheus text
- *   GET  /props, /slots          llama-server style: model, template, defaults, draft; the one slot
+ *   GET  /props, /slots          llama-server style: model, template, defaults, draft; the slots
  *   POST /v1/chat/completions    OpenAI chat, "stream": true for SSE
  *   POST /v1/completions         OpenAI text completion
  *   POST /tokenize, /detokenize  llama-server style
  *
  * Threads: libmicrohttpd runs one thread per connection; they parse, check
  * and tokenize requests (tokenizing only reads the model, dflash.h allows it
- * beside a generation) and queue a job. One worker thread runs the jobs in
- * arrival order: a model holds one sequence and calls on it must not
- * overlap. The worker writes a job's output into the job (under srv->mu) and
+ * beside a generation) and queue a job. --parallel N worker threads (slots)
+ * take the jobs in arrival order, each generating on its own sequence (slot
+ * 0: the model's own, the others dflash_seq_new's); the library batches the
+ * running slots' target forwards into one per step (continuous batching: a
+ * job joins at the next step, a finished or cancelled one leaves its slot at
+ * once), and each reply is the one the request gets alone. A worker writes a job's output into the job (under srv->mu) and
  * signals job->cv; the connection thread sends it: the whole reply at the
  * end, or SSE events as they come. A connection thread that finds its client
  * gone marks the job cancelled and the worker stops it at the next token.
  *
- * A job is shared by its connection and the worker: refs counts the holders
+ * A job is shared by its connection and its worker (the slot that runs it):
+ * refs counts the holders
  * (2 once queued) and the last release frees it. */
 #include "serve.h"
 
@@ -61,6 +65,7 @@ enum {
     SV_MAX_STOPS = 16,      /* stop strings per request */
     SV_MAX_STOP_LEN = 256,  /* bytes per stop string */
     SV_MAX_CONNS = 256,     /* open connections (one thread each) */
+    SV_MAX_SLOTS = 64,      /* --parallel at most (the library batches up to BE_MAX_SEQS) */
     SV_IDLE_S = 120,        /* an idle connection is closed after this */
     SV_POLL_MS = 50,        /* how often a waiting connection checks its client */
     SV_DRAIN_S = 20,        /* on SIGTERM: how long accepted requests may finish */
@@ -89,7 +94,11 @@ static const char *help_serve =
     "      --alias NAME       the model id in the API (default: the target\n"
     "                         directory's name); requests may name it or omit it\n"
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
-    "      --parallel N       sequences decoded at once: only 1 (requests queue)\n"
+    "      --parallel N       slots: requests generated at once, their target\n"
+    "                         forwards batched into one per step (default 1;\n"
+    "                         each slot holds a KV cache of the context's size,\n"
+    "                         printed at start); every reply is the one the\n"
+    "                         request gets alone\n"
     "      --queue N          requests waiting at most; more get 503 (default 64)\n"
     "  -n, --n-predict N      max_tokens of a request that gives none (default:\n"
     "                         until a stop token or the context is full, as\n"
@@ -357,6 +366,18 @@ typedef struct {
     double prompt_s, decode_s;
 } sv_metrics;
 
+/* A slot: one worker thread and the sequence it generates on. */
+typedef struct {
+    sv_server *srv;
+    int id;
+    dflash_seq *seq;           /* NULL: slot 0, the model's own sequence */
+    pthread_t th;
+    /* under srv->mu */
+    sv_job *running;
+    double tau;                /* tau of the last finished generation that drafted (0: none yet) */
+    long gens;
+} sv_slot;
+
 struct sv_server {
     dflash_model *m;
     dflash_info info;
@@ -365,12 +386,14 @@ struct sv_server {
     float temp;
     long created;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;    /* a job was queued, or the worker should exit */
+    pthread_cond_t work_cv;    /* a job was queued, or the workers should exit */
     sv_job *head, *tail;       /* waiting jobs, oldest first */
     int n_queued;
-    sv_job *running;
+    sv_slot *slots;            /* [n_slots] */
+    int n_slots;
+    int n_running;             /* slots generating now */
     int stopping;              /* refuse new requests */
-    int worker_exit;           /* the worker ends when the queue is empty */
+    int worker_exit;           /* the workers end when the queue is empty */
     int n_streams;             /* streamed replies whose response is not freed yet (last event not out) */
     unsigned long next_id;
     sv_metrics mt;
@@ -702,10 +725,14 @@ static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
     return stop;
 }
 
-static void run_job(sv_server *s, sv_job *j) {
+static void run_job(sv_slot *sl, sv_job *j) {
+    sv_server *s = sl->srv;
     dflash_stats st;
-    int rc = dflash_generate(s->m, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st);
+    int rc = sl->seq ? dflash_seq_generate(sl->seq, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st)
+                     : dflash_generate(s->m, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st);
     pthread_mutex_lock(&s->mu);
+    if (rc == 0) sl->gens++;
+    if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
     j->rc = rc;
     j->st = st;
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
@@ -763,7 +790,8 @@ static void run_job(sv_server *s, sv_job *j) {
 }
 
 static void *worker_main(void *arg) {
-    sv_server *s = arg;
+    sv_slot *sl = arg;
+    sv_server *s = sl->srv;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->worker_exit) pthread_cond_wait(&s->work_cv, &s->mu);
@@ -774,11 +802,13 @@ static void *worker_main(void *arg) {
         s->n_queued--;
         if (!j->cancelled) {
             j->state = JOB_RUNNING;
-            s->running = j;
+            sl->running = j;
+            s->n_running++;
             pthread_mutex_unlock(&s->mu);
-            run_job(s, j);
+            run_job(sl, j);
             pthread_mutex_lock(&s->mu);
-            s->running = NULL;
+            sl->running = NULL;
+            s->n_running--;
         } else {
             j->rc = -1;
             snprintf(j->err, sizeof j->err, "%s", j->cancelled == JOB_SHUTDOWN ? "the server is shutting down: the "
@@ -1697,8 +1727,16 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     dfl_buf b = {0};
     pthread_mutex_lock(&s->mu);
     sv_metrics m = s->mt;
-    int queued = s->n_queued, running = s->running != NULL;
+    int queued = s->n_queued, running = s->n_running;
+    double tau[SV_MAX_SLOTS];
+    int busy[SV_MAX_SLOTS];
+    for (int i = 0; i < s->n_slots; i++) {
+        tau[i] = s->slots[i].tau;
+        busy[i] = s->slots[i].running != NULL;
+    }
     pthread_mutex_unlock(&s->mu);
+    dflash_batch_info bi;
+    dflash_batch_stats(s->m, &bi);
     const char *P = "dflash:";
 #define METRIC(name, kind, help, fmt, val)                                                     \
     dfl_buf_printf(&b, "# HELP %s%s %s\n# TYPE %s%s %s\n%s%s " fmt "\n", P, name, help, P, name, kind, P, name, val)
@@ -1718,7 +1756,22 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("spec_decode_num_drafts_total", "counter", "DFlash rounds that drafted.", "%ld", m.drafts);
     METRIC("spec_decode_num_draft_tokens_total", "counter", "Tokens the draft proposed.", "%ld", m.draft_tokens);
     METRIC("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the target accepted.", "%ld", m.accepted);
+    METRIC("slots", "gauge", "Slots (--parallel): generations that run at once.", "%d", s->n_slots);
+    METRIC("batch_size", "gauge", "Sequences in the last target forward (step).", "%d", bi.last_batch);
+    METRIC("batch_size_max", "gauge", "The most sequences in one step.", "%d", bi.max_batch);
+    METRIC("batch_steps_total", "counter", "Target forwards (steps), each over the rows of every running sequence.",
+           "%ld", bi.steps);
+    METRIC("batch_sequence_steps_total", "counter",
+           "Sequence forwards in the steps (divided by batch_steps_total: the mean batch size).", "%ld", bi.seq_steps);
+    METRIC("batch_rows_total", "counter", "Token rows in the steps.", "%ld", bi.rows);
 #undef METRIC
+    dfl_buf_printf(&b, "# HELP %sslot_busy 1 while the slot generates.\n# TYPE %sslot_busy gauge\n", P, P);
+    for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_busy{slot=\"%d\"} %d\n", P, i, busy[i]);
+    dfl_buf_printf(&b,
+                   "# HELP %sslot_tau Tokens per drafting round (bonus included) of the slot's last finished "
+                   "generation that drafted; 0: none yet.\n# TYPE %sslot_tau gauge\n",
+                   P, P);
+    for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_tau{slot=\"%d\"} %.4f\n", P, i, tau[i]);
     dfl_buf_printf(&b,
               "# HELP %sspec_decode_num_accepted_tokens_per_pos Draft tokens accepted at each draft position.\n"
               "# TYPE %sspec_decode_num_accepted_tokens_per_pos counter\n",
@@ -1758,7 +1811,7 @@ static enum MHD_Result handle_props(struct MHD_Connection *c, sv_server *s) {
     cJSON_AddNumberToObject(d, "n_ctx", s->info.n_ctx);
     cJSON_AddBoolToObject(d, "speculative", s->info.has_draft);
     cJSON_AddItemToObject(d, "params", default_params_json(s));
-    cJSON_AddNumberToObject(r, "total_slots", 1);
+    cJSON_AddNumberToObject(r, "total_slots", s->n_slots);
     cJSON_AddStringToObject(r, "model_path", s->model_path);
     cJSON_AddStringToObject(r, "model_alias", s->alias);
     cJSON_AddNumberToObject(r, "n_ctx", s->info.n_ctx);
@@ -1781,23 +1834,33 @@ static enum MHD_Result handle_props(struct MHD_Connection *c, sv_server *s) {
     return send_json(c, s, 200, r);
 }
 
-/* GET /slots: the one slot (one worker): what runs and what waits. */
+/* GET /slots: each slot (--parallel): what runs there, its last tau, and
+ * what waits (the queue is shared: every slot reports it). */
 static enum MHD_Result handle_slots(struct MHD_Connection *c, sv_server *s) {
+    char task[SV_MAX_SLOTS][48];
+    double tau[SV_MAX_SLOTS];
     pthread_mutex_lock(&s->mu);
     int queued = s->n_queued;
-    char task[48] = "";
-    if (s->running) snprintf(task, sizeof task, "%s", s->running->id);
+    for (int i = 0; i < s->n_slots; i++) {
+        task[i][0] = 0;
+        if (s->slots[i].running) snprintf(task[i], sizeof task[i], "%s", s->slots[i].running->id);
+        tau[i] = s->slots[i].tau;
+    }
     pthread_mutex_unlock(&s->mu);
-    cJSON *r = cJSON_CreateArray(), *slot = cJSON_CreateObject();
-    cJSON_AddItemToArray(r, slot);
-    cJSON_AddNumberToObject(slot, "id", 0);
-    cJSON_AddNumberToObject(slot, "n_ctx", s->info.n_ctx);
-    cJSON_AddBoolToObject(slot, "speculative", s->info.has_draft);
-    cJSON_AddBoolToObject(slot, "is_processing", task[0] != 0);
-    if (task[0]) cJSON_AddStringToObject(slot, "id_task", task);
-    else cJSON_AddNullToObject(slot, "id_task");
-    cJSON_AddNumberToObject(slot, "n_queued", queued);
-    cJSON_AddItemToObject(slot, "params", default_params_json(s));
+    cJSON *r = cJSON_CreateArray();
+    for (int i = 0; i < s->n_slots; i++) {
+        cJSON *slot = cJSON_CreateObject();
+        cJSON_AddItemToArray(r, slot);
+        cJSON_AddNumberToObject(slot, "id", i);
+        cJSON_AddNumberToObject(slot, "n_ctx", s->info.n_ctx);
+        cJSON_AddBoolToObject(slot, "speculative", s->info.has_draft);
+        cJSON_AddBoolToObject(slot, "is_processing", task[i][0] != 0);
+        if (task[i][0]) cJSON_AddStringToObject(slot, "id_task", task[i]);
+        else cJSON_AddNullToObject(slot, "id_task");
+        cJSON_AddNumberToObject(slot, "tau", tau[i]);
+        cJSON_AddNumberToObject(slot, "n_queued", queued);
+        cJSON_AddItemToObject(slot, "params", default_params_json(s));
+    }
     return send_json(c, s, 200, r);
 }
 
@@ -2001,7 +2064,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("--api-key", "--api-key")) api_key = VAL();
         else if (IS("--alias", "--alias")) alias = VAL();
         else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
-        else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
+        else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, SV_MAX_SLOTS);
         else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
         else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
@@ -2023,13 +2086,6 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
     }
     if (!model) usage_err("missing -m DIR", NULL);
-    if (parallel != 1) {
-        char n[32];
-        snprintf(n, sizeof n, "%d", parallel);
-        usage_err("--parallel N > 1 is not supported (the engine holds one sequence: requests queue and run one at "
-                  "a time); got",
-                  n);
-    }
     if (api_key && !*api_key) usage_err("--api-key must not be empty", NULL);
 
     /* the address first: a bad --host fails before the model loads */
@@ -2091,11 +2147,26 @@ int cmd_serve(int argc, char **argv) {
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
-    pthread_t worker;
-    if (pthread_create(&worker, NULL, worker_main, s) != 0) {
-        fprintf(stderr, "dflash serve: error: cannot start the worker thread\n");
-        return 1;
+    s->n_slots = parallel;
+    s->slots = xcalloc((size_t)parallel, sizeof *s->slots);
+    for (int i = 0; i < parallel; i++) {
+        sv_slot *sl = &s->slots[i];
+        *sl = (sv_slot){.srv = s, .id = i};
+        if (i > 0 && !(sl->seq = dflash_seq_new(m))) {
+            fprintf(stderr, "dflash serve: error: slot %d: %s\n", i, dflash_error());
+            for (int k = 1; k < i; k++) dflash_seq_free(s->slots[k].seq);
+            free(s->slots);
+            free(s);
+            dflash_free(m);
+            freeaddrinfo(ai);
+            return 1;
+        }
     }
+    for (int i = 0; i < parallel; i++)
+        if (pthread_create(&s->slots[i].th, NULL, worker_main, &s->slots[i]) != 0) {
+            fprintf(stderr, "dflash serve: error: cannot start the worker threads\n");
+            return 1;
+        }
 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -2117,9 +2188,11 @@ int cmd_serve(int argc, char **argv) {
         int bound = di ? (int)di->port : port;
         fprintf(stderr,
                 "dflash serve: model '%s' (%s, %s%s), context %d, queue %d\n"
+                "dflash serve: %d slot%s (--parallel), each a KV cache of %.1f MiB\n"
                 "dflash serve: listening on http://%s:%d (chat page at /, API at /v1)\n",
                 s->alias, s->info.arch, s->info.weight_format, s->info.has_draft ? ", DFlash draft" : "",
-                s->info.n_ctx, queue_max, hostbuf, bound);
+                s->info.n_ctx, queue_max, parallel, parallel > 1 ? "s" : "",
+                (double)s->info.seq_kv_bytes / (1024.0 * 1024.0), hostbuf, bound);
         fflush(stderr);
         wait_signal(&sigs, -1);
         fprintf(stderr, "dflash serve: shutting down: finishing accepted requests\n");
@@ -2132,7 +2205,7 @@ int cmd_serve(int argc, char **argv) {
         double t_end = now_s() + SV_DRAIN_S;
         for (;;) {
             pthread_mutex_lock(&s->mu);
-            int busy = s->head || s->running;
+            int busy = s->head || s->n_running;
             pthread_mutex_unlock(&s->mu);
             if (!busy) break;
             if (wait_signal(&sigs, 50) || now_s() > t_end) {
@@ -2146,10 +2219,13 @@ int cmd_serve(int argc, char **argv) {
     s->worker_exit = 1;
     for (sv_job *j = s->head; j; j = j->next)
         if (!j->cancelled) j->cancelled = JOB_SHUTDOWN;
-    if (s->running && !s->running->cancelled) s->running->cancelled = JOB_SHUTDOWN;
-    pthread_cond_signal(&s->work_cv);
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].running && !s->slots[i].running->cancelled) s->slots[i].running->cancelled = JOB_SHUTDOWN;
+    pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(worker, NULL);
+    for (int i = 0; i < s->n_slots; i++) pthread_join(s->slots[i].th, NULL);
+    for (int i = 0; i < s->n_slots; i++) dflash_seq_free(s->slots[i].seq);
+    free(s->slots);
     /* the streams write their last event (a cut one: its error event) before
      * the connections close; a client that does not read gets 2 s */
     for (double t_end = now_s() + 2.0; d && now_s() < t_end;) {

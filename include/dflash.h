@@ -11,8 +11,10 @@
  *   dflash_generate_text(m, "Hello", &g, on_text, NULL, &stats);
  *   dflash_free(m);
  *
- * A model holds one sequence (its KV caches); calls on one model must not
- * overlap, except that dflash_tokenize, dflash_detokenize, dflash_token_piece,
+ * A model holds one sequence (its KV caches); more come from dflash_seq_new
+ * (below), each generating on its own thread while the model batches their
+ * target forwards. Calls on one model (or one sequence) must not overlap,
+ * except that dflash_tokenize, dflash_detokenize, dflash_token_piece,
  * dflash_chat_prompt and dflash_get_info only read the loaded model and may
  * run on any number of threads at once, also while a generation runs. Different models are
  * independent: they may be loaded, used and freed on different threads at
@@ -108,6 +110,13 @@ typedef struct {
      * per-layer table too); = weight_bytes for a dense tied model - what
      * bandwidth figures divide by */
     size_t token_bytes;
+    /* the bytes of the KV caches one sequence holds (the model's own, each
+     * dflash_seq_new's): the target's K and V in float32 for n_ctx positions
+     * (a sliding layer: its ring), the draft's likewise; allocated in full
+     * when the sequence is made, whatever its use (its pages resident as
+     * positions are written, until the sequence is freed); the sequence's
+     * working buffers come on top */
+    size_t seq_kv_bytes;
 } dflash_info;
 
 DFLASH_API void dflash_get_info(const dflash_model *m, dflash_info *info);
@@ -334,6 +343,49 @@ DFLASH_API int dflash_generate_text(dflash_model *m, const char *prompt, const d
 
 /* Forget the cached sequence (next call prefills from scratch). */
 DFLASH_API void dflash_reset(dflash_model *m);
+
+/* ---- sequences: several generations of one model at once ----------------
+ *
+ * A sequence has its own KV caches (dflash_info.seq_kv_bytes, allocated by
+ * dflash_seq_new), draft context, sampler, stop rules, grammar state and
+ * prompt cache; it shares the model's weights, tokenizer and worker threads.
+ * dflash_seq_generate is dflash_generate on the sequence. Different
+ * sequences of one model (and the model's own dflash_generate) may generate
+ * on different threads at the same time: their target forwards are batched
+ * (continuous batching: while k generations run, each step is one forward
+ * over the rows of all k, the weights read once for them; a generation joins
+ * at the next step and leaves when it ends). Each reply is exactly the one
+ * the same call gets alone, token for token and bit for bit in its
+ * logprobs: a row is computed the same whatever rows are beside it. A step
+ * waits for every running generation's next forward, so a slow dflash_on_token
+ * callback holds the others back. Greedy argmaxes are batched the same way;
+ * the draft blocks and sampling (logits to the host) still run per sequence,
+ * one at a time on the model's threads. Model families the backend cannot
+ * batch (the CPU: recurrent Gated DeltaNet layers; tree batches; the CUDA
+ * backend for now) run their sequences' forwards one at a time, with the
+ * same results.
+ * dflash_time_forward / dflash_time_draft wait for the backend and run alone.
+ * Free every sequence before its model. */
+typedef struct dflash_seq dflash_seq;
+
+/* NULL + error for a tokenizer-only model or out of memory. */
+DFLASH_API dflash_seq *dflash_seq_new(dflash_model *m);
+DFLASH_API void dflash_seq_free(dflash_seq *s);
+DFLASH_API int dflash_seq_generate(dflash_seq *s, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                                   dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
+DFLASH_API void dflash_seq_reset(dflash_seq *s);
+
+/* The model's batching counters since it was loaded. */
+typedef struct {
+    int active;      /* generations running now (the model's and its sequences') */
+    long steps;      /* target forwards run (one per step) */
+    long seq_steps;  /* sequences' forwards in them: seq_steps / steps = the mean batch */
+    long rows;       /* token rows in them */
+    int last_batch;  /* sequences in the last step */
+    int max_batch;   /* the most in one step */
+} dflash_batch_info;
+
+DFLASH_API void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out);
 
 /* ---- benchmarking (dflash bench) ----------------------------------------- */
 

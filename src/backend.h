@@ -41,7 +41,8 @@
  * draft_ctx_truncate(m) forgets rows m.. (pending ones too).
  *
  * Batch invariance: a row's logits, taps and K/V depend only on its token and
- * the committed rows before it, never on T or on the other rows of the batch.
+ * the committed rows before it, never on T or on the other rows of the batch
+ * - nor on the rows of other sequences computed in the same forward_multi.
  *
  * Tree rule (be_batch.tree_parent, be_ops.tree_commit; stated once, here): a
  * tree batch is a token tree below the committed rows, parents before
@@ -73,6 +74,7 @@ enum {
     BE_DN_KEEP = 64,    /* rows of its last forward a recurrent (Gated DeltaNet) state
                          * rolls back into exactly (>= the widest verify) */
     BE_DRAFT_TOPK = 16, /* most candidates per slot a draft block ranks */
+    BE_MAX_SEQS = 64,   /* most sequences of one forward_multi */
 };
 
 typedef struct {
@@ -160,6 +162,16 @@ typedef struct be_ops {
     void *(*create)(void *be, const mdl_model *m, int n_ctx);
     void (*destroy)(void *st);
     int (*forward)(void *st, const be_batch *b); /* -1 + error if len+T > n_ctx */
+    /* Optional (NULL: the engine runs the batches one forward() at a time).
+     * The batches bs[i] of n (1..BE_MAX_SEQS) distinct sequences sts[i] of
+     * one model in one pass: the weights read once for all their rows, each
+     * sequence's rows at its own positions over its own cache. Every
+     * sequence ends exactly as forward(sts[i], &bs[i]) alone leaves it, bit
+     * for bit (batch invariance, below). -1 + error and nothing run when the
+     * backend cannot batch them (the CPU: a model with recurrent layers, a
+     * tree batch) or a batch is refused: the engine then runs them one by
+     * one, so each gets its own answer. */
+    int (*forward_multi)(void *const *sts, const be_batch *bs, int n);
     int (*length)(void *st);
     int (*truncate)(void *st, int len); /* the length kept (rules above) */
     /* out[n][vocab] (host) = lm_head logits of kept rows row..row+n-1 of the
@@ -168,6 +180,12 @@ typedef struct be_ops {
     /* out[j] = the first index of the maximum of the logits of kept row
      * row+j: smp_argmax of logits() exactly, without the logits crossing. */
     int (*argmax)(void *st, int row, int n, int32_t *out);
+    /* Optional (NULL: argmax() per sequence). argmax of kept rows
+     * row[i]..row[i]+n[i]-1 of sequences sts[i] (i < ns <= BE_MAX_SEQS, one
+     * model) into out[i][0..n[i]), in one pass over the lm_head for all:
+     * exactly what argmax() gives each. -1 + error, nothing written, if a
+     * sequence's rows are not kept. */
+    int (*argmax_multi)(void *const *sts, const int *row, const int *n, int32_t *const *out, int ns);
     /* out[n][n_taps][hidden] (host) = taps of rows row..row+n-1 of the last
      * forward (tests and tools). */
     int (*taps)(void *st, int row, int n, float *out);

@@ -9,6 +9,15 @@
  * draft leaves the draft context at min(its length, the common prefix); the
  * next drafting call prefills from the shorter of the two.
  *
+ * Sequences (dflash_seq_new): a sequence is a dflash_model of its own that
+ * shares its owner's weights, tokenizer, backend instance and forward
+ * scheduler (m->owner, m->bat) and has its own everything else below - KV
+ * caches, draft context, sampler, stop rules, grammar, prompt cache. Every
+ * backend call of a generation goes through the scheduler (batch.h): target
+ * forwards by bat_forward and greedy argmaxes by bat_argmax, batched with the
+ * other sequences' of the step; all other calls between bat_lock and
+ * bat_unlock.
+ *
  * Per greedy round only ids cross from the backend (argmax, draft_block's
  * out); sampling, the logit controls (logit_bias, penalties) and logprobs
  * bring the verify rows' logits to the host (pick_row). The hidden taps stay
@@ -28,6 +37,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "batch.h"
 #include "chat.h"
 #include "dflash.h"
 #include "gguf_model.h"
@@ -48,6 +58,8 @@ enum { PREDICT_ROWS = 4 };
 enum { TREE_TOPK = 8 };
 
 struct dflash_model {
+    dflash_model *owner; /* a sequence: the model it belongs to; NULL: the model itself */
+    bat_sched *bat;      /* the model's forward scheduler (a sequence: its owner's) */
     mdl_model target, draft;
     int has_target, has_draft;
     tok_tokenizer *tok;
@@ -203,6 +215,36 @@ dflash_model *dflash_load_tokenizer(const char *dir) {
     return m;
 }
 
+/* A sequence's own state (the struct's comment): its backend states and buffers. */
+static int seq_init(dflash_model *m) {
+    const cfg_model *c = &m->target.cfg;
+    if (!(m->seq = m->be->create(m->bi, &m->target, m->n_ctx))) return -1;
+    if (m->has_draft && !(m->dseq = m->be->draft_create(m->bi, &m->draft, &m->target, m->n_ctx))) return -1;
+    m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)m->n_ctx);
+    m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
+    m->smp_work = dfl_malloc(smp_work_size(c->vocab));
+    m->pen_count = dfl_calloc((size_t)c->vocab, sizeof(int));
+    return 0;
+}
+
+static void seq_release(dflash_model *m) {
+    if (m->seq) m->be->destroy(m->seq);
+    if (m->dseq) m->be->draft_destroy(m->dseq);
+    free(m->cache_tok);
+    free(m->logits);
+    free(m->smp_work);
+    free(m->pen_count);
+    free(m->bias);
+    free(m->tok_first);
+    free(m->rank_path);
+    voc_rank_free(&m->rank);
+    free(m->draft_ids);
+    gr_state_free(m->gr_emitted);
+    gr_state_free(m->gr_row);
+    gr_state_free(m->gr_try);
+    gr_free(m->gr);
+}
+
 dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const dflash_params *p) {
     double t0 = dfl_now();
     dflash_params def = dflash_default_params();
@@ -277,12 +319,8 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     m->predict_rows = m->be->predict_rows;
     const char *pr = getenv("DFLASH_PREDICT_ROWS"); /* for benchmarking; 0 = all rows at once */
     if (pr && *pr) m->predict_rows = atoi(pr);
-    if (!(m->seq = m->be->create(m->bi, &m->target, n_ctx))) goto fail;
-    if (m->has_draft && !(m->dseq = m->be->draft_create(m->bi, &m->draft, &m->target, n_ctx))) goto fail;
-    m->cache_tok = dfl_malloc(sizeof(int32_t) * (size_t)n_ctx);
-    m->logits = dfl_malloc(sizeof(float) * SPEC_MAX_BLOCK * (size_t)c->vocab);
-    m->smp_work = dfl_malloc(smp_work_size(c->vocab));
-    m->pen_count = dfl_calloc((size_t)c->vocab, sizeof(int));
+    m->bat = bat_new(m->be);
+    if (seq_init(m) != 0) goto fail;
     weight_format(&m->target, m->format, sizeof m->format);
     if (m->has_draft) weight_format(&m->draft, m->draft_format, sizeof m->draft_format);
     m->load_s = dfl_now() - t0;
@@ -294,28 +332,68 @@ fail:
 
 void dflash_free(dflash_model *m) {
     if (!m) return;
-    if (m->seq) m->be->destroy(m->seq);
-    if (m->dseq) m->be->draft_destroy(m->dseq);
+    seq_release(m);
+    if (m->owner) { /* a sequence: the rest is its owner's */
+        free(m);
+        return;
+    }
+    bat_free(m->bat);
     if (m->prepared) m->be->release(m->bi, &m->target);
     if (m->dprepared) m->be->release(m->bi, &m->draft);
     if (m->has_target) mdl_free(&m->target);
     if (m->has_draft) mdl_free(&m->draft);
     if (m->bi) m->be->close(m->bi);
     tok_free(m->tok);
-    free(m->cache_tok);
-    free(m->logits);
-    free(m->smp_work);
-    free(m->pen_count);
-    free(m->bias);
-    free(m->tok_first);
-    free(m->rank_path);
-    voc_rank_free(&m->rank);
-    free(m->draft_ids);
-    gr_state_free(m->gr_emitted);
-    gr_state_free(m->gr_row);
-    gr_state_free(m->gr_try);
-    gr_free(m->gr);
     free(m);
+}
+
+struct dflash_seq {
+    dflash_model *m; /* the sequence's own dflash_model (owner set) */
+};
+
+dflash_seq *dflash_seq_new(dflash_model *m) {
+    if (!m || !m->has_target || m->owner) {
+        dfl_seterr("dflash_seq_new: %s", !m ? "no model" : m->owner ? "not a model" : "no model loaded (tokenizer only)");
+        return NULL;
+    }
+    dflash_model *c = dfl_calloc(1, sizeof *c);
+    *c = (dflash_model){.owner = m, .bat = m->bat, .target = m->target, .draft = m->draft,
+                        .has_target = m->has_target, .has_draft = m->has_draft, .tok = m->tok, .be = m->be,
+                        .bi = m->bi, .n_ctx = m->n_ctx, .load_s = m->load_s, .predict_rows = m->predict_rows};
+    memcpy(c->format, m->format, sizeof c->format);
+    memcpy(c->draft_format, m->draft_format, sizeof c->draft_format);
+    bat_lock(m->bat); /* the backend's allocations beside a running step */
+    int rc = seq_init(c);
+    bat_unlock(m->bat);
+    if (rc != 0) {
+        dflash_free(c);
+        return NULL;
+    }
+    dflash_seq *s = dfl_calloc(1, sizeof *s);
+    s->m = c;
+    return s;
+}
+
+void dflash_seq_free(dflash_seq *s) {
+    if (!s) return;
+    dflash_free(s->m);
+    free(s);
+}
+
+int dflash_seq_generate(dflash_seq *s, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                        dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
+    return dflash_generate(s->m, prompt, n_prompt, g, cb, ud, out, n_out, st);
+}
+
+void dflash_seq_reset(dflash_seq *s) { dflash_reset(s->m); }
+
+void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->bat) return;
+    bat_counts c;
+    bat_stats(m->bat, &c);
+    *out = (dflash_batch_info){.active = c.active, .steps = c.steps, .seq_steps = c.seq_steps, .rows = c.rows,
+                               .last_batch = c.last_batch, .max_batch = c.max_batch};
 }
 
 void dflash_get_info(const dflash_model *m, dflash_info *in) {
@@ -341,6 +419,14 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
     in->n_threads = m->be->n_threads ? m->be->n_threads(m->bi) : 1;
     in->draft_weight_format = m->draft_format;
     in->token_bytes = m->target.weight_bytes;
+    for (int l = 0; l < c->n_layers; l++) { /* the CPU backend's caches (cpu_seq, cpu_draft) */
+        int ring = c->n_sliding_layers && c->window + BE_DN_KEEP < m->n_ctx ? c->window + BE_DN_KEEP : 0;
+        int rows = c->linear_layer[l] ? 0 : c->sliding_layer[l] && ring ? ring : m->n_ctx;
+        in->seq_kv_bytes += 2 * sizeof(float) * (size_t)rows * cfg_kv_heads(c, l) * cfg_head_dim(c, l);
+    }
+    if (m->has_draft)
+        in->seq_kv_bytes += 2 * sizeof(float) * (size_t)m->draft.cfg.n_layers * m->n_ctx * m->draft.cfg.n_kv_heads *
+                            m->draft.cfg.head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->target.layers[l];
         if (!c->moe_layer[l] || !L->experts) continue;
@@ -458,8 +544,10 @@ char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think) 
 
 void dflash_reset(dflash_model *m) {
     if (!m->seq) return;
+    bat_lock(m->bat);
     m->be->truncate(m->seq, 0);
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    bat_unlock(m->bat);
 }
 
 /* ---- spec_iface callbacks ------------------------------------------------ */
@@ -473,7 +561,7 @@ static int verify_rows(dflash_model *m, const int32_t *tok, const int *parent, i
         b.n_taps = m->draft.cfg.n_taps;
         b.tap_layers = m->draft.cfg.tap_layers;
     }
-    if (m->be->forward(m->seq, &b) != 0) return -1;
+    if (bat_forward(m->bat, m->seq, &b) != 0) return -1;
     memcpy(m->cache_tok + len, tok, sizeof(int32_t) * (size_t)T); /* a tree: batch order until the commit */
     m->block_len = T;
     m->verify_len = len;
@@ -596,8 +684,11 @@ static int32_t pick_row(dflash_model *m, float *row, int64_t pos, dflash_logprob
 static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     dflash_model *m = ud;
     int V = m->target.cfg.vocab;
-    if (!m->host_logits) return m->be->argmax(m->seq, i, n, pred); /* plain greedy: no logits written */
-    if (m->be->logits(m->seq, i, n, m->logits) != 0) return -1;
+    if (!m->host_logits) return bat_argmax(m->bat, m->seq, i, n, pred); /* plain greedy: no logits written */
+    bat_lock(m->bat);
+    int rc = m->be->logits(m->seq, i, n, m->logits);
+    bat_unlock(m->bat);
+    if (rc != 0) return rc;
     for (int j = 0; j < n; j++) {
         int r = i + j;
         if (m->gr) { /* the grammar state of row r (the rule at the top) */
@@ -611,9 +702,9 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
                 } else {
                     size_t len;
                     const char *p = tok_piece(m->tok, d, &len);
-                    int rc = gr_feed(m->gr_row, p, len);
-                    if (rc < 0) return -1;
-                    if (rc == 0) {
+                    int fed = gr_feed(m->gr_row, p, len);
+                    if (fed < 0) return -1;
+                    if (fed == 0) {
                         dfl_seterr("grammar: internal error: token %d picked under the grammar does not advance it", d);
                         return -1;
                     }
@@ -638,25 +729,28 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
 static int cb_accept(void *ud, int keep) {
     dflash_model *m = ud;
     int len = m->be->length(m->seq) - m->block_len + keep;
-    if (m->be->truncate(m->seq, len) != len) { /* a verify always rolls back within its own rows */
-        dfl_seterr("rollback to %d rows failed", len);
-        return -1;
-    }
+    bat_lock(m->bat);
+    int rc = m->be->truncate(m->seq, len) == len ? 0 : -1; /* a verify always rolls back within its own rows */
+    if (rc != 0) dfl_seterr("rollback to %d rows failed", len);
     m->lp_row = 0; /* spec_run emits rows 0..keep-1 next */
-    if (!m->drafting) return 0;
-    return m->be->draft_feed(m->dseq, m->seq, 0, keep);
+    if (rc == 0 && m->drafting) rc = m->be->draft_feed(m->dseq, m->seq, 0, keep);
+    bat_unlock(m->bat);
+    return rc;
 }
 
 /* The tree's path rows[0..n) is committed (backend.h's tree rule): its
  * tokens into cache_tok, its taps to the draft. */
 static int cb_accept_path(void *ud, const int *rows, int n) {
     dflash_model *m = ud;
-    if (m->be->tree_commit(m->seq, rows, n) != 0) return -1;
+    bat_lock(m->bat);
+    int rc = m->be->tree_commit(m->seq, rows, n);
+    if (rc == 0 && m->drafting) rc = m->be->draft_feed(m->dseq, m->seq, 0, n);
+    bat_unlock(m->bat);
+    if (rc != 0) return -1;
     for (int i = 0; i < n; i++) m->cache_tok[m->verify_len + i] = m->tree_tok[rows[i]];
     m->tree_n = 0; /* the cache holds a chain again */
     m->lp_row = 0;
-    if (!m->drafting) return 0;
-    return m->be->draft_feed(m->dseq, m->seq, 0, n);
+    return 0;
 }
 
 /* A candidate of the best-first tree: rank `rank` of slot `depth` below
@@ -688,7 +782,10 @@ static int cb_draft_tree(void *ud, int32_t anchor, int budget, int max_depth, in
                         .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
                         .n_extra = m->draft_nx, .top_k = K, .top_ids = m->top_ids,
                         .top_logp = m->top_logp};
-    if (m->be->draft_block(m->dseq, &b) != 0) return -1;
+    bat_lock(m->bat);
+    int rc = m->be->draft_block(m->dseq, &b);
+    bat_unlock(m->bat);
+    if (rc != 0) return -1;
     /* best-first, nodes in the order they are taken (node 0: the anchor) */
     int n = 1, np = 0, bf_parent[SPEC_MAX_BLOCK], bf_rank[SPEC_MAX_BLOCK], bf_depth[SPEC_MAX_BLOCK];
     tree_cand open[2 * SPEC_MAX_BLOCK];
@@ -743,7 +840,10 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv,
                         .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
                         .n_extra = m->draft_nx, .out = out};
-    return m->be->draft_block(m->dseq, &b);
+    bat_lock(m->bat);
+    int rc = m->be->draft_block(m->dseq, &b);
+    bat_unlock(m->bat);
+    return rc;
 }
 
 /* The drafts the grammar allows in a row after the emitted tokens (the
@@ -870,7 +970,7 @@ static int draft_scores(const dflash_model *m, int32_t id) {
     return lo < m->draft_nv && m->draft_ids[lo] == id;
 }
 
-int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                     dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
     dflash_gen defg = dflash_default_gen();
     if (!g) g = &defg;
@@ -1031,6 +1131,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
 
     /* a tree verify left uncommitted (an error ended the call inside its
      * round): its rows are not cache_tok's positions, forget them */
+    bat_lock(m->bat);
     if (m->tree_n) {
         m->be->truncate(m->seq, m->verify_len);
         m->tree_n = 0;
@@ -1043,6 +1144,7 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     if (m->dseq && m->drafting && dl < p) p = dl;
     p = m->be->truncate(m->seq, p); /* a recurrent model may keep fewer rows (backend.h) */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
+    bat_unlock(m->bat);
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
 
@@ -1055,9 +1157,14 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
             b.n_taps = m->draft.cfg.n_taps;
             b.tap_layers = m->draft.cfg.tap_layers;
         }
-        if (m->be->forward(m->seq, &b) != 0) return -1;
+        if (bat_forward(m->bat, m->seq, &b) != 0) return -1;
         memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
-        if (m->drafting && m->be->draft_feed(m->dseq, m->seq, 0, T) != 0) return -1;
+        if (m->drafting) {
+            bat_lock(m->bat);
+            int rc = m->be->draft_feed(m->dseq, m->seq, 0, T);
+            bat_unlock(m->bat);
+            if (rc != 0) return -1;
+        }
     }
     int32_t first = pick_row(m, m->logits, (int64_t)n_prompt, &m->lp[0], m->gr ? m->gr_emitted : NULL);
     double t1 = dfl_now();
@@ -1113,6 +1220,18 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     return rc;
 }
 
+/* Inside the scheduler's generations from the first check to the last
+ * token (batch.h: the other sequences' steps wait for this one's forwards
+ * while it is inside). */
+int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
+                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
+    if (!m->bat) return generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st); /* tokenizer only: it fails */
+    bat_enter(m->bat);
+    int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
+    bat_leave(m->bat);
+    return rc;
+}
+
 int dflash_generate_text(dflash_model *m, const char *prompt, const dflash_gen *g, dflash_on_token cb, void *ud,
                          dflash_stats *st) {
     int32_t *ids = NULL;
@@ -1139,6 +1258,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     }
     int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)(depth + T));
     for (int i = 0; i < depth + T; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+    bat_lock(m->bat); /* the backend alone (no sequence's step beside it) */
     /* the cache rule: rows that already hold these tokens are kept (a
      * sweep over T at one depth fills the context once) */
     int len = m->be->length(m->seq), keep = 0;
@@ -1169,6 +1289,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     }
     m->be->truncate(m->seq, rc == 0 ? depth : 0); /* the depth rows stay, as cache_tok says */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    bat_unlock(m->bat);
     free(ts);
     free(tok);
     return rc;
@@ -1193,6 +1314,7 @@ int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int r
     }
     int32_t *tok = dfl_malloc(sizeof(int32_t) * (size_t)depth);
     for (int i = 0; i < depth; i++) tok[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+    bat_lock(m->bat);
     m->be->truncate(m->seq, 0);
     m->be->draft_ctx_truncate(m->dseq, 0);
     int rc = 0;
@@ -1219,6 +1341,7 @@ int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int r
     }
     m->be->truncate(m->seq, 0);
     m->be->draft_ctx_truncate(m->dseq, 0);
+    bat_unlock(m->bat);
     free(ts);
     free(tok);
     return rc;

@@ -18,7 +18,7 @@ expect_exit "serve --help" 0 "--api-key" -- "$BIN" serve --help
 # the length of a request without max_tokens, said in --help (issue 19 item 6)
 expect_exit "serve --help: the default reply length" 0 "until a stop token or the context is full" -- "$BIN" serve --help
 expect_exit "serve without -m" 2 "missing -m" -- "$BIN" serve
-expect_exit "serve --parallel 2" 2 "not supported" -- "$BIN" serve -m models/demo/target --parallel 2
+expect_exit "serve --parallel 65" 2 "--parallel expects an integer in 1..64" -- "$BIN" serve -m models/demo/target --parallel 65
 expect_exit "serve bad --port" 2 "expects an integer" -- "$BIN" serve -m models/demo/target --port 70000
 expect_exit "serve bad --host" 1 "cannot resolve" -- "$BIN" serve -m models/demo/target --host no.such.host.invalid
 expect_exit "serve missing model" 1 "error" -- "$BIN" serve -m "$T/nowhere" --port 0

@@ -494,21 +494,37 @@ static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_mode
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
-/* Rows t < T of s->k, s->v ([T][nkv*hd]) into a layer's cache at positions
+/* Rows t < T of k, v ([T][nkv*hd]) into a layer's cache at positions
  * pos0.. . Cache layout (target and draft): [nkv][rows][hd], so each kv
  * head's keys are one contiguous run for attention to stream; position p at
  * row p, or at row p % ring in a sliding layer's ring (rows = ring). */
-static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, int rows, int ring, int nkv, int hd) {
+static void kv_store(float *kc, float *vc, const float *k, const float *v, int T, int pos0, int rows, int ring,
+                     int nkv, int hd) {
     for (int h = 0; h < nkv; h++)
         for (int t = 0; t < T; t++) {
             int p = ring ? (pos0 + t) % ring : pos0 + t;
             size_t dst = ((size_t)h * rows + p) * hd, src = ((size_t)t * nkv + h) * hd;
-            memcpy(kc + dst, s->k + src, sizeof(float) * hd);
-            memcpy(vc + dst, s->v + src, sizeof(float) * hd);
+            memcpy(kc + dst, k + src, sizeof(float) * hd);
+            memcpy(vc + dst, v + src, sizeof(float) * hd);
         }
 }
 
 /* ---- one decoder layer ----------------------------------------------------- */
+
+/* One sequence's rows in a layer pass: scratch rows off..off+T-1 at
+ * positions pos0.. (a tree batch: J's depths), its keys J (Ka/Va, and
+ * Kb/Vb for the draft's block rows, with their strides; out, q and the head
+ * counts are filled in by layer), its cache of the layer kc/vc
+ * ([nkv][n_ctx][hd]; NULL: nothing stored), RoPE table, recurrent state
+ * (NULL: none). */
+typedef struct {
+    int off, T, pos0;
+    at_job J;
+    float *kc, *vc;
+    int n_ctx;
+    const rope_table *rope;
+    dn_state *dn;
+} ly_seg;
 
 /* One decoder layer (Qwen3, Llama, Qwen3-MoE, Qwen3.5) on the T rows of s->x
  * ([T][H], updated in place), rows at positions pos0..pos0+T-1: the target
@@ -533,31 +549,47 @@ static void kv_store(float *kc, float *vc, const scratch *s, int T, int pos0, in
  * weight; scores not scaled (c->attn_scale 1); x += attn_out_norm(Wo att);
  * x += ffn_out_norm(Wd(gelu_tanh(Wg n) * (Wu n))); x += the per-layer input
  * (ple_block); x *= layer_scalar.
- * J: the keys (Ka/Va, and Kb/Vb for the draft's block rows) with its
- * strides; out, q and the head counts are filled in here. */
-static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_model *c, const rope_table *rope,
-                  int pos0, int T, at_job J, float *kc, float *vc, int n_ctx, dn_state *dn) {
+ * Several sequences (segments, ly_seg) share one pass: every row-wise step
+ * (norms, projections, MLP / experts) runs once over all T rows, so the
+ * weights are read once for all of them; RoPE, the cache store, attention
+ * and the recurrent mixer run per segment, each over its own positions and
+ * cache. A row's result never depends on the rows beside it (backend.h's
+ * batch invariance), so a segment computes exactly what it computes alone. */
+static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_model *c, const ly_seg *sg,
+                  int n_seg, int T) {
     int H = c->hidden, hd = cfg_head_dim(c, l), nh = c->n_heads, nkv = cfg_kv_heads(c, l), kvd = nkv * hd;
     rmsnorm_rows(s->xn, s->x, L->in_norm, T, H, c->eps);
-    if (dn && c->linear_layer[l]) {
-        dn_mixer(tp, dn, L, l, s->xn, s->xn, T);
+    if (c->linear_layer[l] && sg[0].dn) {
+        for (int i = 0; i < n_seg; i++) {
+            float *xn = s->xn + (size_t)sg[i].off * H;
+            dn_mixer(tp, sg[i].dn, L, l, xn, xn, sg[i].T);
+        }
         for (size_t i = 0; i < (size_t)T * H; i++) s->x[i] += s->xn[i];
         if (L->experts) moe(tp, s, L, c, T);
         else mlp(tp, s, L, c, T);
         return;
     }
     qkv(tp, s, L, c, l, T);
-    for (int t = 0; t < T; t++) { /* a tree row's position: committed length + depth (backend.h) */
-        int pos = J.tree_depth ? J.na + J.tree_depth[t] : pos0 + t;
-        norm_rope(s->q + (size_t)t * nh * hd, nh, hd, L->q_norm, c->eps, rope, pos);
-        norm_rope(s->k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, rope, pos);
+    for (int i = 0; i < n_seg; i++) {
+        const ly_seg *g = &sg[i];
+        for (int t = 0; t < g->T; t++) { /* a tree row's position: committed length + depth (backend.h) */
+            int pos = g->J.tree_depth ? g->J.na + g->J.tree_depth[t] : g->pos0 + t;
+            size_t r = (size_t)(g->off + t);
+            norm_rope(s->q + r * nh * hd, nh, hd, L->q_norm, c->eps, g->rope, pos);
+            norm_rope(s->k + r * kvd, nkv, hd, L->k_norm, c->eps, g->rope, pos);
+        }
     }
     if (c->v_norm)
         for (size_t i = 0; i < (size_t)T * nkv; i++) rmsnorm(s->v + i * hd, s->v + i * hd, NULL, hd, c->eps);
-    if (kc) kv_store(kc, vc, s, T, pos0, n_ctx, J.ring, nkv, hd);
-    J.out = s->att, J.q = s->q, J.nh = nh, J.nkv = nkv, J.hd = hd, J.scale = c->attn_scale;
-    J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
-    at_run(tp, &J, T);
+    for (int i = 0; i < n_seg; i++) {
+        const ly_seg *g = &sg[i];
+        size_t r = (size_t)g->off;
+        if (g->kc) kv_store(g->kc, g->vc, s->k + r * kvd, s->v + r * kvd, g->T, g->pos0, g->n_ctx, g->J.ring, nkv, hd);
+        at_job J = g->J;
+        J.out = s->att + r * nh * hd, J.q = s->q + r * nh * hd, J.nh = nh, J.nkv = nkv, J.hd = hd;
+        J.scale = c->attn_scale, J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
+        at_run(tp, &J, g->T);
+    }
     attn_out(tp, s, L, c, T);
     if (c->g4_moe) g4_moe(tp, s, L, c, T);
     else if (L->experts) moe(tp, s, L, c, T);
@@ -715,56 +747,97 @@ static void softcap(float *l, size_t n, float cap) {
     for (size_t i = 0; i < n; i++) l[i] = tanhf(l[i] / cap) * cap;
 }
 
-/* Rows [r0, r0+T) of batch b, at positions q->len.. */
-static void forward_chunk(cpu_seq *q, const be_batch *b, int r0, int T) {
-    const mdl_model *m = q->m;
+/* Rows [r0, r0+T) of sequence q's batch b, at positions q->len.. (one part
+ * of a pass through the layers). */
+typedef struct {
+    cpu_seq *q;
+    const be_batch *b;
+    int r0, T;
+} cpu_part;
+
+/* One pass through the layers over the rows of n parts (at most CHUNK rows
+ * in all; several parts: sequences of one model without recurrent layers or
+ * tree batches, cpu_forward_multi), in s (the first part's scratch: the
+ * backend runs one pass at a time). Each part's rows are computed as a
+ * forward of that sequence alone computes them (layer). */
+static void forward_parts(const cpu_part *p, int n) {
+    cpu_seq *q0 = p[0].q;
+    const mdl_model *m = q0->m;
     const cfg_model *c = &m->cfg;
-    int H = c->hidden;
-    scratch *s = &q->s;
-    int pos0 = q->len;
-    embed_rows(s->x, m, b->tokens + r0, T);
-    if (c->ple) ple_inputs(q->tp, s, m, b->tokens + r0, T);
+    int H = c->hidden, T = 0, off[CHUNK];
+    scratch *s = &q0->s;
+    int32_t tok[CHUNK];
+    for (int i = 0; i < n; i++) {
+        off[i] = T;
+        memcpy(tok + T, p[i].b->tokens + p[i].r0, sizeof(int32_t) * (size_t)p[i].T);
+        T += p[i].T;
+    }
+    embed_rows(s->x, m, tok, T);
+    if (c->ple) ple_inputs(q0->tp, s, m, tok, T);
+    ly_seg sg[CHUNK];
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows, hd = cfg_head_dim(c, l);
-        const rope_table *rope = c->arch == CFG_GEMMA4 && !c->sliding_layer[l] ? &q->rope_full : &q->rope;
-        float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
-        /* keys: the cache, positions 0..pos0+t for row t (causal; a sliding
-         * layer the last window of them) */
-        at_job J = {.Ka = kc, .Va = vc, .na = pos0, .causal = 1, .a_head = (size_t)rows * hd, .a_row = (size_t)hd,
-                    .ring = ring};
-        if (q->tree) { /* keys: the committed rows, then the row's ancestors (attention.h) */
-            J.na = q->fwd_len;
-            J.tree_depth = q->tree_depth + r0;
-            J.tree_anc = q->tree_anc + (size_t)r0 * BE_KEEP_ROWS;
-            J.tree_stride = BE_KEEP_ROWS;
+        int hd = cfg_head_dim(c, l);
+        for (int i = 0; i < n; i++) {
+            cpu_seq *q = p[i].q;
+            int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows;
+            float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
+            /* keys: the cache, positions 0..pos0+t for row t (causal; a
+             * sliding layer the last window of them) */
+            sg[i] = (ly_seg){.off = off[i], .T = p[i].T, .pos0 = q->len, .kc = kc, .vc = vc, .n_ctx = rows,
+                             .rope = c->arch == CFG_GEMMA4 && !c->sliding_layer[l] ? &q->rope_full : &q->rope,
+                             .dn = q->dn,
+                             .J = {.Ka = kc, .Va = vc, .na = q->len, .causal = 1, .a_head = (size_t)rows * hd,
+                                   .a_row = (size_t)hd, .ring = ring}};
+            if (q->tree) { /* keys: the committed rows, then the row's ancestors (attention.h) */
+                sg[i].J.na = q->fwd_len;
+                sg[i].J.tree_depth = q->tree_depth + p[i].r0;
+                sg[i].J.tree_anc = q->tree_anc + (size_t)p[i].r0 * BE_KEEP_ROWS;
+                sg[i].J.tree_stride = BE_KEEP_ROWS;
+            }
         }
-        layer(q->tp, s, L, l, c, rope, pos0, T, J, kc, vc, rows, q->dn);
-        for (int i = 0; i < b->n_taps; i++)
-            if (b->tap_layers[i] == l)
-                for (int t = 0; t < T; t++)
-                    memcpy(q->taps + ((size_t)(r0 + t) * b->n_taps + i) * H, s->x + (size_t)t * H,
-                           sizeof(float) * H);
+        layer(q0->tp, s, L, l, c, sg, n, T);
+        for (int i = 0; i < n; i++) {
+            const be_batch *b = p[i].b;
+            for (int k = 0; k < b->n_taps; k++)
+                if (b->tap_layers[k] == l)
+                    for (int t = 0; t < p[i].T; t++)
+                        memcpy(p[i].q->taps + ((size_t)(p[i].r0 + t) * b->n_taps + k) * H,
+                               s->x + (size_t)(off[i] + t) * H, sizeof(float) * H);
+        }
     }
-    if (b->keep_rows) rmsnorm_rows(q->kept + (size_t)r0 * H, s->x, m->final_norm, T, H, c->eps);
-    /* logits for the rows of this chunk that are among the last n_logits */
-    int first = b->T - b->n_logits; /* batch row of logits row 0 */
-    int a = r0 > first ? r0 : first, e = r0 + T;
-    if (a < e) {
-        int n = e - a;
-        rmsnorm_rows(s->xn, s->x + (size_t)(a - r0) * H, m->final_norm, n, H, c->eps);
-        kn_matmul(q->tp, b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, n);
-        softcap(b->logits + (size_t)(a - first) * c->vocab, (size_t)n * c->vocab, c->softcap);
+    for (int i = 0; i < n; i++) {
+        cpu_seq *q = p[i].q;
+        const be_batch *b = p[i].b;
+        int r0 = p[i].r0;
+        const float *x = s->x + (size_t)off[i] * H;
+        if (b->keep_rows) rmsnorm_rows(q->kept + (size_t)r0 * H, x, m->final_norm, p[i].T, H, c->eps);
+        /* logits for the rows of this part that are among the last n_logits */
+        int first = b->T - b->n_logits; /* batch row of logits row 0 */
+        int a = r0 > first ? r0 : first, e = r0 + p[i].T;
+        if (a < e) {
+            int nl = e - a;
+            rmsnorm_rows(s->xn, x + (size_t)(a - r0) * H, m->final_norm, nl, H, c->eps);
+            kn_matmul(q->tp, b->logits + (size_t)(a - first) * c->vocab, s->xn, &m->lm_head, nl);
+            softcap(b->logits + (size_t)(a - first) * c->vocab, (size_t)nl * c->vocab, c->softcap);
+        }
+        if (q->dn) dn_advance(q->dn, p[i].T);
+        q->len += p[i].T;
+        if (q->len > q->hw) q->hw = q->len;
     }
-    if (q->dn) dn_advance(q->dn, T);
-    q->len += T;
-    if (q->len > q->hw) q->hw = q->len;
 }
 
-static int cpu_forward(void *st, const be_batch *b) {
-    cpu_seq *q = st;
+/* The checks and the per-forward state of sequence q before batch b runs
+ * (the tree rule, the taps' room); -1 + error, q unchanged, if b is refused. */
+static int forward_begin(cpu_seq *q, const be_batch *b) {
     const cfg_model *c = &q->m->cfg;
     if (be_check_batch(b, c, q->len, q->n_ctx) != 0) return -1;
+    if (b->tree_parent && (q->dn || c->n_sliding_layers)) {
+        dfl_seterr("forward: tree verification needs full attention in every layer; this %s model has %s "
+                   "(use the chain: --tree 0)", c->arch_name,
+                   q->dn ? "recurrent (Gated DeltaNet) layers" : "sliding-window layers");
+        return -1;
+    }
     if (b->n_taps > q->cap_taps) {
         free(q->taps);
         q->taps = dfl_malloc64(sizeof(float) * BE_MAX_ROWS * (size_t)b->n_taps * c->hidden);
@@ -772,12 +845,6 @@ static int cpu_forward(void *st, const be_batch *b) {
     }
     q->tree = 0;
     if (b->tree_parent) { /* backend.h's tree rule */
-        if (q->dn || c->n_sliding_layers) {
-            dfl_seterr("forward: tree verification needs full attention in every layer; this %s model has %s "
-                       "(use the chain: --tree 0)", c->arch_name,
-                       q->dn ? "recurrent (Gated DeltaNet) layers" : "sliding-window layers");
-            return -1;
-        }
         for (int t = 0; t < b->T; t++) {
             int p = b->tree_parent[t], d = p < 0 ? 0 : q->tree_depth[p] + 1;
             q->tree_parent[t] = p;
@@ -794,6 +861,12 @@ static int cpu_forward(void *st, const be_batch *b) {
     q->tap_rows = b->n_taps ? b->T : 0;
     q->n_taps = b->n_taps;
     for (int i = 0; i < b->n_taps; i++) q->tap_layers[i] = b->tap_layers[i];
+    return 0;
+}
+
+static int cpu_forward(void *st, const be_batch *b) {
+    cpu_seq *q = st;
+    if (forward_begin(q, b) != 0) return -1;
     /* recurrent states: snapshot at row s0 (deltanet.h), chunks cut there */
     int s0 = b->T > DN_KEEP ? b->T - DN_KEEP : 0;
     if (q->dn && s0 > 0) dn_forget(q->dn);
@@ -801,10 +874,58 @@ static int cpu_forward(void *st, const be_batch *b) {
         int n = b->T - r0 < CHUNK ? b->T - r0 : CHUNK;
         if (r0 < s0 && r0 + n > s0) n = s0 - r0;
         if (q->dn && r0 == s0) dn_snapshot(q->dn, q->len);
-        forward_chunk(q, b, r0, n);
+        forward_parts(&(cpu_part){.q = q, .b = b, .r0 = r0, .T = n}, 1);
         r0 += n;
     }
     if (b->keep_rows) q->n_kept = b->T;
+    return 0;
+}
+
+/* be_ops.forward_multi: the batches of n sequences in passes of up to CHUNK
+ * rows, each pass taking the next rows of every sequence that has rows left
+ * (a sequence's rows stay in order, so its keys are in place before its later
+ * rows attend to them). Refused (nothing run) for a model with recurrent
+ * layers (their snapshots are cut per forward), a tree batch, sequences of
+ * different models or a sequence given twice. */
+static int cpu_forward_multi(void *const *sts, const be_batch *bs, int n) {
+    if (n < 1 || n > BE_MAX_SEQS) {
+        dfl_seterr("forward_multi: %d sequences (1..%d)", n, BE_MAX_SEQS);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const cpu_seq *q = sts[i];
+        if (q->dn || bs[i].tree_parent || q->m != ((const cpu_seq *)sts[0])->m) {
+            dfl_seterr("forward_multi: sequence %d: %s", i,
+                       q->dn ? "recurrent layers" : bs[i].tree_parent ? "a tree batch" : "another model");
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (sts[k] == sts[i]) {
+                dfl_seterr("forward_multi: sequence %d given twice", i);
+                return -1;
+            }
+        if (be_check_batch(&bs[i], &q->m->cfg, q->len, q->n_ctx) != 0) {
+            dfl_preferr("forward_multi: sequence %d", i);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) forward_begin(sts[i], &bs[i]); /* checked above: cannot fail */
+    int done[BE_MAX_SEQS] = {0}, left = n;
+    while (left > 0) {
+        cpu_part p[CHUNK];
+        int np = 0, rows = 0;
+        for (int i = 0; i < n && rows < CHUNK; i++) {
+            int k = bs[i].T - done[i] < CHUNK - rows ? bs[i].T - done[i] : CHUNK - rows;
+            if (k <= 0) continue;
+            p[np++] = (cpu_part){.q = sts[i], .b = &bs[i], .r0 = done[i], .T = k};
+            rows += k;
+            done[i] += k;
+            left -= done[i] == bs[i].T;
+        }
+        forward_parts(p, np);
+    }
+    for (int i = 0; i < n; i++)
+        if (bs[i].keep_rows) ((cpu_seq *)sts[i])->n_kept = bs[i].T;
     return 0;
 }
 
@@ -890,6 +1011,55 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
             if (r0 == 0 || l[i] > best[j]) { /* ties keep the earlier index */
                 best[j] = l[i];
                 out[j] = r0 + i;
+            }
+        }
+    }
+    return 0;
+}
+
+/* be_ops.argmax_multi: cpu_argmax's slices and comparisons over the kept
+ * rows of several sequences, gathered CHUNK rows at a time into the first
+ * sequence's scratch (xn), so each pass over the lm_head serves them all; a
+ * row's logits are the same bits in any company (kn_matmul is batch-
+ * invariant), so each out[] is what cpu_argmax gives. */
+static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int32_t *const *out, int ns) {
+    cpu_seq *q0 = sts[0];
+    const mdl_model *m = q0->m;
+    int H = m->cfg.hidden;
+    for (int i = 0; i < ns; i++) {
+        const cpu_seq *q = sts[i];
+        if (q->m != m) {
+            dfl_seterr("argmax_multi: sequence %d is of another model", i);
+            return -1;
+        }
+        if (check_kept(q, row[i], n[i], "argmax") != 0) return -1;
+    }
+    const wt_weight *w = &m->lm_head;
+    int si = 0, sj = 0; /* the next row to gather: sequence si, its row sj */
+    while (si < ns) {
+        int32_t *dst[CHUNK];
+        int R = 0;
+        for (; si < ns && R < CHUNK; sj = 0, si++) {
+            const cpu_seq *q = sts[si];
+            for (; sj < n[si] && R < CHUNK; sj++, R++) {
+                memcpy(q0->s.xn + (size_t)R * H, q->kept + (size_t)(row[si] + sj) * H, sizeof(float) * (size_t)H);
+                dst[R] = out[si] + sj;
+            }
+            if (sj < n[si]) break; /* this pass is full: go on in this sequence */
+        }
+        float best[CHUNK];
+        for (int r0 = 0; r0 < w->rows; r0 += ARGMAX_SLICE) {
+            int nr = w->rows - r0 < ARGMAX_SLICE ? w->rows - r0 : ARGMAX_SLICE;
+            wt_weight v = kn_row_view(w, r0, nr);
+            kn_matmul(q0->tp, q0->slice, q0->s.xn, &v, R);
+            softcap(q0->slice, (size_t)R * nr, m->cfg.softcap);
+            for (int j = 0; j < R; j++) {
+                const float *l = q0->slice + (size_t)j * nr;
+                int i = smp_argmax(l, nr);
+                if (r0 == 0 || l[i] > best[j]) {
+                    best[j] = l[i];
+                    *dst[j] = r0 + i;
+                }
             }
         }
     }
@@ -1057,8 +1227,8 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
             kn_matmul_n(q->tp, ys, q->c, ws, 2, T);
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
-            kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, &q->s, T, pos0, q->n_ctx,
-                     0, nkv, hd);
+            kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, q->s.k, q->s.v, T, pos0,
+                     q->n_ctx, 0, nkv, hd);
         }
         q->len += T;
     }
@@ -1176,7 +1346,8 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd, .Kb = s->k,
                     .Vb = s->v, .na = pos0, .nb = B, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd,
                     .b_head = (size_t)hd, .b_row = (size_t)kvd};
-        layer(q->tp, s, L, l, c, &q->rope, pos0, B, J, NULL, NULL, q->n_ctx, NULL);
+        ly_seg g = {.off = 0, .T = B, .pos0 = pos0, .J = J, .n_ctx = q->n_ctx, .rope = &q->rope};
+        layer(q->tp, s, L, l, c, &g, 1, B);
     }
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
@@ -1320,10 +1491,12 @@ const be_ops be_cpu = {
     .create = cpu_create,
     .destroy = cpu_destroy,
     .forward = cpu_forward,
+    .forward_multi = cpu_forward_multi,
     .length = cpu_length,
     .truncate = cpu_truncate,
     .logits = cpu_logits,
     .argmax = cpu_argmax,
+    .argmax_multi = cpu_argmax_multi,
     .taps = cpu_taps,
     .tree_commit = cpu_tree_commit,
     .draft_create = cpu_draft_create,

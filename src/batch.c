@@ -1,0 +1,200 @@
+/* batch.c - the forward scheduler of batch.h. */
+#include "batch.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* One sequence's waiting forward or argmax (on its caller's stack). */
+typedef struct bat_req {
+    void *st;
+    const be_batch *batch; /* a forward; NULL: an argmax of kept rows row..row+n-1 into out */
+    int row, n;
+    int32_t *out;
+    int rc, done;
+    char err[512];       /* the error of a failed forward (rc -1) */
+    struct bat_req *next;
+} bat_req;
+
+struct bat_sched {
+    const be_ops *be;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;   /* for the waiting requests: a step finished, or one can run (a sequence left, the
+                            backend was released) */
+    pthread_cond_t lk;   /* for bat_lock: the backend was released */
+    int busy;            /* a thread is using the backend */
+    int n_pending;       /* requests in pending, not yet taken by a step */
+    bat_req *pending;
+    bat_counts c;        /* c.active: sequences between bat_enter and bat_leave */
+};
+
+bat_sched *bat_new(const be_ops *be) {
+    bat_sched *b = dfl_calloc(1, sizeof *b);
+    b->be = be;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    pthread_cond_init(&b->lk, NULL);
+    return b;
+}
+
+void bat_free(bat_sched *b) {
+    if (!b) return;
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    pthread_cond_destroy(&b->lk);
+    free(b);
+}
+
+void bat_enter(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->c.active++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* A step can run: something waits, every running generation waits, nobody
+ * holds the backend (b->mu held). */
+static int step_ready(const bat_sched *b) { return !b->busy && b->n_pending > 0 && b->n_pending >= b->c.active; }
+
+/* The backend was released (b->mu held): a bat_lock waiter, and the
+ * waiting requests if a step can run now. Only these are woken: waking
+ * every waiting thread at each change costs a context switch per thread on
+ * a busy machine. */
+static void released(bat_sched *b) {
+    pthread_cond_signal(&b->lk);
+    if (step_ready(b)) pthread_cond_broadcast(&b->cv);
+}
+
+void bat_leave(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->c.active--;
+    if (step_ready(b)) pthread_cond_broadcast(&b->cv); /* the waiting sequences may be all there is now */
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_lock(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
+    b->busy = 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_unlock(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->busy = 0;
+    released(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_stats(bat_sched *b, bat_counts *out) {
+    pthread_mutex_lock(&b->mu);
+    *out = b->c;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* The argmaxes of one step: one argmax_multi (rows of several sequences
+ * through one pass over the lm_head), else one by one. */
+static void run_argmax(bat_sched *b, bat_req **r, int n) {
+    int rc = -1;
+    if (n > 1 && b->be->argmax_multi) {
+        void *sts[BE_MAX_SEQS];
+        int row[BE_MAX_SEQS], cnt[BE_MAX_SEQS];
+        int32_t *out[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++) sts[i] = r[i]->st, row[i] = r[i]->row, cnt[i] = r[i]->n, out[i] = r[i]->out;
+        rc = b->be->argmax_multi(sts, row, cnt, out, n);
+        if (rc == 0)
+            for (int i = 0; i < n; i++) r[i]->rc = 0;
+    }
+    if (rc != 0)
+        for (int i = 0; i < n; i++) {
+            r[i]->rc = b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
+            if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+        }
+}
+
+/* Run the forwards of one step (the backend held, b->mu not). */
+static void run_forward(bat_sched *b, bat_req **r, int n) {
+    if (n == 0) return;
+    int rc = -1;
+    if (n > 1 && b->be->forward_multi) {
+        void *sts[BE_MAX_SEQS];
+        be_batch bs[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++) {
+            sts[i] = r[i]->st;
+            bs[i] = *r[i]->batch;
+        }
+        rc = b->be->forward_multi(sts, bs, n);
+        if (rc == 0)
+            for (int i = 0; i < n; i++) r[i]->rc = 0;
+    }
+    if (rc != 0) /* one by one: each its own result */
+        for (int i = 0; i < n; i++) {
+            r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
+            if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+        }
+}
+
+/* Queue *me and wait until a step (run by whichever waiting thread finds
+ * every running generation waiting) has done it. */
+static int bat_wait(bat_sched *b, bat_req *req) {
+    bat_req me_ = *req, *me = &me_;
+    pthread_mutex_lock(&b->mu);
+    me->next = b->pending;
+    b->pending = me;
+    b->n_pending++; /* no wake-up: if this completes the step, this thread runs it */
+    while (!me->done) {
+        if (!step_ready(b)) {
+            pthread_cond_wait(&b->cv, &b->mu);
+            continue;
+        }
+        /* every sequence inside a generation waits: this thread runs the step */
+        bat_req *r[BE_MAX_SEQS];
+        int n = 0;
+        while (b->pending && n < BE_MAX_SEQS) { /* oldest first */
+            bat_req **pp = &b->pending;
+            while ((*pp)->next) pp = &(*pp)->next;
+            r[n++] = *pp;
+            *pp = NULL;
+        }
+        b->n_pending -= n;
+        b->busy = 1;
+        pthread_mutex_unlock(&b->mu);
+        bat_req *fw[BE_MAX_SEQS], *am[BE_MAX_SEQS];
+        int nf = 0, na = 0, rows = 0;
+        for (int i = 0; i < n; i++) {
+            if (r[i]->batch) {
+                fw[nf++] = r[i];
+                rows += r[i]->batch->T;
+            } else {
+                am[na++] = r[i];
+            }
+        }
+        run_forward(b, fw, nf);
+        if (na) run_argmax(b, am, na);
+        pthread_mutex_lock(&b->mu);
+        b->busy = 0;
+        if (nf) {
+            b->c.steps++;
+            b->c.seq_steps += nf;
+            b->c.rows += rows;
+            b->c.last_batch = nf;
+            if (nf > b->c.max_batch) b->c.max_batch = nf;
+        }
+        for (int i = 0; i < n; i++) r[i]->done = 1;
+        pthread_cond_broadcast(&b->cv); /* this step's requests */
+        released(b);
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (me->rc != 0) dfl_seterr("%s", me->err);
+    return me->rc;
+}
+
+int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
+    return bat_wait(b, &(bat_req){.st = st, .batch = batch});
+}
+
+int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out) {
+    return bat_wait(b, &(bat_req){.st = st, .row = row, .n = n, .out = out});
+}

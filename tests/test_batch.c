@@ -1,0 +1,396 @@
+/* test_batch.c - several sequences of one model (dflash_seq_new) and the
+ * batched target forward under them (be_ops.forward_multi, batch.h).
+ *
+ *   forward_multi_rows  the CPU backend's forward_multi over sequences with
+ *                       prefills of different lengths (one longer than a
+ *                       pass), then decode / verify batches of 1..16 rows:
+ *                       every sequence's logits, taps and argmax are
+ *                       bit-identical to the same forwards run alone
+ *                       (argmax_multi's ids to argmax's); a tree
+ *                       batch and a sequence given twice are refused with
+ *                       nothing run
+ *   forward_multi_families  the same (no refusals) on the tiny checkpoints
+ *                       of the other layer kinds: gpt-oss and Gemma-4
+ *                       sliding rings (wrapped), Gemma-4 kv / MoE, Qwen3-MoE,
+ *                       Llama-3
+ *   seqs_concurrent     the model and four sequences generating at once on
+ *                       five threads (greedy and sampled with a seed, DFlash
+ *                       on and off, a ranked draft vocabulary (the gathered
+ *                       draft head) chained and in a tree, logprobs, a
+ *                       grammar, an auto tree whose tree batches run alone,
+ *                       a generation stopped by its callback): each gives
+ *                       the tokens (and log-probabilities) it gives alone,
+ *                       and the steps were shared (the most sequences in
+ *                       one step >= 2)
+ *   seq_errors          a sequence of a tokenizer-only model is refused; a
+ *                       sequence's bad request fails with its own error while
+ *                       the others generate
+ *
+ * Uses the shipped demo pair and tests/models' tiny checkpoints. DFLASH_FAST (and
+ * the sanitizers' builds): fewer steps, two tiny checkpoints, one concurrent
+ * round of 24 tokens. make tsan runs it under ThreadSanitizer, where the
+ * forward_multi tests are skipped (one caller thread). */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "check.h"
+#include "demo_pair.h"
+
+/* ---- the backend: forward_multi against forward ------------------------- */
+
+enum { NSEQ = 4, NTAPS = 3, NSTEPS = 9, NSTEPS_FAST = 3 };
+
+typedef struct {
+    void *st;
+    float *logits, *taps;
+    int32_t ids[64];
+} fw_out;
+
+/* forward of tok[0..T) on each sequence: alone (multi 0) or in one
+ * forward_multi; logits of every row (a prefill: n_logits = T) or kept rows
+ * (keep: logits() and argmax() afterwards), taps of every row at taps[NTAPS]. */
+static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const int *T, int keep, int multi,
+                    const int *taps) {
+    be_batch bs[NSEQ];
+    void *sts[NSEQ];
+    size_t V = (size_t)t->V, H = (size_t)t->tm.cfg.hidden;
+    for (int i = 0; i < NSEQ; i++) {
+        free(o[i].logits);
+        free(o[i].taps);
+        o[i].logits = malloc(sizeof(float) * V * (size_t)T[i]);
+        o[i].taps = malloc(sizeof(float) * H * NTAPS * (size_t)T[i]);
+        bs[i] = (be_batch){.T = T[i], .tokens = tok[i], .n_logits = keep ? 0 : T[i], .logits = o[i].logits,
+                           .n_taps = NTAPS, .tap_layers = taps, .keep_rows = keep};
+        sts[i] = o[i].st;
+    }
+    if (multi) {
+        if (be_cpu.forward_multi(sts, bs, NSEQ) != 0) return -1;
+    } else {
+        for (int i = 0; i < NSEQ; i++)
+            if (be_cpu.forward(sts[i], &bs[i]) != 0) return -1;
+    }
+    int row[NSEQ] = {0};
+    int32_t *ids[NSEQ];
+    for (int i = 0; i < NSEQ; i++) {
+        ids[i] = o[i].ids;
+        if (be_cpu.taps(sts[i], 0, T[i], o[i].taps) != 0) return -1;
+        if (keep && be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0) return -1;
+        if (keep && !multi && be_cpu.argmax(sts[i], 0, T[i], o[i].ids) != 0) return -1;
+    }
+    /* the argmaxes of all sequences' kept rows in one pass over the lm_head */
+    if (keep && multi && be_cpu.argmax_multi(sts, row, T, ids, NSEQ) != 0) return -1;
+    return 0;
+}
+
+/* forward_multi against forward on t's model (name: for the messages):
+ * four sequences with prefills of 5, 45 (more than one 32-row pass; 90 for a
+ * vocabulary up to 64K: three passes, past a 72-row sliding ring), 17 and 3
+ * tokens, then NSTEPS steps of verify-sized batches, each rolled back by
+ * half its rows as a rejected draft is (NSTEPS_FAST with DFLASH_FAST);
+ * every sequence's logits, taps, argmax and length as alone. refusals: then
+ * a tree batch and a sequence given twice are refused with nothing run. */
+static void multi_rows(demo_target *t, const char *name, int refusals) {
+    const cfg_model *c = &t->tm.cfg;
+    const int taps[NTAPS] = {0, c->n_layers / 2, c->n_layers - 1};
+    size_t V = (size_t)t->V, H = (size_t)c->hidden;
+    fw_out alone[NSEQ] = {{0}}, multi[NSEQ] = {{0}};
+    for (int i = 0; i < NSEQ; i++) {
+        alone[i].st = be_cpu.create(t->bi, &t->tm, 1024);
+        multi[i].st = be_cpu.create(t->bi, &t->tm, 1024);
+    }
+    const int pre[NSEQ] = {5, t->V > 65536 ? 45 : 90, 17, 3};
+    static const int steps[3][NSEQ] = {{1, 4, 16, 2}, {8, 1, 1, 1}, {3, 16, 5, 1}};
+    int32_t tok[NSEQ][96];
+    const int32_t *tp[NSEQ];
+    int bad = 0;
+    int nsteps = fast ? NSTEPS_FAST : NSTEPS;
+    for (int s = -1; s < nsteps && !bad; s++) {
+        int T[NSEQ];
+        for (int i = 0; i < NSEQ; i++) {
+            T[i] = s < 0 ? pre[i] : steps[s % 3][i];
+            for (int r = 0; r < T[i]; r++)
+                tok[i][r] = (int32_t)((1000u + 7919u * (unsigned)((i + 1) * (r + 3 + 11 * (s + 1)))) % (unsigned)t->V);
+            tp[i] = tok[i];
+        }
+        int keep = s >= 0;
+        int ra = run_step(t, alone, tp, T, keep, 0, taps), rm = run_step(t, multi, tp, T, keep, 1, taps);
+        CHECK(ra == 0 && rm == 0, "%s step %d: forward %d, forward_multi %d: %s", name, s, ra, rm, dfl_lasterr());
+        if (ra || rm) break;
+        for (int i = 0; i < NSEQ; i++) {
+            int la = be_cpu.length(alone[i].st), lm = be_cpu.length(multi[i].st);
+            int same = la == lm && !memcmp(alone[i].logits, multi[i].logits, sizeof(float) * V * (size_t)T[i]) &&
+                       !memcmp(alone[i].taps, multi[i].taps, sizeof(float) * H * NTAPS * (size_t)T[i]) &&
+                       (!keep || !memcmp(alone[i].ids, multi[i].ids, sizeof(int32_t) * (size_t)T[i]));
+            CHECK(same, "%s step %d seq %d (length %d vs %d alone): logits, taps or argmax differ from the forward alone",
+                  name, s, i, lm, la);
+            bad |= !same;
+        }
+        /* roll back part of the verify, as a rejected draft does */
+        for (int i = 0; keep && i < NSEQ; i++) {
+            int len = be_cpu.length(alone[i].st) - T[i] / 2;
+            be_cpu.truncate(alone[i].st, len);
+            be_cpu.truncate(multi[i].st, len);
+        }
+    }
+    if (refusals) { /* nothing runs */
+        int32_t one = 42;
+        int parent = -1;
+        void *sts[2] = {multi[0].st, multi[1].st};
+        be_batch bs[2] = {{.T = 1, .tokens = &one}, {.T = 1, .tokens = &one, .tree_parent = &parent}};
+        int len0 = be_cpu.length(sts[0]);
+        CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "tree"), "a tree batch: %s",
+              dfl_lasterr());
+        sts[1] = sts[0];
+        bs[1].tree_parent = NULL;
+        CHECK(be_cpu.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "twice"), "the same sequence twice: %s",
+              dfl_lasterr());
+        CHECK(be_cpu.length(sts[0]) == len0, "a refused forward_multi moved the length %d -> %d", len0,
+              be_cpu.length(sts[0]));
+    }
+    for (int i = 0; i < NSEQ; i++) {
+        be_cpu.destroy(alone[i].st);
+        be_cpu.destroy(multi[i].st);
+        free(alone[i].logits);
+        free(alone[i].taps);
+        free(multi[i].logits);
+        free(multi[i].taps);
+    }
+}
+
+/* Under ThreadSanitizer the forward_multi tests are skipped: one caller
+ * thread (the worker pool is test_threads'), several minutes there; the
+ * release and ASan runs keep them. */
+#if defined(__SANITIZE_THREAD__)
+enum { MULTI_ROWS = 0 };
+#else
+enum { MULTI_ROWS = 1 };
+#endif
+
+TEST(forward_multi_rows) {
+    if (!MULTI_ROWS) return;
+    demo_target t;
+    if (target_open(&t) != 0) return;
+    CHECK(be_cpu.forward_multi != NULL, "the CPU backend has no forward_multi");
+    if (be_cpu.forward_multi) multi_rows(&t, "demo target", 1);
+    target_close(&t);
+}
+
+/* The layer kinds forward_multi runs beside the demo's Qwen3: sliding
+ * windows in rings (gpt-oss, Gemma-4: window 8, ring 72 rows, wrapped), attention
+ * sinks and biases, MoE experts (Qwen3-MoE, Gemma-4's MoE block), Gemma-4's
+ * per-layer inputs, wide heads and k = v, Llama-3's RoPE scaling. */
+TEST(forward_multi_families) {
+    static const char *const dirs[] = {"tests/models/tiny-gptoss",     "tests/models/tiny-gemma4",
+                                       "tests/models/tiny-gemma4-kv",  "tests/models/tiny-gemma4-moe",
+                                       "tests/models/tiny-qwen3moe",   "tests/models/tiny-llama3"};
+    if (!MULTI_ROWS || !be_cpu.forward_multi) return;
+    size_t nd = fast ? 2 : sizeof dirs / sizeof dirs[0]; /* DFLASH_FAST: the two with rings */
+    for (size_t d = 0; d < nd; d++) {
+        demo_target t = {0};
+        if (mdl_load(&t.tm, rpath(dirs[d])) != 0) {
+            CHECK(0, "mdl_load %s: %s (make unpack)", dirs[d], dfl_lasterr());
+            continue;
+        }
+        be_options bo = {.n_threads = 0};
+        t.bi = be_cpu.open(&bo);
+        int ok = t.bi && be_cpu.prepare(t.bi, &t.tm) == 0;
+        CHECK(ok, "%s: backend: %s", dirs[d], dfl_lasterr());
+        t.V = t.tm.cfg.vocab;
+        if (ok) multi_rows(&t, dirs[d], 0);
+        if (ok) be_cpu.release(t.bi, &t.tm);
+        if (t.bi) be_cpu.close(t.bi);
+        mdl_free(&t.tm);
+    }
+}
+
+/* ---- sequences on threads ------------------------------------------------ */
+
+enum { NJOBS = 5, N_PREDICT = 48, N_PREDICT_FAST = 24 };
+
+typedef struct {
+    dflash_model *m;  /* the model's own sequence (seq NULL) */
+    dflash_seq *seq;
+    int prompt;
+    dflash_gen g;
+    int stop_after;   /* > 0: the callback stops the generation after this many tokens */
+    int n_cb;
+    pthread_barrier_t *start;
+    int32_t *out;
+    size_t n;
+    lp_log lps;
+    int rc;
+    char err[256];
+} job;
+
+static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
+    job *j = ud;
+    (void)id, (void)text, (void)len;
+    return j->stop_after > 0 && ++j->n_cb >= j->stop_after;
+}
+
+static int job_on_lp(void *ud, const dflash_logprob *lp) { return on_lp(&((job *)ud)->lps, lp); }
+
+static void job_run(job *j) {
+    j->n_cb = 0;
+    j->lps.n = 0;
+    free(j->out);
+    j->out = NULL;
+    if (j->g.on_logprob) j->g.on_logprob = job_on_lp;
+    j->rc = j->seq ? dflash_seq_generate(j->seq, prompt[j->prompt], prompt_len[j->prompt], &j->g, job_on_token, j,
+                                         &j->out, &j->n, NULL)
+                   : dflash_generate(j->m, prompt[j->prompt], prompt_len[j->prompt], &j->g, job_on_token, j, &j->out,
+                                     &j->n, NULL);
+    if (j->rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
+}
+
+static void *job_thread(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->start);
+    job_run(j);
+    return NULL;
+}
+
+static const char *const texts[] = {"Solve for x: 3x + 5 = 20.", "Evaluate 44 * 9 - 30.",
+                                    "Write a haiku about the sea.", "List three prime numbers."};
+
+/* the jobs' settings: greedy DFlash drafting over the 2000 most frequent
+ * ids (the gathered draft head, --draft-vocab freq:2000); greedy plain;
+ * sampled DFlash with logprobs; sampled plain with a grammar; greedy DFlash
+ * with an auto tree over every ranked id, stopped by its callback */
+static void job_settings(job *j) {
+    static char rank[600]; /* read by the jobs' threads: written once, before any */
+    if (!rank[0]) snprintf(rank, sizeof rank, "%s/models/demo/target/vocab_rank.txt", root);
+    for (int i = 0; i < NJOBS; i++) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = fast ? N_PREDICT_FAST : N_PREDICT;
+        g.ignore_eos = 1;
+        j[i].prompt = i % n_prompts;
+        j[i].stop_after = 0;
+        if (i == 0) g.draft_vocab = 2000, g.draft_vocab_rank = rank;
+        if (i == 1) g.use_draft = 0;
+        if (i == 2) {
+            g.temp = 0.8f, g.top_k = 40, g.seed = 1234;
+            g.on_logprob = job_on_lp;
+            g.top_logprobs = 3;
+        }
+        if (i == 3) {
+            g.temp = 0.7f, g.seed = 99, g.use_draft = 0;
+            g.grammar = "root ::= [a-z ]+ \".\"";
+            g.ignore_eos = 0;
+        }
+        if (i == 4) {
+            g.tree = -1;
+            g.draft_vocab_rank = rank;
+            j[i].stop_after = 9;
+        }
+        j[i].g = g;
+    }
+}
+
+TEST(seqs_concurrent) {
+    if (!demo) return;
+    dflash_seq *seq[NJOBS] = {NULL};
+    for (int i = 1; i < NJOBS; i++) {
+        seq[i] = dflash_seq_new(demo);
+        CHECK(seq[i] != NULL, "dflash_seq_new: %s", dflash_error());
+        if (!seq[i]) goto out;
+    }
+    job ref[NJOBS] = {{0}}, got[NJOBS] = {{0}};
+    job_settings(ref);
+    job_settings(got);
+    /* alone: each on the model's own sequence, fresh */
+    for (int i = 0; i < NJOBS; i++) {
+        ref[i].m = demo;
+        dflash_reset(demo);
+        job_run(&ref[i]);
+        CHECK(ref[i].rc == 0 && ref[i].n > 0, "job %d alone: %s", i, ref[i].err);
+    }
+    CHECK(ref[4].n == 9, "the callback's stop after 9 tokens gave %zu", ref[4].n);
+    dflash_batch_info b0, b1;
+    dflash_batch_stats(demo, &b0);
+    int rounds = fast ? 1 : 2;
+    for (int r = 0; r < rounds; r++) { /* round 2: the sequences' prompt caches are warm */
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, NJOBS);
+        pthread_t th[NJOBS];
+        for (int i = 0; i < NJOBS; i++) {
+            got[i].m = demo;
+            got[i].seq = seq[i];
+            got[i].start = &start;
+            got[i].prompt = (i + r) % n_prompts; /* another prompt per round: the cache rule under batching */
+            CHECK(pthread_create(&th[i], NULL, job_thread, &got[i]) == 0, "pthread_create");
+        }
+        for (int i = 0; i < NJOBS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < NJOBS; i++) {
+            static job tmp[NJOBS]; /* the same settings, alone on the model's own sequence */
+            job alone = ref[i];    /* the same prompt: ref is that run */
+            if (got[i].prompt != ref[i].prompt) {
+                memset(tmp, 0, sizeof tmp);
+                job_settings(tmp);
+                alone = tmp[i];
+                alone.m = demo;
+                alone.prompt = got[i].prompt;
+                dflash_reset(demo);
+                job_run(&alone);
+            }
+            CHECK(got[i].rc == 0, "round %d job %d: %s", r, i, got[i].err);
+            CHECK(alone.rc == 0 && got[i].n == alone.n && !memcmp(got[i].out, alone.out, sizeof(int32_t) * alone.n),
+                  "round %d job %d (prompt %d): %zu tokens under load differ from the %zu alone", r, i, got[i].prompt,
+                  got[i].n, alone.n);
+            CHECK(same_lps(&got[i].lps, &alone.lps), "round %d job %d: logprobs differ from alone", r, i);
+            if (alone.out != ref[i].out) free(alone.out);
+        }
+    }
+    dflash_batch_stats(demo, &b1);
+    CHECK(b1.active == 0, "%d generations still counted as running", b1.active);
+    CHECK(b1.max_batch >= 2, "no step had two sequences (max %d; %ld steps)", b1.max_batch, b1.steps - b0.steps);
+    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d\n", b1.steps - b0.steps,
+            b1.steps > b0.steps ? (double)(b1.seq_steps - b0.seq_steps) / (double)(b1.steps - b0.steps) : 0.0,
+            b1.max_batch);
+    for (int i = 0; i < NJOBS; i++) {
+        free(ref[i].out);
+        free(got[i].out);
+    }
+out:
+    for (int i = 0; i < NJOBS; i++) dflash_seq_free(seq[i]);
+}
+
+TEST(seq_errors) {
+    dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
+    CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
+    CHECK(tk && !dflash_seq_new(tk) && strstr(dflash_error(), "tokenizer only"), "a tokenizer-only model's sequence: %s",
+          dflash_error());
+    dflash_free(tk);
+    if (!demo) return;
+    dflash_seq *s = dflash_seq_new(demo);
+    CHECK(s != NULL, "dflash_seq_new: %s", dflash_error());
+    if (!s) return;
+    int32_t bad = 1 << 30;
+    dflash_gen g = dflash_default_gen();
+    CHECK(dflash_seq_generate(s, &bad, 1, &g, NULL, NULL, NULL, NULL, NULL) != 0 &&
+              strstr(dflash_error(), "outside the model's vocabulary"),
+          "a bad token: %s", dflash_error());
+    g.n_predict = 8;
+    int32_t *out = NULL;
+    size_t n = 0;
+    CHECK(dflash_seq_generate(s, prompt[0], prompt_len[0], &g, NULL, NULL, &out, &n, NULL) == 0 && n == 8,
+          "after the refusal: %s", dflash_error());
+    free(out);
+    dflash_seq_free(s);
+}
+
+int main(void) {
+    (void)target_logits, (void)refused, (void)dflash_runs; /* demo_pair.h's, used by the other tests */
+    demo_begin();
+#if defined(__SANITIZE_THREAD__)
+    fast = 1; /* one concurrent round: ThreadSanitizer is many times slower */
+#endif
+    if (demo) make_prompts(demo, texts, 4, 4);
+    RUN(forward_multi_rows);
+    RUN(forward_multi_families);
+    RUN(seqs_concurrent);
+    RUN(seq_errors);
+    demo_end();
+    CHECK_DONE("test_batch");
+}
