@@ -589,6 +589,18 @@ typedef struct {
     size_t bytes;
 } cu_model;
 
+/* be_ops.expert_bytes: layer l's routed experts as uploaded (MXFP4 codes
+ * at 4 bits, cw_weight.mx; padding included) */
+static size_t cu_expert_bytes(void *p, const mdl_model *m, int l) {
+    (void)p;
+    const cu_model *cm = (const cu_model *)m->be_data;
+    if (!cm || l < 0 || l >= cm->n_layers || !cm->layers[l].egu) return 0;
+    const cu_layer *L = &cm->layers[l];
+    size_t b = 0;
+    for (int e = 0; e < L->moe; e++) b += cw_bytes(&L->egu[e]) + cw_bytes(&L->edn[e]);
+    return b;
+}
+
 static void cu_release(void *p, mdl_model *m) {
     cu_model *cm = (cu_model *)m->be_data;
     if (!cm) return;
@@ -2262,6 +2274,7 @@ static be_ops make_ops(void) {
     o.prepare = cu_prepare;
     o.release = cu_release;
     o.bandwidth = cu_bandwidth;
+    o.expert_bytes = cu_expert_bytes;
     o.create = cu_create;
     o.destroy = cu_destroy;
     o.forward = cu_forward;
