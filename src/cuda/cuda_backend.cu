@@ -266,11 +266,13 @@ static int cw_split(int rows, int cols_p, int kind) {
     return s;
 }
 
-/* How a GEMM's warps bring in their weights: 1 (the default) the
- * shared-memory ring (cu_ring: 4-8 steps kept in flight by asynchronous
- * copies, the first ones before the PDL wait); 0 (DFLASH_CUDA_GEMM_RING=0)
- * register batches of 4 steps, for comparison. Timing only: the same sums. */
-static int gemm_ring = 1;
+/* How a GEMM's warps bring in their weights: 0 (the default) register
+ * batches of 4 steps (2 for some 4-bit kernels); 1 (DFLASH_CUDA_GEMM_RING=1)
+ * the shared-memory ring (cu_ring: BATCH to 2 BATCH steps kept in flight
+ * by asynchronous copies, the first ones before the PDL wait), for
+ * comparison: its first version was slower on every format
+ * (bench/NOTES.md). Timing only: the same sums. */
+static int gemm_ring = 0;
 /* 1: a GEMM of T > 32 rows is one launch (grid.y); 0: one per 32 rows */
 static int gemm_grid = 1;
 /* quantized dequantization: 1 (default) cu_dequant_prmt, 0 cu_dequant; the
@@ -297,7 +299,7 @@ static int upload_mx = 1;
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
     const char *e = getenv("DFLASH_CUDA_GEMM_RING");
-    gemm_ring = !(e && *e == '0');
+    gemm_ring = e && *e == '1';
     e = getenv("DFLASH_CUDA_GEMM_GRID");
     gemm_grid = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_MX");

@@ -443,7 +443,7 @@ TEST(chunk_edges) {
 }
 
 /* The timing knobs (DFLASH_CUDA_ATT=head|gqa, DFLASH_CUDA_PDL=0,
- * DFLASH_CUDA_GEMM_RING=0, DFLASH_CUDA_GEMM_GRID=0) change schedules only: rows must be the same
+ * DFLASH_CUDA_GEMM_RING=1, DFLASH_CUDA_GEMM_GRID=0) change schedules only: rows must be the same
  * bits as with the defaults. The demo target has key/value heads shared by
  * two query heads: by default its 16-row forwards run the grouped attention
  * kernel and its 1-row forwards the per-head one; the knobs force one or the
@@ -487,7 +487,7 @@ TEST(knobs) {
     knob_run(rel, &a, &V, &H, &kvd);
     setenv("DFLASH_CUDA_ATT", "head", 1);
     setenv("DFLASH_CUDA_PDL", "0", 1);
-    setenv("DFLASH_CUDA_GEMM_RING", "0", 1);
+    setenv("DFLASH_CUDA_GEMM_RING", "1", 1);
     setenv("DFLASH_CUDA_GEMM_GRID", "0", 1);
     setenv("DFLASH_CUDA_GEMM_IQU", "4", 1);
     knob_run(rel, &b, &V, &H, &kvd);
@@ -642,8 +642,8 @@ TEST(gemm_dq) {
     if (bi) be_cuda.close(bi);
 }
 
-/* The shared-memory ring (cu_ring, the default) and the register batches
- * (DFLASH_CUDA_GEMM_RING=0) schedule the same sums: every kernel kind -
+/* The register batches (the default) and the shared-memory ring (cu_ring,
+ * DFLASH_CUDA_GEMM_RING=1) schedule the same sums: every kernel kind -
  * BF16, 8-bit (16-bit scales; both dequantizers), 4-bit dequantized (16-bit
  * and f32 scales), the integer-MMA folds DQ 2..7, MoE experts (BF16 and
  * 4-bit), MXFP4 experts at 4 bits - gives the same logits, taps, K/V and

@@ -207,14 +207,14 @@ for s in $steps; do
         log variants: PDL, graphs, GEMM ring
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
         for b in ${VARIANT_BITS:-0 8}; do
-            for v in "" ${VARIANTS:-DFLASH_CUDA_PDL=0 DFLASH_CUDA_GRAPHS=0 DFLASH_CUDA_GEMM_RING=0}; do
+            for v in "" ${VARIANTS:-DFLASH_CUDA_PDL=0 DFLASH_CUDA_GRAPHS=0 DFLASH_CUDA_GEMM_RING=1}; do
                 echo "== /tmp/s4b-$b ${v:-default}"
                 env $v timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-10} 2>&1 | grep -E "decode T=1|^  16 " | head -3
             done
         done ;;
     ring)
-        # the GEMM's shared-memory ring (default) against the register
-        # batches (DFLASH_CUDA_GEMM_RING=0), alternated, RING_ROUNDS rounds,
+        # the GEMM's shared-memory ring (DFLASH_CUDA_GEMM_RING=1) against
+        # the register batches (the default), alternated, RING_ROUNDS rounds,
         # on the 4B shapes RING_BITS (0 8 4) at depth RING_DEPTH (256)
         log GEMM ring vs register batches
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
