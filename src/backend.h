@@ -157,6 +157,11 @@ typedef struct be_ops {
     /* Memory bandwidth the backend's weights stream from, GB/s, measured now
      * (CPU: parallel read; CUDA: device-to-device copy, read + write bytes). */
     double (*bandwidth)(void *be);
+    /* Optional (NULL: the host's wt_bytes): the bytes of layer l's routed
+     * experts as the backend holds them after prepare (CUDA uploads
+     * MXFP4 experts as 4-bit codes: half the host's 8-bit matrices), for
+     * the bytes-a-token figure; 0 if the layer has none. */
+    size_t (*expert_bytes)(void *be, const mdl_model *m, int l);
 
     /* ---- target sequence ---- */
     void *(*create)(void *be, const mdl_model *m, int n_ctx);

@@ -191,6 +191,27 @@ __device__ __forceinline__ uint4 cu_ld_stream(const void *p) {
     return v;
 }
 
+/* Asynchronous copies global -> shared (sm_80+): 16 bytes bypassing L1
+ * (streamed weights), 8 or 4 bytes through it (scale words); a thread's
+ * copies complete, for that thread, at cp.async.wait_group. */
+__device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cu_cp8(void *smem, const void *g) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cu_cp4(void *smem, const void *g) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cu_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cu_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ void cu_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -352,12 +373,67 @@ __device__ __forceinline__ void cu_iq_ld_sb(const uint8_t *row, int st, int grou
     }
 }
 
+/* One step (128 columns) of the integer-MMA kernel: ra / rb this lane's 16
+ * bytes of rows g and g + 8, qa / qb their NW scale words, kb + 16 m this
+ * lane's x of MMA m. */
+template <int NT, int DQ>
+__device__ __forceinline__ void cu_iq_step(uint4 ra, uint4 rb, const uint32_t *qa, const uint32_t *qb, int sdt, int kb,
+                                           const __nv_bfloat16 *const *xr, const bool *xv, float (*acc)[4]) {
+    constexpr int F32 = DQ >= 5, GM = 1 << ((DQ - 2) % 3 + 1), NG = 8 / GM;
+    constexpr uint32_t ONES = 0x3F803F80u; /* bf16 pair (1, 1) */
+    const int t = threadIdx.x & 3;
+    uint32_t A[16], B[16];
+    const uint32_t wva[4] = {ra.x, ra.y, ra.z, ra.w}, wvb[4] = {rb.x, rb.y, rb.z, rb.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) A[4 * i + j] = cu_iq_pair(wva[i] >> (4 * j)), B[4 * i + j] = cu_iq_pair(wvb[i] >> (4 * j));
+#pragma unroll
+    for (int f = 0; f < NG; f++) {
+        float sA, bA, sB, bB;
+        cu_iq_sb<F32>(qa, f, sdt, &sA, &bA);
+        cu_iq_sb<F32>(qb, f, sdt, &sB, &bB);
+        /* token tiles in pairs (n0, n1): the x of both are the A rows
+         * of one all-ones MMA (rows g: token 8 n0 + g, rows g + 8:
+         * token 8 n1 + g, zeros past NT), whose sums lanes 8t and
+         * 8t + 4 hold for the tokens 2t, 2t + 1 this lane needs */
+#pragma unroll
+        for (int n0 = 0; n0 < NT; n0 += 2) {
+            const int n1 = n0 + 1;
+            float g0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, g1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int mm = 0; mm < GM; mm++) {
+                const int m = f * GM + mm;
+                uint2 x0 = make_uint2(0u, 0u), x1 = make_uint2(0u, 0u);
+                if (xv[n0]) x0 = *(const uint2 *)(xr[n0] + kb + 16 * m);
+                if (n1 < NT && xv[n1]) x1 = *(const uint2 *)(xr[n1] + kb + 16 * m);
+                cu_mma(g0, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x0.x, x0.y);
+                if (n1 < NT) cu_mma(g1, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x1.x, x1.y);
+                cu_mma(sx, x0.x, x1.x, x0.y, x1.y, ONES, ONES);
+            }
+            const float s00 = __shfl_sync(0xffffffffu, sx[0], 8 * t), s01 = __shfl_sync(0xffffffffu, sx[0], 8 * t + 4);
+            const float s10 = __shfl_sync(0xffffffffu, sx[2], 8 * t), s11 = __shfl_sync(0xffffffffu, sx[2], 8 * t + 4);
+            /* g[0..1]: row g, tokens 2t, 2t+1; g[2..3]: row g+8, the same tokens */
+            acc[n0][0] = __fadd_rn(acc[n0][0], __fmaf_rn(sA, g0[0], __fmul_rn(bA, s00)));
+            acc[n0][1] = __fadd_rn(acc[n0][1], __fmaf_rn(sA, g0[1], __fmul_rn(bA, s01)));
+            acc[n0][2] = __fadd_rn(acc[n0][2], __fmaf_rn(sB, g0[2], __fmul_rn(bB, s00)));
+            acc[n0][3] = __fadd_rn(acc[n0][3], __fmaf_rn(sB, g0[3], __fmul_rn(bB, s01)));
+            if (n1 < NT) {
+                acc[n1][0] = __fadd_rn(acc[n1][0], __fmaf_rn(sA, g1[0], __fmul_rn(bA, s10)));
+                acc[n1][1] = __fadd_rn(acc[n1][1], __fmaf_rn(sA, g1[1], __fmul_rn(bA, s11)));
+                acc[n1][2] = __fadd_rn(acc[n1][2], __fmaf_rn(sB, g1[2], __fmul_rn(bB, s10)));
+                acc[n1][3] = __fadd_rn(acc[n1][3], __fmaf_rn(sB, g1[3], __fmul_rn(bB, s11)));
+            }
+        }
+    }
+}
+
 template <int NT, int GEMM_UNROLL, int DQ>
 __device__ __forceinline__ void cu_gemm_iq_steps(const cw_weight &w, int r0, int g, int t, int s0, int s1,
                                                  const uint8_t *wa, const uint8_t *wb,
                                                  const __nv_bfloat16 *const *xr, const bool *xv, float (*acc)[4]) {
     constexpr int F32 = DQ >= 5, GM = 1 << ((DQ - 2) % 3 + 1), NG = 8 / GM, NW = F32 ? 2 * NG : NG;
-    constexpr uint32_t ONES = 0x3F803F80u; /* bf16 pair (1, 1) */
     const uint8_t *sa = w.sb + (size_t)(r0 + g) * w.sb_row_bytes, *sbp = sa + 8 * w.sb_row_bytes;
     const int sdt = w.sdt, group = w.group;
     for (int s = s0; s < s1; s += GEMM_UNROLL) {
@@ -375,54 +451,175 @@ __device__ __forceinline__ void cu_gemm_iq_steps(const cw_weight &w, int r0, int
 #pragma unroll
         for (int u = 0; u < GEMM_UNROLL; u++) {
             if (s + u >= s1) break;
-            const int kb = (s + u) * 128 + 4 * t; /* + 16 m: this lane's x of MMA m */
-            uint32_t A[16], B[16];
-            const uint32_t wva[4] = {ra[u].x, ra[u].y, ra[u].z, ra[u].w}, wvb[4] = {rb[u].x, rb[u].y, rb[u].z, rb[u].w};
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) A[4 * i + j] = cu_iq_pair(wva[i] >> (4 * j)), B[4 * i + j] = cu_iq_pair(wvb[i] >> (4 * j));
-#pragma unroll
-            for (int f = 0; f < NG; f++) {
-                float sA, bA, sB, bB;
-                cu_iq_sb<F32>(qa[u], f, sdt, &sA, &bA);
-                cu_iq_sb<F32>(qb[u], f, sdt, &sB, &bB);
-                /* token tiles in pairs (n0, n1): the x of both are the A rows
-                 * of one all-ones MMA (rows g: token 8 n0 + g, rows g + 8:
-                 * token 8 n1 + g, zeros past NT), whose sums lanes 8t and
-                 * 8t + 4 hold for the tokens 2t, 2t + 1 this lane needs */
-#pragma unroll
-                for (int n0 = 0; n0 < NT; n0 += 2) {
-                    const int n1 = n0 + 1;
-                    float g0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, g1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                    for (int mm = 0; mm < GM; mm++) {
-                        const int m = f * GM + mm;
-                        uint2 x0 = make_uint2(0u, 0u), x1 = make_uint2(0u, 0u);
-                        if (xv[n0]) x0 = *(const uint2 *)(xr[n0] + kb + 16 * m);
-                        if (n1 < NT && xv[n1]) x1 = *(const uint2 *)(xr[n1] + kb + 16 * m);
-                        cu_mma(g0, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x0.x, x0.y);
-                        if (n1 < NT) cu_mma(g1, A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], x1.x, x1.y);
-                        cu_mma(sx, x0.x, x1.x, x0.y, x1.y, ONES, ONES);
-                    }
-                    const float s00 = __shfl_sync(0xffffffffu, sx[0], 8 * t), s01 = __shfl_sync(0xffffffffu, sx[0], 8 * t + 4);
-                    const float s10 = __shfl_sync(0xffffffffu, sx[2], 8 * t), s11 = __shfl_sync(0xffffffffu, sx[2], 8 * t + 4);
-                    /* g[0..1]: row g, tokens 2t, 2t+1; g[2..3]: row g+8, the same tokens */
-                    acc[n0][0] = __fadd_rn(acc[n0][0], __fmaf_rn(sA, g0[0], __fmul_rn(bA, s00)));
-                    acc[n0][1] = __fadd_rn(acc[n0][1], __fmaf_rn(sA, g0[1], __fmul_rn(bA, s01)));
-                    acc[n0][2] = __fadd_rn(acc[n0][2], __fmaf_rn(sB, g0[2], __fmul_rn(bB, s00)));
-                    acc[n0][3] = __fadd_rn(acc[n0][3], __fmaf_rn(sB, g0[3], __fmul_rn(bB, s01)));
-                    if (n1 < NT) {
-                        acc[n1][0] = __fadd_rn(acc[n1][0], __fmaf_rn(sA, g1[0], __fmul_rn(bA, s10)));
-                        acc[n1][1] = __fadd_rn(acc[n1][1], __fmaf_rn(sA, g1[1], __fmul_rn(bA, s11)));
-                        acc[n1][2] = __fadd_rn(acc[n1][2], __fmaf_rn(sB, g1[2], __fmul_rn(bB, s10)));
-                        acc[n1][3] = __fadd_rn(acc[n1][3], __fmaf_rn(sB, g1[3], __fmul_rn(bB, s11)));
-                    }
-                }
-            }
+            cu_iq_step<NT, DQ>(ra[u], rb[u], qa[u], qb[u], sdt, (s + u) * 128 + 4 * t, xr, xv, acc);
         }
     }
+}
+
+/* A row's (scale, bias) pair from its raw storage: 2 x 16-bit in one word
+ * (SC_BF16 / SC_F16) or 2 x f32. */
+__device__ __forceinline__ void cu_sb_pair(const uint8_t *p, int sdt, float *s, float *b) {
+    if (sdt == SC_F32) {
+        const float2 v = *(const float2 *)p;
+        *s = v.x, *b = v.y;
+    } else {
+        const uint32_t v = *(const uint32_t *)p;
+        if (sdt == SC_BF16) {
+            *s = cu_bf2f(v & 0xffff), *b = cu_bf2f(v >> 16);
+        } else {
+            *s = __half2float(__ushort_as_half((unsigned short)(v & 0xffff)));
+            *b = __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+        }
+    }
+}
+
+/* One step of the dequantizing kernel (DQ 0, 1, -1): ra / rb this lane's 16
+ * bytes of rows g and g + 8 with their (scale, bias), kb this lane's first
+ * column; the MMAs of every token tile. */
+template <int KIND, int NT, int DQ>
+__device__ __forceinline__ void cu_gemm_step(uint4 ra, uint4 rb, float sca, float bia, float scb, float bib, int kb,
+                                             const __nv_bfloat16 *const *xr, const bool *xv, float (*acc)[4]) {
+    constexpr int CK = cu_ck<KIND>::CK, NM = CK / 4;
+    uint32_t A[CK / 2], B[CK / 2];
+    if constexpr (DQ == 1 || DQ == -1) { /* -1: Q4 with MXFP4 codes (w.mx) */
+        cu_dequant_prmt<KIND, DQ == -1>(ra, sca, bia, A);
+        cu_dequant_prmt<KIND, DQ == -1>(rb, scb, bib, B);
+    } else {
+        cu_dequant<KIND>(ra, sca, bia, A);
+        cu_dequant<KIND>(rb, scb, bib, B);
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        uint32_t X[CK / 2];
+        if (xv[n]) {
+#pragma unroll
+            for (int i = 0; i < CK / 8; i++) {
+                uint4 v = *(const uint4 *)(xr[n] + kb + 8 * i);
+                X[4 * i] = v.x, X[4 * i + 1] = v.y, X[4 * i + 2] = v.z, X[4 * i + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < CK / 2; i++) X[i] = 0;
+        }
+        /* MMA m takes elements 4m..4m+3 of the chunk as its virtual
+         * k = 2t, 2t+1, 2t+8, 2t+9, in A (rows g, g+8) and B alike */
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+            cu_mma(acc[n], A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], X[2 * m], X[2 * m + 1]);
+    }
+}
+
+/* The shared-memory ring (k_gemm with GEMM_UNROLL = 0; the register batches
+ * of GEMM_UNROLL = 4 keep at most 4 steps in flight and none while their
+ * MMAs run). Each warp keeps its next STAGES steps of its K slice in flight
+ * as asynchronous copies into STAGES slots of its own in dynamic shared
+ * memory: one slot = the step's 1024 weight bytes, lane l's 16 bytes of
+ * rows g and g + 8 at 16 l and 512 + 16 l (as in global memory), then
+ * LANE_SC bytes per lane for the scale words of its two rows. The warp
+ * consumes BATCH steps at a time (as the register batches do, so their
+ * MMA chains interleave), then refills their slots with the steps STAGES
+ * further on: BATCH to STAGES steps stay in flight. A lane reads only what
+ * it copied itself (cp.async.wait_group makes a thread's own copies visible
+ * to it), so nothing synchronises the lanes or the warps, and bytes in
+ * flight cost no registers. The first STAGES steps are issued before the
+ * programmatic-dependent-launch wait (weights are immutable). Timing only:
+ * each step's arithmetic is the register path's (cu_gemm_step,
+ * cu_iq_step), in the same order. Shared memory: split warps x STAGES x
+ * BYTES. */
+template <int KIND, int NT, int DQ> struct cu_ring {
+    enum {
+        NW = DQ >= 2 ? (DQ >= 5 ? 2 : 1) * (8 >> ((DQ - 2) % 3 + 1)) : 0, /* cu_gemm_iq_steps' NW */
+        LANE_SC = DQ >= 2 ? 8 * NW : KIND == CW_BF16 ? 0 : 16,
+        BYTES = 1024 + 32 * LANE_SC,
+        BATCH = DQ >= 2 && (NT > 1 || NW > 4) ? 2 : 4, /* the register path's unroll */
+        STAGES = 2 * BATCH
+    };
+};
+
+template <int B>
+__device__ __forceinline__ void cu_cp_words(uint8_t *smem, const uint8_t *g) {
+    if (B == 4) cu_cp4(smem, g);
+    else if (B == 8) cu_cp8(smem, g);
+    else if (B == 16) cu_cp16(smem, g);
+    else cu_cp16(smem, g), cu_cp16(smem + 16, g + 16);
+}
+
+/* Copy step s of this lane's slice into slot st (nothing past s1). */
+template <int KIND, int NT, int DQ>
+__device__ __forceinline__ void cu_ring_issue(uint8_t *st, int s, int s1, const uint8_t *wa, const uint8_t *wb,
+                                              const uint8_t *sa, const uint8_t *sbp, int t, int group, int sdt) {
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NW = cu_ring<KIND, NT, DQ>::NW;
+    constexpr int LS = cu_ring<KIND, NT, DQ>::LANE_SC;
+    const int lane = threadIdx.x & 31;
+    if (s >= s1) return;
+    const size_t off = (size_t)s * 1024;
+    cu_cp16(st + lane * 16, wa + off);
+    cu_cp16(st + 512 + lane * 16, wb + off);
+    uint8_t *sc = st + 1024 + lane * LS;
+    if constexpr (DQ >= 2) {
+        constexpr int NG = 8 >> ((DQ - 2) % 3 + 1);
+        const size_t w0 = (NG > 1 ? (size_t)s * NW : (size_t)(s * 128 / group) * NW) * 4; /* cu_iq_ld_sb */
+        cu_cp_words<4 * NW>(sc, sa + w0);
+        cu_cp_words<4 * NW>(sc + 4 * NW, sbp + w0);
+    } else if constexpr (KIND != CW_BF16) {
+        const int grp = (s * STEP + t * CK) / group;
+        if (sdt == SC_F32) cu_cp8(sc, sa + 8 * grp), cu_cp8(sc + 8, sbp + 8 * grp);
+        else cu_cp4(sc, sa + 4 * grp), cu_cp4(sc + 8, sbp + 4 * grp);
+    }
+}
+
+/* Copy the BATCH steps s.. into the slots from slot on, as one commit group
+ * (every call commits one: group i holds batch i of the slice). */
+template <int KIND, int NT, int DQ>
+__device__ __forceinline__ void cu_ring_batch(uint8_t *ring, int slot, int s, int s1, const uint8_t *wa,
+                                              const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp, int t,
+                                              int group, int sdt) {
+    constexpr int U = cu_ring<KIND, NT, DQ>::BATCH, SB = cu_ring<KIND, NT, DQ>::BYTES;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        cu_ring_issue<KIND, NT, DQ>(ring + (slot + u) * SB, s + u, s1, wa, wb, sa, sbp, t, group, sdt);
+    cu_cp_commit();
+}
+
+template <int KIND, int NT, int DQ>
+__device__ __forceinline__ void cu_gemm_ring_steps(const cw_weight &w, int t, int s0, int s1, const uint8_t *wa,
+                                                   const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp,
+                                                   uint8_t *ring, const __nv_bfloat16 *const *xr, const bool *xv,
+                                                   float (*acc)[4]) {
+    using R = cu_ring<KIND, NT, DQ>;
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, U = R::BATCH, P = R::STAGES, SB = R::BYTES, NW = R::NW;
+    constexpr int LS = R::LANE_SC, NB = P / U; /* batches in flight */
+    const int lane = threadIdx.x & 31, sdt = w.sdt, group = w.group;
+    int slot = 0;
+    for (int s = s0; s < s1; s += U) {
+        cu_cp_wait<NB - 1>(); /* this batch's group is complete */
+        uint4 ra[U], rb[U];
+        uint32_t qa[U][NW > 0 ? NW : 1], qb[U][NW > 0 ? NW : 1];
+        float sca[U], bia[U], scb[U], bib[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const uint8_t *st = ring + (slot + u) * SB, *sc = st + 1024 + lane * LS;
+            ra[u] = *(const uint4 *)(st + lane * 16);
+            rb[u] = *(const uint4 *)(st + 512 + lane * 16);
+            if constexpr (DQ >= 2) {
+#pragma unroll
+                for (int i = 0; i < NW; i++) qa[u][i] = ((const uint32_t *)sc)[i], qb[u][i] = ((const uint32_t *)sc)[NW + i];
+            } else {
+                sca[u] = bia[u] = scb[u] = bib[u] = 0.0f;
+                if (KIND != CW_BF16) cu_sb_pair(sc, sdt, &sca[u], &bia[u]), cu_sb_pair(sc + 8, sdt, &scb[u], &bib[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (s + u >= s1) break;
+            if constexpr (DQ >= 2) cu_iq_step<NT, DQ>(ra[u], rb[u], qa[u], qb[u], sdt, (s + u) * 128 + 4 * t, xr, xv, acc);
+            else cu_gemm_step<KIND, NT, DQ>(ra[u], rb[u], sca[u], bia[u], scb[u], bib[u], (s + u) * STEP + t * CK, xr, xv, acc);
+        }
+        /* the batch's values are in registers and used: refill its slots */
+        cu_ring_batch<KIND, NT, DQ>(ring, slot, s + P, s1, wa, wb, sa, sbp, t, group, sdt);
+        slot = slot + U == P ? 0 : slot + U;
+    }
+    cu_cp_wait<0>();
 }
 
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
@@ -431,8 +628,9 @@ __device__ __forceinline__ void cu_gemm_iq_steps(const cw_weight &w, int r0, int
  * tile holds it).
  * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
  * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
- * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
- * schedule, not the order of the sums).
+ * GEMM_UNROLL steps' loads issued before their MMAs, or (GEMM_UNROLL = 0)
+ * through the shared-memory ring (cu_ring): the schedule changes, not the
+ * order of the sums.
  * SwiGLU epilogue (SWIGLU = 1): w holds gate and up rows interleaved by
  * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
  * interleave8), and instead of y the kernel writes h[t][8j + i] =
@@ -444,7 +642,7 @@ template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ>
 __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __nv_bfloat16 *__restrict__ x, int ldx,
                                              const int *__restrict__ xrow, int T, float *__restrict__ y, int ldy,
                                              int accumulate, __nv_bfloat16 *__restrict__ h, int ldh) {
-    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NM = CK / 4;
+    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK;
     __shared__ float red[GEMM_MAX_SPLIT][16][8 * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3, S = w.split;
@@ -454,14 +652,24 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     const uint8_t *wa = w.data + (size_t)r0 * w.row_bytes + lane * 16, *wb = wa + 512; /* tiled layout */
     const uint8_t *sa = KIND == CW_BF16 ? nullptr : w.sb + (size_t)(r0 + g) * w.sb_row_bytes;
     const uint8_t *sbp = KIND == CW_BF16 ? nullptr : sa + 8 * w.sb_row_bytes;
-    /* weights are immutable: the first round goes to L2 while the previous
-     * kernel finishes */
+    /* weights are immutable: the first round goes to L2 (the register
+     * batches) or into the ring while the previous kernel finishes */
+    extern __shared__ __align__(16) float sm[];
+    uint8_t *ring = nullptr;
+    if constexpr (GEMM_UNROLL == 0) {
+        using R = cu_ring<KIND, NT, DQ>;
+        ring = (uint8_t *)sm + (size_t)warp * R::STAGES * R::BYTES;
 #pragma unroll
-    for (int u = 0; u < GEMM_UNROLL; u++)
-        if (s0 + u < s1) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)(s0 + u) * 1024));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (size_t)(s0 + u) * 1024));
-        }
+        for (int i = 0; i < R::STAGES; i += R::BATCH)
+            cu_ring_batch<KIND, NT, DQ>(ring, i, s0 + i, s1, wa, wb, sa, sbp, t, w.group, w.sdt);
+    } else {
+#pragma unroll
+        for (int u = 0; u < GEMM_UNROLL; u++)
+            if (s0 + u < s1) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)(s0 + u) * 1024));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (size_t)(s0 + u) * 1024));
+            }
+    }
     cu_pdl_wait();
     cu_pdl_trigger();
     float acc[NT][4];
@@ -475,7 +683,9 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
         xv[n] = tok < T;
         xr[n] = x + (size_t)(xv[n] ? (xrow ? xrow[tok] : tok) : 0) * ldx;
     }
-    if constexpr (DQ >= 2) {
+    if constexpr (GEMM_UNROLL == 0) {
+        cu_gemm_ring_steps<KIND, NT, DQ>(w, t, s0, s1, wa, wb, sa, sbp, ring, xr, xv, acc);
+    } else if constexpr (DQ >= 2) {
         cu_gemm_iq_steps<NT, GEMM_UNROLL, DQ>(w, r0, g, t, s0, s1, wa, wb, xr, xv, acc);
     } else
     for (int s = s0; s < s1; s += GEMM_UNROLL) {
@@ -489,24 +699,9 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
                 ra[u] = cu_ld_stream(wa + off);
                 rb[u] = cu_ld_stream(wb + off);
                 if (KIND != CW_BF16) {
-                    int grp = kb / w.group;
-                    cw_weight ww = w;
-                    (void)ww;
-                    if (w.sdt == SC_F32) {
-                        float2 pa = ((const float2 *)sa)[grp], pb = ((const float2 *)sbp)[grp];
-                        sca[u] = pa.x, bia[u] = pa.y, scb[u] = pb.x, bib[u] = pb.y;
-                    } else {
-                        uint32_t pa = ((const uint32_t *)sa)[grp], pb = ((const uint32_t *)sbp)[grp];
-                        if (w.sdt == SC_BF16) {
-                            sca[u] = cu_bf2f(pa & 0xffff), bia[u] = cu_bf2f(pa >> 16);
-                            scb[u] = cu_bf2f(pb & 0xffff), bib[u] = cu_bf2f(pb >> 16);
-                        } else {
-                            sca[u] = __half2float(__ushort_as_half((unsigned short)(pa & 0xffff)));
-                            bia[u] = __half2float(__ushort_as_half((unsigned short)(pa >> 16)));
-                            scb[u] = __half2float(__ushort_as_half((unsigned short)(pb & 0xffff)));
-                            bib[u] = __half2float(__ushort_as_half((unsigned short)(pb >> 16)));
-                        }
-                    }
+                    const int grp = kb / w.group, sz = w.sdt == SC_F32 ? 8 : 4;
+                    cu_sb_pair(sa + (size_t)grp * sz, w.sdt, &sca[u], &bia[u]);
+                    cu_sb_pair(sbp + (size_t)grp * sz, w.sdt, &scb[u], &bib[u]);
                 } else {
                     sca[u] = bia[u] = scb[u] = bib[u] = 0.0f;
                 }
@@ -515,34 +710,8 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
 #pragma unroll
         for (int u = 0; u < GEMM_UNROLL; u++) {
             if (s + u >= s1) break;
-            int kb = (s + u) * STEP + t * CK;
-            uint32_t A[CK / 2], B[CK / 2];
-            if constexpr (DQ == 1 || DQ == -1) { /* -1: Q4 with MXFP4 codes (w.mx) */
-                cu_dequant_prmt<KIND, DQ == -1>(ra[u], sca[u], bia[u], A);
-                cu_dequant_prmt<KIND, DQ == -1>(rb[u], scb[u], bib[u], B);
-            } else {
-                cu_dequant<KIND>(ra[u], sca[u], bia[u], A);
-                cu_dequant<KIND>(rb[u], scb[u], bib[u], B);
-            }
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t X[CK / 2];
-                if (xv[n]) {
-#pragma unroll
-                    for (int i = 0; i < CK / 8; i++) {
-                        uint4 v = *(const uint4 *)(xr[n] + kb + 8 * i);
-                        X[4 * i] = v.x, X[4 * i + 1] = v.y, X[4 * i + 2] = v.z, X[4 * i + 3] = v.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < CK / 2; i++) X[i] = 0;
-                }
-                /* MMA m takes elements 4m..4m+3 of the chunk as its virtual
-                 * k = 2t, 2t+1, 2t+8, 2t+9, in A (rows g, g+8) and B alike */
-#pragma unroll
-                for (int m = 0; m < NM; m++)
-                    cu_mma(acc[n], A[2 * m], B[2 * m], A[2 * m + 1], B[2 * m + 1], X[2 * m], X[2 * m + 1]);
-            }
+            cu_gemm_step<KIND, NT, DQ>(ra[u], rb[u], sca[u], bia[u], scb[u], bib[u], (s + u) * STEP + t * CK, xr, xv,
+                                       acc);
         }
     }
     /* C fragment: acc[n][0..1] = row g, tokens n*8+2t, +1; acc[n][2..3] = row g+8 */
@@ -1302,15 +1471,6 @@ __host__ __device__ __forceinline__ int cu_att_lo(int lim, int window) {
     return window && lim - window + 1 > 0 ? lim - window + 1 : 0;
 }
 
-__device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cu_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cu_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 /* Grid (chunk, K/V head), ATT_PART_THREADS threads, cu_att_smem(HD, rows*G)
  * floats of dynamic shared memory. Rows t0 .. t0+rows-1 of the forward (q:
