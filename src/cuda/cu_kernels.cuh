@@ -191,20 +191,11 @@ __device__ __forceinline__ uint4 cu_ld_stream(const void *p) {
     return v;
 }
 
-/* Asynchronous copies global -> shared (sm_80+): 16 bytes bypassing L1
- * (streamed weights), 8 or 4 bytes through it (scale words); a thread's
- * copies complete, for that thread, at cp.async.wait_group. */
+/* Asynchronous 16-byte copies global -> shared (sm_80+, bypassing L1); a
+ * thread's copies complete, for that thread, at cp.async.wait_group. */
 __device__ __forceinline__ void cu_cp16(void *smem, const void *g) {
     unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cu_cp8(void *smem, const void *g) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cu_cp4(void *smem, const void *g) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(sa), "l"(g) : "memory");
 }
 __device__ __forceinline__ void cu_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -509,128 +500,15 @@ __device__ __forceinline__ void cu_gemm_step(uint4 ra, uint4 rb, float sca, floa
     }
 }
 
-/* The shared-memory ring (k_gemm with GEMM_UNROLL = 0; the register batches
- * of GEMM_UNROLL = 4 keep at most 4 steps in flight and none while their
- * MMAs run). Each warp keeps its next STAGES steps of its K slice in flight
- * as asynchronous copies into STAGES slots of its own in dynamic shared
- * memory: one slot = the step's 1024 weight bytes, lane l's 16 bytes of
- * rows g and g + 8 at 16 l and 512 + 16 l (as in global memory), then
- * LANE_SC bytes per lane for the scale words of its two rows. The warp
- * consumes BATCH steps at a time (as the register batches do, so their
- * MMA chains interleave), then refills their slots with the steps STAGES
- * further on: BATCH to STAGES steps stay in flight. A lane reads only what
- * it copied itself (cp.async.wait_group makes a thread's own copies visible
- * to it), so nothing synchronises the lanes or the warps, and bytes in
- * flight cost no registers. The first STAGES steps are issued before the
- * programmatic-dependent-launch wait (weights are immutable). Timing only:
- * each step's arithmetic is the register path's (cu_gemm_step,
- * cu_iq_step), in the same order. Shared memory: split warps x STAGES x
- * BYTES. */
-template <int KIND, int NT, int DQ> struct cu_ring {
-    enum {
-        NW = DQ >= 2 ? (DQ >= 5 ? 2 : 1) * (8 >> ((DQ - 2) % 3 + 1)) : 0, /* cu_gemm_iq_steps' NW */
-        LANE_SC = DQ >= 2 ? 8 * NW : KIND == CW_BF16 ? 0 : 16,
-        BYTES = 1024 + 32 * LANE_SC,
-        BATCH = DQ >= 2 && (NT > 1 || NW > 4) ? 2 : 4, /* the register path's unroll */
-        STAGES = 2 * BATCH
-    };
-};
-
-template <int B>
-__device__ __forceinline__ void cu_cp_words(uint8_t *smem, const uint8_t *g) {
-    if (B == 4) cu_cp4(smem, g);
-    else if (B == 8) cu_cp8(smem, g);
-    else if (B == 16) cu_cp16(smem, g);
-    else cu_cp16(smem, g), cu_cp16(smem + 16, g + 16);
-}
-
-/* Copy step s of this lane's slice into slot st (nothing past s1). */
-template <int KIND, int NT, int DQ>
-__device__ __forceinline__ void cu_ring_issue(uint8_t *st, int s, int s1, const uint8_t *wa, const uint8_t *wb,
-                                              const uint8_t *sa, const uint8_t *sbp, int t, int group, int sdt) {
-    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, NW = cu_ring<KIND, NT, DQ>::NW;
-    constexpr int LS = cu_ring<KIND, NT, DQ>::LANE_SC;
-    const int lane = threadIdx.x & 31;
-    if (s >= s1) return;
-    const size_t off = (size_t)s * 1024;
-    cu_cp16(st + lane * 16, wa + off);
-    cu_cp16(st + 512 + lane * 16, wb + off);
-    uint8_t *sc = st + 1024 + lane * LS;
-    if constexpr (DQ >= 2) {
-        constexpr int NG = 8 >> ((DQ - 2) % 3 + 1);
-        const size_t w0 = (NG > 1 ? (size_t)s * NW : (size_t)(s * 128 / group) * NW) * 4; /* cu_iq_ld_sb */
-        cu_cp_words<4 * NW>(sc, sa + w0);
-        cu_cp_words<4 * NW>(sc + 4 * NW, sbp + w0);
-    } else if constexpr (KIND != CW_BF16) {
-        const int grp = (s * STEP + t * CK) / group;
-        if (sdt == SC_F32) cu_cp8(sc, sa + 8 * grp), cu_cp8(sc + 8, sbp + 8 * grp);
-        else cu_cp4(sc, sa + 4 * grp), cu_cp4(sc + 8, sbp + 4 * grp);
-    }
-}
-
-/* Copy the BATCH steps s.. into the slots from slot on, as one commit group
- * (every call commits one: group i holds batch i of the slice). */
-template <int KIND, int NT, int DQ>
-__device__ __forceinline__ void cu_ring_batch(uint8_t *ring, int slot, int s, int s1, const uint8_t *wa,
-                                              const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp, int t,
-                                              int group, int sdt) {
-    constexpr int U = cu_ring<KIND, NT, DQ>::BATCH, SB = cu_ring<KIND, NT, DQ>::BYTES;
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        cu_ring_issue<KIND, NT, DQ>(ring + (slot + u) * SB, s + u, s1, wa, wb, sa, sbp, t, group, sdt);
-    cu_cp_commit();
-}
-
-template <int KIND, int NT, int DQ>
-__device__ __forceinline__ void cu_gemm_ring_steps(const cw_weight &w, int t, int s0, int s1, const uint8_t *wa,
-                                                   const uint8_t *wb, const uint8_t *sa, const uint8_t *sbp,
-                                                   uint8_t *ring, const __nv_bfloat16 *const *xr, const bool *xv,
-                                                   float (*acc)[4]) {
-    using R = cu_ring<KIND, NT, DQ>;
-    constexpr int CK = cu_ck<KIND>::CK, STEP = 4 * CK, U = R::BATCH, P = R::STAGES, SB = R::BYTES, NW = R::NW;
-    constexpr int LS = R::LANE_SC, NB = P / U; /* batches in flight */
-    const int lane = threadIdx.x & 31, sdt = w.sdt, group = w.group;
-    int slot = 0;
-    for (int s = s0; s < s1; s += U) {
-        cu_cp_wait<NB - 1>(); /* this batch's group is complete */
-        uint4 ra[U], rb[U];
-        uint32_t qa[U][NW > 0 ? NW : 1], qb[U][NW > 0 ? NW : 1];
-        float sca[U], bia[U], scb[U], bib[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const uint8_t *st = ring + (slot + u) * SB, *sc = st + 1024 + lane * LS;
-            ra[u] = *(const uint4 *)(st + lane * 16);
-            rb[u] = *(const uint4 *)(st + 512 + lane * 16);
-            if constexpr (DQ >= 2) {
-#pragma unroll
-                for (int i = 0; i < NW; i++) qa[u][i] = ((const uint32_t *)sc)[i], qb[u][i] = ((const uint32_t *)sc)[NW + i];
-            } else {
-                sca[u] = bia[u] = scb[u] = bib[u] = 0.0f;
-                if (KIND != CW_BF16) cu_sb_pair(sc, sdt, &sca[u], &bia[u]), cu_sb_pair(sc + 8, sdt, &scb[u], &bib[u]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (s + u >= s1) break;
-            if constexpr (DQ >= 2) cu_iq_step<NT, DQ>(ra[u], rb[u], qa[u], qb[u], sdt, (s + u) * 128 + 4 * t, xr, xv, acc);
-            else cu_gemm_step<KIND, NT, DQ>(ra[u], rb[u], sca[u], bia[u], scb[u], bib[u], (s + u) * STEP + t * CK, xr, xv, acc);
-        }
-        /* the batch's values are in registers and used: refill its slots */
-        cu_ring_batch<KIND, NT, DQ>(ring, slot, s + P, s1, wa, wb, sa, sbp, t, group, sdt);
-        slot = slot + U == P ? 0 : slot + U;
-    }
-    cu_cp_wait<0>();
-}
-
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
  * takes rows 16bx.. and tokens 8*NT*by .. 8*NT*by + 8*NT - 1 (gridDim.y =
  * ceil(T / (8*NT)); a token's sums do not depend on which block or column
  * tile holds it).
  * x: bf16 [T][ldx], ldx >= w.cols_p, zero past cols. Block = w.split warps on
  * one 16-row tile; warp s walks steps [s*ns/split, (s+1)*ns/split),
- * GEMM_UNROLL steps' loads issued before their MMAs, or (GEMM_UNROLL = 0)
- * through the shared-memory ring (cu_ring): the schedule changes, not the
- * order of the sums.
+ * GEMM_UNROLL steps' loads issued before their MMAs (the unroll changes the
+ * schedule, not the order of the sums; a shared-memory ring of
+ * asynchronous copies instead was slower, bench/NOTES.md).
  * SwiGLU epilogue (SWIGLU = 1): w holds gate and up rows interleaved by
  * eights (tile j: gate rows 8j..8j+7, then up rows 8j..8j+7, cw_upload's
  * interleave8), and instead of y the kernel writes h[t][8j + i] =
@@ -652,24 +530,14 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     const uint8_t *wa = w.data + (size_t)r0 * w.row_bytes + lane * 16, *wb = wa + 512; /* tiled layout */
     const uint8_t *sa = KIND == CW_BF16 ? nullptr : w.sb + (size_t)(r0 + g) * w.sb_row_bytes;
     const uint8_t *sbp = KIND == CW_BF16 ? nullptr : sa + 8 * w.sb_row_bytes;
-    /* weights are immutable: the first round goes to L2 (the register
-     * batches) or into the ring while the previous kernel finishes */
-    extern __shared__ __align__(16) float sm[];
-    uint8_t *ring = nullptr;
-    if constexpr (GEMM_UNROLL == 0) {
-        using R = cu_ring<KIND, NT, DQ>;
-        ring = (uint8_t *)sm + (size_t)warp * R::STAGES * R::BYTES;
+    /* weights are immutable: the first round goes to L2 while the previous
+     * kernel finishes */
 #pragma unroll
-        for (int i = 0; i < R::STAGES; i += R::BATCH)
-            cu_ring_batch<KIND, NT, DQ>(ring, i, s0 + i, s1, wa, wb, sa, sbp, t, w.group, w.sdt);
-    } else {
-#pragma unroll
-        for (int u = 0; u < GEMM_UNROLL; u++)
-            if (s0 + u < s1) {
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)(s0 + u) * 1024));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (size_t)(s0 + u) * 1024));
-            }
-    }
+    for (int u = 0; u < GEMM_UNROLL; u++)
+        if (s0 + u < s1) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (size_t)(s0 + u) * 1024));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (size_t)(s0 + u) * 1024));
+        }
     cu_pdl_wait();
     cu_pdl_trigger();
     float acc[NT][4];
@@ -683,9 +551,7 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
         xv[n] = tok < T;
         xr[n] = x + (size_t)(xv[n] ? (xrow ? xrow[tok] : tok) : 0) * ldx;
     }
-    if constexpr (GEMM_UNROLL == 0) {
-        cu_gemm_ring_steps<KIND, NT, DQ>(w, t, s0, s1, wa, wb, sa, sbp, ring, xr, xv, acc);
-    } else if constexpr (DQ >= 2) {
+    if constexpr (DQ >= 2) {
         cu_gemm_iq_steps<NT, GEMM_UNROLL, DQ>(w, r0, g, t, s0, s1, wa, wb, xr, xv, acc);
     } else
     for (int s = s0; s < s1; s += GEMM_UNROLL) {

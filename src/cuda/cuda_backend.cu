@@ -266,13 +266,6 @@ static int cw_split(int rows, int cols_p, int kind) {
     return s;
 }
 
-/* How a GEMM's warps bring in their weights: 0 (the default) register
- * batches of 4 steps (2 for some 4-bit kernels); 1 (DFLASH_CUDA_GEMM_RING=1)
- * the shared-memory ring (cu_ring: BATCH to 2 BATCH steps kept in flight
- * by asynchronous copies, the first ones before the PDL wait), for
- * comparison: its first version was slower on every format
- * (bench/NOTES.md). Timing only: the same sums. */
-static int gemm_ring = 0;
 /* 1: a GEMM of T > 32 rows is one launch (grid.y); 0: one per 32 rows */
 static int gemm_grid = 1;
 /* quantized dequantization: 1 (default) cu_dequant_prmt, 0 cu_dequant; the
@@ -298,9 +291,7 @@ static int upload_mx = 1;
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
-    const char *e = getenv("DFLASH_CUDA_GEMM_RING");
-    gemm_ring = e && *e == '1';
-    e = getenv("DFLASH_CUDA_GEMM_GRID");
+    const char *e = getenv("DFLASH_CUDA_GEMM_GRID");
     gemm_grid = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_MX");
     upload_mx = !(e && *e == '0');
@@ -885,31 +876,10 @@ static int gemm_dq_of(const cw_weight &w) {
     return gemm_dq;
 }
 
-/* Launch a GEMM kernel; with the shared-memory ring (U = 0) its dynamic
- * shared memory (cu_ring: block warps x STAGES x BYTES), allowed past the
- * default 48 KB once per kernel. */
-template <int KIND, int NT, int U, int DQ, typename... KArgs, typename... Args>
-static void gemm_k(void (*k)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
-    size_t smem = 0;
-    if constexpr (U == 0) {
-        enum { PER_WARP = cu_ring<KIND, NT, DQ>::STAGES * cu_ring<KIND, NT, DQ>::BYTES };
-        smem = (size_t)(block.x / 32) * PER_WARP;
-        static const void *done[64];
-        static int n_done;
-        int seen = 0;
-        for (int i = 0; i < n_done && !seen; i++) seen = done[i] == (const void *)k;
-        if (!seen) {
-            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_MAX_SPLIT * PER_WARP);
-            if (n_done < 64) done[n_done++] = (const void *)k;
-        }
-    }
-    launch_smem(k, grid, block, smem, s, args...);
-}
-
 template <int MOE, int NT, int U, int SW, int DQ, typename... A>
 static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
-    if constexpr (MOE) gemm_k<CW_Q4, NT, U, DQ>(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
-    else gemm_k<CW_Q4, NT, U, DQ>(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    if constexpr (MOE) launch(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    else launch(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
 }
 
 /* The integer-MMA kernel for DQ 2..7 (folds of 32/64/128 columns, 16-bit
@@ -934,25 +904,24 @@ template <int MOE, int KIND, int NT, int U, int SW, typename... A>
 static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     if constexpr (KIND == CW_Q4) {
         if (dq >= 2) {
-            if (U == 0) gemm_iq_dq<MOE, NT, 0, SW>(s, grid, block, dq, args...);
-            else if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
+            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
             else gemm_iq_dq<MOE, NT, 4, SW>(s, grid, block, dq, args...);
             return;
         }
     }
     if constexpr (KIND == CW_Q4) {
         if (dq == -1) {
-            if constexpr (MOE) gemm_k<KIND, NT, U, -1>(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
-            else gemm_k<KIND, NT, U, -1>(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            if constexpr (MOE) launch(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            else launch(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
             return;
         }
     }
     if constexpr (MOE) {
-        if (dq == 1) gemm_k<KIND, NT, U, 1>(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else gemm_k<KIND, NT, U, 0>(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) launch(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else launch(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
     } else {
-        if (dq == 1) gemm_k<KIND, NT, U, 1>(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else gemm_k<KIND, NT, U, 0>(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
+        else launch(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
     }
 }
 
@@ -964,7 +933,7 @@ template <int KIND, int U, int SW>
 static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                         int acc, bf16 *h, int ldh) {
     dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
-    constexpr int UQ = KIND == CW_BF16 || U == 0 ? U : 4;
+    constexpr int UQ = KIND == CW_BF16 ? U : 4;
     int dq = gemm_dq_of(w);
     switch (T >= 32 ? 4 : (T + 7) / 8) {
     case 1: gemm_go<0, KIND, 1, U, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
@@ -987,8 +956,7 @@ static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, 
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
-        if (gemm_ring) gemm_launch<KIND, 0, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
-        else gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
+        gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
     }
 }
 
@@ -1021,18 +989,12 @@ static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int
     mm.per = (T + 8 * nt - 1) / (8 * nt);
     dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
     int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && (w.iq || w.mx) ? gemm_dq_of(w) : 1;
-    if (gemm_ring) switch (nt) {
-        case 1: gemm_go<1, KIND, 1, 0, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        case 2: gemm_go<1, KIND, 2, 0, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        case 3: gemm_go<1, KIND, 3, 0, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        default: gemm_go<1, KIND, 4, 0, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        }
-    else switch (nt) {
-        case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        case 3: gemm_go<1, KIND, 3, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        default: gemm_go<1, KIND, 4, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-        }
+    switch (nt) {
+    case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 3: gemm_go<1, KIND, 3, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    default: gemm_go<1, KIND, 4, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    }
 }
 
 template <int SW>

@@ -2,7 +2,7 @@
 # The quantized GEMM's dequantization kernels side by side (bench/NOTES.md,
 # "PRMT dequantization"): build, test-cuda, then the 4B-shape MLX 8-bit and
 # 4-bit decode with DFLASH_CUDA_GEMM_DQ=0 (shift/mask) and =1 (PRMT),
-# alternated, and DQ=1 with DFLASH_CUDA_GEMM_RING=1. Run by the device tool
+# alternated. Run by the device tool
 # from the repository root: sh tools/cuda/dq_bench.sh [test] (logs in $OUT).
 set -u
 OUT=${OUT:-/tmp/dflash-gpu}
@@ -18,8 +18,7 @@ wait
 CO=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null)
 [ -n "$CO" ] && $CO -sass build-cuda/cuda_cuda_backend.o | awk '/Function : /{f=$3} /^ +\/\*[0-9a-f]+\*\//{n[f]++} END{for(k in n) print n[k], k}' | grep k_gemm | sort -k2 > "$OUT/sass-count.txt"
 for b in 8 4; do
-    for v in "DFLASH_CUDA_GEMM_DQ=0" "DFLASH_CUDA_GEMM_DQ=1" "DFLASH_CUDA_GEMM_DQ=0" "DFLASH_CUDA_GEMM_DQ=1" \
-             "DFLASH_CUDA_GEMM_DQ=1 DFLASH_CUDA_GEMM_RING=1"; do
+    for v in "DFLASH_CUDA_GEMM_DQ=0" "DFLASH_CUDA_GEMM_DQ=1" "DFLASH_CUDA_GEMM_DQ=0" "DFLASH_CUDA_GEMM_DQ=1"; do
         echo "== /tmp/s4b-$b $v ($(date +%T))"
         env $v timeout 120 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps $REPS 2>&1
     done

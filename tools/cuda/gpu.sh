@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants ring attcheck nographs profile prefill llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -76,7 +76,7 @@ for s in $steps; do
         nvcc --version | tail -2
         make -j"$J" CUDA=1 dflash build-cuda/cuda_test_cuda 2>&1 | grep -E "error|warning|Error"
         # the 4B-shape checkpoints for the benchmarks, made on the CPUs meanwhile
-        case " $steps " in *" bench "*|*" llama "*|*" depth "*|*" ring "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac
+        case " $steps " in *" bench "*|*" llama "*|*" depth "*) (sh "$0" synth > "$OUT/synth.log" 2>&1 &) ;; esac
         case " $steps " in *" zoo2 "*) (sh "$0" zoo2synth > "$OUT/zoo2synth.log" 2>&1 &) ;; esac ;;
     test)
         log test-cuda
@@ -202,28 +202,16 @@ for s in $steps; do
         done ;;
     variants)
         # timing knobs that leave every sum unchanged (cuda_backend.cu:
-        # tuning_init, pdl_init): the GEMM ring, programmatic dependent launch;
+        # tuning_init, pdl_init): programmatic dependent launch;
         # and the same without CUDA graphs
-        log variants: PDL, graphs, GEMM ring
+        log variants: PDL, graphs
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
         for b in ${VARIANT_BITS:-0 8}; do
-            for v in "" ${VARIANTS:-DFLASH_CUDA_PDL=0 DFLASH_CUDA_GRAPHS=0 DFLASH_CUDA_GEMM_RING=1}; do
+            for v in "" ${VARIANTS:-DFLASH_CUDA_PDL=0 DFLASH_CUDA_GRAPHS=0}; do
                 echo "== /tmp/s4b-$b ${v:-default}"
                 env $v timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-10} 2>&1 | grep -E "decode T=1|^  16 " | head -3
             done
         done ;;
-    ring)
-        # the GEMM's shared-memory ring (DFLASH_CUDA_GEMM_RING=1) against
-        # the register batches (the default), alternated, RING_ROUNDS rounds,
-        # on the 4B shapes RING_BITS (0 8 4) at depth RING_DEPTH (256)
-        log GEMM ring vs register batches
-        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null
-        for r in $(seq ${RING_ROUNDS:-2}); do for b in ${RING_BITS:-0 8 4}; do for v in 1 0; do
-            echo "== /tmp/s4b-$b DFLASH_CUDA_GEMM_RING=$v round $r"
-            DFLASH_CUDA_GEMM_RING=$v timeout 90 ./dflash bench -m /tmp/s4b-$b -md /tmp/s4b-draft --backend cuda \
-                --depth ${RING_DEPTH:-256} --reps ${BENCH_REPS:-8} > "$OUT/ring-$b-$v-$r.txt" 2>&1
-            grep -E "bandwidth|decode T=1|^ *(1|2|4|8|16) |draft block|speed-up" "$OUT/ring-$b-$v-$r.txt" | head -12
-        done; done; done ;;
     attcheck)
         # the 4B shape's grouped (4 query heads per K/V head, head_dim 128)
         # and per-head attention kernels must give the same text
