@@ -485,9 +485,17 @@ TEST(seqs_concurrent) {
     dflash_batch_stats(demo, &b1);
     CHECK(b1.active == 0, "%d generations still counted as running", b1.active);
     CHECK(b1.max_batch >= 2, "no step had two sequences (max %d; %ld steps)", b1.max_batch, b1.steps - b0.steps);
-    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d\n", b1.steps - b0.steps,
+    /* every draft block of a sequence goes through the scheduler's draft steps */
+    CHECK(b1.draft_steps > b0.draft_steps && b1.draft_seq_steps - b0.draft_seq_steps >= b1.draft_steps - b0.draft_steps,
+          "draft steps %ld -> %ld (%ld blocks)", b0.draft_steps, b1.draft_steps, b1.draft_seq_steps - b0.draft_seq_steps);
+    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d; %ld draft steps, mean %.2f blocks, most %d\n",
+            b1.steps - b0.steps,
             b1.steps > b0.steps ? (double)(b1.seq_steps - b0.seq_steps) / (double)(b1.steps - b0.steps) : 0.0,
-            b1.max_batch);
+            b1.max_batch, b1.draft_steps - b0.draft_steps,
+            b1.draft_steps > b0.draft_steps
+                ? (double)(b1.draft_seq_steps - b0.draft_seq_steps) / (double)(b1.draft_steps - b0.draft_steps)
+                : 0.0,
+            b1.max_draft_batch);
     for (int i = 0; i < NJOBS; i++) {
         free(ref[i].out);
         free(got[i].out);
