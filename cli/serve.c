@@ -1775,6 +1775,9 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("batch_draft_sequence_steps_total", "counter",
            "Draft blocks in the draft steps (divided by batch_draft_steps_total: the mean).", "%ld", bi.draft_seq_steps);
     METRIC("batch_draft_size_max", "gauge", "The most draft blocks in one draft step.", "%d", bi.max_draft_batch);
+    METRIC("batch_unbatched_steps_total", "counter",
+           "Steps of several sequences the backend could not batch (run one sequence at a time).", "%ld",
+           bi.unbatched_steps);
 #undef METRIC
     dfl_buf_printf(&b, "# HELP %sslot_busy 1 while the slot generates.\n# TYPE %sslot_busy gauge\n", P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_busy{slot=\"%d\"} %d\n", P, i, busy[i]);

@@ -387,6 +387,9 @@ typedef struct {
     long draft_steps;     /* draft steps run: each one pass of the draft over its blocks */
     long draft_seq_steps; /* draft blocks in them: draft_seq_steps / draft_steps = the mean */
     int max_draft_batch;  /* the most draft blocks in one step */
+    long unbatched_steps; /* steps (forward, argmax or draft) of several sequences that ran one
+                             sequence at a time, the backend unable to batch them (the CUDA
+                             backend, recurrent layers): the same results, nothing shared */
 } dflash_batch_info;
 
 DFLASH_API void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out);

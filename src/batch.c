@@ -100,9 +100,14 @@ void bat_stats(bat_sched *b, bat_counts *out) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* Each function below runs one kind of request of a step (the backend
+ * held, b->mu not) and returns 1 if two or more that could share a pass ran
+ * one by one (no multi call in the backend, or it refused them): each still
+ * gets its own result, only the sharing is lost (bat_counts.unbatched). */
+
 /* The argmaxes of one step: one argmax_multi (rows of several sequences
  * through one pass over the lm_head), else one by one. */
-static void run_argmax(bat_sched *b, bat_req **r, int n) {
+static int run_argmax(bat_sched *b, bat_req **r, int n) {
     int rc = -1;
     if (n > 1 && b->be->argmax_multi) {
         void *sts[BE_MAX_SEQS];
@@ -118,11 +123,12 @@ static void run_argmax(bat_sched *b, bat_req **r, int n) {
             r[i]->rc = b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
             if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
         }
+    return n > 1 && rc != 0;
 }
 
 /* The draft blocks of one step: one draft_block_multi (the draft's weights
  * read once for every block), else one by one. */
-static void run_draft(bat_sched *b, bat_req **r, int n) {
+static int run_draft(bat_sched *b, bat_req **r, int n) {
     int rc = -1;
     if (n > 1 && b->be->draft_block_multi) {
         void *sts[BE_MAX_SEQS];
@@ -137,28 +143,36 @@ static void run_draft(bat_sched *b, bat_req **r, int n) {
             r[i]->rc = b->be->draft_block(r[i]->st, r[i]->draft);
             if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
         }
+    return n > 1 && rc != 0;
 }
 
-/* Run the forwards of one step (the backend held, b->mu not). */
-static void run_forward(bat_sched *b, bat_req **r, int n) {
-    if (n == 0) return;
-    int rc = -1;
-    if (n > 1 && b->be->forward_multi) {
+/* The forwards of one step: the chains as one forward_multi, else one by
+ * one; a tree batch alone (no backend batches one: backend.h). */
+static int run_forward(bat_sched *b, bat_req **r, int n) {
+    bat_req *c[BE_MAX_SEQS];
+    int nc = 0, rc = -1;
+    for (int i = 0; i < n; i++) {
+        if (!r[i]->batch->tree_parent) {
+            c[nc++] = r[i];
+            continue;
+        }
+        r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
+        if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+    }
+    if (nc > 1 && b->be->forward_multi) {
         void *sts[BE_MAX_SEQS];
         be_batch bs[BE_MAX_SEQS];
-        for (int i = 0; i < n; i++) {
-            sts[i] = r[i]->st;
-            bs[i] = *r[i]->batch;
-        }
-        rc = b->be->forward_multi(sts, bs, n);
+        for (int i = 0; i < nc; i++) sts[i] = c[i]->st, bs[i] = *c[i]->batch;
+        rc = b->be->forward_multi(sts, bs, nc);
         if (rc == 0)
-            for (int i = 0; i < n; i++) r[i]->rc = 0;
+            for (int i = 0; i < nc; i++) c[i]->rc = 0;
     }
     if (rc != 0) /* one by one: each its own result */
-        for (int i = 0; i < n; i++) {
-            r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
-            if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+        for (int i = 0; i < nc; i++) {
+            c[i]->rc = b->be->forward(c[i]->st, c[i]->batch);
+            if (c[i]->rc != 0) snprintf(c[i]->err, sizeof c[i]->err, "%s", dfl_lasterr());
         }
+    return nc > 1 && rc != 0;
 }
 
 /* The kind a step runs (b->mu held, something pending): argmaxes before
@@ -209,17 +223,18 @@ static int bat_wait(bat_sched *b, bat_req *req) {
         b->n_pending -= n;
         b->busy = 1;
         pthread_mutex_unlock(&b->mu);
-        int rows = 0;
+        int rows = 0, solo;
         if (kind == REQ_FORWARD) {
             for (int i = 0; i < n; i++) rows += r[i]->batch->T;
-            run_forward(b, r, n);
+            solo = run_forward(b, r, n);
         } else if (kind == REQ_DRAFT) {
-            run_draft(b, r, n);
+            solo = run_draft(b, r, n);
         } else {
-            run_argmax(b, r, n);
+            solo = run_argmax(b, r, n);
         }
         pthread_mutex_lock(&b->mu);
         b->busy = 0;
+        b->c.unbatched += solo;
         if (kind == REQ_FORWARD) {
             b->c.steps++;
             b->c.seq_steps += n;

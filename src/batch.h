@@ -43,6 +43,8 @@ typedef struct {
     long draft_steps;    /* draft steps run (each one draft_block_multi or its blocks one by one) */
     long draft_seq_steps; /* draft blocks in them */
     int max_draft_batch; /* the most draft blocks in one step */
+    long unbatched;      /* steps (of any kind) whose requests could share a pass but ran one by one:
+                            the backend has no multi call for them or refused them (batch.c) */
 } bat_counts;
 
 bat_sched *bat_new(const be_ops *be);

@@ -395,7 +395,7 @@ void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out) {
     *out = (dflash_batch_info){.active = c.active, .steps = c.steps, .seq_steps = c.seq_steps, .rows = c.rows,
                                .last_batch = c.last_batch, .max_batch = c.max_batch,
                                .draft_steps = c.draft_steps, .draft_seq_steps = c.draft_seq_steps,
-                               .max_draft_batch = c.max_draft_batch};
+                               .max_draft_batch = c.max_draft_batch, .unbatched_steps = c.unbatched};
 }
 
 void dflash_get_info(const dflash_model *m, dflash_info *in) {

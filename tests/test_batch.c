@@ -485,6 +485,10 @@ TEST(seqs_concurrent) {
     dflash_batch_stats(demo, &b1);
     CHECK(b1.active == 0, "%d generations still counted as running", b1.active);
     CHECK(b1.max_batch >= 2, "no step had two sequences (max %d; %ld steps)", b1.max_batch, b1.steps - b0.steps);
+    /* the demo pair on the CPU batches every step of several sequences (a
+     * tree batch runs alone, outside the shared pass) */
+    CHECK(b1.unbatched_steps == b0.unbatched_steps, "%ld steps ran their sequences one by one (not batched)",
+          b1.unbatched_steps - b0.unbatched_steps);
     /* every draft block of a sequence goes through the scheduler's draft steps */
     CHECK(b1.draft_steps > b0.draft_steps && b1.draft_seq_steps - b0.draft_seq_steps >= b1.draft_steps - b0.draft_steps,
           "draft steps %ld -> %ld (%ld blocks)", b0.draft_steps, b1.draft_steps, b1.draft_seq_steps - b0.draft_seq_steps);

@@ -185,6 +185,16 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     }
 }
 
+/* What scratch_init sizes a scratch by, per row (two configs with the same
+ * dims take the same scratch). */
+enum { SCRATCH_DIMS = 13 };
+static void scratch_dims(const cfg_model *c, long *d) {
+    const long v[SCRATCH_DIMS] = {c->hidden,     cfg_max_q(c), cfg_max_kv(c),   c->inter,        c->attn_gate,
+                                  c->shared_inter, c->g4_moe,  c->ple,          c->n_layers,     c->n_moe_layers,
+                                  c->n_experts,  c->n_experts_used, c->moe_inter};
+    memcpy(d, v, sizeof v);
+}
+
 static void scratch_free(scratch *s) {
     free(s->x);
     free(s->xn);
@@ -219,11 +229,16 @@ static void scratch_free(scratch *s) {
 typedef struct {
     char desc[64];  /* describe()'s line */
     tp_pool *tp;    /* its worker pool */
-    scratch ds;     /* draft_block_multi's pass: ds_rows rows (0: none yet) of the draft ds_cfg */
+    scratch ds;     /* draft_block_multi's pass: ds_rows rows (0: none yet) of a draft of dims ds_dims */
     int ds_rows;
-    const cfg_model *ds_cfg;
+    long ds_dims[SCRATCH_DIMS]; /* scratch_dims */
     float *dl;      /* [HEAD_ROWS][ARGMAX_SLICE] logits of one slice of a draft head (NULL: none yet) */
 } cpu_be;
+
+/* 1 if a and b are the same loaded model: the same struct, or copies of one
+ * (a library sequence holds a copy of its model's mdl_model, sharing every
+ * weight: the layers array identifies them). */
+static int same_model(const mdl_model *a, const mdl_model *b) { return a == b || (a->layers && a->layers == b->layers); }
 
 /* gelu_pytorch_tanh as PyTorch computes it in float:
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -907,7 +922,7 @@ static int cpu_forward_multi(void *const *sts, const be_batch *bs, int n) {
     }
     for (int i = 0; i < n; i++) {
         const cpu_seq *q = sts[i];
-        if (q->dn || bs[i].tree_parent || q->m != ((const cpu_seq *)sts[0])->m) {
+        if (q->dn || bs[i].tree_parent || !same_model(q->m, ((const cpu_seq *)sts[0])->m)) {
             dfl_seterr("forward_multi: sequence %d: %s", i,
                        q->dn ? "recurrent layers" : bs[i].tree_parent ? "a tree batch" : "another model");
             return -1;
@@ -1041,7 +1056,7 @@ static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int3
     int H = m->cfg.hidden;
     for (int i = 0; i < ns; i++) {
         const cpu_seq *q = sts[i];
-        if (q->m != m) {
+        if (!same_model(q->m, m)) {
             dfl_seterr("argmax_multi: sequence %d is of another model", i);
             return -1;
         }
@@ -1434,10 +1449,12 @@ static int draft_pass(cpu_draft *const *qs, const be_draft_block *bs, int n) {
         memcpy(tok + R, bs[i].tokens, sizeof(int32_t) * (size_t)bs[i].B);
         R += bs[i].B;
     }
-    if (be->ds_rows < R || be->ds_cfg != c) { /* grown to the widest pass so far */
+    long dims[SCRATCH_DIMS];
+    scratch_dims(c, dims);
+    if (be->ds_rows < R || memcmp(dims, be->ds_dims, sizeof dims)) { /* grown to the widest pass so far */
         if (be->ds_rows) scratch_free(&be->ds);
         be->ds_rows = R > CHUNK ? R : CHUNK; /* >= CHUNK: ds.q holds H floats for draft_propose */
-        be->ds_cfg = c;
+        memcpy(be->ds_dims, dims, sizeof dims);
         scratch_init(&be->ds, c, be->ds_rows);
     }
     if (!be->dl) be->dl = dfl_malloc64(sizeof(float) * HEAD_ROWS * (size_t)ARGMAX_SLICE);
@@ -1524,7 +1541,7 @@ static int cpu_draft_block_multi(void *const *sts, const be_draft_block *bs, int
     cpu_draft *qs[BE_MAX_SEQS];
     for (int i = 0; i < n; i++) {
         qs[i] = sts[i];
-        if (qs[i]->d != qs[0]->d || qs[i]->t != qs[0]->t || qs[i]->be != qs[0]->be) {
+        if (!same_model(qs[i]->d, qs[0]->d) || !same_model(qs[i]->t, qs[0]->t) || qs[i]->be != qs[0]->be) {
             dfl_seterr("draft_block_multi: block %d: a draft of another model", i);
             return -1;
         }

@@ -80,6 +80,7 @@ async function metrics() {
   return { slots: get('slots'), maxBatch: get('batch_size_max'), steps: get('batch_steps_total'),
            seqSteps: get('batch_sequence_steps_total'), draftSteps: get('batch_draft_steps_total'),
            draftSeqSteps: get('batch_draft_sequence_steps_total'), maxDraft: get('batch_draft_size_max'),
+           unbatched: get('batch_unbatched_steps_total'),
            processing: get('requests_processing'),
            deferred: get('requests_deferred'), cancelled: get('generations_cancelled_total'), taus };
 }
@@ -123,6 +124,7 @@ async function main() {
   check(m1.cancelled > m0.cancelled, `/metrics: aborted generations were stopped (${m1.cancelled - m0.cancelled})`);
   const mean = (m1.seqSteps - m0.seqSteps) / Math.max(1, m1.steps - m0.steps);
   console.log(`# parallel: ${m1.steps - m0.steps} steps under load, mean batch ${mean.toFixed(2)} sequences, most ${m1.maxBatch}`);
+  check(m1.unbatched === m0.unbatched, `/metrics: every step of several sequences was batched (${m1.unbatched - m0.unbatched} not)`);
   const nd = m1.draftSteps - m0.draftSteps;
   check(nd > 0 && m1.draftSeqSteps - m0.draftSeqSteps >= nd, `/metrics: draft blocks ran in draft steps (${nd})`,
         JSON.stringify(m1));
