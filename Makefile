@@ -283,9 +283,11 @@ bench-prefill: bench/prefill_bench.c $(BUILD)/libdflash.a $(if $(filter models/d
 	$(CC) $(CFLAGS) $$(pkg-config --cflags openblas) $< $(BUILD)/libdflash.a $(LDLIBS) $$(pkg-config --libs openblas) -o $(BUILD)/prefill_bench && $(BUILD)/prefill_bench $(PREFILL_MODEL)
 
 # one batched forward + argmax over S sequences vs S of each (issue 24): make bench-batch
+# and S draft blocks in one draft_block_multi vs S draft_block (BATCH_DRAFT)
 BATCH_MODEL ?= models/demo/target
-bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL)),$(DEMO_MODELS))
-	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL)
+BATCH_DRAFT ?= models/demo/draft
+bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL) $(BATCH_DRAFT)),$(DEMO_MODELS))
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL) $(BATCH_DRAFT)
 
 # resident memory per sequence / --parallel slot (issue 24): make bench-seq-mem [SEQMEM_ARGS="S CTX N"]
 SEQMEM_ARGS ?= 4 1024 64

@@ -82,10 +82,9 @@ typedef struct {
     const char *think_given; /* the --think / --no-think given, for the check that needs --chat */
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
     const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
-    int raw, max_prompts, reps, depth, json, draft_vocab, draft_window;
+    int raw, max_prompts, reps, depth, json, draft_window;
     int tree; /* --tree N: verify rows of a tree round, 0 = the chain */
-    char draft_vocab_rank[4096]; /* --draft-vocab FILE[:N] or freq:N's file; "" = none */
-    int draft_vocab_freq;        /* --draft-vocab freq:N: the model's own vocab_rank.txt */
+    cli_draft_vocab dv;          /* --draft-vocab */
     float temp, top_p;
     int top_k;
     unsigned long long seed;
@@ -409,49 +408,49 @@ static void check_model_path(const char *cmd, const char *flag, const char *path
 
 /* --draft-vocab N | full | freq:N | FILE | FILE:N (a rank file, src/vocab.h;
  * freq:N takes vocab_rank.txt in the --tokenizer or -m directory, resolved once
- * -m and --tokenizer are known). */
-static void parse_draft_vocab(opts *o, const char *flag, const char *v) {
-    o->draft_vocab_rank[0] = 0;
-    o->draft_vocab_freq = 0;
-    if (!*v) cli_usage_err(o->cmd, "--draft-vocab expects N, full, freq:N or a rank file FILE[:N], got", "''");
+ * -m and --tokenizer are known: cli_find_freq_rank). */
+void cli_parse_draft_vocab(const char *cmd, const char *flag, const char *v, cli_draft_vocab *dv) {
+    dv->rank[0] = 0;
+    dv->freq = 0;
+    if (!*v) cli_usage_err(cmd, "--draft-vocab expects N, full, freq:N or a rank file FILE[:N], got", "''");
     if (!strcmp(v, "full")) {
-        o->draft_vocab = -1;
+        dv->n = -1;
         return;
     }
     if (strspn(v, "0123456789") == strlen(v) || v[0] == '-') {
-        o->draft_vocab = (int)cli_parse_int(o->cmd, flag, v, 1, INT_MAX);
+        dv->n = (int)cli_parse_int(cmd, flag, v, 1, INT_MAX);
         return;
     }
     if (!strncmp(v, "freq:", 5)) {
-        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab freq:", v + 5, 1, INT_MAX);
-        o->draft_vocab_freq = 1;
+        dv->n = (int)cli_parse_int(cmd, "--draft-vocab freq:", v + 5, 1, INT_MAX);
+        dv->freq = 1;
         return;
     }
     /* FILE:N where the tail is a number, else the whole value is the file */
     const char *colon = strrchr(v, ':');
     size_t n = strlen(v);
-    o->draft_vocab = 0; /* every id the file lists */
+    dv->n = 0; /* every id the file lists */
     if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
-        o->draft_vocab = (int)cli_parse_int(o->cmd, "--draft-vocab FILE:", colon + 1, 1, INT_MAX);
+        dv->n = (int)cli_parse_int(cmd, "--draft-vocab FILE:", colon + 1, 1, INT_MAX);
         n = (size_t)(colon - v);
     }
-    if (n == 0 || n >= sizeof o->draft_vocab_rank)
-        cli_usage_err(o->cmd, "--draft-vocab: rank file name empty or too long:", v);
-    memcpy(o->draft_vocab_rank, v, n);
-    o->draft_vocab_rank[n] = 0;
+    if (n == 0 || n >= sizeof dv->rank) cli_usage_err(cmd, "--draft-vocab: rank file name empty or too long:", v);
+    memcpy(dv->rank, v, n);
+    dv->rank[n] = 0;
     struct stat st;
-    if (stat(o->draft_vocab_rank, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (stat(dv->rank, &st) != 0 || !S_ISREG(st.st_mode)) {
         fprintf(stderr, "%s %s: --draft-vocab %s: %s is not a rank file (want N, full, freq:N or FILE[:N])\n", prog,
-                o->cmd, v, o->draft_vocab_rank);
+                cmd, v, dv->rank);
         exit(2);
     }
 }
 
 /* freq:N's rank file: vocab_rank.txt in the --tokenizer directory, else in
  * the model's directory (a GGUF file or a tokenizer file: its directory). */
-static void find_freq_rank(opts *o) {
+void cli_find_freq_rank(const char *cmd, cli_draft_vocab *dv, const char *tokenizer, const char *model) {
+    if (!dv->freq) return;
     char dir[4096];
-    const char *cands[2] = {o->tokenizer, o->model};
+    const char *cands[2] = {tokenizer, model};
     for (int i = 0; i < 2; i++) {
         if (!cands[i]) continue;
         struct stat st;
@@ -461,14 +460,13 @@ static void find_freq_rank(opts *o) {
             if (slash) *slash = 0;
             else snprintf(dir, sizeof dir, ".");
         }
-        int w = snprintf(o->draft_vocab_rank, sizeof o->draft_vocab_rank, "%s/vocab_rank.txt", dir);
-        if (w > 0 && (size_t)w < sizeof o->draft_vocab_rank && stat(o->draft_vocab_rank, &st) == 0) return;
+        int w = snprintf(dv->rank, sizeof dv->rank, "%s/vocab_rank.txt", dir);
+        if (w > 0 && (size_t)w < sizeof dv->rank && stat(dv->rank, &st) == 0) return;
     }
     fprintf(stderr,
             "%s %s: --draft-vocab freq:%d: no vocab_rank.txt in the --tokenizer or -m directory (looked in %s%s%s); "
             "give a rank file: --draft-vocab FILE:%d (dflash vocab-rank makes one)\n",
-            prog, o->cmd, o->draft_vocab, o->tokenizer ? o->tokenizer : "", o->tokenizer ? " and " : "", o->model,
-            o->draft_vocab);
+            prog, cmd, dv->n, tokenizer ? tokenizer : "", tokenizer ? " and " : "", model ? model : "", dv->n);
     exit(2);
 }
 
@@ -560,13 +558,13 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
             o->logit_bias[o->n_logit_bias++] = (dflash_logit_bias){.id = (int32_t)id, .bias = b};
         }
         else if (IS("--logprobs", "--logprobs")) o->logprobs = (int)cli_parse_int(o->cmd, a, VAL(), 0, DFLASH_MAX_TOP_LOGPROBS);
-        else if (IS("--draft-vocab", "--draft-vocab")) parse_draft_vocab(o, a, VAL());
+        else if (IS("--draft-vocab", "--draft-vocab")) cli_parse_draft_vocab(o->cmd, a, VAL(), &o->dv);
         else cli_usage_err(o->cmd, "unknown option", a);
 #undef IS
 #undef VAL
     }
     if (!o->model) cli_usage_err(o->cmd, "missing -m DIR", NULL);
-    if (o->draft_vocab_freq) find_freq_rank(o);
+    cli_find_freq_rank(o->cmd, &o->dv, o->tokenizer, o->model);
     if (o->prompt && o->file) cli_usage_err(o->cmd, "give -p or -f, not both", NULL);
     reject_foreign_opts(o->cmd, argc, argv);
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
@@ -798,8 +796,8 @@ static dflash_gen gen_params(const opts *o) {
                                                (unsigned long long)g.seed, (unsigned long long)g.seed);
     g.block_size = o->block_size;
     g.draft_max = o->draft_max;
-    g.draft_vocab = o->draft_vocab;
-    g.draft_vocab_rank = o->draft_vocab_rank[0] ? o->draft_vocab_rank : NULL;
+    g.draft_vocab = o->dv.n;
+    g.draft_vocab_rank = o->dv.rank[0] ? o->dv.rank : NULL;
     g.tree = o->tree;
     g.ignore_eos = o->ignore_eos;
     g.use_draft = !o->no_draft;
@@ -1516,8 +1514,8 @@ static int cmd_bench(int argc, char **argv) {
     double draft_s = 0;
     int B = in.has_draft ? in.block_size : 0;
     dflash_gen vg = dflash_default_gen(); /* the draft block at the --draft-vocab asked for */
-    vg.draft_vocab = o.draft_vocab;
-    vg.draft_vocab_rank = o.draft_vocab_rank[0] ? o.draft_vocab_rank : NULL;
+    vg.draft_vocab = o.dv.n;
+    vg.draft_vocab_rank = o.dv.rank[0] ? o.dv.rank : NULL;
     if (B >= 2 && B <= NW && depth >= 1 && dflash_time_draft_gen(m, &vg, depth, o.reps, &draft_s) != 0)
         die("%s", dflash_error());
     static const double taus[] = {3.0, 5.0, 6.5, 8.0};

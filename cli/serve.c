@@ -105,6 +105,9 @@ static const char *help_serve =
     "                         OpenAI's API and llama-server do)\n"
     "      --temp T           temperature of a request that gives none (default 0)\n"
     "      --draft-max N|auto draft_max of a request that gives none (default auto)\n"
+    "      --draft-vocab N|full|freq:N|FILE[:N]  the token ids the draft proposes,\n"
+    "                         for every request, as for generate (default: ids\n"
+    "                         < 32768 of a larger vocabulary; replies unchanged)\n"
     "      --think            thinking on for requests that do not say (default off)\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
@@ -383,6 +386,7 @@ struct sv_server {
     dflash_info info;
     const char *alias, *model_path, *api_key;
     int queue_max, n_predict, think, draft_max;
+    cli_draft_vocab dv;        /* --draft-vocab: every request's draft vocabulary */
     float temp;
     long created;
     pthread_mutex_t mu;
@@ -1119,6 +1123,8 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     g->n_predict = s->n_predict > 0 ? s->n_predict : s->info.n_ctx;
     g->temp = s->temp;
     g->draft_max = s->draft_max;
+    g->draft_vocab = s->dv.n;
+    g->draft_vocab_rank = s->dv.rank[0] ? s->dv.rank : NULL;
     long long v;
     double d;
     int r;
@@ -1764,6 +1770,14 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("batch_sequence_steps_total", "counter",
            "Sequence forwards in the steps (divided by batch_steps_total: the mean batch size).", "%ld", bi.seq_steps);
     METRIC("batch_rows_total", "counter", "Token rows in the steps.", "%ld", bi.rows);
+    METRIC("batch_draft_steps_total", "counter", "Draft steps: one draft pass over the blocks of every drafting sequence.",
+           "%ld", bi.draft_steps);
+    METRIC("batch_draft_sequence_steps_total", "counter",
+           "Draft blocks in the draft steps (divided by batch_draft_steps_total: the mean).", "%ld", bi.draft_seq_steps);
+    METRIC("batch_draft_size_max", "gauge", "The most draft blocks in one draft step.", "%d", bi.max_draft_batch);
+    METRIC("batch_unbatched_steps_total", "counter",
+           "Steps of several sequences the backend could not batch (run one sequence at a time).", "%ld",
+           bi.unbatched_steps);
 #undef METRIC
     dfl_buf_printf(&b, "# HELP %sslot_busy 1 while the slot generates.\n# TYPE %sslot_busy gauge\n", P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_busy{slot=\"%d\"} %d\n", P, i, busy[i]);
@@ -2050,6 +2064,7 @@ int cmd_serve(int argc, char **argv) {
     const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
     float temp = 0;
+    cli_draft_vocab dv = {0};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
@@ -2075,7 +2090,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (IS("--draft-max", "--draft-max")) {
             const char *v = VAL();
             draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int("serve", a, v, 0, 63);
-        } else if (IS("--think", "--think")) think = 1;
+        } else if (IS("--draft-vocab", "--draft-vocab")) cli_parse_draft_vocab("serve", a, VAL(), &dv);
+        else if (IS("--think", "--think")) think = 1;
         else if (IS("-t", "--threads")) threads = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
@@ -2087,6 +2103,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model) usage_err("missing -m DIR", NULL);
     if (api_key && !*api_key) usage_err("--api-key must not be empty", NULL);
+    cli_find_freq_rank("serve", &dv, tokenizer, model);
 
     /* the address first: a bad --host fails before the model loads */
     struct addrinfo hints, *ai = NULL;
@@ -2127,6 +2144,18 @@ int cmd_serve(int argc, char **argv) {
     sv_server *s = xcalloc(1, sizeof *s);
     s->m = m;
     dflash_get_info(m, &s->info);
+    int n_ranked = 0; /* a rank file is checked against the model here, not at each request */
+    const char *bad_vocab = !dv.rank[0]                                                       ? NULL
+                            : dflash_vocab_rank_check(dv.rank, s->info.vocab, &n_ranked) != 0 ? dflash_error()
+                            : dv.n > s->info.vocab ? "N is more than the model's token ids" : NULL;
+    if (bad_vocab) {
+        fprintf(stderr, "dflash serve: error: --draft-vocab: %s\n", bad_vocab);
+        free(s);
+        dflash_free(m);
+        freeaddrinfo(ai);
+        return 1;
+    }
+    s->dv = dv;
     s->model_path = model;
     if (!alias) { /* the directory's name */
         size_t n = strlen(model);

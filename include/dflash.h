@@ -358,12 +358,13 @@ DFLASH_API void dflash_reset(dflash_model *m);
  * the same call gets alone, token for token and bit for bit in its
  * logprobs: a row is computed the same whatever rows are beside it. A step
  * waits for every running generation's next forward, so a slow dflash_on_token
- * callback holds the others back. Greedy argmaxes are batched the same way;
- * the draft blocks and sampling (logits to the host) still run per sequence,
- * one at a time on the model's threads. Model families the backend cannot
- * batch (the CPU: recurrent Gated DeltaNet layers; tree batches; the CUDA
- * backend for now) run their sequences' forwards one at a time, with the
- * same results.
+ * callback holds the others back. Greedy argmaxes and draft blocks are
+ * batched the same way (the CPU: one pass of the draft over every drafting
+ * sequence's block, each over its own draft context); sampling (logits to
+ * the host) still runs per sequence, one at a time on the model's threads.
+ * Model families the backend cannot batch (the CPU: recurrent Gated
+ * DeltaNet layers; tree batches; the CUDA backend for now) run their
+ * sequences' forwards (and drafts) one at a time, with the same results.
  * dflash_time_forward / dflash_time_draft wait for the backend and run alone.
  * Free every sequence before its model. */
 typedef struct dflash_seq dflash_seq;
@@ -383,6 +384,12 @@ typedef struct {
     long rows;       /* token rows in them */
     int last_batch;  /* sequences in the last step */
     int max_batch;   /* the most in one step */
+    long draft_steps;     /* draft steps run: each one pass of the draft over its blocks */
+    long draft_seq_steps; /* draft blocks in them: draft_seq_steps / draft_steps = the mean */
+    int max_draft_batch;  /* the most draft blocks in one step */
+    long unbatched_steps; /* steps (forward, argmax or draft) of several sequences that ran one
+                             sequence at a time, the backend unable to batch them (the CUDA
+                             backend, recurrent layers): the same results, nothing shared */
 } dflash_batch_info;
 
 DFLASH_API void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out);

@@ -211,6 +211,16 @@ typedef struct be_ops {
     int (*draft_ctx_length)(void *st);
     void (*draft_ctx_truncate)(void *st, int len);
     int (*draft_block)(void *st, const be_draft_block *b);
+    /* Optional (NULL: the engine runs draft_block() one at a time). The
+     * blocks bs[i] of n (1..BE_MAX_SEQS) distinct draft states sts[i] of one
+     * draft model in one pass: the draft's weights (and each shared LM head)
+     * read once for all their rows, each block over its own context at its
+     * own positions. Every block's out, logits and top candidates are
+     * exactly what draft_block(sts[i], &bs[i]) alone gives, bit for bit.
+     * -1 + error and nothing proposed when a block is refused (as
+     * draft_block refuses it) or the states are of different models: the
+     * engine then runs them one by one, so each gets its own answer. */
+    int (*draft_block_multi)(void *const *sts, const be_draft_block *bs, int n);
 } be_ops;
 
 extern const be_ops be_cpu;

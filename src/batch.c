@@ -8,11 +8,17 @@
 
 #include "util.h"
 
-/* One sequence's waiting forward or argmax (on its caller's stack). */
+/* What a request asks for; a step runs the requests of one kind (batch.h's
+ * order). */
+typedef enum { REQ_ARGMAX, REQ_DRAFT, REQ_FORWARD, REQ_KINDS } req_kind;
+
+/* One sequence's waiting forward, argmax or draft block (on its caller's stack). */
 typedef struct bat_req {
+    req_kind kind;
     void *st;
-    const be_batch *batch; /* a forward; NULL: an argmax of kept rows row..row+n-1 into out */
-    int row, n;
+    const be_batch *batch;       /* REQ_FORWARD */
+    const be_draft_block *draft; /* REQ_DRAFT: st is the draft state */
+    int row, n;                  /* REQ_ARGMAX: kept rows row..row+n-1 into out */
     int32_t *out;
     int rc, done;
     char err[512];       /* the error of a failed forward (rc -1) */
@@ -94,9 +100,14 @@ void bat_stats(bat_sched *b, bat_counts *out) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* Each function below runs one kind of request of a step (the backend
+ * held, b->mu not) and returns 1 if two or more that could share a pass ran
+ * one by one (no multi call in the backend, or it refused them): each still
+ * gets its own result, only the sharing is lost (bat_counts.unbatched). */
+
 /* The argmaxes of one step: one argmax_multi (rows of several sequences
  * through one pass over the lm_head), else one by one. */
-static void run_argmax(bat_sched *b, bat_req **r, int n) {
+static int run_argmax(bat_sched *b, bat_req **r, int n) {
     int rc = -1;
     if (n > 1 && b->be->argmax_multi) {
         void *sts[BE_MAX_SEQS];
@@ -112,28 +123,69 @@ static void run_argmax(bat_sched *b, bat_req **r, int n) {
             r[i]->rc = b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
             if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
         }
+    return n > 1 && rc != 0;
 }
 
-/* Run the forwards of one step (the backend held, b->mu not). */
-static void run_forward(bat_sched *b, bat_req **r, int n) {
-    if (n == 0) return;
+/* The draft blocks of one step: one draft_block_multi (the draft's weights
+ * read once for every block), else one by one. */
+static int run_draft(bat_sched *b, bat_req **r, int n) {
     int rc = -1;
-    if (n > 1 && b->be->forward_multi) {
+    if (n > 1 && b->be->draft_block_multi) {
         void *sts[BE_MAX_SEQS];
-        be_batch bs[BE_MAX_SEQS];
-        for (int i = 0; i < n; i++) {
-            sts[i] = r[i]->st;
-            bs[i] = *r[i]->batch;
-        }
-        rc = b->be->forward_multi(sts, bs, n);
+        be_draft_block bs[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++) sts[i] = r[i]->st, bs[i] = *r[i]->draft;
+        rc = b->be->draft_block_multi(sts, bs, n);
         if (rc == 0)
             for (int i = 0; i < n; i++) r[i]->rc = 0;
     }
-    if (rc != 0) /* one by one: each its own result */
+    if (rc != 0)
         for (int i = 0; i < n; i++) {
-            r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
+            r[i]->rc = b->be->draft_block(r[i]->st, r[i]->draft);
             if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
         }
+    return n > 1 && rc != 0;
+}
+
+/* The forwards of one step: the chains as one forward_multi, else one by
+ * one; a tree batch alone (no backend batches one: backend.h). */
+static int run_forward(bat_sched *b, bat_req **r, int n) {
+    bat_req *c[BE_MAX_SEQS];
+    int nc = 0, rc = -1;
+    for (int i = 0; i < n; i++) {
+        if (!r[i]->batch->tree_parent) {
+            c[nc++] = r[i];
+            continue;
+        }
+        r[i]->rc = b->be->forward(r[i]->st, r[i]->batch);
+        if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
+    }
+    if (nc > 1 && b->be->forward_multi) {
+        void *sts[BE_MAX_SEQS];
+        be_batch bs[BE_MAX_SEQS];
+        for (int i = 0; i < nc; i++) sts[i] = c[i]->st, bs[i] = *c[i]->batch;
+        rc = b->be->forward_multi(sts, bs, nc);
+        if (rc == 0)
+            for (int i = 0; i < nc; i++) c[i]->rc = 0;
+    }
+    if (rc != 0) /* one by one: each its own result */
+        for (int i = 0; i < nc; i++) {
+            c[i]->rc = b->be->forward(c[i]->st, c[i]->batch);
+            if (c[i]->rc != 0) snprintf(c[i]->err, sizeof c[i]->err, "%s", dfl_lasterr());
+        }
+    return nc > 1 && rc != 0;
+}
+
+/* The kind a step runs (b->mu held, something pending): argmaxes before
+ * draft blocks before forwards. A sequence's round goes forward (verify),
+ * argmaxes (one or more), draft block, forward: a sequence whose kind
+ * waits lets the others come round to it, so the sequences fall into step
+ * and their forwards and draft blocks share passes. Nothing starves: after
+ * an argmax a sequence drafts or forwards, after a draft it forwards, so
+ * within a few steps every waiting request is of the kind that runs. */
+static req_kind step_kind(const bat_sched *b) {
+    int has[REQ_KINDS] = {0};
+    for (const bat_req *r = b->pending; r; r = r->next) has[r->kind] = 1;
+    return has[REQ_ARGMAX] ? REQ_ARGMAX : has[REQ_DRAFT] ? REQ_DRAFT : REQ_FORWARD;
 }
 
 /* Queue *me and wait until a step (run by whichever waiting thread finds
@@ -149,38 +201,50 @@ static int bat_wait(bat_sched *b, bat_req *req) {
             pthread_cond_wait(&b->cv, &b->mu);
             continue;
         }
-        /* every sequence inside a generation waits: this thread runs the step */
+        /* every sequence inside a generation waits: this thread runs the
+         * step, the requests of one kind, oldest first */
+        req_kind kind = step_kind(b);
+        int skip = -BE_MAX_SEQS, n = 0; /* the list is newest first: skip all but the oldest BE_MAX_SEQS */
+        for (const bat_req *p = b->pending; p; p = p->next) skip += p->kind == kind;
         bat_req *r[BE_MAX_SEQS];
-        int n = 0;
-        while (b->pending && n < BE_MAX_SEQS) { /* oldest first */
-            bat_req **pp = &b->pending;
-            while ((*pp)->next) pp = &(*pp)->next;
-            r[n++] = *pp;
-            *pp = NULL;
+        for (bat_req **pp = &b->pending; *pp;) {
+            if ((*pp)->kind == kind && skip-- <= 0) {
+                r[n++] = *pp;
+                *pp = (*pp)->next; /* off the list */
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+        for (int i = 0; i < n / 2; i++) { /* oldest first */
+            bat_req *t = r[i];
+            r[i] = r[n - 1 - i];
+            r[n - 1 - i] = t;
         }
         b->n_pending -= n;
         b->busy = 1;
         pthread_mutex_unlock(&b->mu);
-        bat_req *fw[BE_MAX_SEQS], *am[BE_MAX_SEQS];
-        int nf = 0, na = 0, rows = 0;
-        for (int i = 0; i < n; i++) {
-            if (r[i]->batch) {
-                fw[nf++] = r[i];
-                rows += r[i]->batch->T;
-            } else {
-                am[na++] = r[i];
-            }
+        int rows = 0, solo;
+        if (kind == REQ_FORWARD) {
+            for (int i = 0; i < n; i++) rows += r[i]->batch->T;
+            solo = run_forward(b, r, n);
+        } else if (kind == REQ_DRAFT) {
+            solo = run_draft(b, r, n);
+        } else {
+            solo = run_argmax(b, r, n);
         }
-        run_forward(b, fw, nf);
-        if (na) run_argmax(b, am, na);
         pthread_mutex_lock(&b->mu);
         b->busy = 0;
-        if (nf) {
+        b->c.unbatched += solo;
+        if (kind == REQ_FORWARD) {
             b->c.steps++;
-            b->c.seq_steps += nf;
+            b->c.seq_steps += n;
             b->c.rows += rows;
-            b->c.last_batch = nf;
-            if (nf > b->c.max_batch) b->c.max_batch = nf;
+            b->c.last_batch = n;
+            if (n > b->c.max_batch) b->c.max_batch = n;
+        } else if (kind == REQ_DRAFT) {
+            b->c.draft_steps++;
+            b->c.draft_seq_steps += n;
+            if (n > b->c.max_draft_batch) b->c.max_draft_batch = n;
         }
         for (int i = 0; i < n; i++) r[i]->done = 1;
         pthread_cond_broadcast(&b->cv); /* this step's requests */
@@ -192,9 +256,13 @@ static int bat_wait(bat_sched *b, bat_req *req) {
 }
 
 int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
-    return bat_wait(b, &(bat_req){.st = st, .batch = batch});
+    return bat_wait(b, &(bat_req){.kind = REQ_FORWARD, .st = st, .batch = batch});
 }
 
 int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out) {
-    return bat_wait(b, &(bat_req){.st = st, .row = row, .n = n, .out = out});
+    return bat_wait(b, &(bat_req){.kind = REQ_ARGMAX, .st = st, .row = row, .n = n, .out = out});
+}
+
+int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk) {
+    return bat_wait(b, &(bat_req){.kind = REQ_DRAFT, .st = dst, .draft = blk});
 }

@@ -2,23 +2,29 @@
  * batching). Prefix: bat_.
  *
  * Each sequence runs its own decoding loop on its own thread (the caller's
- * of dflash_seq_generate). Its target forwards go through bat_forward: the
- * call waits until every sequence inside a generation (bat_enter ..
- * bat_leave) has a forward (or a greedy argmax, bat_argmax) waiting, then
- * one of the waiting threads runs them all: the forwards as one
- * be_ops.forward_multi - the weights read once per step for every sequence -
- * and the argmaxes as one argmax_multi (one pass over the lm_head); each
- * caller returns with its own result. Every other
- * backend call of a sequence (argmax, logits, the draft, rollback) runs
- * between bat_lock and bat_unlock: the backend instance (its worker pool,
- * the pass's scratch) computes one thing at a time.
+ * of dflash_seq_generate). Its target forwards go through bat_forward, its
+ * greedy argmaxes through bat_argmax and its draft blocks through
+ * bat_draft: the call waits until every sequence inside a generation
+ * (bat_enter .. bat_leave) has one of these waiting, then one of the
+ * waiting threads runs a step: the waiting requests of one kind - the
+ * argmaxes if there are any (one argmax_multi: one pass over the lm_head),
+ * else the draft blocks (one be_ops.draft_block_multi: the draft's weights
+ * read once for every block), else the forwards (one forward_multi: the
+ * target's weights read once for every sequence); each caller returns with
+ * its own result, the others wait for a later step. That order brings the
+ * sequences' rounds (forward, argmaxes, draft block) into step with each
+ * other and starves nothing (batch.c: step_kind). Every other backend call
+ * of a sequence (logits, rollback, draft_feed) runs between bat_lock and
+ * bat_unlock: the backend instance (its worker pool, the pass's scratch)
+ * computes one thing at a time.
  *
  * Rule: a sequence joins at the next step (its first forward waits for the
  * one running) and leaves at once (bat_leave: the others no longer wait for
  * it). Exactness: forward_multi leaves each sequence as its own forward()
  * would (backend.h's batch invariance), so which sequences share a step
- * never changes a result; a backend without forward_multi, or a batch it
- * refuses, runs the forwards one by one. */
+ * never changes a result, and draft_block_multi gives each block what
+ * draft_block alone gives it; a backend without forward_multi or
+ * draft_block_multi, or a batch it refuses, runs them one by one. */
 #ifndef DFL_BATCH_H
 #define DFL_BATCH_H
 
@@ -34,6 +40,11 @@ typedef struct {
     long rows;           /* rows in them */
     int last_batch;      /* sequences in the last step */
     int max_batch;       /* the most in one step */
+    long draft_steps;    /* draft steps run (each one draft_block_multi or its blocks one by one) */
+    long draft_seq_steps; /* draft blocks in them */
+    int max_draft_batch; /* the most draft blocks in one step */
+    long unbatched;      /* steps (of any kind) whose requests could share a pass but ran one by one:
+                            the backend has no multi call for them or refused them (batch.c) */
 } bat_counts;
 
 bat_sched *bat_new(const be_ops *be);
@@ -45,6 +56,9 @@ void bat_leave(bat_sched *b);
 int bat_forward(bat_sched *b, void *st, const be_batch *batch);
 /* be->argmax(st, row, n, out), batched likewise. */
 int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out);
+/* be->draft_block(dst, blk) on draft state dst, batched likewise with the
+ * other sequences' draft blocks. */
+int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk);
 void bat_lock(bat_sched *b);
 void bat_unlock(bat_sched *b);
 void bat_stats(bat_sched *b, bat_counts *out);

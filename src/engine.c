@@ -14,9 +14,9 @@
  * scheduler (m->owner, m->bat) and has its own everything else below - KV
  * caches, draft context, sampler, stop rules, grammar, prompt cache. Every
  * backend call of a generation goes through the scheduler (batch.h): target
- * forwards by bat_forward and greedy argmaxes by bat_argmax, batched with the
- * other sequences' of the step; all other calls between bat_lock and
- * bat_unlock.
+ * forwards by bat_forward, greedy argmaxes by bat_argmax and draft blocks by
+ * bat_draft, batched with the other sequences' of the step; all other calls
+ * between bat_lock and bat_unlock.
  *
  * Per greedy round only ids cross from the backend (argmax, draft_block's
  * out); sampling, the logit controls (logit_bias, penalties) and logprobs
@@ -393,7 +393,9 @@ void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out) {
     bat_counts c;
     bat_stats(m->bat, &c);
     *out = (dflash_batch_info){.active = c.active, .steps = c.steps, .seq_steps = c.seq_steps, .rows = c.rows,
-                               .last_batch = c.last_batch, .max_batch = c.max_batch};
+                               .last_batch = c.last_batch, .max_batch = c.max_batch,
+                               .draft_steps = c.draft_steps, .draft_seq_steps = c.draft_seq_steps,
+                               .max_draft_batch = c.max_draft_batch, .unbatched_steps = c.unbatched};
 }
 
 void dflash_get_info(const dflash_model *m, dflash_info *in) {
@@ -785,10 +787,7 @@ static int cb_draft_tree(void *ud, int32_t anchor, int budget, int max_depth, in
                         .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
                         .n_extra = m->draft_nx, .top_k = K, .top_ids = m->top_ids,
                         .top_logp = m->top_logp};
-    bat_lock(m->bat);
-    int rc = m->be->draft_block(m->dseq, &b);
-    bat_unlock(m->bat);
-    if (rc != 0) return -1;
+    if (bat_draft(m->bat, m->dseq, &b) != 0) return -1;
     /* best-first, nodes in the order they are taken (node 0: the anchor) */
     int n = 1, np = 0, bf_parent[SPEC_MAX_BLOCK], bf_rank[SPEC_MAX_BLOCK], bf_depth[SPEC_MAX_BLOCK];
     tree_cand open[2 * SPEC_MAX_BLOCK];
@@ -843,10 +842,7 @@ static int cb_draft(void *ud, int32_t anchor, int k, int32_t *out) {
     be_draft_block b = {.B = B, .tokens = tok, .n_slots = k, .n_vocab = nv,
                         .ids = m->draft_ids_on ? m->draft_ids : NULL, .extra = m->draft_extra,
                         .n_extra = m->draft_nx, .out = out};
-    bat_lock(m->bat);
-    int rc = m->be->draft_block(m->dseq, &b);
-    bat_unlock(m->bat);
-    return rc;
+    return bat_draft(m->bat, m->dseq, &b);
 }
 
 /* The drafts the grammar allows in a row after the emitted tokens (the

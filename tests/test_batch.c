@@ -1,5 +1,6 @@
 /* test_batch.c - several sequences of one model (dflash_seq_new) and the
- * batched target forward under them (be_ops.forward_multi, batch.h).
+ * batched target forward and draft blocks under them (be_ops.forward_multi,
+ * draft_block_multi, batch.h).
  *
  *   forward_multi_rows  the CPU backend's forward_multi over sequences with
  *                       prefills of different lengths (one longer than a
@@ -13,6 +14,16 @@
  *                       of the other layer kinds: gpt-oss and Gemma-4
  *                       sliding rings (wrapped), Gemma-4 kv / MoE, Qwen3-MoE,
  *                       Llama-3
+ *   draft_multi_blocks  the CPU backend's draft_block_multi over 17 draft
+ *                       states (6 with DFLASH_FAST) with contexts of
+ *                       different lengths (rows pending and projected):
+ *                       blocks of 8 and 16 rows (two passes of the draft),
+ *                       some slots or all, ids < 32768, the whole
+ *                       vocabulary or two ranked selections (gathered heads
+ *                       shared by several blocks), extra ids, top-k: every
+ *                       output bit-identical to draft_block alone, two
+ *                       rounds; a bad block and a state given twice are
+ *                       refused with nothing proposed
  *   seqs_concurrent     the model and four sequences generating at once on
  *                       five threads (greedy and sampled with a seed, DFlash
  *                       on and off, a ranked draft vocabulary (the gathered
@@ -203,6 +214,135 @@ TEST(forward_multi_families) {
     }
 }
 
+/* ---- the backend: draft_block_multi against draft_block ------------------ */
+
+enum { NDRAFT = 17, DRAFT_ROUNDS = 2 }; /* 17 blocks of 16 rows: two passes of the draft (256 rows each at most) */
+
+/* One block's request and everything it returns. */
+typedef struct {
+    void *ds;
+    int32_t tok[16], out[16], top_ids[16 * 8];
+    float *logits, xl[16 * 2], top_logp[16 * 8];
+} blk_out;
+
+/* Block k of round r on states o[0..n): lengths, slots, vocabularies (ids
+ * 0..32767, the whole vocabulary, or one of two ranked selections, shared
+ * by several blocks: a gathered head they share), extra ids and top-k vary
+ * from block to block. */
+static be_draft_block blk_req(blk_out *o, int k, int r, const mdl_model *d, const int32_t *const *sel, int V) {
+    static const int32_t extra[2] = {151645, 151643};
+    int B = k == 3 ? 8 : 16, nv = k % 4 == 0 ? 32768 : k == 5 ? 0 : 1000 + 500 * (k % 2);
+    const int32_t *ids = k % 4 == 0 || k == 5 ? NULL : sel[k % 2];
+    o->tok[0] = (int32_t)((31u * (unsigned)(k + 1) + 977u * (unsigned)r) % 30000u);
+    for (int i = 1; i < B; i++) o->tok[i] = d->cfg.mask_token_id;
+    memset(o->out, 0xff, sizeof o->out);
+    int ns = k % 3 == 1 ? B / 2 : 0;
+    size_t rows = (size_t)(ns ? ns : B - 1), cols = nv ? (size_t)nv : (size_t)V;
+    free(o->logits);
+    o->logits = malloc(sizeof(float) * rows * cols);
+    return (be_draft_block){.B = B, .tokens = o->tok, .n_slots = ns, .n_vocab = nv, .ids = ids,
+                            .extra = k % 2 ? extra : NULL, .n_extra = k % 2 ? 2 : 0, .out = o->out,
+                            .logits = o->logits, .extra_logits = o->xl, .top_k = k % 3 == 2 ? 8 : 0,
+                            .top_ids = o->top_ids, .top_logp = o->top_logp};
+}
+
+static int blk_same(const blk_out *a, const blk_out *b, const be_draft_block *q, int V) {
+    size_t ns = (size_t)(q->n_slots ? q->n_slots : q->B - 1), nv = q->n_vocab ? (size_t)q->n_vocab : (size_t)V;
+    size_t K = (size_t)q->top_k, nx = (size_t)q->n_extra;
+    return !memcmp(a->out, b->out, sizeof a->out) && !memcmp(a->logits, b->logits, sizeof(float) * ns * nv) &&
+           !memcmp(a->xl, b->xl, sizeof(float) * ns * nx) &&
+           !memcmp(a->top_ids, b->top_ids, sizeof(int32_t) * ns * K) &&
+           !memcmp(a->top_logp, b->top_logp, sizeof(float) * ns * K);
+}
+
+/* NDRAFT draft states with contexts of different lengths (appended host
+ * rows, then fed target taps left pending), their blocks alone and in one
+ * draft_block_multi: every output bit-identical; then a bad block among
+ * them and a state given twice are refused with nothing proposed. */
+TEST(draft_multi_blocks) {
+    if (!MULTI_ROWS) return;
+    demo_target t;
+    if (target_open(&t) != 0) return;
+    mdl_model d;
+    if (mdl_load(&d, rpath("models/demo/draft")) != 0 || be_cpu.prepare(t.bi, &d) != 0) {
+        CHECK(0, "draft: %s", dfl_lasterr());
+        target_close(&t);
+        return;
+    }
+    CHECK(be_cpu.draft_block_multi != NULL, "the CPU backend has no draft_block_multi");
+    const cfg_model *dc = &d.cfg;
+    size_t F = (size_t)dc->n_taps * dc->hidden;
+    int nd = fast ? 6 : NDRAFT;
+    /* the taps the drafts are fed: a target forward of 8 rows */
+    int32_t pre[8] = {9707, 11, 1879, 374, 264, 1273, 13, 576};
+    be_batch tb = {.T = 8, .tokens = pre, .n_taps = dc->n_taps, .tap_layers = dc->tap_layers};
+    CHECK(be_cpu.forward(t.seq, &tb) == 0, "target forward: %s", dfl_lasterr());
+    int32_t *sel[2];
+    for (int s = 0; s < 2; s++) { /* two ranked selections: ascending ids */
+        sel[s] = malloc(sizeof(int32_t) * 1500);
+        for (int i = 0; i < 1500; i++) sel[s][i] = (int32_t)(i * (s ? 13 : 7) + s);
+    }
+    float *feats = malloc(sizeof(float) * F * 128);
+    for (size_t i = 0; i < F * 128; i++) feats[i] = (float)((int)((i * 2654435761u) >> 20 & 1023) - 512) / 256.0f;
+    blk_out alone[NDRAFT] = {{0}}, multi[NDRAFT] = {{0}};
+    void *sts[NDRAFT];
+    for (int k = 0; k < nd; k++) {
+        alone[k].ds = be_cpu.draft_create(t.bi, &d, &t.tm, 256);
+        multi[k].ds = be_cpu.draft_create(t.bi, &d, &t.tm, 256);
+        int n = 10 + (k * 17) % 50, fed = k % 4 ? 1 + k % 8 : 0; /* context rows, of them fed (pending) */
+        for (int a = 0; a < 2; a++) {
+            void *ds = a ? multi[k].ds : alone[k].ds;
+            CHECK(be_cpu.draft_ctx_append(ds, feats + (size_t)k * F, n - fed) == 0 &&
+                      (!fed || be_cpu.draft_feed(ds, t.seq, 0, fed) == 0),
+                  "context of draft %d: %s", k, dfl_lasterr());
+        }
+        sts[k] = multi[k].ds;
+    }
+    for (int r = 0; r < DRAFT_ROUNDS; r++) {
+        be_draft_block qa[NDRAFT], qm[NDRAFT];
+        for (int k = 0; k < nd; k++) {
+            qa[k] = blk_req(&alone[k], k, r, &d, (const int32_t *const *)sel, t.V);
+            qm[k] = blk_req(&multi[k], k, r, &d, (const int32_t *const *)sel, t.V);
+            CHECK(be_cpu.draft_block(alone[k].ds, &qa[k]) == 0, "round %d draft %d alone: %s", r, k, dfl_lasterr());
+        }
+        CHECK(be_cpu.draft_block_multi(sts, qm, nd) == 0, "round %d draft_block_multi: %s", r, dfl_lasterr());
+        int bad = 0;
+        for (int k = 0; k < nd; k++) {
+            int same = blk_same(&alone[k], &multi[k], &qa[k], t.V);
+            if (!same) fprintf(stderr, "  round %d block %d: batched differs from alone\n", r, k);
+            bad += !same;
+        }
+        CHECK(bad == 0, "round %d: %d of %d draft blocks differ from the same block alone", r, bad, nd);
+        for (int k = 0; k < nd; k++) /* the next round: one more fed row on some */
+            for (int a = 0; a < 2 && k % 3 == 0; a++)
+                be_cpu.draft_feed(a ? multi[k].ds : alone[k].ds, t.seq, 0, 1);
+    }
+    /* refusals: nothing proposed */
+    be_draft_block q[2];
+    q[0] = blk_req(&multi[0], 0, 0, &d, (const int32_t *const *)sel, t.V);
+    q[1] = blk_req(&multi[1], 1, 0, &d, (const int32_t *const *)sel, t.V);
+    q[1].B = 1;
+    CHECK(be_cpu.draft_block_multi(sts, q, 2) != 0 && strstr(dfl_lasterr(), "block 1"), "a block of 1 row: %s",
+          dfl_lasterr());
+    q[1].B = 16;
+    void *twice[2] = {sts[0], sts[0]};
+    CHECK(be_cpu.draft_block_multi(twice, q, 2) != 0 && strstr(dfl_lasterr(), "twice"), "a state twice: %s",
+          dfl_lasterr());
+    CHECK(multi[0].out[0] == -1, "a refused draft_block_multi proposed %d", multi[0].out[0]);
+    for (int k = 0; k < nd; k++) {
+        be_cpu.draft_destroy(alone[k].ds);
+        be_cpu.draft_destroy(multi[k].ds);
+        free(alone[k].logits);
+        free(multi[k].logits);
+    }
+    free(feats);
+    free(sel[0]);
+    free(sel[1]);
+    be_cpu.release(t.bi, &d);
+    mdl_free(&d);
+    target_close(&t);
+}
+
 /* ---- sequences on threads ------------------------------------------------ */
 
 enum { NJOBS = 5, N_PREDICT = 48, N_PREDICT_FAST = 24 };
@@ -345,9 +485,21 @@ TEST(seqs_concurrent) {
     dflash_batch_stats(demo, &b1);
     CHECK(b1.active == 0, "%d generations still counted as running", b1.active);
     CHECK(b1.max_batch >= 2, "no step had two sequences (max %d; %ld steps)", b1.max_batch, b1.steps - b0.steps);
-    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d\n", b1.steps - b0.steps,
+    /* the demo pair on the CPU batches every step of several sequences (a
+     * tree batch runs alone, outside the shared pass) */
+    CHECK(b1.unbatched_steps == b0.unbatched_steps, "%ld steps ran their sequences one by one (not batched)",
+          b1.unbatched_steps - b0.unbatched_steps);
+    /* every draft block of a sequence goes through the scheduler's draft steps */
+    CHECK(b1.draft_steps > b0.draft_steps && b1.draft_seq_steps - b0.draft_seq_steps >= b1.draft_steps - b0.draft_steps,
+          "draft steps %ld -> %ld (%ld blocks)", b0.draft_steps, b1.draft_steps, b1.draft_seq_steps - b0.draft_seq_steps);
+    fprintf(stderr, "  %ld steps, mean batch %.2f sequences, most %d; %ld draft steps, mean %.2f blocks, most %d\n",
+            b1.steps - b0.steps,
             b1.steps > b0.steps ? (double)(b1.seq_steps - b0.seq_steps) / (double)(b1.steps - b0.steps) : 0.0,
-            b1.max_batch);
+            b1.max_batch, b1.draft_steps - b0.draft_steps,
+            b1.draft_steps > b0.draft_steps
+                ? (double)(b1.draft_seq_steps - b0.draft_seq_steps) / (double)(b1.draft_steps - b0.draft_steps)
+                : 0.0,
+            b1.max_draft_batch);
     for (int i = 0; i < NJOBS; i++) {
         free(ref[i].out);
         free(got[i].out);
@@ -389,6 +541,7 @@ int main(void) {
     if (demo) make_prompts(demo, texts, 4, 4);
     RUN(forward_multi_rows);
     RUN(forward_multi_families);
+    RUN(draft_multi_blocks);
     RUN(seqs_concurrent);
     RUN(seq_errors);
     demo_end();

@@ -5,7 +5,7 @@
 # reuse, metrics, every error case with its status and type, the queue limit,
 # tools, tool calls, reasoning and /props /slots (tests/serve/tools.js),
 # clients that go away; then SIGTERM must give a clean exit 0 (under ASan: no
-# leaks). Also: the command line's own errors.
+# leaks). Also: the command line's own errors, and --draft-vocab.
 . "$(dirname "$0")/serve/lib.sh"
 
 expect_exit() { # NAME STATUS NEEDLE -- command...
@@ -87,6 +87,31 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     grep -q "client gone" "$T/server.log" && ! grep -q "application error" "$T/server.log" &&
         ok "server log: a client that went away is one line" ||
         bad "server log: a client that went away is one line ($(grep 'application error' "$T/server.log" | head -2))"
+fi
+# --draft-vocab, parsed as generate parses it: a bad value and freq:N
+# without a ranking are usage errors, a ranking for another vocabulary stops
+# the start; a server (two slots) whose draft may propose only id 151000
+# (ranked alone; the replies never hold it) and the stop tokens drafts, has
+# nothing accepted but what a stop token gives, and replies as plain decoding
+expect_exit "serve --draft-vocab: not a rank file" 2 "is not a rank file" -- "$BIN" serve -m models/demo/target --draft-vocab "$T/none.txt"
+expect_exit "serve --draft-vocab freq:N: no ranking" 2 "no vocab_rank.txt" -- "$BIN" serve -m "$T" --draft-vocab freq:100
+printf 'dflash-vocab-rank 1 1000\n5 1\n' >"$T/small.rank"
+expect_exit "serve --draft-vocab: a ranking of another vocabulary" 1 "error: --draft-vocab" -- \
+    "$BIN" serve -m models/demo/target --draft models/demo/draft --draft-vocab "$T/small.rank" --port 0
+printf 'dflash-vocab-rank 1 151936\n151000 1\n' >"$T/one.rank"
+if start_server -m models/demo/target --draft models/demo/draft --parallel 2 --ctx-size 1024 --draft-vocab "$T/one.rank:1"; then
+    ask() {
+        curl -sS "$BASE/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "Solve for x: 3x + 5 = 20."}],
+            "max_tokens": 24'"$1"'}' | sed 's/.*"content":"\([^"]*\)".*/\1/'
+    }
+    plain=$(ask ', "draft_max": 0') drafted=$(ask '')
+    curl -sS "$BASE/metrics" -o "$T/metrics.txt"
+    drafts=$(sed -n 's/^dflash:spec_decode_num_draft_tokens_total //p' "$T/metrics.txt")
+    acc=$(sed -n 's/^dflash:spec_decode_num_accepted_tokens_total //p' "$T/metrics.txt")
+    [ -n "$plain" ] && [ "$plain" = "$drafted" ] && [ "${drafts:-0}" -gt 0 ] && [ "${acc:-9}" -le 1 ] &&
+        ok "serve --draft-vocab FILE:1: drafted ($drafts tokens), $acc accepted, the reply plain decoding's" ||
+        bad "serve --draft-vocab FILE:1: drafted (${drafts:-?}), accepted ${acc:-?} <= 1, '$drafted' = '$plain'"
+    stop_server
 fi
 # a stream cut by shutdown says so (issue 19 item 4): SIGTERM starts the
 # drain, a second one cancels what still runs; the cut stream must end with

@@ -36,11 +36,12 @@ enum { ARGMAX_SLICE = 16384 }; /* lm_head rows per matmul in argmax (a multiple 
  * so one draft_feed always fits after a flush). */
 enum { PEND_ROWS = BE_MAX_ROWS };
 
-/* The instance: one per dflash_model. */
-typedef struct {
-    char desc[64]; /* describe()'s line */
-    tp_pool *tp;   /* its worker pool */
-} cpu_be;
+/* Block rows per pass of the draft's layers in draft_block_multi (whole
+ * blocks; more blocks take more passes). */
+enum { DRAFT_PASS_ROWS = BE_MAX_ROWS };
+/* Slot rows per pass over a draft head (its logits one ARGMAX_SLICE of ids
+ * at a time: [HEAD_ROWS][ARGMAX_SLICE] floats). */
+enum { HEAD_ROWS = BE_KEEP_ROWS };
 
 /* ---- small row kernels --------------------------------------------------- */
 
@@ -184,6 +185,16 @@ static void scratch_init(scratch *s, const cfg_model *c, int rows) {
     }
 }
 
+/* What scratch_init sizes a scratch by, per row (two configs with the same
+ * dims take the same scratch). */
+enum { SCRATCH_DIMS = 13 };
+static void scratch_dims(const cfg_model *c, long *d) {
+    const long v[SCRATCH_DIMS] = {c->hidden,     cfg_max_q(c), cfg_max_kv(c),   c->inter,        c->attn_gate,
+                                  c->shared_inter, c->g4_moe,  c->ple,          c->n_layers,     c->n_moe_layers,
+                                  c->n_experts,  c->n_experts_used, c->moe_inter};
+    memcpy(d, v, sizeof v);
+}
+
 static void scratch_free(scratch *s) {
     free(s->x);
     free(s->xn);
@@ -211,6 +222,23 @@ static void scratch_free(scratch *s) {
     free(s->pt);
     free(s->pe);
 }
+
+/* The instance: one per dflash_model. The draft blocks' working memory is
+ * the instance's (the backend runs one call at a time: batch.h), grown on
+ * demand for the block rows of the widest pass so far. */
+typedef struct {
+    char desc[64];  /* describe()'s line */
+    tp_pool *tp;    /* its worker pool */
+    scratch ds;     /* draft_block_multi's pass: ds_rows rows (0: none yet) of a draft of dims ds_dims */
+    int ds_rows;
+    long ds_dims[SCRATCH_DIMS]; /* scratch_dims */
+    float *dl;      /* [HEAD_ROWS][ARGMAX_SLICE] logits of one slice of a draft head (NULL: none yet) */
+} cpu_be;
+
+/* 1 if a and b are the same loaded model: the same struct, or copies of one
+ * (a library sequence holds a copy of its model's mdl_model, sharing every
+ * weight: the layers array identifies them). */
+static int same_model(const mdl_model *a, const mdl_model *b) { return a == b || (a->layers && a->layers == b->layers); }
 
 /* gelu_pytorch_tanh as PyTorch computes it in float:
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -894,7 +922,7 @@ static int cpu_forward_multi(void *const *sts, const be_batch *bs, int n) {
     }
     for (int i = 0; i < n; i++) {
         const cpu_seq *q = sts[i];
-        if (q->dn || bs[i].tree_parent || q->m != ((const cpu_seq *)sts[0])->m) {
+        if (q->dn || bs[i].tree_parent || !same_model(q->m, ((const cpu_seq *)sts[0])->m)) {
             dfl_seterr("forward_multi: sequence %d: %s", i,
                        q->dn ? "recurrent layers" : bs[i].tree_parent ? "a tree batch" : "another model");
             return -1;
@@ -1028,7 +1056,7 @@ static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int3
     int H = m->cfg.hidden;
     for (int i = 0; i < ns; i++) {
         const cpu_seq *q = sts[i];
-        if (q->m != m) {
+        if (!same_model(q->m, m)) {
             dfl_seterr("argmax_multi: sequence %d is of another model", i);
             return -1;
         }
@@ -1086,7 +1114,8 @@ static int cpu_taps(void *st, int row, int n, float *out) {
  * changes a bit. */
 typedef struct {
     const mdl_model *d, *t; /* draft, target (embedding + lm_head) */
-    tp_pool *tp;            /* the instance's workers */
+    cpu_be *be;             /* the instance (its draft block scratch) */
+    tp_pool *tp;            /* its workers */
     int n_ctx, len, max_B;
     float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] context K/V, post k_norm + RoPE */
     rope_table rope;
@@ -1108,6 +1137,7 @@ static void *cpu_draft_create(void *be, const mdl_model *d, const mdl_model *t, 
     cpu_draft *q = dfl_calloc(1, sizeof *q);
     q->d = d;
     q->t = t;
+    q->be = be;
     q->tp = ((cpu_be *)be)->tp;
     q->n_ctx = n_ctx;
     q->max_B = c->block_size > CHUNK ? c->block_size : CHUNK;
@@ -1321,53 +1351,60 @@ static int draft_top_k(const be_draft_block *b, const float *lg, const float *xl
     return 0;
 }
 
-static int cpu_draft_block(void *st, const be_draft_block *b) {
-    cpu_draft *q = st;
-    flush_pending(q);
-    const cfg_model *c = &q->d->cfg;
+/* The checks draft_block makes before it computes anything, and the
+ * gathered head of b->ids (kept in q while the ids stay the same); 0, or -1
+ * + error with nothing proposed. */
+static int draft_check(cpu_draft *q, const be_draft_block *b) {
     const mdl_model *tg = q->t;
-    int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, kvd = nkv * hd, B = b->B;
-    scratch *s = &q->s;
-    int pos0 = q->len;
-    if (B < 2 || B > q->max_B) {
-        dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
+    int max_B = q->max_B < DRAFT_PASS_ROWS ? q->max_B : DRAFT_PASS_ROWS;
+    if (b->B < 2 || b->B > max_B) {
+        dfl_seterr("draft block length %d out of range 2..%d", b->B, max_B);
         return -1;
     }
-    for (int i = 0; i < B; i++)
+    for (int i = 0; i < b->B; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= tg->cfg.vocab) {
             dfl_seterr("draft block token %d outside the vocabulary", b->tokens[i]);
             return -1;
         }
-    embed_rows(s->x, tg, b->tokens, B); /* the target's embedding (Gemma-4: scaled, as its embed_tokens module) */
-    for (int l = 0; l < c->n_layers; l++) {
-        const mdl_layer *L = &q->d->layers[l];
-        /* keys: the projected context 0..pos0-1, then all B block rows
-         * (not causal; the block's K/V are never cached) */
-        at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd, .Kb = s->k,
-                    .Vb = s->v, .na = pos0, .nb = B, .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd,
-                    .b_head = (size_t)hd, .b_row = (size_t)kvd};
-        ly_seg g = {.off = 0, .T = B, .pos0 = pos0, .J = J, .n_ctx = q->n_ctx, .rope = &q->rope};
-        layer(q->tp, s, L, l, c, &g, 1, B);
-    }
-    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
-    rmsnorm_rows(s->xn, s->x + H, q->d->final_norm, ns, H, c->eps);
-    int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
     if (b->ids && b->n_vocab < 1) {
         dfl_seterr("draft block: %d vocabulary ids given", b->n_vocab);
         return -1;
     }
-    int nx = b->n_extra;
-    float *lg = b->logits ? b->logits : grow(&q->lg, &q->cap_lg, (size_t)ns * nv);         /* [ns][nv] */
-    float *xl = b->extra_logits ? b->extra_logits : grow(&q->xl, &q->cap_xl, (size_t)ns * nx + 1); /* [ns][nx] */
-    if (b->ids && head_gather(q, &tg->lm_head, b->ids, nv) != 0) return -1;
-    wt_weight head = b->ids ? q->head : kn_row_view(&tg->lm_head, 0, nv); /* ids[0..nv) or ids 0..nv-1 */
-    kn_matmul(q->tp, lg, s->xn, &head, ns);
+    int nv = b->n_vocab > 0 && b->n_vocab < tg->cfg.vocab ? b->n_vocab : tg->cfg.vocab;
+    if (b->top_k > 0 && (b->top_k > BE_DRAFT_TOPK || b->top_k > nv + b->n_extra || !b->top_ids || !b->top_logp)) {
+        dfl_seterr("draft block: top_k %d (at most %d and the %d scored ids, with both output buffers)", b->top_k,
+                   BE_DRAFT_TOPK, nv + b->n_extra);
+        return -1;
+    }
+    return b->ids ? head_gather(q, &tg->lm_head, b->ids, nv) : 0;
+}
+
+/* Slots a block proposes, ids it scores (draft_block's rules). */
+static int block_slots(const be_draft_block *b) { return b->n_slots > 0 && b->n_slots < b->B - 1 ? b->n_slots : b->B - 1; }
+static int block_nv(const cpu_draft *q, const be_draft_block *b) {
+    return b->n_vocab > 0 && b->n_vocab < q->t->cfg.vocab ? b->n_vocab : q->t->cfg.vocab;
+}
+
+/* 1 if blocks a and b score the same head (the same ids, by number or by
+ * rank). */
+static int same_head(const cpu_draft *qa, const be_draft_block *a, const cpu_draft *qb, const be_draft_block *b) {
+    int nv = block_nv(qa, a);
+    if (nv != block_nv(qb, b) || !a->ids != !b->ids) return 0;
+    return !a->ids || !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)nv);
+}
+
+/* The proposals of block b from its slots' logits lg [ns][nv] (ids 0..nv-1,
+ * or b->ids) and xn [ns][H], the slots' final-normed rows (the extra ids'
+ * logits into xl [ns][nx]; tmp: H floats). */
+static int draft_propose(const cpu_draft *q, const be_draft_block *b, const float *lg, float *xl, const float *xn,
+                         float *tmp, int ns, int nv) {
+    int H = q->d->cfg.hidden, nx = b->n_extra;
     for (int e = 0; e < nx; e++) { /* a few ids beyond the prefix (stop tokens) */
-        wt_get_row(s->q, &tg->lm_head, b->extra[e]); /* s->q: >= 32 x H floats, free here */
+        wt_get_row(tmp, &q->t->lm_head, b->extra[e]);
         for (int i = 0; i < ns; i++) {
-            const float *x = s->xn + (size_t)i * H;
+            const float *x = xn + (size_t)i * H;
             float acc = 0.0f;
-            for (int d = 0; d < H; d++) acc += s->q[d] * x[d];
+            for (int d = 0; d < H; d++) acc += tmp[d] * x[d];
             xl[(size_t)i * nx + e] = acc;
         }
     }
@@ -1386,6 +1423,149 @@ static int cpu_draft_block(void *st, const be_draft_block *b) {
         }
     return 0;
 }
+
+/* One pass of draft_block_multi over the blocks bs[0..n) of states qs
+ * (checked, nothing pending; their rows fit DRAFT_PASS_ROWS), in the
+ * instance's scratch:
+ *   x = the target's embedding of every block's tokens, [R][H], block i at
+ *       rows off[i]..off[i]+B_i-1;
+ *   the draft's layers over all R rows, block i's rows at positions
+ *       len_i.. attending (no mask) to its own context and its own block;
+ *   xn = final_norm of each block's slot rows 1..ns_i, gathered head by
+ *       head; each head's logits over those rows, a vocabulary slice at a
+ *       time, into each block's logits [ns_i][nv_i];
+ *   the extra ids' logits, top candidates and proposals per block.
+ * Every step is row by row (layer(), kn_matmul's batch invariance, a row
+ * view's logits those of the same rows of the whole head), so each block
+ * gets the bits it gets alone. */
+static int draft_pass(cpu_draft *const *qs, const be_draft_block *bs, int n) {
+    cpu_be *be = qs[0]->be;
+    const cfg_model *c = &qs[0]->d->cfg;
+    const mdl_model *tg = qs[0]->t;
+    int H = c->hidden, hd = c->head_dim, kvd = c->n_kv_heads * hd, R = 0, off[BE_MAX_SEQS];
+    int32_t tok[DRAFT_PASS_ROWS];
+    for (int i = 0; i < n; i++) {
+        off[i] = R;
+        memcpy(tok + R, bs[i].tokens, sizeof(int32_t) * (size_t)bs[i].B);
+        R += bs[i].B;
+    }
+    long dims[SCRATCH_DIMS];
+    scratch_dims(c, dims);
+    if (be->ds_rows < R || memcmp(dims, be->ds_dims, sizeof dims)) { /* grown to the widest pass so far */
+        if (be->ds_rows) scratch_free(&be->ds);
+        be->ds_rows = R > CHUNK ? R : CHUNK; /* >= CHUNK: ds.q holds H floats for draft_propose */
+        memcpy(be->ds_dims, dims, sizeof dims);
+        scratch_init(&be->ds, c, be->ds_rows);
+    }
+    if (!be->dl) be->dl = dfl_malloc64(sizeof(float) * HEAD_ROWS * (size_t)ARGMAX_SLICE);
+    scratch *s = &be->ds;
+    embed_rows(s->x, tg, tok, R); /* the target's embedding (Gemma-4: scaled, as its embed_tokens module) */
+    ly_seg sg[BE_MAX_SEQS];
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int i = 0; i < n; i++) {
+            const cpu_draft *q = qs[i];
+            size_t r = (size_t)off[i] * kvd;
+            /* keys: the projected context 0..len-1, then all B block rows
+             * (not causal; the block's K/V are never cached) */
+            at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
+                        .Kb = s->k + r, .Vb = s->v + r, .na = q->len, .nb = bs[i].B,
+                        .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd,
+                        .b_row = (size_t)kvd};
+            sg[i] = (ly_seg){.off = off[i], .T = bs[i].B, .pos0 = q->len, .J = J, .n_ctx = q->n_ctx, .rope = &q->rope};
+        }
+        layer(be->tp, s, &qs[0]->d->layers[l], l, c, sg, n, R);
+    }
+    /* the heads: the blocks scoring the same ids share each pass over it */
+    int head_of[BE_MAX_SEQS], row0[BE_MAX_SEQS];
+    for (int i = 0; i < n; i++) {
+        head_of[i] = i;
+        for (int k = 0; k < i; k++)
+            if (head_of[k] == k && same_head(qs[k], &bs[k], qs[i], &bs[i])) {
+                head_of[i] = k;
+                break;
+            }
+    }
+    float *lgs[BE_MAX_SEQS], *xls[BE_MAX_SEQS];
+    for (int i = 0; i < n; i++) {
+        cpu_draft *q = qs[i];
+        size_t ns = (size_t)block_slots(&bs[i]), nv = (size_t)block_nv(q, &bs[i]), nx = (size_t)bs[i].n_extra;
+        lgs[i] = bs[i].logits ? bs[i].logits : grow(&q->lg, &q->cap_lg, ns * nv);                /* [ns][nv] */
+        xls[i] = bs[i].extra_logits ? bs[i].extra_logits : grow(&q->xl, &q->cap_xl, ns * nx + 1); /* [ns][nx] */
+    }
+    for (int h = 0; h < n; h++) {
+        if (head_of[h] != h) continue;
+        int Rh = 0, nv = block_nv(qs[h], &bs[h]);
+        for (int i = h; i < n; i++) /* the head's blocks' slot rows, gathered */
+            if (head_of[i] == h) {
+                int ns = block_slots(&bs[i]);
+                row0[i] = Rh;
+                rmsnorm_rows(s->xn + (size_t)Rh * H, s->x + (size_t)(off[i] + 1) * H, qs[i]->d->final_norm, ns, H,
+                             c->eps);
+                Rh += ns;
+            }
+        wt_weight head = bs[h].ids ? qs[h]->head : kn_row_view(&tg->lm_head, 0, nv); /* ids[0..nv) or ids 0..nv-1 */
+        for (int a = 0; a < Rh; a += HEAD_ROWS) {
+            int nr = Rh - a < HEAD_ROWS ? Rh - a : HEAD_ROWS;
+            for (int v0 = 0; v0 < nv; v0 += ARGMAX_SLICE) {
+                int nc = nv - v0 < ARGMAX_SLICE ? nv - v0 : ARGMAX_SLICE;
+                wt_weight v = kn_row_view(&head, v0, nc);
+                kn_matmul(be->tp, be->dl, s->xn + (size_t)a * H, &v, nr);
+                for (int i = h; i < n; i++) { /* each row's logits to its block */
+                    if (head_of[i] != h) continue;
+                    int ns = block_slots(&bs[i]);
+                    for (int k = 0; k < ns; k++) {
+                        int r = row0[i] + k;
+                        if (r >= a && r < a + nr)
+                            memcpy(lgs[i] + (size_t)k * nv + v0, be->dl + (size_t)(r - a) * nc, sizeof(float) * nc);
+                    }
+                }
+            }
+        }
+        for (int i = h; i < n; i++)
+            if (head_of[i] == h &&
+                draft_propose(qs[i], &bs[i], lgs[i], xls[i], s->xn + (size_t)row0[i] * H, s->q, block_slots(&bs[i]),
+                              nv) != 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* be_ops.draft_block_multi: every block checked first (nothing proposed
+ * when one is refused), the pending context rows projected, then passes
+ * of whole blocks up to DRAFT_PASS_ROWS rows. */
+static int cpu_draft_block_multi(void *const *sts, const be_draft_block *bs, int n) {
+    if (n < 1 || n > BE_MAX_SEQS) {
+        dfl_seterr("draft_block_multi: %d blocks (1..%d)", n, BE_MAX_SEQS);
+        return -1;
+    }
+    cpu_draft *qs[BE_MAX_SEQS];
+    for (int i = 0; i < n; i++) {
+        qs[i] = sts[i];
+        if (!same_model(qs[i]->d, qs[0]->d) || !same_model(qs[i]->t, qs[0]->t) || qs[i]->be != qs[0]->be) {
+            dfl_seterr("draft_block_multi: block %d: a draft of another model", i);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (qs[k] == qs[i]) {
+                dfl_seterr("draft_block_multi: draft state %d given twice", i);
+                return -1;
+            }
+        if (draft_check(qs[i], &bs[i]) != 0) {
+            if (n > 1) dfl_preferr("draft_block_multi: block %d", i);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) flush_pending(qs[i]);
+    for (int i0 = 0; i0 < n;) {
+        int i1 = i0, rows = 0;
+        while (i1 < n && rows + bs[i1].B <= DRAFT_PASS_ROWS) rows += bs[i1++].B;
+        if (draft_pass(qs + i0, bs + i0, i1 - i0) != 0) return -1;
+        i0 = i1;
+    }
+    return 0;
+}
+
+static int cpu_draft_block(void *st, const be_draft_block *b) { return cpu_draft_block_multi(&st, b, 1); }
 
 /* ---- the backend instance ------------------------------------------------- */
 
@@ -1406,6 +1586,8 @@ static void cpu_close(void *be) {
     cpu_be *b = be;
     if (!b) return;
     tp_destroy(b->tp);
+    if (b->ds_rows) scratch_free(&b->ds);
+    free(b->dl);
     free(b);
 }
 
@@ -1506,4 +1688,5 @@ const be_ops be_cpu = {
     .draft_ctx_length = cpu_draft_ctx_length,
     .draft_ctx_truncate = cpu_draft_ctx_truncate,
     .draft_block = cpu_draft_block,
+    .draft_block_multi = cpu_draft_block_multi,
 };

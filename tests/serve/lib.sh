@@ -57,6 +57,9 @@ run_node() {
 
 # start_server ARGS...: dflash serve on 127.0.0.1, a free port; sets PORT, BASE
 start_server() {
+    # emptied here first: the background child truncates it only when it
+    # runs, and until then the loop below could read the last server's port
+    : >"$T/server.log"
     "$BIN" serve --host 127.0.0.1 --port 0 "$@" >"$T/server.log" 2>&1 &
     SV_PID=$!
     PORT=""

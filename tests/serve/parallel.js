@@ -78,7 +78,10 @@ async function metrics() {
   const get = (n) => { const m = t.match(new RegExp('^dflash:' + n + ' ([0-9.e+-]+)$', 'm')); return m ? Number(m[1]) : NaN; };
   const taus = [...t.matchAll(/^dflash:slot_tau\{slot="(\d+)"\} ([0-9.]+)$/gm)].map((m) => Number(m[2]));
   return { slots: get('slots'), maxBatch: get('batch_size_max'), steps: get('batch_steps_total'),
-           seqSteps: get('batch_sequence_steps_total'), processing: get('requests_processing'),
+           seqSteps: get('batch_sequence_steps_total'), draftSteps: get('batch_draft_steps_total'),
+           draftSeqSteps: get('batch_draft_sequence_steps_total'), maxDraft: get('batch_draft_size_max'),
+           unbatched: get('batch_unbatched_steps_total'),
+           processing: get('requests_processing'),
            deferred: get('requests_deferred'), cancelled: get('generations_cancelled_total'), taus };
 }
 
@@ -121,6 +124,11 @@ async function main() {
   check(m1.cancelled > m0.cancelled, `/metrics: aborted generations were stopped (${m1.cancelled - m0.cancelled})`);
   const mean = (m1.seqSteps - m0.seqSteps) / Math.max(1, m1.steps - m0.steps);
   console.log(`# parallel: ${m1.steps - m0.steps} steps under load, mean batch ${mean.toFixed(2)} sequences, most ${m1.maxBatch}`);
+  check(m1.unbatched === m0.unbatched, `/metrics: every step of several sequences was batched (${m1.unbatched - m0.unbatched} not)`);
+  const nd = m1.draftSteps - m0.draftSteps;
+  check(nd > 0 && m1.draftSeqSteps - m0.draftSeqSteps >= nd, `/metrics: draft blocks ran in draft steps (${nd})`,
+        JSON.stringify(m1));
+  console.log(`# parallel: ${nd} draft steps under load, mean ${((m1.draftSeqSteps - m0.draftSeqSteps) / nd).toFixed(2)} blocks, most ${m1.maxDraft}`);
   const props = await (await fetch(BASE + '/props')).json();
   check(props.total_slots === SLOTS, `/props: total_slots ${SLOTS}`, JSON.stringify(props.total_slots));
   const slots = await (await fetch(BASE + '/slots')).json();
