@@ -437,7 +437,7 @@ void dflash_get_info(const dflash_model *m, dflash_info *in) {
             eb += wt_bytes(&L->experts[e].wg) + wt_bytes(&L->experts[e].wu) + wt_bytes(&L->experts[e].wd);
         /* the experts as the backend streams them (CUDA: MXFP4 at 4 bits) */
         size_t rb = m->be->expert_bytes ? m->be->expert_bytes(m->bi, &m->target, l) : 0;
-        if (rb && rb < eb + in->token_bytes) in->token_bytes = in->token_bytes - eb + rb, eb = rb;
+        if (rb) in->token_bytes = in->token_bytes - eb + rb, eb = rb;
         in->token_bytes -= eb / (size_t)c->n_experts * (size_t)(c->n_experts - c->n_experts_used);
     }
     /* an input embedding that is not also the lm_head gives one row a token
