@@ -13,7 +13,9 @@
  *     same whether its 8-column tile holds 1 token or 8, and whether the launch
  *     has 1 tile or 4 (T up to 32; wider batches are cut into launches of 32).
  *   - row kernels (RMSNorm, q/k norm + RoPE, embedding) reduce one row in
- *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue;
+ *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue; a GEMM's
+ *     tail (cu_tail) runs a row kernel's own code once the rows it needs
+ *     are written, so folding it there changes no bit;
  *   - attention (the default, k_att_part/k_att_merge): per query, chunks of
  *     a fixed number of absolute key positions, each an exact softmax in a
  *     fixed order, merged in ascending chunk order (the rule is stated at
