@@ -509,8 +509,8 @@ __device__ __forceinline__ void cu_gemm_step(uint4 ra, uint4 rb, float sca, floa
  * group's last ticket sees every output of that group, runs the group's
  * work and resets the counter to 0 for the next launch. Nothing waits and no
  * atomic touches a value: the work is the row kernel's own code
- * (cu_rmsnorm4_warp, cu_norm_rope_r / _s), so its bits are those of the
- * kernel it replaces. Launches of one grid row only (T <= 32, gridDim.y = 1).
+ * (cu_rmsnorm4_block, cu_norm_rope_r / _s), so its bits are those of the
+ * kernel it replaces. Launches of one grid row, T <= TAIL_MAX_ROWS = 16.
  *   TAIL_RMSNORM: one group, every block; o [T][ldo] bf16 = RMSNorm of the
  *     rows y[t][0..N) with weight w, as k_rmsnorm4 (N % 4 == 0, N <= 8192).
  *   TAIL_NORM_ROPE: y = [T][q (nq heads) | k (nk) | v (nk)] of head size hd
@@ -535,7 +535,7 @@ typedef struct {
     float *kc, *vc;
 } cu_tail;
 
-__device__ __noinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T);
+__device__ __forceinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T);
 
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
  * takes rows 16bx.. and tokens 8*NT*by .. 8*NT*by + 8*NT - 1 (gridDim.y =
@@ -666,9 +666,24 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     }
 }
 
-/* tail: row work after the whole launch (cu_tail; kind TAIL_NONE: none) */
-template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
-__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
+/* The blocks an SM holds of the k_gemm without a tail, as ptxas sizes it
+ * for sm_90 (256 threads: BF16 <= 64 registers at one and two column tiles,
+ * 8-bit 80 at one, the rest up to 128): the kernel with a tail keeps that
+ * occupancy (left to itself, ptxas gave the 8-bit one 95 registers, 2 blocks
+ * instead of 3), spilling a few words instead (12-40 bytes, values live
+ * across the main loop). */
+template <int KIND, int NT> struct cu_tail_blocks {
+    enum { N = KIND == CW_BF16 ? 4 : KIND == CW_Q8 && NT == 1 ? 3 : 2 };
+};
+
+/* TAIL = 1: tail, row work after the whole launch (cu_tail; kind
+ * TAIL_NONE: none); TAIL = 0 ignores it: the kernel of a GEMM without one,
+ * whose code the tail's cannot disturb (compiled into every k_gemm, it
+ * raised registers and added spills in many of them). A minimum of 0
+ * blocks is no minimum: the TAIL = 0 kernels are today's, register for
+ * register. */
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0, int TAIL = 0>
+__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT, TAIL ? cu_tail_blocks<KIND, NT>::N : 0) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
                                                                 int ldx, int T, float *__restrict__ y, int ldy,
                                                                 int accumulate, __nv_bfloat16 *__restrict__ h,
                                                                 int ldh, cu_tail tail) {
@@ -676,7 +691,9 @@ __global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N
     cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)t0 * ldx, ldx, nullptr, T - t0,
                                                     y ? y + (size_t)t0 * ldy : y, ldy, accumulate,
                                                     h ? h + (size_t)t0 * ldh : h, ldh);
-    if (tail.kind != TAIL_NONE) cu_gemm_tail(tail, y, ldy, N, T);
+    if constexpr (TAIL) {
+        if (tail.kind != TAIL_NONE) cu_gemm_tail(tail, y, ldy, N, T);
+    }
 }
 
 /* ---- row kernels ---------------------------------------------------------- */
@@ -911,50 +928,58 @@ __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float 
                    blockIdx.x, blockIdx.y, threadIdx.x);
 }
 
-/* k_rmsnorm4's arithmetic on one row by one warp (any block size): thread i
- * of k_rmsnorm4's 256 sums the squares of float4s i, i + 256, ... in order
- * (cu_ss4), each warp of 8 adds its 32 sums in the xor tree, and the block
- * sum is ((0 + warp 0) + warp 1) + ... + warp 7 (cu_block_sum). Here the
- * warp plays the 8 warps in turn: lane l is thread 32 vw + l of warp vw,
- * its float4s loaded 8 at a time (one per played warp); then the same
- * trees, the same sum in the same order, the same products. x is read
- * through L2: other blocks of the launch wrote it. */
-__device__ __forceinline__ void cu_rmsnorm4_warp(const float *x, int n, const float *w, float eps,
-                                                 __nv_bfloat16 *orow) {
+/* k_rmsnorm4's arithmetic on rows 0..T-1 of x ([T][ldx], n values, T <=
+ * TAIL_MAX_ROWS) by one block of any whole number of warps, into out [T][ldo]:
+ * thread i of k_rmsnorm4's 256 sums the squares of float4s i, i + 256, ...
+ * in order (cu_ss4), each of its 8 warps adds its 32 sums in the xor tree,
+ * and the row's sum is ((0 + warp 0) + warp 1) + ... + warp 7
+ * (cu_block_sum). Here unit (row t, warp vw) of those goes to warp
+ * (8 t + vw) % nwarps, lane l playing thread 32 vw + l; the units' sums meet
+ * in shared memory and are added in that order, then every thread writes
+ * float4s of every row with the same products. x is read through L2: other
+ * blocks of the launch wrote it. */
+enum { TAIL_MAX_ROWS = 16 };
+
+__device__ __forceinline__ void cu_rmsnorm4_block(const float *x, int ldx, int n, const float *w, float eps,
+                                                  __nv_bfloat16 *out, int ldo, int T) {
     constexpr int NW = RN_THREADS / 32; /* k_rmsnorm4's warps */
-    const int lane = threadIdx.x & 31, n4 = n / 4;
-    const float4 *r = (const float4 *)x;
-    float ss[NW];
+    __shared__ float unit_ss[TAIL_MAX_ROWS * NW], row_inv[TAIL_MAX_ROWS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, n4 = n / 4;
+#pragma unroll 1
+    for (int u = warp; u < T * NW; u += nwarps) {
+        const int t = u / NW, i = (u % NW) * 32 + lane; /* k_rmsnorm4's thread i of row t */
+        const float4 *r = (const float4 *)(x + (size_t)t * ldx);
+        float ss = 0.0f;
 #pragma unroll
-    for (int vw = 0; vw < NW; vw++) ss[vw] = 0.0f;
-    for (int i = 0; i < RN_PER; i++) {
-        if (i * RN_THREADS >= n4) break;
-        float4 v[NW];
+        for (int j0 = 0; j0 < RN_PER; j0 += 4) { /* 4 loads in flight, fewer registers */
+            float4 v[4];
 #pragma unroll
-        for (int vw = 0; vw < NW; vw++) {
-            int k = vw * 32 + lane + i * RN_THREADS;
-            v[vw] = k < n4 ? __ldcg(r + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j = 0; j < 4; j++)
+                if (i + (j0 + j) * RN_THREADS < n4) v[j] = __ldcg(r + i + (j0 + j) * RN_THREADS);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (j0 + j) * RN_THREADS < n4) ss = cu_ss4(ss, v[j]);
         }
 #pragma unroll
-        for (int vw = 0; vw < NW; vw++)
-            if (vw * 32 + lane + i * RN_THREADS < n4) ss[vw] = cu_ss4(ss[vw], v[vw]);
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) unit_ss[u] = ss;
     }
-    float tot = 0.0f;
-#pragma unroll
-    for (int vw = 0; vw < NW; vw++) {
-        float t = ss[vw];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        tot += t;
+    __syncthreads();
+    if ((int)threadIdx.x < T) {
+        float s = 0.0f;
+        for (int vw = 0; vw < NW; vw++) s += unit_ss[threadIdx.x * NW + vw];
+        row_inv[threadIdx.x] = 1.0f / sqrtf(s / (float)n + eps);
     }
-    float inv = 1.0f / sqrtf(tot / (float)n + eps);
+    __syncthreads();
     const float4 *w4 = (const float4 *)w;
-    __nv_bfloat162 *o = (__nv_bfloat162 *)orow;
 #pragma unroll 4
-    for (int k = lane; k < n4; k += 32) {
-        float4 v = __ldcg(r + k), g = w4[k];
-        o[2 * k] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
-        o[2 * k + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+    for (int e = threadIdx.x; e < T * n4; e += blockDim.x) {
+        const int t = e / n4, k = e % n4;
+        const float inv = row_inv[t];
+        float4 v = __ldcg((const float4 *)(x + (size_t)t * ldx) + k), g = w4[k];
+        __nv_bfloat162 *orow = (__nv_bfloat162 *)(out + (size_t)t * ldo);
+        orow[2 * k] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
+        orow[2 * k + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
     }
 }
 
@@ -973,8 +998,10 @@ __device__ __forceinline__ int cu_tail_ticket(const cu_tail &tl) {
 }
 
 /* The tail of a k_gemm launch (cu_tail): every thread of every block
- * calls it once its outputs are written. */
-__device__ __noinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T) {
+ * calls it once its outputs are written. Inlined (as a call, its ABI raised
+ * the GEMMs' registers: BF16 at one column tile 54 -> 80, with a 120-byte
+ * stack frame). */
+__device__ __forceinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T) {
     __shared__ int role;
     __threadfence(); /* this thread's outputs, before the block's ticket */
     __syncthreads();
@@ -984,13 +1011,14 @@ __device__ __noinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, 
     }
     __syncthreads();
     if (role < 0) return;
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
     if (tl.kind == TAIL_RMSNORM) {
-        for (int t = warp; t < T; t += nw) cu_rmsnorm4_warp(y + (size_t)t * ldy, N, tl.w, tl.eps, tl.o + (size_t)t * tl.ldo);
+        cu_rmsnorm4_block(y, ldy, N, tl.w, tl.eps, tl.o, tl.ldo, T);
         return;
     }
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
     /* TAIL_NORM_ROPE: head `role` of every row, one warp a row (norm_rope()'s choice of kernel) */
     const int pos0 = *tl.pos, Q = tl.nq * tl.hd, KV = tl.nk * tl.hd;
+#pragma unroll 1
     for (int t = warp; t < T; t += nw) {
         switch (tl.rh == tl.hd / 2 ? tl.hd : 0) {
         case 64:

@@ -290,14 +290,15 @@ static int moe_fuse = 1;
 static int upload_mx = 1;
 /* Row kernels folded into the tail of the GEMM before them (cu_tail: the
  * same code, so the same bits; one launch fewer each) in forwards of at
- * most FUSE_MAX_T rows: fuse_norm, the RMSNorm after the o / lin_out
+ * most fuse_max_t rows: fuse_norm, the RMSNorm after the o / lin_out
  * projection (post-attention norm) and after the down projection (the next
  * layer's input norm, or the final norm of kept rows); fuse_rope, the q/k
  * norm + RoPE + K/V store after the qkv projection. DFLASH_CUDA_FUSE=0
  * turns both off (the separate kernels, for comparison), =norm or =rope
- * keeps one. */
-static int fuse_norm = 1, fuse_rope = 1;
-enum { FUSE_MAX_T = 32, TAIL_TICKETS = 4096 };
+ * keeps one; DFLASH_CUDA_FUSE_T=N (1..16) sets fuse_max_t. Timing only:
+ * the bits are the same either way. */
+static int fuse_norm = 1, fuse_rope = 1, fuse_max_t = TAIL_MAX_ROWS;
+enum { TAIL_TICKETS = 4096 };
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -319,6 +320,8 @@ static void tuning_init(void) {
     e = getenv("DFLASH_CUDA_FUSE");
     fuse_norm = !e || *e == '1' || strstr(e, "norm") != NULL;
     fuse_rope = !e || *e == '1' || strstr(e, "rope") != NULL;
+    e = getenv("DFLASH_CUDA_FUSE_T");
+    fuse_max_t = e && atoi(e) >= 1 && atoi(e) <= TAIL_MAX_ROWS ? atoi(e) : TAIL_MAX_ROWS;
 }
 
 static void pdl_init(const cudaDeviceProp *p) {
@@ -889,43 +892,44 @@ static int gemm_dq_of(const cw_weight &w) {
     return gemm_dq;
 }
 
-template <int MOE, int NT, int U, int SW, int DQ, typename... A>
+/* TL: the k_gemm with a tail (cu_tail; k_gemm's TAIL), only for SW = 0 */
+template <int MOE, int NT, int U, int SW, int TL, int DQ, typename... A>
 static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
     if constexpr (MOE) launch(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
-    else launch(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    else launch(k_gemm<CW_Q4, NT, U, SW, DQ, TL>, grid, block, s, args...);
 }
 
 /* The integer-MMA kernel for DQ 2..7 (folds of 32/64/128 columns, 16-bit
  * or f32 scales); f32 scales with folds of 32 hold 8 words a row and step,
  * so they run at most U = 2. */
-template <int MOE, int NT, int U, int SW, typename... A>
+template <int MOE, int NT, int U, int SW, int TL, typename... A>
 static void gemm_iq_dq(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     constexpr int U5 = U > 2 ? 2 : U;
     switch (dq) {
-    case 2: gemm_iq_go<MOE, NT, U, SW, 2>(s, grid, block, args...); break;
-    case 3: gemm_iq_go<MOE, NT, U, SW, 3>(s, grid, block, args...); break;
-    case 4: gemm_iq_go<MOE, NT, U, SW, 4>(s, grid, block, args...); break;
-    case 5: gemm_iq_go<MOE, NT, U5, SW, 5>(s, grid, block, args...); break;
-    case 6: gemm_iq_go<MOE, NT, U, SW, 6>(s, grid, block, args...); break;
-    default: gemm_iq_go<MOE, NT, U, SW, 7>(s, grid, block, args...); break;
+    case 2: gemm_iq_go<MOE, NT, U, SW, TL, 2>(s, grid, block, args...); break;
+    case 3: gemm_iq_go<MOE, NT, U, SW, TL, 3>(s, grid, block, args...); break;
+    case 4: gemm_iq_go<MOE, NT, U, SW, TL, 4>(s, grid, block, args...); break;
+    case 5: gemm_iq_go<MOE, NT, U5, SW, TL, 5>(s, grid, block, args...); break;
+    case 6: gemm_iq_go<MOE, NT, U, SW, TL, 6>(s, grid, block, args...); break;
+    default: gemm_iq_go<MOE, NT, U, SW, TL, 7>(s, grid, block, args...); break;
     }
 }
 
 /* k_gemm or k_gemm_moe (MOE) for one NT and the weight's DQ. The unroll U
  * is timing only (gemm_iq_dq picks it for the integer-MMA kernel). */
-template <int MOE, int KIND, int NT, int U, int SW, typename... A>
+template <int MOE, int KIND, int NT, int U, int SW, int TL, typename... A>
 static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     if constexpr (KIND == CW_Q4) {
         if (dq >= 2) {
-            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
-            else gemm_iq_dq<MOE, NT, 4, SW>(s, grid, block, dq, args...);
+            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW, TL>(s, grid, block, dq, args...);
+            else gemm_iq_dq<MOE, NT, 4, SW, TL>(s, grid, block, dq, args...);
             return;
         }
     }
     if constexpr (KIND == CW_Q4) {
         if (dq == -1) {
             if constexpr (MOE) launch(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
-            else launch(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            else launch(k_gemm<KIND, NT, U, SW, -1, TL>, grid, block, s, args...);
             return;
         }
     }
@@ -933,8 +937,8 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
         if (dq == 1) launch(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
         else launch(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
     } else {
-        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else launch(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1, TL>, grid, block, s, args...);
+        else launch(k_gemm<KIND, NT, U, SW, 0, TL>, grid, block, s, args...);
     }
 }
 
@@ -942,17 +946,22 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
  * ceil(min(T, 32) / 8) column tiles. The unroll is picked per (kind, tile
  * count) to stay within 128 registers (quantized weights hold scales per
  * step); it changes the schedule only, so it may depend on T. */
-template <int KIND, int U, int SW>
+template <int KIND, int U, int SW, int TL>
 static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                         int acc, bf16 *h, int ldh, const cu_tail &tl) {
     dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
     constexpr int UQ = KIND == CW_BF16 ? U : 4;
     int dq = gemm_dq_of(w);
+    if constexpr (TL) { /* T <= TAIL_MAX_ROWS = 16: one or two column tiles */
+        if (T <= 8) gemm_go<0, KIND, 1, U, SW, 1>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+        else gemm_go<0, KIND, 2, UQ, SW, 1>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+        return;
+    }
     switch (T >= 32 ? 4 : (T + 7) / 8) {
-    case 1: gemm_go<0, KIND, 1, U, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
-    case 2: gemm_go<0, KIND, 2, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
-    case 3: gemm_go<0, KIND, 3, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
-    default: gemm_go<0, KIND, 4, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    case 1: gemm_go<0, KIND, 1, U, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    case 2: gemm_go<0, KIND, 2, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    case 3: gemm_go<0, KIND, 3, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    default: gemm_go<0, KIND, 4, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
     }
 }
 
@@ -963,13 +972,19 @@ static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x
 template <int KIND, int SW>
 static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                       int acc, bf16 *h, int ldh, const cu_tail &tl) {
-    int per = gemm_grid || tl.kind != TAIL_NONE ? T : 32; /* a tail: T <= FUSE_MAX_T, one launch */
+    if constexpr (SW == 0) {
+        if (tl.kind != TAIL_NONE) { /* T <= fuse_max_t: one launch, the kernels with a tail */
+            gemm_launch<KIND, 4, SW, 1>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+            return;
+        }
+    }
+    int per = gemm_grid ? T : 32;
     for (int t0 = 0; t0 < T; t0 += per) {
         int tn = T - t0 < per ? T - t0 : per;
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
-        gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh, tl);
+        gemm_launch<KIND, 4, SW, 0>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh, tl);
     }
 }
 
@@ -992,7 +1007,7 @@ static long n_tail_launches; /* cu_tail_launches() */
 extern "C" long cu_tail_launches(void) { return n_tail_launches; }
 
 /* The same with a tail (cu_tail: row work in the launch's last blocks, in
- * place of a kernel of its own); T <= FUSE_MAX_T. */
+ * place of a kernel of its own); T <= fuse_max_t. */
 static void gemm_tail(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
                       int acc, const cu_tail &tl) {
     gemm_any<0>(s, w, N, x, ldx, T, y, ldy, acc, NULL, 0, tl);
@@ -1016,10 +1031,10 @@ static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int
     dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
     int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && (w.iq || w.mx) ? gemm_dq_of(w) : 1;
     switch (nt) {
-    case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 3: gemm_go<1, KIND, 3, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    default: gemm_go<1, KIND, 4, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 1: gemm_go<1, KIND, 1, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 2: gemm_go<1, KIND, 2, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 3: gemm_go<1, KIND, 3, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    default: gemm_go<1, KIND, 4, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
     }
 }
 
@@ -1226,6 +1241,13 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
                  cu_alloc(&a->pproj, sizeof(float) * rows * d->L * d->P) ||
                  cu_alloc(&a->pt, sizeof(float) * rows * d->P) || cu_alloc(&a->pg, sizeof(bf16) * rows * d->Pp)))
         return -1;
+    /* cu_alloc zeroes on the legacy stream: finished before the sequence's
+     * own (non-blocking) stream reads a buffer - the tail counters must
+     * start at 0 */
+    if (cudaStreamSynchronize(0) != cudaSuccess) {
+        dfl_seterr("cuda: zeroing the activations: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     return 0;
 }
 
@@ -1548,7 +1570,7 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
                   const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
                   int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob) {
     int ldq = d->Q + 2 * d->KV;
-    const int fuse = T <= FUSE_MAX_T; /* tails (cu_tail) take launches of one grid row */
+    const int fuse = T <= fuse_max_t; /* GEMMs with a tail (cu_tail): one or two column tiles */
     /* the post-attention RMSNorm in the tail of the projection that adds into x */
     cu_tail post = no_tail;
     if (fuse && fuse_norm && rmsnorm4_fits(a->x, d->H, d->H)) {

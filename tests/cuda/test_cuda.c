@@ -44,6 +44,10 @@
 
 static char root[1024] = ".";
 static int quick;
+/* DFLASH_CUDA_FUSE as the run was started (NULL: unset, every tail): the
+ * `fuse` test's first setting, so that a run can check the tails one kind
+ * at a time (DFLASH_CUDA_FUSE=norm or =rope) against none */
+static char *fuse_env;
 
 /* Stated bound: |logit_gpu - logit_cpu| <= LOGIT_TOL * max |logit_cpu| per
  * row set, and the same for taps. bfloat16 carries 8 significant bits
@@ -503,7 +507,8 @@ TEST(knobs) {
     unsetenv("DFLASH_CUDA_PDL");
     unsetenv("DFLASH_CUDA_GEMM_GRID");
     unsetenv("DFLASH_CUDA_GEMM_IQU");
-    unsetenv("DFLASH_CUDA_FUSE");
+    if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
+    else unsetenv("DFLASH_CUDA_FUSE");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
     if (bi) be_cuda.close(bi);
@@ -650,7 +655,7 @@ TEST(gemm_dq) {
 
 /* The GEMM tails (DFLASH_CUDA_FUSE, cu_kernels.cuh cu_tail): the
  * post-attention and input RMSNorms and the q/k norm + RoPE + K/V store run
- * in the last blocks of the GEMM before them, in forwards of up to 32 rows;
+ * in the last blocks of the GEMM before them, in forwards of up to 16 rows;
  * DFLASH_CUDA_FUSE=0 runs them as kernels of their own. For each family
  * whose layers have them (Qwen3 at head sizes 16, 64 and 128 in BF16, 8-bit
  * and 4-bit, Llama without q/k norms, Qwen3-MoE, Qwen3.5 with its DeltaNet
@@ -717,7 +722,7 @@ TEST(fuse) {
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
         long n0 = cu_tail_launches();
-        env_run(models[i], "DFLASH_CUDA_FUSE", NULL, &a, &oka, &nl);
+        env_run(models[i], "DFLASH_CUDA_FUSE", fuse_env, &a, &oka, &nl);
         long n1 = cu_tail_launches();
         env_run(models[i], "DFLASH_CUDA_FUSE", "0", &b, &okb, &nl);
         long n2 = cu_tail_launches();
@@ -752,7 +757,7 @@ TEST(fuse) {
         float *la = calloc((size_t)(B - 1) * NV, sizeof(float)), *lb = calloc((size_t)(B - 1) * NV, sizeof(float));
         int32_t ia[B] = {0}, ib[B] = {0};
         long n0 = cu_tail_launches();
-        fuse_draft(pairs[i][0], pairs[i][1], NULL, la, ia, NV);
+        fuse_draft(pairs[i][0], pairs[i][1], fuse_env, la, ia, NV);
         long n1 = cu_tail_launches();
         fuse_draft(pairs[i][0], pairs[i][1], "0", lb, ib, NV);
         CHECK(n1 > n0 && cu_tail_launches() == n1, "%s: the draft's GEMM tails were not used (or used with FUSE=0)",
@@ -762,9 +767,10 @@ TEST(fuse) {
         free(la);
         free(lb);
     }
-    unsetenv("DFLASH_CUDA_FUSE");
+    if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
+    else unsetenv("DFLASH_CUDA_FUSE");
     be_options o = {2, 0};
-    void *bi = be_cuda.open(&o); /* back to the defaults */
+    void *bi = be_cuda.open(&o); /* back to the run's settings */
     if (bi) be_cuda.close(bi);
 }
 
@@ -1558,6 +1564,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) snprintf(root, sizeof root, "%s", r);
     quick = getenv("DFLASH_CUDA_QUICK") && atoi(getenv("DFLASH_CUDA_QUICK"));
+    if (getenv("DFLASH_CUDA_FUSE")) fuse_env = strdup(getenv("DFLASH_CUDA_FUSE"));
     setenv("DFLASH_ACT", "f32", 1); /* the CPU reference runs f32 activations */
     char why[200];
     if (!be_cuda.probe(why, sizeof why)) {
