@@ -18,7 +18,7 @@ for round in $(seq 1 ${FUSE_AB_ROUNDS:-1}); do
         for v in ${FUSE_AB_VARIANTS:-default DFLASH_CUDA_FUSE=0 DFLASH_CUDA_FUSE=norm DFLASH_CUDA_FUSE=rope}; do
             vv=$v; [ "$v" = default ] && vv=""
             echo "== round $round /tmp/s4b-$b $v ($(date +%T))" >> "$OUT/fuse-ab.txt"
-            env $vv timeout 120 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-5} > /tmp/fuse-ab-one.txt 2>&1
+            env $vv timeout 90 ./dflash bench -m /tmp/s4b-$b --backend cuda --reps ${BENCH_REPS:-5} > /tmp/fuse-ab-one.txt 2>&1
             cat /tmp/fuse-ab-one.txt >> "$OUT/fuse-ab.txt"
             awk -v r=$round -v b=$b -v v="$v" '/decode T=1:/ { for (i = 1; i <= NF; i++) if ($i == "ms,") t1 = $(i - 1) }
                 $1 == "16" && NF == 4 { t16 = $2; q = $3 }
