@@ -44,10 +44,12 @@
 
 static char root[1024] = ".";
 static int quick;
-/* DFLASH_CUDA_FUSE as the run was started (NULL: unset, every tail): the
- * `fuse` test's first setting, so that a run can check the tails one kind
- * at a time (DFLASH_CUDA_FUSE=norm or =rope) against none */
+/* DFLASH_CUDA_FUSE as the run was started (NULL: unset, the backend's
+ * default). fuse_on: the `fuse` test's setting with tails - the run's, so
+ * that a run can check one kind at a time (DFLASH_CUDA_FUSE=norm or =rope),
+ * else every tail ("1") */
 static char *fuse_env;
+static const char *fuse_on(void) { return fuse_env && strcmp(fuse_env, "0") != 0 ? fuse_env : "1"; }
 
 /* Stated bound: |logit_gpu - logit_cpu| <= LOGIT_TOL * max |logit_cpu| per
  * row set, and the same for taps. bfloat16 carries 8 significant bits
@@ -450,7 +452,8 @@ TEST(chunk_edges) {
 }
 
 /* The timing knobs (DFLASH_CUDA_ATT=head|gqa, DFLASH_CUDA_PDL=0,
- * DFLASH_CUDA_GEMM_GRID=0, DFLASH_CUDA_GEMM_IQU=4, DFLASH_CUDA_FUSE=0) change schedules only: rows must be the same
+ * DFLASH_CUDA_GEMM_GRID=0, DFLASH_CUDA_GEMM_IQU=4, DFLASH_CUDA_FUSE the other
+ * way) change schedules only: rows must be the same
  * bits as with the defaults. The demo target has key/value heads shared by
  * two query heads: by default its 16-row forwards run the grouped attention
  * kernel and its 1-row forwards the per-head one; the knobs force one or the
@@ -491,13 +494,17 @@ TEST(knobs) {
     const char *rel = "models/demo/target";
     rec a, b;
     int V, H, kvd;
+    long n0 = cu_tail_launches();
     knob_run(rel, &a, &V, &H, &kvd);
+    int a_tails = cu_tail_launches() > n0; /* the GEMM tails the other way in b */
     setenv("DFLASH_CUDA_ATT", "head", 1);
     setenv("DFLASH_CUDA_PDL", "0", 1);
     setenv("DFLASH_CUDA_GEMM_GRID", "0", 1);
     setenv("DFLASH_CUDA_GEMM_IQU", "4", 1);
-    setenv("DFLASH_CUDA_FUSE", "0", 1);
+    setenv("DFLASH_CUDA_FUSE", a_tails ? "0" : "1", 1);
+    n0 = cu_tail_launches();
     knob_run(rel, &b, &V, &H, &kvd);
+    CHECK(a_tails != (cu_tail_launches() > n0), "%s: the knobs run did not switch the GEMM tails", rel);
     rec c;
     setenv("DFLASH_CUDA_ATT", "gqa", 1);
     knob_run(rel, &c, &V, &H, &kvd);
@@ -655,8 +662,9 @@ TEST(gemm_dq) {
 
 /* The GEMM tails (DFLASH_CUDA_FUSE, cu_kernels.cuh cu_tail): the
  * post-attention and input RMSNorms and the q/k norm + RoPE + K/V store run
- * in the last blocks of the GEMM before them, in forwards of up to 16 rows;
- * DFLASH_CUDA_FUSE=0 runs them as kernels of their own. For each family
+ * in the last blocks of the GEMM before them, in forwards of up to 16 rows,
+ * with DFLASH_CUDA_FUSE=1 (fuse_on()); =0 runs them as kernels of their
+ * own. For each family
  * whose layers have them (Qwen3 at head sizes 16, 64 and 128 in BF16, 8-bit
  * and 4-bit, Llama without q/k norms, Qwen3-MoE, Qwen3.5 with its DeltaNet
  * and gated attention layers, Qwen3.5-MoE): logits, taps, K/V and argmax of
@@ -722,12 +730,12 @@ TEST(fuse) {
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
         long n0 = cu_tail_launches();
-        env_run(models[i], "DFLASH_CUDA_FUSE", fuse_env, &a, &oka, &nl);
+        env_run(models[i], "DFLASH_CUDA_FUSE", fuse_on(), &a, &oka, &nl);
         long n1 = cu_tail_launches();
         env_run(models[i], "DFLASH_CUDA_FUSE", "0", &b, &okb, &nl);
         long n2 = cu_tail_launches();
-        CHECK(n1 > n0 && n2 == n1, "%s: GEMM tails used %ld times by default, %ld times with DFLASH_CUDA_FUSE=0",
-              models[i], n1 - n0, n2 - n1);
+        CHECK(n1 > n0 && n2 == n1, "%s: GEMM tails used %ld times with DFLASH_CUDA_FUSE=%s, %ld times with =0",
+              models[i], n1 - n0, fuse_on(), n2 - n1);
         if (a.l && b.l) {
             loaded g; /* the shapes, for the sizes of the records */
             if (load(&g, &be_cuda, gpu_bi, models[i]) == 0) {
@@ -757,10 +765,10 @@ TEST(fuse) {
         float *la = calloc((size_t)(B - 1) * NV, sizeof(float)), *lb = calloc((size_t)(B - 1) * NV, sizeof(float));
         int32_t ia[B] = {0}, ib[B] = {0};
         long n0 = cu_tail_launches();
-        fuse_draft(pairs[i][0], pairs[i][1], fuse_env, la, ia, NV);
+        fuse_draft(pairs[i][0], pairs[i][1], fuse_on(), la, ia, NV);
         long n1 = cu_tail_launches();
         fuse_draft(pairs[i][0], pairs[i][1], "0", lb, ib, NV);
-        CHECK(n1 > n0 && cu_tail_launches() == n1, "%s: the draft's GEMM tails were not used (or used with FUSE=0)",
+        CHECK(n1 > n0 && cu_tail_launches() == n1, "%s: the draft's GEMM tails were not used (or used with =0)",
               pairs[i][1]);
         CHECK(memcmp(la, lb, sizeof(float) * (B - 1) * NV) == 0 && memcmp(ia, ib, sizeof ia) == 0,
               "%s: the GEMM tails changed the draft block's logits or ids", pairs[i][1]);
