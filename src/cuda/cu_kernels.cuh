@@ -13,7 +13,9 @@
  *     same whether its 8-column tile holds 1 token or 8, and whether the launch
  *     has 1 tile or 4 (T up to 32; wider batches are cut into launches of 32).
  *   - row kernels (RMSNorm, q/k norm + RoPE, embedding) reduce one row in
- *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue;
+ *     one fixed tree; the SwiGLU is the gate/up GEMM's epilogue; a GEMM's
+ *     tail (cu_tail) runs a row kernel's own code once the rows it needs
+ *     are written, so folding it there changes no bit;
  *   - attention (the default, k_att_part/k_att_merge): per query, chunks of
  *     a fixed number of absolute key positions, each an exact softmax in a
  *     fixed order, merged in ascending chunk order (the rule is stated at
@@ -500,6 +502,41 @@ __device__ __forceinline__ void cu_gemm_step(uint4 ra, uint4 rb, float sca, floa
     }
 }
 
+/* A k_gemm launch's tail: row work that needs every block's output, done
+ * by the launch's last block(s) instead of by a kernel of its own (one
+ * launch fewer; cu_gemm_tail). Each block, once its outputs are written,
+ * fences them and takes a ticket of its group; the block that takes a
+ * group's last ticket sees every output of that group, runs the group's
+ * work and resets the counter to 0 for the next launch. Nothing waits and no
+ * atomic touches a value: the work is the row kernel's own code
+ * (cu_rmsnorm4_block, cu_norm_rope_r / _s), so its bits are those of the
+ * kernel it replaces. Launches of one grid row, T <= TAIL_MAX_ROWS = 16.
+ *   TAIL_RMSNORM: one group, every block; o [T][ldo] bf16 = RMSNorm of the
+ *     rows y[t][0..N) with weight w, as k_rmsnorm4 (N % 4 == 0, N <= 8192).
+ *   TAIL_NORM_ROPE: y = [T][q (nq heads) | k (nk) | v (nk)] of head size hd
+ *     (hd % 16 == 0); group h < nq is q head h's hd / 16 tiles, group nq + j
+ *     k head j's and v head j's tiles; its last block runs k_norm_rope_r's
+ *     (or, for other head sizes or partial RoPE, k_norm_rope's) warp for
+ *     every row of that head, storing k and v into kc / vc when kc. */
+enum { TAIL_NONE = 0, TAIL_RMSNORM = 1, TAIL_NORM_ROPE = 2 };
+
+typedef struct {
+    int kind;
+    unsigned *ticket; /* zeroed counters, one per group; left zeroed */
+    /* TAIL_RMSNORM */
+    const float *w;
+    float eps;
+    __nv_bfloat16 *o;
+    int ldo;
+    /* TAIL_NORM_ROPE (eps as above) */
+    int nq, nk, hd, rh, n_ctx;
+    const float *qn, *kn, *cos_t, *sin_t;
+    const int *pos;
+    float *kc, *vc;
+} cu_tail;
+
+__device__ __forceinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T);
+
 /* y[t][r] (+)= sum_k W[r][k] x[t][k] for r < N, t < T: block (bx, by)
  * takes rows 16bx.. and tokens 8*NT*by .. 8*NT*by + 8*NT - 1 (gridDim.y =
  * ceil(T / (8*NT)); a token's sums do not depend on which block or column
@@ -629,15 +666,34 @@ __device__ __forceinline__ void cu_gemm_tile(const cw_weight &w, int N, const __
     }
 }
 
-template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0>
-__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
+/* The blocks an SM holds of the k_gemm without a tail, as ptxas sizes it
+ * for sm_90 (256 threads: BF16 <= 64 registers at one and two column tiles,
+ * 8-bit 80 at one, the rest up to 128): the kernel with a tail keeps that
+ * occupancy (left to itself, ptxas gave the 8-bit one 95 registers, 2 blocks
+ * instead of 3), spilling a few words instead (12-40 bytes, values live
+ * across the main loop). */
+template <int KIND, int NT> struct cu_tail_blocks {
+    enum { N = KIND == CW_BF16 ? 4 : KIND == CW_Q8 && NT == 1 ? 3 : 2 };
+};
+
+/* TAIL = 1: tail, row work after the whole launch (cu_tail; kind
+ * TAIL_NONE: none); TAIL = 0 ignores it: the kernel of a GEMM without one,
+ * whose code the tail's cannot disturb (compiled into every k_gemm, it
+ * raised registers and added spills in many of them). A minimum of 0
+ * blocks is no minimum: the TAIL = 0 kernels are today's, register for
+ * register. */
+template <int KIND, int NT, int GEMM_UNROLL, int SWIGLU, int DQ = 0, int TAIL = 0>
+__global__ void __launch_bounds__(32 * GEMM_MAX_SPLIT, TAIL ? cu_tail_blocks<KIND, NT>::N : 0) k_gemm(cw_weight w, int N, const __nv_bfloat16 *__restrict__ x,
                                                                 int ldx, int T, float *__restrict__ y, int ldy,
                                                                 int accumulate, __nv_bfloat16 *__restrict__ h,
-                                                                int ldh) {
+                                                                int ldh, cu_tail tail) {
     const int t0 = blockIdx.y * 8 * NT; /* this block's tokens */
     cu_gemm_tile<KIND, NT, GEMM_UNROLL, SWIGLU, DQ>(w, N, x + (size_t)t0 * ldx, ldx, nullptr, T - t0,
                                                     y ? y + (size_t)t0 * ldy : y, ldy, accumulate,
                                                     h ? h + (size_t)t0 * ldh : h, ldh);
+    if constexpr (TAIL) {
+        if (tail.kind != TAIL_NONE) cu_gemm_tail(tail, y, ldy, N, T);
+    }
 }
 
 /* ---- row kernels ---------------------------------------------------------- */
@@ -753,15 +809,19 @@ __global__ void k_to_bf16(const float *x, int ldx, int n, __nv_bfloat16 *o, int 
  * RoPE pair are in one lane. With kc != NULL the key head and the value head
  * at v_off are stored into the caches [nk][n_ctx][HD] at the row's position.
  * The sum of squares runs over i in order, then the xor tree; the products
- * are (v * inv) * w as in the strided form below. */
+ * are (v * inv) * w as in the strided form below.
+ * cu_norm_rope_r is that warp's work for row t, head h (pos0 = *pos_p);
+ * k_norm_rope_r runs it as a kernel and the qkv GEMM's last blocks run it
+ * in their tail (cu_gemm_tail), so the two give the same bits by
+ * construction. buf is read through L2 (__ldcg): in the tail, other blocks
+ * of the same launch wrote it. */
 template <int HD>
-__global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
-                              const float *kn, float eps, const float *cos_t, const float *sin_t, const int *pos_p,
-                              float *kc, float *vc, int n_ctx) {
-    cu_pdl_wait();
-    cu_pdl_trigger();
+__device__ __forceinline__ void cu_norm_rope_r(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off,
+                                               int v_off, const float *kn, float eps, const float *cos_t,
+                                               const float *sin_t, int pos0, float *kc, float *vc, int n_ctx, int t,
+                                               int h, int lane) {
     constexpr int NE = HD / 32, HP = NE / 2;
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, pos = *pos_p + t;
+    int pos = pos0 + t;
     int is_k = h >= nq, hh = is_k ? h - nq : h;
     float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * HD;
     const float *nw = is_k ? kn : qn;
@@ -770,12 +830,12 @@ __global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const floa
     bool store = is_k && kc;
     const float *vsrc = buf + (size_t)t * ldb + v_off + (size_t)hh * HD;
 #pragma unroll
-    for (int i = 0; i < NE; i++) x[i] = v[lane + 32 * i];
+    for (int i = 0; i < NE; i++) x[i] = __ldcg(v + lane + 32 * i);
 #pragma unroll
     for (int i = 0; i < HP; i++) c[i] = cs[lane + 32 * i], sv[i] = sn[lane + 32 * i];
     if (store) {
 #pragma unroll
-        for (int i = 0; i < NE; i++) vv[i] = vsrc[lane + 32 * i];
+        for (int i = 0; i < NE; i++) vv[i] = __ldcg(vsrc + lane + 32 * i);
     }
     if (nw) {
         float ss = 0.0f;
@@ -805,30 +865,45 @@ __global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const floa
     }
 }
 
-/* The same for any head_dim (16 and 32 here), and for partial RoPE
- * (Qwen3.5): dims 0..2*rh-1 rotate, pairs (d, d + rh); tables [pos][rh]. */
-__global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
-                            const float *kn, int hd, int rh, float eps, const float *cos_t, const float *sin_t,
-                            const int *pos_p, float *kc, float *vc, int n_ctx) {
+/* grid (T, nq + nk), 32 threads */
+template <int HD>
+__global__ void k_norm_rope_r(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
+                              const float *kn, float eps, const float *cos_t, const float *sin_t, const int *pos_p,
+                              float *kc, float *vc, int n_ctx) {
     cu_pdl_wait();
     cu_pdl_trigger();
-    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, half = rh, pos = *pos_p + t;
+    cu_norm_rope_r<HD>(buf, ldb, q_off, nq, qn, k_off, v_off, kn, eps, cos_t, sin_t, *pos_p, kc, vc, n_ctx,
+                       blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+/* The same for any head_dim (16 and 32 here), and for partial RoPE
+ * (Qwen3.5): dims 0..2*rh-1 rotate, pairs (d, d + rh); tables [pos][rh].
+ * cu_norm_rope_s is the warp's work for row t, head h (as cu_norm_rope_r:
+ * the kernel and the GEMM tail share it). */
+__device__ __forceinline__ void cu_norm_rope_s(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off,
+                                               int v_off, const float *kn, int hd, int rh, float eps,
+                                               const float *cos_t, const float *sin_t, int pos0, float *kc, float *vc,
+                                               int n_ctx, int t, int h, int lane) {
+    int half = rh, pos = pos0 + t;
     int is_k = h >= nq, hh = is_k ? h - nq : h;
     float *v = buf + (size_t)t * ldb + (is_k ? k_off : q_off) + (size_t)hh * hd;
     const float *nw = is_k ? kn : qn;
     if (nw) {
         float ss = 0.0f;
-        for (int i = lane; i < hd; i += 32) ss += v[i] * v[i];
+        for (int i = lane; i < hd; i += 32) {
+            float e = __ldcg(v + i);
+            ss += e * e;
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         float inv = 1.0f / sqrtf(ss / (float)hd + eps);
         __syncwarp();
-        for (int i = lane; i < hd; i += 32) v[i] = v[i] * inv * nw[i];
+        for (int i = lane; i < hd; i += 32) v[i] = __ldcg(v + i) * inv * nw[i];
         __syncwarp();
     }
     const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
     for (int i = lane; i < half; i += 32) {
-        float a = v[i], b = v[i + half];
+        float a = __ldcg(v + i), b = __ldcg(v + i + half);
         v[i] = a * cs[i] - b * sn[i];
         v[i + half] = b * cs[i] + a * sn[i];
     }
@@ -837,8 +912,130 @@ __global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float 
         size_t dst = ((size_t)hh * n_ctx + pos) * hd;
         const float *vv = buf + (size_t)t * ldb + v_off + (size_t)hh * hd;
         for (int i = lane; i < hd; i += 32) {
-            kc[dst + i] = v[i];
-            vc[dst + i] = vv[i];
+            kc[dst + i] = __ldcg(v + i);
+            vc[dst + i] = __ldcg(vv + i);
+        }
+    }
+}
+
+/* grid (T, nq + nk), 32 threads */
+__global__ void k_norm_rope(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off, int nk,
+                            const float *kn, int hd, int rh, float eps, const float *cos_t, const float *sin_t,
+                            const int *pos_p, float *kc, float *vc, int n_ctx) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    cu_norm_rope_s(buf, ldb, q_off, nq, qn, k_off, v_off, kn, hd, rh, eps, cos_t, sin_t, *pos_p, kc, vc, n_ctx,
+                   blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+/* k_rmsnorm4's arithmetic on rows 0..T-1 of x ([T][ldx], n values, T <=
+ * TAIL_MAX_ROWS) by one block of any whole number of warps, into out [T][ldo]:
+ * thread i of k_rmsnorm4's 256 sums the squares of float4s i, i + 256, ...
+ * in order (cu_ss4), each of its 8 warps adds its 32 sums in the xor tree,
+ * and the row's sum is ((0 + warp 0) + warp 1) + ... + warp 7
+ * (cu_block_sum). Here unit (row t, warp vw) of those goes to warp
+ * (8 t + vw) % nwarps, lane l playing thread 32 vw + l; the units' sums meet
+ * in shared memory and are added in that order, then every thread writes
+ * float4s of every row with the same products. x is read through L2: other
+ * blocks of the launch wrote it. */
+enum { TAIL_MAX_ROWS = 16 };
+
+__device__ __forceinline__ void cu_rmsnorm4_block(const float *x, int ldx, int n, const float *w, float eps,
+                                                  __nv_bfloat16 *out, int ldo, int T) {
+    constexpr int NW = RN_THREADS / 32; /* k_rmsnorm4's warps */
+    __shared__ float unit_ss[TAIL_MAX_ROWS * NW], row_inv[TAIL_MAX_ROWS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, n4 = n / 4;
+#pragma unroll 1
+    for (int u = warp; u < T * NW; u += nwarps) {
+        const int t = u / NW, i = (u % NW) * 32 + lane; /* k_rmsnorm4's thread i of row t */
+        const float4 *r = (const float4 *)(x + (size_t)t * ldx);
+        float ss = 0.0f;
+#pragma unroll
+        for (int j0 = 0; j0 < RN_PER; j0 += 4) { /* 4 loads in flight, fewer registers */
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (j0 + j) * RN_THREADS < n4) v[j] = __ldcg(r + i + (j0 + j) * RN_THREADS);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (j0 + j) * RN_THREADS < n4) ss = cu_ss4(ss, v[j]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) unit_ss[u] = ss;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < T) {
+        float s = 0.0f;
+        for (int vw = 0; vw < NW; vw++) s += unit_ss[threadIdx.x * NW + vw];
+        row_inv[threadIdx.x] = 1.0f / sqrtf(s / (float)n + eps);
+    }
+    __syncthreads();
+    const float4 *w4 = (const float4 *)w;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < T * n4; e += blockDim.x) {
+        const int t = e / n4, k = e % n4;
+        const float inv = row_inv[t];
+        float4 v = __ldcg((const float4 *)(x + (size_t)t * ldx) + k), g = w4[k];
+        __nv_bfloat162 *orow = (__nv_bfloat162 *)(out + (size_t)t * ldo);
+        orow[2 * k] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
+        orow[2 * k + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+    }
+}
+
+/* The ticket of this block (thread 0 calls it): the group it belongs to if
+ * it took the group's last ticket (the counter is reset), else -1. */
+__device__ __forceinline__ int cu_tail_ticket(const cu_tail &tl) {
+    int group = 0, size = (int)gridDim.x;
+    if (tl.kind == TAIL_NORM_ROPE) {
+        const int r0 = (int)blockIdx.x * 16, tph = tl.hd / 16, Q = tl.nq * tl.hd, KV = tl.nk * tl.hd;
+        if (r0 < Q) group = r0 / tl.hd, size = tph;
+        else group = tl.nq + ((r0 - Q) % KV) / tl.hd, size = 2 * tph; /* k head j or v head j */
+    }
+    if (atomicAdd(tl.ticket + group, 1u) != (unsigned)size - 1u) return -1;
+    atomicExch(tl.ticket + group, 0u);
+    return group;
+}
+
+/* The tail of a k_gemm launch (cu_tail): every thread of every block
+ * calls it once its outputs are written. Inlined (as a call, its ABI raised
+ * the GEMMs' registers: BF16 at one column tile 54 -> 80, with a 120-byte
+ * stack frame). */
+__device__ __forceinline__ void cu_gemm_tail(const cu_tail &tl, float *y, int ldy, int N, int T) {
+    __shared__ int role;
+    __threadfence(); /* this thread's outputs, before the block's ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        role = cu_tail_ticket(tl);
+        __threadfence(); /* the other blocks' outputs, after the last ticket */
+    }
+    __syncthreads();
+    if (role < 0) return;
+    if (tl.kind == TAIL_RMSNORM) {
+        cu_rmsnorm4_block(y, ldy, N, tl.w, tl.eps, tl.o, tl.ldo, T);
+        return;
+    }
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    /* TAIL_NORM_ROPE: head `role` of every row, one warp a row (norm_rope()'s choice of kernel) */
+    const int pos0 = *tl.pos, Q = tl.nq * tl.hd, KV = tl.nk * tl.hd;
+#pragma unroll 1
+    for (int t = warp; t < T; t += nw) {
+        switch (tl.rh == tl.hd / 2 ? tl.hd : 0) {
+        case 64:
+            cu_norm_rope_r<64>(y, ldy, 0, tl.nq, tl.qn, Q, Q + KV, tl.kn, tl.eps, tl.cos_t, tl.sin_t, pos0, tl.kc,
+                               tl.vc, tl.n_ctx, t, role, lane);
+            break;
+        case 128:
+            cu_norm_rope_r<128>(y, ldy, 0, tl.nq, tl.qn, Q, Q + KV, tl.kn, tl.eps, tl.cos_t, tl.sin_t, pos0, tl.kc,
+                                tl.vc, tl.n_ctx, t, role, lane);
+            break;
+        case 256:
+            cu_norm_rope_r<256>(y, ldy, 0, tl.nq, tl.qn, Q, Q + KV, tl.kn, tl.eps, tl.cos_t, tl.sin_t, pos0, tl.kc,
+                                tl.vc, tl.n_ctx, t, role, lane);
+            break;
+        default:
+            cu_norm_rope_s(y, ldy, 0, tl.nq, tl.qn, Q, Q + KV, tl.kn, tl.hd, tl.rh, tl.eps, tl.cos_t, tl.sin_t, pos0,
+                           tl.kc, tl.vc, tl.n_ctx, t, role, lane);
         }
     }
 }

@@ -288,6 +288,19 @@ static int moe_fuse = 1;
  * exactly as 8-bit) goes up as 4-bit nibbles (cw_weight.mx: half the bytes,
  * the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
 static int upload_mx = 1;
+/* Row kernels folded into the tail of the GEMM before them (cu_tail: the
+ * same code, so the same bits; one launch fewer each) in forwards of at
+ * most fuse_max_t rows: fuse_norm, the RMSNorm after the o / lin_out
+ * projection (post-attention norm) and after the down projection (the next
+ * layer's input norm, or the final norm of kept rows); fuse_rope, the q/k
+ * norm + RoPE + K/V store after the qkv projection. Off by default
+ * (fuse_default) until a device call has timed them (bench/NOTES.md):
+ * DFLASH_CUDA_FUSE=1 turns both on, =norm or =rope one, =0 none;
+ * DFLASH_CUDA_FUSE_T=N (1..16) sets fuse_max_t. Timing only: the bits are
+ * the same either way. */
+enum { fuse_default = 0 };
+static int fuse_norm = fuse_default, fuse_rope = fuse_default, fuse_max_t = TAIL_MAX_ROWS;
+enum { TAIL_TICKETS = 4096 };
 
 /* Timing knobs, read once when the backend opens. */
 static void tuning_init(void) {
@@ -306,6 +319,11 @@ static void tuning_init(void) {
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");
     att_split = !(e && *e == '0');
+    e = getenv("DFLASH_CUDA_FUSE");
+    fuse_norm = !e ? fuse_default : *e == '1' || strstr(e, "norm") != NULL;
+    fuse_rope = !e ? fuse_default : *e == '1' || strstr(e, "rope") != NULL;
+    e = getenv("DFLASH_CUDA_FUSE_T");
+    fuse_max_t = e && atoi(e) >= 1 && atoi(e) <= TAIL_MAX_ROWS ? atoi(e) : TAIL_MAX_ROWS;
 }
 
 static void pdl_init(const cudaDeviceProp *p) {
@@ -876,43 +894,44 @@ static int gemm_dq_of(const cw_weight &w) {
     return gemm_dq;
 }
 
-template <int MOE, int NT, int U, int SW, int DQ, typename... A>
+/* TL: the k_gemm with a tail (cu_tail; k_gemm's TAIL), only for SW = 0 */
+template <int MOE, int NT, int U, int SW, int TL, int DQ, typename... A>
 static void gemm_iq_go(cudaStream_t s, dim3 grid, dim3 block, A... args) {
     if constexpr (MOE) launch(k_gemm_moe<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
-    else launch(k_gemm<CW_Q4, NT, U, SW, DQ>, grid, block, s, args...);
+    else launch(k_gemm<CW_Q4, NT, U, SW, DQ, TL>, grid, block, s, args...);
 }
 
 /* The integer-MMA kernel for DQ 2..7 (folds of 32/64/128 columns, 16-bit
  * or f32 scales); f32 scales with folds of 32 hold 8 words a row and step,
  * so they run at most U = 2. */
-template <int MOE, int NT, int U, int SW, typename... A>
+template <int MOE, int NT, int U, int SW, int TL, typename... A>
 static void gemm_iq_dq(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     constexpr int U5 = U > 2 ? 2 : U;
     switch (dq) {
-    case 2: gemm_iq_go<MOE, NT, U, SW, 2>(s, grid, block, args...); break;
-    case 3: gemm_iq_go<MOE, NT, U, SW, 3>(s, grid, block, args...); break;
-    case 4: gemm_iq_go<MOE, NT, U, SW, 4>(s, grid, block, args...); break;
-    case 5: gemm_iq_go<MOE, NT, U5, SW, 5>(s, grid, block, args...); break;
-    case 6: gemm_iq_go<MOE, NT, U, SW, 6>(s, grid, block, args...); break;
-    default: gemm_iq_go<MOE, NT, U, SW, 7>(s, grid, block, args...); break;
+    case 2: gemm_iq_go<MOE, NT, U, SW, TL, 2>(s, grid, block, args...); break;
+    case 3: gemm_iq_go<MOE, NT, U, SW, TL, 3>(s, grid, block, args...); break;
+    case 4: gemm_iq_go<MOE, NT, U, SW, TL, 4>(s, grid, block, args...); break;
+    case 5: gemm_iq_go<MOE, NT, U5, SW, TL, 5>(s, grid, block, args...); break;
+    case 6: gemm_iq_go<MOE, NT, U, SW, TL, 6>(s, grid, block, args...); break;
+    default: gemm_iq_go<MOE, NT, U, SW, TL, 7>(s, grid, block, args...); break;
     }
 }
 
 /* k_gemm or k_gemm_moe (MOE) for one NT and the weight's DQ. The unroll U
  * is timing only (gemm_iq_dq picks it for the integer-MMA kernel). */
-template <int MOE, int KIND, int NT, int U, int SW, typename... A>
+template <int MOE, int KIND, int NT, int U, int SW, int TL, typename... A>
 static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
     if constexpr (KIND == CW_Q4) {
         if (dq >= 2) {
-            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW>(s, grid, block, dq, args...);
-            else gemm_iq_dq<MOE, NT, 4, SW>(s, grid, block, dq, args...);
+            if (NT > 1 && iq_unroll == 2) gemm_iq_dq<MOE, NT, 2, SW, TL>(s, grid, block, dq, args...);
+            else gemm_iq_dq<MOE, NT, 4, SW, TL>(s, grid, block, dq, args...);
             return;
         }
     }
     if constexpr (KIND == CW_Q4) {
         if (dq == -1) {
             if constexpr (MOE) launch(k_gemm_moe<KIND, NT, U, SW, -1>, grid, block, s, args...);
-            else launch(k_gemm<KIND, NT, U, SW, -1>, grid, block, s, args...);
+            else launch(k_gemm<KIND, NT, U, SW, -1, TL>, grid, block, s, args...);
             return;
         }
     }
@@ -920,8 +939,8 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
         if (dq == 1) launch(k_gemm_moe<KIND, NT, U, SW, 1>, grid, block, s, args...);
         else launch(k_gemm_moe<KIND, NT, U, SW, 0>, grid, block, s, args...);
     } else {
-        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1>, grid, block, s, args...);
-        else launch(k_gemm<KIND, NT, U, SW, 0>, grid, block, s, args...);
+        if (dq == 1) launch(k_gemm<KIND, NT, U, SW, 1, TL>, grid, block, s, args...);
+        else launch(k_gemm<KIND, NT, U, SW, 0, TL>, grid, block, s, args...);
     }
 }
 
@@ -929,17 +948,22 @@ static void gemm_go(cudaStream_t s, dim3 grid, dim3 block, int dq, A... args) {
  * ceil(min(T, 32) / 8) column tiles. The unroll is picked per (kind, tile
  * count) to stay within 128 registers (quantized weights hold scales per
  * step); it changes the schedule only, so it may depend on T. */
-template <int KIND, int U, int SW>
+template <int KIND, int U, int SW, int TL>
 static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
-                        int acc, bf16 *h, int ldh) {
+                        int acc, bf16 *h, int ldh, const cu_tail &tl) {
     dim3 grid((N + 15) / 16, (T + 31) / 32), block(32 * w.split);
     constexpr int UQ = KIND == CW_BF16 ? U : 4;
     int dq = gemm_dq_of(w);
+    if constexpr (TL) { /* T <= TAIL_MAX_ROWS = 16: one or two column tiles */
+        if (T <= 8) gemm_go<0, KIND, 1, U, SW, 1>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+        else gemm_go<0, KIND, 2, UQ, SW, 1>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+        return;
+    }
     switch (T >= 32 ? 4 : (T + 7) / 8) {
-    case 1: gemm_go<0, KIND, 1, U, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    case 2: gemm_go<0, KIND, 2, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    case 3: gemm_go<0, KIND, 3, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
-    default: gemm_go<0, KIND, 4, UQ, SW>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh); break;
+    case 1: gemm_go<0, KIND, 1, U, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    case 2: gemm_go<0, KIND, 2, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    case 3: gemm_go<0, KIND, 3, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
+    default: gemm_go<0, KIND, 4, UQ, SW, 0>(s, grid, block, dq, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl); break;
     }
 }
 
@@ -949,34 +973,53 @@ static void gemm_launch(cudaStream_t s, const cw_weight &w, int N, const bf16 *x
  * comparison; the bits are the same either way. */
 template <int KIND, int SW>
 static void gemm_kind(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
-                      int acc, bf16 *h, int ldh) {
+                      int acc, bf16 *h, int ldh, const cu_tail &tl) {
+    if constexpr (SW == 0) {
+        if (tl.kind != TAIL_NONE) { /* T <= fuse_max_t: one launch, the kernels with a tail */
+            gemm_launch<KIND, 4, SW, 1>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+            return;
+        }
+    }
     int per = gemm_grid ? T : 32;
     for (int t0 = 0; t0 < T; t0 += per) {
         int tn = T - t0 < per ? T - t0 : per;
         const bf16 *xx = x + (size_t)t0 * ldx;
         float *yy = y ? y + (size_t)t0 * ldy : NULL;
         bf16 *hh = h ? h + (size_t)t0 * ldh : NULL;
-        gemm_launch<KIND, 4, SW>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh);
+        gemm_launch<KIND, 4, SW, 0>(s, w, N, xx, ldx, tn, yy, ldy, acc, hh, ldh, tl);
     }
 }
 
 template <int SW>
 static void gemm_any(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
-                     int acc, bf16 *h, int ldh) {
-    if (w.kind == CW_BF16) gemm_kind<CW_BF16, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
-    else if (w.kind == CW_Q8) gemm_kind<CW_Q8, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
-    else gemm_kind<CW_Q4, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh);
+                     int acc, bf16 *h, int ldh, const cu_tail &tl) {
+    if (w.kind == CW_BF16) gemm_kind<CW_BF16, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+    else if (w.kind == CW_Q8) gemm_kind<CW_Q8, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
+    else gemm_kind<CW_Q4, SW>(s, w, N, x, ldx, T, y, ldy, acc, h, ldh, tl);
 }
+
+static const cu_tail no_tail = {TAIL_NONE};
 
 /* y[T][ldy] (+)= x[T][ldx] . W^T for output rows 0..N-1 of w. */
 static void gemm(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy, int acc) {
-    gemm_any<0>(s, w, N, x, ldx, T, y, ldy, acc, NULL, 0);
+    gemm_any<0>(s, w, N, x, ldx, T, y, ldy, acc, NULL, 0, no_tail);
+}
+
+static long n_tail_launches; /* cu_tail_launches() */
+extern "C" long cu_tail_launches(void) { return n_tail_launches; }
+
+/* The same with a tail (cu_tail: row work in the launch's last blocks, in
+ * place of a kernel of its own); T <= fuse_max_t. */
+static void gemm_tail(cudaStream_t s, const cw_weight &w, int N, const bf16 *x, int ldx, int T, float *y, int ldy,
+                      int acc, const cu_tail &tl) {
+    gemm_any<0>(s, w, N, x, ldx, T, y, ldy, acc, NULL, 0, tl);
+    n_tail_launches++;
 }
 
 /* h[T][ldh] = bf16(silu(gate) * up) with w the gate/up weight uploaded with
  * interleave8 (w.rows = 2 * pad8(I) rows): the SwiGLU in the GEMM's epilogue. */
 static void gemm_swiglu(cudaStream_t s, const cw_weight &w, const bf16 *x, int ldx, int T, bf16 *h, int ldh) {
-    gemm_any<1>(s, w, w.rows, x, ldx, T, NULL, 0, 0, h, ldh);
+    gemm_any<1>(s, w, w.rows, x, ldx, T, NULL, 0, 0, h, ldh, no_tail);
 }
 
 /* The experts' GEMMs of a T-row forward (cu_kernels.cuh, k_gemm_moe): w
@@ -990,10 +1033,10 @@ static void gemm_moe_kind(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int
     dim3 grid((N + 15) / 16, slots * mm.per), block(32 * w.split);
     int dq = KIND == CW_BF16 ? 0 : w.kind == CW_Q4 && (w.iq || w.mx) ? gemm_dq_of(w) : 1;
     switch (nt) {
-    case 1: gemm_go<1, KIND, 1, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 2: gemm_go<1, KIND, 2, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    case 3: gemm_go<1, KIND, 3, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
-    default: gemm_go<1, KIND, 4, 4, SW>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 1: gemm_go<1, KIND, 1, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 2: gemm_go<1, KIND, 2, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    case 3: gemm_go<1, KIND, 3, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
+    default: gemm_go<1, KIND, 4, 4, SW, 0>(s, grid, block, dq, w, mm, N, x, ldx, y, ldy, h, ldh); break;
     }
 }
 
@@ -1005,9 +1048,14 @@ static void gemm_moe(cudaStream_t s, const cw_weight &w, cu_moe_map mm, int N, i
     else gemm_moe_kind<CW_Q4, SW>(s, w, mm, N, T, slots, x, ldx, y, ldy, h, ldh);
 }
 
+/* rows of x that k_rmsnorm4 takes (else k_rmsnorm) */
+static int rmsnorm4_fits(const float *x, int ldx, int n) {
+    return n % 4 == 0 && n <= RN_THREADS * 4 * RN_PER && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
+}
+
 static void rmsnorm(cudaStream_t s, const float *x, int ldx, const float *w, int n, float eps, int rows, bf16 *ob,
                     int ldo) {
-    if (n % 4 == 0 && n <= RN_THREADS * 4 * RN_PER && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0)
+    if (rmsnorm4_fits(x, ldx, n))
         launch(k_rmsnorm4, rows, RN_THREADS, s, x, ldx, w, n, eps, ob, ldo);
     else
         launch(k_rmsnorm, rows, 256, s, x, ldx, w, n, eps, ob, ldo);
@@ -1162,6 +1210,7 @@ typedef struct {
     float *ple, *pproj; /* Gemma-4 per-layer inputs: [rows][L P] each layer's, the projection's output */
     float *pt;          /* [rows][P] a layer's gate */
     bf16 *pg;           /* [rows][Pp] gelu(gate) * input */
+    unsigned *tickets;  /* [TAIL_TICKETS] the GEMM tails' counters (cu_tail), zero between launches */
 } cu_act;
 
 static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
@@ -1169,7 +1218,7 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
     if (cu_alloc(&a->x, sizeof(float) * rows * d->H) || cu_alloc(&a->xb, sizeof(bf16) * rows * d->Hp) ||
         cu_alloc(&a->qkv, sizeof(float) * rows * (d->Q + 2 * d->KV)) ||
         cu_alloc(&a->att, sizeof(bf16) * rows * d->Qp) ||
-        cu_alloc(&a->hb, sizeof(bf16) * rows * d->Ip))
+        cu_alloc(&a->hb, sizeof(bf16) * rows * d->Ip) || cu_alloc(&a->tickets, sizeof(unsigned) * TAIL_TICKETS))
         return -1;
     if (d->gated && (cu_alloc(&a->qg, sizeof(float) * rows * (2 * d->Q + 2 * d->KV)) ||
                      cu_alloc(&a->gate, sizeof(float) * rows * d->Q)))
@@ -1194,6 +1243,13 @@ static int act_alloc(cu_act *a, const cu_dims *d, int rows) {
                  cu_alloc(&a->pproj, sizeof(float) * rows * d->L * d->P) ||
                  cu_alloc(&a->pt, sizeof(float) * rows * d->P) || cu_alloc(&a->pg, sizeof(bf16) * rows * d->Pp)))
         return -1;
+    /* cu_alloc zeroes on the legacy stream: finished before the sequence's
+     * own (non-blocking) stream reads a buffer - the tail counters must
+     * start at 0 */
+    if (cudaStreamSynchronize(0) != cudaSuccess) {
+        dfl_seterr("cuda: zeroing the activations: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     return 0;
 }
 
@@ -1203,6 +1259,7 @@ static void act_free(cu_act *a) {
     cudaFree(a->qkv);
     cudaFree(a->att);
     cudaFree(a->hb);
+    cudaFree(a->tickets);
     cudaFree(a->qg);
     cudaFree(a->gate);
     cudaFree(a->mix);
@@ -1515,6 +1572,18 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
                   const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
                   int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob) {
     int ldq = d->Q + 2 * d->KV;
+    const int fuse = T <= fuse_max_t; /* GEMMs with a tail (cu_tail): one or two column tiles */
+    /* the post-attention RMSNorm in the tail of the projection that adds into x */
+    cu_tail post = no_tail;
+    if (fuse && fuse_norm && rmsnorm4_fits(a->x, d->H, d->H)) {
+        post.kind = TAIL_RMSNORM;
+        post.ticket = a->tickets;
+        post.w = L->post_norm;
+        post.eps = d->eps;
+        post.o = a->xb;
+        post.ldo = d->Hp;
+    }
+    int post_normed = 0;
     if (!normed) { /* else the previous layer's expert block wrote a->xb (moe) */
         rmsnorm(s, a->x, d->H, L->in_norm, d->H, d->eps, T, a->xb, d->Hp);
         prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
@@ -1527,23 +1596,42 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
                             cudaMemcpyDeviceToDevice, s);
         dn_rows(s, d, L, dn, li, a->mix, a->cv, a->core, T);
         prof_mark(s, "deltanet", 0);
-        gemm(s, L->lin_out, d->H, a->core, d->vdp, T, a->x, d->H, 1);
-        prof_mark(s, "gemm lin_out", cw_bytes(&L->lin_out));
+        if (post.kind != TAIL_NONE) {
+            gemm_tail(s, L->lin_out, d->H, a->core, d->vdp, T, a->x, d->H, 1, post);
+            post_normed = 1;
+        } else {
+            gemm(s, L->lin_out, d->H, a->core, d->vdp, T, a->x, d->H, 1);
+        }
+        prof_mark(s, post_normed ? "gemm lin_out+rmsnorm" : "gemm lin_out", cw_bytes(&L->lin_out));
     } else {
         float *qb = a->qkv;
+        int roped = 0; /* the q/k norm + RoPE (+ K/V store) ran in the qkv GEMM's tail */
         if (d->gated) { /* q_proj rows [query | gate] per head: split them out */
             gemm(s, L->wqkv, 2 * d->Q + 2 * d->KV, a->xb, d->Hp, T, a->qg, 2 * d->Q + 2 * d->KV, 0);
             launch(k_split_gate, T, 256, s, (const float *)a->qg, 2 * d->Q + 2 * d->KV, a->qkv, ldq, a->gate, d->nh,
                    d->hd, 2 * d->KV);
+        } else if (fuse && fuse_rope && !L->bqkv && !d->v_norm && d->hd % 16 == 0) {
+            cu_tail tr = no_tail;
+            tr.kind = TAIL_NORM_ROPE;
+            tr.ticket = a->tickets;
+            tr.eps = d->eps;
+            tr.nq = d->nh, tr.nk = d->nkv, tr.hd = d->hd, tr.rh = d->rh, tr.n_ctx = n_ctx;
+            tr.qn = L->q_norm, tr.kn = L->k_norm, tr.cos_t = cos_t, tr.sin_t = sin_t, tr.pos = pos;
+            tr.kc = causal ? kc : NULL, tr.vc = causal ? vc : NULL;
+            gemm_tail(s, L->wqkv, ldq, a->xb, d->Hp, T, qb, ldq, 0, tr);
+            roped = 1;
         } else {
             gemm(s, L->wqkv, ldq, a->xb, d->Hp, T, qb, ldq, 0);
         }
         if (L->bqkv) launch(k_add_bias, T, 256, s, qb, ldq, (const float *)L->bqkv, ldq);
         if (d->v_norm) launch(k_head_norm, dim3(T, d->nkv), 32, s, a->qkv, ldq, d->Q + d->KV, d->hd, d->eps);
-        prof_mark(s, causal ? "gemm qkv" : "draft gemm qkv", cw_bytes(&L->wqkv));
-        norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
-                  cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
-        prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+        prof_mark(s, roped ? (causal ? "gemm qkv+norm_rope" : "draft gemm qkv+norm_rope") : causal ? "gemm qkv" : "draft gemm qkv",
+                  cw_bytes(&L->wqkv));
+        if (!roped) {
+            norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
+                      cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
+            prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+        }
         attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
         prof_mark(s, causal ? "attention" : "draft attention", 0);
         if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
@@ -1553,13 +1641,19 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
         } else if (L->attn_out_norm) { /* Gemma-4: x += attn_out_norm(Wo att) */
             gemm(s, L->wo, d->H, a->att, d->Qp, T, a->ob, d->H, 0);
             launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->attn_out_norm, d->H, d->eps);
+        } else if (post.kind != TAIL_NONE) {
+            gemm_tail(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1, post);
+            post_normed = 1;
         } else {
             gemm(s, L->wo, d->H, a->att, d->Qp, T, a->x, d->H, 1);
         }
-        prof_mark(s, causal ? "gemm o" : "draft gemm o", cw_bytes(&L->wo));
+        prof_mark(s, post_normed ? (causal ? "gemm o+rmsnorm" : "draft gemm o+rmsnorm") : causal ? "gemm o" : "draft gemm o",
+                  cw_bytes(&L->wo));
     }
-    rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
-    prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
+    if (!post_normed) {
+        rmsnorm(s, a->x, d->H, L->post_norm, d->H, d->eps, T, a->xb, d->Hp);
+        prof_mark(s, causal ? "rmsnorm" : "draft rmsnorm", 0);
+    }
     if (L->moe && !L->g4moe) return moe(s, d, L, a, T, next_norm, next_ob);
     if (d->geglu) { /* Gemma-4: gelu_tanh(g) * u from the f32 sums */
         gemm(s, L->wgu, d->Rd, a->xb, d->Hp, T, a->gyd, d->Rd, 0);
@@ -1574,6 +1668,19 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
     } else if (L->ffn_out_norm) { /* Gemma-4: x += ffn_out_norm(Wd h) */
         gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->ob, d->H, 0);
         launch(k_rmsnorm_add, T, 256, s, a->x, (const float *)a->ob, (const float *)L->ffn_out_norm, d->H, d->eps);
+    } else if (next_norm && fuse && fuse_norm && !d->gemma && rmsnorm4_fits(a->x, d->H, d->H)) {
+        /* the next RMSNorm (the next layer's input norm, or the final norm
+         * of kept rows) in the tail; nothing of Gemma-4's follows here */
+        cu_tail nx = no_tail;
+        nx.kind = TAIL_RMSNORM;
+        nx.ticket = a->tickets;
+        nx.w = next_norm;
+        nx.eps = d->eps;
+        nx.o = next_ob;
+        nx.ldo = d->Hp;
+        gemm_tail(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1, nx);
+        prof_mark(s, causal ? "gemm down+rmsnorm" : "draft gemm down+rmsnorm", cw_bytes(&L->wd));
+        return 1;
     } else {
         gemm(s, L->wd, d->H, a->hb, d->Ip, T, a->x, d->H, 1);
     }
@@ -2197,9 +2304,11 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         launch(k_scale, (B * d->H + 255) / 256, 256, s, q->a.x, (size_t)B * d->H, (float)sqrt((double)d->H));
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+    int normed = 0; /* q->a.xb holds the next layer's input norm (layer()) */
     for (int l = 0; l < d->L; l++)
-        layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t,
-              q->sin_t, 0, NULL, -1, 0, NULL, NULL);
+        normed = layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx,
+                       q->cos_t, q->sin_t, 0, NULL, -1, normed, l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL,
+                       q->a.xb);
     int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
     int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);

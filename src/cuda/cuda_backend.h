@@ -7,4 +7,9 @@
  * `layer` of a CUDA target sequence (be_cuda.create). */
 int cu_read_kv(void *seq, int layer, int pos, float *k, float *v);
 
+/* GEMM launches enqueued (or captured into a graph) with a tail since the
+ * process started: row kernels folded into a GEMM's last blocks
+ * (DFLASH_CUDA_FUSE, cu_kernels.cuh cu_tail). */
+long cu_tail_launches(void);
+
 #endif

@@ -12,6 +12,9 @@
  *               and after rollback: a head size 128 model with 4 query heads
  *               per K/V head (the Qwen3-4B grouping, synthesized), the tiny
  *               model (head size 16) and the demo target (64, 2 per K/V head);
+ *   fuse        the row kernels folded into GEMM tails (DFLASH_CUDA_FUSE)
+ *               give the bits of the separate kernels, per family and in a
+ *               draft block; T = 1..17 rows equal to T = 1 rows either way;
  *   draft       draft_feed == draft_ctx_append of the same taps, ids == the
  *               argmax rule over the returned logits (reduced vocabulary +
  *               extra ids), draft logits within the bound of the CPU draft;
@@ -41,6 +44,12 @@
 
 static char root[1024] = ".";
 static int quick;
+/* DFLASH_CUDA_FUSE as the run was started (NULL: unset, the backend's
+ * default). fuse_on: the `fuse` test's setting with tails - the run's, so
+ * that a run can check one kind at a time (DFLASH_CUDA_FUSE=norm or =rope),
+ * else every tail ("1") */
+static char *fuse_env;
+static const char *fuse_on(void) { return fuse_env && strcmp(fuse_env, "0") != 0 ? fuse_env : "1"; }
 
 /* Stated bound: |logit_gpu - logit_cpu| <= LOGIT_TOL * max |logit_cpu| per
  * row set, and the same for taps. bfloat16 carries 8 significant bits
@@ -443,7 +452,8 @@ TEST(chunk_edges) {
 }
 
 /* The timing knobs (DFLASH_CUDA_ATT=head|gqa, DFLASH_CUDA_PDL=0,
- * DFLASH_CUDA_GEMM_GRID=0, DFLASH_CUDA_GEMM_IQU=4) change schedules only: rows must be the same
+ * DFLASH_CUDA_GEMM_GRID=0, DFLASH_CUDA_GEMM_IQU=4, DFLASH_CUDA_FUSE the other
+ * way) change schedules only: rows must be the same
  * bits as with the defaults. The demo target has key/value heads shared by
  * two query heads: by default its 16-row forwards run the grouped attention
  * kernel and its 1-row forwards the per-head one; the knobs force one or the
@@ -484,12 +494,17 @@ TEST(knobs) {
     const char *rel = "models/demo/target";
     rec a, b;
     int V, H, kvd;
+    long n0 = cu_tail_launches();
     knob_run(rel, &a, &V, &H, &kvd);
+    int a_tails = cu_tail_launches() > n0; /* the GEMM tails the other way in b */
     setenv("DFLASH_CUDA_ATT", "head", 1);
     setenv("DFLASH_CUDA_PDL", "0", 1);
     setenv("DFLASH_CUDA_GEMM_GRID", "0", 1);
     setenv("DFLASH_CUDA_GEMM_IQU", "4", 1);
+    setenv("DFLASH_CUDA_FUSE", a_tails ? "0" : "1", 1);
+    n0 = cu_tail_launches();
     knob_run(rel, &b, &V, &H, &kvd);
+    CHECK(a_tails != (cu_tail_launches() > n0), "%s: the knobs run did not switch the GEMM tails", rel);
     rec c;
     setenv("DFLASH_CUDA_ATT", "gqa", 1);
     knob_run(rel, &c, &V, &H, &kvd);
@@ -499,6 +514,8 @@ TEST(knobs) {
     unsetenv("DFLASH_CUDA_PDL");
     unsetenv("DFLASH_CUDA_GEMM_GRID");
     unsetenv("DFLASH_CUDA_GEMM_IQU");
+    if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
+    else unsetenv("DFLASH_CUDA_FUSE");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
     if (bi) be_cuda.close(bi);
@@ -535,8 +552,9 @@ TEST(moe_fuse) {
  * (cu_gemm_iq_steps: other bits, no weight rounding). Within each kernel,
  * the rows of a T-row forward are the bits of the same rows forwarded one
  * at a time, for every T = 1..17 (one, two and three MMA column tiles). */
-static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *nl) {
-    setenv("DFLASH_CUDA_GEMM_DQ", dq, 1);
+static void env_run(const char *rel, const char *var, const char *val, rec *ref, int *ok, size_t *nl) {
+    if (val) setenv(var, val, 1);
+    else unsetenv(var);
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* reads the knob */
     loaded g;
@@ -565,7 +583,7 @@ static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *n
         size_t nt = (size_t)17 * 2 * H, nk = (size_t)17 * 4 * kvd;
         if (memcmp(ref->l, got.l, *nl * sizeof(float)) || memcmp(ref->t, got.t, nt * sizeof(float)) ||
             memcmp(ref->kv, got.kv, nk * sizeof(float)) || memcmp(ref->am, got.am, 17 * sizeof(int32_t))) {
-            CHECK(0, "%s (DFLASH_CUDA_GEMM_DQ=%s): T=%d rows differ from T=1 rows", rel, dq, k);
+            CHECK(0, "%s (%s=%s): T=%d rows differ from T=1 rows", rel, var, val ? val : "(unset)", k);
             bad = 1;
         }
     }
@@ -574,6 +592,10 @@ static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *n
     rec_free(&got);
     unload(&g);
     be_cuda.close(bi);
+}
+
+static void dq_run(const char *rel, const char *dq, rec *ref, int *ok, size_t *nl) {
+    env_run(rel, "DFLASH_CUDA_GEMM_DQ", dq, ref, ok, nl);
 }
 
 /* dq_run of REL under two settings of the knob. */
@@ -635,6 +657,128 @@ TEST(gemm_dq) {
     unsetenv("DFLASH_CUDA_GEMM_DQ");
     be_options o = {2, 0};
     void *bi = be_cuda.open(&o); /* back to the defaults */
+    if (bi) be_cuda.close(bi);
+}
+
+/* The GEMM tails (DFLASH_CUDA_FUSE, cu_kernels.cuh cu_tail): the
+ * post-attention and input RMSNorms and the q/k norm + RoPE + K/V store run
+ * in the last blocks of the GEMM before them, in forwards of up to 16 rows,
+ * with DFLASH_CUDA_FUSE=1 (fuse_on()); =0 runs them as kernels of their
+ * own. For each family
+ * whose layers have them (Qwen3 at head sizes 16, 64 and 128 in BF16, 8-bit
+ * and 4-bit, Llama without q/k norms, Qwen3-MoE, Qwen3.5 with its DeltaNet
+ * and gated attention layers, Qwen3.5-MoE): logits, taps, K/V and argmax of
+ * 17 rows the same bits both ways, within each way the rows of every T-row
+ * forward (T = 1..17) the bits of the T = 1 rows (env_run), and the tails
+ * were used (cu_tail_launches). Then a draft block (its layers' tails, no
+ * K/V store) the same bits both ways. */
+static void fuse_draft(const char *trel, const char *drel, const char *val, float *la, int32_t *ia, int nv) {
+    if (val) setenv("DFLASH_CUDA_FUSE", val, 1);
+    else unsetenv("DFLASH_CUDA_FUSE");
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* reads the knob */
+    loaded t, d;
+    if (!bi || load(&t, &be_cuda, bi, trel) != 0) {
+        CHECK(0, "open/load %s: %s", trel, dfl_lasterr());
+        if (bi) be_cuda.close(bi);
+        return;
+    }
+    if (load(&d, &be_cuda, bi, drel) != 0) {
+        unload(&t);
+        be_cuda.close(bi);
+        return;
+    }
+    int V = t.m.cfg.vocab, nt = d.m.cfg.n_taps;
+    enum { N = 30, B = 16 };
+    int32_t tok[N], blk[B];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 131 + 7) % V);
+    blk[0] = tok[N - 1];
+    for (int i = 1; i < B; i++) blk[i] = d.m.cfg.mask_token_id;
+    void *st = be_cuda.create(bi, &t.m, 128), *dr = be_cuda.draft_create(bi, &d.m, &t.m, 128);
+    be_batch b = {.T = N, .tokens = tok, .n_taps = nt, .tap_layers = d.m.cfg.tap_layers};
+    CHECK(st && dr && be_cuda.forward(st, &b) == 0, "forward: %s", dfl_lasterr());
+    CHECK(dr && be_cuda.draft_feed(dr, st, 0, N) == 0, "feed: %s", dfl_lasterr());
+    be_draft_block q = {.B = B, .tokens = blk, .n_slots = B - 1, .n_vocab = nv, .out = ia, .logits = la};
+    CHECK(dr && be_cuda.draft_block(dr, &q) == 0, "block: %s", dfl_lasterr());
+    if (dr) be_cuda.draft_destroy(dr);
+    if (st) be_cuda.destroy(st);
+    unload(&d);
+    unload(&t);
+    be_cuda.close(bi);
+}
+
+TEST(fuse) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/dflash-test-fuse-hd128-%d", (int)getpid());
+    syn_spec sp = syn_default(); /* head size 128 with 4 query heads a K/V head (Qwen3-4B's), 2 layers */
+    sp.c.hidden = 256;
+    sp.c.inter = 512;
+    sp.c.n_heads = 8;
+    sp.c.n_kv_heads = 2;
+    sp.c.head_dim = 128;
+    sp.c.vocab = 1024;
+    CHECK(syn_write(dir, &sp) == 0, "synth %s: %s", dir, dfl_lasterr());
+    const char *models[] = {"tests/models/tiny-qwen3",    "tests/models/tiny-qwen3-q8", "tests/models/tiny-qwen3-q4",
+                            "tests/models/tiny-llama3",   dir,                          "tests/models/tiny-qwen3moe",
+                            "tests/models/tiny-qwen35",   "tests/models/tiny-qwen35moe", "models/demo/target",
+                            "models/demo/target@q8g64"};
+    int nm = quick ? 8 : (int)(sizeof models / sizeof models[0]);
+    for (int i = 0; i < nm; i++) {
+        rec a, b;
+        int oka = 0, okb = 0;
+        size_t nl = 0;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        long n0 = cu_tail_launches();
+        env_run(models[i], "DFLASH_CUDA_FUSE", fuse_on(), &a, &oka, &nl);
+        long n1 = cu_tail_launches();
+        env_run(models[i], "DFLASH_CUDA_FUSE", "0", &b, &okb, &nl);
+        long n2 = cu_tail_launches();
+        CHECK(n1 > n0 && n2 == n1, "%s: GEMM tails used %ld times with DFLASH_CUDA_FUSE=%s, %ld times with =0",
+              models[i], n1 - n0, fuse_on(), n2 - n1);
+        if (a.l && b.l) {
+            loaded g; /* the shapes, for the sizes of the records */
+            if (load(&g, &be_cuda, gpu_bi, models[i]) == 0) {
+                int V = g.m.cfg.vocab, H = g.m.cfg.hidden, kvd = g.m.cfg.n_kv_heads * g.m.cfg.head_dim;
+                int same = memcmp(a.l, b.l, sizeof(float) * 17 * V) == 0 &&
+                           memcmp(a.t, b.t, sizeof(float) * 17 * 2 * H) == 0 &&
+                           memcmp(a.kv, b.kv, sizeof(float) * 17 * 4 * kvd) == 0 &&
+                           memcmp(a.am, b.am, sizeof(int32_t) * 17) == 0;
+                CHECK(same, "%s: the GEMM tails changed the logits, taps, K/V or argmax", models[i]);
+                if (same && oka && okb)
+                    fprintf(stderr, "  %-28s tails (%ld launches) = separate kernels, T=1..17 rows = T=1 rows\n",
+                            models[i], n1 - n0);
+                unload(&g);
+            }
+        }
+        rec_free(&a);
+        rec_free(&b);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "  (could not remove %s)\n", dir);
+    /* the draft block */
+    const char *pairs[][2] = {{"tests/models/tiny-qwen3", "tests/models/tiny-draft"},
+                              {"models/demo/target", "models/demo/draft"}};
+    for (int i = 0; i < (quick ? 1 : 2); i++) {
+        enum { B = 16, NV = 512 };
+        float *la = calloc((size_t)(B - 1) * NV, sizeof(float)), *lb = calloc((size_t)(B - 1) * NV, sizeof(float));
+        int32_t ia[B] = {0}, ib[B] = {0};
+        long n0 = cu_tail_launches();
+        fuse_draft(pairs[i][0], pairs[i][1], fuse_on(), la, ia, NV);
+        long n1 = cu_tail_launches();
+        fuse_draft(pairs[i][0], pairs[i][1], "0", lb, ib, NV);
+        CHECK(n1 > n0 && cu_tail_launches() == n1, "%s: the draft's GEMM tails were not used (or used with =0)",
+              pairs[i][1]);
+        CHECK(memcmp(la, lb, sizeof(float) * (B - 1) * NV) == 0 && memcmp(ia, ib, sizeof ia) == 0,
+              "%s: the GEMM tails changed the draft block's logits or ids", pairs[i][1]);
+        free(la);
+        free(lb);
+    }
+    if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
+    else unsetenv("DFLASH_CUDA_FUSE");
+    be_options o = {2, 0};
+    void *bi = be_cuda.open(&o); /* back to the run's settings */
     if (bi) be_cuda.close(bi);
 }
 
@@ -1428,6 +1572,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) snprintf(root, sizeof root, "%s", r);
     quick = getenv("DFLASH_CUDA_QUICK") && atoi(getenv("DFLASH_CUDA_QUICK"));
+    if (getenv("DFLASH_CUDA_FUSE")) fuse_env = strdup(getenv("DFLASH_CUDA_FUSE"));
     setenv("DFLASH_ACT", "f32", 1); /* the CPU reference runs f32 activations */
     char why[200];
     if (!be_cuda.probe(why, sizeof why)) {
@@ -1448,6 +1593,7 @@ int main(void) {
     RUN(knobs);
     RUN(moe_fuse);
     RUN(gemm_dq);
+    RUN(fuse);
     RUN(draft);
     RUN(dflash);
     RUN(qwen35);
