@@ -442,6 +442,10 @@ GEMMA4_TOOL_CASES = [
     ("tool_round_answered", [U("Weather in Paris?"), AC("Let me check.", W_PARIS), T("{\"temp\": 21}"),
                              A("<|channel>thought\nwarm<channel|>It is 21 C."), U("And Rome?")], True, None, [WEATHER]),
     ("tool_call_no_result", [U("Paris?"), AC("Let me check.", W_PARIS)], False, None, [WEATHER]),
+    # an answer after the results as the last message: the template opens no new turn
+    ("tool_round_answered_last_gen", [U("Paris?"), AC("", W_PARIS), T("21"), A("It is 21 C.")], True, None, [WEATHER]),
+    ("tool_round_answered_last_gen_think_on", [U("Paris?"), AC("", W_PARIS), T("21"), A("It is 21 C.")], True, True,
+     [WEATHER]),
     ("tool_call_no_result_gen", [U("Paris?"), AC("", W_PARIS)], True, False, [WEATHER]),
     ("tool_two_calls_two_results", [U("Paris and Rome?"), AC("", W_PARIS, W_ROME), T("21"), T("\"25\""),
                                     A("21 and 25.")], True, None, [WEATHER]),
