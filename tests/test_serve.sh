@@ -103,7 +103,7 @@ if need_node; then
         dir=$T/htok
         [ "$fmt" = gemma4 ] && dir=$T/g4tok
         if start_server -m models/demo/target --draft models/demo/draft --tokenizer "$dir" --ctx-size 4096; then
-            FORMAT=$fmt run_node 300 tests/serve/tools_formats.js
+            FORMAT=$fmt run_node 600 tests/serve/tools_formats.js
             stop_server
         fi
     done
