@@ -97,7 +97,7 @@ if need_node; then
     cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/htok/"
     cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/g4tok/"
     cp models/gptoss-tokenizer/chat_template.jinja "$T/htok/"
-    printf "{{- bos_token -}}{%%- if enable_thinking -%%}{{- '<|think|>\\n' -}}{%%- endif -%%}{{- '<|turn>' -}}{{- '<turn|>' -}}\n" \
+    printf "{{- bos_token -}}{%%- if enable_thinking -%%}{{- '<|think|>\\\\n' -}}{%%- endif -%%}{{- '<|turn>' -}}{{- '<turn|>' -}}\n" \
         >"$T/g4tok/chat_template.jinja"
     for fmt in harmony gemma4; do
         dir=$T/htok
