@@ -132,12 +132,16 @@ static const char *help_serve =
     "The penalties and logit_bias act on the target's logits with the history\n"
     "plain decoding has (DFlash output unchanged); logprobs are the target's\n"
     "log-softmax after them, before temperature / top-k / top-p / min-p.\n"
-    "Tools use the model's own format (Qwen3: <tool_call> blocks), parsed into\n"
-    "message.tool_calls (finish_reason \"tool_calls\"). A block that starts\n"
-    "{\"name\": \"NAME\", \"arguments\": { is a call; its arguments are that\n"
-    "object's text as written (streamed as it is generated, in OpenAI's\n"
-    "tool-call deltas); another block is a call only if it is whole valid\n"
-    "tool-call JSON, else it stays in the content. parallel_tool_calls false:\n"
+    "Tools use the model's own format, parsed into message.tool_calls\n"
+    "(finish_reason \"tool_calls\"; streamed as generated, in OpenAI's tool-call\n"
+    "deltas). Qwen3: a <tool_call> block that starts {\"name\": \"NAME\",\n"
+    "\"arguments\": { is a call, its arguments that object's text as written;\n"
+    "another block is a call only if it is whole valid tool-call JSON, else it\n"
+    "stays in the content. gpt-oss (harmony): a message to=functions.NAME on\n"
+    "the commentary channel, its body the arguments (<|call|> ends the reply).\n"
+    "Gemma 4: <|tool_call>call:NAME{...}<tool_call|>, its arguments turned\n"
+    "into JSON (<|tool_response> ends the reply); its tool messages go into\n"
+    "the calling turn, as its template wants them. parallel_tool_calls false:\n"
     "the reply ends after the first call.\n"
     "With thinking on, a reply's <think>...</think> goes to reasoning_content;\n"
     "gpt-oss (harmony) and Gemma 4 replies are always split by channel (analysis,\n"
@@ -873,6 +877,53 @@ static int json_has_nul(const char *p, size_t n) {
     return 0;
 }
 
+/* End of the JSON value at p[i] (p[0..n) parsed as JSON already), or n. */
+static size_t json_skip(const char *p, size_t n, size_t i) {
+    int depth = 0;
+    for (; i < n; i++) {
+        char c = p[i];
+        if (c == '"') {
+            for (i++; i < n && p[i] != '"'; i++)
+                if (p[i] == '\\') i++;
+            if (!depth) return i + 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth <= 0) return depth < 0 ? i : i + 1;
+        } else if (!depth && (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r')) {
+            return i;
+        }
+    }
+    return n;
+}
+
+/* The text of the first top-level member `key` of the JSON object p[0..n)
+ * (the one cJSON finds) as the client wrote it: malloc'd, or NULL when it
+ * is not there or its key is written with escapes. The chat templates take
+ * tools as Python reads them, where 1.0 is no 1: cJSON's numbers lose that. */
+static char *json_member_text(const char *p, size_t n, const char *key) {
+    size_t i = 0, k = strlen(key);
+    while (i < n && p[i] != '{') i++;
+    for (i++; i < n;) {
+        while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r' || p[i] == ',')) i++;
+        if (i >= n || p[i] != '"') return NULL;
+        size_t ks = i + 1, ke = json_skip(p, n, i);
+        i = ke;
+        while (i < n && p[i] != ':') i++;
+        size_t v = i + 1;
+        while (v < n && (p[v] == ' ' || p[v] == '\t' || p[v] == '\n' || p[v] == '\r')) v++;
+        size_t ve = json_skip(p, n, v);
+        if (ke - 1 - ks == k && !memcmp(p + ks, key, k)) {
+            char *t = xcalloc(1, ve - v + 1);
+            memcpy(t, p + v, ve - v);
+            return t;
+        }
+        if (memchr(p + ks, '\\', ke - 1 - ks) && ke - 1 - ks >= k) return NULL; /* an escaped key might be it */
+        i = ve;
+    }
+    return NULL;
+}
+
 /* Parameters OpenAI defines that this server does not implement: accepted
  * only at their "off" values. */
 static int check_unsupported(cJSON *o, sv_err *e) {
@@ -1180,9 +1231,10 @@ static int tool_name_ok(const char *n) {
 }
 
 /* tools, tool_choice and parallel_tool_calls: *tools_json the checked array
- * (malloc'd JSON text) or NULL when there are none or tool_choice is
+ * (malloc'd JSON text: the request's own text of it when body has it, so its
+ * numbers stay as written) or NULL when there are none or tool_choice is
  * "none"; *one_call 1 for parallel_tool_calls false. */
-static int parse_tools(cJSON *o, char **tools_json, int *one_call, sv_err *e) {
+static int parse_tools(cJSON *o, const char *body, size_t body_n, char **tools_json, int *one_call, sv_err *e) {
     *tools_json = NULL;
     *one_call = 0;
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
@@ -1240,7 +1292,10 @@ static int parse_tools(cJSON *o, char **tools_json, int *one_call, sv_err *e) {
          * "</tool_call>" (finish_reason "tool_calls"), src/reply.h rp_max_calls */
         *one_call = cJSON_IsFalse(par);
     }
-    if (i > 0 && !none) *tools_json = cJSON_PrintUnformatted(tools);
+    if (i > 0 && !none) {
+        *tools_json = body ? json_member_text(body, body_n, "tools") : NULL;
+        if (!*tools_json) *tools_json = cJSON_PrintUnformatted(tools);
+    }
     return 0;
 }
 
@@ -1279,7 +1334,7 @@ static int parse_tool_calls(cJSON *m, const char *param, dflash_tool_call **call
 
 /* messages (and tools) -> the chat prompt text (malloc'd); j->split set up
  * when the reply needs splitting (thinking on, or tools). */
-static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
+static char *chat_prompt(sv_server *s, cJSON *o, const char *body, size_t body_n, sv_job *j, sv_err *e) {
     cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!msgs || cJSON_IsNull(msgs)) {
         fail(e, 400, "missing_required_parameter", "messages", "'messages' is required");
@@ -1291,7 +1346,7 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     }
     char *tools_json = NULL;
     int one_call;
-    if (parse_tools(o, &tools_json, &one_call, e) < 0) return NULL;
+    if (parse_tools(o, body, body_n, &tools_json, &one_call, e) < 0) return NULL;
     int n = cJSON_GetArraySize(msgs), i = 0;
     dflash_chat_message *dm = xcalloc((size_t)n, sizeof *dm);
     char **owned = xcalloc((size_t)n, sizeof *owned); /* joined content parts */
@@ -1375,8 +1430,9 @@ static char *chat_prompt(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     }
     if (get_bool(o, "think", &think, e) < 0) goto out;
     prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
-    if (!prompt) fail(e, 400, "invalid_value", tools_json && strstr(dflash_error(), "tools") ? "tools" : "messages", "%s",
-                      dflash_error());
+    if (!prompt) /* the renderers' errors about the tools start "chat_render: tools" */
+        fail(e, 400, "invalid_value", tools_json && !strncmp(dflash_error(), "chat_render: tools", 18) ? "tools" : "messages",
+             "%s", dflash_error());
     else { /* the format's own splitter: harmony's channels, Gemma 4's thinking channel, Qwen3's tags */
         j->split = rp_new_for(chat_detect(dflash_chat_template(s->m)), think == 1, tools_json != NULL);
         if (j->split && one_call) rp_max_calls(j->split, 1);
@@ -1534,7 +1590,8 @@ static int submit(sv_server *s, sv_job *j, sv_err *e) {
     return 0;
 }
 
-static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, cJSON *o, int kind) {
+static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, cJSON *o, const char *body,
+                                       size_t body_n, int kind) {
     sv_err e;
     sv_job *j = xcalloc(1, sizeof *j);
     j->srv = s;
@@ -1544,7 +1601,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     char *prompt = NULL;
     int bad = parse_common(s, o, j, &e) < 0;
     if (!bad && kind == JOB_CHAT) {
-        prompt = chat_prompt(s, o, j, &e);
+        prompt = chat_prompt(s, o, body, body_n, j, &e);
         bad = !prompt || job_tokens(s, j, prompt, 0, "messages", &e) < 0;
     } else if (!bad) {
         bad = completion_prompt(s, o, j, &e) < 0;
@@ -2018,9 +2075,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         fail(&e, 400, "invalid_json", NULL, "the request body must be a JSON object");
         ok = send_err(c, s, &e);
     } else if (!strcmp(name, "chat")) {
-        ok = handle_generate(c, s, o, JOB_CHAT);
+        ok = handle_generate(c, s, o, q->body.s, q->body.n, JOB_CHAT);
     } else if (!strcmp(name, "completions")) {
-        ok = handle_generate(c, s, o, JOB_COMPLETION);
+        ok = handle_generate(c, s, o, q->body.s, q->body.n, JOB_COMPLETION);
     } else if (!strcmp(name, "tokenize")) {
         ok = handle_tokenize(c, s, o);
     } else {

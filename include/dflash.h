@@ -168,7 +168,8 @@ DFLASH_API const char *dflash_chat_template(const dflash_model *m);
 /* An assistant message's call of a tool (OpenAI's tool_calls[].function). */
 typedef struct {
     const char *name;
-    const char *arguments; /* JSON text, put into the prompt as it is */
+    const char *arguments; /* JSON text (Qwen3: put into the prompt as it is; harmony, Gemma 4: a JSON
+                            * object is written as their templates write it, other text as it is) */
 } dflash_tool_call;
 
 /* A message with everything the template renders (dflash_message is this
@@ -184,10 +185,15 @@ typedef struct {
 /* dflash_chat_prompt with reasoning, tool calls and the functions the model
  * may call: tools_json is a JSON array of OpenAI tool objects ({"type":
  * "function", "function": {"name", "description", "parameters"}}), NULL for
- * none; Qwen3's template writes them into the system prompt (its tojson:
- * Python's json.dumps; a number as its shortest form, an integral one
- * without ".0"). The objects are not checked beyond being JSON. Tools with
- * a template other than Qwen3's (ChatML) are an error. */
+ * none, read as Python's json.loads reads it (numbers keep their form: 1.0
+ * is written 1.0). Each template writes them as its jinja2 original does:
+ * Qwen3 (ChatML) into the system prompt as its tojson (Python's
+ * json.dumps), gpt-oss (harmony) as the developer message's namespace of
+ * TypeScript-like types, Gemma 4 as <|tool>declaration:...<tool|> lines in
+ * the system turn; Gemma 4 folds "tool" messages into the assistant message
+ * whose calls they answer, as its template reads them. What the template
+ * raises on, or what could not be written back the same (NaN, a key twice,
+ * ...), is an error naming it, as are tools with Llama-3 or Gemma 3. */
 DFLASH_API char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message *msgs, int n,
                                           const char *tools_json, int add_generation_prompt, int think);
 

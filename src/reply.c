@@ -27,7 +27,7 @@
  * ST_TAIL: after them, up to the end tag (dropped); ST_DONE: the call
  * limit was reached, everything is dropped. */
 enum { ST_PROBE, ST_REASON, ST_CONTENT, ST_CALL, ST_ARGS, ST_TAIL, ST_DONE, ST_H_HEAD, ST_H_BODY,
-       ST_G_CONTENT, ST_G_HEAD, ST_G_REASON };
+       ST_G_CONTENT, ST_G_HEAD, ST_G_REASON, ST_G_CALL, ST_G_ARGS };
 
 /* A streamed call's head must lie in its block's first HEAD_MAX bytes (it
  * bounds the rescans of an undecided head). */
@@ -46,7 +46,14 @@ struct rp_splitter {
     int whole_block;  /* ST_CALL: the head cannot be a streamed call's: parse the block at its end */
     int depth, in_str, esc; /* ST_ARGS: the arguments' nesting so far */
     int harmony;      /* rp_new_harmony: ST_H_HEAD / ST_H_BODY, h_kind the body's */
-    int gemma4;       /* rp_new_gemma4: ST_G_CONTENT / ST_G_HEAD / ST_G_REASON */
+    int gemma4;       /* rp_new_gemma4: ST_G_CONTENT / ST_G_HEAD / ST_G_REASON / ST_G_CALL / ST_G_ARGS */
+    /* ST_G_ARGS: Gemma 4's call arguments being turned into JSON: the open
+     * containers ('{' or '['), whether each has a member yet, where in it
+     * the text is (G_*), a key or bare word so far */
+    char g_stack[64];
+    char g_any[64];
+    int g_depth, g_mode;
+    dfl_buf g_tok;
     rp_kind h_kind;
     int h_unframed;   /* ST_H_BODY entered on text that is no header: its first byte is text,
                        * even where it starts "<|start|>" (else that tag would end an empty
@@ -103,6 +110,7 @@ rp_splitter *rp_new(int reasoning, int tools) {
 
 void rp_free(rp_splitter *p) {
     if (!p) return;
+    dfl_buf_free(&p->g_tok);
     dfl_buf_free(&p->hold);
     dfl_buf_free(&p->ws);
     free(p);
@@ -584,14 +592,18 @@ static void run_harmony(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
 
 /* ---- Gemma 4 ------------------------------------------------------------------- */
 
-rp_splitter *rp_new_gemma4(void) {
-    rp_splitter *p = rp_new(0, 0);
+rp_splitter *rp_new_gemma4(int tools) {
+    rp_splitter *p = rp_new(0, tools);
     p->gemma4 = 1;
     p->state = ST_G_CONTENT;
+    buf_put(&p->g_tok, "", 0);
     return p;
 }
 
 static const char G_OPEN[] = "<|channel>", G_CLOSE[] = "<channel|>", G_END[] = "<turn|>", G_NAME[] = "thought\n";
+static const char G_CALL[] = "<|tool_call>", G_CALL_END[] = "<tool_call|>", G_RESULT[] = "<|tool_response>",
+                  G_QUOTE[] = "<|\"|>", G_CALL_HEAD[] = "call:";
+enum { G_NAME_MAX = 256 };
 
 /* The first of the n tags in s[0..len): its offset (-1: none) and *which. */
 static long g_first(const char *s, size_t len, const char *const *tags, int n, int *which) {
@@ -603,12 +615,228 @@ static long g_first(const char *s, size_t len, const char *const *tags, int n, i
     return at;
 }
 
+static int g_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+/* After "<|tool_call>": is s[0..n) "call:NAME{" (HEAD_YES, *name malloc'd,
+ * *brace the offset of "{"), a prefix of one (HEAD_PART) or neither? */
+static int g_head(const char *s, size_t n, char **name, size_t *brace) {
+    size_t k = strlen(G_CALL_HEAD);
+    if (memcmp(s, G_CALL_HEAD, n < k ? n : k)) return HEAD_NO;
+    if (n < k) return HEAD_PART;
+    size_t i = k;
+    while (i < n && i - k < G_NAME_MAX && g_name_char(s[i])) i++;
+    if (i == n) return i - k < G_NAME_MAX ? HEAD_PART : HEAD_NO;
+    if (s[i] != '{' || i == k) return HEAD_NO;
+    *name = dfl_malloc(i - k + 1);
+    memcpy(*name, s + k, i - k);
+    (*name)[i - k] = 0;
+    *brace = i;
+    return HEAD_YES;
+}
+
+/* ---- Gemma 4's call arguments to JSON -----------------------------------------
+ * The model writes them as the template does: {key:value,...} with keys bare,
+ * strings between <|"|>, numbers, true / false, null (or Python's None,
+ * True, False, which the template writes for None and Python booleans),
+ * nested {...} and [...]. They go out as JSON as they arrive: a key when its
+ * ":" comes (keys without one are dropped), a string's text escaped as it
+ * comes, a bare word when it ends (a JSON number or literal as such, any
+ * other word as a string); a missing value is null; whatever is still open
+ * at <tool_call|> (or the reply's end) is closed. So the arguments are
+ * always a JSON object, and the one the model meant when it wrote the
+ * format. */
+enum { G_KEY, G_IN_KEY, G_IN_QKEY, G_AFTER_QKEY, G_VALUE, G_IN_STR, G_IN_BARE, G_AFTER, G_TOP_DONE };
+
+static void json_escaped(dfl_buf *o, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') buf_put(o, "\\\"", 2);
+        else if (c == '\\') buf_put(o, "\\\\", 2);
+        else if (c == '\n') buf_put(o, "\\n", 2);
+        else if (c == '\r') buf_put(o, "\\r", 2);
+        else if (c == '\t') buf_put(o, "\\t", 2);
+        else if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            buf_put(o, e, 6);
+        } else buf_put(o, (const char *)&c, 1);
+    }
+}
+
+static int json_number(const char *s, size_t n) { /* -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? */
+    size_t i = 0, d;
+    if (i < n && s[i] == '-') i++;
+    if (i < n && s[i] == '0') i++;
+    else {
+        for (d = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+        if (i == d || s[d] == '0') return 0;
+    }
+    if (i < n && s[i] == '.') {
+        for (d = ++i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+        if (i == d) return 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
+        for (d = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+        if (i == d) return 0;
+    }
+    return i == n;
+}
+
+/* a value starts in the container on top: the comma before an array's later items */
+static void g_value_begins(rp_splitter *p, dfl_buf *o) {
+    int top = p->g_depth - 1;
+    if (p->g_stack[top] == '[' && p->g_any[top]) buf_put(o, ",", 1);
+    p->g_any[top] = 1;
+}
+
+static void g_push(rp_splitter *p, dfl_buf *o, char c) {
+    buf_put(o, &c, 1);
+    p->g_stack[p->g_depth] = c;
+    p->g_any[p->g_depth++] = 0;
+    p->g_mode = c == '{' ? G_KEY : G_VALUE;
+}
+
+static void g_close(rp_splitter *p, dfl_buf *o) {
+    buf_put(o, p->g_stack[p->g_depth - 1] == '{' ? "}" : "]", 1);
+    p->g_mode = --p->g_depth ? G_AFTER : G_TOP_DONE;
+}
+
+static void g_bare_done(rp_splitter *p, dfl_buf *o) {
+    static const char *const words[][2] = {{"true", "true"},   {"false", "false"}, {"null", "null"},
+                                           {"True", "true"},   {"False", "false"}, {"None", "null"}};
+    const char *w = p->g_tok.s;
+    size_t n = p->g_tok.n;
+    int done = 0;
+    for (int k = 0; k < 6 && !done; k++)
+        if (n == strlen(words[k][0]) && !memcmp(w, words[k][0], n)) buf_put(o, words[k][1], strlen(words[k][1])), done = 1;
+    if (!done && json_number(w, n)) buf_put(o, w, n), done = 1;
+    if (!done) buf_put(o, "\"", 1), json_escaped(o, w, n), buf_put(o, "\"", 1);
+    dfl_buf_reset(&p->g_tok);
+    p->g_mode = G_AFTER;
+}
+
+static void g_key_done(rp_splitter *p, dfl_buf *o) {
+    size_t a = 0, b = p->g_tok.n;
+    while (a < b && is_ws(p->g_tok.s[a])) a++;
+    while (b > a && is_ws(p->g_tok.s[b - 1])) b--;
+    int top = p->g_depth - 1;
+    if (p->g_any[top]) buf_put(o, ",", 1);
+    p->g_any[top] = 1;
+    buf_put(o, "\"", 1);
+    json_escaped(o, p->g_tok.s + a, b - a);
+    buf_put(o, "\":", 2);
+    dfl_buf_reset(&p->g_tok);
+    p->g_mode = G_VALUE;
+}
+
+/* The call ends here: close what is open. */
+static void g_args_end(rp_splitter *p, dfl_buf *o) {
+    if (p->g_mode == G_IN_STR) buf_put(o, "\"", 1), p->g_mode = G_AFTER;
+    if (p->g_mode == G_IN_BARE) g_bare_done(p, o);
+    if (p->g_mode == G_VALUE && p->g_depth && p->g_stack[p->g_depth - 1] == '{') buf_put(o, "null", 4);
+    dfl_buf_reset(&p->g_tok); /* a key without its ":" */
+    while (p->g_depth) g_close(p, o);
+}
+
+/* Turn hold's text into argument JSON as far as it is decided; 1 when the
+ * call ended (at <tool_call|>, dropped, or at the reply's end). */
+static int g_args(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
+    dfl_buf *h = &p->hold, o = {0};
+    size_t i = 0, kq = strlen(G_QUOTE), ke = strlen(G_CALL_END);
+    int ended = 0;
+    buf_put(&o, "", 0);
+    while (i < h->n) {
+        const char *s = h->s + i;
+        size_t left = h->n - i;
+        if (left >= ke && !memcmp(s, G_CALL_END, ke)) {
+            i += ke;
+            ended = 1;
+            break;
+        }
+        if (!final && ((left < ke && !memcmp(s, G_CALL_END, left)) || (left < kq && !memcmp(s, G_QUOTE, left))))
+            break; /* may be a tag */
+        int quote = left >= kq && !memcmp(s, G_QUOTE, kq);
+        char c = *s;
+        int top = p->g_depth - 1;
+        switch (p->g_mode) {
+        case G_TOP_DONE: /* after the arguments: dropped up to the end tag */
+            i++;
+            break;
+        case G_IN_STR:
+            if (quote) buf_put(&o, "\"", 1), i += kq, p->g_mode = G_AFTER;
+            else json_escaped(&o, s, 1), i++;
+            break;
+        case G_KEY:
+            if (quote) i += kq, p->g_mode = G_IN_QKEY;
+            else if (c == '}' || c == ']') g_close(p, &o), i++;
+            else if (is_ws(c) || c == ',') i++;
+            else p->g_mode = G_IN_KEY;
+            break;
+        case G_IN_KEY:
+            if (c == ':') g_key_done(p, &o), i++;
+            else if (c == ',' || c == '}' || c == ']') dfl_buf_reset(&p->g_tok), p->g_mode = G_KEY; /* no ":": dropped */
+            else buf_put(&p->g_tok, s, 1), i++;
+            break;
+        case G_IN_QKEY:
+            if (quote) i += kq, p->g_mode = G_AFTER_QKEY;
+            else buf_put(&p->g_tok, s, 1), i++;
+            break;
+        case G_AFTER_QKEY:
+            if (c == ':') g_key_done(p, &o), i++;
+            else if (is_ws(c)) i++;
+            else dfl_buf_reset(&p->g_tok), p->g_mode = G_KEY;
+            break;
+        case G_VALUE:
+            if (is_ws(c)) {
+                i++;
+            } else if (quote) {
+                g_value_begins(p, &o);
+                buf_put(&o, "\"", 1);
+                i += kq;
+                p->g_mode = G_IN_STR;
+            } else if ((c == '{' || c == '[') && p->g_depth < (int)sizeof p->g_stack) {
+                g_value_begins(p, &o);
+                g_push(p, &o, c);
+                i++;
+            } else if (c == ',' || c == '}' || c == ']') {
+                if (p->g_stack[top] == '{') buf_put(&o, "null", 4), p->g_mode = G_AFTER; /* key: nothing */
+                else if (c == ',') i++; /* an empty array item: none */
+                else g_close(p, &o), i++;
+            } else {
+                g_value_begins(p, &o);
+                p->g_mode = G_IN_BARE;
+            }
+            break;
+        case G_IN_BARE:
+            if (quote || is_ws(c) || c == ',' || c == '}' || c == ']') g_bare_done(p, &o);
+            else buf_put(&p->g_tok, s, 1), i++;
+            break;
+        default: /* G_AFTER */
+            if (is_ws(c)) i++;
+            else if (c == ',') i++, p->g_mode = p->g_stack[top] == '{' ? G_KEY : G_VALUE;
+            else if (c == '}' || c == ']') g_close(p, &o), i++;
+            else p->g_mode = p->g_stack[top] == '{' ? G_KEY : G_VALUE; /* a missing comma */
+        }
+    }
+    if (ended || final) g_args_end(p, &o);
+    call_args(p, o.s, o.n, emit, ud);
+    dfl_buf_free(&o);
+    buf_drop(h, final && !ended ? h->n : i);
+    return ended || final;
+}
+
 static void run_gemma4(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
-    static const char *const in_content[] = {G_OPEN, G_CLOSE, G_END}, *const in_reason[] = {G_CLOSE, G_END};
+    static const char *const in_content[] = {G_OPEN, G_CLOSE, G_END, G_CALL, G_RESULT},
+                             *const in_reason[] = {G_CLOSE, G_END};
     dfl_buf *h = &p->hold;
     for (;;) {
-        if (p->state == ST_DONE) { /* after <turn|>: nothing */
+        if (p->state == ST_DONE) { /* after <turn|> (or the last call allowed): nothing */
             dfl_buf_reset(h);
+            dfl_buf_reset(&p->ws);
             return;
         }
         if (p->state == ST_G_HEAD) { /* just after <|channel>: its name "thought\n" is dropped */
@@ -618,16 +846,52 @@ static void run_gemma4(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
             p->state = ST_G_REASON;
             continue;
         }
+        if (p->state == ST_G_CALL) { /* just after <|tool_call>: "call:NAME{" starts a call */
+            char *name = NULL;
+            size_t brace = 0;
+            int hs = h->n ? g_head(h->s, h->n, &name, &brace) : HEAD_PART;
+            if (hs == HEAD_PART && !final) return;
+            if (hs == HEAD_YES) {
+                call_begin(p, name, emit, ud);
+                free(name);
+                buf_drop(h, brace);
+                p->g_depth = 0;
+                p->g_mode = G_VALUE;
+                dfl_buf_reset(&p->g_tok);
+                p->state = ST_G_ARGS;
+                p->g_stack[0] = 0;
+                continue;
+            }
+            content(p, G_CALL, strlen(G_CALL), emit, ud); /* not a call: the tag is content, the rest goes on as such */
+            p->state = ST_G_CONTENT;
+            continue;
+        }
+        if (p->state == ST_G_ARGS) {
+            if (p->g_depth == 0 && p->g_mode == G_VALUE) { /* the arguments' "{" (the head ends with it) */
+                dfl_buf o = {0};
+                g_push(p, &o, '{');
+                buf_drop(h, 1);
+                call_args(p, o.s, o.n, emit, ud);
+                dfl_buf_free(&o);
+            }
+            if (!g_args(p, final, emit, ud)) return;
+            call_end(p, emit, ud);
+            if (p->state != ST_DONE) p->state = ST_G_CONTENT;
+            continue;
+        }
         int reason = p->state == ST_G_REASON, which = 0;
         const char *const *tags = reason ? in_reason : in_content;
-        int nt = reason ? 2 : 3;
+        int nt = reason ? 2 : p->tools ? 5 : 3; /* with tools on: calls, and the results' tag ends the reply */
         long at = g_first(h->s, h->n, tags, nt, &which);
-        rp_kind kind = reason ? RP_REASONING : RP_CONTENT;
         if (at >= 0) {
-            emit_text(kind, h->s, (size_t)at, emit, ud);
+            if (reason) emit_text(RP_REASONING, h->s, (size_t)at, emit, ud);
+            else content_run(p, h->s, (size_t)at, emit, ud);
             buf_drop(h, (size_t)at + strlen(tags[which]));
             const char *t = tags[which];
-            p->state = t == G_END ? ST_DONE : t == G_OPEN ? ST_G_HEAD : ST_G_CONTENT; /* a stray <channel|>: dropped */
+            p->state = t == G_END || t == G_RESULT ? ST_DONE
+                       : t == G_OPEN               ? ST_G_HEAD
+                       : t == G_CALL               ? ST_G_CALL
+                                                   : ST_G_CONTENT; /* a stray <channel|>: dropped */
             continue;
         }
         size_t keep = 0;
@@ -636,15 +900,18 @@ static void run_gemma4(rp_splitter *p, int final, rp_emit_fn emit, void *ud) {
                 size_t l = partial_tag(h->s, h->n, tags[i]);
                 if (l > keep) keep = l;
             }
-        emit_text(kind, h->s, h->n - keep, emit, ud);
+        if (reason) emit_text(RP_REASONING, h->s, h->n - keep, emit, ud);
+        else content_run(p, h->s, h->n - keep, emit, ud);
         buf_drop(h, h->n - keep);
+        if (final && !p->after_call) emit_text(RP_CONTENT, p->ws.s, p->ws.n, emit, ud); /* the reply's end */
+        if (final) dfl_buf_reset(&p->ws); /* after the last tool call: dropped */
         return;
     }
 }
 
 rp_splitter *rp_new_for(int format, int reasoning, int tools) {
     if (format == CHAT_HARMONY) return rp_new_harmony();
-    if (format == CHAT_GEMMA4 || format == CHAT_GEMMA4_EARLY) return rp_new_gemma4();
+    if (format == CHAT_GEMMA4 || format == CHAT_GEMMA4_EARLY) return rp_new_gemma4(tools);
     if (format == CHAT_GEMMA) return NULL; /* Gemma 3 writes no reasoning and no tool calls */
     return reasoning || tools ? rp_new(reasoning, tools) : NULL;
 }

@@ -80,13 +80,26 @@ rp_splitter *rp_new_harmony(void);
  * channel open, which is dropped (the template's strip_thinking drops such
  * tags too). "<turn|>" (normally a stop token, not in the text) ends the
  * reply: the rest is dropped and rp_done says 1. Applies whatever the
- * think switch, as the model may open a channel on its own. Tool calls are
- * not parsed (dflash refuses tools for Gemma 4). */
-rp_splitter *rp_new_gemma4(void);
+ * think switch, as the model may open a channel on its own.
+ * With tools on, "<|tool_call>call:NAME{" (NAME: letters, digits, _ - .,
+ * at most 256) starts a tool call named NAME whose arguments are the
+ * template's notation up to "<tool_call|>" (or the reply's end), given as
+ * JSON as they arrive: {key:value,...} with bare keys, strings between
+ * <|"|>, numbers, true / false / null (also Python's True / False / None),
+ * nested {...} and [...] become {"key":value,...}; a key without ":" is
+ * dropped, a missing value is null, a bare word that is no number or
+ * literal is a string, what is open at the end is closed, text after the
+ * arguments' "}" is dropped: the arguments are always a JSON object. A
+ * "<|tool_call>" not followed by such a head is content (the tag too).
+ * White space between calls and around them is dropped, as for Qwen3;
+ * "<|tool_response>" (where the caller's results go; a stop token) ends the
+ * reply like "<turn|>". rp_max_calls applies. With tools off, those tags
+ * are content. */
+rp_splitter *rp_new_gemma4(int tools);
 /* The splitter a reply in chat format `format` (chat.h's chat_format, or -1)
  * needs with the given reasoning / tools switches, or NULL when its text is
  * all content: harmony and Gemma 4 always split (rp_new_harmony,
- * rp_new_gemma4); Gemma 3 never (its template has neither); Qwen3,
+ * rp_new_gemma4(tools)); Gemma 3 never (its template has neither); Qwen3,
  * Llama-3 and an unknown format: rp_new(reasoning, tools) when either is on. */
 rp_splitter *rp_new_for(int format, int reasoning, int tools);
 void rp_feed(rp_splitter *p, const char *text, size_t len, rp_emit_fn emit, void *ud);

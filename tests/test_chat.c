@@ -29,7 +29,7 @@ static void show_diff(const char *got, const char *want) {
 
 TEST(fixture_cases) {
     CHECK(cJSON_GetArraySize(CASES) >= 15, "only %d fixture cases", cJSON_GetArraySize(CASES));
-    int n_harmony = 0, n_gemma = 0, n_gemma4 = 0, n_gemma4e = 0;
+    int n_harmony = 0, n_gemma = 0, n_gemma4 = 0, n_gemma4e = 0, n_tools = 0, n_raises = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, CASES) {
         const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
@@ -58,8 +58,12 @@ TEST(fixture_cases) {
                 m[i].tool_calls = calls[i];
             }
         }
-        const cJSON *tools = cJSON_GetObjectItem(c, "tools");
-        char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
+        /* tools_json: Python's own text of the tools (its numbers as written: 1.0 is no 1) */
+        const cJSON *tools = cJSON_GetObjectItem(c, "tools"), *tools_text = cJSON_GetObjectItem(c, "tools_json");
+        char *tools_json = cJSON_IsString(tools_text) ? dfl_strdup(tools_text->valuestring)
+                           : tools                    ? cJSON_PrintUnformatted(tools)
+                                                      : NULL;
+        n_tools += tools && cJSON_GetArraySize(tools) > 0;
         chat_think th = !think ? CHAT_THINK_UNSET : cJSON_IsTrue(think) ? CHAT_THINK_ON : CHAT_THINK_OFF;
         chat_format f = !strcmp(fmt, "llama3") ? CHAT_LLAMA3 : !strcmp(fmt, "harmony") ? CHAT_HARMONY
                        : !strcmp(fmt, "gemma") ? CHAT_GEMMA : !strcmp(fmt, "gemma4") ? CHAT_GEMMA4
@@ -69,7 +73,8 @@ TEST(fixture_cases) {
         n_gemma4 += f == CHAT_GEMMA4;
         n_gemma4e += f == CHAT_GEMMA4_EARLY;
         int agp = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
-        const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
+        const cJSON *expected = cJSON_GetObjectItem(c, "expected"), *raises = cJSON_GetObjectItem(c, "raises");
+        const char *want = cJSON_IsString(expected) ? expected->valuestring : NULL;
         char *got;
         if (f == CHAT_HARMONY) { /* the case's date and template kwargs */
             const cJSON *date = cJSON_GetObjectItem(c, "date"), *eff = cJSON_GetObjectItem(c, "reasoning_effort"),
@@ -78,14 +83,21 @@ TEST(fixture_cases) {
                                     .reasoning_effort = cJSON_IsString(eff) ? eff->valuestring : NULL,
                                     .model_identity = cJSON_IsString(ident) ? ident->valuestring : NULL};
             CHECK(ho.date != NULL, "%s: harmony case without a date", name);
-            got = tools_json ? NULL : chat_render_harmony(m, n, &ho, agp);
+            got = chat_render_harmony(m, n, tools_json, &ho, agp);
             n_harmony++;
         } else {
             got = chat_render_tools(f, m, n, tools_json, agp, th);
         }
         free(tools_json);
+        if (raises) { /* jinja2 raised: refused here too */
+            n_raises++;
+            CHECK(!got, "%s: rendered, but jinja2 raises (%s)", name, raises->valuestring);
+            free(got);
+            free(m);
+            continue;
+        }
         CHECK(got != NULL, "%s: %s", name, dfl_lasterr());
-        if (got) {
+        if (got && want) {
             int same = strcmp(got, want) == 0;
             CHECK(same, "%s", name);
             if (!same) show_diff(got, want);
@@ -95,7 +107,10 @@ TEST(fixture_cases) {
     }
     CHECK(n_harmony >= 15, "only %d harmony cases", n_harmony);
     CHECK(n_gemma >= 10, "only %d gemma cases", n_gemma);
-    CHECK(n_gemma4 >= 25 && n_gemma4e >= 25, "only %d gemma4 and %d gemma4_early cases", n_gemma4, n_gemma4e);
+    CHECK(n_gemma4 >= 45 && n_gemma4e >= 45, "only %d gemma4 and %d gemma4_early cases", n_gemma4, n_gemma4e);
+    CHECK(n_tools >= 45, "only %d cases with tools", n_tools);
+    printf("  (%d fixture cases: %d harmony, %d gemma4, %d gemma4_early, %d with tools, %d that jinja2 refuses)\n",
+           cJSON_GetArraySize(CASES), n_harmony, n_gemma4, n_gemma4e, n_tools, n_raises);
 }
 
 /* Gemma 4: both templates told apart by their think switch (project-written
@@ -112,7 +127,8 @@ TEST(gemma4) {
     const cJSON *sha = cJSON_GetObjectItem(DOC, "gemma4_template_sha256");
     CHECK(cJSON_IsString(sha) && strlen(sha->valuestring) == 64, "fixture records the template's sha256");
     const char *const *st = chat_stop_tokens(later);
-    CHECK(st && !strcmp(st[0], "<turn|>") && !strcmp(st[1], "<eos>") && !st[2], "gemma4 stop tokens");
+    CHECK(st && !strcmp(st[0], "<turn|>") && !strcmp(st[1], "<eos>") && !strcmp(st[2], "<|tool_response>") && !st[3],
+          "gemma4 stop tokens: the end of turn and of text, and the token after tool calls");
     st = chat_stop_tokens(early);
     CHECK(st && !strcmp(st[0], "<turn|>"), "gemma4 early stop tokens");
     /* the 2026-07-09 rewrite (other rules) is refused, naming what marks it */
@@ -154,25 +170,58 @@ TEST(gemma4) {
             }
             free(p1), free(nt), free(full);
         }
-        /* refused, naming the format */
-        CHECK(!chat_render_tools(f, m + 1, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
-                  strstr(dfl_lasterr(), "tools") && strstr(dfl_lasterr(), "Gemma 4"),
-              "tools: %s", dfl_lasterr());
+        /* tools (the fixture checks them against jinja2); refusals name what and why */
+        s = chat_render_tools(f, m + 1, 1, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", 1,
+                              CHAT_THINK_UNSET);
+        CHECK(s && strstr(s, "<|turn>system\n<|tool>declaration:f{description:<|\"|><|\"|>}<tool|><turn|>\n"),
+              "a bare tool: %s", s ? s : dfl_lasterr());
+        free(s);
         s = chat_render_tools(f, m + 1, 1, "[]", 1, CHAT_THINK_UNSET);
-        CHECK(s != NULL, "no tools is fine: %s", dfl_lasterr());
+        CHECK(s != NULL && !strstr(s, "system"), "no tools is fine: %s", s ? s : dfl_lasterr());
         free(s);
         CHECK(!chat_render_tools(f, m + 1, 1, "{}", 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "array"),
               "tools not an array: %s", dfl_lasterr());
-        chat_tool_call call = {.name = "f", .arguments = "{}"};
+        CHECK(!chat_render_tools(f, m + 1, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
+                  strstr(dfl_lasterr(), "function"),
+              "a tool without a function: %s", dfl_lasterr());
+        CHECK(!chat_render_tools(f, m + 1, 1, "[{\"function\": {\"name\": \"f\", \"name\": \"g\"}}]", 1,
+                                 CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "twice"),
+              "a key twice: %s", dfl_lasterr());
+        CHECK(!chat_render_tools(f, m + 1, 1, "[{\"function\": {\"name\": \"f\", \"x\": NaN}}]", 1,
+                                 CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "NaN"),
+              "NaN: %s", dfl_lasterr());
+        /* dictsort of keys that differ first in a letter beyond ASCII: not sorted here; in a caseless script: fine */
+        const char *umlaut = "[{\"function\": {\"name\": \"f\", \"parameters\": {\"properties\": "
+                             "{\"\u00c4x\": {\"type\": \"string\"}, \"\u00e4y\": {\"type\": \"string\"}}}}}]";
+        CHECK(!chat_render_tools(f, m + 1, 1, umlaut, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "lower"),
+              "keys ordered by lower() beyond ASCII: %s", dfl_lasterr());
+        const char *kanji = "[{\"function\": {\"name\": \"f\", \"parameters\": {\"properties\": "
+                            "{\"\u540d\": {\"type\": \"string\"}, \"B\": {\"type\": \"string\"}, "
+                            "\"a\": {\"type\": \"string\"}}}}}]";
+        s = chat_render_tools(f, m + 1, 1, kanji, 1, CHAT_THINK_UNSET);
+        CHECK(s && strstr(s, "properties:{a:{type:<|\"|>STRING<|\"|>},B:{type:<|\"|>STRING<|\"|>},\xe5\x90\x8d:{"),
+              "caseless keys sort by code point: %s", s ? s : dfl_lasterr());
+        free(s);
+        /* a call; its results fold into its turn; a result with no call to answer is refused */
+        chat_tool_call call = {.name = "f", .arguments = "{\"b\": 1, \"A\": \"x\"}"};
         chat_message calls[] = {{.role = "user", .content = "q"},
-                                {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
-        CHECK(!chat_render(f, calls, 2, 0, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1") &&
-                  strstr(dfl_lasterr(), "Gemma 4"),
-              "tool_calls: %s", dfl_lasterr());
+                                {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
+                                {.role = "tool", .content = "{\"ok\": true}"},
+                                {.role = "tool", .content = "extra"}};
+        s = chat_render(f, calls, 3, 1, CHAT_THINK_OFF);
+        CHECK(s && strstr(s, "<|turn>model\n<|tool_call>call:f{A:<|\"|>x<|\"|>,b:1}<tool_call|><|tool_response>"
+                             "response:f{ok:true}<tool_response|><|channel>thought\n<channel|>") &&
+                  !strcmp(s + strlen(s) - strlen("<tool_response|><|channel>thought\n<channel|>"),
+                          "<tool_response|><|channel>thought\n<channel|>"),
+              "a call and its result: %s", s ? s : dfl_lasterr());
+        free(s);
+        CHECK(!chat_render(f, calls, 4, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 3") &&
+                  strstr(dfl_lasterr(), "beyond"),
+              "more results than calls: %s", dfl_lasterr());
         chat_message tool[] = {{.role = "user", .content = "q"}, {.role = "tool", .content = "r"}};
-        CHECK(!chat_render(f, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool") &&
+        CHECK(!chat_render(f, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1") &&
                   strstr(dfl_lasterr(), "Gemma 4"),
-              "a tool message: %s", dfl_lasterr());
+              "a tool message without a call: %s", dfl_lasterr());
         chat_message bogus[] = {{.role = "user", .content = "q"}, {.role = "narrator", .content = "r"}};
         CHECK(!chat_render(f, bogus, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "narrator"),
               "unknown role: %s", dfl_lasterr());
@@ -188,7 +237,7 @@ static const char HARMONY_SYS[] =
 TEST(harmony) {
     chat_message one[] = {{.role = "user", .content = "Hello"}};
     chat_harmony_opts ho = {.date = "2026-12-04"};
-    char *s = chat_render_harmony(one, 1, &ho, 1);
+    char *s = chat_render_harmony(one, 1, NULL, &ho, 1);
     char want[1024];
     snprintf(want, sizeof want, "%s<|start|>user<|message|>Hello<|end|><|start|>assistant", HARMONY_SYS);
     CHECK(s && !strcmp(s, want), "one user message: %s", s ? s : dfl_lasterr());
@@ -209,8 +258,8 @@ TEST(harmony) {
     chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},
                         {.role = "assistant", .content = "4."}, {.role = "user", .content = "And 3+3?"}};
     const char *answer = "<|channel|>analysis<|message|>Add.<|end|><|start|>assistant<|channel|>final<|message|>4.";
-    char *p1 = chat_render_harmony(m, 2, &ho, 1), *nt = chat_next_turn(CHAT_HARMONY, "And 3+3?", CHAT_THINK_OFF);
-    char *full = chat_render_harmony(m, 4, &ho, 1);
+    char *p1 = chat_render_harmony(m, 2, NULL, &ho, 1), *nt = chat_next_turn(CHAT_HARMONY, "And 3+3?", CHAT_THINK_OFF);
+    char *full = chat_render_harmony(m, 4, NULL, &ho, 1);
     CHECK(p1 && nt && full, "render: %s", dfl_lasterr());
     if (p1 && nt && full) {
         dfl_buf got = {0}, exp = {0};
@@ -231,8 +280,6 @@ TEST(harmony) {
     CHECK(!chat_render(CHAT_HARMONY, late_sys, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1"),
           "a later system message: %s", dfl_lasterr());
     chat_message tool[] = {{.role = "user", .content = "a"}, {.role = "tool", .content = "b"}};
-    CHECK(!chat_render(CHAT_HARMONY, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool"),
-          "a tool message: %s", dfl_lasterr());
     chat_message bogus[] = {{.role = "narrator", .content = "a"}};
     CHECK(!chat_render(CHAT_HARMONY, bogus, 1, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "narrator"),
           "unknown role: %s", dfl_lasterr());
@@ -243,16 +290,40 @@ TEST(harmony) {
     tagged[1] = (chat_message){.role = "assistant", .content = "y", .reasoning_content = "<|channel|>analysis<|message|>"};
     CHECK(!chat_render(CHAT_HARMONY, tagged, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "reasoning_content"),
           "channel tags in reasoning: %s", dfl_lasterr());
+    /* tools: refusals name the culprit (the fixture checks what is rendered) */
     CHECK(!chat_render_tools(CHAT_HARMONY, one, 1, "[{\"type\": \"function\"}]", 1, CHAT_THINK_UNSET) &&
-              strstr(dfl_lasterr(), "tools"),
-          "tools: %s", dfl_lasterr());
+              strstr(dfl_lasterr(), "description"),
+          "a tool without a function (the template raises on its description): %s", dfl_lasterr());
+    CHECK(!chat_render_tools(CHAT_HARMONY, one, 1, "[{\"function\": {\"name\": \"f\", \"description\": \"d\", "
+                             "\"parameters\": {\"properties\": {\"p\": {}}, \"required\": 5}}}]", 1, CHAT_THINK_UNSET) &&
+              strstr(dfl_lasterr(), "required"),
+          "required a number (Python's `in` raises): %s", dfl_lasterr());
     s = chat_render_tools(CHAT_HARMONY, one, 1, "[]", 1, CHAT_THINK_UNSET);
-    CHECK(s != NULL, "no tools is fine: %s", dfl_lasterr());
+    CHECK(s != NULL && !strstr(s, "developer"), "no tools is fine: %s", dfl_lasterr());
     free(s);
-    chat_tool_call call = {.name = "f", .arguments = "{}"};
-    chat_message calls[] = {{.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
-    CHECK(!chat_render(CHAT_HARMONY, calls, 1, 0, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "tool calls"),
-          "tool_calls: %s", dfl_lasterr());
+    chat_tool_call call = {.name = "f", .arguments = "{}"}, two[2] = {call, call};
+    chat_message calls[] = {{.role = "user", .content = "q"},
+                            {.role = "assistant", .content = "", .tool_calls = two, .n_tool_calls = 2}};
+    CHECK(!chat_render(CHAT_HARMONY, calls, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "2 tool calls"),
+          "two calls in one message: %s", dfl_lasterr());
+    calls[1] = (chat_message){.role = "assistant", .content = "a", .reasoning_content = "r", .tool_calls = &call,
+                              .n_tool_calls = 1};
+    CHECK(!chat_render(CHAT_HARMONY, calls, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "reasoning_content"),
+          "content and reasoning beside a call: %s", dfl_lasterr());
+    chat_message answered[] = {{.role = "user", .content = "q"},
+                               {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
+                               {.role = "tool", .content = "r"},
+                               {.role = "assistant", .content = "done"},
+                               {.role = "tool", .content = "late"}};
+    s = chat_render(CHAT_HARMONY, answered, 3, 1, CHAT_THINK_UNSET);
+    CHECK(s && strstr(s, "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>"
+                         "<|start|>functions.f to=assistant<|channel|>commentary<|message|>\"r\"<|end|><|start|>assistant"),
+          "a call and its result: %s", s ? s : dfl_lasterr());
+    free(s);
+    CHECK(!chat_render(CHAT_HARMONY, answered, 5, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 4"),
+          "a tool message after an answer (no call to answer): %s", dfl_lasterr());
+    CHECK(!chat_render(CHAT_HARMONY, tool, 2, 1, CHAT_THINK_UNSET) && strstr(dfl_lasterr(), "message 1"),
+          "a tool message with no call before it: %s", dfl_lasterr());
 }
 
 /* the real gpt-oss template is detected; its prompt tokenizes to the harmony ids */

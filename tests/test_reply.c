@@ -4,8 +4,10 @@
  * cut points; the result never depends on how the text is split; a
  * streamed call's arguments come out as they arrive (held back: only what
  * may start "</tool_call>"); the call limit (parallel_tool_calls: false);
- * gpt-oss's harmony and Gemma 4's thinking channel; the splitter each chat
- * format gets (rp_new_for). */
+ * gpt-oss's harmony and Gemma 4's thinking channel and tool calls; the
+ * splitter each chat format gets (rp_new_for). */
+#include <cJSON.h>
+
 #include "chat.h"
 #include "check.h"
 #include "reply.h"
@@ -54,10 +56,10 @@ static void on_event(void *ud, const rp_event *ev) {
 /* text fed in pieces of `step` bytes (0: all at once) */
 static int max_calls; /* rp_max_calls of the splitters split() makes */
 static int harmony;   /* split() and split_at() make rp_new_harmony() splitters */
-static int gemma4;    /* ... or rp_new_gemma4() ones */
+static int gemma4;    /* ... or rp_new_gemma4(tools) ones */
 
 static rp_splitter *new_splitter(int reasoning, int tools) {
-    return harmony ? rp_new_harmony() : gemma4 ? rp_new_gemma4() : rp_new(reasoning, tools);
+    return harmony ? rp_new_harmony() : gemma4 ? rp_new_gemma4(tools) : rp_new(reasoning, tools);
 }
 
 static void split(const char *text, int reasoning, int tools, size_t step, sink *k) {
@@ -70,7 +72,10 @@ static void split(const char *text, int reasoning, int tools, size_t step, sink 
     rp_finish(p, on_event, k);
     CHECK(rp_n_calls(p) == k->n_calls, "rp_n_calls %d, events %d", rp_n_calls(p), k->n_calls);
     CHECK(!k->in_call, "every call ended");
-    if (gemma4) CHECK(rp_done(p) == (strstr(text, "<turn|>") != NULL), "rp_done: the text holds <turn|>");
+    if (gemma4) /* (the tests' texts hold these tags nowhere else than where they end the reply) */
+        CHECK(rp_done(p) == (strstr(text, "<turn|>") || (tools && strstr(text, "<|tool_response>")) ||
+                             (max_calls > 0 && k->n_calls >= max_calls)),
+              "rp_done: <turn|>, with tools <|tool_response>, or the call limit");
     else CHECK(rp_done(p) == (max_calls > 0 && k->n_calls >= max_calls), "rp_done");
     rp_free(p);
 }
@@ -511,6 +516,88 @@ TEST(gemma4_channels) {
     gemma4 = 0;
 }
 
+/* Gemma 4's tool calls (rp_new_gemma4(1)): "<|tool_call>call:NAME{...}<tool_call|>"
+ * with the arguments in the template's notation, given as JSON */
+#define Q_ "<|\"|>"
+#define C_ "<|tool_call>call:"
+#define E_ "<tool_call|>"
+/* each call's arguments (the text after "|" up to the newline) parse as a JSON object */
+static int args_are_objects(const char *calls) {
+    int ok = 1;
+    for (const char *l = calls; *l;) {
+        const char *bar = strchr(l, '|'), *nl = strchr(l, '\n');
+        if (!bar || !nl || bar > nl) return 0;
+        cJSON *o = cJSON_ParseWithLength(bar + 1, (size_t)(nl - bar - 1));
+        ok &= cJSON_IsObject(o);
+        cJSON_Delete(o);
+        l = nl + 1;
+    }
+    return ok;
+}
+
+TEST(gemma4_tool_calls) {
+    gemma4 = 1;
+    const char *one = C_ "get_weather{city:" Q_ "Paris" Q_ "}" E_;
+    expect(one, 0, 1, "", "", "get_weather|{\"city\":\"Paris\"}\n", "t");
+    every_cut(one, 0, 1);
+    /* thinking, text, a call; the white space before it dropped; <|tool_response> ends the reply */
+    const char *full = T_ "Need the weather.<channel|>Let me check.\n" C_ "get_weather{city:" Q_ "Paris" Q_ ",unit:" Q_
+                       "celsius" Q_ "}" E_ "<|tool_response>response:get_weather{temp:21}";
+    expect(full, 0, 1, "Let me check.", "Need the weather.", "get_weather|{\"city\":\"Paris\",\"unit\":\"celsius\"}\n",
+           "rct");
+    every_cut(full, 0, 1);
+    /* two calls, white space between and after them dropped; the limit stops after the first */
+    const char *two = C_ "f{}" E_ "\n " C_ "g{a:1}" E_ "\n";
+    expect(two, 0, 1, "", "", "f|{}\ng|{\"a\":1}\n", "tt");
+    every_cut(two, 0, 1);
+    max_calls = 1;
+    expect(two, 0, 1, "", "", "f|{}\n", "t");
+    max_calls = 0;
+    /* every kind of value: numbers and literals as such (Python's True / False / None too),
+     * other bare words as strings, nesting, escapes, a quoted key */
+    const char *values = C_ "s{a:1,b:-2.5e3,c:true,d:None,e:False,f:[1," Q_ "x" Q_ ",{g:null}],h:{i:" Q_ "q\"\\\n\t" Q_
+                         "},j:word,k:01, l : 2 ," Q_ "my key" Q_ ":[ ],m:" Q_ "x <|\" y" Q_ "}" E_;
+    const char *want = "s|{\"a\":1,\"b\":-2.5e3,\"c\":true,\"d\":null,\"e\":false,\"f\":[1,\"x\",{\"g\":null}],"
+                       "\"h\":{\"i\":\"q\\\"\\\\\\n\\t\"},\"j\":\"word\",\"k\":\"01\",\"l\":2,\"my key\":[],"
+                       "\"m\":\"x <|\\\" y\"}\n";
+    expect(values, 0, 1, "", "", want, "t");
+    every_cut(values, 0, 1);
+    /* malformed: a missing value is null, a key without ":" dropped, a missing comma
+     * supplied, what is open at the end closed, text after the arguments dropped */
+    expect(C_ "m{a:,b:1,:2,c}" E_, 0, 1, "", "", "m|{\"a\":null,\"b\":1,\"\":2}\n", "t");
+    expect(C_ "m{a:1 b:[1 2,,3]}" E_, 0, 1, "", "", "m|{\"a\":1,\"b\":[1,2,3]}\n", "t");
+    const char *cut = C_ "m{a:{b:[" Q_ "unfinished";
+    expect(cut, 0, 1, "", "", "m|{\"a\":{\"b\":[\"unfinished\"]}}\n", "t");
+    every_cut(cut, 0, 1);
+    expect(C_ "m{a:1} extra" E_ "after", 0, 1, "after", "", "m|{\"a\":1}\n", "tc");
+    expect(C_ "m{a:1,b" E_, 0, 1, "", "", "m|{\"a\":1}\n", "t");
+    expect(C_ "m{a]b:1}" E_, 0, 1, "", "", "m|{}\n", "t"); /* ']' closes the object; the rest is dropped */
+    /* not a call's head: content, tags and all */
+    const char *notcall = "<|tool_call>hello" E_ " and " C_ "{}" E_ " and " C_ "na me{}";
+    expect(notcall, 0, 1, notcall, "", "", "c");
+    every_cut(notcall, 0, 1);
+    expect("<|tool_call>call:f", 0, 1, "<|tool_call>call:f", "", "", "c"); /* cut in the head */
+    /* tools off: all of it content */
+    expect(one, 0, 0, one, "", "", "c");
+    expect("a<|tool_response>b", 0, 0, "a<|tool_response>b", "", "", "c");
+    /* whatever is written, the arguments are a JSON object */
+    const char *wild[] = {C_ "w{" E_, C_ "w{{{[[[" E_, C_ "w{a:" Q_ E_, C_ "w{\x01:\x02,\"\\:" Q_ "\x7f" Q_ "}" E_,
+                          C_ "w{a:[}" E_, C_ "w{a:}}}" E_, C_ "w{:::,,,}" E_};
+    for (size_t i = 0; i < sizeof wild / sizeof wild[0]; i++) {
+        sink k;
+        split(wild[i], 0, 1, 0, &k);
+        CHECK(k.n_calls == 1 && args_are_objects(k.calls), "'%s': arguments %s", wild[i], k.calls);
+        every_cut(wild[i], 0, 1);
+    }
+    char deep[400] = C_ "d{a:";
+    for (int i = 0; i < 80; i++) strcat(deep, "[");
+    strcat(deep, E_);
+    sink k;
+    split(deep, 0, 1, 0, &k);
+    CHECK(k.n_calls == 1 && args_are_objects(k.calls), "80 levels: %s", k.calls);
+    gemma4 = 0;
+}
+
 static void feed_all(rp_splitter *p, const char *text, sink *k) {
     memset(k, 0, sizeof *k);
     rp_feed(p, text, strlen(text), on_event, k);
@@ -541,12 +628,14 @@ TEST(splitter_for_format) {
         feed_all(p, A_ "x<|end|>" F_ "y", &k);
         CHECK(!strcmp(k.content, "y") && !strcmp(k.reasoning, "x"), "harmony: '%s' '%s'", k.content, k.reasoning);
     }
-    for (int v = 0; v < 2; v++) {
-        p = rp_new_for(v ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4, 0, 0);
+    for (int v = 0; v < 4; v++) {
+        p = rp_new_for(v & 1 ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4, 0, v >> 1);
         CHECK(p != NULL, "Gemma 4 always splits");
         if (p) {
-            feed_all(p, T_ "x<channel|>y", &k);
-            CHECK(!strcmp(k.content, "y") && !strcmp(k.reasoning, "x"), "gemma4: '%s' '%s'", k.content, k.reasoning);
+            feed_all(p, T_ "x<channel|>y" C_ "f{}" E_, &k);
+            CHECK(!strcmp(k.content, v >> 1 ? "y" : "y" C_ "f{}" E_) && !strcmp(k.reasoning, "x") &&
+                      !strcmp(k.calls, v >> 1 ? "f|{}\n" : ""),
+                  "gemma4 (tools %d): '%s' '%s' '%s'", v >> 1, k.content, k.reasoning, k.calls);
         }
     }
     CHECK(rp_new_for(CHAT_QWEN3, 0, 0) == NULL && rp_new_for(CHAT_LLAMA3, 0, 0) == NULL && rp_new_for(-1, 0, 0) == NULL,
@@ -580,6 +669,7 @@ int main(void) {
     RUN(harmony_tool_calls);
     RUN(harmony_token_pieces);
     RUN(gemma4_channels);
+    RUN(gemma4_tool_calls);
     RUN(splitter_for_format);
     CHECK_DONE("test_reply");
 }

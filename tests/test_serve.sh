@@ -3,7 +3,8 @@
 # driven by the official openai npm client and raw HTTP (tests/serve/api.js):
 # chat, streaming, stop strings, seeds, usage, DFlash == plain, prompt-cache
 # reuse, metrics, every error case with its status and type, the queue limit,
-# tools, tool calls, reasoning and /props /slots (tests/serve/tools.js),
+# tools, tool calls, reasoning and /props /slots (tests/serve/tools.js), tools
+# in the harmony and Gemma 4 formats (tests/serve/tools_formats.js),
 # clients that go away; then SIGTERM must give a clean exit 0 (under ASan: no
 # leaks). Also: the command line's own errors, and --draft-vocab.
 . "$(dirname "$0")/serve/lib.sh"
@@ -87,6 +88,25 @@ if start_server -m models/demo/target --draft models/demo/draft --api-key "$API_
     grep -q "client gone" "$T/server.log" && ! grep -q "application error" "$T/server.log" &&
         ok "server log: a client that went away is one line" ||
         bad "server log: a client that went away is one line ($(grep 'application error' "$T/server.log" | head -2))"
+fi
+# tools in gpt-oss's harmony format and Gemma 4's (tests/serve/tools_formats.js): the demo
+# pair with the Qwen3 tokenizer and each format's chat template (gpt-oss's file; for Gemma 4
+# a line with its later template's markers, as tests/test_cli.sh writes it)
+if need_node; then
+    mkdir -p "$T/htok" "$T/g4tok"
+    cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/htok/"
+    cp models/qwen3-tokenizer/tokenizer.json models/qwen3-tokenizer/tokenizer_config.json "$T/g4tok/"
+    cp models/gptoss-tokenizer/chat_template.jinja "$T/htok/"
+    printf "{{- bos_token -}}{%%- if enable_thinking -%%}{{- '<|think|>\\\\n' -}}{%%- endif -%%}{{- '<|turn>' -}}{{- '<turn|>' -}}\n" \
+        >"$T/g4tok/chat_template.jinja"
+    for fmt in harmony gemma4; do
+        dir=$T/htok
+        [ "$fmt" = gemma4 ] && dir=$T/g4tok
+        if start_server -m models/demo/target --draft models/demo/draft --tokenizer "$dir" --ctx-size 4096; then
+            FORMAT=$fmt run_node 600 tests/serve/tools_formats.js
+            stop_server
+        fi
+    done
 fi
 # --draft-vocab, parsed as generate parses it: a bad value and freq:N
 # without a ranking are usage errors, a ranking for another vocabulary stops

@@ -3,15 +3,21 @@
  * (rp_max_calls 1), bit 7 gpt-oss's harmony splitter (rp_new_harmony; bit
  * 1 then does nothing, and a call's arguments are its message body, which
  * may be empty or not start with "{"), or with bits 7 and 0 both set Gemma 4's
- * (rp_new_gemma4: no calls; rp_done exactly when the reply holds "<turn|>"),
+ * (rp_new_gemma4(bit 1): without tools no calls and rp_done exactly when the
+ * reply holds "<turn|>"; with tools every call's arguments are a JSON object,
+ * made from the reply, not a piece of it, and rp_done only when the reply
+ * holds "<turn|>" or "<|tool_response>" or the limit was reached),
  * bits 3-6 seed the piece sizes; the rest is the reply. Oracle: no crash or sanitizer report; the reply fed whole and fed
  * in pieces gives the same content, reasoning and tool calls; events come
  * as BEGIN, ARGS..., END per call, indices 0, 1, ..., nothing else inside a
  * call, no empty pieces; every call has a name and its arguments are a
- * piece of the reply that starts with "{" (as written, not made up), and
+ * piece of the reply that starts with "{" (as written, not made up; Gemma 4:
+ * a JSON object), and
  * with the limit there is at most one call; content + reasoning never hold
  * more bytes than the reply; with neither switch on, content is the reply
  * byte for byte. */
+#include <cJSON.h>
+
 #include "fuzz_common.h"
 #include "reply.h"
 #include "util.h"
@@ -65,8 +71,13 @@ static void on_event(void *ud, const rp_event *ev) {
     } else {
         if (ev->index != k->n_calls - 1) abort();
         k->in_call = 0;
-        if (k->harmony ? k->args.n && !has_piece(k->reply, k->reply_n, k->args.s, k->args.n)
-                       : !k->args.n || k->args.s[0] != '{' || !has_piece(k->reply, k->reply_n, k->args.s, k->args.n))
+        if (gemma4) { /* converted from the template's notation: always a JSON object */
+            cJSON *o = cJSON_ParseWithLength(k->args.s ? k->args.s : "", k->args.n);
+            int obj = cJSON_IsObject(o);
+            cJSON_Delete(o);
+            if (!obj) abort();
+        } else if (k->harmony ? k->args.n && !has_piece(k->reply, k->reply_n, k->args.s, k->args.n)
+                              : !k->args.n || k->args.s[0] != '{' || !has_piece(k->reply, k->reply_n, k->args.s, k->args.n))
             abort();
         fz_put(&k->calls, "\x02", 1);
     }
@@ -78,7 +89,7 @@ static void run(const char *s, size_t n, int reasoning, int tools, int one_call,
     k->reply = s;
     k->reply_n = n;
     k->harmony = harmony;
-    rp_splitter *p = gemma4 ? rp_new_gemma4() : harmony ? rp_new_harmony() : rp_new(reasoning, tools);
+    rp_splitter *p = gemma4 ? rp_new_gemma4(tools) : harmony ? rp_new_harmony() : rp_new(reasoning, tools);
     rp_max_calls(p, one_call);
     for (size_t i = 0; i < n;) {
         size_t step = seed ? 1 + (seed = seed * 1103515245u + 12345u) % 7 : n;
@@ -88,7 +99,10 @@ static void run(const char *s, size_t n, int reasoning, int tools, int one_call,
     }
     rp_finish(p, on_event, k);
     if (rp_n_calls(p) != k->n_calls || k->in_call || (one_call && k->n_calls > 1)) abort();
-    if (gemma4 ? k->n_calls || rp_done(p) != has_piece(s, n, "<turn|>", 7) : rp_done(p) != (one_call && k->n_calls == 1))
+    int turn_end = has_piece(s, n, "<turn|>", 7), results = has_piece(s, n, "<|tool_response>", 16);
+    if (gemma4 && !tools ? k->n_calls || rp_done(p) != turn_end
+        : gemma4         ? rp_done(p) && !turn_end && !results && !(one_call && k->n_calls == 1)
+                         : rp_done(p) != (one_call && k->n_calls == 1))
         abort();
     rp_free(p);
 }

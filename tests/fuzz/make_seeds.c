@@ -302,6 +302,15 @@ int main(void) {
     put("chat", "gemma4_0", chat6, sizeof chat6 - 1, NULL, 0, NULL, 0);
     static const char chat7[] = "\xe3\x01Hi\x1e\x02" "a<|channel>x<channel|>b\x1e\x01q";
     put("chat", "gemma4_1", chat7, sizeof chat7 - 1, NULL, 0, NULL, 0);
+    /* a tool round (0x1D: a call, 0x1C: its arguments) with the fixed tools (bit 4):
+     * harmony, Gemma 4, its early template */
+    static const char chat8[] = "\x92\x01Weather in Paris?\x1e\x02\x1dget_weather\x1c{\"city\": \"Paris\"}\x1e\x03{\"temp\": 21}";
+    static const char chat9[] = "\xd3\x01Weather in Paris?\x1e\x02\x1dget_weather\x1c{\"city\": \"Paris\"}\x1e\x03{\"temp\": 21}"
+                                "\x1e\x02It is 21 C.";
+    static const char chat10[] = "\xf3\x01Weather in Paris?\x1e\x02\x1dget_weather\x1c{\"city\": \"Paris\"}\x1e\x03{\"temp\": 21}";
+    put("chat", "harmony_tools", chat8, sizeof chat8 - 1, NULL, 0, NULL, 0);
+    put("chat", "gemma4_tools", chat9, sizeof chat9 - 1, NULL, 0, NULL, 0);
+    put("chat", "gemma4e_tools", chat10, sizeof chat10 - 1, NULL, 0, NULL, 0);
     /* Gemma 3's tokenizer (bit 1): spaces and U+2581, tab and newline runs, HTML tags, turn
      * tokens, a character outside the vocab (U+10FFFD: byte fallback); ids incl. <0xNN> */
     static const char gtext[] = "<start_of_turn>user\n  Hi\t\tthere \xe2\x96\x81\xe2\x96\x81x\n\n\n<b>bold</b> "

@@ -14,10 +14,13 @@ loopcontrols extension, a raise_exception global and a tojson filter; the
 special tokens are passed as variables and enable_thinking only when set.
 Each case: name, format ("qwen3", "llama3", "harmony", "gemma", "gemma4" or
 "gemma4_early"), messages (role, content,
-optional reasoning_content and tool_calls), optional tools, add_generation_prompt,
-optional enable_thinking,
-expected (the rendered text). tests/test_chat.c renders each with
-chat_render() and compares.
+optional reasoning_content and tool_calls), optional tools (and tools_json, their
+json.dumps text), add_generation_prompt, optional enable_thinking,
+expected (the rendered text) or, where jinja2 raises, raises (the exception).
+Harmony and Gemma 4 get each call's arguments as the dict json.loads makes of
+them (args_for_template); Gemma 4 gets "tool" messages folded into the calling
+message (gemma4_fold), the rule src/chat.h states. tests/test_chat.c renders each
+with chat_render() and compares.
 """
 import argparse
 import datetime
@@ -78,11 +81,71 @@ def T(c):
     return {"role": "tool", "content": c}
 
 
-def AC(c, *calls):
+def AC(c, *calls, rc=None):
     """An assistant message with tool_calls, OpenAI-shaped (arguments a JSON string)."""
-    return {"role": "assistant", "content": c,
-            "tool_calls": [{"id": "call_%d" % i, "type": "function",
-                            "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)]}
+    m = {"role": "assistant", "content": c,
+         "tool_calls": [{"id": "call_%d" % i, "type": "function",
+                         "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)]}
+    if rc is not None:
+        m["reasoning_content"] = rc
+    return m
+
+
+def args_for_template(msgs):
+    """The messages as the harmony and Gemma 4 templates get them (transformers takes
+    Python values): each call's arguments the dict json.loads makes of them when they
+    are a JSON object, else the text as it is (chat.h: call arguments)."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if "tool_calls" in m:
+            calls = []
+            for c in m["tool_calls"]:
+                c = json.loads(json.dumps(c))
+                try:
+                    v = json.loads(c["function"]["arguments"])
+                except ValueError:
+                    v = None
+                if isinstance(v, dict):
+                    c["function"]["arguments"] = v
+                calls.append(c)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def gemma4_fold(msgs):
+    """Gemma 4's templates read a call's results from the calling message's tool_responses
+    (and the model's answer after them from its content), not from "tool" messages: the
+    fold chat.h describes (what an OpenAI-compatible server does before rendering)."""
+    msgs = args_for_template(msgs)
+    out, i = [], 0
+    while i < len(msgs):
+        m = msgs[i]
+        if m["role"] != "assistant" or not m.get("tool_calls"):
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        results = []
+        while j < len(msgs) and msgs[j]["role"] == "tool":
+            c = msgs[j]["content"]
+            try:
+                v = json.loads(c)
+            except ValueError:
+                v = c
+            results.append({"name": m["tool_calls"][len(results)]["function"]["name"], "response": v})
+            j += 1
+        turn = {k: v for k, v in m.items() if k != "content"} if results else dict(m)
+        if results:
+            turn["tool_responses"] = results
+            if (j < len(msgs) and msgs[j]["role"] == "assistant" and not msgs[j].get("tool_calls")
+                    and msgs[j]["content"]):
+                turn["content"] = msgs[j]["content"]
+                j += 1
+        out.append(turn)
+        i = j
+    return out
 
 
 WEATHER = {"type": "function", "function": {
@@ -97,6 +160,65 @@ ODD = {"type": "function", "function": {
                    "x-numbers": [0, -3, 0.5, 1e-07, 2.5e+300, 123456789, -0.25],
                    "x-consts": [True, False, None], "x-empty": {}}},
     "strict": False}
+
+
+# A schema with what the harmony and Gemma 4 templates treat each in their own way: nested
+# objects, arrays of scalars, objects and arrays, enums with defaults, oneOf (with object
+# variants), a list of types, nullable, floats written 1.0 and 0.5, keys whose sorted
+# order differs from the given one (Gemma 4 sorts case-insensitively).
+FLIGHTS = {"type": "function", "function": {
+    "name": "search_flights", "description": "Find flights \u2708 between two airports.",
+    "parameters": {"type": "object", "properties": {
+        "origin": {"type": "string", "description": "IATA code, e.g. \"CDG\""},
+        "when": {"type": "object", "description": "Dates", "properties": {
+            "depart": {"type": "string"}, "return": {"type": "string", "nullable": True}},
+            "required": ["depart"]},
+        "passengers": {"type": "integer", "default": 1, "minimum": 1},
+        "cabin": {"type": "string", "enum": ["economy", "business"], "default": "economy"},
+        "stops": {"type": "array", "items": {"type": "integer"}},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "nullable": True},
+        "legs": {"type": "array", "items": {"type": "object", "properties": {
+            "from": {"type": "string"}, "to": {"type": "string"}}, "required": ["from"]}},
+        "price": {"type": "number", "oneOf": [{"type": "number", "description": "max", "default": 100.0},
+                                              {"type": "string"}]},
+        "flex": {"type": ["boolean", "null"], "description": "Flexible dates?"},
+        "Zeta": {"type": "boolean", "default": False},
+        "alpha": {"type": "number", "default": 0.5},
+        "ratio": {"type": "number", "default": 1.0},
+        "anyobj": {"type": "object"},
+        "mixed": {"type": "object", "oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}},
+                                              {"type": "object"}], "properties": {"a": {"type": "string"}}},
+        "matrix": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "maybe": {"type": "string", "nullable": True, "description": "Or null."},
+        "anything": {"description": "no type", "type": "any"}},
+        "required": ["origin", "when"]}}}
+BARE = {"type": "function", "function": {"name": "ping", "description": ""}}
+# Schemas off the usual path: "required" a string (Python's `in` finds substrings, jinja2
+# iterates its characters), enums of other values, oneOf a string, items a list, a list
+# of one type, an empty enum, a list default.
+WEIRD = {"type": "function", "function": {
+    "name": "weird", "description": "odd schemas",
+    "parameters": {"type": "object", "properties": {
+        "req_sub": {"type": "string"},
+        "num_enum": {"type": "string", "enum": [1, "a", True, None, 2.5]},
+        "items_list": {"type": "array", "items": [{"type": "string"}]},
+        "oneof_str": {"type": "string", "oneOf": "ab"},
+        "type_one": {"type": ["integer"]},
+        "nested_types": {"type": "array", "items": {"type": ["string", "null"], "maxItems": None}},
+        "empty_enum": {"type": "string", "enum": []},
+        "deflist": {"type": "array", "default": [1, "x", {"k": None}]},
+        "nullnum": {"type": "number", "nullable": True, "description": ""},
+        "obj_req": {"type": "object", "properties": {"k": {"type": "string"}}, "required": {"k": 1}}},
+        "required": "req_sub_and_more"},
+    "response": {"description": "what comes back", "type": "object"}}}
+# raises in some templates: a description that is a number (harmony: "// " + 5), a
+# property without a type (Gemma 4's release template: value['type'][0] of Undefined), a
+# function without a description (harmony)
+DESC_NUM = {"type": "function", "function": {"name": "desc_num", "description": "d", "parameters": {
+    "type": "object", "properties": {"x": {"type": "string", "description": 5}}}}}
+UNTYPED = {"type": "function", "function": {"name": "untyped", "description": "d", "parameters": {
+    "type": "object", "properties": {"x": {"description": "no type"}}}}}
+NO_DESC = {"type": "function", "function": {"name": "nodesc"}}
 
 
 UNI = "Grüße, 世界! 👩\u200d💻 e\u0301 \u180e\u3000\u00a0 tab\there \"quotes\" 'single' \\backslash {{ x }} {% raw %} <|im_end|> </think>"
@@ -207,6 +329,41 @@ HARMONY_CASES = [
     ("harmony_long", [S("s")] + [m for i in range(5) for m in (U("u%d" % i), A("a%d" % i, "t%d" % i))], True, {}),
 ]
 
+# harmony with tools (HARMONY_TOOL_CASES): name, messages, add_generation_prompt, tools.
+W_PARIS = ("get_weather", "{\"city\": \"Paris\"}")
+W_ROME = ("get_weather", "{\"city\":\"Rome\",\"unit\":\"celsius\"}")
+HARMONY_TOOL_CASES = [
+    ("harmony_tools_user_gen", [U("Weather in Paris?")], True, [WEATHER]),
+    ("harmony_tools_system_three", [S("Be brief."), U("Flights?")], True, [WEATHER, FLIGHTS, BARE]),
+    ("harmony_tools_odd", [U("q")], True, [ODD, BARE]),
+    ("harmony_tools_empty_list", [S("sys"), U("hi")], True, []),
+    ("harmony_tool_round_gen", [U("Weather in Paris?"), AC("", W_PARIS), T("{\"temp\": 21}")], True, [WEATHER]),
+    ("harmony_tool_round_answered", [U("Weather in Paris?"), AC("", W_PARIS), T("{\"temp\": 21}"),
+                                     A("It is 21 C."), U("And Rome?")], True, [WEATHER]),
+    ("harmony_tool_call_reasoning", [U("Paris?"), AC("", W_PARIS, rc="I should call the tool."), T("sunny")],
+     True, [WEATHER]),
+    ("harmony_tool_call_content_as_analysis", [U("Paris?"), AC("Let me check.", W_PARIS), T("sunny")], True, [WEATHER]),
+    ("harmony_tool_call_reasoning_dropped_later", [U("Paris?"), AC("", W_PARIS, rc="plan"), T("sunny"),
+                                                   A("Sunny.", "done")], False, [WEATHER]),
+    ("harmony_tool_two_rounds", [S("sys"), U("Paris and Rome?"), AC("", W_PARIS), T("{\"temp\": 21}"),
+                                 AC("", W_ROME), T("{\"temp\": 25}"), A("21 and 25.")], True, [WEATHER]),
+    ("harmony_tool_train_last_call", [U("Paris?"), AC("", W_PARIS)], False, [WEATHER]),
+    ("harmony_tool_args_not_object", [U("q"), AC("", ("ping", "[1, 2]")), T("ok"), AC("", ("ping", "not json"))],
+     True, [BARE]),
+    ("harmony_tool_args_numbers", [U("q"), AC("", ("search_flights", "{\"alpha\": 1.0, \"b\": 2.5e-7, \"c\": 1e16, "
+                                                  "\"d\": -0, \"e\": 12345678901234567890, \"f\": [true, null], "
+                                                  "\"g\": \"\\u00e9\\n\"}"))], True, [FLIGHTS]),
+    ("harmony_tool_result_text", [U("q"), AC("", W_PARIS), T(UNI + "\n\"quoted\" \\ \t")], True, [WEATHER]),
+    ("harmony_tools_effort_identity", [S("sys"), U("q")], True, [WEATHER]),
+    ("harmony_tools_weird", [U("q")], True, [WEIRD]),
+    ("harmony_tools_desc_num", [U("q")], True, [DESC_NUM]),
+    ("harmony_tools_untyped", [U("q")], True, [UNTYPED]),
+    ("harmony_tools_no_description", [U("q")], True, [NO_DESC]),
+    ("harmony_tool_result_without_call", [U("q"), T("r")], True, [WEATHER]),
+    ("harmony_tool_result_after_answer", [U("q"), AC("", W_PARIS), T("r"), A("done"), T("late")], True, [WEATHER]),
+    ("harmony_tool_call_content_and_reasoning", [U("q"), AC("c", W_PARIS, rc="r")], True, [WEATHER]),
+]
+
 
 # Gemma 3: the chat_template of models/gemma3-tokenizer/tokenizer_config.json. Each case: name,
 # messages, add_generation_prompt. bos_token "<bos>", eos_token "<end_of_turn>" as in that config.
@@ -270,27 +427,75 @@ GEMMA4_CASES = [
     ("long_think_on", [m for i in range(4) for m in (U("u%d" % i), A("a%d" % i, "r%d" % i))] + [U("last")], True, True),
 ]
 
+# Gemma 4 with tools (GEMMA4_TOOL_CASES): name, messages, add_generation_prompt, enable_thinking,
+# tools; rendered with both templates after gemma4_fold, like GEMMA4_CASES. A case whose
+# rendering raises in jinja2 is recorded with "raises" (test_chat checks that chat_render
+# refuses it).
+G_RESULT = "{\"temp\": 21.0, \"sky\": \"clear\", \"Wind\": {\"b\": 1, \"A\": [1, \"x\", null, false]}, \"_x\": null}"
+GEMMA4_TOOL_CASES = [
+    ("tools_user_gen", [U("Weather in Paris?")], True, None, [WEATHER]),
+    ("tools_system_think_on", [S(" Be brief. "), U("Flights?")], True, True, [WEATHER, FLIGHTS]),
+    ("tools_odd", [U("q")], True, False, [ODD, BARE]),
+    ("tools_empty_list", [U("hi")], True, None, []),
+    ("tool_round_gen", [U("Weather in Paris?"), AC("", W_PARIS), T(G_RESULT)], True, None, [WEATHER]),
+    ("tool_round_gen_think_on", [U("Weather in Paris?"), AC("", W_PARIS), T("{\"temp\": 21}")], True, True, [WEATHER]),
+    ("tool_round_answered", [U("Weather in Paris?"), AC("Let me check.", W_PARIS), T("{\"temp\": 21}"),
+                             A("<|channel>thought\nwarm<channel|>It is 21 C."), U("And Rome?")], True, None, [WEATHER]),
+    ("tool_call_no_result", [U("Paris?"), AC("Let me check.", W_PARIS)], False, None, [WEATHER]),
+    # an answer after the results as the last message: the template opens no new turn
+    ("tool_round_answered_last_gen", [U("Paris?"), AC("", W_PARIS), T("21"), A("It is 21 C.")], True, None, [WEATHER]),
+    ("tool_round_answered_last_gen_think_on", [U("Paris?"), AC("", W_PARIS), T("21"), A("It is 21 C.")], True, True,
+     [WEATHER]),
+    ("tool_call_no_result_gen", [U("Paris?"), AC("", W_PARIS)], True, False, [WEATHER]),
+    ("tool_two_calls_two_results", [U("Paris and Rome?"), AC("", W_PARIS, W_ROME), T("21"), T("\"25\""),
+                                    A("21 and 25.")], True, None, [WEATHER]),
+    ("tool_two_calls_one_result", [U("Paris and Rome?"), AC("", W_PARIS, W_ROME), T("[21, 22.5]")], True, None,
+     [WEATHER]),
+    ("tool_two_rounds", [U("Paris, then Rome?"), AC("", W_PARIS), T("true"), AC("", W_ROME), T("null"),
+                         A("Done."), U("thanks")], True, None, [WEATHER]),
+    ("tool_reasoning_after_last_user", [U("Paris?"), AC("", W_PARIS, rc="Call the tool."), T("sunny text")],
+     True, True, [WEATHER]),
+    ("tool_reasoning_before_last_user", [U("Paris?"), AC("", W_PARIS, rc="Call the tool."), T("sunny"),
+                                         A("Sunny."), U("ok")], True, None, [WEATHER]),
+    ("tool_empty_answer_not_folded", [U("Paris?"), AC("", W_PARIS), T("sunny"), A(""), U("ok")], True, None, [WEATHER]),
+    ("tool_args_not_object", [U("q"), AC("", ("ping", "[1, 2]"))], False, None, [BARE]),
+    ("tool_args_values", [U("q"), AC("", ("search_flights", "{\"b\": 2.5e-7, \"A\": 1.0, \"c\": {\"y\": \"s\", "
+                                         "\"X\": [true, null, -0]}, \"big\": 12345678901234567890}"))], True, None,
+     [FLIGHTS]),
+    ("tool_result_unicode", [U("q"), AC("", W_PARIS), T(UNI)], True, None, [WEATHER]),
+    ("tool_system_and_tools_gen", [S("sys"), U("Paris?"), AC("", W_PARIS), T("{}")], True, None, [WEATHER, BARE]),
+    ("tools_weird", [U("q")], True, None, [WEIRD]),
+    ("tools_desc_num", [U("q")], True, None, [DESC_NUM]),
+    ("tools_untyped", [U("q")], True, None, [UNTYPED]),
+    ("tools_no_description", [U("q")], True, None, [NO_DESC]),
+]
 
-def gemma4_render(tmpl, msgs, agp, think):
-    kw = dict(messages=msgs, add_generation_prompt=agp, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+def gemma4_render(tmpl, msgs, agp, think, tools=None):
+    kw = dict(messages=gemma4_fold(msgs), add_generation_prompt=agp, bos_token="<bos>", eos_token="<eos>",
+              pad_token="<pad>")
+    if tools is not None:
+        kw["tools"] = tools
     if think is not None:
         kw["enable_thinking"] = think
     return tmpl.render(**kw)
 
 
-def harmony_render(tmpl, msgs, agp, kw):
+def harmony_render(tmpl, msgs, agp, kw, tools=None):
     date = kw.get("date", HARMONY_DATE)
     env = environment()
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.strptime(date, "%Y-%m-%d").strftime(fmt)
     t = env.from_string(tmpl)
     jm = []
-    for m in msgs:
+    for m in args_for_template(msgs):
         m = dict(m)
         if "reasoning_content" in m:
             m["thinking"] = m.pop("reasoning_content")
         jm.append(m)
     args = dict(messages=jm, add_generation_prompt=agp, bos_token="<|startoftext|>", eos_token="<|return|>",
                 pad_token="<|endoftext|>")
+    if tools is not None:
+        args["tools"] = tools
     for k in ("reasoning_effort", "model_identity"):
         if k in kw:
             args[k] = kw[k]
@@ -342,6 +547,17 @@ def main():
                 c[k] = kw[k]
         c["expected"] = harmony_render(htmpl, msgs, agp, kw)
         cases.append(c)
+    for name, msgs, agp, tools in HARMONY_TOOL_CASES:
+        kw = {"reasoning_effort": "high", "model_identity": "You are a tool user."} if "identity" in name else {}
+        c = {"name": name, "format": "harmony", "messages": msgs, "add_generation_prompt": agp, "date": HARMONY_DATE}
+        c.update(kw)
+        c["tools"] = tools
+        c["tools_json"] = json.dumps(tools)
+        try:
+            c["expected"] = harmony_render(htmpl, msgs, agp, dict(kw), tools)
+        except (jinja2.exceptions.TemplateError, TypeError, AttributeError) as e:  # what jinja2 raises from a template
+            c["raises"] = "%s: %s" % (type(e).__name__, e)
+        cases.append(c)
     gcfg = json.load(open(os.path.join(ROOT, "models/gemma3-tokenizer/tokenizer_config.json")))
     gemma = environment().from_string(gcfg["chat_template"])
     for name, msgs, agp in GEMMA_CASES:
@@ -364,6 +580,16 @@ def main():
             if think is not None:
                 c["enable_thinking"] = think
             c["expected"] = gemma4_render(tmpl, msgs, agp, think)
+            cases.append(c)
+        for name, msgs, agp, think, tools in GEMMA4_TOOL_CASES:
+            c = {"name": ("gemma4_" if fmt == "gemma4" else "gemma4e_") + name, "format": fmt, "messages": msgs,
+                 "add_generation_prompt": agp, "tools": tools, "tools_json": json.dumps(tools)}
+            if think is not None:
+                c["enable_thinking"] = think
+            try:
+                c["expected"] = gemma4_render(tmpl, msgs, agp, think, tools)
+            except (jinja2.exceptions.TemplateError, TypeError, AttributeError) as e:
+                c["raises"] = "%s: %s" % (type(e).__name__, e)
             cases.append(c)
     doc = {
         "generator": "tools/reference/chat_ref.py (jinja2 %s)" % jinja2.__version__,
