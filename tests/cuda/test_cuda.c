@@ -1759,6 +1759,7 @@ TEST(tree_rows) {
     sp.c.n_kv_heads = 2;
     sp.c.head_dim = 128;
     sp.c.vocab = 1024;
+    sp.c.max_pos = 4096;
     CHECK(syn_write(dir, &sp) == 0, "synth %s: %s", dir, dfl_lasterr());
     loaded g;
     if (load(&g, &be_cuda, gpu_bi, dir) == 0) {
