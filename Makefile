@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-batch bench-seq-mem bench-rollback bench-tree bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-seq-mem bench-rollback bench-tree bench-verify bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -303,10 +303,19 @@ bench-vocab: bench/vocab_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS) $(VOCAB_RAN
 TREE_TARGET ?= models/demo/target
 TREE_DRAFT ?= models/demo/draft
 TREE_ARGS ?= 128 2
-bench-tree: bench/tree_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS)
-	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/tree_bench && \
-	    cat bench/prompts/chat.jsonl bench/prompts/code.jsonl bench/prompts/math.jsonl >$(BUILD)/tree_prompts.jsonl && \
+$(BUILD)/tree_bench: bench/tree_bench.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+bench-tree: $(BUILD)/tree_bench $(DEMO_MODELS)
+	cat bench/prompts/chat.jsonl bench/prompts/code.jsonl bench/prompts/math.jsonl >$(BUILD)/tree_prompts.jsonl && \
 	    $(BUILD)/tree_bench $(TREE_TARGET) $(TREE_DRAFT) $(BUILD)/tree_prompts.jsonl $(TREE_ARGS)
+
+# a backend's verify cost curve, chain and tree, T = 1..64 (issue 23 item 4): make bench-verify
+# [VERIFY_ARGS="TARGET DRAFT|- cpu|cuda|auto DEPTH REPS"] (CUDA=1 for the GPU)
+VERIFY_ARGS ?= models/demo/target models/demo/draft auto 256 10
+$(BUILD)/verify_curve: bench/verify_curve.c $(BUILD)/libdflash.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
+bench-verify: $(BUILD)/verify_curve $(DEMO_MODELS)
+	$(BUILD)/verify_curve $(VERIFY_ARGS)
 
 # the exact rollback of Qwen3.5's recurrent state: make bench-rollback ROLLBACK_MODEL=DIR
 # (a Qwen3.5 model, e.g. dflash synth --shape qwen3.5-0.8b --bits 4 -o DIR)

@@ -71,6 +71,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "load: %s\n", dflash_error());
         return 1;
     }
+    dflash_info in;
+    dflash_get_info(m, &in);
+    printf("backend %s (%s)\n", in.backend, in.kernels);
     FILE *f = fopen(argv[3], "r");
     if (!f) {
         fprintf(stderr, "cannot open %s\n", argv[3]);

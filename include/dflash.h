@@ -291,7 +291,7 @@ typedef struct {
     /* Tree verification (DFlash): 0 = the chain (default); 2..64 = verify a
      * token tree of at most this many rows (the anchor included), built
      * best-first from the draft's top candidates per slot; output is still
-     * plain decoding's. Dense full-attention targets on the CPU backend;
+     * plain decoding's. Full-attention targets on the CPU and CUDA backends;
      * not with a grammar, logit controls or logprobs (refused). -1 = auto:
      * each round the chain or a tree of 8/16/32 rows, whichever has the
      * best measured tokens per second (the chain where trees are refused). */

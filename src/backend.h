@@ -56,10 +56,11 @@
  * next row a child of the one before): the path's K/V move to rows
  * len..len+n-1, its taps and kept rows to rows 0..n-1 (so draft_feed(0, n)
  * and logits/argmax(0, n) read the path), the length becomes len + n and the
- * other rows are forgotten, as truncate forgets them. The CPU backend
- * refuses a tree on a model with recurrent (Gated DeltaNet) or
+ * other rows are forgotten, as truncate forgets them. The CPU and CUDA
+ * backends refuse a tree on a model with recurrent (Gated DeltaNet) or
  * sliding-window layers: their state is not a set of rows a mask can
- * select. A backend without tree_commit refuses tree batches. */
+ * select (CUDA also on Gemma-4 and without its chunked attention). A
+ * backend without tree_commit refuses tree batches. */
 #ifndef DFL_BACKEND_H
 #define DFL_BACKEND_H
 

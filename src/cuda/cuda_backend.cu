@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "cu_kernels.cuh"
+#include "cu_tree.cuh"
 
 extern "C" {
 #include "backend.h"
@@ -37,6 +38,9 @@ extern "C" {
 }
 
 typedef __nv_bfloat16 bf16;
+
+static_assert((int)TREE_ANC == (int)BE_KEEP_ROWS, "cu_tree.cuh's ancestor table holds the widest tree batch");
+static_assert((int)TOPK_MAX >= (int)BE_DRAFT_TOPK, "k_draft_topk ranks up to BE_DRAFT_TOPK candidates");
 
 #define CUCHK(call)                                                                                  \
     do {                                                                                             \
@@ -1563,14 +1567,56 @@ static int moe(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, i
     return 0;
 }
 
+/* A tree batch's device tables for layer() (cu_tree.cuh; the layout there) */
+typedef struct {
+    const int *zero;  /* a device 0: norm_rope's position base over the gathered RoPE tables */
+    const int *depth; /* [TREE_ANC] row depths */
+    const int *anc;   /* [TREE_ANC][TREE_ANC] ancestor rows by depth */
+} cu_tree;
+
+/* The chunked attention of tree rows 0..T-1 (k_att_part_tree /
+ * k_att_merge_tree, cu_tree.cuh), in launches of at most ATT_UNIT_Q / G
+ * rows as attention_split. */
+template <int HD>
+static void attention_tree_hd(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *q, int ldq,
+                              const float *kc, const float *vc, int n_ctx, const int *pos, const cu_tree *tr, int T,
+                              bf16 *out, const float *sinks) {
+    int G = d->nh / d->nkv, rb = cu_att_unit(HD) / G;
+    for (int t0 = 0; t0 < T; t0 += rb) {
+        int rows = T - t0 < rb ? T - t0 : rb;
+        size_t smem = sizeof(float) * cu_att_smem(HD, rows * G);
+        launch_smem(k_att_part_tree<HD>, dim3(sp->nch, d->nkv), ATT_PART_THREADS, smem, s, q, ldq, kc, vc, n_ctx,
+                    pos, tr->depth, tr->anc, t0, rows, d->nh, d->nkv, sp->po, sp->pml, sp->nch, d->att_scale);
+        launch(k_att_merge_tree<HD>, dim3(rows, d->nh), HD, s, pos, tr->depth, t0, d->nh, (const float *)sp->po,
+               (const float2 *)sp->pml, sp->nch, out, d->Qp, sinks);
+    }
+}
+
+static void attention_tree(cudaStream_t s, const cu_dims *d, const cu_split *sp, const float *qkv, int ldq,
+                           const float *kc, const float *vc, int n_ctx, const int *pos, const cu_tree *tr, int T,
+                           bf16 *out, const float *sk) {
+    switch (d->hd) {
+    case 16: attention_tree_hd<16>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    case 32: attention_tree_hd<32>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    case 64: attention_tree_hd<64>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    case 128: attention_tree_hd<128>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    case 256: attention_tree_hd<256>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    default: attention_tree_hd<512>(s, d, sp, qkv, ldq, kc, vc, n_ctx, pos, tr, T, out, sk); break;
+    }
+}
+
 /* One transformer layer on rows 0..T-1 of a at positions *pos.. (device
  * memory: the launches can be captured once and replayed). Target (causal):
  * K/V of the rows are stored into kc/vc first and row t attends to cache rows
  * 0..*pos+t. Draft block (causal = 0): the rows attend, without mask, to
- * cache rows 0..*pos-1 and to every row of the block; nothing is stored. */
+ * cache rows 0..*pos-1 and to every row of the block; nothing is stored.
+ * A tree batch (tree != NULL, causal; cos_t/sin_t: the tables gathered per
+ * row): row t at position *pos + depth, its K/V at cache row *pos + t, its
+ * keys the committed rows and its ancestors (cu_tree.cuh). */
 static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
                   const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
-                  int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob) {
+                  int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob,
+                  const cu_tree *tree) {
     int ldq = d->Q + 2 * d->KV;
     const int fuse = T <= fuse_max_t; /* GEMMs with a tail (cu_tail): one or two column tiles */
     /* the post-attention RMSNorm in the tail of the projection that adds into x */
@@ -1610,7 +1656,8 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
             gemm(s, L->wqkv, 2 * d->Q + 2 * d->KV, a->xb, d->Hp, T, a->qg, 2 * d->Q + 2 * d->KV, 0);
             launch(k_split_gate, T, 256, s, (const float *)a->qg, 2 * d->Q + 2 * d->KV, a->qkv, ldq, a->gate, d->nh,
                    d->hd, 2 * d->KV);
-        } else if (fuse && fuse_rope && !L->bqkv && !d->v_norm && d->hd % 16 == 0) {
+        } else if (!tree && fuse && fuse_rope && !L->bqkv && !d->v_norm && d->hd % 16 == 0) {
+            /* (a tree batch takes the separate kernel below: its rows' positions are not pos + t) */
             cu_tail tr = no_tail;
             tr.kind = TAIL_NORM_ROPE;
             tr.ticket = a->tickets;
@@ -1627,13 +1674,23 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
         if (d->v_norm) launch(k_head_norm, dim3(T, d->nkv), 32, s, a->qkv, ldq, d->Q + d->KV, d->hd, d->eps);
         prof_mark(s, roped ? (causal ? "gemm qkv+norm_rope" : "draft gemm qkv+norm_rope") : causal ? "gemm qkv" : "draft gemm qkv",
                   cw_bytes(&L->wqkv));
-        if (!roped) {
-            norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh, d->eps,
-                      cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
-            prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+        if (tree) { /* the unchanged kernel over the gathered tables (position base 0), no store; then the store */
+            norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh,
+                      d->eps, cos_t, sin_t, tree->zero, NULL, NULL, n_ctx, T);
+            launch(k_tree_kv_store, dim3(T, d->nkv), 64, s, (const float *)a->qkv, ldq, d->Q, d->Q + d->KV, d->hd,
+                   pos, kc, vc, n_ctx);
+            prof_mark(s, "norm_rope (tree)", 0);
+            attention_tree(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, pos, tree, T, a->att, L->sinks);
+            prof_mark(s, "attention (tree)", 0);
+        } else {
+            if (!roped) {
+                norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh,
+                          d->eps, cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
+                prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+            }
+            attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
+            prof_mark(s, causal ? "attention" : "draft attention", 0);
         }
-        attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
-        prof_mark(s, causal ? "attention" : "draft attention", 0);
         if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
         if (L->bo) { /* gpt-oss: x += (Wo att + bo), as the CPU sums it */
             gemm(s, L->wo, d->H, a->att, d->Qp, T, a->ob, d->H, 0);
@@ -1746,6 +1803,19 @@ typedef struct {
     cudaGraphExec_t graph[GRAPH_MAX_T + 1][2];
     uint64_t graph_sig[GRAPH_MAX_T + 1][2];
     int use_graphs;
+    /* the last forward (backend.h's tree rule; cu_tree.cuh) */
+    int fwd_len, fwd_T;     /* the committed length before it, its rows */
+    int tree;               /* it was a tree batch */
+    int tree_parent[BE_KEEP_ROWS]; /* [fwd_T] parent rows (-1: the last committed row) */
+    int *h_tree;            /* host [1 + TREE_ANC + TREE_ANC * TREE_ANC]: 0, depth [TREE_ANC], anc [TREE_ANC][TREE_ANC] */
+    int *d_tree;            /* the same on the device (tr points into it) */
+    cu_tree tr;
+    int *d_rows;            /* [BE_KEEP_ROWS] tree_commit's path */
+    float *tcos, *tsin;     /* [TREE_ANC][rh] the RoPE tables' rows len + depth of each tree row */
+    /* tree forwards captured as graph[][] is, for every T <= BE_KEEP_ROWS (the
+     * tree's shape lives in d_tree, uploaded before each replay) */
+    cudaGraphExec_t tgraph[BE_KEEP_ROWS + 1][2];
+    uint64_t tgraph_sig[BE_KEEP_ROWS + 1][2];
 } cu_seq;
 
 static void cu_destroy(void *p) {
@@ -1779,7 +1849,50 @@ static void cu_destroy(void *p) {
     for (int t = 0; t <= GRAPH_MAX_T; t++)
         for (int k = 0; k < 2; k++)
             if (q->graph[t][k]) cudaGraphExecDestroy(q->graph[t][k]);
+    for (int t = 0; t <= BE_KEEP_ROWS; t++)
+        for (int k = 0; k < 2; k++)
+            if (q->tgraph[t][k]) cudaGraphExecDestroy(q->tgraph[t][k]);
+    free(q->h_tree);
+    cudaFree(q->d_tree);
+    cudaFree(q->d_rows);
+    cudaFree(q->tcos);
+    cudaFree(q->tsin);
     free(q);
+}
+
+/* k_att_part_tree's shared memory: as split_attr gives k_att_part */
+template <int HD>
+static cudaError_t tree_attr(void) {
+    return cudaFuncSetAttribute(k_att_part_tree<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(sizeof(float) * cu_att_smem(HD, cu_att_unit(HD))));
+}
+
+/* The tree state of a new sequence (cu_seq: h_tree .. tsin); 0 or -1 + error. */
+static int tree_alloc(cu_seq *q, const cfg_model *c) {
+    size_t nt = 1 + TREE_ANC + (size_t)TREE_ANC * TREE_ANC, half = (size_t)(c->rot_dim ? c->rot_dim : c->head_dim) / 2;
+    q->h_tree = (int *)dfl_calloc(nt, sizeof(int));
+    if (cu_alloc(&q->d_tree, sizeof(int) * nt) || cu_alloc(&q->d_rows, sizeof(int) * BE_KEEP_ROWS) ||
+        cu_alloc(&q->tcos, sizeof(float) * TREE_ANC * half) || cu_alloc(&q->tsin, sizeof(float) * TREE_ANC * half))
+        return -1;
+    q->tr.zero = q->d_tree;
+    q->tr.depth = q->d_tree + 1;
+    q->tr.anc = q->d_tree + 1 + TREE_ANC;
+    if (!q->sp.po) return 0; /* no chunked attention: tree batches are refused */
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->linear_layer[l]) continue;
+        int hd = cfg_head_dim(c, l);
+        cudaError_t e = hd == 16    ? tree_attr<16>()
+                        : hd == 32  ? tree_attr<32>()
+                        : hd == 64  ? tree_attr<64>()
+                        : hd == 128 ? tree_attr<128>()
+                        : hd == 256 ? tree_attr<256>()
+                                    : tree_attr<512>();
+        if (e != cudaSuccess) {
+            dfl_seterr("cuda: shared memory for the tree attention: %s", cudaGetErrorString(e));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
@@ -1831,7 +1944,7 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
         cu_alloc(&q->d_tok, sizeof(int32_t) * BE_MAX_ROWS) || cu_alloc(&q->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
         cu_alloc(&q->d_pos, sizeof(int)) || cu_alloc(&q->amx_v, sizeof(float) * BE_KEEP_ROWS * AMX_PARTS) ||
         cu_alloc(&q->amx_i, sizeof(int) * BE_KEEP_ROWS * AMX_PARTS) ||
-        cudaMallocHost(&q->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess) {
+        cudaMallocHost(&q->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess || tree_alloc(q, &m->cfg) != 0) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the sequence state");
         cu_destroy(q);
         return NULL;
@@ -1913,12 +2026,19 @@ static int check_tokens(const int32_t *tok, int n, int vocab) {
 }
 
 /* The forward's kernels on rows 0..T-1 at position *d_pos: embedding, the
- * layers, the taps it keeps, the final norm of kept rows. */
+ * layers, the taps it keeps, the final norm of kept rows. A tree batch
+ * (q->tree: its shape in d_tree) first gathers its RoPE rows. */
 static void enqueue_forward(cu_seq *q, const be_batch *b) {
     const cu_dims *d = &q->d;
     const cu_model *cm = q->cm;
     cudaStream_t s = q->be->stream;
     int T = b->T;
+    const cu_tree *tr = q->tree ? &q->tr : NULL;
+    if (tr) {
+        int half = (q->m->cfg.rot_dim ? q->m->cfg.rot_dim : q->m->cfg.head_dim) / 2;
+        launch(k_tree_rope, T, 128, s, (const float *)q->cos_t, half, (const int *)q->d_pos, tr->depth, q->tcos);
+        launch(k_tree_rope, T, 128, s, (const float *)q->sin_t, half, (const int *)q->d_pos, tr->depth, q->tsin);
+    }
     launch(k_embed, dim3(T, (d->H + 255) / 256), 256, s, cm->embed, q->d_tok, q->a.x, d->H);
     if (d->emb_scale != 0.0f) launch(k_scale, (T * d->H + 255) / 256, 256, s, q->a.x, (size_t)T * d->H, d->emb_scale);
     if (d->P) { /* Gemma-4's per-layer inputs of the rows (the CPU's ple_inputs) */
@@ -1940,10 +2060,11 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
         int al = q->att_of[l], last = l + 1 == d->L;
         const float *nn = !last ? cm->layers[l + 1].in_norm : b->keep_rows ? cm->final_norm : NULL;
         cu_dims dl = layer_dims(d, &q->m->cfg, l);
-        int full = d->gemma && !q->m->cfg.sliding_layer[l];
+        int full = d->gemma && !q->m->cfg.sliding_layer[l]; /* (a tree is refused on Gemma-4) */
+        const float *cs = tr ? q->tcos : full ? q->cos_f : q->cos_t, *sn = tr ? q->tsin : full ? q->sin_f : q->sin_t;
         normed = layer(s, &dl, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
-                       al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, full ? q->cos_f : q->cos_t,
-                       full ? q->sin_f : q->sin_t, 1, &q->dn, q->lin_of[l], normed, nn, last ? q->kept : q->a.xb);
+                       al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, cs, sn, 1, &q->dn, q->lin_of[l], normed, nn,
+                       last ? q->kept : q->a.xb, tr);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
@@ -1963,9 +2084,18 @@ static int cu_forward(void *p, const be_batch *b) {
     const cu_model *cm = q->cm;
     cudaStream_t s = q->be->stream;
     if (be_check_batch(b, c, q->len, q->n_ctx) != 0) return -1; /* the checks every backend shares */
-    if (b->tree_parent) { /* backend.h's tree rule: no tree_commit here yet */
-        dfl_seterr("forward: the cuda backend has no tree verification yet (use the chain: --tree 0)");
-        return -1;
+    if (b->tree_parent) { /* backend.h's tree rule: what this backend's tree forward covers */
+        const char *why = d->n_lin ? "recurrent (Gated DeltaNet) layers"
+                          : c->n_sliding_layers ? "sliding-window layers"
+                          : d->gemma ? "Gemma-4 layers (per-layer RoPE tables)"
+                          : !q->sp.po ? "no chunked attention (DFLASH_CUDA_ATT_SPLIT=0, or a head grouping only the "
+                                        "per-row kernels take)"
+                                      : NULL;
+        if (why) {
+            dfl_seterr("forward: tree verification on cuda needs full chunked attention in every layer; this %s "
+                       "model has %s (use the chain: --tree 0)", c->arch_name, why);
+            return -1;
+        }
     }
     if (b->n_taps > q->taps_cap) {
         cudaFree(q->taps);
@@ -1975,6 +2105,22 @@ static int cu_forward(void *p, const be_batch *b) {
     }
     int T = b->T, pos0 = q->len;
     q->n_kept = 0;
+    q->tree = 0;
+    if (b->tree_parent) { /* depth and ancestors of each row (cu_tree.cuh), uploaded for the kernels */
+        int *dep = q->h_tree + 1, *anc = q->h_tree + 1 + TREE_ANC;
+        for (int t = 0; t < T; t++) {
+            int pa = b->tree_parent[t], dd = pa < 0 ? 0 : dep[pa] + 1;
+            q->tree_parent[t] = pa;
+            dep[t] = dd;
+            if (pa >= 0) memcpy(anc + (size_t)t * TREE_ANC, anc + (size_t)pa * TREE_ANC, sizeof(int) * (size_t)dd);
+            anc[(size_t)t * TREE_ANC + dd] = t;
+        }
+        CUCHK(cudaMemcpyAsync(q->d_tree, q->h_tree, sizeof(int) * (1 + TREE_ANC + (size_t)T * TREE_ANC),
+                              cudaMemcpyHostToDevice, s));
+        q->tree = 1;
+    }
+    q->fwd_len = pos0;
+    q->fwd_T = T;
     /* recurrent state: snapshot before a forward of <= BE_DN_KEEP rows (set
      * before enqueue_forward, which copies it; graphs capture the copies) */
     q->dn.snap_len = d->n_lin && T <= BE_DN_KEEP ? pos0 : -1;
@@ -1984,12 +2130,13 @@ static int cu_forward(void *p, const be_batch *b) {
      * the calls return, so the caller's buffers are free at once */
     CUCHK(cudaMemcpyAsync(q->d_tok, b->tokens, sizeof(int32_t) * T, cudaMemcpyHostToDevice, s));
     CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
-    if (q->use_graphs && T <= GRAPH_MAX_T && b->n_logits == 0) {
+    if (q->use_graphs && T <= (q->tree ? (int)BE_KEEP_ROWS : (int)GRAPH_MAX_T) && b->n_logits == 0) {
         uint64_t sig = (uint64_t)(uintptr_t)q->taps * 31 + (uint64_t)b->n_taps;
         for (int i = 0; i < b->n_taps; i++) sig = sig * 131 + (uint64_t)b->tap_layers[i] + 1;
         int k = b->keep_rows != 0;
-        cudaGraphExec_t *g = &q->graph[T][k];
-        if (*g && q->graph_sig[T][k] != sig) {
+        cudaGraphExec_t *g = q->tree ? &q->tgraph[T][k] : &q->graph[T][k];
+        uint64_t *gsig = q->tree ? &q->tgraph_sig[T][k] : &q->graph_sig[T][k];
+        if (*g && *gsig != sig) {
             cudaGraphExecDestroy(*g);
             *g = NULL;
         }
@@ -2005,7 +2152,7 @@ static int cu_forward(void *p, const be_batch *b) {
                 dfl_seterr("cuda: graph of a %d-row forward: %s", T, cudaGetErrorString(ge));
                 return -1;
             }
-            q->graph_sig[T][k] = sig;
+            *gsig = sig;
         }
         CUCHK(cudaGraphLaunch(*g, s));
     } else {
@@ -2078,6 +2225,58 @@ static int cu_taps(void *p, int row, int n, float *out) {
     return 0;
 }
 
+/* The tree rule (backend.h): the path rows[0..n) of the last forward moves
+ * into place on the device - its K/V to cache rows len.., its taps and kept
+ * rows to rows 0..n-1 (k_rows_compact) - and the rest is forgotten. A path
+ * that is already in place (the draft's own chain: rows 0, 1, ..) moves
+ * nothing. */
+static int cu_tree_commit(void *p, const int *rows, int n) {
+    cu_seq *q = (cu_seq *)p;
+    const cu_dims *d = &q->d;
+    cudaStream_t s = q->be->stream;
+    int T = q->fwd_T, base = q->fwd_len;
+    if (q->len != base + T || n < 1 || n > T) {
+        dfl_seterr("tree_commit: %d rows of a last forward of %d (length %d, was %d before it)", n, T, q->len, base);
+        return -1;
+    }
+    int moved = 0;
+    for (int i = 0; i < n; i++) {
+        int r = rows[i], want = i ? rows[i - 1] : -1;
+        int parent = q->tree ? (r >= 0 && r < T ? q->tree_parent[r] : -2) : r - 1;
+        if (r < 0 || r >= T || parent != want) {
+            dfl_seterr("tree_commit: path entry %d is row %d, not a child of %s %d", i, r, i ? "row" : "the committed",
+                       want);
+            return -1;
+        }
+        moved |= r != i;
+    }
+    if (d->n_lin) { /* only a chain gets here (trees are refused): the recurrent rule's rollback */
+        if (cu_truncate(q, base + n) != base + n) {
+            dfl_seterr("tree_commit: the recurrent state did not roll back to %d rows", base + n);
+            return -1;
+        }
+    } else if (moved) {
+        CUCHK(cudaMemcpyAsync(q->d_rows, rows, sizeof(int) * n, cudaMemcpyHostToDevice, s));
+        /* every attention layer's [nkv][n_ctx][hd] block in a row (trees run on uniform layers only) */
+        launch(k_rows_compact, dim3((d->hd + 63) / 64, d->L * d->nkv), 64, s, (uint32_t *)q->kc, (uint32_t *)q->vc,
+               (size_t)q->n_ctx * d->hd, d->hd, (const int *)q->d_rows, n, base);
+        int tw = q->last_taps * d->H, kw = d->Hp / 2; /* a kept row: Hp bf16 = Hp / 2 words */
+        if (q->last_taps)
+            launch(k_rows_compact, dim3((tw + 255) / 256, 1), 256, s, (uint32_t *)q->taps, (uint32_t *)NULL,
+                   (size_t)0, tw, (const int *)q->d_rows, n, 0);
+        if (q->n_kept)
+            launch(k_rows_compact, dim3((kw + 255) / 256, 1), 256, s, (uint32_t *)q->kept, (uint32_t *)NULL,
+                   (size_t)0, kw, (const int *)q->d_rows, n, 0);
+        CUCHK(cudaGetLastError());
+    }
+    q->len = base + n;
+    q->last_T = n;
+    if (q->n_kept) q->n_kept = n;
+    q->tree = 0;
+    q->fwd_T = n; /* the path is now the last forward's rows 0..n-1, a chain */
+    return 0;
+}
+
 /* Test hook (cuda_backend.h). */
 extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
     cu_seq *q = (cu_seq *)p;
@@ -2093,6 +2292,40 @@ extern "C" int cu_read_kv(void *p, int layer, int pos, float *k, float *v) {
         CUCHK(cudaMemcpy(v + (size_t)h * e.hd, q->vc + off, sizeof(float) * e.hd, cudaMemcpyDeviceToHost));
     }
     return 0;
+}
+
+/* Test hook (cuda_backend.h): k_draft_topk on host logits. */
+extern "C" int cu_topk(const float *lg, int ns, int nv, const float *xl, int nx, const int32_t *extra, int K,
+                       int32_t *top_ids, float *top_lp) {
+    if (ns < 1 || nv < 1 || nx < 0 || K < 1 || K > TOPK_MAX || K > nv + nx) {
+        dfl_seterr("cu_topk: %d rows of %d + %d logits, top %d", ns, nv, nx, K);
+        return -1;
+    }
+    float *dl = NULL, *dx = NULL, *dlp = NULL;
+    int32_t *de = NULL, *di = NULL;
+    int rc = -1;
+    if (cu_alloc(&dl, sizeof(float) * ns * nv) || cu_alloc(&dx, sizeof(float) * ns * (nx ? nx : 1)) ||
+        cu_alloc(&de, sizeof(int32_t) * (nx ? nx : 1)) || cu_alloc(&di, sizeof(int32_t) * ns * K) ||
+        cu_alloc(&dlp, sizeof(float) * ns * K))
+        goto out;
+    if (cudaMemcpy(dl, lg, sizeof(float) * ns * nv, cudaMemcpyHostToDevice) != cudaSuccess ||
+        (nx && cudaMemcpy(dx, xl, sizeof(float) * ns * nx, cudaMemcpyHostToDevice) != cudaSuccess) ||
+        (nx && cudaMemcpy(de, extra, sizeof(int32_t) * nx, cudaMemcpyHostToDevice) != cudaSuccess))
+        goto out;
+    k_draft_topk<<<ns, TOPK_THREADS>>>(dl, nv, dx, nx, de, K, di, dlp);
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(top_ids, di, sizeof(int32_t) * ns * K, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(top_lp, dlp, sizeof(float) * ns * K, cudaMemcpyDeviceToHost) != cudaSuccess)
+        goto out;
+    rc = 0;
+out:
+    if (rc) dfl_seterr("cu_topk: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(dl);
+    cudaFree(dx);
+    cudaFree(de);
+    cudaFree(di);
+    cudaFree(dlp);
+    return rc;
 }
 
 /* ---- DFlash draft --------------------------------------------------------------- */
@@ -2118,6 +2351,8 @@ typedef struct {
     int32_t *d_tok, *d_ids, *d_extra;
     int32_t *h_ids;          /* pinned */
     int *d_pos;              /* position of the rows being projected or drafted */
+    int32_t *d_top_ids;      /* [max_B][TOPK_MAX] top-k candidates (k_draft_topk) */
+    float *d_top_lp;         /* [max_B][TOPK_MAX] their log-probabilities */
 } cu_draft;
 
 static void cu_draft_destroy(void *p) {
@@ -2141,6 +2376,8 @@ static void cu_draft_destroy(void *p) {
     cudaFree(q->d_extra);
     cudaFree(q->d_pos);
     cudaFreeHost(q->h_ids);
+    cudaFree(q->d_top_ids);
+    cudaFree(q->d_top_lp);
     free(q);
 }
 
@@ -2179,7 +2416,9 @@ static void *cu_draft_create(void *p, const mdl_model *dm, const mdl_model *tm, 
         cu_alloc(&q->xl, sizeof(float) * q->max_B * (CFG_MAX_EOS + 1)) ||
         cu_alloc(&q->d_tok, sizeof(int32_t) * q->max_B) || cu_alloc(&q->d_ids, sizeof(int32_t) * q->max_B) ||
         cu_alloc(&q->d_extra, sizeof(int32_t) * (CFG_MAX_EOS + 1)) ||
-        cu_alloc(&q->d_pos, sizeof(int)) || cudaMallocHost(&q->h_ids, sizeof(int32_t) * q->max_B) != cudaSuccess) {
+        cu_alloc(&q->d_pos, sizeof(int)) || cudaMallocHost(&q->h_ids, sizeof(int32_t) * q->max_B) != cudaSuccess ||
+        cu_alloc(&q->d_top_ids, sizeof(int32_t) * q->max_B * TOPK_MAX) ||
+        cu_alloc(&q->d_top_lp, sizeof(float) * q->max_B * TOPK_MAX)) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the draft state");
         cu_draft_destroy(q);
         return NULL;
@@ -2279,12 +2518,20 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
         return -1;
     }
-    if (b->top_k > 0) {
-        dfl_seterr("draft block: the cuda backend ranks no top-k candidates yet (tree drafting)");
-        return -1;
-    }
     if (b->n_extra < 0 || b->n_extra > CFG_MAX_EOS + 1) {
         dfl_seterr("draft block: %d extra ids (at most %d)", b->n_extra, CFG_MAX_EOS + 1);
+        return -1;
+    }
+    if (b->ids) { /* be_ops.draft_ids is 0 here: the engine never passes them */
+        dfl_seterr("draft block: the cuda backend scores ids by number only (no gathered head)");
+        return -1;
+    }
+    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
+    int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
+    if (b->top_k > 0 && (b->top_k > BE_DRAFT_TOPK || b->top_k > TOPK_MAX || b->top_k > nv + b->n_extra ||
+                         !b->top_ids || !b->top_logp)) {
+        dfl_seterr("draft block: top_k %d (at most %d and the %d scored ids, with both output buffers)", b->top_k,
+                   BE_DRAFT_TOPK, nv + b->n_extra);
         return -1;
     }
     if (check_tokens(b->tokens, B, d->V) != 0 || check_tokens(b->extra, b->n_extra, d->V) != 0) return -1;
@@ -2308,9 +2555,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     for (int l = 0; l < d->L; l++)
         normed = layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx,
                        q->cos_t, q->sin_t, 0, NULL, -1, normed, l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL,
-                       q->a.xb);
-    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
-    int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
+                       q->a.xb, NULL);
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
     prof_mark(s, "draft final norm", 0);
     gemm(s, q->tc->lm_head, nv, q->a.xb, d->Hp, ns, q->lg, nv, 0);
@@ -2323,11 +2568,20 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         launch(k_pick_extra, 1, 64, s, q->d_ids, q->best, q->xl, q->d_extra, b->n_extra, ns);
         prof_mark(s, "draft extra ids", 0);
     }
+    if (b->top_k > 0) {
+        launch(k_draft_topk, ns, TOPK_THREADS, s, (const float *)q->lg, nv, (const float *)q->xl, b->n_extra,
+               (const int32_t *)q->d_extra, b->top_k, q->d_top_ids, q->d_top_lp);
+        prof_mark(s, "draft top-k", 0);
+    }
     prof_end(s);
     CUCHK(cudaMemcpyAsync(q->h_ids, q->d_ids, sizeof(int32_t) * ns, cudaMemcpyDeviceToHost, s));
     if (b->logits) CUCHK(cudaMemcpyAsync(b->logits, q->lg, sizeof(float) * ns * nv, cudaMemcpyDeviceToHost, s));
     if (b->extra_logits && b->n_extra)
         CUCHK(cudaMemcpyAsync(b->extra_logits, q->xl, sizeof(float) * ns * b->n_extra, cudaMemcpyDeviceToHost, s));
+    if (b->top_k > 0) {
+        CUCHK(cudaMemcpyAsync(b->top_ids, q->d_top_ids, sizeof(int32_t) * ns * b->top_k, cudaMemcpyDeviceToHost, s));
+        CUCHK(cudaMemcpyAsync(b->top_logp, q->d_top_lp, sizeof(float) * ns * b->top_k, cudaMemcpyDeviceToHost, s));
+    }
     CUCHK(cudaStreamSynchronize(s));
     CUCHK(cudaGetLastError());
     if (b->out) memcpy(b->out, q->h_ids, sizeof(int32_t) * ns);
@@ -2356,6 +2610,7 @@ static be_ops make_ops(void) {
     o.logits = cu_logits;
     o.argmax = cu_argmax;
     o.taps = cu_taps;
+    o.tree_commit = cu_tree_commit;
     o.draft_create = cu_draft_create;
     o.draft_destroy = cu_draft_destroy;
     o.draft_feed = cu_draft_feed;

@@ -3,6 +3,8 @@
 #ifndef DFL_CUDA_BACKEND_H
 #define DFL_CUDA_BACKEND_H
 
+#include <stdint.h>
+
 /* k[nkv*hd], v[nkv*hd] = the cached K/V of committed position pos in layer
  * `layer` of a CUDA target sequence (be_cuda.create). */
 int cu_read_kv(void *seq, int layer, int pos, float *k, float *v);
@@ -11,5 +13,11 @@ int cu_read_kv(void *seq, int layer, int pos, float *k, float *v);
  * process started: row kernels folded into a GEMM's last blocks
  * (DFLASH_CUDA_FUSE, cu_kernels.cuh cu_tail). */
 long cu_tail_launches(void);
+
+/* The draft's top-k kernel (be_draft_block.top_k) on host logits: lg
+ * [ns][nv], xl [ns][nx] the extra ids' logits, K <= 16; top_ids / top_lp
+ * [ns][K] as draft_block returns them. 0, or -1 + error. */
+int cu_topk(const float *lg, int ns, int nv, const float *xl, int nx, const int32_t *extra, int K, int32_t *top_ids,
+            float *top_lp);
 
 #endif

@@ -23,7 +23,9 @@
  *               auto, greedy and temperature 0.8;
  *   qwen35, moe, gptoss, gemma4  each family against the CPU, every verify width
  *               with rollback bit-identical to decode, DFlash = greedy
- *               (gpt-oss also over 300 positions: windows past chunk edges).
+ *               (gpt-oss also over 300 positions: windows past chunk edges);
+ *   tree_rows, tree_refused, tree_topk, tree_dflash  tree verification (the
+ *               tree rule of backend.h): see the section's comment.
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
@@ -1559,6 +1561,476 @@ TEST(mxfp4) {
     be_cuda.close(b4);
 }
 
+/* ---- tree verification (backend.h's tree rule; cu_tree.cuh) -------------------
+ * tree_rows: every node of token trees of several shapes (random deep chains
+ * with side branches, binary, star, a chain given as a tree), below prefixes
+ * that put the tree across the chunked attention's chunk edges, has the
+ * logits, argmax, taps and K/V plain decoding (one row per forward) computes
+ * for its path, bit for bit - on the graph-captured tree forward and on the
+ * ungraphed one (host logits); tree_commit keeps a path whose K/V, taps and
+ * kept rows are the path's and after which decoding equals a fresh
+ * sequence's; bad paths, recurrent and windowed models are refused.
+ * tree_topk: the draft's top-k kernel against the CPU's ranking rule on the
+ * same logits (ties, -inf, extras, a full vocabulary), and on the demo
+ * draft's own logits. tree_dflash: --tree 8/16/32/64/auto on the GPU emits
+ * plain decoding's tokens, greedy and temperature 0.8 (same seed). */
+
+static uint64_t tree_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t tree_rnd(void) {
+    tree_rng ^= tree_rng << 13;
+    tree_rng ^= tree_rng >> 7;
+    tree_rng ^= tree_rng << 17;
+    return (uint32_t)(tree_rng >> 32);
+}
+
+enum { TREE_RAND, TREE_BINARY, TREE_STAR, TREE_CHAIN };
+static const char *tree_shape_name[] = {"random", "binary", "star", "chain"};
+
+/* One plain decode step of token `tok` at the sequence's end: its logits,
+ * argmax, taps (layers taps[0..1]) and K/V (layers 0 and L-1) at position pos. */
+static int decode_one(void *st, const mdl_model *m, int32_t tok, const int *taps, float *lg, int32_t *am, float *tp,
+                      float *kv) {
+    int L = m->cfg.n_layers, kvd = m->cfg.n_kv_heads * m->cfg.head_dim, pos = be_cuda.length(st);
+    be_batch b = {.T = 1, .tokens = &tok, .n_taps = 2, .tap_layers = taps, .keep_rows = 1};
+    if (be_cuda.forward(st, &b) != 0 || be_cuda.logits(st, 0, 1, lg) != 0 || be_cuda.argmax(st, 0, 1, am) != 0 ||
+        be_cuda.taps(st, 0, 1, tp) != 0 || cu_read_kv(st, 0, pos, kv, kv + kvd) != 0 ||
+        cu_read_kv(st, L - 1, pos, kv + 2 * kvd, kv + 3 * kvd) != 0)
+        return -1;
+    return 0;
+}
+
+static void tree_rows_case(const char *name, const mdl_model *m, int P, int T, int shape) {
+    int V = m->cfg.vocab, H = m->cfg.hidden, L = m->cfg.n_layers, kvd = m->cfg.n_kv_heads * m->cfg.head_dim;
+    int taps[2] = {0, L - 1}, n_ctx = P + T + 16;
+    int32_t *pre = malloc(sizeof(int32_t) * (size_t)(P + 80)), tok[64];
+    int parent[64], depth[64];
+    for (int i = 0; i < P; i++) pre[i] = (int32_t)(tree_rnd() % (uint32_t)V);
+    for (int t = 0; t < T; t++) {
+        parent[t] = shape == TREE_STAR ? -1
+                    : shape == TREE_CHAIN ? t - 1
+                    : shape == TREE_BINARY ? (t == 0 ? -1 : (t - 1) / 2)
+                    : t == 0 ? -1 : tree_rnd() % 4 == 0 ? (int)(tree_rnd() % (uint32_t)(t + 1)) - 1 : t - 1;
+        depth[t] = parent[t] < 0 ? 0 : depth[parent[t]] + 1;
+        tok[t] = (int32_t)(tree_rnd() % (uint32_t)V);
+    }
+    /* the reference: each node decoded one row at a time on its path (depth
+     * first, so a node's ancestors are the cache rows below it) */
+    float *rl = malloc(sizeof(float) * (size_t)T * V), *rt = malloc(sizeof(float) * (size_t)T * 2 * H);
+    float *rkv = malloc(sizeof(float) * (size_t)T * 4 * kvd);
+    int32_t ram[64];
+    void *ref = be_cuda.create(gpu_bi, m, n_ctx), *st = be_cuda.create(gpu_bi, m, n_ctx);
+    CHECK(ref && st, "%s: create: %s", name, dfl_lasterr());
+    if (!ref || !st) goto out0;
+    for (int p = 0; p < P; p += BE_MAX_ROWS) {
+        be_batch b = {.T = P - p < BE_MAX_ROWS ? P - p : BE_MAX_ROWS, .tokens = pre + p};
+        CHECK(be_cuda.forward(ref, &b) == 0 && be_cuda.forward(st, &b) == 0, "%s: prefill: %s", name, dfl_lasterr());
+    }
+    {
+        int stack[64], sp = 0, ok = 1;
+        for (int t = T - 1; t >= 0; t--)
+            if (parent[t] < 0) stack[sp++] = t;
+        while (sp > 0 && ok) {
+            int t = stack[--sp];
+            be_cuda.truncate(ref, P + depth[t]);
+            ok = decode_one(ref, m, tok[t], taps, rl + (size_t)t * V, &ram[t], rt + (size_t)t * 2 * H,
+                            rkv + (size_t)t * 4 * kvd) == 0;
+            for (int u = T - 1; u > t; u--)
+                if (parent[u] == t) stack[sp++] = u;
+        }
+        CHECK(ok, "%s: reference decode: %s", name, dfl_lasterr());
+    }
+    /* the tree: graph-captured (no host logits), then ungraphed (host logits) */
+    float *lg = malloc(sizeof(float) * (size_t)T * V), *lh = malloc(sizeof(float) * (size_t)T * V);
+    float *tp = malloc(sizeof(float) * (size_t)T * 2 * H), *kv = malloc(sizeof(float) * 4 * kvd);
+    int32_t am[64];
+    for (int pass = 0; pass < 2; pass++) {
+        be_cuda.truncate(st, P);
+        be_batch tb = {.T = T, .tokens = tok, .n_logits = pass ? T : 0, .logits = pass ? lh : NULL, .n_taps = 2,
+                       .tap_layers = taps, .keep_rows = 1, .tree_parent = parent};
+        int rc = be_cuda.forward(st, &tb);
+        CHECK(rc == 0, "%s: tree forward: %s", name, dfl_lasterr());
+        if (rc != 0) goto out;
+        CHECK(be_cuda.logits(st, 0, T, lg) == 0 && be_cuda.argmax(st, 0, T, am) == 0 &&
+                  be_cuda.taps(st, 0, T, tp) == 0, "%s: tree rows: %s", name, dfl_lasterr());
+        int bad_l = 0, bad_t = 0, bad_a = 0, bad_kv = 0;
+        for (int t = 0; t < T; t++) {
+            bad_l += memcmp(lg + (size_t)t * V, rl + (size_t)t * V, sizeof(float) * V) != 0;
+            if (pass) bad_l += memcmp(lh + (size_t)t * V, rl + (size_t)t * V, sizeof(float) * V) != 0;
+            bad_t += memcmp(tp + (size_t)t * 2 * H, rt + (size_t)t * 2 * H, sizeof(float) * 2 * H) != 0;
+            bad_a += am[t] != ram[t];
+            if (cu_read_kv(st, 0, P + t, kv, kv + kvd) != 0 || cu_read_kv(st, L - 1, P + t, kv + 2 * kvd, kv + 3 * kvd))
+                bad_kv++;
+            else
+                bad_kv += memcmp(kv, rkv + (size_t)t * 4 * kvd, sizeof(float) * 4 * kvd) != 0;
+        }
+        CHECK(bad_l == 0 && bad_t == 0 && bad_a == 0 && bad_kv == 0,
+              "%s (%s tree, %s): of %d rows, %d logits, %d taps, %d argmax, %d K/V differ from plain decoding of "
+              "the same path", name, tree_shape_name[shape], pass ? "ungraphed, host logits" : "graph", T, bad_l,
+              bad_t, bad_a, bad_kv);
+    }
+    {
+        /* keep the path to the deepest node (the last of the deepest: a moved path where there is one) */
+        int deep = 0, rows[64], n;
+        for (int t = 0; t < T; t++) deep = depth[t] >= depth[deep] ? t : deep;
+        n = depth[deep] + 1;
+        for (int u = deep, dd = depth[deep]; dd >= 0; u = parent[u], dd--) rows[dd] = u;
+        if (n >= 3) {
+            int gap[2] = {rows[0], rows[2]};
+            CHECK(be_cuda.tree_commit(st, gap, 2) != 0, "%s: a path skipping a node was accepted", name);
+        }
+        if (n >= 2) CHECK(be_cuda.tree_commit(st, &rows[1], 1) != 0, "%s: a path not starting at a root", name);
+        CHECK(be_cuda.tree_commit(st, rows, n) == 0 && be_cuda.length(st) == P + n, "%s: tree_commit: %s", name,
+              dfl_lasterr());
+        int bad = 0;
+        CHECK(be_cuda.taps(st, 0, n, tp) == 0 && be_cuda.logits(st, 0, n, lg) == 0 && be_cuda.argmax(st, 0, n, am) == 0,
+              "%s: rows after commit: %s", name, dfl_lasterr());
+        for (int i = 0; i < n; i++) {
+            int r = rows[i];
+            bad += memcmp(tp + (size_t)i * 2 * H, rt + (size_t)r * 2 * H, sizeof(float) * 2 * H) != 0;
+            bad += memcmp(lg + (size_t)i * V, rl + (size_t)r * V, sizeof(float) * V) != 0 || am[i] != ram[r];
+            if (cu_read_kv(st, 0, P + i, kv, kv + kvd) != 0 || cu_read_kv(st, L - 1, P + i, kv + 2 * kvd, kv + 3 * kvd))
+                bad++;
+            else
+                bad += memcmp(kv, rkv + (size_t)r * 4 * kvd, sizeof(float) * 4 * kvd) != 0;
+        }
+        CHECK(bad == 0, "%s: after tree_commit of %d rows, %d taps/kept rows/K/V are not the path's", name, n, bad);
+        /* decode 6 tokens after the commit; the same from a fresh sequence */
+        void *fresh = be_cuda.create(gpu_bi, m, n_ctx);
+        for (int i = 0; i < n; i++) pre[P + i] = tok[rows[i]];
+        for (int p = 0; p < P + n; p += BE_MAX_ROWS) {
+            be_batch b = {.T = P + n - p < BE_MAX_ROWS ? P + n - p : BE_MAX_ROWS, .tokens = pre + p};
+            CHECK(be_cuda.forward(fresh, &b) == 0, "%s: fresh prefill: %s", name, dfl_lasterr());
+        }
+        int bad_d = 0;
+        for (int i = 0; i < 6; i++) {
+            int32_t nt = (int32_t)(tree_rnd() % (uint32_t)V), a1, a2;
+            if (decode_one(st, m, nt, taps, lg, &a1, tp, kv) != 0 || decode_one(fresh, m, nt, taps, lh, &a2, tp, kv)) {
+                bad_d++;
+                break;
+            }
+            bad_d += memcmp(lg, lh, sizeof(float) * V) != 0 || a1 != a2;
+        }
+        CHECK(bad_d == 0, "%s: %d of 6 decode steps after tree_commit differ from a fresh sequence's", name, bad_d);
+        be_cuda.destroy(fresh);
+        fprintf(stderr, "  %-28s %-6s tree of %2d rows (depth %2d) after %3d tokens, committed %2d: exact\n", name,
+                tree_shape_name[shape], T, depth[deep], P, n);
+    }
+out:
+    free(lg);
+    free(lh);
+    free(tp);
+    free(kv);
+out0:
+    if (ref) be_cuda.destroy(ref);
+    if (st) be_cuda.destroy(st);
+    free(rl);
+    free(rt);
+    free(rkv);
+    free(pre);
+}
+
+TEST(tree_rows) {
+    static const struct {
+        const char *rel;
+        int P, T, shape;
+    } cases[] = {
+        {"tests/models/tiny-qwen3", 50, 40, TREE_RAND},    {"tests/models/tiny-qwen3", 3, 64, TREE_RAND},
+        {"tests/models/tiny-qwen3", 120, 30, TREE_BINARY}, {"tests/models/tiny-qwen3", 10, 16, TREE_STAR},
+        {"tests/models/tiny-qwen3", 100, 64, TREE_CHAIN},  {"tests/models/tiny-qwen3-q4", 60, 33, TREE_RAND},
+        {"tests/models/tiny-llama3", 20, 24, TREE_RAND},   {"tests/models/tiny-llama3", 110, 48, TREE_RAND},
+        {"tests/models/tiny-qwen3moe", 40, 30, TREE_RAND}, {"models/demo/target", 70, 64, TREE_RAND},
+        {"models/demo/target", 250, 32, TREE_BINARY},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (quick && !strncmp(cases[i].rel, "models/", 7)) continue;
+        loaded g;
+        if (load(&g, &be_cuda, gpu_bi, cases[i].rel) != 0) continue;
+        tree_rows_case(cases[i].rel, &g.m, cases[i].P, cases[i].T, cases[i].shape);
+        unload(&g);
+    }
+    /* head size 128 with 4 query heads per K/V head (the Qwen3-4B grouping): 16 rows per
+     * attention launch, so a 64-row tree takes four; across the edge at 256 */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/dflash-test-tree128-%d", (int)getpid());
+    syn_spec sp = syn_default();
+    sp.c.hidden = 256;
+    sp.c.inter = 512;
+    sp.c.n_heads = 8;
+    sp.c.n_kv_heads = 2;
+    sp.c.head_dim = 128;
+    sp.c.vocab = 1024;
+    sp.c.max_pos = 4096;
+    CHECK(syn_write(dir, &sp) == 0, "synth %s: %s", dir, dfl_lasterr());
+    loaded g;
+    if (load(&g, &be_cuda, gpu_bi, dir) == 0) {
+        tree_rows_case("hd128 x4 (synth)", &g.m, 230, 64, TREE_RAND);
+        unload(&g);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "  (could not remove %s)\n", dir);
+}
+
+/* Tree batches are refused where the rule does not hold (recurrent state,
+ * sliding windows), naming why; a parent after its child is refused. */
+TEST(tree_refused) {
+    static const char *rels[] = {"tests/models/tiny-qwen35", "tests/models/tiny-gptoss"};
+    static const char *why[] = {"Gated DeltaNet", "sliding-window"};
+    for (int i = 0; i < 2; i++) {
+        loaded g;
+        if (load(&g, &be_cuda, gpu_bi, rels[i]) != 0) continue;
+        void *st = be_cuda.create(gpu_bi, &g.m, 64);
+        int32_t tok[3] = {1, 2, 3};
+        int parent[3] = {-1, 0, 0};
+        be_batch b = {.T = 3, .tokens = tok, .keep_rows = 1, .tree_parent = parent};
+        CHECK(be_cuda.forward(st, &b) != 0 && strstr(dfl_lasterr(), why[i]), "%s tree: %s", rels[i], dfl_lasterr());
+        CHECK(be_cuda.length(st) == 0, "%s: a refused tree changed the length", rels[i]);
+        be_cuda.destroy(st);
+        unload(&g);
+    }
+    loaded g;
+    if (load(&g, &be_cuda, gpu_bi, "tests/models/tiny-qwen3") != 0) return;
+    void *st = be_cuda.create(gpu_bi, &g.m, 64);
+    int32_t tok[3] = {1, 2, 3};
+    int bad[3] = {-1, 1, 0};
+    be_batch b = {.T = 3, .tokens = tok, .tree_parent = bad};
+    CHECK(be_cuda.forward(st, &b) != 0 && strstr(dfl_lasterr(), "parent"), "a parent after its child: %s",
+          dfl_lasterr());
+    int parent[3] = {-1, 0, 0}, path[2] = {0, 2};
+    be_batch ok = {.T = 3, .tokens = tok, .keep_rows = 1, .tree_parent = parent};
+    CHECK(be_cuda.forward(st, &ok) == 0, "tree: %s", dfl_lasterr());
+    CHECK(be_cuda.tree_commit(st, path, 2) == 0 && be_cuda.length(st) == 2, "siblings' path: %s", dfl_lasterr());
+    CHECK(be_cuda.tree_commit(st, path, 1) != 0, "a second commit of one forward was accepted");
+    be_cuda.destroy(st);
+    unload(&g);
+}
+
+/* The CPU's ranking (cpu_backend.c draft_top_k): insertion keeping the
+ * earlier of equal logits first, over ids 0..nv-1 then the extras; log-
+ * probabilities here in double. */
+static void topk_ref(const float *l, int nv, const float *x, int nx, const int32_t *extra, int K, int32_t *ids,
+                     double *lp) {
+    float v[16];
+    int n = 0;
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < nv + nx; j++) {
+        float val = j < nv ? l[j] : x[j - nv];
+        mx = val > mx ? val : mx;
+        if (n == K && !(val > v[K - 1])) continue;
+        int at = n < K ? n++ : K - 1;
+        while (at > 0 && !(v[at - 1] >= val)) {
+            v[at] = v[at - 1];
+            ids[at] = ids[at - 1];
+            at--;
+        }
+        v[at] = val;
+        ids[at] = j < nv ? j : extra[j - nv];
+    }
+    for (int j = 0; j < nv + nx; j++) sum += exp((double)(j < nv ? l[j] : x[j - nv]) - mx);
+    for (int k = 0; k < K; k++) lp[k] = v[k] - mx - log(sum);
+}
+
+/* rows [ns][nv] + [ns][nx] through the kernel vs topk_ref: ids exact, log-probabilities close */
+static int topk_compare(const char *what, const float *l, int ns, int nv, const float *x, int nx, const int32_t *extra,
+                        int K, const int32_t *ids, const float *lp) {
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < ns; i++) {
+        int32_t rid[16];
+        double rlp[16];
+        topk_ref(l + (size_t)i * nv, nv, x + (size_t)i * nx, nx, extra, K, rid, rlp);
+        for (int k = 0; k < K; k++) {
+            double e = fabs(lp[i * K + k] - rlp[k]);
+            worst = e > worst ? e : worst;
+            bad += ids[i * K + k] != rid[k] || !(e <= 1e-5 + 1e-6 * fabs(rlp[k]));
+        }
+    }
+    fprintf(stderr, "  top-k %-30s %d rows x %d: %d differ, log-probability within %.2e\n", what, ns, K, bad, worst);
+    return bad;
+}
+
+TEST(tree_topk) {
+    /* crafted: ties (logits on a few levels), -inf, extras tied with ids, all equal, a full vocabulary */
+    enum { NV = 1000, NX = 2, NS = 4, K = 16, BIG = 151936 };
+    float *l = malloc(sizeof(float) * NS * NV), x[NS * NX], lp[NS * K];
+    int32_t extra[NX] = {5, 1500}, ids[NS * K];
+    for (int j = 0; j < NV; j++) {
+        l[j] = (float)(tree_rnd() % 7) * 0.5f;                     /* many ties */
+        l[NV + j] = j % 3 ? -INFINITY : (float)(tree_rnd() % 1000) * 1e-3f;
+        l[2 * NV + j] = 1.0f;                                      /* all tied */
+        l[3 * NV + j] = (float)(tree_rnd() % 100000) * 1e-4f - 3.0f;
+    }
+    x[0] = 3.0f, x[1] = 2.5f;      /* tied with the top level of row 0: ids first */
+    x[2] = 0.999f, x[3] = -INFINITY;
+    x[4] = 1.0f, x[5] = 1.0f;      /* tied with every id: after all of them */
+    x[6] = 9.0f, x[7] = -1.0f;     /* an extra on top */
+    int bad = cu_topk(l, NS, NV, x, NX, extra, K, ids, lp) != 0;
+    CHECK(!bad, "cu_topk: %s", dfl_lasterr());
+    if (!bad) bad = topk_compare("crafted (ties, -inf, extras)", l, NS, NV, x, NX, extra, K, ids, lp);
+    CHECK(bad == 0, "the top-k kernel's candidates differ from the CPU's ranking of the same logits");
+    CHECK(cu_topk(l, 1, NV, x, NX, extra, 8, ids, lp) == 0 && topk_compare("K = 8", l, 1, NV, x, NX, extra, 8, ids, lp) == 0,
+          "K = 8");
+    float *big = malloc(sizeof(float) * 2 * BIG);
+    for (int j = 0; j < 2 * BIG; j++) big[j] = (float)(tree_rnd() % 2000000) * 1e-5f;
+    CHECK(cu_topk(big, 2, BIG, x, 0, extra, 12, ids, lp) == 0 &&
+              topk_compare("151936 ids, no extras", big, 2, BIG, x, 0, extra, 12, ids, lp) == 0,
+          "full-vocabulary rows");
+    free(big);
+    free(l);
+    if (quick) return;
+    /* the demo draft's own logits: the block's top-k = the ranking of the logits it returns;
+     * top_ids[i][0] = out[i]; against the CPU draft's candidates (other logits: reported) */
+    loaded t, d, tc, dc;
+    if (load(&t, &be_cuda, gpu_bi, "models/demo/target") != 0) return;
+    if (load(&d, &be_cuda, gpu_bi, "models/demo/draft") != 0) {
+        unload(&t);
+        return;
+    }
+    enum { N = 40, B = 16, NSL = 15, KD = 8, NVD = 32768 };
+    int V = t.m.cfg.vocab, H = t.m.cfg.hidden, nt = d.m.cfg.n_taps;
+    int32_t tok[N], blk[B], out[NSL], tid[NSL * KD], cid[NSL * KD], xid[2] = {V - 1, 151643};
+    float tlp[NSL * KD], clp[NSL * KD], xl[NSL * 2];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(tree_rnd() % 30000);
+    blk[0] = tok[N - 1];
+    for (int i = 1; i < B; i++) blk[i] = d.m.cfg.mask_token_id;
+    void *st = be_cuda.create(gpu_bi, &t.m, 128), *ds = be_cuda.draft_create(gpu_bi, &d.m, &t.m, 128);
+    be_batch b = {.T = N, .tokens = tok, .n_taps = nt, .tap_layers = d.m.cfg.tap_layers};
+    CHECK(be_cuda.forward(st, &b) == 0 && be_cuda.draft_feed(ds, st, 0, N) == 0, "prefill: %s", dfl_lasterr());
+    float *lg = malloc(sizeof(float) * NSL * NVD), *feats = malloc(sizeof(float) * N * nt * H);
+    CHECK(be_cuda.taps(st, 0, N, feats) == 0, "taps: %s", dfl_lasterr());
+    be_draft_block q = {.B = B, .tokens = blk, .n_slots = NSL, .n_vocab = NVD, .extra = xid, .n_extra = 2, .out = out,
+                        .logits = lg, .extra_logits = xl, .top_k = KD, .top_ids = tid, .top_logp = tlp};
+    CHECK(be_cuda.draft_block(ds, &q) == 0, "draft block: %s", dfl_lasterr());
+    bad = topk_compare("demo draft (its own logits)", lg, NSL, NVD, xl, 2, xid, KD, tid, tlp);
+    for (int i = 0; i < NSL; i++) bad += tid[i * KD] != out[i];
+    CHECK(bad == 0, "%d of the demo draft's top-k entries differ from the ranking of its logits (or from out[])", bad);
+    q.top_k = BE_DRAFT_TOPK + 1;
+    CHECK(be_cuda.draft_block(ds, &q) != 0 && strstr(dfl_lasterr(), "top_k"), "top_k past the limit: %s",
+          dfl_lasterr());
+    if (load(&tc, &be_cpu, cpu_bi, "models/demo/target") == 0) {
+        if (load(&dc, &be_cpu, cpu_bi, "models/demo/draft") == 0) {
+            void *cq = be_cpu.draft_create(cpu_bi, &dc.m, &tc.m, 128);
+            CHECK(be_cpu.draft_ctx_append(cq, feats, N) == 0, "cpu append: %s", dfl_lasterr());
+            be_draft_block r = q;
+            r.top_k = KD;
+            r.top_ids = cid;
+            r.top_logp = clp;
+            r.logits = NULL;
+            r.extra_logits = NULL;
+            r.out = NULL;
+            CHECK(be_cpu.draft_block(cq, &r) == 0, "cpu block: %s", dfl_lasterr());
+            int same = 0, top1 = 0;
+            for (int i = 0; i < NSL; i++) {
+                top1 += cid[i * KD] == tid[i * KD];
+                for (int k = 0; k < KD; k++)
+                    for (int k2 = 0; k2 < KD; k2++) same += cid[i * KD + k] == tid[i * KD + k2];
+            }
+            fprintf(stderr, "  top-k demo draft, GPU vs CPU f32 draft (its own logits): top-1 %d/%d slots, %d/%d "
+                    "candidates shared\n", top1, NSL, same, NSL * KD);
+            be_cpu.draft_destroy(cq);
+            unload(&dc);
+        }
+        unload(&tc);
+    }
+    free(lg);
+    free(feats);
+    be_cuda.draft_destroy(ds);
+    be_cuda.destroy(st);
+    unload(&t);
+    unload(&d);
+}
+
+/* DFlash with --tree N through the public API on the GPU = plain decoding,
+ * greedy and temperature 0.8 (same seed); tree rounds ran. */
+static void tree_lossless_case(const char *trel, const char *drel, int chat, int n_each, int n_predict) {
+    char t[1200], d[1200];
+    mpath(t, sizeof t, trel);
+    mpath(d, sizeof d, drel);
+    dflash_params p = dflash_default_params();
+    p.backend = "cuda";
+    p.n_ctx = 1024;
+    dflash_model *m = dflash_load(t, d, &p);
+    if (!m) {
+        CHECK(0, "load %s pair on cuda: %s", trel, dflash_error());
+        return;
+    }
+    int32_t *ids[64];
+    size_t nid[64];
+    int n = 0;
+    if (chat) {
+        static const char *files[] = {"bench/prompts/code.jsonl", "bench/prompts/math.jsonl", "bench/prompts/chat.jsonl"};
+        for (int f = 0; f < 3; f++) {
+            char *pr[32];
+            int k = read_prompts(files[f], pr, n_each);
+            for (int i = 0; i < k; i++) {
+                dflash_message msg = {"user", pr[i]};
+                char *text = dflash_chat_prompt(m, &msg, 1, 1, 0);
+                if (text && dflash_tokenize(m, text, strlen(text), &ids[n], &nid[n]) == 0) n++;
+                free(text);
+                free(pr[i]);
+            }
+        }
+    } else {
+        for (; n < n_each; n++) {
+            nid[n] = 1 + (size_t)(n * 7) % 37;
+            ids[n] = malloc(sizeof(int32_t) * nid[n]);
+            for (size_t k = 0; k < nid[n]; k++) ids[n][k] = (int32_t)((k * 131 + n * 977 + 5) % 16384);
+        }
+    }
+    static const int budgets[] = {8, 16, 32, 64, -1};
+    int same = 0, total = 0, tree_rounds = 0;
+    double tau[5] = {0};
+    for (int temp = 0; temp < 2; temp++)
+        for (int i = 0; i < n; i++) {
+            if (temp && i % 2) continue; /* sampling: every other prompt, shorter */
+            dflash_gen g = dflash_default_gen();
+            g.n_predict = temp ? n_predict / 2 : n_predict;
+            g.temp = temp ? 0.8f : 0.0f;
+            g.top_p = temp ? 0.95f : 1.0f;
+            g.seed = 11 + (uint64_t)i;
+            g.use_draft = 0;
+            int32_t *ref = NULL, *got = NULL;
+            size_t nref = 0, ngot = 0;
+            dflash_stats s;
+            dflash_reset(m);
+            CHECK(dflash_generate(m, ids[i], nid[i], &g, NULL, NULL, &ref, &nref, &s) == 0, "plain: %s",
+                  dflash_error());
+            g.use_draft = 1;
+            for (int k = 0; k < 5; k++) {
+                g.tree = budgets[k];
+                dflash_reset(m);
+                if (dflash_generate(m, ids[i], nid[i], &g, NULL, NULL, &got, &ngot, &s) != 0) {
+                    CHECK(0, "%s: tree %d: %s", trel, g.tree, dflash_error());
+                    total++;
+                    continue;
+                }
+                int eq = ngot == nref && !memcmp(got, ref, sizeof(int32_t) * nref);
+                if (!eq)
+                    fprintf(stderr, "  %s: prompt %d tree %d temp %d: %zu vs %zu tokens, differ\n", trel, i, g.tree,
+                            temp, ngot, nref);
+                same += eq;
+                total++;
+                tree_rounds += s.n_tree_rounds;
+                if (!temp) tau[k] += s.tau / n;
+                free(got);
+            }
+            free(ref);
+        }
+    fprintf(stderr, "  %s pair on the GPU: %d/%d tree runs identical to plain decoding (%d tree rounds); greedy tau "
+            "at tree 8/16/32/64/auto %.2f %.2f %.2f %.2f %.2f\n", trel, same, total, tree_rounds, tau[0], tau[1],
+            tau[2], tau[3], tau[4]);
+    CHECK(same == total, "%s pair: %d of %d tree runs differ from plain decoding", trel, total - same, total);
+    CHECK(tree_rounds > 0, "%s pair: no tree round ran", trel);
+    for (int i = 0; i < n; i++) free(ids[i]);
+    dflash_free(m);
+}
+
+TEST(tree_dflash) {
+    /* the tiny pair accepts nothing (untrained): the rounds' bookkeeping; the demo pair accepts */
+    tree_lossless_case("tests/models/tiny-qwen3", "tests/models/tiny-draft", 0, 8, 32);
+    if (!quick) tree_lossless_case("models/demo/target", "models/demo/draft", 1, 6, 64);
+}
+
 TEST(errors) {
     be_options o = {0, 99};
     void *b = be_cuda.open(&o);
@@ -1602,6 +2074,10 @@ int main(void) {
     RUN(gemma4);
     RUN(draft_window);
     RUN(mxfp4);
+    RUN(tree_rows);
+    RUN(tree_refused);
+    RUN(tree_topk);
+    RUN(tree_dflash);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);

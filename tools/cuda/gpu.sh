@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf tree
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -25,6 +25,11 @@
 # quantizer (tools/llama/gguf_race.sh files, race, speed); the llama.cpp
 # build starts in the background too; the results come back as
 # $OUT/gguf-race.tar and the files (xz) that fit in GGUF_RETURN_MB (56).
+# tree: issue 23 on the GPU: test_cuda's tree tests (DFLASH_TEST=tree), the
+# verify cost curve chain vs tree for T = 1..64 on the demo target
+# (bench/verify_curve.c; CURVE_DEPTH, CURVE_REPS), then chain vs tree rounds
+# on the demo pair (bench/tree_bench.c; TREE_BENCH_ARGS "n_predict reps
+# max_per_domain", default 128 2 10); logs in $OUT.
 # The GPU machine has no package registry: tools/cuda/fetch_deps.sh puts the
 # Debian libraries in .devdeps/root here, and the call carries that folder.
 set -u
@@ -320,6 +325,22 @@ for s in $steps; do
             if [ "$sz" -le "$left" ]; then mv "/tmp/$f.gguf.xz" "$OUT/"; left=$((left - sz)); echo "gguf: returns $f.gguf.xz ($sz bytes)"
             else echo "gguf: $f.gguf.xz ($sz bytes) does not fit"; fi
         done ;;
+    tree)
+        log tree verification
+        DFLASH_TEST=tree DFLASH_ROOT=$R timeout ${TREE_TEST_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-tree.log" 2>&1
+        echo "test_cuda tree tests exit $?"
+        grep -E "^ok|^not ok|FAIL|test_cuda:|exact|identical|top-k" "$OUT/test-tree.log" | tail -60
+        make -s -j"$J" CUDA=1 build-cuda/verify_curve build-cuda/tree_bench 2>&1 | grep -E "error|warning"
+        log verify cost curve
+        timeout ${CURVE_TIMEOUT:-100} build-cuda/verify_curve models/demo/target models/demo/draft cuda ${CURVE_DEPTH:-256} \
+            ${CURVE_REPS:-10} > "$OUT/verify-curve.txt" 2>&1
+        cat "$OUT/verify-curve.txt"
+        log chain vs tree rounds, demo pair
+        cat bench/prompts/chat.jsonl bench/prompts/code.jsonl bench/prompts/math.jsonl > /tmp/tree_prompts.jsonl
+        timeout ${TREE_BENCH_TIMEOUT:-150} build-cuda/tree_bench models/demo/target models/demo/draft /tmp/tree_prompts.jsonl \
+            ${TREE_BENCH_ARGS:-128 2 10} > "$OUT/tree-bench.txt" 2>&1
+        echo "tree_bench exit $?"
+        cat "$OUT/tree-bench.txt" ;;
     *) echo "unknown step $s" ;;
     esac
 done
