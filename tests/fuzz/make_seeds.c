@@ -1,4 +1,5 @@
-/* make_seeds.c - writes the committed seed corpora of tests/fuzz/seeds/ (run
+/* make_seeds.c - writes the seed corpora into tests/fuzz/seeds/ (then
+ * tests/fuzz/pack_seeds.sh moves them into the committed tests/fuzz/seeds.tar.xz; run
  * once from the repository root: cc ... tests/fuzz/make_seeds.c
  * build/libdflash.a; see docs/reliability.md). Small synthetic models in
  * every loader path (BF16, F32, MLX 4/8-bit, sharded index aside, Llama,
