@@ -27,6 +27,11 @@
  *     most 2 * 15 * 127 = 3810 in magnitude; one block of 32 columns adds 8
  *     of them per int16 lane, at most 30480 < 32767, so no step saturates;
  *     vpmaddwd with ones then widens to int32.
+ *   AVX2, MXFP4: the codes' integers q = wt_mx4_q[c] lie in [0, 24], so a
+ *     pair sum reaches 2 * 24 * 127 = 6096 and 8 of them would not fit; each
+ *     4-byte step (the low and the high nibbles: 2 pair sums per int16 lane,
+ *     at most 12192 < 32767) is widened by vpmaddwd(ones) into the int32
+ *     sum at once, so no step saturates either.
  *   AVX2, Q8: q in [0, 255] against xq would saturate (2 * 255 * 127 >
  *     32767), so the packed weights hold w' = q - 128 in [-128, 127] (the
  *     byte q ^ 0x80) and each product runs as |w'| * (xq * sign(w')):
@@ -42,17 +47,20 @@
  * one K block of a tile at a time, into scratch): tile i = rows 8i..8i+7
  * (rows past the end: zeros). A tile is ng = cols/g group records of
  * gbytes bytes, in column order; a record holds
- *   the weights: Q8 g/4 vectors, Q4 g/8 vectors of 32 bytes, vector m =
- *     [lane l: bytes 4m..4m+3 of row 8i+l's part of the group] (Q8: its
- *     columns 4m..4m+3, as q - 128 without VNNI; Q4: the nibbles of
- *     columns 8m..8m+7),
- *   then the 8 rows' scales, then their biases (in the scale dtype).
+ *   the weights: Q8 g/4 vectors, Q4 / MXFP4 g/8 vectors of 32 bytes,
+ *     vector m = [lane l: bytes 4m..4m+3 of row 8i+l's part of the group]
+ *     (Q8: its columns 4m..4m+3, as q - 128 without VNNI; Q4 / MXFP4: the
+ *     nibbles of columns 8m..8m+7, an MXFP4 code turned into its integer
+ *     wt_mx4_q[c] by vpshufb when the vector is used),
+ *   then the 8 rows' scales, then their biases (in the scale dtype;
+ *   MXFP4's as bfloat16 from the e8m0 byte, kn_rec_sdt).
  * gbytes = 8 * (row bytes of a group) + 16 * (scale size), a multiple of
  * 32: a tile is one sequential stream and every vector load is aligned.
  * kn_impl.pack_tile_bytes is per 16 rows, i.e. two tiles.
  *
- * x layout (kn_qx.q): Q8 natural order; Q4 per 8 columns [0 2 4 6 1 3 5 7]
- * (4 weight bytes = 8 columns: the low nibbles, then the high nibbles). */
+ * x layout (kn_qx.q): Q8 natural order; Q4 and MXFP4 per 8 columns
+ * [0 2 4 6 1 3 5 7] (4 weight bytes = 8 columns: the low nibbles, then the
+ * high nibbles). */
 
 #include <immintrin.h>
 #include <math.h>
@@ -122,8 +130,8 @@ INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *s_lo, int32_
 
 void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
-    int q4 = w->dtype == WT_Q4;
-    /* in-lane byte shuffle [0 2 4 6 1 3 5 7] per 8 (Q4) */
+    int q4 = kn_is_nib(w);
+    /* in-lane byte shuffle [0 2 4 6 1 3 5 7] per 8 (Q4, MXFP4) */
     const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
                                         5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     for (int t = 0; t < T; t++) {
@@ -153,9 +161,9 @@ void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
 /* ===================================================================== */
 
 /* Bytes of a group's weights in one record, and of the whole record. */
-INL size_t row_gbytes(const wt_weight *w) { return w->dtype == WT_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
+INL size_t row_gbytes(const wt_weight *w) { return kn_is_nib(w) ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
 INL size_t pk_gdata(const wt_weight *w) { return (size_t)NL * row_gbytes(w); }
-INL size_t pk_gbytes(const wt_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
+INL size_t pk_gbytes(const wt_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(kn_rec_sdt(w)); }
 
 /* v[j] <- column j of the 8 x 8 dword matrix v (v[i] = row i). */
 INL void transpose8(__m256i v[8]) {
@@ -183,7 +191,7 @@ INL void transpose8(__m256i v[8]) {
 static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
                         uint8_t *o) {
     int ng = w->cols / w->group_size;
-    size_t gb = row_gbytes(w), ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w), gdata = pk_gdata(w);
+    size_t gb = row_gbytes(w), ss = kn_scale_size(kn_rec_sdt(w)), gbytes = pk_gbytes(w), gdata = pk_gdata(w);
     const __m256i flip = _mm256_set1_epi8(!Q8X8_VNNI && w->dtype == WT_Q8 ? (char)0x80 : 0);
     /* the rows' bytes of the groups are contiguous (gb >= 16 divides
      * them): 32 at a time (16 at the end), each 4-byte column of the
@@ -209,8 +217,15 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
             const uint8_t *src = pass ? w->biases : w->scales;
             uint8_t *dst = o + (size_t)(gi - g0) * gbytes + gdata + (size_t)pass * NL * ss;
             for (int l = 0; l < NL; l++) {
-                if (l < n) memcpy(dst + l * ss, src + ((size_t)rows[l] * (size_t)ng + (size_t)gi) * ss, ss);
-                else memset(dst + l * ss, 0, ss);
+                if (l >= n) {
+                    memset(dst + l * ss, 0, ss);
+                } else if (w->dtype == WT_MXFP4) { /* bfloat16 from the e8m0 byte */
+                    uint8_t e = ((const uint8_t *)w->scales)[(size_t)rows[l] * (size_t)ng + (size_t)gi];
+                    uint16_t v = pass ? wt_mx4_bias_bf16(e) : wt_mx4_scale_bf16(e);
+                    memcpy(dst + l * ss, &v, ss);
+                } else {
+                    memcpy(dst + l * ss, src + ((size_t)rows[l] * (size_t)ng + (size_t)gi) * ss, ss);
+                }
             }
         }
 }
@@ -288,21 +303,24 @@ INL __m256i q8_init(const int32_t *s16, int k16, int halves) {
 }
 
 /* acc[t][c] (t < rt) += x rows t0.. against packed tiles (c < rc) for the
- * groups [g0, g1); pt[c] points at tile c's record g0. */
+ * groups [g0, g1); pt[c] points at tile c's record g0. q4: 0 Q8, 1 Q4
+ * nibbles, 2 MXFP4 codes (each nibble through the table wt_mx4_q). */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
                int g0, int g1, float (*acc)[RC1][NL]) {
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
-    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
+    wt_dtype sdt = kn_rec_sdt(w);
+    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(sdt);
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wt_mx4_q));
     for (int gi = g0; gi < g1; gi++) {
         __m256 sv[RC1], bv[RC1];
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
             const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
-            sv[c] = ld_scales8(sp, w->scale_dtype);
-            bv[c] = ld_scales8(sp + NL * ss, w->scale_dtype);
+            sv[c] = ld_scales8(sp, sdt);
+            bv[c] = ld_scales8(sp + NL * ss, sdt);
         }
         for (int kb = 0; kb < bpg; kb++) {
             int k = gi * bpg + kb;
@@ -342,6 +360,10 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                         __m256i z = _mm256_load_si256((const __m256i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)(kb * 4 + m) * 32));
                         lo[c] = _mm256_and_si256(z, lo4);
                         hi[c] = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+                        if (q4 == 2) { /* MXFP4: the codes' integers */
+                            lo[c] = _mm256_shuffle_epi8(lut, lo[c]);
+                            hi[c] = _mm256_shuffle_epi8(lut, hi[c]);
+                        }
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < rt; t++) {
@@ -352,18 +374,21 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #if Q8X8_VNNI
                             ia[t][c] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[t][c], lo[c], xe), hi[c], xo);
 #else
-                            /* int16 lanes: at most 8 pair sums of 3810 per block */
-                            ia[t][c] = _mm256_add_epi16(ia[t][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xe),
-                                                                                   _mm256_maddubs_epi16(hi[c], xo)));
+                            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xe), _mm256_maddubs_epi16(hi[c], xo));
+                            if (q4 == 2) /* MXFP4: 2 pair sums of at most 6096, widened at once */
+                                ia[t][c] = _mm256_add_epi32(ia[t][c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                            else /* Q4: int16 lanes, at most 8 pair sums of 3810 per block */
+                                ia[t][c] = _mm256_add_epi16(ia[t][c], p);
 #endif
                         }
                     }
                 }
 #if !Q8X8_VNNI
+                if (q4 == 1)
 #pragma GCC unroll 4
-                for (int t = 0; t < rt; t++)
+                    for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
-                    for (int c = 0; c < rc; c++) ia[t][c] = _mm256_madd_epi16(ia[t][c], _mm256_set1_epi16(1));
+                        for (int c = 0; c < rc; c++) ia[t][c] = _mm256_madd_epi16(ia[t][c], _mm256_set1_epi16(1));
 #endif
             }
 #pragma GCC unroll 4
@@ -447,13 +472,15 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
 
 #define PT_CASE(RT_, RC_)                                                 \
     case RT_ * 8 + RC_:                                                   \
-        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);             \
+        if (mx) ptile(RT_, RC_, 2, job, pt, t0, g0, g1, acc);             \
+        else if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);        \
         else if (g16) ptile16(RT_, RC_, job, pt, t0, g0, g1, acc);        \
         else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, acc);                \
         break
 static void ptile_any(int rt, int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                       float (*acc)[RC1][NL]) {
-    int q4 = job->w->dtype == WT_Q4, g16 = job->w->group_size == 16; /* g16: Q8 only (wt_check) */
+    int q4 = job->w->dtype == WT_Q4, mx = job->w->dtype == WT_MXFP4;
+    int g16 = job->w->group_size == 16; /* g16: Q8 only (wt_check) */
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);
