@@ -52,10 +52,12 @@
  *     (Q8: its columns 4m..4m+3, as q - 128 without VNNI; Q4 / MXFP4: the
  *     nibbles of columns 8m..8m+7, an MXFP4 code turned into its integer
  *     wt_mx4_q[c] by vpshufb when the vector is used),
- *   then the 8 rows' scales, then their biases (in the scale dtype;
- *   MXFP4's as bfloat16 from the e8m0 byte, kn_rec_sdt).
- * gbytes = 8 * (row bytes of a group) + 16 * (scale size), a multiple of
- * 32: a tile is one sequential stream and every vector load is aligned.
+ *   then the 8 rows' scales, then their biases (in the scale dtype);
+ *   MXFP4: the 8 rows' e8m0 bytes instead (their scale and bias are made
+ *   when the record is read), then 24 bytes of padding.
+ * gbytes = 8 * (row bytes of a group) + 16 * (scale size) (MXFP4: + 32),
+ * a multiple of 32: a tile is one sequential stream and every vector load
+ * is aligned.
  * kn_impl.pack_tile_bytes is per 16 rows, i.e. two tiles.
  *
  * x layout (kn_qx.q): Q8 natural order; Q4 and MXFP4 per 8 columns
@@ -163,7 +165,9 @@ void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
 /* Bytes of a group's weights in one record, and of the whole record. */
 INL size_t row_gbytes(const wt_weight *w) { return kn_is_nib(w) ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
 INL size_t pk_gdata(const wt_weight *w) { return (size_t)NL * row_gbytes(w); }
-INL size_t pk_gbytes(const wt_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(kn_rec_sdt(w)); }
+INL size_t pk_gbytes(const wt_weight *w) {
+    return pk_gdata(w) + (w->dtype == WT_MXFP4 ? 32 : 2 * NL * kn_scale_size(w->scale_dtype));
+}
 
 /* v[j] <- column j of the 8 x 8 dword matrix v (v[i] = row i). */
 INL void transpose8(__m256i v[8]) {
@@ -191,12 +195,13 @@ INL void transpose8(__m256i v[8]) {
 static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
                         uint8_t *o) {
     int ng = w->cols / w->group_size;
-    size_t gb = row_gbytes(w), ss = kn_scale_size(kn_rec_sdt(w)), gbytes = pk_gbytes(w), gdata = pk_gdata(w);
+    size_t gb = row_gbytes(w), ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w), gdata = pk_gdata(w);
     const __m256i flip = _mm256_set1_epi8(!Q8X8_VNNI && w->dtype == WT_Q8 ? (char)0x80 : 0);
     /* the rows' bytes of the groups are contiguous (gb >= 16 divides
      * them): 32 at a time (16 at the end), each 4-byte column of the
      * transpose to its group's record */
     size_t len = (size_t)(g1 - g0) * gb, off0 = (size_t)g0 * gb;
+    int gsh = __builtin_ctzll(gb);
     for (size_t j = 0; j < len; j += 32) {
         int full = len - j >= 32;
         __m256i v[NL];
@@ -208,26 +213,38 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
         }
         transpose8(v);
         for (int k = 0; k < (full ? 8 : 4); k++) {
-            size_t b = j + 4 * (size_t)k; /* byte of the range: record b / gb */
-            _mm256_store_si256((__m256i *)(o + (b / gb) * gbytes + (b % gb) * NL), v[k]);
+            size_t b = j + 4 * (size_t)k; /* byte of the range: record b / gb (a power of two: wt_check) */
+            _mm256_store_si256((__m256i *)(o + (b >> gsh) * gbytes + (b & (gb - 1)) * NL), v[k]);
         }
     }
-    for (int gi = g0; gi < g1; gi++)
-        for (int pass = 0; pass < 2; pass++) {
-            const uint8_t *src = pass ? w->biases : w->scales;
-            uint8_t *dst = o + (size_t)(gi - g0) * gbytes + gdata + (size_t)pass * NL * ss;
-            for (int l = 0; l < NL; l++) {
-                if (l >= n) {
-                    memset(dst + l * ss, 0, ss);
-                } else if (w->dtype == WT_MXFP4) { /* bfloat16 from the e8m0 byte */
-                    uint8_t e = ((const uint8_t *)w->scales)[(size_t)rows[l] * (size_t)ng + (size_t)gi];
-                    uint16_t v = pass ? wt_mx4_bias_bf16(e) : wt_mx4_scale_bf16(e);
-                    memcpy(dst + l * ss, &v, ss);
-                } else {
-                    memcpy(dst + l * ss, src + ((size_t)rows[l] * (size_t)ng + (size_t)gi) * ss, ss);
-                }
-            }
+    /* row by row, its groups' scales and biases (padding rows: zeros), one
+     * fixed-size move each; MXFP4: the e8m0 bytes (padding rows: 127, a
+     * finite scale) */
+    uint8_t *od = o + gdata;
+    for (int l = 0; l < NL; l++) {
+        size_t at = (size_t)rows[l] * (size_t)ng;
+        if (w->dtype == WT_MXFP4) {
+            const uint8_t *e = (const uint8_t *)w->scales + at;
+            for (int gi = g0; gi < g1; gi++) od[(size_t)(gi - g0) * gbytes + l] = l < n ? e[gi] : 127;
+            continue;
         }
+        for (int pass = 0; pass < 2; pass++) {
+            const uint8_t *src = (const uint8_t *)(pass ? w->biases : w->scales) + at * ss;
+            uint8_t *dst = od + (size_t)pass * NL * ss + (size_t)l * ss;
+            if (ss == 2)
+                for (int gi = g0; gi < g1; gi++) {
+                    uint16_t v = 0;
+                    if (l < n) memcpy(&v, src + (size_t)gi * 2, 2);
+                    memcpy(dst + (size_t)(gi - g0) * gbytes, &v, 2);
+                }
+            else
+                for (int gi = g0; gi < g1; gi++) {
+                    uint32_t v = 0;
+                    if (l < n) memcpy(&v, src + (size_t)gi * 4, 4);
+                    memcpy(dst + (size_t)(gi - g0) * gbytes, &v, 4);
+                }
+        }
+    }
 }
 
 /* The tile's rows: 8i .. 8i+7 of w, *n of them real. */
@@ -310,8 +327,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
-    wt_dtype sdt = kn_rec_sdt(w);
-    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(sdt);
+    size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wt_mx4_q));
     for (int gi = g0; gi < g1; gi++) {
@@ -319,8 +335,14 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
             const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
-            sv[c] = ld_scales8(sp, sdt);
-            bv[c] = ld_scales8(sp + NL * ss, sdt);
+            if (q4 == 2) { /* MXFP4: s = 2^(e-128) (f32 bits (e - 1) << 23), b = -12 s */
+                __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sp));
+                sv[c] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23));
+                bv[c] = _mm256_mul_ps(sv[c], _mm256_set1_ps(-12.0f));
+                continue;
+            }
+            sv[c] = ld_scales8(sp, w->scale_dtype);
+            bv[c] = ld_scales8(sp + NL * ss, w->scale_dtype);
         }
         for (int kb = 0; kb < bpg; kb++) {
             int k = gi * bpg + kb;
