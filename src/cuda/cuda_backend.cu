@@ -284,9 +284,9 @@ static int iq_unroll = 2;
  * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
  * for comparison */
 static int moe_fuse = 1;
-/* 1: an 8-bit weight whose codes are all MXFP4's (gpt-oss's experts, loaded
- * exactly as 8-bit) goes up as 4-bit nibbles (cw_weight.mx: half the bytes,
- * the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
+/* 1: an MXFP4 weight (gpt-oss's experts; weight.h), or an 8-bit one whose
+ * codes are all MXFP4's, goes up as 4-bit nibbles (cw_weight.mx: half the
+ * bytes, the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
 static int upload_mx = 1;
 
 /* Timing knobs, read once when the backend opens. */
