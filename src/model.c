@@ -477,6 +477,10 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
     }
     free(gub);
     free(db);
+    /* the tensors copied above are not read again: out of the resident set
+     * (MXFP4's down_proj stays in use in place) */
+    if (mx) dfl_map_release(gub_t->data, gub_t->nbytes), dfl_map_release(gus_t->data, gus_t->nbytes);
+    else dfl_map_release(gu->data, gu->nbytes), dfl_map_release(dn->data, dn->nbytes);
     return 0;
 }
 
