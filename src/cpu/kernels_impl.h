@@ -198,9 +198,9 @@ static inline void kn_group_sb(const wt_weight *w, size_t gi, float *s, float *b
     *b = kn_scale_at(w->biases, w->scale_dtype, gi);
 }
 
-/* The dtype of the scales and biases in a variant's packed records: an
- * MXFP4 group's become bfloat16 (exact, wt_mx4_scale_bf16), the rest stay
- * as stored. */
+/* The dtype of the scales and biases in kernels_vnni.c's records: an MXFP4
+ * group's become bfloat16 (exact, wt_mx4_scale_bf16), the rest stay as
+ * stored (kernels_q8x8.h's records keep MXFP4's e8m0 bytes instead). */
 static inline wt_dtype kn_rec_sdt(const wt_weight *w) { return w->dtype == WT_MXFP4 ? WT_BF16 : w->scale_dtype; }
 
 #endif
