@@ -5,6 +5,10 @@
  *   kernels_bench model           (the Qwen3-0.6B matmuls, see model_bench)
  *   kernels_bench q6k             (GGUF Q6_K as loaded, MLX Q8 group 16 with F32
  *                                  scales, against the F32 it used to become)
+ *   kernels_bench mxfp4           (gpt-oss-20b's expert matrix 2880x2880, cold:
+ *                                  MXFP4 against its exact 8-bit form, MLX Q8
+ *                                  group 32 with BF16 scales, not packed as
+ *                                  experts run)
  *
  * Q8/Q4 run in both activation modes where the variant has the q8 one
  * (kn_set_act_quant): "f32 act" and "q8 act" rows, and "q8 act packed"
@@ -132,7 +136,12 @@ static void bmat_init(bmat *m, wt_dtype dt, int rows, int cols, int hot) {
     w->rows = rows;
     w->cols = cols;
     size_t n = (size_t)rows * cols, data_b, sc_b = 0;
-    if (dt == WT_Q8 || dt == WT_Q4) {
+    if (dt == WT_MXFP4) { /* codes, then the e8m0 bytes (2^-8 .. 2^-1), no biases */
+        w->bits = 4;
+        w->group_size = 32;
+        data_b = n / 2;
+        sc_b = n / 32;
+    } else if (dt == WT_Q8 || dt == WT_Q4) {
         w->bits = dt == WT_Q8 ? 8 : 4;
         w->group_size = q_group;
         w->scale_dtype = q_sd;
@@ -151,6 +160,9 @@ static void bmat_init(bmat *m, wt_dtype dt, int rows, int cols, int hot) {
     } else if (dt == WT_F16 || dt == WT_BF16) {
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)d)[i] = dt == WT_F16 ? dfl_f32_to_f16(rndf()) : dfl_f32_to_bf16(rndf());
+    } else if (dt == WT_MXFP4) {
+        for (size_t i = 0; i < data_b / 4; i++) ((uint32_t *)d)[i] = rnd32();
+        for (size_t i = 0; i < sc_b; i++) d[round_up(data_b) + i] = (uint8_t)(119 + rnd32() % 8);
     } else {
         for (size_t i = 0; i < data_b / 4; i++) ((uint32_t *)d)[i] = rnd32();
         uint8_t *s = d + round_up(data_b), *b = d + round_up(data_b) + round_up(sc_b);
@@ -178,6 +190,7 @@ static wt_weight bmat_copy(const bmat *m, int k) {
     size_t n = (size_t)w.rows * w.cols;
     size_t data_b = w.dtype == WT_Q8 || w.dtype == WT_Q4 ? n * w.bits / 8 : 0;
     w.data = base;
+    if (w.dtype == WT_MXFP4) w.scales = base + round_up(n / 2);
     if (data_b) {
         w.scales = base + round_up(data_b);
         w.biases = base + round_up(data_b) + round_up(n / (size_t)w.group_size * sc_size(w.scale_dtype));
@@ -245,6 +258,47 @@ static double time_matmul(const bmat *m, float *y, const float *x, int T) {
         if (t / calls < best) best = t / calls;
     }
     return best * 1e3;
+}
+
+/* ---- gpt-oss's experts: MXFP4 against its 8-bit form --------------------- */
+
+/* One expert matrix of gpt-oss-20b (2880x2880), cold, as the MoE block runs
+ * it (not packed): the 8-bit form MXFP4 experts were loaded into before
+ * (Q8 group 32, BF16 scales and biases: 9 bits a value) against MXFP4 kept
+ * at 4.25 bits; the same bits, so only the time differs. */
+static void mx_bench(void) {
+    int Ts[5] = {1, 2, 4, 8, 16}, rows = 2880, cols = 2880;
+    float *x = dfl_malloc(sizeof(float) * 16 * cols), *y = dfl_malloc(sizeof(float) * 16 * rows);
+    for (int i = 0; i < 16 * cols; i++) x[i] = rndf();
+    printf("\n| 2880x2880 expert | activations | thr | T=1 ms | T=2 | T=4 | T=8 | T=16 | T=1 GB/s | T16/T1 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    int q_group0 = q_group;
+    wt_dtype q_sd0 = q_sd;
+    q_group = 32, q_sd = WT_BF16;
+    wt_dtype dts[2] = {WT_Q8, WT_MXFP4};
+    for (int d = 0; d < 2; d++) {
+        bmat m;
+        bmat_init(&m, dts[d], rows, cols, 0);
+        double gb = wt_bytes(m.w) / 1e9;
+        for (int act = 0; act < 2; act++) {
+            kn_set_act_quant(act);
+            if (act && !kn_act_quant()) break;
+            for (int nt = 1; nt <= 2; nt++) {
+                bench_threads(nt);
+                double ms[5];
+                for (int i = 0; i < 5; i++) ms[i] = time_matmul(&m, y, x, Ts[i]);
+                printf("| %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f |\n",
+                       dts[d] == WT_Q8 ? "Q8 g32 (8-bit form)" : "MXFP4", act ? "q8" : "f32", nt, ms[0], ms[1], ms[2],
+                       ms[3], ms[4], gb / (ms[0] * 1e-3), ms[4] / ms[0]);
+                fflush(stdout);
+            }
+        }
+        kn_set_act_quant(-1);
+        bmat_free(&m);
+    }
+    q_group = q_group0, q_sd = q_sd0;
+    free(x);
+    free(y);
 }
 
 /* ---- the matmuls of one Qwen3-0.6B forward ------------------------------ */
@@ -379,6 +433,12 @@ int main(int argc, char **argv) {
             model_bench();
             bench_threads(1);
             return 0;
+        } else if (strcmp(argv[i], "mxfp4") == 0) {
+            kn_init();
+            printf("kernels_bench: variant %s\n", kn_variant());
+            mx_bench();
+            bench_threads(1);
+            return 0;
         } else if (strcmp(argv[i], "q6k") == 0) {
             kn_init();
             printf("kernels_bench: variant %s\n", kn_variant());
@@ -386,7 +446,8 @@ int main(int argc, char **argv) {
             bench_threads(1);
             return 0;
         } else {
-            fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model | kernels_bench q6k\n");
+            fprintf(stderr, "usage: kernels_bench [hot] [quant] | kernels_bench model | kernels_bench q6k | "
+                            "kernels_bench mxfp4\n");
             return 2;
         }
     }

@@ -852,24 +852,28 @@ void ggm_dequant_weight(mdl_model *m, int type, const uint8_t *src, int rows, in
     else blocks_weight(m, type, src, rows, cols, NULL, w);
 }
 
-/* ggml MXFP4 rows (blocks of 17 bytes: e8m0 scale, 16 bytes of nibbles) ->
- * MLX Q8 group 32 with bf16 scales, exactly (model.c mdl_mxfp4_block, the
- * safetensors path's conversion); a scale byte outside 2..252 is refused
- * naming NAME. */
+/* ggml MXFP4 rows (blocks of 17 bytes: e8m0 scale, 16 bytes of nibbles,
+ * element j low and j + 16 high) as a WT_MXFP4 weight (weight.h: element
+ * 2k low and 2k + 1 high, the scales apart), copies owned by m; a scale
+ * byte outside 2..252 is refused naming NAME. */
 static int mxfp4_weight(mdl_model *m, const char *name, const uint8_t *src, int rows, int cols, wt_weight *w) {
     size_t nb = (size_t)cols / 32, n = nb * (size_t)rows;
-    uint8_t *q = mdl_own(m, (size_t)rows * (size_t)cols);
-    uint16_t *sc = mdl_own(m, 2 * n), *bi = mdl_own(m, 2 * n);
+    uint8_t *q = mdl_own(m, 16 * n), *sc = mdl_own(m, n);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *blk = src + 17 * i;
-        if (mdl_mxfp4_block(blk[0], blk + 1, 1, q + 32 * i, &sc[i], &bi[i])) {
-            dfl_seterr("%s: tensor '%s': MXFP4 scale byte %d (2^%d) at row %zu is outside the range converted "
-                       "exactly (2..252)", m->gguf->path, name, blk[0], blk[0] - 127, i / nb);
+        if (!wt_mx4_e_ok(blk[0])) {
+            dfl_seterr("%s: tensor '%s': MXFP4 scale byte %d (2^%d) at row %zu is outside the range supported "
+                       "(2..252)", m->gguf->path, name, blk[0], blk[0] - 127, i / nb);
             return -1;
         }
+        sc[i] = blk[0];
+        for (int k = 0; k < 16; k++) { /* elements 2k, 2k + 1: nibbles of bytes (2k) % 16, (2k + 1) % 16 */
+            int a = blk[1 + (2 * k) % 16] >> (k < 8 ? 0 : 4), b = blk[1 + (2 * k + 1) % 16] >> (k < 8 ? 0 : 4);
+            q[16 * i + k] = (uint8_t)((a & 15) | (b & 15) << 4);
+        }
     }
-    *w = (wt_weight){.dtype = WT_Q8, .rows = rows, .cols = cols, .data = q, .scales = sc, .biases = bi,
-                     .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+    *w = (wt_weight){.dtype = WT_MXFP4, .rows = rows, .cols = cols, .data = q, .scales = sc, .group_size = 32,
+                     .bits = 4};
     return 0;
 }
 

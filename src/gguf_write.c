@@ -443,8 +443,8 @@ static void q35_tensors(conv *cv, const mdl_model *m) {
  * (ffn_*_exps.bias [E][rows], f32), the router ffn_gate_inp f32 with its
  * bias, attn_sinks, the attention biases, YaRN as rope.scaling.*; experts
  * loaded from MXFP4 are written back as GGML MXFP4 (the converter keeps
- * openai's blocks; here they come back from the exact 8-bit form, so a
- * code of -0 is written as +0, the same value), others in the file's type.
+ * openai's blocks; so does the load, WT_MXFP4, so the codes and scale
+ * bytes come back as they were), others in the file's type.
  * Gemma-4: the sliding layers' head as key_length_swa, the full layers' as
  * key_length, head_count_kv per layer when the kv heads differ, the
  * sliding_window_pattern array, rope.freq_base (full) / freq_base_swa, the
@@ -454,27 +454,18 @@ static void q35_tensors(conv *cv, const mdl_model *m) {
  * they are (Gemma-4's are plain w). What a GGUF of either cannot say is
  * refused naming it. */
 
-/* e2m1 code of an MLX 8-bit MXFP4 code q (2 v + 12), -1 if none */
-static int fp4_code_of(int q) {
-    static const signed char c[25] = {15, -1, -1, -1, 14, -1, 13, -1, 12, 11, 10, 9, 0,
-                                      1,  2,  3,  4,  -1, 5,  -1, 6,  -1, -1, -1, 7};
-    return q >= 0 && q < 25 ? c[q] : -1;
-}
-
-/* W's row R as ggml MXFP4 blocks at O (cols/32 * 17 bytes), if W is an
- * MXFP4 matrix converted at load (mdl_mxfp4_block's form); else -1. */
+/* W's row R as ggml MXFP4 blocks at O (cols/32 * 17 bytes: the e8m0 byte,
+ * then element j in the low nibble of byte j and j + 16 in its high one),
+ * if W is MXFP4 (weight.h: the codes as loaded); else -1. */
 static int mxfp4_row(const wt_weight *w, int r, uint8_t *o) {
-    if (w->dtype != WT_Q8 || w->group_size != 32 || w->scale_dtype != WT_BF16 || w->cols % 32) return -1;
+    if (w->dtype != WT_MXFP4) return -1;
     int nb = w->cols / 32;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->cols;
-    const uint16_t *sc = (const uint16_t *)w->scales + (size_t)r * nb, *bi = (const uint16_t *)w->biases + (size_t)r * nb;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * w->cols / 2, *e = (const uint8_t *)w->scales + (size_t)r * nb;
     for (int b = 0; b < nb; b++, o += 17) {
-        int sx = (sc[b] >> 7) + 1;
-        if ((sc[b] & 0x807f) || sx < 2 || sx > 252 || bi[b] != (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40)) return -1;
-        o[0] = (uint8_t)sx;
+        const uint8_t *c = q + 16 * b; /* element i: nibble i % 2 of byte i / 2 */
+        o[0] = e[b];
         for (int j = 0; j < 16; j++) {
-            int lo = fp4_code_of(q[32 * b + j]), hi = fp4_code_of(q[32 * b + j + 16]);
-            if (lo < 0 || hi < 0) return -1;
+            int lo = c[j / 2] >> (4 * (j % 2)) & 15, hi = c[(j + 16) / 2] >> (4 * (j % 2)) & 15;
             o[1 + j] = (uint8_t)(lo | hi << 4);
         }
     }

@@ -162,8 +162,13 @@ static int bind_linear(mdl_model *m, const char *base, int rows, int cols, wt_we
 }
 
 /* Bytes of one row of an unpacked matrix's data, and (*srow) of its scales
- * and of its biases (0 for a float matrix). */
+ * and of its biases (0 for a float matrix; MXFP4: its e8m0 bytes, no
+ * biases). */
 static size_t row_bytes(const wt_weight *w, size_t *srow) {
+    if (w->dtype == WT_MXFP4) {
+        *srow = (size_t)w->cols / 32;
+        return (size_t)w->cols / 2;
+    }
     *srow = w->bits ? (size_t)(w->cols / w->group_size) * (w->scale_dtype == WT_F32 ? 4 : 2) : 0;
     return w->bits ? (size_t)w->cols / 32 * w->bits * 4 : (size_t)w->cols * (w->dtype == WT_F32 ? 4 : 2);
 }
@@ -176,7 +181,7 @@ static wt_weight rows_of(const wt_weight *w, int r0, int n) {
     v.data = (const char *)w->data + row * r0;
     if (w->bits) {
         v.scales = (const char *)w->scales + srow * r0;
-        v.biases = (const char *)w->biases + srow * r0;
+        if (w->biases) v.biases = (const char *)w->biases + srow * r0;
     }
     return v;
 }
@@ -200,14 +205,12 @@ static wt_weight gather_rows(mdl_model *m, const wt_weight *w, int n_runs, const
     v.data = d;
     if (w->bits) {
         v.scales = sc = mdl_own(m, srow * (size_t)rows);
-        v.biases = bi = mdl_own(m, srow * (size_t)rows);
+        if (w->biases) v.biases = bi = mdl_own(m, srow * (size_t)rows);
     }
     for (int i = 0, at = 0; i < n_runs; at += len[i], i++) {
         memcpy(d + row * at, (const char *)w->data + row * src[i], row * len[i]);
-        if (w->bits) {
-            memcpy(sc + srow * at, (const char *)w->scales + srow * src[i], srow * len[i]);
-            memcpy(bi + srow * at, (const char *)w->biases + srow * src[i], srow * len[i]);
-        }
+        if (w->bits) memcpy(sc + srow * at, (const char *)w->scales + srow * src[i], srow * len[i]);
+        if (bi) memcpy(bi + srow * at, (const char *)w->biases + srow * src[i], srow * len[i]);
     }
     return v;
 }
@@ -360,54 +363,39 @@ static int need_mxfp4(mdl_model *m, const char *name, int E, int rows, int cols,
         dfl_seterr("tensor '%s': shape %s, expected [%d, %d, %d]", u->name, got, E, rows, cols / 32);
         return -1;
     }
-    return 0; /* weight_bytes: the 8-bit matrices they become (mxfp4_to_q8), what a forward reads */
-}
-
-/* One MXFP4 block (32 values: e2m1 code c has the value v(c) in {0, .5, 1,
- * 1.5, 2, 3, 4, 6}, sign bit 8, times 2^(sx-127)) as 32 codes of an MLX
- * 8-bit group of 32, exactly: q = 2 v + 12 in 0..24 with scale 2^(sx-128)
- * and bias -12 * 2^(sx-128), both exact in bf16 for sx in 2..252 (-1
- * outside: the caller names the tensor). NIB[16] in openai's order (byte j:
- * element 2j in the low nibble, 2j + 1 in the high one) or, when GGML,
- * ggml's block_mxfp4 order (byte j: element j low, j + 16 high). */
-int mdl_mxfp4_block(int sx, const uint8_t *nib, int ggml, uint8_t *q, uint16_t *scale, uint16_t *bias) {
-    static const uint8_t q_of[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-    if (sx < 2 || sx > 252) return -1;
-    *scale = (uint16_t)((sx - 1) << 7);               /* 2^(s-128) */
-    *bias = (uint16_t)(0x8000 | (sx + 2) << 7 | 0x40); /* -1.5 * 2^(s-125) */
-    for (int j = 0; j < 16; j++) {
-        q[ggml ? j : 2 * j] = q_of[nib[j] & 15];
-        q[ggml ? j + 16 : 2 * j + 1] = q_of[nib[j] >> 4];
-    }
-    return 0;
+    return 0; /* weight_bytes: the matrices bound from them (mxfp4_rows) */
 }
 
 /* Rows src_row0, src_row0 + step, ... (n of them) of one expert's MXFP4
- * matrix (blk/sc at that expert) as an MLX 8-bit matrix of group 32, owned
- * by m, exactly (mdl_mxfp4_block); a scale byte outside 2..252 is refused
- * naming the tensor. */
-static int mxfp4_to_q8(mdl_model *m, const st_tensor *bt, const st_tensor *st, int e, int row0, int step, int n,
-                       int cols, wt_weight *w) {
+ * matrix (blk/sc at that expert) as a WT_MXFP4 weight (weight.h: openai's
+ * nibble order is its layout): with step 1 the expert's rows in place in
+ * the mapping, else copies owned by m (gate / up: every other row); a
+ * scale byte outside 2..252 is refused naming the tensor. */
+static int mxfp4_rows(mdl_model *m, const st_tensor *bt, const st_tensor *st, int e, int row0, int step, int n,
+                      int cols, wt_weight *w) {
     int nb = cols / 32, src_rows = (int)bt->shape[1];
-    uint32_t *d = mdl_own(m, (size_t)n * cols);
-    uint16_t *scl = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb), *bia = mdl_own(m, sizeof(uint16_t) * (size_t)n * nb);
     const uint8_t *B = (const uint8_t *)bt->data + (size_t)e * src_rows * nb * 16;
     const uint8_t *S = (const uint8_t *)st->data + (size_t)e * src_rows * nb;
     for (int r = 0; r < n; r++) {
         size_t sr = (size_t)row0 + (size_t)r * step;
-        uint8_t *q = (uint8_t *)(d + (size_t)r * cols / 4);
-        for (int k = 0; k < nb; k++) {
-            int sx = S[sr * nb + k];
-            if (mdl_mxfp4_block(sx, B + (sr * nb + k) * 16, 0, q + k * 32, &scl[(size_t)r * nb + k],
-                                &bia[(size_t)r * nb + k])) {
+        for (int k = 0; k < nb; k++)
+            if (!wt_mx4_e_ok(S[sr * nb + k])) {
                 dfl_seterr("tensor '%s': MXFP4 scale byte %d (2^%d) at expert %d row %zu is outside the range "
-                           "converted exactly (2..252)", st->name, sx, sx - 127, e, sr);
+                           "supported (2..252)", st->name, S[sr * nb + k], S[sr * nb + k] - 127, e, sr);
                 return -1;
             }
-        }
     }
-    *w = (wt_weight){.dtype = WT_Q8, .rows = n, .cols = cols, .data = d, .scales = scl, .biases = bia,
-                     .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+    const uint8_t *d = B + (size_t)row0 * nb * 16, *sc = S + (size_t)row0 * nb;
+    if (step != 1) {
+        uint8_t *dc = mdl_own(m, (size_t)n * nb * 16), *scc = mdl_own(m, (size_t)n * nb);
+        for (int r = 0; r < n; r++) {
+            size_t sr = (size_t)row0 + (size_t)r * step;
+            memcpy(dc + (size_t)r * nb * 16, B + sr * nb * 16, (size_t)nb * 16);
+            memcpy(scc + (size_t)r * nb, S + sr * nb, (size_t)nb);
+        }
+        d = dc, sc = scc;
+    }
+    *w = (wt_weight){.dtype = WT_MXFP4, .rows = n, .cols = cols, .data = d, .scales = sc, .group_size = 32, .bits = 4};
     m->weight_bytes += wt_bytes(w);
     return wt_check(w, bt->name);
 }
@@ -462,9 +450,9 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
         memcpy(bd, db + (size_t)e * H, sizeof(float) * H);
         x->bg = bg, x->bu = bu, x->bd = bd;
         if (mx) { /* output-major already: gate row i = row 2i, up row i = row 2i + 1 */
-            if (mxfp4_to_q8(m, gub_t, gus_t, e, 0, 2, I, H, &x->wg) ||
-                mxfp4_to_q8(m, gub_t, gus_t, e, 1, 2, I, H, &x->wu) ||
-                mxfp4_to_q8(m, dnb_t, dns_t, e, 0, 1, H, I, &x->wd)) {
+            if (mxfp4_rows(m, gub_t, gus_t, e, 0, 2, I, H, &x->wg) ||
+                mxfp4_rows(m, gub_t, gus_t, e, 1, 2, I, H, &x->wu) ||
+                mxfp4_rows(m, dnb_t, dns_t, e, 0, 1, H, I, &x->wd)) {
                 free(gub);
                 free(db);
                 return -1;
@@ -489,6 +477,10 @@ static int bind_gptoss_experts(mdl_model *m, const char *pre, mdl_layer *L) {
     }
     free(gub);
     free(db);
+    /* the tensors copied above are not read again: out of the resident set
+     * (MXFP4's down_proj stays in use in place) */
+    if (mx) dfl_map_release(gub_t->data, gub_t->nbytes), dfl_map_release(gus_t->data, gus_t->nbytes);
+    else dfl_map_release(gu->data, gu->nbytes), dfl_map_release(dn->data, dn->nbytes);
     return 0;
 }
 

@@ -44,8 +44,9 @@ typedef struct {
      * makes output-major copies (wg, wu, wd as every other family's). Or
      * MXFP4 (openai's checkpoints): gate_up_proj_blocks [E, 2*I, H/32, 16]
      * + _scales [E, 2*I, H/32], output-major with gate / up rows
-     * interleaved, down_proj_blocks [E, H, I/32, 16] + _scales, converted
-     * exactly to MLX 8-bit matrices of group 32 (model.c mxfp4_to_q8) */
+     * interleaved, down_proj_blocks [E, H, I/32, 16] + _scales, bound as
+     * WT_MXFP4 matrices (weight.h; model.c mxfp4_rows: gate / up rows
+     * copied, down in place) */
     float *bq, *bk, *bv, *bo;    /* [nh*hd], [nkv*hd] x2, [H] */
     float *sinks;                /* [nh] */
     float *router_bias;          /* [n_experts] */
@@ -137,11 +138,6 @@ void mdl_free(mdl_model *m);
 /* A new buffer of N bytes that lives as long as M (freed by mdl_free): the
  * load's converted and regrouped copies of weights. */
 void *mdl_own(mdl_model *m, size_t n);
-/* One MXFP4 block (e8m0 scale byte SX, 16 bytes NIB of e2m1 codes: openai's
- * nibble order, or ggml's when GGML) as 32 MLX 8-bit codes Q with a bf16
- * scale and bias (group 32), exactly; -1 for a scale byte outside 2..252
- * (model.c). */
-int mdl_mxfp4_block(int sx, const uint8_t *nib, int ggml, uint8_t *q, uint16_t *scale, uint16_t *bias);
 /* Qwen3-Next's fused beta/alpha projection BA (in_proj_ba, GGUF ssm_ba:
  * per key head g of NK the rows [b_g (R rows) | a_g (R rows)]) split into B
  * and A, NK * R rows each (copies owned by m; float or MLX rows). */

@@ -82,7 +82,8 @@ static wt_weight convert(mdl_model *m, const wt_weight *w, qt_kind k, int group)
     }
     int bits = k == QT_Q8 ? 8 : 4;
     if (k == QT_KEEP || (k == QT_BF16 && w->dtype == WT_BF16) || (k != QT_BF16 && w->cols % group)) return o;
-    if ((k == QT_Q8 && w->dtype == WT_Q8) || (k == QT_Q4 && w->dtype == WT_Q4)) return o;
+    /* MXFP4 (weight.h) already holds at most 8 bits of exact values: q8 keeps it */
+    if ((k == QT_Q8 && (w->dtype == WT_Q8 || w->dtype == WT_MXFP4)) || (k == QT_Q4 && w->dtype == WT_Q4)) return o;
     float *row = dfl_malloc(sizeof(float) * (size_t)w->cols);
     if (k == QT_BF16) {
         uint16_t *d = mdl_own(m, sizeof(uint16_t) * (size_t)w->rows * w->cols);

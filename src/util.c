@@ -229,6 +229,14 @@ int dfl_map_file(const char *path, dfl_map *m) {
     return 0;
 }
 
+void dfl_map_release(const void *p, size_t n) {
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p, b = a + n, pg = ps > 0 ? (uintptr_t)ps : 4096;
+    a = (a + pg - 1) / pg * pg; /* whole pages inside the range only */
+    b = b / pg * pg;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 void dfl_unmap(dfl_map *m) {
     if (m->data) munmap((void *)m->data, m->size);
     m->data = NULL;

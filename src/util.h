@@ -68,6 +68,11 @@ typedef struct {
 } dfl_map;
 int dfl_map_file(const char *path, dfl_map *m);
 void dfl_unmap(dfl_map *m);
+/* Bytes [p, p + n) of a map that will not be read again (a load copied
+ * them): their whole pages leave the process's resident set (the page
+ * cache keeps them until the kernel wants the room; a later read would
+ * fault them back in). A hint: nothing fails. */
+void dfl_map_release(const void *p, size_t n);
 
 /* "dir/name" in a malloc'd string. */
 char *dfl_path_join(const char *dir, const char *name);

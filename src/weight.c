@@ -6,6 +6,8 @@
 
 #include "util.h"
 
+const uint8_t wt_mx4_q[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
 const char *wt_dtype_name(wt_dtype t) {
     switch (t) {
     case WT_F32: return "F32";
@@ -13,6 +15,7 @@ const char *wt_dtype_name(wt_dtype t) {
     case WT_BF16: return "BF16";
     case WT_Q8: return "Q8";
     case WT_Q4: return "Q4";
+    case WT_MXFP4: return "MXFP4";
     }
     return "?";
 }
@@ -28,8 +31,22 @@ size_t wt_bytes(const wt_weight *w) {
         size_t groups = (size_t)w->rows * (size_t)(w->cols / w->group_size);
         return n * (size_t)w->bits / 8 + 2 * groups * (size_t)(w->scale_dtype == WT_F32 ? 4 : 2);
     }
+    case WT_MXFP4: return n / 2 + n / 32; /* 4.25 bits a value */
     }
     return 0;
+}
+
+void wt_mx4_to_q8(const wt_weight *w, uint8_t *q, uint16_t *scales, uint16_t *biases) {
+    const uint8_t *nib = w->data, *e = w->scales;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    for (size_t i = 0; i < n; i += 2) {
+        q[i] = wt_mx4_q[nib[i / 2] & 15];
+        q[i + 1] = wt_mx4_q[nib[i / 2] >> 4];
+    }
+    for (size_t i = 0; i < n / 32; i++) {
+        scales[i] = wt_mx4_scale_bf16(e[i]);
+        biases[i] = wt_mx4_bias_bf16(e[i]);
+    }
 }
 
 int wt_check(const wt_weight *w, const char *name) {
@@ -48,6 +65,13 @@ int wt_check(const wt_weight *w, const char *name) {
     case WT_BF16: return 0;
     case WT_Q8:
     case WT_Q4: break;
+    case WT_MXFP4:
+        if (w->bits != 4 || w->group_size != 32 || w->cols % 32 != 0 || !w->scales || w->biases) {
+            dfl_seterr("%s: MXFP4 needs bits 4, group 32, cols a multiple of 32 (%d), e8m0 scales and no biases",
+                       name, w->cols);
+            return -1;
+        }
+        return 0;
     default:
         dfl_seterr("%s: unknown dtype %d", name, (int)w->dtype);
         return -1;
@@ -115,6 +139,14 @@ void wt_dequant(float *out, const wt_weight *w, int r, int k0, int n) {
                 float p = s * (float)v;
                 out[j + i] = p + b;
             }
+        }
+        return;
+    }
+    case WT_MXFP4: {
+        const uint8_t *q = (const uint8_t *)w->data + row / 2, *e = (const uint8_t *)w->scales + row / 32;
+        for (int j = k0; j < k0 + n; j++) {
+            float s = wt_mx4_scale(e[j / 32]), p = s * (float)wt_mx4_q[(q[j / 2] >> (4 * (j % 2))) & 15];
+            out[j - k0] = p + wt_mx4_bias(e[j / 32]);
         }
         return;
     }

@@ -46,7 +46,7 @@ expect "synth draft" 0 "" -- "$BIN" synth --shape tiny --draft -o "$T/drf"
     ok "synth --help: the tiny draft's 2 layers" || bad "synth --help: the tiny draft's 2 layers"
 expect "synth q4" 0 "" -- "$BIN" synth --shape tiny --bits 4 -o "$T/tq4"
 expect "synth q8" 0 "" -- "$BIN" synth --shape tiny --bits 8 -o "$T/tq8"
-# gpt-oss --bits 4: MXFP4 experts as openai ships them (loaded through model.c's exact MXFP4 -> 8-bit)
+# gpt-oss --bits 4: MXFP4 experts as openai ships them (loaded at 4 bits as WT_MXFP4)
 expect "synth gpt-oss mxfp4" 0 "MXFP4 experts" -- "$BIN" synth --shape tiny-gptoss --bits 4 -o "$T/oss4"
 grep -q '"quant_method":[[:space:]]*"mxfp4"' "$T/oss4/config.json" &&
     grep -q 'mlp.experts.gate_up_proj_blocks' "$T/oss4/model.safetensors" &&

@@ -625,6 +625,13 @@ static int same_rounded(const wt_weight *a, const wt_weight *b, float (*round)(f
 
 static int same_matrix(const wt_weight *a, const wt_weight *b) { return same_rounded(a, b, NULL); }
 
+/* 1 if MXFP4 matrices a and b hold the same codes and scale bytes (-0 and +0 apart) */
+static int same_mx4(const wt_weight *a, const wt_weight *b) {
+    size_t n = (size_t)a->rows * a->cols;
+    return a->dtype == WT_MXFP4 && b->dtype == WT_MXFP4 && a->rows == b->rows && a->cols == b->cols &&
+           !memcmp(a->data, b->data, n / 2) && !memcmp(a->scales, b->scales, n / 32);
+}
+
 static int same_vec(const float *a, const float *b, int n) {
     return (!a && !b) || (a && b && !memcmp(a, b, sizeof(float) * (size_t)n));
 }
@@ -2235,7 +2242,9 @@ TEST(llama_converter_zoo2) {
     for (int l = 0; l < hf.cfg.n_layers; l++)
         for (int e = 0; e < hf.cfg.n_experts; e++, n += 3) {
             const mdl_expert *x = &gg.layers[l].experts[e], *y = &hf.layers[l].experts[e];
-            bad |= x->wg.dtype != WT_Q8 || !same_matrix(&x->wg, &y->wg) || !same_matrix(&x->wu, &y->wu) ||
+            bad |= x->wg.dtype != WT_MXFP4 || y->wd.dtype != WT_MXFP4 || !same_matrix(&x->wg, &y->wg) ||
+                   !same_mx4(&x->wg, &y->wg) || !same_mx4(&x->wu, &y->wu) || !same_mx4(&x->wd, &y->wd) ||
+                   !same_matrix(&x->wu, &y->wu) ||
                    !same_matrix(&x->wd, &y->wd) || memcmp(x->bg, y->bg, sizeof(float) * (size_t)hf.cfg.moe_inter) ||
                    memcmp(x->bd, y->bd, sizeof(float) * (size_t)hf.cfg.hidden);
         }
@@ -2248,7 +2257,8 @@ TEST(llama_converter_zoo2) {
  * the three cut checkpoints at --type bf16, every key and tensor of the
  * converter's file (tests/fixtures/gguf/NAME-v1k.gguf; but skip_key's) with
  * the same value, type, shape and bytes (the MXFP4 experts included: the
- * blocks come back from the 8-bit form; nothing else written), and the
+ * blocks come back from the codes and scale bytes as loaded; nothing else
+ * written), and the
  * file's logits bit-identical to the checkpoint's; the full tiny models
  * (gpt-oss's experts BF16) through f16 and q8_0 files: their greedy tokens
  * as the directory's (f16: the f16 rounding; q8_0 as --quant q8_0). */

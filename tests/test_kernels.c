@@ -30,7 +30,12 @@
  *
  * q8 mode on BF16 weights (bfloat16 activations, check_bf16): against the
  * exact W . bf16(x) within the f32 bound above (cols/16 lane steps), and
- * against W . x within that plus 2^-8 * sum |w_j x_j|. */
+ * against W . x within that plus 2^-8 * sum |w_j x_j|.
+ *
+ * MXFP4 weights (e2m1 codes, e8m0 scales; weight.h) are checked as the
+ * others, their values read here from the e2m1 table of the OCP spec, and
+ * against their 8-bit form (wt_mx4_to_q8) bit for bit in every variant,
+ * both modes, packed and not, T = 1..17, 32, 150 (mxfp4_equals_8bit). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -93,6 +98,15 @@ static tweight make_weight(wt_dtype dt, int rows, int cols, int g, wt_dtype sd) 
             d[i] = dt == WT_F16 ? dfl_f32_to_f16(v) : dfl_f32_to_bf16(v);
         }
         tw.data = d;
+    } else if (dt == WT_MXFP4) { /* every code, scale bytes 2^-8 .. 2^3 */
+        uint8_t *d = dfl_malloc(n / 2), *e = dfl_malloc(n / 32);
+        for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)rng_u64();
+        for (size_t i = 0; i < n / 32; i++) e[i] = (uint8_t)(119 + rng_u64() % 12);
+        tw.data = d;
+        tw.scales = e;
+        w->scales = e;
+        w->group_size = 32;
+        w->bits = 4;
     } else {
         int bits = dt == WT_Q8 ? 8 : 4;
         size_t words = n * bits / 32, ng = (size_t)rows * (cols / g);
@@ -136,11 +150,23 @@ static double scale_val(const wt_weight *w, const void *p, size_t i) {
     return w->scale_dtype == WT_F16 ? dfl_f16_to_f32(h) : dfl_bf16_to_f32(h);
 }
 
-/* W[r][j] split as s*q + b (s = 1, b = 0 for float dtypes) - exact. */
+/* e2m1 (OCP MX FP4): code c's value, bit 3 the sign */
+static const double e2m1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+
+/* W[r][j] split as s*q + b (s = 1, b = 0 for float dtypes) - exact. MXFP4:
+ * q = 2 v + 12 (the integer the int8 paths multiply), s = 2^(e-128),
+ * b = -12 s, so that s*q + b = v * 2^(e-127). */
 static void elem(const wt_weight *w, int r, int j, double *s, double *q, double *b) {
     size_t i = (size_t)r * w->cols + j;
     *s = 1, *b = 0;
     switch (w->dtype) {
+    case WT_MXFP4: {
+        int c = ((const uint8_t *)w->data)[i / 2] >> (4 * (i % 2)) & 15;
+        *q = 2 * e2m1[c] + 12;
+        *s = ldexp(1.0, ((const uint8_t *)w->scales)[i / 32] - 128);
+        *b = -12 * *s;
+        return;
+    }
     case WT_F32: *q = ((const float *)w->data)[i]; return;
     case WT_F16: *q = dfl_f16_to_f32(((const uint16_t *)w->data)[i]); return;
     case WT_BF16: *q = dfl_bf16_to_f32(((const uint16_t *)w->data)[i]); return;
@@ -211,13 +237,15 @@ static int has_q8_pack(const char *v) { return lookup(v) >= 0 && expect[lookup(v
 static int has_bf16(const char *v) { return lookup(v) >= 0 && expect[lookup(v)].bf16 && cpu_has(CPU_AVX512BF16); }
 
 static void describe(char *buf, size_t n, const char *var, const wt_weight *w, int T) {
-    if (w->dtype == WT_Q8 || w->dtype == WT_Q4)
+    if (w->dtype == WT_MXFP4)
+        snprintf(buf, n, "%s MXFP4 [%d x %d]", var, w->rows, w->cols);
+    else if (w->dtype == WT_Q8 || w->dtype == WT_Q4)
         snprintf(buf, n, "%s %s g%d %s-scales [%d x %d]", var, wt_dtype_name(w->dtype),
                  w->group_size, wt_dtype_name(w->scale_dtype), w->rows, w->cols);
     else
         snprintf(buf, n, "%s %s [%d x %d]", var, wt_dtype_name(w->dtype), w->rows, w->cols);
     if (T > 0) snprintf(buf + strlen(buf), n - strlen(buf), " T=%d", T);
-    if ((w->dtype == WT_Q8 || w->dtype == WT_Q4) && kn_act_quant())
+    if ((w->dtype == WT_Q8 || w->dtype == WT_Q4 || w->dtype == WT_MXFP4) && kn_act_quant())
         snprintf(buf + strlen(buf), n - strlen(buf), " (q8 mode%s)", w->packed ? ", packed" : "");
     if (w->dtype == WT_BF16 && kn_act_bf16()) snprintf(buf + strlen(buf), n - strlen(buf), " (bf16 activations)");
 }
@@ -240,6 +268,7 @@ static int all_confs(wconf *c) {
         for (int b = 0; b < 3; b++)
             for (int d = 0; d < 3; d++) c[n++] = (wconf){qs[a], gs[b], sds[d]};
     for (int d = 0; d < 3; d++) c[n++] = (wconf){WT_Q8, 16, sds[d]}; /* GGUF Q6_K's groups */
+    c[n++] = (wconf){WT_MXFP4, 32, WT_F32}; /* scale_dtype not read */
     return n;
 }
 
@@ -270,6 +299,22 @@ TEST(names_and_bytes) {
     c.w.group_size = 8;
     CHECK(wt_check(&c.w, "c") == -1, "Q8 group 8 accepted");
     free_weight(&c);
+    /* MXFP4: 4.25 bits a value (nibbles + one e8m0 byte per 32); group 32,
+     * scales and no biases */
+    tweight x = make_weight(WT_MXFP4, 3, 256, 32, WT_F32);
+    CHECK(strcmp(wt_dtype_name(WT_MXFP4), "MXFP4") == 0, "%s", wt_dtype_name(WT_MXFP4));
+    CHECK(wt_bytes(&x.w) == 3 * 128 + 3 * 8, "MXFP4 bytes %zu", wt_bytes(&x.w));
+    CHECK(wt_check(&x.w, "x") == 0, "MXFP4: %s", dfl_lasterr());
+    x.w.group_size = 64;
+    CHECK(wt_check(&x.w, "x") == -1, "MXFP4 group 64 accepted");
+    x.w.group_size = 32;
+    x.w.biases = x.w.scales;
+    CHECK(wt_check(&x.w, "x") == -1, "MXFP4 with biases accepted");
+    x.w.biases = NULL;
+    x.w.cols = 240;
+    CHECK(wt_check(&x.w, "x") == -1, "MXFP4 with 240 columns accepted");
+    x.w.cols = 256;
+    free_weight(&x);
     free_weight(&a);
     free_weight(&b);
 }
@@ -306,6 +351,8 @@ TEST(get_row_exact) {
                 float want = (float)((float)s * (float)q) + (float)b;
                 if (tw.w.dtype == WT_F32 || tw.w.dtype == WT_F16 || tw.w.dtype == WT_BF16)
                     want = (float)q;
+                if (tw.w.dtype == WT_MXFP4) /* v * 2^(e-127) from the e2m1 table, exact */
+                    want = (float)(s * q + b);
                 if (memcmp(&out[j], &want, 4) != 0) bad++;
             }
         }
@@ -327,7 +374,7 @@ TEST(matmul_accuracy) {
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int k = 0; k < nc; k++) {
-            int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4;
+            int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4 || c[k].dt == WT_MXFP4;
             for (int si = 0; si < 5; si++) {
                 int rows = isq ? shapes_q[si][0] : shapes_f[si][0];
                 int cols = isq ? shapes_q[si][1] : shapes_f[si][1];
@@ -422,14 +469,14 @@ TEST(batch_invariance) {
         {WT_F32, 0, WT_F32},   {WT_F16, 0, WT_F32},    {WT_BF16, 0, WT_F32},
         {WT_Q8, 32, WT_F16},   {WT_Q8, 64, WT_BF16},   {WT_Q8, 128, WT_F32},
         {WT_Q4, 32, WT_BF16},  {WT_Q4, 64, WT_F16},    {WT_Q4, 128, WT_F32},
-        {WT_Q8, 16, WT_F32},   {WT_Q8, 16, WT_F16},
+        {WT_Q8, 16, WT_F32},   {WT_Q8, 16, WT_F16},    {WT_MXFP4, 32, WT_F32},
     };
     for (int q8 = 0; q8 < 2; q8++) {
         kn_set_act_quant(q8);
         for (int vi = 0; vi < N_VARIANTS; vi++) {
             if (kn_force_variant(variants[vi]) != 0 || (q8 && !kn_act_quant())) continue;
             for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-                int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4;
+                int isq = c[k].dt == WT_Q8 || c[k].dt == WT_Q4 || c[k].dt == WT_MXFP4;
                 if (q8 && !isq && !(c[k].dt == WT_BF16 && kn_act_bf16())) continue;
                 invariance_case(variants[vi], &c[k], 70, isq ? 1152 : 1100, 1, 0);
                 if (q8 && isq && has_q8_pack(variants[vi])) invariance_case(variants[vi], &c[k], 70, 1152, 1, 1);
@@ -440,11 +487,11 @@ TEST(batch_invariance) {
      * row counts around the 16- and 32-row tiles */
     kn_set_act_quant(1);
     int shapes[][2] = {{33, 96}, {5, 160}, {47, 224}, {64, 1056}};
-    wconf cq[] = {{WT_Q8, 32, WT_BF16}, {WT_Q4, 32, WT_F16}, {WT_Q8, 16, WT_F32}};
+    wconf cq[] = {{WT_Q8, 32, WT_BF16}, {WT_Q4, 32, WT_F16}, {WT_Q8, 16, WT_F32}, {WT_MXFP4, 32, WT_F32}};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0 || !kn_act_quant()) continue;
         for (int si = 0; si < 4; si++)
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 for (int pack = 0; pack <= has_q8_pack(variants[vi]); pack++)
                     invariance_case(variants[vi], &cq[k], shapes[si][0], shapes[si][1], si == 0, pack);
     }
@@ -539,7 +586,7 @@ TEST(q8_accuracy_and_reference_bits) {
     double worst = 0;
     kn_set_act_quant(1);
     for (int k = 0; k < nc; k++) {
-        if (c[k].dt != WT_Q8 && c[k].dt != WT_Q4) continue;
+        if (c[k].dt != WT_Q8 && c[k].dt != WT_Q4 && c[k].dt != WT_MXFP4) continue;
         for (int si = 0; si < 6; si++) {
             int rows = shapes[si][0], cols = shapes[si][1];
             if (cols % c[k].g) continue;
@@ -856,14 +903,14 @@ TEST(x_alignment) {
  * modes, packed and not, Q8/Q4/BF16, with rows that are not multiples of
  * the tile, and with weights it cannot share x between (other cols). */
 TEST(matmul_n_equals_separate_calls) {
-    wt_dtype dts[] = {WT_Q8, WT_Q4, WT_BF16, WT_Q8};
-    int gss[] = {64, 64, 64, 16}; /* the last: Q8 with groups of 16 */
+    wt_dtype dts[] = {WT_Q8, WT_Q4, WT_BF16, WT_Q8, WT_MXFP4};
+    int gss[] = {64, 64, 64, 16, 32}; /* Q8 with groups of 16; MXFP4 (gpt-oss's gate / up) */
     int rows[3] = {256, 128, 40}, Ts[] = {1, 3, 16};
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (kn_force_variant(variants[vi]) != 0) continue;
         for (int mode = 0; mode < 2; mode++)
             for (int pack = 0; pack < 2; pack++)
-                for (int di = 0; di < 4; di++) {
+                for (int di = 0; di < 5; di++) {
                     kn_set_act_quant(mode);
                     tweight tw[4];
                     for (int i = 0; i < 3; i++) tw[i] = make_weight(dts[di], rows[i], 256, gss[di], WT_BF16);
@@ -906,6 +953,63 @@ TEST(matmul_n_equals_separate_calls) {
     kn_init();
 }
 
+/* MXFP4 against its exact 8-bit form (wt_mx4_to_q8: q = 2 v + 12, bf16
+ * scale 2^(e-128) and bias -12 s, group 32: the layout gpt-oss's experts
+ * were loaded into before they stayed at 4 bits): the same bits in every
+ * variant, in both activation modes, packed and not, for T = 1..17, 32 and
+ * 150, on shapes with row and column tails and K blocks past 1024 columns,
+ * with rows that drive the integer sums to their extremes (every code 7 =
+ * +6, q = 24, or 15 = -6, q = 0) against x rows of +-1 (xq = +-127): an
+ * AVX2 int16 lane that held 8 pair sums of 2 * 24 * 127 would saturate. */
+TEST(mxfp4_equals_8bit) {
+    static const int shapes[][2] = {{1, 32}, {16, 96}, {33, 160}, {70, 1152}, {24, 2880}};
+    enum { TMAX = 150 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int rows = shapes[si][0], cols = shapes[si][1];
+        tweight mx = make_weight(WT_MXFP4, rows, cols, 32, WT_F32);
+        uint8_t *nib = mx.data;
+        for (int r = 1; r < rows; r += 4) memset(nib + (size_t)r * cols / 2, 0x77, (size_t)cols / 2);
+        for (int r = 2; r < rows; r += 4) memset(nib + (size_t)r * cols / 2, 0xFF, (size_t)cols / 2);
+        tweight q8 = make_weight(WT_Q8, rows, cols, 32, WT_BF16);
+        wt_mx4_to_q8(&mx.w, q8.data, q8.scales, q8.biases);
+        float *x = dfl_malloc(sizeof(float) * TMAX * cols);
+        float *ya = dfl_malloc(sizeof(float) * TMAX * rows), *yb = dfl_malloc(sizeof(float) * TMAX * rows);
+        fill_x_q8(x, TMAX, cols);
+        for (int t = 4; t < TMAX; t += 5)
+            for (int j = 0; j < cols; j++) x[(size_t)t * cols + j] = t % 2 ? -1.0f : (j / 3) % 2 ? 1.0f : -1.0f;
+        for (int vi = 0; vi < N_VARIANTS; vi++)
+            for (int mode = 0; mode < 2; mode++) {
+                kn_set_act_quant(mode);
+                if (kn_force_variant(variants[vi]) != 0 || (mode && !kn_act_quant())) continue;
+                for (int pack = 0; pack <= (mode && has_q8_pack(variants[vi])); pack++) {
+                    if (pack)
+                        CHECK(kn_pack(&mx.w) == 0 && mx.w.packed && kn_pack(&q8.w) == 0 && q8.w.packed, "kn_pack: %s",
+                              dfl_lasterr());
+                    int bad = 0, worst_T = 0;
+                    for (int T = 1; T <= TMAX; T = T < 17 ? T + 1 : T == 17 ? 32 : T == 32 ? TMAX : TMAX + 1) {
+                        kn_matmul(pool, ya, x, &mx.w, T);
+                        kn_matmul(pool, yb, x, &q8.w, T);
+                        int d = 0;
+                        for (int i = 0; i < T * rows; i++) d += memcmp(&ya[i], &yb[i], 4) != 0;
+                        if (d > bad) bad = d, worst_T = T;
+                    }
+                    char dsc[160];
+                    describe(dsc, sizeof dsc, variants[vi], &mx.w, worst_T);
+                    CHECK(bad == 0, "%s: %d outputs differ from the 8-bit form's", dsc, bad);
+                    kn_unpack(&mx.w);
+                    kn_unpack(&q8.w);
+                }
+            }
+        free(x);
+        free(ya);
+        free(yb);
+        free_weight(&mx);
+        free_weight(&q8);
+    }
+    kn_set_act_quant(-1);
+    kn_init();
+}
+
 int main(void) {
     for (int i = 0; i < kn_variant_count() && i < 16; i++) variants[N_VARIANTS++] = kn_variant_name(i);
     fprintf(stderr, "cpu features: %s\n", cpu_features());
@@ -922,5 +1026,6 @@ int main(void) {
     RUN(large_T);
     RUN(x_alignment);
     RUN(matmul_n_equals_separate_calls);
+    RUN(mxfp4_equals_8bit);
     CHECK_DONE("test_kernels");
 }

@@ -779,16 +779,16 @@ TEST(synth_gptoss_round_trip) {
     } else {
         CHECK(0, "tiny-gptoss draft: load: %s", dfl_lasterr());
     }
-    /* --bits 4: MXFP4 experts as openai ships them (they load as MLX 8-bit
-     * matrices of group 32, model.c mxfp4_to_q8), the rest BF16; --bits 8
+    /* --bits 4: MXFP4 experts as openai ships them (they load as WT_MXFP4
+     * matrices, model.c mxfp4_rows), the rest BF16; --bits 8
      * has no gpt-oss layout and is refused naming the flag */
     char *dq = path("oss_q4", NULL);
     CHECK(dflash_synth("tiny-gptoss", 0, 4, NULL, dq) == 0, "synth tiny-gptoss --bits 4: %s", dflash_error());
     if (mdl_load(&m, dq) == 0) {
         const mdl_layer *L = &m.layers[1];
-        CHECK(L->experts && L->experts[2].wg.dtype == WT_Q8 && L->experts[2].wg.group_size == 32 &&
-                  L->experts[2].wd.dtype == WT_Q8 && L->experts[2].wd.rows == 64 && L->wq.dtype == WT_BF16,
-              "tiny-gptoss --bits 4: experts not MXFP4 (as 8-bit group 32) beside BF16 attention");
+        CHECK(L->experts && L->experts[2].wg.dtype == WT_MXFP4 && L->experts[2].wg.group_size == 32 &&
+                  L->experts[2].wd.dtype == WT_MXFP4 && L->experts[2].wd.rows == 64 && L->wq.dtype == WT_BF16,
+              "tiny-gptoss --bits 4: experts not MXFP4 beside BF16 attention");
         mdl_free(&m);
     } else {
         CHECK(0, "tiny-gptoss --bits 4: load: %s", dfl_lasterr());

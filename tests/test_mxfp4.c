@@ -1,5 +1,6 @@
 /* test_mxfp4.c - gpt-oss's MXFP4 experts (openai's checkpoints) loaded as
- * MLX 8-bit matrices of group 32 (model.c mxfp4_to_q8).
+ * WT_MXFP4 matrices (weight.h: the e2m1 codes and e8m0 bytes as stored,
+ * model.c mxfp4_rows).
  *
  * From tests/models/tiny-gptoss (BF16, checked against transformers in
  * test_reference.c) this writes two checkpoints: "mx", its experts encoded
@@ -12,7 +13,11 @@
  * conversion is exact and reads the layout as the BF16 path does); with f32
  * activations the two models' logits and greedy tokens are identical (with
  * int8 activations the difference is printed); verify rows equal decode
- * rows on mx; a bad MXFP4 scale fails naming the tensor. */
+ * rows on mx; a bad MXFP4 scale fails naming the tensor. And the 4-bit
+ * form against the 8-bit one the experts were loaded into before
+ * (wt_mx4_to_q8): the same model both ways gives the same logits bit for
+ * bit, forward of 40 rows and decode rows, under every kernel variant this
+ * CPU runs, in both activation modes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,7 +183,7 @@ TEST(mxfp4_experts_exact_and_forward) {
             const mdl_expert *xa = &a.layers[l].experts[e], *xb = &b.layers[l].experts[e];
             const wt_weight *wa[3] = {&xa->wg, &xa->wu, &xa->wd}, *wb[3] = {&xb->wg, &xb->wu, &xb->wd};
             for (int k = 0; k < 3; k++) {
-                CHECK(wa[k]->dtype == WT_Q8 && wa[k]->group_size == 32 && wa[k]->rows == wb[k]->rows &&
+                CHECK(wa[k]->dtype == WT_MXFP4 && wa[k]->group_size == 32 && wa[k]->rows == wb[k]->rows &&
                           wa[k]->cols == wb[k]->cols, "layer %d expert %d matrix %d: layout", l, e, k);
                 for (int r = 0; r < wa[k]->rows; r++, rows++) {
                     wt_get_row(ra, wa[k], r);
@@ -188,7 +193,7 @@ TEST(mxfp4_experts_exact_and_forward) {
             }
         }
     CHECK(bad == 0 && rows > 0, "%d of %d MXFP4 expert rows differ from their decoded BF16 values", bad, rows);
-    fprintf(stderr, "  %d expert rows: MXFP4 -> 8-bit equals the decoded values exactly\n", rows);
+    fprintf(stderr, "  %d expert rows: MXFP4 as loaded equals the decoded values exactly\n", rows);
     free(ra);
     free(rb);
     /* forward: logits within the int8 path's rounding, the same greedy tokens */
@@ -204,7 +209,7 @@ TEST(mxfp4_experts_exact_and_forward) {
         float x = fabsf(la[i] - lb[i]);
         d = x > d || isnan(x) ? x : d;
     }
-    /* with f32 activations the 8-bit rows of exact values give the BF16
+    /* with f32 activations the MXFP4 rows of exact values give the BF16
      * path's bits (same dot order); int8 activations (the default on
      * AVX2/VNNI) round differently: printed, not compared */
     if (!kn_act_quant())
@@ -238,6 +243,86 @@ TEST(mxfp4_experts_exact_and_forward) {
     CHECK(ok && !memcmp(la, lb, sizeof(float) * (size_t)T * V), "MXFP4: 40-row forward differs from decode rows");
     free(la);
     free(lb);
+    mdl_free(&a);
+    mdl_free(&b);
+}
+
+/* The experts of M replaced by their exact 8-bit form (wt_mx4_to_q8: MLX
+ * Q8, group 32, bf16 scales and biases; buffers owned by M); returns the
+ * experts' bytes before (*b4) and after. */
+static size_t to_8bit(mdl_model *m, size_t *b4) {
+    size_t after = 0;
+    *b4 = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int e = 0; e < m->cfg.n_experts; e++) {
+            mdl_expert *x = &m->layers[l].experts[e];
+            wt_weight *ws[3] = {&x->wg, &x->wu, &x->wd};
+            for (int k = 0; k < 3; k++) {
+                wt_weight *w = ws[k];
+                size_t n = (size_t)w->rows * w->cols;
+                uint8_t *q = mdl_own(m, n);
+                uint16_t *sc = mdl_own(m, n / 16), *bs = mdl_own(m, n / 16);
+                *b4 += wt_bytes(w);
+                wt_mx4_to_q8(w, q, sc, bs);
+                *w = (wt_weight){.dtype = WT_Q8, .rows = w->rows, .cols = w->cols, .data = q, .scales = sc,
+                                 .biases = bs, .scale_dtype = WT_BF16, .group_size = 32, .bits = 8};
+                CHECK(wt_check(w, "8-bit form") == 0, "%s", dfl_lasterr());
+                after += wt_bytes(w);
+            }
+        }
+    return after;
+}
+
+/* Logits of a 40-row forward, then of 40 one-row forwards (decode), of M. */
+static void both_logits(const mdl_model *m, const int32_t *tok, int T, float *fwd, float *dec) {
+    logits_of(m, tok, T, fwd);
+    void *st = be_cpu.create(bi, m, 256);
+    for (int i = 0; i < T; i++) {
+        be_batch s1 = {.T = 1, .tokens = tok + i, .n_logits = 1, .logits = dec + (size_t)i * m->cfg.vocab};
+        CHECK(be_cpu.forward(st, &s1) == 0, "decode: %s", dfl_lasterr());
+    }
+    be_cpu.destroy(st);
+}
+
+TEST(mxfp4_4bit_equals_8bit) {
+    char mxd[512];
+    snprintf(mxd, sizeof mxd, "%s", path("mx", NULL));
+    mdl_model a, b;
+    if (mdl_load(&a, mxd) != 0 || mdl_load(&b, mxd) != 0) {
+        CHECK(0, "load: %s", dfl_lasterr());
+        return;
+    }
+    size_t b4, b8 = to_8bit(&b, &b4);
+    /* 4 + 8/32 bits a value against 8 + 32/32 */
+    CHECK(b4 * 36 == b8 * 17, "expert bytes: %zu at 4 bits, %zu at 8", b4, b8);
+    fprintf(stderr, "  experts: %zu bytes as MXFP4, %zu as 8-bit\n", b4, b8);
+    enum { T = 40 };
+    int V = a.cfg.vocab, runs = 0;
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 7919 + 101) % V);
+    float *fa = malloc(sizeof(float) * T * V), *fb = malloc(sizeof(float) * T * V);
+    float *da = malloc(sizeof(float) * T * V), *db = malloc(sizeof(float) * T * V);
+    for (int i = 0; i < kn_variant_count(); i++)
+        for (int q8 = 0; q8 < 2; q8++) {
+            const char *v = kn_variant_name(i);
+            kn_set_act_quant(q8);
+            if (!kn_variant_supported(v) || kn_force_variant(v) != 0 || (q8 && !kn_act_quant())) continue;
+            both_logits(&a, tok, T, fa, da);
+            both_logits(&b, tok, T, fb, db);
+            CHECK(!memcmp(fa, fb, sizeof(float) * T * V) && !memcmp(da, db, sizeof(float) * T * V),
+                  "%s, %s activations: MXFP4 and 8-bit logits differ", v, q8 ? "int8" : "f32");
+            CHECK(!memcmp(fa, da, sizeof(float) * T * V), "%s, %s activations: forward rows differ from decode rows", v,
+                  q8 ? "int8" : "f32");
+            fprintf(stderr, "  %s, %s activations: 4-bit = 8-bit, forward and decode\n", v, q8 ? "int8" : "f32");
+            runs++;
+        }
+    CHECK(runs >= 2, "only %d variant / mode runs", runs);
+    kn_set_act_quant(-1);
+    kn_init();
+    free(fa);
+    free(fb);
+    free(da);
+    free(db);
     mdl_free(&a);
     mdl_free(&b);
 }
@@ -295,6 +380,7 @@ int main(void) {
     unsetenv("DFLASH_ACT");
     kn_init();
     if (kn_act_quant()) RUN(mxfp4_experts_exact_and_forward);
+    RUN(mxfp4_4bit_equals_8bit);
     RUN(mxfp4_bad_tensors);
     be_cpu.close(bi);
     tmpdir_remove();

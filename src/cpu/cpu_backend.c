@@ -1179,7 +1179,9 @@ static int head_gather(cpu_draft *q, const wt_weight *lm, const int32_t *ids, in
     h.packed = NULL;
     size_t elem = lm->dtype == WT_F32 ? 4 : lm->dtype == WT_F16 || lm->dtype == WT_BF16 ? 2 : 0;
     size_t row_bytes = elem ? (size_t)lm->cols * elem : (size_t)lm->cols * lm->bits / 8;
-    size_t sg = elem ? 0 : (size_t)(lm->cols / lm->group_size) * (lm->scale_dtype == WT_F32 ? 4 : 2);
+    size_t sg = elem                     ? 0
+                : lm->dtype == WT_MXFP4 ? (size_t)lm->cols / 32 /* e8m0 bytes, no biases */
+                                        : (size_t)(lm->cols / lm->group_size) * (lm->scale_dtype == WT_F32 ? 4 : 2);
     char *d = dfl_malloc64(row_bytes * (size_t)n), *sc = sg ? dfl_malloc64(sg * (size_t)n) : NULL;
     char *bi = sg && lm->biases ? dfl_malloc64(sg * (size_t)n) : NULL;
     for (int i = 0; i < n; i++) {

@@ -60,7 +60,8 @@ static const float *generic_dequant(const wt_weight *w, int r, int k0, int n, fl
         return out;
     }
     case WT_Q8:
-    case WT_Q4: wt_dequant(out, w, r, k0, n); return out;
+    case WT_Q4:
+    case WT_MXFP4: wt_dequant(out, w, r, k0, n); return out;
     }
     return out;
 }
@@ -146,11 +147,12 @@ static void generic_quant(kn_qx *qx, const float *x, int T, const wt_weight *w) 
                      qx->d + (size_t)t * nb, qx->xs + (size_t)t * ng);
 }
 
-/* The q8-mode arithmetic of kernels.h, one output at a time. */
+/* The q8-mode arithmetic of kernels.h, one output at a time (MXFP4: the
+ * integer of each code is wt_mx4_q's, the scale and bias its byte's). */
 static void generic_rows_q8(const kn_job *job, int r0, int r1) {
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
-    int cols = w->cols, g = w->group_size, bits = w->bits, per_word = 32 / bits;
+    int cols = w->cols, g = w->group_size, bits = w->bits, per_word = 32 / bits, mx = w->dtype == WT_MXFP4;
     int nb = cols / KN_QBLOCK, ng = cols / g;
     uint32_t mask = (1u << bits) - 1;
     for (int r = r0; r < r1; r++) {
@@ -161,15 +163,17 @@ static void generic_rows_q8(const kn_job *job, int r0, int r1) {
             const float *d = qx->d + (size_t)t * nb, *xs = qx->xs + (size_t)t * ng;
             float acc = 0;
             for (int gi = 0; gi < ng; gi++) {
-                float s = kn_scale_at(w->scales, w->scale_dtype, grow + (size_t)gi);
-                float b = kn_scale_at(w->biases, w->scale_dtype, grow + (size_t)gi);
+                float s, b;
+                kn_group_sb(w, grow + (size_t)gi, &s, &b);
                 /* the group's pieces: its blocks of 32, or for g = 16 the
                  * half of block gi/2 it covers; each one I, then the bias */
                 int step = g < KN_QBLOCK ? g : KN_QBLOCK;
                 for (int j0 = gi * g; j0 < (gi + 1) * g; j0 += step) {
                     int32_t I = 0;
-                    for (int j = j0; j < j0 + step; j++)
-                        I += (int32_t)((qw[j / per_word] >> ((j % per_word) * bits)) & mask) * xq[j];
+                    for (int j = j0; j < j0 + step; j++) {
+                        uint32_t q = (qw[j / per_word] >> ((j % per_word) * bits)) & mask;
+                        I += (int32_t)(mx ? wt_mx4_q[q] : q) * xq[j];
+                    }
                     float sd = s * d[j0 / KN_QBLOCK];
                     acc = fmaf((float)I, sd, acc);
                 }
@@ -426,7 +430,7 @@ void kn_matmul(tp_pool *tp, float *y, const float *x, const wt_weight *w, int T)
     if (T <= 0) return;
     kn_init_once();
     kn_job job = {y, x, w, T, NULL, NULL, 0};
-    if ((w->dtype == WT_Q8 || w->dtype == WT_Q4) && kn_act_quant()) {
+    if (kn_is_q(w) && kn_act_quant()) {
         matmul_q8(tp, &y, x, &w, 1, T);
         return;
     }
@@ -438,7 +442,8 @@ void kn_matmul(tp_pool *tp, float *y, const float *x, const wt_weight *w, int T)
     /* The variants read x with 64-byte vector loads; a misaligned x costs
      * the tiled (T >= 2) loop about a third of its speed, so x is copied to
      * an aligned buffer unless it is aligned already (copying is about 1%
-     * of a matmul). Q4 variants also want it permuted (kernels_impl.h). */
+     * of a matmul). Q4 variants also want it permuted (kernels_impl.h);
+     * MXFP4 in f32 mode walks the columns in natural order, as Q8. */
     float *xp = NULL;
     size_t n = (size_t)T * (size_t)w->cols;
     int P = w->dtype == WT_Q4 ? kn_cur->q4_perm : 0;
@@ -459,7 +464,7 @@ void kn_matmul(tp_pool *tp, float *y, const float *x, const wt_weight *w, int T)
 void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const wt_weight *const *ws, int n, int T) {
     if (T <= 0 || n <= 0) return;
     kn_init_once();
-    int one_call = n <= KN_MAX_MULTI && kn_act_quant() && (ws[0]->dtype == WT_Q8 || ws[0]->dtype == WT_Q4);
+    int one_call = n <= KN_MAX_MULTI && kn_act_quant() && kn_is_q(ws[0]);
     for (int i = 1; i < n && one_call; i++)
         one_call = ws[i]->dtype == ws[0]->dtype && ws[i]->cols == ws[0]->cols &&
                    ws[i]->group_size == ws[0]->group_size && !ws[i]->packed == !ws[0]->packed;
@@ -472,7 +477,7 @@ void kn_matmul_n(tp_pool *tp, float *const *ys, const float *x, const wt_weight 
 
 int kn_pack(wt_weight *w) {
     kn_init_once();
-    if (w->packed || (w->dtype != WT_Q8 && w->dtype != WT_Q4) || !kn_act_quant() || !kn_cur->pack) return 0;
+    if (w->packed || !kn_is_q(w) || !kn_act_quant() || !kn_cur->pack) return 0;
     w->packed = kn_cur->pack(w);
     if (!w->packed) {
         dfl_seterr("kernels: out of memory packing a %s weight [%d, %d]", wt_dtype_name(w->dtype), w->rows, w->cols);
@@ -492,6 +497,9 @@ wt_weight kn_row_view(const wt_weight *w, int r0, int n) {
     v.rows = n;
     if (elem) {
         v.data = (const char *)w->data + (size_t)r0 * w->cols * elem;
+    } else if (w->dtype == WT_MXFP4) {
+        v.data = (const char *)w->data + (size_t)r0 * w->cols / 2;
+        v.scales = (const char *)w->scales + (size_t)r0 * (w->cols / 32);
     } else {
         size_t sg = (size_t)(w->cols / w->group_size) * kn_scale_size(w->scale_dtype);
         v.data = (const char *)w->data + (size_t)r0 * w->cols * w->bits / 8;

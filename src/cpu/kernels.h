@@ -100,6 +100,11 @@ wt_weight kn_row_view(const wt_weight *w, int r0, int n);
  * Error versus f32: |x_j - xdeq_j| <= d_k / 2 = amax_k / 254 per element.
  * BF16 weights: x rounded to bfloat16 (|error| <= 2^-8 |x_j|), products
  * summed in f32 by AVX512_BF16 vdpbf16ps (kernels_bf16.c gives the order).
+ * MXFP4 weights (weight.h) run both modes as their exact 8-bit form would
+ * (wt_mx4_to_q8: MLX Q8, group 32): the q8 mode with I over the integers
+ * q = wt_mx4_q[code] in [0, 24], s = 2^(e-128), b = -12 s; the f32 mode in
+ * each variant's Q8 order (natural columns; w = s*q + b is exact). So a
+ * model's outputs are the same bits with its experts at 4 or at 8 bits.
  * Batch invariance holds in both modes; the two modes give different bits.
  *
  * on: 1 = q8, 0 = f32, -1 = the default. The default is the environment's
@@ -112,18 +117,18 @@ wt_weight kn_row_view(const wt_weight *w, int r0, int n);
  * the portable reference of the int8 path (off by default) and none for
  * BF16. */
 void kn_set_act_quant(int on);
-/* 1 if kn_matmul on Q8/Q4 weights uses int8 activations now. */
+/* 1 if kn_matmul on Q8/Q4/MXFP4 weights uses int8 activations now. */
 int kn_act_quant(void);
 /* 1 if kn_matmul on BF16 weights uses bfloat16 activations now. */
 int kn_act_bf16(void);
 
-/* Q8/Q4 weights in q8 mode: copy w once (at load) into the layout the int8
+/* Q8/Q4/MXFP4 weights in q8 mode: copy w once (at load) into the layout the int8
  * kernels stream - 16-row tiles (8-row ones on the ymm variants: avx2,
  * avxvnni, avx512), 4-byte column runs interleaved, scales
  * next to their group - so no call has to transpose the weights (one
  * sequential stream per 16 rows; about 3x fewer instructions per weight at
  * T = 1, and no per-call repacking for T >= 2). Results are bit-identical
- * with and without it. Does nothing (returns 0) unless the weight is Q8/Q4,
+ * with and without it. Does nothing (returns 0) unless the weight is Q8/Q4/MXFP4,
  * q8 mode is on and the variant has a packed layout; -1 (dfl_seterr) if
  * out of memory. The copy is as large as the weight data + scales. The
  * original stays in use for wt_get_row, for f32 mode and other variants. */

@@ -5,7 +5,8 @@
  * Arithmetic of one output y[t][r] (fixed for every T, tiling and thread
  * split):
  *   w_j = W[r][j] as f32: F16/BF16 converted exactly; Q8 and Q4
- *         w = fma(q, s, b);
+ *         w = fma(q, s, b); MXFP4 likewise with q = wt_mx4_q[code] (its
+ *         codes turned into bytes first, mx4_expand), in natural order as Q8;
  *   8 lane accumulators, a = fma(x_v, w_v, a) over 8-column vectors in
  *   ascending order (a zero-filled vector for a cols tail);
  *   Q4 walks each 16-column block as [even columns, odd columns] (x is
@@ -73,11 +74,23 @@ INL void load_sb(kn_sb *sb, const wt_weight *w, int r, int rs, int rc, int k0, i
     int g = w->group_size, per_row = w->cols / g;
     for (int c = 0; c < rc; c++) {
         size_t i0 = (size_t)(r + c * rs) * per_row + (size_t)(k0 / g);
-        for (int i = 0; i < kn / g; i++) {
-            sb->s[c][i] = kn_scale_at(w->scales, w->scale_dtype, i0 + i);
-            sb->b[c][i] = kn_scale_at(w->biases, w->scale_dtype, i0 + i);
-        }
+        for (int i = 0; i < kn / g; i++) kn_group_sb(w, i0 + i, &sb->s[c][i], &sb->b[c][i]);
     }
+}
+
+/* q[c * KN_KBLOCK + j] (j < kn, a multiple of 32) = the integer wt_mx4_q of
+ * MXFP4 code j of the rows at nib + c * rstep (bytes), c < rc: the 8-bit
+ * codes the Q8 loops read. */
+INL void mx4_expand(const int rc, uint8_t *q, const uint8_t *nib, size_t rstep, int kn) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)wt_mx4_q), lo4 = _mm_set1_epi8(15);
+    for (int c = 0; c < rc; c++)
+        for (int j = 0; j < kn; j += 32) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(nib + c * rstep + j / 2));
+            __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, lo4));
+            __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), lo4));
+            _mm_storeu_si128((__m128i *)(q + c * KN_KBLOCK + j), _mm_unpacklo_epi8(lo, hi));
+            _mm_storeu_si128((__m128i *)(q + c * KN_KBLOCK + j + 16), _mm_unpackhi_epi8(lo, hi));
+        }
 }
 
 /* 8 Q4 columns from 4 bytes' worth of a zero-extended lane vector z:
@@ -139,8 +152,16 @@ INL void dequant_tile(const int rc, const wt_weight *w, int r, int rs, int k0, i
                 _mm256_store_ps(out + c * KN_KBLOCK + j, ld_half_tail(h + c * rstep + j, kn - j, bf));
         break;
     }
-    case WT_Q8: {
-        const uint8_t *q = (const uint8_t *)w->data + base;
+    case WT_Q8:
+    case WT_MXFP4: {
+        _Alignas(32) uint8_t mq[RC][KN_KBLOCK]; /* MXFP4: the rows' codes as bytes */
+        const uint8_t *q = mq[0];
+        if (w->dtype == WT_MXFP4) {
+            mx4_expand(rc, mq[0], (const uint8_t *)w->data + base / 2, rstep / 2, kn);
+            rstep = KN_KBLOCK;
+        } else {
+            q = (const uint8_t *)w->data + base;
+        }
         for (int j = 0, gi = 0; j < kn; j += g, gi++) {
             __m256 s[RC], b[RC];
 #pragma GCC unroll 4
@@ -245,7 +266,7 @@ static void tiled_tile(const kn_job *job, tiled_scratch *ts, int t0, int tn, int
             wp = (const float *)w->data + (size_t)r * cols + k0;
             ldw = (size_t)rs * cols;
         } else {
-            if (w->dtype == WT_Q8 || w->dtype == WT_Q4) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
+            if (kn_is_q(w)) load_sb(&ts->sb, w, r, rs, rc, k0, kn);
             if (rc == 2) dequant_tile(2, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
             else dequant_tile(1, w, r, rs, k0, kn, &ts->sb, ts->wbuf[0]);
             wp = ts->wbuf[0];
@@ -299,18 +320,24 @@ INL void fused_half(const int rc, int bf, const kn_job *job, int r, int rs) {
     for (int c = 0; c < rc; c++) job->y[r + c * rs] = hsum8(a[c]);
 }
 
-INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
+/* Q8 rows r + c*rs, c < rc; mx: MXFP4 ones, each K block's codes turned
+ * into bytes first (the same values, the same order). */
+INL void fused_q8(const int rc, const int mx, const kn_job *job, int r, int rs) {
     const wt_weight *w = job->w;
     int cols = w->cols, g = w->group_size;
     size_t rstep = (size_t)rs * cols;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols;
+    _Alignas(32) uint8_t mq[RCF][KN_KBLOCK];
     __m256 a[RCF];
     kn_sb sb;
 #pragma GCC unroll 4
     for (int c = 0; c < rc; c++) a[c] = _mm256_setzero_ps();
+    if (mx) rstep = KN_KBLOCK;
     for (int k0 = 0; k0 < cols; k0 += KN_KBLOCK) {
         int kn = cols - k0 < KN_KBLOCK ? cols - k0 : KN_KBLOCK;
         load_sb(&sb, w, r, rs, rc, k0, kn);
+        const uint8_t *qk = mq[0]; /* column k0 of row r */
+        if (mx) mx4_expand(rc, mq[0], (const uint8_t *)w->data + ((size_t)r * cols + k0) / 2, (size_t)rs * cols / 2, kn);
+        else qk = (const uint8_t *)w->data + (size_t)r * cols + k0;
         for (int j = k0, gi = 0; j < k0 + kn; j += g, gi++) {
             __m256 s[RCF], b[RCF];
 #pragma GCC unroll 4
@@ -322,7 +349,7 @@ INL void fused_q8(const int rc, const kn_job *job, int r, int rs) {
                 __m256 xv = _mm256_loadu_ps(job->x + i);
 #pragma GCC unroll 4
                 for (int c = 0; c < rc; c++) {
-                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(q + c * rstep + i));
+                    __m256 qf = _mm256_cvtepi32_ps(ld_u8x8(qk + c * rstep + (i - k0)));
                     a[c] = _mm256_fmadd_ps(xv, _mm256_fmadd_ps(qf, s[c], b[c]), a[c]);
                 }
             }
@@ -369,13 +396,15 @@ INL void fused_q4(const int rc, const kn_job *job, int r, int rs) {
 static void fused_tile(const kn_job *job, int r, int rs, int rc) {
 #define CALL_F16(n) fused_half(n, 0, job, r, rs)
 #define CALL_BF16(n) fused_half(n, 1, job, r, rs)
-#define CALL_Q8(n) fused_q8(n, job, r, rs)
+#define CALL_Q8(n) fused_q8(n, 0, job, r, rs)
+#define CALL_MX(n) fused_q8(n, 1, job, r, rs)
 #define CALL_Q4(n) fused_q4(n, job, r, rs)
     switch (job->w->dtype) {
     case WT_F16: RC_CASES(rc, CALL_F16); break;
     case WT_BF16: RC_CASES(rc, CALL_BF16); break;
     case WT_Q8: RC_CASES(rc, CALL_Q8); break;
     case WT_Q4: RC_CASES(rc, CALL_Q4); break;
+    case WT_MXFP4: RC_CASES(rc, CALL_MX); break;
     case WT_F32: break; /* tiled path */
     }
 }

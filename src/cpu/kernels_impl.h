@@ -176,4 +176,31 @@ static inline float kn_scale_at(const void *p, wt_dtype t, size_t i) {
 /* Bytes per scale / bias element. */
 static inline size_t kn_scale_size(wt_dtype t) { return t == WT_F32 ? 4 : 2; }
 
+/* The weights the q8 mode serves (int8 activations): Q8, Q4 and MXFP4. */
+static inline int kn_is_q(const wt_weight *w) {
+    return w->dtype == WT_Q8 || w->dtype == WT_Q4 || w->dtype == WT_MXFP4;
+}
+/* Two columns a byte (Q4 nibbles, MXFP4 codes): the variants' Q4 layouts
+ * of x and of their packed records serve both; an MXFP4 code c becomes the
+ * integer wt_mx4_q[c] where a Q4 nibble is taken as it is. */
+static inline int kn_is_nib(const wt_weight *w) { return w->dtype == WT_Q4 || w->dtype == WT_MXFP4; }
+
+/* Scale and bias of group gi (counted over the whole weight: row * groups
+ * per row + group) as f32: for MXFP4 from its e8m0 byte (weight.h). */
+static inline void kn_group_sb(const wt_weight *w, size_t gi, float *s, float *b) {
+    if (w->dtype == WT_MXFP4) {
+        uint8_t e = ((const uint8_t *)w->scales)[gi];
+        *s = wt_mx4_scale(e);
+        *b = wt_mx4_bias(e);
+        return;
+    }
+    *s = kn_scale_at(w->scales, w->scale_dtype, gi);
+    *b = kn_scale_at(w->biases, w->scale_dtype, gi);
+}
+
+/* The dtype of the scales and biases in kernels_vnni.c's records: an MXFP4
+ * group's become bfloat16 (exact, wt_mx4_scale_bf16), the rest stay as
+ * stored (kernels_q8x8.h's records keep MXFP4's e8m0 bytes instead). */
+static inline wt_dtype kn_rec_sdt(const wt_weight *w) { return w->dtype == WT_MXFP4 ? WT_BF16 : w->scale_dtype; }
+
 #endif

@@ -7,7 +7,8 @@
  *
  * f32 mode (every dtype; the same code in all three variants):
  *   w_j = W[r][j] as f32: F16 (vcvt) and BF16 (shift) converted exactly;
- *         Q8 and Q4 w = fma(q, s, b) (vfmaq_f32);
+ *         Q8 and Q4 w = fma(q, s, b) (vfmaq_f32); MXFP4 likewise with
+ *         q = wt_mx4_q[code] (vqtbl1q_u8);
  *   8 lane accumulators (two float32x4), a[j % 8] = fma(x_j, w_j, a[j % 8])
  *   in ascending j; a cols tail meets zeros in both x and w;
  *   y = vaddvq(a[0..3] + a[4..7]) = ((a0+a4) + (a1+a5)) + ((a2+a6) + (a3+a7)).
@@ -27,9 +28,12 @@
  *   neon-i8mm:     usdot (u8 weights x s8 activations, no correction).
  * Q8 weights are unsigned (0..255): neon and neon-dotprod use q - 128 (the
  * top bit flipped) as s8 and add 128 * S back, S = sum of the block's xq
- * (exact integers). Q4 nibbles (0..15) are s8 as they are; x is laid out
- * per 32 columns as [16 even columns, 16 odd ones] (the low and high nibbles
- * of the 16 weight bytes), Q8's x in natural order. */
+ * (exact integers). Q4 nibbles (0..15) are s8 as they are, MXFP4 codes
+ * become their integers wt_mx4_q[c] (0..24, vqtbl1q_u8; for neon's
+ * vmull_s8 a product is at most 24 * 127, the pair sums far from int16's
+ * limit); for both x is laid out per 32 columns as [16 even columns, 16 odd
+ * ones] (the low and high nibbles of the 16 weight bytes), Q8's x in
+ * natural order. */
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
@@ -76,17 +80,20 @@ static const float *dequant_row(const wt_weight *w, int r, int k0, int kn, float
         break;
     }
     case WT_Q8:
-    case WT_Q4: {
+    case WT_Q4:
+    case WT_MXFP4: {
         /* cols, k0 and kn are multiples of 32 here (wt_check) */
-        int g = w->group_size, q4 = w->dtype == WT_Q4;
+        int g = w->group_size, q4 = kn_is_nib(w), mx = w->dtype == WT_MXFP4;
         size_t gi0 = (size_t)r * (size_t)(w->cols / g) + (size_t)(k0 / g);
         const uint8_t *q = (const uint8_t *)w->data + (q4 ? base / 2 : base);
+        const uint8x16_t lut = vld1q_u8(wt_mx4_q);
         for (; j < kn; j += 32) {
             /* a run of 32 columns lies in one group, or (g = 16) two */
             float32x4_t f[8];
             if (q4) {
                 uint8x16_t b = vld1q_u8(q + j / 2);
                 uint8x16_t lo = vandq_u8(b, vdupq_n_u8(15)), hi = vshrq_n_u8(b, 4);
+                if (mx) lo = vqtbl1q_u8(lut, lo), hi = vqtbl1q_u8(lut, hi);
                 u8_to_f32(vzip1q_u8(lo, hi), f);
                 u8_to_f32(vzip2q_u8(lo, hi), f + 4);
             } else {
@@ -94,9 +101,9 @@ static const float *dequant_row(const wt_weight *w, int r, int k0, int kn, float
                 u8_to_f32(vld1q_u8(q + j + 16), f + 4);
             }
             for (int h = 0; h < 2; h++) {
-                size_t gi = gi0 + (size_t)((j + 16 * h) / g);
-                float32x4_t s = vdupq_n_f32(kn_scale_at(w->scales, w->scale_dtype, gi));
-                float32x4_t b = vdupq_n_f32(kn_scale_at(w->biases, w->scale_dtype, gi));
+                float sf, bf;
+                kn_group_sb(w, gi0 + (size_t)((j + 16 * h) / g), &sf, &bf);
+                float32x4_t s = vdupq_n_f32(sf), b = vdupq_n_f32(bf);
                 for (int i = 0; i < 4; i++) vst1q_f32(out + j + 16 * h + 4 * i, vfmaq_f32(b, f[4 * h + i], s));
             }
         }
@@ -205,13 +212,13 @@ static void neon_rows(const kn_job *job, int r0, int r1) {
 /* q8 mode: quantizing x                                                   */
 /* ===================================================================== */
 
-/* kn_quant_row's values; Q4: each block of 32 as [16 even, 16 odd]. */
+/* kn_quant_row's values; Q4 and MXFP4: each block of 32 as [16 even, 16 odd]. */
 static void neon_quant(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, nb = cols / KN_QBLOCK, ng = cols / w->group_size;
     for (int t = 0; t < T; t++) {
         int8_t *q = qx->q + (size_t)t * qx->ldq;
         kn_quant_row(x + (size_t)t * cols, cols, w->group_size, q, qx->d + (size_t)t * nb, qx->xs + (size_t)t * ng);
-        if (w->dtype == WT_Q4)
+        if (kn_is_nib(w))
             for (int k = 0; k < nb; k++) {
                 int8x16x2_t v = vld2q_s8(q + (size_t)k * KN_QBLOCK); /* val[0]: even columns */
                 vst1q_s8(q + (size_t)k * KN_QBLOCK, v.val[0]);
@@ -233,11 +240,7 @@ static void load_sbT(const wt_weight *w, const int *rows, int gi0, int n, float3
     size_t per_row = (size_t)(w->cols / w->group_size);
     for (int i = 0; i < n; i++) {
         float s[RC], b[RC];
-        for (int c = 0; c < RC; c++) {
-            size_t gi = (size_t)rows[c] * per_row + (size_t)(gi0 + i);
-            s[c] = kn_scale_at(w->scales, w->scale_dtype, gi);
-            b[c] = kn_scale_at(w->biases, w->scale_dtype, gi);
-        }
+        for (int c = 0; c < RC; c++) kn_group_sb(w, (size_t)rows[c] * per_row + (size_t)(gi0 + i), &s[c], &b[c]);
         sT[i] = vld1q_f32(s);
         bT[i] = vld1q_f32(b);
     }

@@ -3,7 +3,8 @@
  *   Q8_NAME           the function's name
  *   DOT16(acc, w, x)  int32x4 acc + the 16 products of weight vector w and
  *                     s8 vector x, each lane a sum of 4 of them (exact)
- *   WQ4(v)            a uint8x16 of Q4 nibbles (0..15) as DOT16's w type
+ *   WQ4(v)            a uint8x16 of Q4 nibbles (0..15) or MXFP4 integers
+ *                     (0..24) as DOT16's w type
  *   WQ8(p)            16 Q8 weight bytes at p as DOT16's w type
  *   Q8_CORR           1 if WQ8 gives q - 128: then I += 128 * S (S = the
  *                     piece's sum of xq)
@@ -17,7 +18,8 @@
 static void Q8_NAME(const kn_job *job, int r0, int r1) {
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
-    int cols = w->cols, g = w->group_size, T = job->T, q4 = w->dtype == WT_Q4;
+    int cols = w->cols, g = w->group_size, T = job->T, q4 = kn_is_nib(w), mx = w->dtype == WT_MXFP4;
+    const uint8x16_t lut = vld1q_u8(wt_mx4_q); /* MXFP4: code -> integer */
     int nb = cols / KN_QBLOCK, ng = cols / g, step = g == 16 ? 16 : KN_QBLOCK;
     size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols;
     float32x4_t sT[MAXG], bT[MAXG];
@@ -48,8 +50,10 @@ static void Q8_NAME(const kn_job *job, int r0, int r1) {
 #pragma GCC unroll 4
                             for (int c = 0; c < RC; c++) {
                                 uint8x16_t b = vld1q_u8(p[c] + j / 2);
-                                ia[c] = DOT16(ia[c], WQ4(vandq_u8(b, vdupq_n_u8(15))), xe);
-                                ia[c] = DOT16(ia[c], WQ4(vshrq_n_u8(b, 4)), xo);
+                                uint8x16_t lo = vandq_u8(b, vdupq_n_u8(15)), hi = vshrq_n_u8(b, 4);
+                                if (mx) lo = vqtbl1q_u8(lut, lo), hi = vqtbl1q_u8(lut, hi);
+                                ia[c] = DOT16(ia[c], WQ4(lo), xe);
+                                ia[c] = DOT16(ia[c], WQ4(hi), xo);
                             }
                         } else {
                             for (int h = 0; h < step; h += 16) {

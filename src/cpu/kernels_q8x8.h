@@ -27,6 +27,11 @@
  *     most 2 * 15 * 127 = 3810 in magnitude; one block of 32 columns adds 8
  *     of them per int16 lane, at most 30480 < 32767, so no step saturates;
  *     vpmaddwd with ones then widens to int32.
+ *   AVX2, MXFP4: the codes' integers q = wt_mx4_q[c] lie in [0, 24], so a
+ *     pair sum reaches 2 * 24 * 127 = 6096 and 8 of them would not fit; each
+ *     4-byte step (the low and the high nibbles: 2 pair sums per int16 lane,
+ *     at most 12192 < 32767) is widened by vpmaddwd(ones) into the int32
+ *     sum at once, so no step saturates either.
  *   AVX2, Q8: q in [0, 255] against xq would saturate (2 * 255 * 127 >
  *     32767), so the packed weights hold w' = q - 128 in [-128, 127] (the
  *     byte q ^ 0x80) and each product runs as |w'| * (xq * sign(w')):
@@ -42,17 +47,22 @@
  * one K block of a tile at a time, into scratch): tile i = rows 8i..8i+7
  * (rows past the end: zeros). A tile is ng = cols/g group records of
  * gbytes bytes, in column order; a record holds
- *   the weights: Q8 g/4 vectors, Q4 g/8 vectors of 32 bytes, vector m =
- *     [lane l: bytes 4m..4m+3 of row 8i+l's part of the group] (Q8: its
- *     columns 4m..4m+3, as q - 128 without VNNI; Q4: the nibbles of
- *     columns 8m..8m+7),
- *   then the 8 rows' scales, then their biases (in the scale dtype).
- * gbytes = 8 * (row bytes of a group) + 16 * (scale size), a multiple of
- * 32: a tile is one sequential stream and every vector load is aligned.
+ *   the weights: Q8 g/4 vectors, Q4 / MXFP4 g/8 vectors of 32 bytes,
+ *     vector m = [lane l: bytes 4m..4m+3 of row 8i+l's part of the group]
+ *     (Q8: its columns 4m..4m+3, as q - 128 without VNNI; Q4 / MXFP4: the
+ *     nibbles of columns 8m..8m+7, an MXFP4 code turned into its integer
+ *     wt_mx4_q[c] by vpshufb when the vector is used),
+ *   then the 8 rows' scales, then their biases (in the scale dtype);
+ *   MXFP4: the 8 rows' e8m0 bytes instead (their scale and bias are made
+ *   when the record is read), then 24 bytes of padding.
+ * gbytes = 8 * (row bytes of a group) + 16 * (scale size) (MXFP4: + 32),
+ * a multiple of 32: a tile is one sequential stream and every vector load
+ * is aligned.
  * kn_impl.pack_tile_bytes is per 16 rows, i.e. two tiles.
  *
- * x layout (kn_qx.q): Q8 natural order; Q4 per 8 columns [0 2 4 6 1 3 5 7]
- * (4 weight bytes = 8 columns: the low nibbles, then the high nibbles). */
+ * x layout (kn_qx.q): Q8 natural order; Q4 and MXFP4 per 8 columns
+ * [0 2 4 6 1 3 5 7] (4 weight bytes = 8 columns: the low nibbles, then the
+ * high nibbles). */
 
 #include <immintrin.h>
 #include <math.h>
@@ -122,8 +132,8 @@ INL void quant_block(const float *x, int8_t *q, float *dk, int32_t *s_lo, int32_
 
 void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
     int cols = w->cols, g = w->group_size, nb = cols / KN_QBLOCK, per_g = g / KN_QBLOCK, ng = cols / g;
-    int q4 = w->dtype == WT_Q4;
-    /* in-lane byte shuffle [0 2 4 6 1 3 5 7] per 8 (Q4) */
+    int q4 = kn_is_nib(w);
+    /* in-lane byte shuffle [0 2 4 6 1 3 5 7] per 8 (Q4, MXFP4) */
     const __m256i p8 = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3,
                                         5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     for (int t = 0; t < T; t++) {
@@ -153,9 +163,11 @@ void Q8X8_FN(quant)(kn_qx *qx, const float *x, int T, const wt_weight *w) {
 /* ===================================================================== */
 
 /* Bytes of a group's weights in one record, and of the whole record. */
-INL size_t row_gbytes(const wt_weight *w) { return w->dtype == WT_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
+INL size_t row_gbytes(const wt_weight *w) { return kn_is_nib(w) ? (size_t)w->group_size / 2 : (size_t)w->group_size; }
 INL size_t pk_gdata(const wt_weight *w) { return (size_t)NL * row_gbytes(w); }
-INL size_t pk_gbytes(const wt_weight *w) { return pk_gdata(w) + 2 * NL * kn_scale_size(w->scale_dtype); }
+INL size_t pk_gbytes(const wt_weight *w) {
+    return pk_gdata(w) + (w->dtype == WT_MXFP4 ? 32 : 2 * NL * kn_scale_size(w->scale_dtype));
+}
 
 /* v[j] <- column j of the 8 x 8 dword matrix v (v[i] = row i). */
 INL void transpose8(__m256i v[8]) {
@@ -189,6 +201,7 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
      * them): 32 at a time (16 at the end), each 4-byte column of the
      * transpose to its group's record */
     size_t len = (size_t)(g1 - g0) * gb, off0 = (size_t)g0 * gb;
+    int gsh = __builtin_ctzll(gb);
     for (size_t j = 0; j < len; j += 32) {
         int full = len - j >= 32;
         __m256i v[NL];
@@ -200,19 +213,38 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
         }
         transpose8(v);
         for (int k = 0; k < (full ? 8 : 4); k++) {
-            size_t b = j + 4 * (size_t)k; /* byte of the range: record b / gb */
-            _mm256_store_si256((__m256i *)(o + (b / gb) * gbytes + (b % gb) * NL), v[k]);
+            size_t b = j + 4 * (size_t)k; /* byte of the range: record b / gb (a power of two: wt_check) */
+            _mm256_store_si256((__m256i *)(o + (b >> gsh) * gbytes + (b & (gb - 1)) * NL), v[k]);
         }
     }
-    for (int gi = g0; gi < g1; gi++)
-        for (int pass = 0; pass < 2; pass++) {
-            const uint8_t *src = pass ? w->biases : w->scales;
-            uint8_t *dst = o + (size_t)(gi - g0) * gbytes + gdata + (size_t)pass * NL * ss;
-            for (int l = 0; l < NL; l++) {
-                if (l < n) memcpy(dst + l * ss, src + ((size_t)rows[l] * (size_t)ng + (size_t)gi) * ss, ss);
-                else memset(dst + l * ss, 0, ss);
-            }
+    /* row by row, its groups' scales and biases (padding rows: zeros), one
+     * fixed-size move each; MXFP4: the e8m0 bytes (padding rows: 127, a
+     * finite scale) */
+    uint8_t *od = o + gdata;
+    for (int l = 0; l < NL; l++) {
+        size_t at = (size_t)rows[l] * (size_t)ng;
+        if (w->dtype == WT_MXFP4) {
+            const uint8_t *e = (const uint8_t *)w->scales + at;
+            for (int gi = g0; gi < g1; gi++) od[(size_t)(gi - g0) * gbytes + l] = l < n ? e[gi] : 127;
+            continue;
         }
+        for (int pass = 0; pass < 2; pass++) {
+            const uint8_t *src = (const uint8_t *)(pass ? w->biases : w->scales) + at * ss;
+            uint8_t *dst = od + (size_t)pass * NL * ss + (size_t)l * ss;
+            if (ss == 2)
+                for (int gi = g0; gi < g1; gi++) {
+                    uint16_t v = 0;
+                    if (l < n) memcpy(&v, src + (size_t)gi * 2, 2);
+                    memcpy(dst + (size_t)(gi - g0) * gbytes, &v, 2);
+                }
+            else
+                for (int gi = g0; gi < g1; gi++) {
+                    uint32_t v = 0;
+                    if (l < n) memcpy(&v, src + (size_t)gi * 4, 4);
+                    memcpy(dst + (size_t)(gi - g0) * gbytes, &v, 4);
+                }
+        }
+    }
 }
 
 /* The tile's rows: 8i .. 8i+7 of w, *n of them real. */
@@ -288,7 +320,8 @@ INL __m256i q8_init(const int32_t *s16, int k16, int halves) {
 }
 
 /* acc[t][c] (t < rt) += x rows t0.. against packed tiles (c < rc) for the
- * groups [g0, g1); pt[c] points at tile c's record g0. */
+ * groups [g0, g1); pt[c] points at tile c's record g0. q4: 0 Q8, 1 Q4
+ * nibbles, 2 MXFP4 codes (each nibble through the table wt_mx4_q). */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
                int g0, int g1, float (*acc)[RC1][NL]) {
     const wt_weight *w = job->w;
@@ -296,11 +329,18 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g, n16 = w->cols / 16;
     size_t gbytes = pk_gbytes(w), gdata = pk_gdata(w), ss = kn_scale_size(w->scale_dtype);
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wt_mx4_q));
     for (int gi = g0; gi < g1; gi++) {
         __m256 sv[RC1], bv[RC1];
 #pragma GCC unroll 4
         for (int c = 0; c < rc; c++) {
             const uint8_t *sp = pt[c] + (size_t)(gi - g0) * gbytes + gdata;
+            if (q4 == 2) { /* MXFP4: s = 2^(e-128) (f32 bits (e - 1) << 23), b = -12 s */
+                __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sp));
+                sv[c] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23));
+                bv[c] = _mm256_mul_ps(sv[c], _mm256_set1_ps(-12.0f));
+                continue;
+            }
             sv[c] = ld_scales8(sp, w->scale_dtype);
             bv[c] = ld_scales8(sp + NL * ss, w->scale_dtype);
         }
@@ -342,6 +382,10 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                         __m256i z = _mm256_load_si256((const __m256i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)(kb * 4 + m) * 32));
                         lo[c] = _mm256_and_si256(z, lo4);
                         hi[c] = _mm256_and_si256(_mm256_srli_epi16(z, 4), lo4);
+                        if (q4 == 2) { /* MXFP4: the codes' integers */
+                            lo[c] = _mm256_shuffle_epi8(lut, lo[c]);
+                            hi[c] = _mm256_shuffle_epi8(lut, hi[c]);
+                        }
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < rt; t++) {
@@ -352,18 +396,21 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #if Q8X8_VNNI
                             ia[t][c] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[t][c], lo[c], xe), hi[c], xo);
 #else
-                            /* int16 lanes: at most 8 pair sums of 3810 per block */
-                            ia[t][c] = _mm256_add_epi16(ia[t][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xe),
-                                                                                   _mm256_maddubs_epi16(hi[c], xo)));
+                            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xe), _mm256_maddubs_epi16(hi[c], xo));
+                            if (q4 == 2) /* MXFP4: 2 pair sums of at most 6096, widened at once */
+                                ia[t][c] = _mm256_add_epi32(ia[t][c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                            else /* Q4: int16 lanes, at most 8 pair sums of 3810 per block */
+                                ia[t][c] = _mm256_add_epi16(ia[t][c], p);
 #endif
                         }
                     }
                 }
 #if !Q8X8_VNNI
+                if (q4 == 1)
 #pragma GCC unroll 4
-                for (int t = 0; t < rt; t++)
+                    for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
-                    for (int c = 0; c < rc; c++) ia[t][c] = _mm256_madd_epi16(ia[t][c], _mm256_set1_epi16(1));
+                        for (int c = 0; c < rc; c++) ia[t][c] = _mm256_madd_epi16(ia[t][c], _mm256_set1_epi16(1));
 #endif
             }
 #pragma GCC unroll 4
@@ -447,13 +494,15 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
 
 #define PT_CASE(RT_, RC_)                                                 \
     case RT_ * 8 + RC_:                                                   \
-        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);             \
+        if (mx) ptile(RT_, RC_, 2, job, pt, t0, g0, g1, acc);             \
+        else if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, acc);        \
         else if (g16) ptile16(RT_, RC_, job, pt, t0, g0, g1, acc);        \
         else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, acc);                \
         break
 static void ptile_any(int rt, int rc, const kn_job *job, const uint8_t *const *pt, int t0, int g0, int g1,
                       float (*acc)[RC1][NL]) {
-    int q4 = job->w->dtype == WT_Q4, g16 = job->w->group_size == 16; /* g16: Q8 only (wt_check) */
+    int q4 = job->w->dtype == WT_Q4, mx = job->w->dtype == WT_MXFP4;
+    int g16 = job->w->group_size == 16; /* g16: Q8 only (wt_check) */
     switch (rt * 8 + rc) { /* rt <= PRT, rc <= PRC (or RC1 at rt = 1) */
         PT_CASE(1, 1); PT_CASE(1, 2); PT_CASE(1, 3); PT_CASE(1, 4);
         PT_CASE(2, 1); PT_CASE(3, 1); PT_CASE(4, 1);

@@ -31,8 +31,15 @@
  *     K block at a time, and every weight byte is still read from memory
  *     once per KN_TBLOCK rows of x.
  *
+ * MXFP4 weights (weight.h) run as Q4 does, each nibble (an e2m1 code c)
+ * turned into its integer wt_mx4_q[c] in [0, 24] by vpshufb (the table in
+ * every 128-bit lane) where Q4 takes the nibble as it is, and the e8m0
+ * byte into its scale and bias (f32 in the fused loop, bfloat16 in the
+ * records); vpdpbusd's sums are exact for any u8, so the integers I and
+ * then every bit are those of the weight's 8-bit form.
+ *
  * x layouts (kn_qx.q), chosen by the quantizer for the loop that reads it:
- *   Q8: natural order;
+ *   Q8: natural order (Q4 and MXFP4 as below);
  *   Q4, fused: per 128 columns [the 64 even columns, the 64 odd ones], so
  *     that the low / high nibbles of 64 weight bytes meet them in place;
  *   Q4, tiles: per 8 columns [0 2 4 6 1 3 5 7] (4 weight bytes = 8 columns:
@@ -170,6 +177,14 @@ INL __m512 ld_scales(const void *p, wt_dtype t, size_t i0, int n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* 16 MXFP4 groups' scales (bias 0) or biases (bias 1) from their e8m0
+ * bytes at p (n <= 16 of them), as f32 (wt_mx4_scale, wt_mx4_bias). */
+INL __m512 ld_mx4_sb(const uint8_t *p, int n, int bias) {
+    __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1), p));
+    __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23));
+    return bias ? _mm512_mul_ps(s, _mm512_set1_ps(-12.0f)) : s;
+}
+
 /* sT[i][l], bT[i][l] = scale, bias of row rows[l], group gi0 + i, i < n. */
 static void load_sbT(const wt_weight *w, const int *rows, int gi0, int n, float *sT, float *bT) {
     size_t per_row = (size_t)(w->cols / w->group_size);
@@ -180,8 +195,11 @@ static void load_sbT(const wt_weight *w, const int *rows, int gi0, int n, float 
             float *dst = (pass ? bT : sT) + (size_t)i0 * NL;
             __m512i v[16];
             #pragma GCC unroll 16
-            for (int l = 0; l < NL; l++)
-                v[l] = _mm512_castps_si512(ld_scales(src, w->scale_dtype, (size_t)rows[l] * per_row + (size_t)(gi0 + i0), m));
+            for (int l = 0; l < NL; l++) {
+                size_t at = (size_t)rows[l] * per_row + (size_t)(gi0 + i0);
+                v[l] = _mm512_castps_si512(w->dtype == WT_MXFP4 ? ld_mx4_sb((const uint8_t *)w->scales + at, m, pass)
+                                                                : ld_scales(src, w->scale_dtype, at, m));
+            }
             transpose16(v);
             for (int i = 0; i < m; i++) _mm512_store_si512((__m512i *)(dst + (size_t)i * NL), v[i]);
         }
@@ -300,10 +318,14 @@ INL void q8_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j,
     I[1] = _mm512_shuffle_i32x4(y0, y1, 0xDD);
 }
 
-/* I vectors of the 4 blocks of Q4 columns [j, j+128) (bytes j/2 ..). */
-INL void q4_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m, const int8_t *xq,
-                  __m512i I[4]) {
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+/* The table wt_mx4_q in every 128-bit lane (vpshufb's). */
+INL __m512i mx4_lut(void) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)wt_mx4_q)); }
+
+/* I vectors of the 4 blocks of Q4 columns [j, j+128) (bytes j/2 ..); mx:
+ * MXFP4 codes, each through the table. */
+INL void q4_chunk(const int mx, const uint8_t *const *tab, const uint8_t *p0, size_t S, int j, __mmask64 m,
+                  const int8_t *xq, __m512i I[4]) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), lut = mx4_lut();
     __m512i xe = _mm512_loadu_si512((const void *)(xq + j));
     __m512i xo = _mm512_loadu_si512((const void *)(xq + j + 64)), v[NL], W[4];
 #pragma GCC unroll 16
@@ -311,15 +333,20 @@ INL void q4_chunk(const uint8_t *const *tab, const uint8_t *p0, size_t S, int j,
         const uint8_t *r = ROWP(l) + j / 2;
         __m512i z = m == ~(__mmask64)0 ? _mm512_loadu_epi8(r) : _mm512_maskz_loadu_epi8(m, r);
         __m512i lo = _mm512_and_si512(z, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+        if (mx) {
+            lo = _mm512_shuffle_epi8(lut, lo);
+            hi = _mm512_shuffle_epi8(lut, hi);
+        }
         v[l] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
     }
     reduce_lanes(v, W);
     lanes_to_vectors(W, I); /* block i = 128-bit lane i */
 }
 
-/* One tile of 16 rows (rows[l]; their data at ROWP(l)), all columns. */
-INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t *const *tab, const uint8_t *p0,
-                    size_t S) {
+/* One tile of 16 rows (rows[l]; their data at ROWP(l)), all columns; mx:
+ * the weight is MXFP4. */
+INL void fused_tile(const int mx, const kn_job *job, const int *rows, int valid, const uint8_t *const *tab,
+                    const uint8_t *p0, size_t S) {
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int cols = w->cols, g = w->group_size, gsh = __builtin_ctz((unsigned)g);
@@ -353,14 +380,14 @@ INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t
             int j = k0;
             for (; j + 128 <= end; j += 128) {
                 __m512i I[4];
-                q4_chunk(tab, p0, S, j, ~(__mmask64)0, qx->q, I);
+                q4_chunk(mx, tab, p0, S, j, ~(__mmask64)0, qx->q, I);
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) acc = fstep(acc, I[i], j / KN_QBLOCK + i, gsh, gi0, sT, bT, qx->d, qx->xs);
             }
             if (j < end) { /* 1 to 3 blocks left */
                 int nblk = (end - j) / KN_QBLOCK;
                 __m512i I[4];
-                q4_chunk(tab, p0, S, j, ((__mmask64)1 << (16 * nblk)) - 1, qx->q, I);
+                q4_chunk(mx, tab, p0, S, j, ((__mmask64)1 << (16 * nblk)) - 1, qx->q, I);
                 for (int i = 0; i < nblk; i++) acc = fstep(acc, I[i], j / KN_QBLOCK + i, gsh, gi0, sT, bT, qx->d, qx->xs);
             }
         }
@@ -371,16 +398,18 @@ INL void fused_tile(const kn_job *job, const int *rows, int valid, const uint8_t
 }
 
 static void fused_strided(const kn_job *job, const int *rows, const uint8_t *p0, size_t S) {
-    fused_tile(job, rows, NL, NULL, p0, S);
+    if (job->w->dtype == WT_MXFP4) fused_tile(1, job, rows, NL, NULL, p0, S);
+    else fused_tile(0, job, rows, NL, NULL, p0, S);
 }
 
 static void fused_table(const kn_job *job, const int *rows, int valid, const uint8_t *const *tab) {
-    fused_tile(job, rows, valid, tab, NULL, 0);
+    if (job->w->dtype == WT_MXFP4) fused_tile(1, job, rows, valid, tab, NULL, 0);
+    else fused_tile(0, job, rows, valid, tab, NULL, 0);
 }
 
 static void fused_rows(const kn_job *job, int r0, int r1) {
     const wt_weight *w = job->w;
-    size_t rbytes = w->dtype == WT_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    size_t rbytes = kn_is_nib(w) ? (size_t)w->cols / 2 : (size_t)w->cols;
     int n = tile_count(r0, r1, NL), q = (r1 - r0) / NL;
     for (int i = 0; i < n; i++) {
         int rows[NL], valid;
@@ -403,28 +432,32 @@ static void fused_rows(const kn_job *job, int r0, int r1) {
 /* The layout kn_vnni_pack writes. Tile i = rows 16i..16i+15 (rows past the
  * end are zeros). A tile is ng = cols/g group records of gbytes bytes, in
  * column order; a record holds
- *   the weights: Q8 g/4 vectors, Q4 g/8 vectors of 64 bytes, vector m =
- *     [lane l: bytes 4m..4m+3 of row 16i+l's part of the group] (Q8: its
- *     columns 4m..4m+3; Q4: the nibbles of columns 8m..8m+7),
- *   then the 16 rows' scales, then their biases (in the scale dtype).
+ *   the weights: Q8 g/4 vectors, Q4 / MXFP4 g/8 vectors of 64 bytes,
+ *     vector m = [lane l: bytes 4m..4m+3 of row 16i+l's part of the group]
+ *     (Q8: its columns 4m..4m+3; Q4 / MXFP4: the nibbles of columns
+ *     8m..8m+7),
+ *   then the 16 rows' scales, then their biases (in the scale dtype;
+ *   MXFP4's as bfloat16 from the e8m0 byte, kn_rec_sdt).
  * gbytes = 16 * (row bytes of a group) + 32 * (scale size), a multiple of
  * 64, so a tile is one sequential stream and every vector is aligned.
  * Without kn_pack, T >= 2 builds the records of a K block per call. */
-/* Bytes of weights and of a whole record; nib: Q4 nibbles kept as they are
- * (kn_pack), else one byte per column (Q8, and Q4 unpacked per call). */
+/* Bytes of weights and of a whole record; nib: Q4 / MXFP4 nibbles kept as
+ * they are (kn_pack), else one byte per column (Q8, and Q4 / MXFP4
+ * unpacked per call). */
 INL size_t pk_gdata(const wt_weight *w, int nib) { return (size_t)NL * (nib ? w->group_size / 2 : w->group_size); }
-INL size_t pk_gbytes(const wt_weight *w, int nib) { return pk_gdata(w, nib) + 2 * NL * kn_scale_size(w->scale_dtype); }
+INL size_t pk_gbytes(const wt_weight *w, int nib) { return pk_gdata(w, nib) + 2 * NL * kn_scale_size(kn_rec_sdt(w)); }
 
 /* Records [g0, g1) of the 16 rows rows[l] (data rows p[l]; lanes l >= n
  * are zero rows, the padding of the last tile) into o, gbytes apart. Q4
  * with nib == 0: each 4-byte vector becomes two of one byte per column,
- * the low nibbles (even columns), then the high ones (odd columns). */
+ * the low nibbles (even columns), then the high ones (odd columns); MXFP4
+ * likewise, each code as its integer wt_mx4_q[c]. */
 static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *rows, int n, int g0, int g1,
                         int nib, int pf, uint8_t *o) {
-    int ng = w->cols / w->group_size, split = w->dtype == WT_Q4 && !nib;
-    size_t gb = (w->dtype == WT_Q4 ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
-    size_t ss = kn_scale_size(w->scale_dtype), gbytes = pk_gbytes(w, nib), gdata = pk_gdata(w, nib);
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    int ng = w->cols / w->group_size, split = kn_is_nib(w) && !nib, mx = w->dtype == WT_MXFP4;
+    size_t gb = (kn_is_nib(w) ? (size_t)w->group_size / 2 : (size_t)w->group_size); /* row bytes of a group */
+    size_t ss = kn_scale_size(kn_rec_sdt(w)), gbytes = pk_gbytes(w, nib), gdata = pk_gdata(w, nib);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), lut = mx4_lut();
     /* the rows' bytes of the groups are contiguous: 64 at a time, each
      * 4-byte column of the transpose to its group's record */
     size_t len = (size_t)(g1 - g0) * gb, off0 = (size_t)g0 * gb;
@@ -446,8 +479,10 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
         if (!split) {                                                                              \
             _mm512_store_si512((__m512i *)PK_AT(k), v[k]);                                         \
         } else {                                                                                   \
-            _mm512_store_si512((__m512i *)PK_AT(k), _mm512_and_si512(v[k], lo4));                  \
-            _mm512_store_si512((__m512i *)(PK_AT(k) + 64), _mm512_and_si512(_mm512_srli_epi16(v[k], 4), lo4)); \
+            __m512i lo_ = _mm512_and_si512(v[k], lo4), hi_ = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), lo4); \
+            if (mx) lo_ = _mm512_shuffle_epi8(lut, lo_), hi_ = _mm512_shuffle_epi8(lut, hi_);        \
+            _mm512_store_si512((__m512i *)PK_AT(k), lo_);                                          \
+            _mm512_store_si512((__m512i *)(PK_AT(k) + 64), hi_);                                   \
         }                                                                                          \
     } while (0)
         if (nb == 64) {
@@ -470,8 +505,17 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
             __m512i v[16];
 #pragma GCC unroll 16
             for (int l = 0; l < NL; l++) {
-                const uint8_t *sp = src + ((size_t)rows[l] * (size_t)ng + (size_t)gs) * ss;
                 __mmask16 k = l < n ? (__mmask16)((1u << m) - 1) : 0;
+                if (mx) { /* bfloat16 bits from the e8m0 bytes (wt_mx4_scale_bf16, wt_mx4_bias_bf16) */
+                    const uint8_t *ep = (const uint8_t *)w->scales + (size_t)rows[l] * (size_t)ng + (size_t)gs;
+                    __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, ep));
+                    v[l] = pass ? _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(2)), 7),
+                                                  _mm512_set1_epi32(0x8040))
+                                : _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 7);
+                    v[l] = _mm512_maskz_mov_epi32(k, v[l]);
+                    continue;
+                }
+                const uint8_t *sp = src + ((size_t)rows[l] * (size_t)ng + (size_t)gs) * ss;
                 v[l] = ss == 4 ? _mm512_maskz_loadu_epi32(k, sp) : _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, sp));
             }
             transpose16(v);
@@ -485,13 +529,13 @@ static void pack_groups(const wt_weight *w, const uint8_t *const *p, const int *
 }
 
 size_t kn_vnni_pack_tile_bytes(const wt_weight *w) {
-    return (size_t)(w->cols / w->group_size) * pk_gbytes(w, w->dtype == WT_Q4);
+    return (size_t)(w->cols / w->group_size) * pk_gbytes(w, kn_is_nib(w));
 }
 
 void *kn_vnni_pack(const wt_weight *w) {
     int rows = w->rows, ng = w->cols / w->group_size, nt = (rows + NL - 1) / NL;
-    size_t rb = w->dtype == WT_Q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
-    size_t gbytes = pk_gbytes(w, w->dtype == WT_Q4), tbytes = (size_t)ng * gbytes;
+    size_t rb = kn_is_nib(w) ? (size_t)w->cols / 2 : (size_t)w->cols;
+    size_t gbytes = pk_gbytes(w, kn_is_nib(w)), tbytes = (size_t)ng * gbytes;
     uint8_t *out = aligned_alloc(64, (size_t)nt * tbytes);
     if (!out) return NULL;
     for (int i = 0; i < nt; i++) {
@@ -501,7 +545,7 @@ void *kn_vnni_pack(const wt_weight *w) {
             r[l] = i * NL + (l < n ? l : 0);
             p[l] = (const uint8_t *)w->data + (size_t)r[l] * rb; /* not read for l >= n */
         }
-        pack_groups(w, p, r, n, 0, ng, w->dtype == WT_Q4, 0, out + (size_t)i * tbytes);
+        pack_groups(w, p, r, n, 0, ng, kn_is_nib(w), 0, out + (size_t)i * tbytes);
     }
     return out;
 }
@@ -543,15 +587,16 @@ INL void pt_group(const int rc, const wt_weight *w, const uint8_t *const *pt, in
 #pragma GCC unroll 4
     for (int c = 0; c < rc; c++) {
         const uint8_t *sp = pt[c] + (size_t)i * gbytes + gdata;
-        sv[c] = ld_scales16(sp, w->scale_dtype);
-        bv[c] = ld_scales16(sp + NL * ss, w->scale_dtype);
+        sv[c] = ld_scales16(sp, kn_rec_sdt(w));
+        bv[c] = ld_scales16(sp + NL * ss, kn_rec_sdt(w));
     }
 }
 
 /* acc[t][c] (t < rt) += x rows t0.. against packed tiles (c < rc) for the
- * groups [g0, g1); pt[c] points at tile c's record g0. q4: Q4 nibble
- * records; else one byte per column (Q8, or Q4 unpacked: x in layout 2
- * then meets the even / odd vectors in turn). At rt == 1 each
+ * groups [g0, g1); pt[c] points at tile c's record g0. q4: 1 Q4 nibble
+ * records, 2 MXFP4 ones (each code through the table); 0: one byte per
+ * column (Q8, or Q4 / MXFP4 unpacked: x in layout 2 then meets the even /
+ * odd vectors in turn). At rt == 1 each
  * tile gets two integer accumulators (more independent chains); they are
  * added before the float step, which cannot change an exact integer. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
@@ -559,8 +604,8 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
     const wt_weight *w = job->w;
     const kn_qx *qx = job->qx;
     int g = w->group_size, bpg = g / KN_QBLOCK, nb = w->cols / KN_QBLOCK, ng = w->cols / g;
-    size_t gbytes = pk_gbytes(w, q4), gdata = pk_gdata(w, q4), ss = kn_scale_size(w->scale_dtype);
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    size_t gbytes = pk_gbytes(w, q4 != 0), gdata = pk_gdata(w, q4 != 0), ss = kn_scale_size(kn_rec_sdt(w));
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), lut = mx4_lut();
     __m512 fa[PRT][RC1];
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
@@ -602,6 +647,10 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
                         __m512i z = _mm512_load_si512((const __m512i *)(pt[c] + (size_t)(gi - g0) * gbytes + (size_t)(kb * 4 + m) * 64));
                         lo[c] = _mm512_and_si512(z, lo4);
                         hi[c] = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+                        if (q4 == 2) {
+                            lo[c] = _mm512_shuffle_epi8(lut, lo[c]);
+                            hi[c] = _mm512_shuffle_epi8(lut, hi[c]);
+                        }
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < rt; t++) {
@@ -696,7 +745,8 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
 
 #define PT_CASE(RT_, RC_)                                                       \
     case RT_ * 8 + RC_:                                                         \
-        if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, pf, acc);               \
+        if (q4 == 2) ptile(RT_, RC_, 2, job, pt, t0, g0, g1, pf, acc);          \
+        else if (q4) ptile(RT_, RC_, 1, job, pt, t0, g0, g1, pf, acc);          \
         else if (g16) ptile16(RT_, RC_, job, pt, t0, g0, g1, pf, acc);          \
         else ptile(RT_, RC_, 0, job, pt, t0, g0, g1, pf, acc);                  \
         break
@@ -730,8 +780,8 @@ static void store_tiles(const kn_job *job, float (*acc)[RC1][NL], const int *til
  * so the thread's tiles are whole). */
 static void packed_rows(const kn_job *job, int r0, int r1) {
     const wt_weight *w = job->w;
-    int q4 = w->dtype == WT_Q4, ng = w->cols / w->group_size, T = job->T;
-    size_t gbytes = pk_gbytes(w, q4), tbytes = (size_t)ng * gbytes;
+    int q4 = w->dtype == WT_MXFP4 ? 2 : w->dtype == WT_Q4, ng = w->cols / w->group_size, T = job->T;
+    size_t gbytes = pk_gbytes(w, q4 != 0), tbytes = (size_t)ng * gbytes;
     const uint8_t *base = w->packed;
     int i0 = r0 / NL, nt = (r1 - r0 + NL - 1) / NL;
     int rcmax = T == 1 ? RC1 : PRC, gk = T == 1 ? ng : kblock_groups(w);
@@ -763,8 +813,8 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
  * of x). Tiles take their 16 rows from 16 separate runs (tile_rows). */
 static void tiled_rows(const kn_job *job, int r0, int r1) {
     const wt_weight *w = job->w;
-    int q4 = w->dtype == WT_Q4, ng = w->cols / w->group_size, T = job->T, gk = kblock_groups(w);
-    size_t rb = q4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    int ng = w->cols / w->group_size, T = job->T, gk = kblock_groups(w);
+    size_t rb = kn_is_nib(w) ? (size_t)w->cols / 2 : (size_t)w->cols;
     /* a K block: at most KN_KBLOCK columns (KB, or one group of up to 1024) */
     _Alignas(64) uint8_t buf[PRC][KN_KBLOCK * NL + KN_KBLOCK / KN_QBLOCK * 2 * NL * 4];
     _Alignas(64) float acc[KN_TBLOCK][RC1][NL];

@@ -261,8 +261,8 @@ __device__ __forceinline__ float cu_byte2f(uint32_t w, uint32_t sel) {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, sel)) - 8388608.0f;
 }
 
-/* MXFP4 (gpt-oss's experts) kept at 4 bits: the host loads them exactly as
- * 8-bit codes q = 2 v + 12 of the e2m1 value v (model.c mxfp4_to_q8: q in
+/* MXFP4 (gpt-oss's experts) kept at 4 bits: their values are those of the
+ * 8-bit codes q = 2 v + 12 of the e2m1 value v (weight.h wt_mx4_q: q in
  * {0, 4, 6, 8..16, 18, 20, 24}, scale 2^(e-128), bias -12 scale, group 32);
  * such a weight goes up as Q4 nibbles c (w.mx) with q = CU_MX4[c]:
  * c 0..7 -> 12 13 14 15 16 18 20 24, c 8..15 -> 12 11 10 9 8 6 4 0. Here

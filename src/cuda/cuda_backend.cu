@@ -288,9 +288,9 @@ static int iq_unroll = 2;
  * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
  * for comparison */
 static int moe_fuse = 1;
-/* 1: an 8-bit weight whose codes are all MXFP4's (gpt-oss's experts, loaded
- * exactly as 8-bit) goes up as 4-bit nibbles (cw_weight.mx: half the bytes,
- * the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
+/* 1: an MXFP4 weight (gpt-oss's experts; weight.h), or an 8-bit one whose
+ * codes are all MXFP4's, goes up as 4-bit nibbles (cw_weight.mx: half the
+ * bytes, the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
 static int upload_mx = 1;
 /* Row kernels folded into the tail of the GEMM before them (cu_tail: the
  * same code, so the same bits; one launch fewer each) in forwards of at
@@ -391,12 +391,18 @@ static int cw_interleave8(cw_weight *o, const char *name) {
 
 /* ws[0..n) (8-bit, group 32) as MXFP4 nibbles (cu_kernels.cuh cu_mx4_q):
  * [rows][cols/2] bytes, element k in nibble k%2 of byte k/2, low first (the
- * Q4 packing), when every code is one of MXFP4's; else NULL. */
+ * Q4 packing), when every code is one of MXFP4's; else NULL. MXFP4 pieces
+ * (weight.h, the host's form of such weights): their codes as they are. */
 static uint8_t *mx4_pack(const wt_weight *const *ws, int n, int rows, int cols) {
     static const int8_t nib[25] = {15, -1, -1, -1, 14, -1, 13, -1, 12, 11, 10, 9, 0,
                                    1,  2,  3,  4,  -1, 5,  -1, 6,  -1, -1, -1, 7};
     uint8_t *o = (uint8_t *)dfl_malloc((size_t)rows * cols / 2);
     size_t at = 0;
+    if (ws[0]->dtype == WT_MXFP4) {
+        for (int i = 0; i < n; at += (size_t)ws[i]->rows * cols / 2, i++)
+            memcpy(o + at, ws[i]->data, (size_t)ws[i]->rows * cols / 2);
+        return o;
+    }
     for (int i = 0; i < n; i++) {
         const uint8_t *q = (const uint8_t *)ws[i]->data;
         size_t m = (size_t)ws[i]->rows * cols;
@@ -419,7 +425,8 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     memset(o, 0, sizeof *o);
     int rows = 0, cols = ws[0]->cols;
     wt_dtype d0 = ws[0]->dtype;
-    int quant = d0 == WT_Q8 || d0 == WT_Q4;
+    int mxin = d0 == WT_MXFP4; /* codes and e8m0 bytes (weight.h): up as Q4 nibbles (o->mx), or 8-bit */
+    int quant = d0 == WT_Q8 || d0 == WT_Q4 || mxin;
     for (int i = 0; i < n; i++) {
         if (ws[i]->cols != cols) {
             dfl_seterr("cuda upload %s: pieces have %d and %d columns", name, cols, ws[i]->cols);
@@ -434,12 +441,17 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
      * elements, so a group must hold whole chunks: Q8 with group 16 (GGUF
      * Q6_K) stays 8-bit */
     if (quant && ws[0]->group_size % (d0 == WT_Q8 ? 16 : 32) != 0) quant = 0;
-    o->kind = !quant ? CW_BF16 : d0 == WT_Q8 ? CW_Q8 : CW_Q4;
+    o->kind = !quant ? CW_BF16 : d0 == WT_Q8 || mxin ? CW_Q8 : CW_Q4;
     /* an 8-bit weight of MXFP4 codes (gpt-oss's experts): 4-bit nibbles, the same values */
-    uint8_t *mx = quant && upload_mx && d0 == WT_Q8 && ws[0]->group_size % 32 == 0 && cols % 2 == 0
+    uint8_t *mx = quant && upload_mx && (d0 == WT_Q8 || mxin) && ws[0]->group_size % 32 == 0 && cols % 2 == 0
                       ? mx4_pack(ws, n, rows, cols)
                       : NULL;
     if (mx) o->kind = CW_Q4, o->mx = 1;
+    /* MXFP4 with DFLASH_CUDA_MX=0: the codes' 8-bit integers (wt_mx4_q) */
+    uint8_t *q8 = mxin && !mx ? (uint8_t *)dfl_malloc((size_t)rows * cols) : NULL;
+    for (int i = 0, at = 0; q8 && i < n; at += ws[i]->rows, i++)
+        for (size_t k = 0; k < (size_t)ws[i]->rows * cols; k++)
+            q8[(size_t)at * cols + k] = wt_mx4_q[((const uint8_t *)ws[i]->data)[k / 2] >> (4 * (k % 2)) & 15];
     o->rows = rows;
     o->cols = cols;
     o->cols_p = pad(cols, CW_COL_ALIGN);
@@ -449,6 +461,7 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     o->split = cw_split(rows, o->cols_p, o->kind);
     if (cu_alloc(&o->data, o->row_bytes * o->rows_p) != 0) {
         free(mx);
+        free(q8);
         return -1;
     }
     if (o->kind == CW_BF16) {
@@ -487,11 +500,12 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
         return cw_tile(o, name);
     }
     o->group = ws[0]->group_size;
-    o->sdt = ws[0]->scale_dtype == WT_F32 ? SC_F32 : ws[0]->scale_dtype == WT_F16 ? SC_F16 : SC_BF16;
+    o->sdt = mxin ? SC_BF16 : ws[0]->scale_dtype == WT_F32 ? SC_F32 : ws[0]->scale_dtype == WT_F16 ? SC_F16 : SC_BF16;
     int ng = o->cols_p / o->group, ngs = cols / o->group, es = o->sdt == SC_F32 ? 4 : 2;
     o->sb_row_bytes = (size_t)ng * 2 * es;
     if (cu_alloc(&o->sb, o->sb_row_bytes * o->rows_p) != 0) {
         free(mx);
+        free(q8);
         return -1;
     }
     /* integer-MMA order: the fold (group, or the 128-column step) must not
@@ -502,10 +516,11 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     int r0 = 0;
     for (int i = 0; i < n; i++) {
         const wt_weight *w = ws[i];
-        const void *src = mx ? (const void *)(mx + (size_t)r0 * src_row) : w->data;
+        const void *src = mx ? (const void *)(mx + (size_t)r0 * src_row) : q8 ? (const void *)(q8 + (size_t)r0 * src_row) : w->data;
         if (cudaMemcpy2D(o->data + (size_t)r0 * o->row_bytes, o->row_bytes, src, src_row, src_row, w->rows,
                          cudaMemcpyHostToDevice) != cudaSuccess) {
             free(mx);
+            free(q8);
             free(sbh);
             dfl_seterr("cuda upload %s: copy failed", name);
             return -1;
@@ -513,6 +528,12 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
         for (int r = 0; r < w->rows; r++)
             for (int gi = 0; gi < ngs; gi++) {
                 uint8_t *dst = sbh + (size_t)(r0 + r) * o->sb_row_bytes + (size_t)gi * 2 * es;
+                if (mxin) { /* bf16 scale and bias of the e8m0 byte */
+                    uint8_t e = ((const uint8_t *)w->scales)[(size_t)r * ngs + gi];
+                    uint16_t sbv[2] = {wt_mx4_scale_bf16(e), wt_mx4_bias_bf16(e)};
+                    memcpy(dst, sbv, 4);
+                    continue;
+                }
                 memcpy(dst, (const uint8_t *)w->scales + ((size_t)r * ngs + gi) * es, es);
                 memcpy(dst + es, (const uint8_t *)w->biases + ((size_t)r * ngs + gi) * es, es);
             }
@@ -521,6 +542,7 @@ static int cw_upload(cw_weight *o, const wt_weight *const *ws, int n, const char
     cudaError_t e = cudaMemcpy(o->sb, sbh, o->sb_row_bytes * o->rows_p, cudaMemcpyHostToDevice);
     free(sbh);
     free(mx);
+    free(q8);
     if (e == cudaSuccess && o->iq) {
         size_t n_steps = o->row_bytes * o->rows_p / 64;
         k_iq_order<<<(unsigned)((n_steps + 255) / 256), 256>>>(o->data, n_steps);
