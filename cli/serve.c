@@ -99,6 +99,10 @@ static const char *help_serve =
     "                         each slot holds a KV cache of the context's size,\n"
     "                         printed at start); every reply is the one the\n"
     "                         request gets alone\n"
+    "      --step-tokens N    with --parallel: while other slots generate, a\n"
+    "                         prompt is prefilled N rows a step, less the\n"
+    "                         others' rows (at least 16), beside their decoding\n"
+    "                         (default 64; alone: 256 rows a forward)\n"
     "      --queue N          requests waiting at most; more get 503 (default 64)\n"
     "  -n, --n-predict N      max_tokens of a request that gives none (default:\n"
     "                         until a stop token or the context is full, as\n"
@@ -1778,6 +1782,18 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("batch_unbatched_steps_total", "counter",
            "Steps of several sequences the backend could not batch (run one sequence at a time).", "%ld",
            bi.unbatched_steps);
+    METRIC("batch_argmax_steps_total", "counter", "Greedy argmax steps: one pass over the LM head for the rows of all.",
+           "%ld", bi.argmax_steps);
+    METRIC("batch_argmax_rows_total", "counter", "Rows in the argmax steps.", "%ld", bi.argmax_rows);
+    METRIC("batch_forward_seconds_total", "counter", "Time in target forward steps.", "%.6f", bi.forward_s);
+    METRIC("batch_draft_seconds_total", "counter", "Time in draft steps.", "%.6f", bi.draft_s);
+    METRIC("batch_argmax_seconds_total", "counter", "Time in argmax steps.", "%.6f", bi.argmax_s);
+    METRIC("batch_lock_seconds_total", "counter",
+           "Time the backend ran one sequence's other calls (rollback, draft feed, logits for sampling).", "%.6f",
+           bi.lock_s);
+    METRIC("batch_active_seconds_total", "counter",
+           "Time at least one generation ran (less the four above: the backend idle between calls).", "%.6f",
+           bi.active_s);
 #undef METRIC
     dfl_buf_printf(&b, "# HELP %sslot_busy 1 while the slot generates.\n# TYPE %sslot_busy gauge\n", P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_busy{slot=\"%d\"} %d\n", P, i, busy[i]);
@@ -2063,6 +2079,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
     const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
+    int step_tokens = 0;
     float temp = 0;
     cli_draft_vocab dv = {0};
     for (int i = 2; i < argc; i++) {
@@ -2080,6 +2097,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("--alias", "--alias")) alias = VAL();
         else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
         else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, SV_MAX_SLOTS);
+        else if (IS("--step-tokens", "--step-tokens")) step_tokens = (int)cli_parse_int("serve", a, VAL(), 1, 4096);
         else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
         else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
@@ -2130,6 +2148,7 @@ int cmd_serve(int argc, char **argv) {
 
     dflash_params p = dflash_default_params();
     p.n_threads = threads;
+    p.step_tokens = step_tokens;
     p.n_ctx = ctx;
     p.quant = quant;
     p.draft_quant = draft_quant;

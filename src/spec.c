@@ -25,8 +25,15 @@ static int is_stop(const spec_params *p, int32_t t) {
  * drafts the whole block (every position gets tried), the next one is plain.
  * When k = 0 keeps winning, a probe drafting the whole block runs after
  * probe_gap plain rounds so the acceptance estimates stay current; a probe
- * that accepts nothing doubles the gap (4 up to 256), so a useless draft
- * costs little. */
+ * after which k = 0 still wins doubles the gap (4 up to 256), so a useless
+ * draft costs little (under batching a whole block costs as much as ~10
+ * plain rounds of the sequence: probing every 4 rounds cost more than the
+ * drafting gained).
+ * Batched (spec_params.batch): the costs are the batch's instead - the
+ * predicted seconds of a round of every running sequence under each k
+ * (spec_batch_cost), the acceptance stays this sequence's own - and k
+ * maximizes the batch's tokens per second (batch_best); the own timings
+ * are the fallback while the batch's model has too few measurements. */
 /* Draft only when the model expects at least this gain over plain decoding:
  * near break-even the estimates' errors decide, and drafting also slows the
  * plain steps around it (more memory touched). */
@@ -61,12 +68,55 @@ static double predict_cost(const spec_auto *c, const double *p, int k, int R) {
     return cost;
 }
 
-static int auto_pick(spec_auto *c, int cap, int R) {
-    if (cap <= 0) return 0;
-    if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
-    if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
-    double p[SPEC_MAX_BLOCK + 1], prev = 0.5;
-    for (int i = 1; i <= cap; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
+/* p[1..k]: the acceptance rate of each draft position (the prior above). */
+static void accept_rates(const spec_auto *c, int k, double *p) {
+    double prev = 0.5;
+    for (int i = 1; i <= k; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
+}
+
+/* The plan of a chain round with k drafts (spec_round), p[1..k] the
+ * acceptance rates; predict calls of R rows (0: all at once), their cost
+ * counted in own_s when they are the sequence's own (own). */
+static void round_plan(const spec_auto *c, const double *p, int k, int R, int own, spec_round *r) {
+    if (R <= 0 || R > k + 1) R = k + 1;
+    *r = (spec_round){.k = k, .tokens = 1, .shared = !own};
+    double prod = 1, reach = 1;
+    for (int j = 1; j <= k; j++) r->tokens += prod *= p[j];
+    for (int r0 = 0; r0 <= k; r0 += R) {
+        int n = k + 1 - r0 < R ? k + 1 - r0 : R;
+        r->rows[r->n_calls] = n;
+        r->reach[r->n_calls++] = reach;
+        if (own) r->own_s += reach * est(c->predict, n, SPEC_MAX_BLOCK);
+        for (int i = r0 + 1; i <= r0 + n && i <= k; i++) reach *= p[i];
+    }
+}
+
+/* The best k from the batch's cost model, or -1 if it cannot predict yet:
+ * the most tokens per second of the whole batch, (others' tokens + this
+ * sequence's) / the batch's round, this sequence's tokens from drafting
+ * discounted by DRAFT_MARGIN. Alone the others' tokens are 0 and the round
+ * is this sequence's: the same choice as own_best's. */
+static int batch_best(const spec_auto *c, const double *p, int cap, int R, const spec_batch_cost *bc) {
+    spec_round plan[SPEC_MAX_BLOCK];
+    double cost[SPEC_MAX_BLOCK], others = 0;
+    for (int k = 0; k <= cap; k++) round_plan(c, p, k, R, bc->predict_own, &plan[k]);
+    if (bc->round_costs(bc->ud, plan, cap + 1, cost, &others) != 0) return -1;
+    int best = -1;
+    double best_rate = 0;
+    for (int k = 0; k <= cap; k++) {
+        if (!(cost[k] > 0)) continue;
+        double rate = (others + (k ? plan[k].tokens / DRAFT_MARGIN : plan[k].tokens)) / cost[k];
+        if (best < 0 || rate > best_rate) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* The best k from this sequence's own timings (alone, or the batch's model
+ * not ready). */
+static int own_best(const spec_auto *c, const double *p, int cap, int R) {
     int best = 0;
     double best_rate = 0, e = 1, prod = 1;
     for (int k = 0; k <= cap; k++) {
@@ -82,7 +132,24 @@ static int auto_pick(spec_auto *c, int cap, int R) {
             best = k;
         }
     }
+    return best;
+}
+
+static int auto_pick(spec_auto *c, int cap, int R, const spec_batch_cost *bc) {
+    if (cap <= 0) return 0;
+    double p[SPEC_MAX_BLOCK + 1];
+    accept_rates(c, cap, p);
+    int best = bc ? batch_best(c, p, cap, R, bc) : -1;
+    if (best < 0) {
+        if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
+        if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
+        best = own_best(c, p, cap, R);
+    }
     if (c->probe_gap < 4) c->probe_gap = 4;
+    if (c->probed) { /* the round before was a probe: it did not make drafting win, probe half as often */
+        c->probed = 0;
+        if (best == 0 && c->probe_gap < 256) c->probe_gap *= 2;
+    }
     if (best == 0) {
         if (++c->plain_run < c->probe_gap) return 0;
         c->plain_run = 0;
@@ -97,7 +164,7 @@ static int auto_pick(spec_auto *c, int cap, int R) {
 static void auto_update(spec_auto *c, int k, int a) {
     if (c->probing) {
         c->probing = 0;
-        if (a == 0 && c->probe_gap < 256) c->probe_gap *= 2;
+        c->probed = 1;
     }
     for (int i = 1; i <= k && i <= a + 1; i++) {
         c->tot[i] = 0.98 * c->tot[i] + 1;
@@ -262,7 +329,14 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             anchor = out[a];
             continue;
         }
-        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows) : cap;
+        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows, p->batch) : cap;
+        if (p->batch) { /* what this round asks of the batch, whatever chose k */
+            double pr[SPEC_MAX_BLOCK + 1];
+            spec_round plan;
+            accept_rates(ctl, k, pr);
+            round_plan(ctl, pr, k, p->predict_rows, p->batch->predict_own, &plan);
+            p->batch->plan(p->batch->ud, &plan);
+        }
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;

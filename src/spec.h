@@ -80,6 +80,7 @@ typedef struct {
     int plain_run;                     /* consecutive rounds that chose k = 0 */
     int probe_gap;                     /* plain rounds between probes (4..256) */
     int probing;                       /* the current round is a probe */
+    int probed;                        /* the last round was a probe (its result not yet weighed) */
     /* tree auto (spec_params.tree = -1): the options of SPEC_TREE_OPTIONS,
      * each one's measured throughput over the rounds it ran */
     double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its rounds */
@@ -89,6 +90,40 @@ typedef struct {
     int opt_gap[SPEC_TREE_OPTS];       /* rounds between its probes (8..256) */
 } spec_auto;
 
+/* What one chain round of a sequence asks of the backend if it drafts k -
+ * the input of a batch's cost model (spec_batch_cost). */
+typedef struct {
+    int k;              /* drafts: a draft block projecting k slots (0: no block), a verify of k + 1 rows */
+    double tokens;      /* tokens the round is expected to emit (from the acceptance so far) */
+    int n_calls;        /* predict calls, rows[c] rows each, call c made with probability reach[c] */
+    int shared;         /* the predict calls are steps shared with the batch (greedy argmaxes) */
+    int rows[SPEC_MAX_BLOCK];
+    double reach[SPEC_MAX_BLOCK];
+    double own_s;       /* seconds the round spends in predict calls that are this sequence's own
+                           (spec_batch_cost.predict_own: its timings), reach-weighted; else 0 */
+} spec_round;
+
+/* The cost model of --draft-max auto for a sequence that shares the
+ * backend's steps with others (continuous batching): instead of timing its
+ * own calls - whose wall time includes the other sequences' work in a
+ * shared step and the waits for them - the loop asks for the cost of a
+ * round of the whole batch under each plan and picks the k with the most
+ * tokens per second for the batch: (others' tokens + its own) / cost. */
+typedef struct {
+    void *ud;
+    /* cost[i]: predicted seconds of one round of every running sequence if
+     * this one runs plan r[i] (i < n) and the others theirs; *others_tokens:
+     * the tokens the others' rounds are expected to emit. 0, or -1 when the
+     * model cannot predict yet (too few steps measured): the loop then
+     * times its own calls as when alone. */
+    int (*round_costs)(void *ud, const spec_round *r, int n, double *cost, double *others_tokens);
+    /* the plan this sequence runs this round (called every chain round,
+     * whatever chose k), for the others' predictions */
+    void (*plan)(void *ud, const spec_round *r);
+    int predict_own;    /* predict calls run on this sequence's own time (logits to the host, sampling),
+                           not in shared steps: plans carry their cost in own_s */
+} spec_batch_cost;
+
 typedef struct {
     int n_predict;      /* tokens to emit at most, counting the first one */
     int block_size;     /* widest verify: 1 + most drafts per round; 1 = plain */
@@ -97,6 +132,7 @@ typedef struct {
     const int32_t *stop;
     int n_stop;
     spec_auto *ctl;     /* auto state to use and update; NULL: a fresh one */
+    const spec_batch_cost *batch; /* auto's cost model when the backend's steps are shared; NULL: own timings */
     int predict_rows;   /* rows per predict call (0: the whole verify at once) */
     int tree;           /* > 1: tree rounds of at most this many verify rows
                            (the anchor included; draft_max then only caps the

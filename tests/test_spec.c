@@ -28,6 +28,8 @@ typedef struct {
     long rows_predicted, rows_wasted; /* rows projected; of them after a rejection in the same call */
     int trim;               /* cut the drafts at the first wrong one (spec_iface.trim, as a grammar does) */
     int trim_calls, trimmed; /* calls, drafts cut */
+    const spec_batch_cost *batch; /* spec_params.batch for run() */
+    int planned_k;          /* the k of the last plan (spec_batch_cost.plan); -1: none */
 } mock;
 
 static int mock_verify(void *ud, const int32_t *tok, int T) {
@@ -38,6 +40,7 @@ static int mock_verify(void *ud, const int32_t *tok, int T) {
     m->rejected_at_verify = 0;
     if (T > m->max_width) m->max_width = T;
     m->verify_calls++;
+    if (m->batch) CHECK(m->planned_k + 1 == T, "verify of %d rows after a plan of %d drafts", T, m->planned_k);
     return 0;
 }
 
@@ -119,7 +122,7 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     spec_iface it = {.ud = m, .verify = mock_verify, .predict = mock_predict, .accept = mock_accept,
                      .draft = block > 1 ? mock_draft : NULL, .trim = m->trim ? mock_trim : NULL};
     spec_params p = {.n_predict = n_predict, .block_size = block, .draft_max = draft_max, .room = room, .stop = stop,
-                     .n_stop = n_stop, .predict_rows = m->predict_rows};
+                     .n_stop = n_stop, .predict_rows = m->predict_rows, .batch = m->batch};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
 }
@@ -299,6 +302,101 @@ TEST(predict_rows_stop_at_rejection) {
     }
 }
 
+/* A scripted batch cost model (spec_batch_cost): a round of the batch costs
+ * the others' rounds (base) plus, for this sequence's plan, its steps'
+ * fixed cost (fixed: 0 beside others, who pay it already), `row` per
+ * verify row and per expected predicted row (reach-weighted), and a draft
+ * block draft_fixed + draft_slot per slot; the others emit others_tokens. */
+typedef struct {
+    double base, others_tokens, fixed, row, draft_fixed, draft_slot;
+    int not_ready;   /* rounds the model cannot predict yet (-1) */
+    int calls, plans;
+    mock *m;
+} cost_mock;
+
+static int cm_round_costs(void *ud, const spec_round *r, int n, double *cost, double *others) {
+    cost_mock *c = ud;
+    c->calls++;
+    if (c->not_ready > 0) {
+        c->not_ready--;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        CHECK(r[i].k == i && r[i].tokens >= 1 && r[i].tokens <= i + 1 && r[i].shared && r[i].own_s == 0,
+              "plan %d: k %d, %.2f tokens", i, r[i].k, r[i].tokens);
+        double rows = 0;
+        for (int j = 0; j < r[i].n_calls; j++) rows += r[i].reach[j] * r[i].rows[j];
+        cost[i] = c->base + c->fixed + c->row * (r[i].k + 1 + rows) +
+                  (r[i].k ? c->draft_fixed + c->draft_slot * r[i].k : 0);
+    }
+    *others = c->others_tokens;
+    return 0;
+}
+
+static void cm_plan(void *ud, const spec_round *r) {
+    cost_mock *c = ud;
+    c->plans++;
+    c->m->planned_k = r->k;
+}
+
+/* --draft-max auto under a batch's cost model: the output is plain decoding's
+ * whatever the model says; a plan comes before every verify and names its
+ * width; drafts that cost more than they give are only probed, ever more
+ * rarely; the same acceptance and costs that make a sequence draft alone
+ * make it decode plainly beside others whose rounds are cheap; while the
+ * model cannot predict, the loop times its own calls. */
+TEST(batch_cost_model) {
+    mock m = {.prompt = 5, .planned_k = -1};
+    sink ref, s;
+    spec_stats st;
+    run(&m, &ref, 400, 1, -1, 3000, NULL, 0, &st);
+    /* alone, every draft right (E(k) -> k + 1 as the acceptance is learnt),
+     * a round's fixed cost 10 rows': plain rounds until the first probe
+     * (the prior acceptance is 1/2), then a whole block every round */
+    cost_mock c = {.fixed = 1, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .m = &m};
+    spec_batch_cost bc = {.ud = &c, .round_costs = cm_round_costs, .plan = cm_plan};
+    m.batch = &bc;
+    m.max_width = 0;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "cheap drafts: output differs from plain decoding");
+    CHECK(c.plans == st.rounds + st.plain_steps, "%d plans for %d rounds", c.plans, st.rounds + st.plain_steps);
+    CHECK(st.plain_steps <= 6 && m.max_width == 16, "cheap drafts: %d plain steps, widest verify %d",
+          st.plain_steps, m.max_width);
+    /* the same beside others that emit 8 tokens a round for 2 (their rounds
+     * pay the steps' fixed cost): this sequence's drafts would slow their
+     * rounds more than they add, so it decodes plainly and probes */
+    c = (cost_mock){.base = 2, .others_tokens = 8, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .m = &m};
+    m.planned_k = -1;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "beside others: output differs from plain decoding");
+    /* probes after 4, 8, 16, ... plain rounds (each probe accepts its whole
+     * block, and still k = 0 wins) */
+    CHECK(st.rounds >= 1 && st.rounds <= 7, "beside others: %d drafting rounds of %d", st.rounds,
+          st.rounds + st.plain_steps);
+    /* drafts that never pay alone either: every drafting round is a probe */
+    c = (cost_mock){.fixed = 1, .row = 0.1, .draft_fixed = 100, .m = &m};
+    m.wrong_every = 3;
+    sink ref3;
+    mock plain = {.prompt = 5, .wrong_every = 3};
+    run(&plain, &ref3, 400, 1, -1, 3000, NULL, 0, &st);
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref3), "costly drafts: output differs from plain decoding");
+    CHECK(st.rounds >= 1 && st.rounds <= 7, "costly drafts: %d drafting rounds", st.rounds);
+    /* the model not ready for the first 10 rounds: own timings (exploring a
+     * whole block first), then the model's choice */
+    c = (cost_mock){.fixed = 1, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .not_ready = 10, .m = &m};
+    m.wrong_every = 0;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref) && c.not_ready == 0 && st.plain_steps <= 16, "not ready: %d plain steps", st.plain_steps);
+    /* a fixed draft_max plans every round too (for the others' model) */
+    c = (cost_mock){.row = 1, .m = &m};
+    m.max_width = 0;
+    run(&m, &s, 400, 16, 7, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref) && c.calls == 0 && c.plans == st.rounds + st.plain_steps && m.max_width == 8,
+          "draft_max 7: %d cost calls, %d plans, widest %d", c.calls, c.plans, m.max_width);
+    m.batch = NULL;
+}
+
 /* smp_argmax (SIMD where available) = the first index of the maximum. */
 TEST(argmax_first_maximum) {
     static float x[151936];
@@ -337,5 +435,6 @@ int main(void) {
     RUN(block_length_one);
     RUN(mixed_acceptance_all_block_sizes);
     RUN(predict_rows_stop_at_rejection);
+    RUN(batch_cost_model);
     CHECK_DONE("test_spec");
 }
