@@ -390,9 +390,10 @@ void bat_measure(bat_sched *b, bat_kind kind, int parts, int rows, double s) {
     pthread_mutex_unlock(&b->mu);
 }
 
-void bat_plan(bat_sched *b, bat_member *me, const spec_round *r) {
+void bat_plan(bat_sched *b, bat_member *me, const double *reach, const spec_round *r) {
     pthread_mutex_lock(&b->mu);
     me->plan = *r;
+    memcpy(me->reach, reach, sizeof(double) * (size_t)(r->k + 1));
     me->planned = 1;
     pthread_mutex_unlock(&b->mu);
 }
@@ -410,11 +411,12 @@ static double argmax_at(const bat_fit *f, double parts, double rows) {
  * parts and rows per kind (verify sequences and rows, draft blocks and
  * slots, the c-th argmax calls' expected sequences and rows) are summed
  * once; each plan adds its own to them. */
-int bat_round_costs(bat_sched *b, const bat_member *me, const spec_round *r, int n, double *cost,
-                    double *others_tokens) {
+int bat_round_costs(bat_sched *b, const bat_member *me, const double *reach, const spec_round *r, int n,
+                    double *cost, double *others_tokens) {
     pthread_mutex_lock(&b->mu);
     double seqs = 0, rows = 0, blocks = 0, slots = 0, own = 0, tokens = 0;
-    double call_seqs[SPEC_MAX_BLOCK] = {0}, call_rows[SPEC_MAX_BLOCK] = {0};
+    double call_seqs[SPEC_MAX_BLOCK] = {0}, call_rows[SPEC_MAX_BLOCK] = {0}, at[SPEC_MAX_BLOCK];
+    int call_n[SPEC_MAX_BLOCK];
     for (const bat_member *o = b->members; o; o = o->next) {
         if (o == me || !o->planned) continue;
         const spec_round *p = &o->plan;
@@ -424,9 +426,10 @@ int bat_round_costs(bat_sched *b, const bat_member *me, const spec_round *r, int
         slots += p->k;
         own += p->own_s;
         tokens += p->tokens;
-        for (int c = 0; p->shared && c < p->n_calls; c++) {
-            call_seqs[c] += p->reach[c];
-            call_rows[c] += p->reach[c] * p->rows[c];
+        int nc = p->shared ? spec_round_calls(p, o->reach, call_n, at) : 0;
+        for (int c = 0; c < nc; c++) {
+            call_seqs[c] += at[c];
+            call_rows[c] += at[c] * call_n[c];
         }
     }
     const bat_fit *F = &b->forward_cost, *A = &b->argmax_cost, *D = &b->draft_cost;
@@ -439,11 +442,12 @@ int bat_round_costs(bat_sched *b, const bat_member *me, const spec_round *r, int
         double d = p->k ? fit_at(D, blocks + 1, slots + p->k) : drf; /* the draft step with it */
         rc |= f < 0 || d < 0;
         cost[i] = base + (f - fwd) + (d - drf) + p->own_s;
-        for (int c = 0; p->shared && c < p->n_calls && !rc; c++) {
-            double a1 = argmax_at(A, call_seqs[c] + 1, call_rows[c] + p->rows[c]);
+        int nc = p->shared ? spec_round_calls(p, reach, call_n, at) : 0;
+        for (int c = 0; c < nc && !rc; c++) {
+            double a1 = argmax_at(A, call_seqs[c] + 1, call_rows[c] + call_n[c]);
             double a0 = argmax_at(A, call_seqs[c], call_rows[c]);
             rc |= a1 < 0;
-            cost[i] += p->reach[c] * (a1 - a0);
+            cost[i] += at[c] * (a1 - a0);
         }
     }
     *others_tokens = tokens;

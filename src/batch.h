@@ -43,6 +43,7 @@ typedef struct bat_member {
     struct bat_member *next;
     int planned;         /* plan holds this generation's current round (0: none yet, e.g. prefilling) */
     spec_round plan;
+    double reach[SPEC_MAX_BLOCK + 1]; /* its acceptance: reach[0..plan.k] */
 } bat_member;
 
 /* Counters since bat_new (under the scheduler's lock; bat_stats copies them). */
@@ -98,9 +99,9 @@ void bat_stats(bat_sched *b, bat_counts *out);
  * bat_round_costs: cost[i] = that round's predicted seconds if me runs r[i]
  * and the other planned members their plans; *others_tokens = the others'
  * expected tokens. -1 while a curve it needs has no measurement yet. */
-int bat_round_costs(bat_sched *b, const bat_member *me, const spec_round *r, int n, double *cost,
-                    double *others_tokens);
-void bat_plan(bat_sched *b, bat_member *me, const spec_round *r);
+int bat_round_costs(bat_sched *b, const bat_member *me, const double *reach, const spec_round *r, int n,
+                    double *cost, double *others_tokens);
+void bat_plan(bat_sched *b, bat_member *me, const double *reach, const spec_round *r);
 /* One step's measurement into the model (each step the scheduler runs adds
  * its own; for tests): parts = sequences (forward, argmax) or blocks
  * (draft), rows = rows (forward, argmax) or slots (draft). */

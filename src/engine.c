@@ -86,7 +86,8 @@ struct dflash_model {
     int drafting;        /* this call computes taps and feeds the draft */
     int block_len;       /* verify rows of the last forward */
     int verify_len;      /* committed length before the last verify */
-    int predict_rows;    /* verify rows projected to logits at a time */
+    int predict_rows;    /* verify rows projected to logits at a time (greedy: while the batch's model cannot choose) */
+    int predict_rows_fixed; /* DFLASH_PREDICT_ROWS set: predict_rows always */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* config's, tokenizer_config's, the chat format's */
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv (or draft_ids), plus */
@@ -319,7 +320,7 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     m->n_ctx = n_ctx;
     m->predict_rows = m->be->predict_rows;
     const char *pr = getenv("DFLASH_PREDICT_ROWS"); /* for benchmarking; 0 = all rows at once */
-    if (pr && *pr) m->predict_rows = atoi(pr);
+    if (pr && *pr) m->predict_rows = atoi(pr), m->predict_rows_fixed = 1;
     m->bat = bat_new(m->be, p->step_tokens);
     if (seq_init(m) != 0) goto fail;
     weight_format(&m->target, m->format, sizeof m->format);
@@ -360,7 +361,8 @@ dflash_seq *dflash_seq_new(dflash_model *m) {
     dflash_model *c = dfl_calloc(1, sizeof *c);
     *c = (dflash_model){.owner = m, .bat = m->bat, .target = m->target, .draft = m->draft,
                         .has_target = m->has_target, .has_draft = m->has_draft, .tok = m->tok, .be = m->be,
-                        .bi = m->bi, .n_ctx = m->n_ctx, .load_s = m->load_s, .predict_rows = m->predict_rows};
+                        .bi = m->bi, .n_ctx = m->n_ctx, .load_s = m->load_s, .predict_rows = m->predict_rows,
+                        .predict_rows_fixed = m->predict_rows_fixed};
     memcpy(c->format, m->format, sizeof c->format);
     memcpy(c->draft_format, m->draft_format, sizeof c->draft_format);
     bat_lock(m->bat); /* the backend's allocations beside a running step */
@@ -763,14 +765,15 @@ static int cb_accept_path(void *ud, const int *rows, int n) {
 }
 
 /* spec_batch_cost: the scheduler's cost model of a round of the batch. */
-static int cb_round_costs(void *ud, const spec_round *r, int n, double *cost, double *others_tokens) {
+static int cb_round_costs(void *ud, const double *reach, const spec_round *r, int n, double *cost,
+                          double *others_tokens) {
     dflash_model *m = ud;
-    return bat_round_costs(m->bat, &m->member, r, n, cost, others_tokens);
+    return bat_round_costs(m->bat, &m->member, reach, r, n, cost, others_tokens);
 }
 
-static void cb_plan(void *ud, const spec_round *r) {
+static void cb_plan(void *ud, const double *reach, const spec_round *r) {
     dflash_model *m = ud;
-    bat_plan(m->bat, &m->member, r);
+    bat_plan(m->bat, &m->member, reach, r);
 }
 
 /* A candidate of the best-first tree: rank `rank` of slot `depth` below
@@ -1199,7 +1202,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     spec_batch_cost bc = {.ud = m, .round_costs = cb_round_costs, .plan = cb_plan, .predict_own = m->host_logits};
     spec_params sp = {.n_predict = g->n_predict, .block_size = block, .draft_max = m->drafting ? g->draft_max : 0,
                       .room = m->n_ctx - (int)n_prompt, .stop = m->stop, .n_stop = m->n_stop, .ctl = &m->ctl,
-                      .batch = &bc, .predict_rows = rows, .tree = tree};
+                      .batch = &bc, .predict_rows = rows, .predict_rows_auto = !m->predict_rows_fixed, .tree = tree};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;

@@ -74,44 +74,68 @@ static void accept_rates(const spec_auto *c, int k, double *p) {
     for (int i = 1; i <= k; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
 }
 
-/* The plan of a chain round with k drafts (spec_round), p[1..k] the
- * acceptance rates; predict calls of R rows (0: all at once), their cost
- * counted in own_s when they are the sequence's own (own). */
-static void round_plan(const spec_auto *c, const double *p, int k, int R, int own, spec_round *r) {
-    if (R <= 0 || R > k + 1) R = k + 1;
-    *r = (spec_round){.k = k, .tokens = 1, .shared = !own};
-    double prod = 1, reach = 1;
-    for (int j = 1; j <= k; j++) r->tokens += prod *= p[j];
-    for (int r0 = 0; r0 <= k; r0 += R) {
-        int n = k + 1 - r0 < R ? k + 1 - r0 : R;
-        r->rows[r->n_calls] = n;
-        r->reach[r->n_calls++] = reach;
-        if (own) r->own_s += reach * est(c->predict, n, SPEC_MAX_BLOCK);
-        for (int i = r0 + 1; i <= r0 + n && i <= k; i++) reach *= p[i];
-    }
+/* reach[0..k]: the probability that drafts 1..i are all accepted. */
+static void reach_of(const double *p, int k, double *reach) {
+    reach[0] = 1;
+    for (int i = 1; i <= k; i++) reach[i] = reach[i - 1] * p[i];
 }
 
-/* The best k from the batch's cost model, or -1 if it cannot predict yet:
- * the most tokens per second of the whole batch, (others' tokens + this
+/* The plan of a chain round with k drafts (spec_round), predict calls of R
+ * rows (0: all at once), their cost counted in own_s when they are the
+ * sequence's own (own). */
+static spec_round round_plan(const spec_auto *c, const double *reach, int k, int R, int own) {
+    spec_round r = {.k = k, .rows = R, .shared = !own, .tokens = 0};
+    for (int j = 0; j <= k; j++) r.tokens += reach[j];
+    if (own) {
+        int rows[SPEC_MAX_BLOCK];
+        double at[SPEC_MAX_BLOCK];
+        int n = spec_round_calls(&r, reach, rows, at);
+        for (int i = 0; i < n; i++) r.own_s += at[i] * est(c->predict, rows[i], SPEC_MAX_BLOCK);
+    }
+    return r;
+}
+
+/* Rows per predict call the batch's model chooses among (spec_params.
+ * predict_rows_auto): one at a time projects no row past the first rejected
+ * draft but makes more steps; 0 = every row of the verify at once. */
+static const int rows_options[] = {1, 2, 4, 0};
+enum { ROWS_OPTIONS = sizeof rows_options / sizeof rows_options[0] };
+
+/* The best plan with k_lo..k_hi drafts from the batch's cost model (*rows:
+ * its rows per predict call), or -1 if the model cannot predict yet: the
+ * most tokens per second of the whole batch, (others' tokens + this
  * sequence's) / the batch's round, this sequence's tokens from drafting
- * discounted by DRAFT_MARGIN. Alone the others' tokens are 0 and the round
- * is this sequence's: the same choice as own_best's. */
-static int batch_best(const spec_auto *c, const double *p, int cap, int R, const spec_batch_cost *bc) {
-    spec_round plan[SPEC_MAX_BLOCK];
-    double cost[SPEC_MAX_BLOCK], others = 0;
-    for (int k = 0; k <= cap; k++) round_plan(c, p, k, R, bc->predict_own, &plan[k]);
-    if (bc->round_costs(bc->ud, plan, cap + 1, cost, &others) != 0) return -1;
+ * discounted by DRAFT_MARGIN; rows per call R, or each of rows_options when
+ * rows_auto. Alone the others' tokens are 0 and the round is this
+ * sequence's: the same choice as own_best's. */
+static int batch_best(const spec_auto *c, const double *p, int k_lo, int k_hi, int R, int rows_auto,
+                      const spec_batch_cost *bc, int *rows) {
+    spec_round plan[SPEC_MAX_BLOCK * ROWS_OPTIONS];
+    double cost[SPEC_MAX_BLOCK * ROWS_OPTIONS], reach[SPEC_MAX_BLOCK + 1], others = 0;
+    int n = 0;
+    if (k_lo > k_hi) return -1;
+    reach_of(p, k_hi, reach);
+    for (int k = k_lo; k <= k_hi; k++)
+        for (int o = 0, last = -1; o < (rows_auto ? ROWS_OPTIONS : 1); o++) {
+            int r = rows_auto ? rows_options[o] : R, per_call = r <= 0 || r > k + 1 ? k + 1 : r;
+            if (per_call == last) continue; /* the same calls as the option before */
+            last = per_call;
+            plan[n++] = round_plan(c, reach, k, r, bc->predict_own);
+        }
+    if (bc->round_costs(bc->ud, reach, plan, n, cost, &others) != 0) return -1;
     int best = -1;
     double best_rate = 0;
-    for (int k = 0; k <= cap; k++) {
-        if (!(cost[k] > 0)) continue;
-        double rate = (others + (k ? plan[k].tokens / DRAFT_MARGIN : plan[k].tokens)) / cost[k];
+    for (int i = 0; i < n; i++) {
+        if (!(cost[i] > 0)) continue;
+        double rate = (others + (plan[i].k ? plan[i].tokens / DRAFT_MARGIN : plan[i].tokens)) / cost[i];
         if (best < 0 || rate > best_rate) {
             best_rate = rate;
-            best = k;
+            best = i;
         }
     }
-    return best;
+    if (best < 0) return -1;
+    *rows = plan[best].rows;
+    return plan[best].k;
 }
 
 /* The best k from this sequence's own timings (alone, or the batch's model
@@ -135,11 +159,14 @@ static int own_best(const spec_auto *c, const double *p, int cap, int R) {
     return best;
 }
 
-static int auto_pick(spec_auto *c, int cap, int R, const spec_batch_cost *bc) {
+/* k for a round with at most cap drafts; *rows: rows per predict call
+ * (R unless the batch's model chose, rows_auto). */
+static int auto_pick(spec_auto *c, int cap, int R, int rows_auto, const spec_batch_cost *bc, int *rows) {
+    *rows = R;
     if (cap <= 0) return 0;
     double p[SPEC_MAX_BLOCK + 1];
     accept_rates(c, cap, p);
-    int best = bc ? batch_best(c, p, cap, R, bc) : -1;
+    int best = bc ? batch_best(c, p, 0, cap, R, rows_auto, bc, rows) : -1;
     if (best < 0) {
         if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
         if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
@@ -329,13 +356,18 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             anchor = out[a];
             continue;
         }
-        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows, p->batch) : cap;
+        int R = p->predict_rows, rows_auto = p->batch && p->predict_rows_auto && !p->batch->predict_own;
+        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, R, rows_auto, p->batch, &R) : cap;
         if (p->batch) { /* what this round asks of the batch, whatever chose k */
-            double pr[SPEC_MAX_BLOCK + 1];
-            spec_round plan;
+            double pr[SPEC_MAX_BLOCK + 1], reach[SPEC_MAX_BLOCK + 1];
             accept_rates(ctl, k, pr);
-            round_plan(ctl, pr, k, p->predict_rows, p->batch->predict_own, &plan);
-            p->batch->plan(p->batch->ud, &plan);
+            if (p->draft_max >= 0 && rows_auto && k > 0) { /* a fixed k: the rows per call the model prefers */
+                int r;
+                if (batch_best(ctl, pr, k, k, R, 1, p->batch, &r) >= 0) R = r;
+            }
+            reach_of(pr, k, reach);
+            spec_round plan = round_plan(ctl, reach, k, R, p->batch->predict_own);
+            p->batch->plan(p->batch->ud, reach, &plan);
         }
         tok[0] = anchor;
         double t0 = dfl_now();
@@ -352,7 +384,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
          * row j predicts the position of tok[j + 1]; row k only the bonus */
         int a = 0;
         for (int i = 0, open = 1; open;) {
-            int n = p->predict_rows > 0 ? p->predict_rows : k + 1;
+            int n = R > 0 ? R : k + 1;
             if (n > k + 1 - i) n = k + 1 - i;
             double tp = dfl_now();
             if (it->predict(it->ud, i, n, pred + i) != 0) return -1;

@@ -531,14 +531,17 @@ static double aline(const double *c, double parts, double rows) {
     return parts > 0 ? (parts < 1 ? parts : 1) * c[0] + c[1] * parts + c[2] * rows : 0;
 }
 
-static spec_round plan_of(int k, double tokens, int shared, double own_s, int n_calls, const int *rows,
-                          const double *reach) {
-    spec_round r = {.k = k, .tokens = tokens, .shared = shared, .own_s = own_s, .n_calls = n_calls};
-    for (int c = 0; c < n_calls; c++) r.rows[c] = rows[c], r.reach[c] = reach[c];
-    return r;
+/* a plan of k drafts, `rows` rows per predict call (0: all), its tokens
+ * and own seconds; the acceptance: reach[i] = 1/2^i */
+static const double reach_half[SPEC_MAX_BLOCK + 1] = {1, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125,
+                                                      0.00390625, 0.001953125, 0.0009765625, 0.00048828125,
+                                                      0.000244140625, 0.0001220703125, 0.00006103515625,
+                                                      0.000030517578125, 0.0000152587890625};
+static spec_round plan_of(int k, int rows, double tokens, int shared, double own_s) {
+    return (spec_round){.k = k, .rows = rows, .tokens = tokens, .shared = shared, .own_s = own_s};
 }
 
-static void plan_set(bat_sched *b, bat_member *me, spec_round r) { bat_plan(b, me, &r); }
+static void plan_set(bat_sched *b, bat_member *me, spec_round r) { bat_plan(b, me, reach_half, &r); }
 
 TEST(cost_model) {
     static const double F[3] = {1e-3, 5e-5, 2e-4}, A[3] = {2e-4, 1e-5, 4e-4}, D[3] = {0, 5e-4, 2e-4};
@@ -549,15 +552,16 @@ TEST(cost_model) {
     for (int i = 0; i < 3; i++) bat_enter(b, &o[i]);
     /* nobody planned: the whole budget */
     CHECK(bat_prefill_rows(b, &me, 200) == 64, "unplanned others: %d rows", bat_prefill_rows(b, &me, 200));
-    int r1[] = {1}, r4[] = {4}, r3[] = {3}, r42[] = {4, 2};
-    double one[] = {1}, half[] = {1, 0.5};
-    spec_round mine[2] = {plan_of(0, 1, 1, 0, 1, r1, one), plan_of(5, 3, 1, 0, 2, r42, half)};
+    /* mine: plain; k = 5 in calls of 4 rows (the second, of 2 rows, after 4 accepted: reach 1/16) */
+    spec_round mine[2] = {plan_of(0, 0, 1, 1, 0), plan_of(5, 4, 3, 1, 0)};
     double cost[2], others = -1;
-    CHECK(bat_round_costs(b, &me, mine, 2, cost, &others) == -1, "costs predicted before any step was measured");
-    /* the others: plain greedy; DFlash k = 3 greedy; DFlash k = 2 sampled (its predicts its own, 3 ms) */
-    plan_set(b, &o[0], plan_of(0, 1, 1, 0, 1, r1, one));
-    plan_set(b, &o[1], plan_of(3, 2.5, 1, 0, 1, r4, one));
-    plan_set(b, &o[2], plan_of(2, 2, 0, 3e-3, 1, r3, one));
+    CHECK(bat_round_costs(b, &me, reach_half, mine, 2, cost, &others) == -1,
+          "costs predicted before any step was measured");
+    /* the others: plain greedy; DFlash k = 3 greedy, all rows in one call;
+     * DFlash k = 2 sampled (its predicts its own, 3 ms) */
+    plan_set(b, &o[0], plan_of(0, 0, 1, 1, 0));
+    plan_set(b, &o[1], plan_of(3, 0, 2.5, 1, 0));
+    plan_set(b, &o[2], plan_of(2, 1, 2, 0, 3e-3));
     CHECK(bat_prefill_rows(b, &me, 200) == 64 - 8, "budget 64, others' rows 8: %d", bat_prefill_rows(b, &me, 200));
     CHECK(bat_prefill_rows(b, &me, 20) == 20, "budget 64, the rest of the prompt 20: %d", bat_prefill_rows(b, &me, 20));
     /* steps on the lines (several shapes each) */
@@ -567,25 +571,25 @@ TEST(cost_model) {
             bat_measure(b, BAT_ARGMAX, parts, rows, line(A, parts, rows));
             bat_measure(b, BAT_DRAFT, parts, rows, line(D, parts, rows));
         }
-    CHECK(bat_round_costs(b, &me, mine, 2, cost, &others) == 0, "no costs after the measurements");
+    CHECK(bat_round_costs(b, &me, reach_half, mine, 2, cost, &others) == 0, "no costs after the measurements");
     /* the others: 3 verify parts of 8 rows, 2 draft blocks of 5 slots, first
      * argmax calls of 2 sequences and 5 rows, 3 ms of their own, 5.5 tokens */
     double base = line(F, 3, 8) + line(D, 2, 5) + aline(A, 2, 5) + 3e-3;
     double want0 = base + line(F, 4, 9) - line(F, 3, 8) + aline(A, 3, 6) - aline(A, 2, 5);
     double want5 = base + line(F, 4, 14) - line(F, 3, 8) + line(D, 3, 10) - line(D, 2, 5) +
-                   (aline(A, 3, 9) - aline(A, 2, 5)) + 0.5 * aline(A, 1, 2);
+                   (aline(A, 3, 9) - aline(A, 2, 5)) + 0.0625 * aline(A, 1, 2);
     CHECK(others == 5.5, "others' tokens %g", others);
     CHECK(fabs(cost[0] - want0) < 1e-8 && fabs(cost[1] - want5) < 1e-8, "round costs %.6f / %.6f ms, want %.6f / %.6f",
           cost[0] * 1e3, cost[1] * 1e3, want0 * 1e3, want5 * 1e3);
     /* a sampled plan: its predicts are its own seconds, not argmax steps */
-    spec_round own = plan_of(0, 1, 0, 2e-3, 1, r1, one);
-    CHECK(bat_round_costs(b, &me, &own, 1, cost, &others) == 0 &&
+    spec_round own = plan_of(0, 0, 1, 0, 2e-3);
+    CHECK(bat_round_costs(b, &me, reach_half, &own, 1, cost, &others) == 0 &&
               fabs(cost[0] - (base + line(F, 4, 9) - line(F, 3, 8) + 2e-3)) < 1e-8,
           "own predict seconds: %.6f ms", cost[0] * 1e3);
     /* wide plans of the others (64 rows): the budget's floor */
-    plan_set(b, &o[0], plan_of(31, 2.5, 1, 0, 1, r4, one));
-    plan_set(b, &o[1], plan_of(15, 2.5, 1, 0, 1, r4, one));
-    plan_set(b, &o[2], plan_of(15, 2, 0, 3e-3, 1, r3, one));
+    plan_set(b, &o[0], plan_of(31, 0, 2, 1, 0));
+    plan_set(b, &o[1], plan_of(15, 0, 2, 1, 0));
+    plan_set(b, &o[2], plan_of(15, 1, 2, 0, 3e-3));
     CHECK(bat_prefill_rows(b, &me, 200) == BAT_MIN_PREFILL, "others' rows 64 of 64: %d", bat_prefill_rows(b, &me, 200));
     for (int i = 0; i < 3; i++) bat_leave(b, &o[i]);
     CHECK(bat_prefill_rows(b, &me, 200) == 200, "alone again: %d", bat_prefill_rows(b, &me, 200));
@@ -595,8 +599,9 @@ TEST(cost_model) {
     bat_measure(b, BAT_FORWARD, 1, 16, 1e-3);
     spec_round ks[16];
     double c16[16];
-    for (int k = 0; k < 16; k++) ks[k] = plan_of(k, 1, 1, 0, 1, r1, one);
-    CHECK(bat_round_costs(b, &me, ks, 16, c16, &others) == 0 && others == 0, "alone: others' tokens %g", others);
+    for (int k = 0; k < 16; k++) ks[k] = plan_of(k, 0, 1, 1, 0);
+    CHECK(bat_round_costs(b, &me, reach_half, ks, 16, c16, &others) == 0 && others == 0, "alone: others' tokens %g",
+          others);
     for (int k = 1; k < 16; k++) CHECK(c16[k] >= c16[k - 1], "cost falls from %d to %d drafts", k - 1, k);
     bat_leave(b, &me);
     bat_free(b);

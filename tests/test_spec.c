@@ -30,6 +30,7 @@ typedef struct {
     int trim_calls, trimmed; /* calls, drafts cut */
     const spec_batch_cost *batch; /* spec_params.batch for run() */
     int planned_k;          /* the k of the last plan (spec_batch_cost.plan); -1: none */
+    int rows_auto;          /* spec_params.predict_rows_auto for run() */
 } mock;
 
 static int mock_verify(void *ud, const int32_t *tok, int T) {
@@ -122,7 +123,8 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     spec_iface it = {.ud = m, .verify = mock_verify, .predict = mock_predict, .accept = mock_accept,
                      .draft = block > 1 ? mock_draft : NULL, .trim = m->trim ? mock_trim : NULL};
     spec_params p = {.n_predict = n_predict, .block_size = block, .draft_max = draft_max, .room = room, .stop = stop,
-                     .n_stop = n_stop, .predict_rows = m->predict_rows, .batch = m->batch};
+                     .n_stop = n_stop, .predict_rows = m->predict_rows, .batch = m->batch,
+                     .predict_rows_auto = m->rows_auto};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
 }
@@ -309,12 +311,13 @@ TEST(predict_rows_stop_at_rejection) {
  * block draft_fixed + draft_slot per slot; the others emit others_tokens. */
 typedef struct {
     double base, others_tokens, fixed, row, draft_fixed, draft_slot;
+    double call; /* > 0: a predict call costs this (reach-weighted) and its rows `row` each (not the verify's) */
     int not_ready;   /* rounds the model cannot predict yet (-1) */
     int calls, plans;
     mock *m;
 } cost_mock;
 
-static int cm_round_costs(void *ud, const spec_round *r, int n, double *cost, double *others) {
+static int cm_round_costs(void *ud, const double *reach, const spec_round *r, int n, double *cost, double *others) {
     cost_mock *c = ud;
     c->calls++;
     if (c->not_ready > 0) {
@@ -322,18 +325,22 @@ static int cm_round_costs(void *ud, const spec_round *r, int n, double *cost, do
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        CHECK(r[i].k == i && r[i].tokens >= 1 && r[i].tokens <= i + 1 && r[i].shared && r[i].own_s == 0,
+        CHECK(r[i].k >= 0 && r[i].k < 16 && r[i].tokens >= 1 && r[i].tokens <= r[i].k + 1 && r[i].shared &&
+                  r[i].own_s == 0,
               "plan %d: k %d, %.2f tokens", i, r[i].k, r[i].tokens);
-        double rows = 0;
-        for (int j = 0; j < r[i].n_calls; j++) rows += r[i].reach[j] * r[i].rows[j];
-        cost[i] = c->base + c->fixed + c->row * (r[i].k + 1 + rows) +
+        int crows[SPEC_MAX_BLOCK];
+        double at[SPEC_MAX_BLOCK], rows = 0, calls = 0;
+        int nc = spec_round_calls(&r[i], reach, crows, at);
+        for (int j = 0; j < nc; j++) rows += at[j] * crows[j], calls += at[j];
+        cost[i] = c->base + c->fixed + c->row * (c->call > 0 ? rows : r[i].k + 1 + rows) + c->call * calls +
                   (r[i].k ? c->draft_fixed + c->draft_slot * r[i].k : 0);
     }
     *others = c->others_tokens;
     return 0;
 }
 
-static void cm_plan(void *ud, const spec_round *r) {
+static void cm_plan(void *ud, const double *reach, const spec_round *r) {
+    (void)reach;
     cost_mock *c = ud;
     c->plans++;
     c->m->planned_k = r->k;
@@ -394,6 +401,29 @@ TEST(batch_cost_model) {
     run(&m, &s, 400, 16, 7, 3000, NULL, 0, &st);
     CHECK(same(&s, &ref) && c.calls == 0 && c.plans == st.rounds + st.plain_steps && m.max_width == 8,
           "draft_max 7: %d cost calls, %d plans, widest %d", c.calls, c.plans, m.max_width);
+    /* the rows per predict call, chosen by the model (predict_rows_auto),
+     * a draft wrong now and then; draft_max 7 (the model picks the rows
+     * only) and auto: rows dear and calls free - one row a call, no row
+     * projected past a rejection; calls dear - every row at once */
+    m.rows_auto = 1;
+    m.wrong_every = 5;
+    m.predict_rows = 4;
+    mock pl = {.prompt = 5, .wrong_every = 5};
+    run(&pl, &ref3, 400, 1, -1, 3000, NULL, 0, &st);
+    for (int dm = 7; dm >= -1; dm -= 8) {
+        c = (cost_mock){.fixed = 1, .row = 0.1, .call = 1e-4, .m = &m};
+        run(&m, &s, 400, 16, dm, 3000, NULL, 0, &st);
+        CHECK(same(&s, &ref3) && st.rounds > 10 && m.rows_wasted == 0 && st.predicted_rows == st.n_emitted - 1,
+              "draft_max %d, rows dear: %d rounds, %ld rows wasted, %ld predicted for %d tokens", dm, st.rounds,
+              m.rows_wasted, st.predicted_rows, st.n_emitted);
+        c = (cost_mock){.fixed = 1, .row = 1e-4, .call = 0.1, .m = &m};
+        run(&m, &s, 400, 16, dm, 3000, NULL, 0, &st);
+        long verified = 0;
+        for (int w = 1; w <= SPEC_MAX_BLOCK; w++) verified += (long)w * st.width_hist[w];
+        CHECK(same(&s, &ref3) && st.rounds > 10 && m.rows_wasted > 0 && st.predicted_rows == verified,
+              "draft_max %d, calls dear: %d rounds, %ld rows wasted, %ld predicted of %ld verified", dm, st.rounds,
+              m.rows_wasted, st.predicted_rows, verified);
+    }
     m.batch = NULL;
 }
 
