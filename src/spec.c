@@ -28,7 +28,9 @@ static int is_stop(const spec_params *p, int32_t t) {
  * after which k = 0 still wins doubles the gap (4 up to 256), so a useless
  * draft costs little (under batching a whole block costs as much as ~10
  * plain rounds of the sequence: probing every 4 rounds cost more than the
- * drafting gained).
+ * drafting gained). With the batch's model a probe drafts the k that would
+ * be best if every draft were accepted, and none runs when even that would
+ * lose to plain decoding (beside others whose plain rounds are cheap).
  * Batched (spec_params.batch): the costs are the batch's instead - the
  * predicted seconds of a round of every running sequence under each k
  * (spec_batch_cost), the acceptance stays this sequence's own - and k
@@ -166,7 +168,7 @@ static int auto_pick(spec_auto *c, int cap, int R, int rows_auto, const spec_bat
     if (cap <= 0) return 0;
     double p[SPEC_MAX_BLOCK + 1];
     accept_rates(c, cap, p);
-    int best = bc ? batch_best(c, p, 0, cap, R, rows_auto, bc, rows) : -1;
+    int best = bc ? batch_best(c, p, 0, cap, R, rows_auto, bc, rows) : -1, modelled = best >= 0;
     if (best < 0) {
         if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
         if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
@@ -180,8 +182,16 @@ static int auto_pick(spec_auto *c, int cap, int R, int rows_auto, const spec_bat
     if (best == 0) {
         if (++c->plain_run < c->probe_gap) return 0;
         c->plain_run = 0;
+        int k = cap; /* the whole block: every position gets a new sample */
+        if (modelled) { /* a probe only where drafting could win: with every draft accepted, k of the best plan */
+            double sure[SPEC_MAX_BLOCK + 1];
+            for (int i = 1; i <= cap; i++) sure[i] = 1;
+            int r;
+            k = batch_best(c, sure, 0, cap, R, 0, bc, &r);
+            if (k <= 0) return 0; /* not even then (a batch of cheap plain rounds): no probe */
+        }
         c->probing = 1;
-        return cap; /* the whole block: every position gets a new sample */
+        return k;
     }
     c->plain_run = 0;
     c->probe_gap = 4;
