@@ -382,6 +382,7 @@ typedef struct {
     /* under srv->mu */
     sv_job *running;
     double tau;                /* tau of the last finished generation that drafted (0: none yet) */
+    double draft_len;          /* drafts per round of the last finished generation (0: plain decoding) */
     long gens;
 } sv_slot;
 
@@ -741,6 +742,7 @@ static void run_job(sv_slot *sl, sv_job *j) {
     pthread_mutex_lock(&s->mu);
     if (rc == 0) sl->gens++;
     if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
+    if (rc == 0 && st.rounds + st.plain_steps > 0) sl->draft_len = (double)st.n_drafted / (st.rounds + st.plain_steps);
     j->rc = rc;
     j->st = st;
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
@@ -1738,10 +1740,11 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     pthread_mutex_lock(&s->mu);
     sv_metrics m = s->mt;
     int queued = s->n_queued, running = s->n_running;
-    double tau[SV_MAX_SLOTS];
+    double tau[SV_MAX_SLOTS], draft_len[SV_MAX_SLOTS];
     int busy[SV_MAX_SLOTS];
     for (int i = 0; i < s->n_slots; i++) {
         tau[i] = s->slots[i].tau;
+        draft_len[i] = s->slots[i].draft_len;
         busy[i] = s->slots[i].running != NULL;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1802,6 +1805,13 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
                    "generation that drafted; 0: none yet.\n# TYPE %sslot_tau gauge\n",
                    P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_tau{slot=\"%d\"} %.4f\n", P, i, tau[i]);
+    dfl_buf_printf(&b,
+                   "# HELP %sslot_draft_len Drafts per round of the slot's last finished generation (its draft "
+                   "length, auto's choice under the batch's load; 0: plain decoding).\n"
+                   "# TYPE %sslot_draft_len gauge\n",
+                   P, P);
+    for (int i = 0; i < s->n_slots; i++)
+        dfl_buf_printf(&b, "%sslot_draft_len{slot=\"%d\"} %.4f\n", P, i, draft_len[i]);
     dfl_buf_printf(&b,
               "# HELP %sspec_decode_num_accepted_tokens_per_pos Draft tokens accepted at each draft position.\n"
               "# TYPE %sspec_decode_num_accepted_tokens_per_pos counter\n",
