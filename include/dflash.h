@@ -370,6 +370,10 @@ DFLASH_API void dflash_reset(dflash_model *m);
  * batched the same way (the CPU: one pass of the draft over every drafting
  * sequence's block, each over its own draft context); sampling (logits to
  * the host) still runs per sequence, one at a time on the model's threads.
+ * draft_max auto picks each sequence's draft length from its own acceptance
+ * and the measured cost of the batch's steps (the most tokens per second for
+ * all running sequences together), and a prompt beside other generations is
+ * prefilled in chunks of dflash_params.step_tokens rows a step.
  * Model families the backend cannot batch (the CPU: recurrent Gated
  * DeltaNet layers; tree batches; the CUDA backend for now) run their
  * sequences' forwards (and drafts) one at a time, with the same results.

@@ -618,7 +618,7 @@ typedef struct {
 static int beside_cb(void *ud, int32_t id, const char *text, size_t len) {
     beside *w = ud;
     (void)id, (void)text, (void)len;
-    if (++w->n_cb != 2) return 0;
+    if (__atomic_add_fetch(&w->n_cb, 1, __ATOMIC_ACQ_REL) != 2) return 0; /* the main thread reads n_cb too */
     for (int i = 0; i < 100000; i++) { /* 100 s at most */
         dflash_batch_info bi;
         dflash_batch_stats(w->m, &bi);
@@ -677,7 +677,8 @@ TEST(prefill_budget) {
     seq_job jb = {.seq = sb, .prompt = longp, .n_prompt = LONG, .g = gb};
     pthread_t th;
     if (sa && sb && pthread_create(&th, NULL, seq_job_thread, &ja) == 0) {
-        while (!__atomic_load_n(&w.n_cb, __ATOMIC_ACQUIRE)) usleep(1000); /* a is generating */
+        /* a has planned its first round and waits in its callback for b */
+        while (__atomic_load_n(&w.n_cb, __ATOMIC_ACQUIRE) < 2) usleep(1000);
         seq_job_thread(&jb);
         pthread_join(th, NULL);
         CHECK(w.waited && ja.rc == 0 && jb.rc == 0, "generations: %d %d (waited %d)", ja.rc, jb.rc, w.waited);
