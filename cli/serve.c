@@ -99,6 +99,10 @@ static const char *help_serve =
     "                         each slot holds a KV cache of the context's size,\n"
     "                         printed at start); every reply is the one the\n"
     "                         request gets alone\n"
+    "      --step-tokens N    with --parallel: while other slots generate, a\n"
+    "                         prompt is prefilled N rows a step, less the\n"
+    "                         others' rows (at least 16), beside their decoding\n"
+    "                         (default 64; alone: 256 rows a forward)\n"
     "      --queue N          requests waiting at most; more get 503 (default 64)\n"
     "  -n, --n-predict N      max_tokens of a request that gives none (default:\n"
     "                         until a stop token or the context is full, as\n"
@@ -382,6 +386,7 @@ typedef struct {
     /* under srv->mu */
     sv_job *running;
     double tau;                /* tau of the last finished generation that drafted (0: none yet) */
+    double draft_len;          /* drafts per round of the last finished generation (0: plain decoding) */
     long gens;
 } sv_slot;
 
@@ -741,6 +746,7 @@ static void run_job(sv_slot *sl, sv_job *j) {
     pthread_mutex_lock(&s->mu);
     if (rc == 0) sl->gens++;
     if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
+    if (rc == 0 && st.rounds + st.plain_steps > 0) sl->draft_len = (double)st.n_drafted / (st.rounds + st.plain_steps);
     j->rc = rc;
     j->st = st;
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
@@ -1791,10 +1797,11 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     pthread_mutex_lock(&s->mu);
     sv_metrics m = s->mt;
     int queued = s->n_queued, running = s->n_running;
-    double tau[SV_MAX_SLOTS];
+    double tau[SV_MAX_SLOTS], draft_len[SV_MAX_SLOTS];
     int busy[SV_MAX_SLOTS];
     for (int i = 0; i < s->n_slots; i++) {
         tau[i] = s->slots[i].tau;
+        draft_len[i] = s->slots[i].draft_len;
         busy[i] = s->slots[i].running != NULL;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1835,6 +1842,18 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("batch_unbatched_steps_total", "counter",
            "Steps of several sequences the backend could not batch (run one sequence at a time).", "%ld",
            bi.unbatched_steps);
+    METRIC("batch_argmax_steps_total", "counter", "Greedy argmax steps: one pass over the LM head for the rows of all.",
+           "%ld", bi.argmax_steps);
+    METRIC("batch_argmax_rows_total", "counter", "Rows in the argmax steps.", "%ld", bi.argmax_rows);
+    METRIC("batch_forward_seconds_total", "counter", "Time in target forward steps.", "%.6f", bi.forward_s);
+    METRIC("batch_draft_seconds_total", "counter", "Time in draft steps.", "%.6f", bi.draft_s);
+    METRIC("batch_argmax_seconds_total", "counter", "Time in argmax steps.", "%.6f", bi.argmax_s);
+    METRIC("batch_lock_seconds_total", "counter",
+           "Time the backend ran one sequence's other calls (rollback, draft feed, logits for sampling).", "%.6f",
+           bi.lock_s);
+    METRIC("batch_active_seconds_total", "counter",
+           "Time at least one generation ran (less the four above: the backend idle between calls).", "%.6f",
+           bi.active_s);
 #undef METRIC
     dfl_buf_printf(&b, "# HELP %sslot_busy 1 while the slot generates.\n# TYPE %sslot_busy gauge\n", P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_busy{slot=\"%d\"} %d\n", P, i, busy[i]);
@@ -1843,6 +1862,13 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
                    "generation that drafted; 0: none yet.\n# TYPE %sslot_tau gauge\n",
                    P, P);
     for (int i = 0; i < s->n_slots; i++) dfl_buf_printf(&b, "%sslot_tau{slot=\"%d\"} %.4f\n", P, i, tau[i]);
+    dfl_buf_printf(&b,
+                   "# HELP %sslot_draft_len Drafts per round of the slot's last finished generation (its draft "
+                   "length, auto's choice under the batch's load; 0: plain decoding).\n"
+                   "# TYPE %sslot_draft_len gauge\n",
+                   P, P);
+    for (int i = 0; i < s->n_slots; i++)
+        dfl_buf_printf(&b, "%sslot_draft_len{slot=\"%d\"} %.4f\n", P, i, draft_len[i]);
     dfl_buf_printf(&b,
               "# HELP %sspec_decode_num_accepted_tokens_per_pos Draft tokens accepted at each draft position.\n"
               "# TYPE %sspec_decode_num_accepted_tokens_per_pos counter\n",
@@ -2120,6 +2146,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
     const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
+    int step_tokens = 0;
     float temp = 0;
     cli_draft_vocab dv = {0};
     for (int i = 2; i < argc; i++) {
@@ -2137,6 +2164,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("--alias", "--alias")) alias = VAL();
         else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
         else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, SV_MAX_SLOTS);
+        else if (IS("--step-tokens", "--step-tokens")) step_tokens = (int)cli_parse_int("serve", a, VAL(), 1, 4096);
         else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
         else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
@@ -2187,6 +2215,7 @@ int cmd_serve(int argc, char **argv) {
 
     dflash_params p = dflash_default_params();
     p.n_threads = threads;
+    p.step_tokens = step_tokens;
     p.n_ctx = ctx;
     p.quant = quant;
     p.draft_quant = draft_quant;

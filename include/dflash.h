@@ -77,6 +77,14 @@ typedef struct {
                          blocks at long contexts, the output unchanged);
                          0: as the draft's config.json (layer_types /
                          sliding_window, full attention without them) */
+    int step_tokens;  /* continuous batching: while other generations run, a
+                         prompt is prefilled in chunks of at most this many
+                         rows less the rows the others' rounds put in a step
+                         (at least 16), so each step carries a slice of a long
+                         prompt beside the others' decode rows instead of
+                         holding them for a whole chunk of 256; 0: 64. Alone a
+                         prompt runs 256 rows a forward. The output is the same
+                         whatever the chunks. */
 } dflash_params;
 
 /* "0.1.0": the version the library was built as (DFLASH_VERSION_STRING of
@@ -368,6 +376,10 @@ DFLASH_API void dflash_reset(dflash_model *m);
  * batched the same way (the CPU: one pass of the draft over every drafting
  * sequence's block, each over its own draft context); sampling (logits to
  * the host) still runs per sequence, one at a time on the model's threads.
+ * draft_max auto picks each sequence's draft length from its own acceptance
+ * and the measured cost of the batch's steps (the most tokens per second for
+ * all running sequences together), and a prompt beside other generations is
+ * prefilled in chunks of dflash_params.step_tokens rows a step.
  * Model families the backend cannot batch (the CPU: recurrent Gated
  * DeltaNet layers; tree batches; the CUDA backend for now) run their
  * sequences' forwards (and drafts) one at a time, with the same results.
@@ -390,12 +402,22 @@ typedef struct {
     long rows;       /* token rows in them */
     int last_batch;  /* sequences in the last step */
     int max_batch;   /* the most in one step */
+    int max_rows;    /* the most token rows in one step */
     long draft_steps;     /* draft steps run: each one pass of the draft over its blocks */
     long draft_seq_steps; /* draft blocks in them: draft_seq_steps / draft_steps = the mean */
     int max_draft_batch;  /* the most draft blocks in one step */
     long unbatched_steps; /* steps (forward, argmax or draft) of several sequences that ran one
                              sequence at a time, the backend unable to batch them (the CUDA
                              backend, recurrent layers): the same results, nothing shared */
+    long argmax_steps;    /* greedy argmax steps: one pass over the LM head for the rows of all */
+    long argmax_rows;     /* rows in them */
+    /* seconds on the wall clock: in forward, draft and argmax steps, with
+     * the backend held for one sequence's other calls (rollback, draft
+     * feed, logits for sampling), and while at least one generation ran;
+     * active_s less the rest is time the backend was not used (each
+     * generation's own work between its calls, the hand-offs between the
+     * generations' threads) */
+    double forward_s, draft_s, argmax_s, lock_s, active_s;
 } dflash_batch_info;
 
 DFLASH_API void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out);

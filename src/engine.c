@@ -86,7 +86,8 @@ struct dflash_model {
     int drafting;        /* this call computes taps and feeds the draft */
     int block_len;       /* verify rows of the last forward */
     int verify_len;      /* committed length before the last verify */
-    int predict_rows;    /* verify rows projected to logits at a time */
+    int predict_rows;    /* verify rows projected to logits at a time (greedy: while the batch's model cannot choose) */
+    int predict_rows_fixed; /* DFLASH_PREDICT_ROWS set: predict_rows always */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* config's, tokenizer_config's, the chat format's */
     int draft_nv, draft_nx;          /* reduced draft vocabulary: ids < nv (or draft_ids), plus */
@@ -100,6 +101,7 @@ struct dflash_model {
     int draft_ids_n;     /* the selection draft_ids holds (0: none) */
     int draft_ids_on;    /* this call scores draft_ids[0..draft_nv) */
     spec_auto ctl;       /* draft length control, kept across calls */
+    bat_member member;   /* this generation in the scheduler (its round's plan for the batch's cost model) */
     /* tree rounds (dflash_gen.tree): the last tree verify's rows, 0: a chain */
     int tree_n;
     int32_t tree_tok[SPEC_MAX_BLOCK];   /* [tree_n] its tokens */
@@ -318,8 +320,8 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     m->n_ctx = n_ctx;
     m->predict_rows = m->be->predict_rows;
     const char *pr = getenv("DFLASH_PREDICT_ROWS"); /* for benchmarking; 0 = all rows at once */
-    if (pr && *pr) m->predict_rows = atoi(pr);
-    m->bat = bat_new(m->be);
+    if (pr && *pr) m->predict_rows = atoi(pr), m->predict_rows_fixed = 1;
+    m->bat = bat_new(m->be, p->step_tokens);
     if (seq_init(m) != 0) goto fail;
     weight_format(&m->target, m->format, sizeof m->format);
     if (m->has_draft) weight_format(&m->draft, m->draft_format, sizeof m->draft_format);
@@ -359,7 +361,8 @@ dflash_seq *dflash_seq_new(dflash_model *m) {
     dflash_model *c = dfl_calloc(1, sizeof *c);
     *c = (dflash_model){.owner = m, .bat = m->bat, .target = m->target, .draft = m->draft,
                         .has_target = m->has_target, .has_draft = m->has_draft, .tok = m->tok, .be = m->be,
-                        .bi = m->bi, .n_ctx = m->n_ctx, .load_s = m->load_s, .predict_rows = m->predict_rows};
+                        .bi = m->bi, .n_ctx = m->n_ctx, .load_s = m->load_s, .predict_rows = m->predict_rows,
+                        .predict_rows_fixed = m->predict_rows_fixed};
     memcpy(c->format, m->format, sizeof c->format);
     memcpy(c->draft_format, m->draft_format, sizeof c->draft_format);
     bat_lock(m->bat); /* the backend's allocations beside a running step */
@@ -395,7 +398,10 @@ void dflash_batch_stats(const dflash_model *m, dflash_batch_info *out) {
     *out = (dflash_batch_info){.active = c.active, .steps = c.steps, .seq_steps = c.seq_steps, .rows = c.rows,
                                .last_batch = c.last_batch, .max_batch = c.max_batch,
                                .draft_steps = c.draft_steps, .draft_seq_steps = c.draft_seq_steps,
-                               .max_draft_batch = c.max_draft_batch, .unbatched_steps = c.unbatched};
+                               .max_draft_batch = c.max_draft_batch, .unbatched_steps = c.unbatched, .max_rows = c.max_rows,
+                               .argmax_steps = c.argmax_steps, .argmax_rows = c.argmax_rows,
+                               .forward_s = c.forward_s, .draft_s = c.draft_s, .argmax_s = c.argmax_s,
+                               .lock_s = c.lock_s, .active_s = c.active_s};
 }
 
 void dflash_get_info(const dflash_model *m, dflash_info *in) {
@@ -756,6 +762,18 @@ static int cb_accept_path(void *ud, const int *rows, int n) {
     m->tree_n = 0; /* the cache holds a chain again */
     m->lp_row = 0;
     return 0;
+}
+
+/* spec_batch_cost: the scheduler's cost model of a round of the batch. */
+static int cb_round_costs(void *ud, const double *reach, const spec_round *r, int n, double *cost,
+                          double *others_tokens) {
+    dflash_model *m = ud;
+    return bat_round_costs(m->bat, &m->member, reach, r, n, cost, others_tokens);
+}
+
+static void cb_plan(void *ud, const double *reach, const spec_round *r) {
+    dflash_model *m = ud;
+    bat_plan(m->bat, &m->member, reach, r);
 }
 
 /* A candidate of the best-first tree: rank `rank` of slot `depth` below
@@ -1148,8 +1166,10 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     st->n_prompt = (int)n_prompt;
 
     double t0 = dfl_now();
-    for (size_t r = (size_t)p; r < n_prompt; r += PREFILL_ROWS) {
-        int T = (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS);
+    for (size_t r = (size_t)p; r < n_prompt;) {
+        /* the chunk: PREFILL_ROWS alone, a slice of a step beside other generations (bat_prefill_rows) */
+        int T = bat_prefill_rows(m->bat, &m->member,
+                                 (int)(n_prompt - r < PREFILL_ROWS ? n_prompt - r : PREFILL_ROWS));
         int last = r + (size_t)T == n_prompt;
         be_batch b = {.T = T, .tokens = prompt + r, .n_logits = last, .logits = m->logits};
         if (m->drafting) {
@@ -1164,6 +1184,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
             bat_unlock(m->bat);
             if (rc != 0) return -1;
         }
+        r += (size_t)T;
     }
     int32_t first = pick_row(m, m->logits, (int64_t)n_prompt, &m->lp[0], m->gr ? m->gr_emitted : NULL);
     double t1 = dfl_now();
@@ -1177,9 +1198,11 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */
     int rows = m->host_logits && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
+    /* --draft-max auto from the batch's measured step costs (alone: its own steps) */
+    spec_batch_cost bc = {.ud = m, .round_costs = cb_round_costs, .plan = cb_plan, .predict_own = m->host_logits};
     spec_params sp = {.n_predict = g->n_predict, .block_size = block, .draft_max = m->drafting ? g->draft_max : 0,
                       .room = m->n_ctx - (int)n_prompt, .stop = m->stop, .n_stop = m->n_stop, .ctl = &m->ctl,
-                      .predict_rows = rows, .tree = tree};
+                      .batch = &bc, .predict_rows = rows, .predict_rows_auto = !m->predict_rows_fixed, .tree = tree};
     emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
@@ -1225,9 +1248,9 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
 int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                     dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
     if (!m->bat) return generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st); /* tokenizer only: it fails */
-    bat_enter(m->bat);
+    bat_enter(m->bat, &m->member);
     int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
-    bat_leave(m->bat);
+    bat_leave(m->bat, &m->member);
     return rc;
 }
 

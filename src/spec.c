@@ -25,8 +25,17 @@ static int is_stop(const spec_params *p, int32_t t) {
  * drafts the whole block (every position gets tried), the next one is plain.
  * When k = 0 keeps winning, a probe drafting the whole block runs after
  * probe_gap plain rounds so the acceptance estimates stay current; a probe
- * that accepts nothing doubles the gap (4 up to 256), so a useless draft
- * costs little. */
+ * after which k = 0 still wins doubles the gap (4 up to 256), so a useless
+ * draft costs little (under batching a whole block costs as much as ~10
+ * plain rounds of the sequence: probing every 4 rounds cost more than the
+ * drafting gained). With the batch's model a probe drafts the k that would
+ * be best if every draft were accepted, and none runs when even that would
+ * lose to plain decoding (beside others whose plain rounds are cheap).
+ * Batched (spec_params.batch): the costs are the batch's instead - the
+ * predicted seconds of a round of every running sequence under each k
+ * (spec_batch_cost), the acceptance stays this sequence's own - and k
+ * maximizes the batch's tokens per second (batch_best); the own timings
+ * are the fallback while the batch's model has too few measurements. */
 /* Draft only when the model expects at least this gain over plain decoding:
  * near break-even the estimates' errors decide, and drafting also slows the
  * plain steps around it (more memory touched). */
@@ -61,12 +70,79 @@ static double predict_cost(const spec_auto *c, const double *p, int k, int R) {
     return cost;
 }
 
-static int auto_pick(spec_auto *c, int cap, int R) {
-    if (cap <= 0) return 0;
-    if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
-    if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
-    double p[SPEC_MAX_BLOCK + 1], prev = 0.5;
-    for (int i = 1; i <= cap; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
+/* p[1..k]: the acceptance rate of each draft position (the prior above). */
+static void accept_rates(const spec_auto *c, int k, double *p) {
+    double prev = 0.5;
+    for (int i = 1; i <= k; i++) prev = p[i] = (c->acc[i] + prev) / (c->tot[i] + 1.0);
+}
+
+/* reach[0..k]: the probability that drafts 1..i are all accepted. */
+static void reach_of(const double *p, int k, double *reach) {
+    reach[0] = 1;
+    for (int i = 1; i <= k; i++) reach[i] = reach[i - 1] * p[i];
+}
+
+/* The plan of a chain round with k drafts (spec_round), predict calls of R
+ * rows (0: all at once), their cost counted in own_s when they are the
+ * sequence's own (own). */
+static spec_round round_plan(const spec_auto *c, const double *reach, int k, int R, int own) {
+    spec_round r = {.k = k, .rows = R, .shared = !own, .tokens = 0};
+    for (int j = 0; j <= k; j++) r.tokens += reach[j];
+    if (own) {
+        int rows[SPEC_MAX_BLOCK];
+        double at[SPEC_MAX_BLOCK];
+        int n = spec_round_calls(&r, reach, rows, at);
+        for (int i = 0; i < n; i++) r.own_s += at[i] * est(c->predict, rows[i], SPEC_MAX_BLOCK);
+    }
+    return r;
+}
+
+/* Rows per predict call the batch's model chooses among (spec_params.
+ * predict_rows_auto): one at a time projects no row past the first rejected
+ * draft but makes more steps; 0 = every row of the verify at once. */
+static const int rows_options[] = {1, 2, 4, 0};
+enum { ROWS_OPTIONS = sizeof rows_options / sizeof rows_options[0] };
+
+/* The best plan with k_lo..k_hi drafts from the batch's cost model (*rows:
+ * its rows per predict call), or -1 if the model cannot predict yet: the
+ * most tokens per second of the whole batch, (others' tokens + this
+ * sequence's) / the batch's round, this sequence's tokens from drafting
+ * discounted by DRAFT_MARGIN; rows per call R, or each of rows_options when
+ * rows_auto. Alone the others' tokens are 0 and the round is this
+ * sequence's: the same choice as own_best's. */
+static int batch_best(const spec_auto *c, const double *p, int k_lo, int k_hi, int R, int rows_auto,
+                      const spec_batch_cost *bc, int *rows) {
+    spec_round plan[SPEC_MAX_BLOCK * ROWS_OPTIONS];
+    double cost[SPEC_MAX_BLOCK * ROWS_OPTIONS], reach[SPEC_MAX_BLOCK + 1], others = 0;
+    int n = 0;
+    if (k_lo > k_hi) return -1;
+    reach_of(p, k_hi, reach);
+    for (int k = k_lo; k <= k_hi; k++)
+        for (int o = 0, last = -1; o < (rows_auto ? ROWS_OPTIONS : 1); o++) {
+            int r = rows_auto ? rows_options[o] : R, per_call = r <= 0 || r > k + 1 ? k + 1 : r;
+            if (per_call == last) continue; /* the same calls as the option before */
+            last = per_call;
+            plan[n++] = round_plan(c, reach, k, r, bc->predict_own);
+        }
+    if (bc->round_costs(bc->ud, reach, plan, n, cost, &others) != 0) return -1;
+    int best = -1;
+    double best_rate = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(cost[i] > 0)) continue;
+        double rate = (others + (plan[i].k ? plan[i].tokens / DRAFT_MARGIN : plan[i].tokens)) / cost[i];
+        if (best < 0 || rate > best_rate) {
+            best_rate = rate;
+            best = i;
+        }
+    }
+    if (best < 0) return -1;
+    *rows = plan[best].rows;
+    return plan[best].k;
+}
+
+/* The best k from this sequence's own timings (alone, or the batch's model
+ * not ready). */
+static int own_best(const spec_auto *c, const double *p, int cap, int R) {
     int best = 0;
     double best_rate = 0, e = 1, prod = 1;
     for (int k = 0; k <= cap; k++) {
@@ -82,12 +158,40 @@ static int auto_pick(spec_auto *c, int cap, int R) {
             best = k;
         }
     }
+    return best;
+}
+
+/* k for a round with at most cap drafts; *rows: rows per predict call
+ * (R unless the batch's model chose, rows_auto). */
+static int auto_pick(spec_auto *c, int cap, int R, int rows_auto, const spec_batch_cost *bc, int *rows) {
+    *rows = R;
+    if (cap <= 0) return 0;
+    double p[SPEC_MAX_BLOCK + 1];
+    accept_rates(c, cap, p);
+    int best = bc ? batch_best(c, p, 0, cap, R, rows_auto, bc, rows) : -1, modelled = best >= 0;
+    if (best < 0) {
+        if (est(c->draft, 1, SPEC_MAX_BLOCK - 1) == 0) return cap; /* explore: the whole block */
+        if (c->verify[1] == 0) return 0;                            /* explore: one plain step */
+        best = own_best(c, p, cap, R);
+    }
     if (c->probe_gap < 4) c->probe_gap = 4;
+    if (c->probed) { /* the round before was a probe: it did not make drafting win, probe half as often */
+        c->probed = 0;
+        if (best == 0 && c->probe_gap < 256) c->probe_gap *= 2;
+    }
     if (best == 0) {
         if (++c->plain_run < c->probe_gap) return 0;
         c->plain_run = 0;
+        int k = cap; /* the whole block: every position gets a new sample */
+        if (modelled) { /* a probe only where drafting could win: with every draft accepted, k of the best plan */
+            double sure[SPEC_MAX_BLOCK + 1];
+            for (int i = 1; i <= cap; i++) sure[i] = 1;
+            int r;
+            k = batch_best(c, sure, 0, cap, R, 0, bc, &r);
+            if (k <= 0) return 0; /* not even then (a batch of cheap plain rounds): no probe */
+        }
         c->probing = 1;
-        return cap; /* the whole block: every position gets a new sample */
+        return k;
     }
     c->plain_run = 0;
     c->probe_gap = 4;
@@ -97,7 +201,7 @@ static int auto_pick(spec_auto *c, int cap, int R) {
 static void auto_update(spec_auto *c, int k, int a) {
     if (c->probing) {
         c->probing = 0;
-        if (a == 0 && c->probe_gap < 256) c->probe_gap *= 2;
+        c->probed = 1;
     }
     for (int i = 1; i <= k && i <= a + 1; i++) {
         c->tot[i] = 0.98 * c->tot[i] + 1;
@@ -262,7 +366,19 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             anchor = out[a];
             continue;
         }
-        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, p->predict_rows) : cap;
+        int R = p->predict_rows, rows_auto = p->batch && p->predict_rows_auto && !p->batch->predict_own;
+        int k = tree > 1 ? 0 : p->draft_max < 0 ? auto_pick(ctl, cap, R, rows_auto, p->batch, &R) : cap;
+        if (p->batch) { /* what this round asks of the batch, whatever chose k */
+            double pr[SPEC_MAX_BLOCK + 1], reach[SPEC_MAX_BLOCK + 1];
+            accept_rates(ctl, k, pr);
+            if (p->draft_max >= 0 && rows_auto && k > 0) { /* a fixed k: the rows per call the model prefers */
+                int r;
+                if (batch_best(ctl, pr, k, k, R, 1, p->batch, &r) >= 0) R = r;
+            }
+            reach_of(pr, k, reach);
+            spec_round plan = round_plan(ctl, reach, k, R, p->batch->predict_own);
+            p->batch->plan(p->batch->ud, reach, &plan);
+        }
         tok[0] = anchor;
         double t0 = dfl_now();
         if (k > 0 && it->draft(it->ud, anchor, k, tok + 1) != 0) return -1;
@@ -278,7 +394,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
          * row j predicts the position of tok[j + 1]; row k only the bonus */
         int a = 0;
         for (int i = 0, open = 1; open;) {
-            int n = p->predict_rows > 0 ? p->predict_rows : k + 1;
+            int n = R > 0 ? R : k + 1;
             if (n > k + 1 - i) n = k + 1 - i;
             double tp = dfl_now();
             if (it->predict(it->ud, i, n, pred + i) != 0) return -1;

@@ -80,6 +80,7 @@ typedef struct {
     int plain_run;                     /* consecutive rounds that chose k = 0 */
     int probe_gap;                     /* plain rounds between probes (4..256) */
     int probing;                       /* the current round is a probe */
+    int probed;                        /* the last round was a probe (its result not yet weighed) */
     /* tree auto (spec_params.tree = -1): the options of SPEC_TREE_OPTIONS,
      * each one's measured throughput over the rounds it ran */
     double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its rounds */
@@ -89,6 +90,55 @@ typedef struct {
     int opt_gap[SPEC_TREE_OPTS];       /* rounds between its probes (8..256) */
 } spec_auto;
 
+/* What one chain round of a sequence asks of the backend if it drafts k -
+ * the input of a batch's cost model (spec_batch_cost). The round's
+ * predict calls take `rows` verify rows each (0: all k + 1 at once): call c
+ * starts at row r0 = c * rows and is made only when drafts 1..r0 were all
+ * accepted, with the probability reach[r0] of the array that comes with the
+ * plan (reach[0] = 1, reach[i] = p_1 ... p_i). */
+typedef struct {
+    int k;              /* drafts: a draft block projecting k slots (0: no block), a verify of k + 1 rows */
+    int rows;           /* verify rows per predict call (0: all at once) */
+    int shared;         /* the predict calls are steps shared with the batch (greedy argmaxes) */
+    double tokens;      /* tokens the round is expected to emit (from the acceptance so far) */
+    double own_s;       /* seconds the round spends in predict calls that are this sequence's own
+                           (spec_batch_cost.predict_own: its timings), reach-weighted; else 0 */
+} spec_round;
+
+/* The predict calls of plan r: *n_calls calls, call c of rows[c] rows made
+ * with probability reach_of[c] (from the plan's reach array). */
+static inline int spec_round_calls(const spec_round *r, const double *reach, int *rows, double *reach_of) {
+    int R = r->rows <= 0 || r->rows > r->k + 1 ? r->k + 1 : r->rows, n = 0;
+    for (int r0 = 0; r0 <= r->k; r0 += R, n++) {
+        rows[n] = r->k + 1 - r0 < R ? r->k + 1 - r0 : R;
+        reach_of[n] = reach[r0];
+    }
+    return n;
+}
+
+/* The cost model of --draft-max auto for a sequence that shares the
+ * backend's steps with others (continuous batching): instead of timing its
+ * own calls - whose wall time includes the other sequences' work in a
+ * shared step and the waits for them - the loop asks for the cost of a
+ * round of the whole batch under each plan and picks the plan with the most
+ * tokens per second for the batch: (others' tokens + its own) / cost. */
+typedef struct {
+    void *ud;
+    /* cost[i]: predicted seconds of one round of every running sequence if
+     * this one runs plan r[i] (i < n; reach: the plans' acceptance, for k up
+     * to the largest of them) and the others theirs; *others_tokens: the
+     * tokens the others' rounds are expected to emit. 0, or -1 when the
+     * model cannot predict yet (too few steps measured): the loop then
+     * times its own calls as when alone. */
+    int (*round_costs)(void *ud, const double *reach, const spec_round *r, int n, double *cost,
+                       double *others_tokens);
+    /* the plan this sequence runs this round (called every chain round,
+     * whatever chose it), for the others' predictions */
+    void (*plan)(void *ud, const double *reach, const spec_round *r);
+    int predict_own;    /* predict calls run on this sequence's own time (logits to the host, sampling),
+                           not in shared steps: plans carry their cost in own_s */
+} spec_batch_cost;
+
 typedef struct {
     int n_predict;      /* tokens to emit at most, counting the first one */
     int block_size;     /* widest verify: 1 + most drafts per round; 1 = plain */
@@ -97,7 +147,11 @@ typedef struct {
     const int32_t *stop;
     int n_stop;
     spec_auto *ctl;     /* auto state to use and update; NULL: a fresh one */
+    const spec_batch_cost *batch; /* auto's cost model when the backend's steps are shared; NULL: own timings */
     int predict_rows;   /* rows per predict call (0: the whole verify at once) */
+    int predict_rows_auto; /* with batch (shared predicts): each chain round's rows per predict call is the
+                              batch model's choice among 1, 2, 4 and all (predict_rows while it cannot
+                              predict) */
     int tree;           /* > 1: tree rounds of at most this many verify rows
                            (the anchor included; draft_max then only caps the
                            depth); 0: the chain; -1: auto, each round the

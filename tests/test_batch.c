@@ -33,6 +33,17 @@
  *                       the tokens (and log-probabilities) it gives alone,
  *                       and the steps were shared (the most sequences in
  *                       one step >= 2)
+ *   cost_model          the scheduler's measured cost model (batch.h): step
+ *                       times of a known line give back that line's costs
+ *                       for a round of the batch under each plan (the
+ *                       others' plans, argmax calls by their index, own
+ *                       predict seconds), nothing before a measurement,
+ *                       costs that never fall with rows; the per-step token
+ *                       budget of a prefill chunk
+ *   prefill_budget      a long prompt prefilled while another sequence
+ *                       decodes: its chunks and the decode rows share
+ *                       steps of at most the model's step_tokens rows, and
+ *                       both replies are the ones they get alone
  *   seq_errors          a sequence of a tokenizer-only model is refused; a
  *                       sequence's bad request fails with its own error while
  *                       the others generate
@@ -41,9 +52,11 @@
  * the sanitizers' builds): fewer steps, two tiny checkpoints, one concurrent
  * round of 24 tokens. make tsan runs it under ThreadSanitizer, where the
  * forward_multi tests are skipped (one caller thread). */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "batch.h"
 #include "check.h"
 #include "demo_pair.h"
 
@@ -508,6 +521,186 @@ out:
     for (int i = 0; i < NJOBS; i++) dflash_seq_free(seq[i]);
 }
 
+/* ---- the scheduler's cost model ------------------------------------------ */
+
+/* the lines the steps follow below: seconds = fixed + per part + per row */
+static double line(const double *c, double parts, double rows) { return parts > 0 ? c[0] + c[1] * parts + c[2] * rows : 0; }
+
+/* an argmax step expected to have `parts` parts: its fixed cost as likely as the step */
+static double aline(const double *c, double parts, double rows) {
+    return parts > 0 ? (parts < 1 ? parts : 1) * c[0] + c[1] * parts + c[2] * rows : 0;
+}
+
+/* a plan of k drafts, `rows` rows per predict call (0: all), its tokens
+ * and own seconds; the acceptance: reach[i] = 1/2^i */
+static const double reach_half[SPEC_MAX_BLOCK + 1] = {1, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125,
+                                                      0.00390625, 0.001953125, 0.0009765625, 0.00048828125,
+                                                      0.000244140625, 0.0001220703125, 0.00006103515625,
+                                                      0.000030517578125, 0.0000152587890625};
+static spec_round plan_of(int k, int rows, double tokens, int shared, double own_s) {
+    return (spec_round){.k = k, .rows = rows, .tokens = tokens, .shared = shared, .own_s = own_s};
+}
+
+static void plan_set(bat_sched *b, bat_member *me, spec_round r) { bat_plan(b, me, reach_half, &r); }
+
+TEST(cost_model) {
+    static const double F[3] = {1e-3, 5e-5, 2e-4}, A[3] = {2e-4, 1e-5, 4e-4}, D[3] = {0, 5e-4, 2e-4};
+    bat_sched *b = bat_new(&be_cpu, 64);
+    bat_member me, o[3];
+    bat_enter(b, &me);
+    CHECK(bat_prefill_rows(b, &me, 200) == 200, "alone: a chunk of %d rows", bat_prefill_rows(b, &me, 200));
+    for (int i = 0; i < 3; i++) bat_enter(b, &o[i]);
+    /* nobody planned: the whole budget */
+    CHECK(bat_prefill_rows(b, &me, 200) == 64, "unplanned others: %d rows", bat_prefill_rows(b, &me, 200));
+    /* mine: plain; k = 5 in calls of 4 rows (the second, of 2 rows, after 4 accepted: reach 1/16) */
+    spec_round mine[2] = {plan_of(0, 0, 1, 1, 0), plan_of(5, 4, 3, 1, 0)};
+    double cost[2], others = -1;
+    CHECK(bat_round_costs(b, &me, reach_half, mine, 2, cost, &others) == -1,
+          "costs predicted before any step was measured");
+    /* the others: plain greedy; DFlash k = 3 greedy, all rows in one call;
+     * DFlash k = 2 sampled (its predicts its own, 3 ms) */
+    plan_set(b, &o[0], plan_of(0, 0, 1, 1, 0));
+    plan_set(b, &o[1], plan_of(3, 0, 2.5, 1, 0));
+    plan_set(b, &o[2], plan_of(2, 1, 2, 0, 3e-3));
+    CHECK(bat_prefill_rows(b, &me, 200) == 64 - 8, "budget 64, others' rows 8: %d", bat_prefill_rows(b, &me, 200));
+    CHECK(bat_prefill_rows(b, &me, 20) == 20, "budget 64, the rest of the prompt 20: %d", bat_prefill_rows(b, &me, 20));
+    /* steps on the lines (several shapes each) */
+    for (int parts = 1; parts <= 8; parts++)
+        for (int rows = parts; rows <= 16 * parts; rows += 3 * parts) {
+            bat_measure(b, BAT_FORWARD, parts, rows, line(F, parts, rows));
+            bat_measure(b, BAT_ARGMAX, parts, rows, line(A, parts, rows));
+            bat_measure(b, BAT_DRAFT, parts, rows, line(D, parts, rows));
+        }
+    CHECK(bat_round_costs(b, &me, reach_half, mine, 2, cost, &others) == 0, "no costs after the measurements");
+    /* the others: 3 verify parts of 8 rows, 2 draft blocks of 5 slots, first
+     * argmax calls of 2 sequences and 5 rows, 3 ms of their own, 5.5 tokens */
+    double base = line(F, 3, 8) + line(D, 2, 5) + aline(A, 2, 5) + 3e-3;
+    double want0 = base + line(F, 4, 9) - line(F, 3, 8) + aline(A, 3, 6) - aline(A, 2, 5);
+    double want5 = base + line(F, 4, 14) - line(F, 3, 8) + line(D, 3, 10) - line(D, 2, 5) +
+                   (aline(A, 3, 9) - aline(A, 2, 5)) + 0.0625 * aline(A, 1, 2);
+    CHECK(others == 5.5, "others' tokens %g", others);
+    CHECK(fabs(cost[0] - want0) < 1e-8 && fabs(cost[1] - want5) < 1e-8, "round costs %.6f / %.6f ms, want %.6f / %.6f",
+          cost[0] * 1e3, cost[1] * 1e3, want0 * 1e3, want5 * 1e3);
+    /* a sampled plan: its predicts are its own seconds, not argmax steps */
+    spec_round own = plan_of(0, 0, 1, 0, 2e-3);
+    CHECK(bat_round_costs(b, &me, reach_half, &own, 1, cost, &others) == 0 &&
+              fabs(cost[0] - (base + line(F, 4, 9) - line(F, 3, 8) + 2e-3)) < 1e-8,
+          "own predict seconds: %.6f ms", cost[0] * 1e3);
+    /* wide plans of the others (64 rows): the budget's floor */
+    plan_set(b, &o[0], plan_of(31, 0, 2, 1, 0));
+    plan_set(b, &o[1], plan_of(15, 0, 2, 1, 0));
+    plan_set(b, &o[2], plan_of(15, 1, 2, 0, 3e-3));
+    CHECK(bat_prefill_rows(b, &me, 200) == BAT_MIN_PREFILL, "others' rows 64 of 64: %d", bat_prefill_rows(b, &me, 200));
+    for (int i = 0; i < 3; i++) bat_leave(b, &o[i]);
+    CHECK(bat_prefill_rows(b, &me, 200) == 200, "alone again: %d", bat_prefill_rows(b, &me, 200));
+    /* steps slower with fewer rows (noise): the costs still never fall as rows grow */
+    bat_measure(b, BAT_FORWARD, 1, 1, 9e-3);
+    bat_measure(b, BAT_FORWARD, 1, 16, 1e-3);
+    bat_measure(b, BAT_FORWARD, 1, 16, 1e-3);
+    spec_round ks[16];
+    double c16[16];
+    for (int k = 0; k < 16; k++) ks[k] = plan_of(k, 0, 1, 1, 0);
+    CHECK(bat_round_costs(b, &me, reach_half, ks, 16, c16, &others) == 0 && others == 0, "alone: others' tokens %g",
+          others);
+    for (int k = 1; k < 16; k++) CHECK(c16[k] >= c16[k - 1], "cost falls from %d to %d drafts", k - 1, k);
+    bat_leave(b, &me);
+    bat_free(b);
+}
+
+/* A sequence's callback after its second token (its first round planned):
+ * waits until the other generation is inside the scheduler, so that one's
+ * prefill runs beside this one's decoding (the steps then wait for both). */
+typedef struct {
+    dflash_model *m;
+    int n_cb, waited;
+} beside;
+
+static int beside_cb(void *ud, int32_t id, const char *text, size_t len) {
+    beside *w = ud;
+    (void)id, (void)text, (void)len;
+    if (__atomic_add_fetch(&w->n_cb, 1, __ATOMIC_ACQ_REL) != 2) return 0; /* the main thread reads n_cb too */
+    for (int i = 0; i < 100000; i++) { /* 100 s at most */
+        dflash_batch_info bi;
+        dflash_batch_stats(w->m, &bi);
+        if (bi.active >= 2) {
+            w->waited = 1;
+            return 0;
+        }
+        usleep(1000);
+    }
+    return 1;
+}
+
+typedef struct {
+    dflash_seq *seq;
+    const int32_t *prompt;
+    size_t n_prompt;
+    dflash_gen g;
+    dflash_on_token cb;
+    void *ud;
+    int32_t *out;
+    size_t n;
+    int rc;
+} seq_job;
+
+static void *seq_job_thread(void *arg) {
+    seq_job *j = arg;
+    j->rc = dflash_seq_generate(j->seq, j->prompt, j->n_prompt, &j->g, j->cb, j->ud, &j->out, &j->n, NULL);
+    return NULL;
+}
+
+TEST(prefill_budget) {
+    if (!demo) return;
+    dflash_params p = dflash_default_params();
+    p.step_tokens = 32;
+    dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &p);
+    CHECK(m != NULL, "load: %s", dflash_error());
+    if (!m) return;
+    enum { LONG = 300 };
+    int32_t longp[LONG];
+    for (int i = 0; i < LONG; i++) longp[i] = prompt[i % n_prompts][i % prompt_len[i % n_prompts]];
+    dflash_gen ga = dflash_default_gen(), gb = dflash_default_gen();
+    ga.use_draft = 0, ga.ignore_eos = 1, ga.n_predict = fast ? 64 : 160; /* plain: a row every step */
+    gb.n_predict = 16;                                                   /* DFlash auto */
+    /* alone, on the first model */
+    int32_t *ref_a = NULL, *ref_b = NULL;
+    size_t na = 0, nb = 0;
+    dflash_reset(demo);
+    CHECK(dflash_generate(demo, prompt[0], prompt_len[0], &ga, NULL, NULL, &ref_a, &na, NULL) == 0, "alone a: %s",
+          dflash_error());
+    dflash_reset(demo);
+    CHECK(dflash_generate(demo, longp, LONG, &gb, NULL, NULL, &ref_b, &nb, NULL) == 0, "alone b: %s", dflash_error());
+    dflash_seq *sa = dflash_seq_new(m), *sb = dflash_seq_new(m);
+    CHECK(sa && sb, "dflash_seq_new: %s", dflash_error());
+    beside w = {.m = m};
+    seq_job ja = {.seq = sa, .prompt = prompt[0], .n_prompt = prompt_len[0], .g = ga, .cb = beside_cb, .ud = &w};
+    seq_job jb = {.seq = sb, .prompt = longp, .n_prompt = LONG, .g = gb};
+    pthread_t th;
+    if (sa && sb && pthread_create(&th, NULL, seq_job_thread, &ja) == 0) {
+        /* a has planned its first round and waits in its callback for b */
+        while (__atomic_load_n(&w.n_cb, __ATOMIC_ACQUIRE) < 2) usleep(1000);
+        seq_job_thread(&jb);
+        pthread_join(th, NULL);
+        CHECK(w.waited && ja.rc == 0 && jb.rc == 0, "generations: %d %d (waited %d)", ja.rc, jb.rc, w.waited);
+        CHECK(ja.n == na && !memcmp(ja.out, ref_a, sizeof(int32_t) * na), "the decoding reply differs from alone");
+        CHECK(jb.n == nb && !memcmp(jb.out, ref_b, sizeof(int32_t) * nb), "the long prompt's reply differs from alone");
+        dflash_batch_info bi;
+        dflash_batch_stats(m, &bi);
+        /* a's first prefill ran alone (its prompt < 32 rows); then b's 300
+         * rows went 31 a step beside a's one (a plain round plans 1 row) */
+        CHECK(bi.max_rows <= 32 && bi.max_batch == 2 && bi.unbatched_steps == 0,
+              "the most rows in a step %d (budget 32), most sequences %d, %ld unbatched", bi.max_rows, bi.max_batch,
+              bi.unbatched_steps);
+    }
+    free(ja.out);
+    free(jb.out);
+    free(ref_a);
+    free(ref_b);
+    dflash_seq_free(sa);
+    dflash_seq_free(sb);
+    dflash_free(m);
+}
+
 TEST(seq_errors) {
     dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
     CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
@@ -543,6 +736,8 @@ int main(void) {
     RUN(forward_multi_families);
     RUN(draft_multi_blocks);
     RUN(seqs_concurrent);
+    RUN(cost_model);
+    RUN(prefill_budget);
     RUN(seq_errors);
     demo_end();
     CHECK_DONE("test_batch");

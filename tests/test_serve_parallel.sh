@@ -5,7 +5,9 @@
 # sampled with a seed, DFlash on and off, logprobs, a grammar, streamed and
 # whole, aborting clients, more requests than slots) equals the same request
 # sent alone; /metrics and /slots report the slots and the shared steps.
-# SIGTERM then gives a clean exit 0 (under ASan: no leak).
+# SIGTERM then gives a clean exit 0 (under ASan: no leak). Then a bounded
+# load on `--parallel 16` (tests/serve/parallel_load.js): 16 and 32 clients
+# at a time, every reply equal to its reply alone.
 . "$(dirname "$0")/serve/lib.sh"
 
 if ! need_node; then
@@ -18,6 +20,12 @@ if start_server -m models/demo/target --draft models/demo/draft --parallel 4 --c
     # DFLASH_FAST (CI's ASan pass): one round of 8 requests instead of two of 12
     if [ -n "${DFLASH_FAST:-}" ]; then export PAR_ROUNDS=1 PAR_PER_SLOT=2; fi
     SLOTS=4 run_node 500 tests/serve/parallel.js
+    stop_server
+fi
+if start_server -m models/demo/target --draft models/demo/draft --parallel 16 --ctx-size 512; then
+    # DFLASH_FAST: one request per client, shorter replies
+    if [ -n "${DFLASH_FAST:-}" ]; then export LOAD_PER_CLIENT=1 LOAD_MAX_TOKENS=12; fi
+    SLOTS=16 LOAD_CONCS="16 32" run_node 580 tests/serve/parallel_load.js
     stop_server
 fi
 echo "test_serve_parallel: $pass passed, $fail failed"

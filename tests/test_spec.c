@@ -28,6 +28,9 @@ typedef struct {
     long rows_predicted, rows_wasted; /* rows projected; of them after a rejection in the same call */
     int trim;               /* cut the drafts at the first wrong one (spec_iface.trim, as a grammar does) */
     int trim_calls, trimmed; /* calls, drafts cut */
+    const spec_batch_cost *batch; /* spec_params.batch for run() */
+    int planned_k;          /* the k of the last plan (spec_batch_cost.plan); -1: none */
+    int rows_auto;          /* spec_params.predict_rows_auto for run() */
 } mock;
 
 static int mock_verify(void *ud, const int32_t *tok, int T) {
@@ -38,6 +41,7 @@ static int mock_verify(void *ud, const int32_t *tok, int T) {
     m->rejected_at_verify = 0;
     if (T > m->max_width) m->max_width = T;
     m->verify_calls++;
+    if (m->batch) CHECK(m->planned_k + 1 == T, "verify of %d rows after a plan of %d drafts", T, m->planned_k);
     return 0;
 }
 
@@ -119,7 +123,8 @@ static void run(mock *m, sink *s, int n_predict, int block, int draft_max, int r
     spec_iface it = {.ud = m, .verify = mock_verify, .predict = mock_predict, .accept = mock_accept,
                      .draft = block > 1 ? mock_draft : NULL, .trim = m->trim ? mock_trim : NULL};
     spec_params p = {.n_predict = n_predict, .block_size = block, .draft_max = draft_max, .room = room, .stop = stop,
-                     .n_stop = n_stop, .predict_rows = m->predict_rows};
+                     .n_stop = n_stop, .predict_rows = m->predict_rows, .batch = m->batch,
+                     .predict_rows_auto = m->rows_auto};
     int rc = spec_run(&it, &p, seq[prompt], emit, s, st);
     CHECK(rc == 0, "spec_run failed");
 }
@@ -299,6 +304,139 @@ TEST(predict_rows_stop_at_rejection) {
     }
 }
 
+/* A scripted batch cost model (spec_batch_cost): a round of the batch costs
+ * the others' rounds (base) plus, for this sequence's plan, its steps'
+ * fixed cost (fixed: 0 beside others, who pay it already), `row` per
+ * verify row and per expected predicted row (reach-weighted), and a draft
+ * block draft_fixed + draft_slot per slot; the others emit others_tokens. */
+typedef struct {
+    double base, others_tokens, fixed, row, draft_fixed, draft_slot;
+    double call; /* > 0: a predict call costs this (reach-weighted) and its rows `row` each (not the verify's) */
+    int not_ready;   /* rounds the model cannot predict yet (-1) */
+    int calls, plans;
+    mock *m;
+} cost_mock;
+
+static int cm_round_costs(void *ud, const double *reach, const spec_round *r, int n, double *cost, double *others) {
+    cost_mock *c = ud;
+    c->calls++;
+    if (c->not_ready > 0) {
+        c->not_ready--;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        CHECK(r[i].k >= 0 && r[i].k < 16 && r[i].tokens >= 1 && r[i].tokens <= r[i].k + 1 && r[i].shared &&
+                  r[i].own_s == 0,
+              "plan %d: k %d, %.2f tokens", i, r[i].k, r[i].tokens);
+        int crows[SPEC_MAX_BLOCK];
+        double at[SPEC_MAX_BLOCK], rows = 0, calls = 0;
+        int nc = spec_round_calls(&r[i], reach, crows, at);
+        for (int j = 0; j < nc; j++) rows += at[j] * crows[j], calls += at[j];
+        cost[i] = c->base + c->fixed + c->row * (c->call > 0 ? rows : r[i].k + 1 + rows) + c->call * calls +
+                  (r[i].k ? c->draft_fixed + c->draft_slot * r[i].k : 0);
+    }
+    *others = c->others_tokens;
+    return 0;
+}
+
+static void cm_plan(void *ud, const double *reach, const spec_round *r) {
+    (void)reach;
+    cost_mock *c = ud;
+    c->plans++;
+    c->m->planned_k = r->k;
+}
+
+/* --draft-max auto under a batch's cost model: the output is plain decoding's
+ * whatever the model says; a plan comes before every verify and names its
+ * width; drafts that cost more than they give are only probed, ever more
+ * rarely; the same acceptance and costs that make a sequence draft alone
+ * make it decode plainly beside others whose rounds are cheap; while the
+ * model cannot predict, the loop times its own calls. */
+TEST(batch_cost_model) {
+    mock m = {.prompt = 5, .planned_k = -1};
+    sink ref, s;
+    spec_stats st;
+    run(&m, &ref, 400, 1, -1, 3000, NULL, 0, &st);
+    /* alone, every draft right (E(k) -> k + 1 as the acceptance is learnt),
+     * a round's fixed cost 10 rows': plain rounds until the first probe
+     * (the prior acceptance is 1/2), then a whole block every round */
+    cost_mock c = {.fixed = 1, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .m = &m};
+    spec_batch_cost bc = {.ud = &c, .round_costs = cm_round_costs, .plan = cm_plan};
+    m.batch = &bc;
+    m.max_width = 0;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "cheap drafts: output differs from plain decoding");
+    CHECK(c.plans == st.rounds + st.plain_steps, "%d plans for %d rounds", c.plans, st.rounds + st.plain_steps);
+    CHECK(st.plain_steps <= 6 && m.max_width == 16, "cheap drafts: %d plain steps, widest verify %d",
+          st.plain_steps, m.max_width);
+    /* the same beside others that emit 8 tokens a round for 2 (their rounds
+     * pay the steps' fixed cost): this sequence's drafts would slow their
+     * rounds more than they add even if every draft were accepted, so it
+     * decodes plainly and never probes */
+    c = (cost_mock){.base = 2, .others_tokens = 8, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .m = &m};
+    m.planned_k = -1;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref), "beside others: output differs from plain decoding");
+    CHECK(st.rounds == 0, "beside others: %d drafting rounds of %d", st.rounds, st.rounds + st.plain_steps);
+    /* drafts that pay only when accepted, half of them wrong (p ~ 1/2):
+     * plain decoding wins, and every drafting round is a probe (of the
+     * length that would win with all drafts accepted), after 4, 8, 16, ...
+     * plain rounds */
+    c = (cost_mock){.fixed = 1, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .m = &m};
+    m.wrong_every = 2;
+    sink ref2;
+    mock plain2 = {.prompt = 5, .wrong_every = 2};
+    run(&plain2, &ref2, 400, 1, -1, 3000, NULL, 0, &st);
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref2), "probes: output differs from plain decoding");
+    CHECK(st.rounds >= 2 && st.rounds <= 7, "probes: %d drafting rounds of %d", st.rounds, st.rounds + st.plain_steps);
+    /* drafts that never pay: no probes */
+    c = (cost_mock){.fixed = 1, .row = 0.1, .draft_fixed = 100, .m = &m};
+    m.wrong_every = 3;
+    sink ref3;
+    mock plain = {.prompt = 5, .wrong_every = 3};
+    run(&plain, &ref3, 400, 1, -1, 3000, NULL, 0, &st);
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref3), "costly drafts: output differs from plain decoding");
+    CHECK(st.rounds == 0, "costly drafts: %d drafting rounds", st.rounds);
+    /* the model not ready for the first 10 rounds: own timings (exploring a
+     * whole block first), then the model's choice */
+    c = (cost_mock){.fixed = 1, .row = 0.1, .draft_fixed = 1, .draft_slot = 0.1, .not_ready = 10, .m = &m};
+    m.wrong_every = 0;
+    run(&m, &s, 400, 16, -1, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref) && c.not_ready == 0 && st.plain_steps <= 16, "not ready: %d plain steps", st.plain_steps);
+    /* a fixed draft_max plans every round too (for the others' model) */
+    c = (cost_mock){.row = 1, .m = &m};
+    m.max_width = 0;
+    run(&m, &s, 400, 16, 7, 3000, NULL, 0, &st);
+    CHECK(same(&s, &ref) && c.calls == 0 && c.plans == st.rounds + st.plain_steps && m.max_width == 8,
+          "draft_max 7: %d cost calls, %d plans, widest %d", c.calls, c.plans, m.max_width);
+    /* the rows per predict call, chosen by the model (predict_rows_auto),
+     * a draft wrong now and then; draft_max 7 (the model picks the rows
+     * only) and auto: rows dear and calls free - one row a call, no row
+     * projected past a rejection; calls dear - every row at once */
+    m.rows_auto = 1;
+    m.wrong_every = 5;
+    m.predict_rows = 4;
+    mock pl = {.prompt = 5, .wrong_every = 5};
+    run(&pl, &ref3, 400, 1, -1, 3000, NULL, 0, &st);
+    for (int dm = 7; dm >= -1; dm -= 8) {
+        c = (cost_mock){.fixed = 1, .row = 0.1, .call = 1e-4, .m = &m};
+        run(&m, &s, 400, 16, dm, 3000, NULL, 0, &st);
+        CHECK(same(&s, &ref3) && st.rounds > 10 && m.rows_wasted == 0 && st.predicted_rows == st.n_emitted - 1,
+              "draft_max %d, rows dear: %d rounds, %ld rows wasted, %ld predicted for %d tokens", dm, st.rounds,
+              m.rows_wasted, st.predicted_rows, st.n_emitted);
+        c = (cost_mock){.fixed = 1, .row = 1e-4, .call = 0.1, .m = &m};
+        run(&m, &s, 400, 16, dm, 3000, NULL, 0, &st);
+        long verified = 0;
+        for (int w = 1; w <= SPEC_MAX_BLOCK; w++) verified += (long)w * st.width_hist[w];
+        CHECK(same(&s, &ref3) && st.rounds > 10 && m.rows_wasted > 0 && st.predicted_rows == verified,
+              "draft_max %d, calls dear: %d rounds, %ld rows wasted, %ld predicted of %ld verified", dm, st.rounds,
+              m.rows_wasted, st.predicted_rows, verified);
+    }
+    m.batch = NULL;
+}
+
 /* smp_argmax (SIMD where available) = the first index of the maximum. */
 TEST(argmax_first_maximum) {
     static float x[151936];
@@ -337,5 +475,6 @@ int main(void) {
     RUN(block_length_one);
     RUN(mixed_acceptance_all_block_sizes);
     RUN(predict_rows_stop_at_rejection);
+    RUN(batch_cost_model);
     CHECK_DONE("test_spec");
 }

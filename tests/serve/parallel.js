@@ -77,12 +77,16 @@ async function metrics() {
   const t = await (await fetch(BASE + '/metrics')).text();
   const get = (n) => { const m = t.match(new RegExp('^dflash:' + n + ' ([0-9.e+-]+)$', 'm')); return m ? Number(m[1]) : NaN; };
   const taus = [...t.matchAll(/^dflash:slot_tau\{slot="(\d+)"\} ([0-9.]+)$/gm)].map((m) => Number(m[2]));
+  const draftLens = [...t.matchAll(/^dflash:slot_draft_len\{slot="(\d+)"\} ([0-9.]+)$/gm)].map((m) => Number(m[2]));
   return { slots: get('slots'), maxBatch: get('batch_size_max'), steps: get('batch_steps_total'),
            seqSteps: get('batch_sequence_steps_total'), draftSteps: get('batch_draft_steps_total'),
            draftSeqSteps: get('batch_draft_sequence_steps_total'), maxDraft: get('batch_draft_size_max'),
            unbatched: get('batch_unbatched_steps_total'),
            processing: get('requests_processing'),
-           deferred: get('requests_deferred'), cancelled: get('generations_cancelled_total'), taus };
+           deferred: get('requests_deferred'), cancelled: get('generations_cancelled_total'), taus, draftLens,
+           forwardS: get('batch_forward_seconds_total'), draftS: get('batch_draft_seconds_total'),
+           argmaxS: get('batch_argmax_seconds_total'), lockS: get('batch_lock_seconds_total'),
+           activeS: get('batch_active_seconds_total'), argmaxSteps: get('batch_argmax_steps_total') };
 }
 
 async function main() {
@@ -120,6 +124,13 @@ async function main() {
   check(m1.processing === 0 && m1.deferred === 0, 'afterwards: nothing running or queued', JSON.stringify(m1));
   check(m1.slots === SLOTS && m1.taus.length === SLOTS, `/metrics: ${SLOTS} slots, a tau per slot`, JSON.stringify(m1));
   check(m1.taus.some((t) => t > 1), '/metrics: a slot drafted (tau > 1)', JSON.stringify(m1.taus));
+  check(m1.draftLens.length === SLOTS && m1.draftLens.every((d) => d >= 0 && d <= 15),
+        `/metrics: a draft length per slot`, JSON.stringify(m1.draftLens));
+  const spent = [m1.forwardS - m0.forwardS, m1.draftS - m0.draftS, m1.argmaxS - m0.argmaxS, m1.lockS - m0.lockS];
+  check(spent[0] > 0 && spent[1] > 0 && spent[2] > 0 && spent[3] >= 0 && m1.argmaxSteps > m0.argmaxSteps &&
+        spent.reduce((a, b) => a + b) <= m1.activeS - m0.activeS,
+        '/metrics: seconds in forward, draft and argmax steps and locked, within the active seconds',
+        JSON.stringify({ spent, active: m1.activeS - m0.activeS }));
   check(m1.maxBatch >= 2, `/metrics: steps shared by several sequences (most ${m1.maxBatch})`);
   check(m1.cancelled > m0.cancelled, `/metrics: aborted generations were stopped (${m1.cancelled - m0.cancelled})`);
   const mean = (m1.seqSteps - m0.seqSteps) / Math.max(1, m1.steps - m0.steps);
