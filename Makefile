@@ -250,7 +250,7 @@ $(BUILD)/cuda_test_%: tests/cuda/test_%.c tests/check.h $(BUILD)/libdflash.a
 
 test-cuda: deps $(BIN) $(CUDA_TEST_BIN)
 	@[ "$(CUDA)" = 1 ] || { echo "test-cuda: run as make CUDA=1 test-cuda" >&2; exit 1; }
-	@DFLASH_ROOT=$(CURDIR) sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
+	@DFLASH_ROOT=$(CURDIR) DFLASH_CUDA_TREE=1 sh -c 'fail=0; for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail'
 
 clean:
 	rm -rf build build-asan build-tsan build-cuda build-fuzz build-arm64 dflash

@@ -303,6 +303,13 @@ static int upload_mx = 1;
  * DFLASH_CUDA_FUSE_T=N (1..16) sets fuse_max_t. Timing only: the bits are
  * the same either way. */
 enum { fuse_default = 0 };
+/* Tree verification (cu_tree.cuh: the device top-k, the tree forward and
+ * tree_commit) is offered (be_cuda.tree_commit set, make_ops) only with
+ * DFLASH_CUDA_TREE=1: written and compiled without a GPU (2026-12-07), it
+ * stays off until test_cuda's tree tests have passed on one (make test-cuda
+ * and gpu.sh set the variable); then this default becomes 1. Off, the
+ * engine sees a backend without trees: --tree auto runs the chain. */
+enum { tree_default = 0 };
 static int fuse_norm = fuse_default, fuse_rope = fuse_default, fuse_max_t = TAIL_MAX_ROWS;
 enum { TAIL_TICKETS = 4096 };
 
@@ -2632,7 +2639,8 @@ static be_ops make_ops(void) {
     o.logits = cu_logits;
     o.argmax = cu_argmax;
     o.taps = cu_taps;
-    o.tree_commit = cu_tree_commit;
+    const char *tree_env = getenv("DFLASH_CUDA_TREE"); /* tree_default's comment */
+    if (tree_env ? *tree_env == '1' : tree_default) o.tree_commit = cu_tree_commit;
     o.draft_create = cu_draft_create;
     o.draft_destroy = cu_draft_destroy;
     o.draft_feed = cu_draft_feed;

@@ -2046,6 +2046,11 @@ int main(void) {
     quick = getenv("DFLASH_CUDA_QUICK") && atoi(getenv("DFLASH_CUDA_QUICK"));
     if (getenv("DFLASH_CUDA_FUSE")) fuse_env = strdup(getenv("DFLASH_CUDA_FUSE"));
     setenv("DFLASH_ACT", "f32", 1); /* the CPU reference runs f32 activations */
+    if (!be_cuda.tree_commit) { /* read when the program starts (cuda_backend.cu: tree_default) */
+        printf("test_cuda: DFLASH_CUDA_TREE=1 is not set (make test-cuda and tools/cuda/gpu.sh set it); the tree "
+               "tests need the backend's tree path\ntest_cuda: 0 passed, 1 failed\n");
+        return 1;
+    }
     char why[200];
     if (!be_cuda.probe(why, sizeof why)) {
         printf("test_cuda: no GPU here (%s)\ntest_cuda: 0 passed, 1 failed\n", why);
