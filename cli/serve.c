@@ -746,7 +746,8 @@ static void run_job(sv_slot *sl, sv_job *j) {
     pthread_mutex_lock(&s->mu);
     if (rc == 0) sl->gens++;
     if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
-    if (rc == 0 && st.rounds + st.plain_steps > 0) sl->draft_len = (double)st.n_drafted / (st.rounds + st.plain_steps);
+    if (rc == 0 && st.rounds + st.plain_steps > 0)
+        sl->draft_len = (double)st.n_drafted / (st.rounds + st.plain_steps);
     j->rc = rc;
     j->st = st;
     if (rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());

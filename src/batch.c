@@ -123,7 +123,11 @@ struct bat_sched {
     int step_tokens;     /* the per-step token budget of bat_prefill_rows */
 };
 
-static void measure(bat_sched *b, bat_kind kind, int parts, int rows, double s);
+/* One step's seconds into its kind's fit (b->mu held). */
+static void measure(bat_sched *b, bat_kind kind, int parts, int rows, double s) {
+    fit_add(kind == BAT_FORWARD ? &b->forward_cost : kind == BAT_ARGMAX ? &b->argmax_cost : &b->draft_cost, parts,
+            rows, s);
+}
 
 bat_sched *bat_new(const be_ops *be, int step_tokens) {
     bat_sched *b = dfl_calloc(1, sizeof *b);
@@ -379,11 +383,6 @@ int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk) {
     return bat_wait(b, &(bat_req){.kind = BAT_DRAFT, .st = dst, .draft = blk});
 }
 
-static void measure(bat_sched *b, bat_kind kind, int parts, int rows, double s) {
-    fit_add(kind == BAT_FORWARD ? &b->forward_cost : kind == BAT_ARGMAX ? &b->argmax_cost : &b->draft_cost, parts,
-            rows, s);
-}
-
 void bat_measure(bat_sched *b, bat_kind kind, int parts, int rows, double s) {
     pthread_mutex_lock(&b->mu);
     measure(b, kind, parts, rows, s);
@@ -435,7 +434,8 @@ int bat_round_costs(bat_sched *b, const bat_member *me, const double *reach, con
     const bat_fit *F = &b->forward_cost, *A = &b->argmax_cost, *D = &b->draft_cost;
     double fwd = fit_at(F, seqs, rows), drf = fit_at(D, blocks, slots), base = fwd + drf + own;
     int rc = fwd < 0 || drf < 0;
-    for (int c = 0; c < SPEC_MAX_BLOCK; c++) base += call_seqs[c] > 0 && A->n ? argmax_at(A, call_seqs[c], call_rows[c]) : 0;
+    for (int c = 0; c < SPEC_MAX_BLOCK; c++)
+        if (call_seqs[c] > 0 && A->n) base += argmax_at(A, call_seqs[c], call_rows[c]);
     for (int i = 0; i < n && !rc; i++) {
         const spec_round *p = &r[i];
         double f = fit_at(F, seqs + 1, rows + p->k + 1);

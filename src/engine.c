@@ -86,7 +86,8 @@ struct dflash_model {
     int drafting;        /* this call computes taps and feeds the draft */
     int block_len;       /* verify rows of the last forward */
     int verify_len;      /* committed length before the last verify */
-    int predict_rows;    /* verify rows projected to logits at a time (greedy: while the batch's model cannot choose) */
+    int predict_rows;    /* verify rows projected to logits at a time (greedy: while the batch's model
+                            cannot choose) */
     int predict_rows_fixed; /* DFLASH_PREDICT_ROWS set: predict_rows always */
     int n_stop;
     int32_t stop[CFG_MAX_EOS + 1 + CHAT_MAX_STOP]; /* config's, tokenizer_config's, the chat format's */

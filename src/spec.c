@@ -191,6 +191,7 @@ static int auto_pick(spec_auto *c, int cap, int R, int rows_auto, const spec_bat
             if (k <= 0) return 0; /* not even then (a batch of cheap plain rounds): no probe */
         }
         c->probing = 1;
+        *rows = R; /* how many of its drafts a probe keeps is what it finds out: the default rows per call */
         return k;
     }
     c->plain_run = 0;

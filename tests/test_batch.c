@@ -40,10 +40,11 @@
  *                       predict seconds), nothing before a measurement,
  *                       costs that never fall with rows; the per-step token
  *                       budget of a prefill chunk
- *   prefill_budget      a long prompt prefilled while another sequence
- *                       decodes: its chunks and the decode rows share
- *                       steps of at most the model's step_tokens rows, and
- *                       both replies are the ones they get alone
+ *   prefill_budget      a long prompt (300 rows; fast: 150) prefilled
+ *                       while another sequence decodes: its chunks and the
+ *                       decode rows share steps of at most the model's
+ *                       step_tokens rows, and both replies are the ones
+ *                       they get alone
  *   seq_errors          a sequence of a tokenizer-only model is refused; a
  *                       sequence's bad request fails with its own error while
  *                       the others generate
@@ -656,11 +657,14 @@ TEST(prefill_budget) {
     dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &p);
     CHECK(m != NULL, "load: %s", dflash_error());
     if (!m) return;
-    enum { LONG = 300 };
-    int32_t longp[LONG];
-    for (int i = 0; i < LONG; i++) longp[i] = prompt[i % n_prompts][i % prompt_len[i % n_prompts]];
+    /* b's prompt: 300 rows (fast: 150), 31 a step; a: plain, a row a step, and
+     * more tokens than b's chunks, so it decodes through b's whole prefill
+     * (each step waits for both) */
+    int32_t longp[300];
+    size_t n_long = fast ? 150 : 300;
+    for (size_t i = 0; i < n_long; i++) longp[i] = prompt[i % n_prompts][i % prompt_len[i % n_prompts]];
     dflash_gen ga = dflash_default_gen(), gb = dflash_default_gen();
-    ga.use_draft = 0, ga.ignore_eos = 1, ga.n_predict = fast ? 64 : 160; /* plain: a row every step */
+    ga.use_draft = 0, ga.ignore_eos = 1, ga.n_predict = fast ? 24 : 64;
     gb.n_predict = 16;                                                   /* DFlash auto */
     /* alone, on the first model */
     int32_t *ref_a = NULL, *ref_b = NULL;
@@ -669,12 +673,12 @@ TEST(prefill_budget) {
     CHECK(dflash_generate(demo, prompt[0], prompt_len[0], &ga, NULL, NULL, &ref_a, &na, NULL) == 0, "alone a: %s",
           dflash_error());
     dflash_reset(demo);
-    CHECK(dflash_generate(demo, longp, LONG, &gb, NULL, NULL, &ref_b, &nb, NULL) == 0, "alone b: %s", dflash_error());
+    CHECK(dflash_generate(demo, longp, n_long, &gb, NULL, NULL, &ref_b, &nb, NULL) == 0, "alone b: %s", dflash_error());
     dflash_seq *sa = dflash_seq_new(m), *sb = dflash_seq_new(m);
     CHECK(sa && sb, "dflash_seq_new: %s", dflash_error());
     beside w = {.m = m};
     seq_job ja = {.seq = sa, .prompt = prompt[0], .n_prompt = prompt_len[0], .g = ga, .cb = beside_cb, .ud = &w};
-    seq_job jb = {.seq = sb, .prompt = longp, .n_prompt = LONG, .g = gb};
+    seq_job jb = {.seq = sb, .prompt = longp, .n_prompt = n_long, .g = gb};
     pthread_t th;
     if (sa && sb && pthread_create(&th, NULL, seq_job_thread, &ja) == 0) {
         /* a has planned its first round and waits in its callback for b */
@@ -686,7 +690,7 @@ TEST(prefill_budget) {
         CHECK(jb.n == nb && !memcmp(jb.out, ref_b, sizeof(int32_t) * nb), "the long prompt's reply differs from alone");
         dflash_batch_info bi;
         dflash_batch_stats(m, &bi);
-        /* a's first prefill ran alone (its prompt < 32 rows); then b's 300
+        /* a's first prefill ran alone (its prompt < 32 rows); then b's
          * rows went 31 a step beside a's one (a plain round plans 1 row) */
         CHECK(bi.max_rows <= 32 && bi.max_batch == 2 && bi.unbatched_steps == 0,
               "the most rows in a step %d (budget 32), most sequences %d, %ld unbatched", bi.max_rows, bi.max_batch,
