@@ -4,6 +4,24 @@
 #include "backend.h"
 #include "util.h"
 
+int be_check_path(const int *rows, int n, int fwd_T, int fwd_len, int len, const int *parent) {
+    if (len != fwd_len + fwd_T || n < 1 || n > fwd_T) {
+        dfl_seterr("tree_commit: %d rows of a last forward of %d (length %d, was %d before it)", n, fwd_T, len,
+                   fwd_len);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int r = rows[i], want = i ? rows[i - 1] : -1;
+        int p = parent ? (r >= 0 && r < fwd_T ? parent[r] : -2) : r - 1;
+        if (r < 0 || r >= fwd_T || p != want) {
+            dfl_seterr("tree_commit: path entry %d is row %d, not a child of %s %d", i, r, i ? "row" : "the committed",
+                       want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int be_check_batch(const be_batch *b, const cfg_model *c, int len, int n_ctx) {
     if (b->T < 1 || b->T > BE_MAX_ROWS || b->n_logits < 0 || b->n_logits > b->T || b->n_taps < 0 ||
         b->n_taps > CFG_MAX_TAPS || (b->n_logits && !b->logits) || !b->tokens) {

@@ -240,4 +240,12 @@ const be_ops *be_select(const char *name);
  * in the vocabulary. 0, or -1 with dfl_seterr naming what is wrong. */
 int be_check_batch(const be_batch *b, const cfg_model *c, int len, int n_ctx);
 
+/* The checks every backend's tree_commit makes (the tree rule above): the
+ * last forward (fwd_T rows from length fwd_len; parent[] its tree rows'
+ * parents, NULL for a chain) is the sequence's last step (len = fwd_len +
+ * fwd_T), 1 <= n <= fwd_T, and rows[0..n) is a path from the committed
+ * prefix: rows[0]'s parent is -1, each next row a child of the one before.
+ * 0, or -1 with dfl_seterr naming the culprit. */
+int be_check_path(const int *rows, int n, int fwd_T, int fwd_len, int len, const int *parent);
+
 #endif

@@ -964,19 +964,7 @@ static int cpu_tree_commit(void *st, const int *rows, int n) {
     cpu_seq *q = st;
     const cfg_model *c = &q->m->cfg;
     int T = q->fwd_T, base = q->fwd_len;
-    if (q->len != base + T || n < 1 || n > T) {
-        dfl_seterr("tree_commit: %d rows of a last forward of %d (length %d, was %d before it)", n, T, q->len, base);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        int r = rows[i], want = i ? rows[i - 1] : -1;
-        int parent = q->tree ? (r >= 0 && r < T ? q->tree_parent[r] : -2) : r - 1;
-        if (r < 0 || r >= T || parent != want) {
-            dfl_seterr("tree_commit: path entry %d is row %d, not a child of %s %d", i, r, i ? "row" : "the committed",
-                       want);
-            return -1;
-        }
-    }
+    if (be_check_path(rows, n, T, base, q->len, q->tree ? q->tree_parent : NULL) != 0) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         if (!q->kv_rows[l]) continue;
         size_t hd = (size_t)cfg_head_dim(c, l), nkv = (size_t)cfg_kv_heads(c, l), rs = (size_t)q->kv_rows[l];

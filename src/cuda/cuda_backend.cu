@@ -2264,21 +2264,9 @@ static int cu_tree_commit(void *p, const int *rows, int n) {
     const cu_dims *d = &q->d;
     cudaStream_t s = q->be->stream;
     int T = q->fwd_T, base = q->fwd_len;
-    if (q->len != base + T || n < 1 || n > T) {
-        dfl_seterr("tree_commit: %d rows of a last forward of %d (length %d, was %d before it)", n, T, q->len, base);
-        return -1;
-    }
+    if (be_check_path(rows, n, T, base, q->len, q->tree ? q->tree_parent : NULL) != 0) return -1;
     int moved = 0;
-    for (int i = 0; i < n; i++) {
-        int r = rows[i], want = i ? rows[i - 1] : -1;
-        int parent = q->tree ? (r >= 0 && r < T ? q->tree_parent[r] : -2) : r - 1;
-        if (r < 0 || r >= T || parent != want) {
-            dfl_seterr("tree_commit: path entry %d is row %d, not a child of %s %d", i, r, i ? "row" : "the committed",
-                       want);
-            return -1;
-        }
-        moved |= r != i;
-    }
+    for (int i = 0; i < n; i++) moved |= rows[i] != i;
     if (d->n_lin) { /* only a chain gets here (trees are refused): the recurrent rule's rollback */
         if (cu_truncate(q, base + n) != base + n) {
             dfl_seterr("tree_commit: the recurrent state did not roll back to %d rows", base + n);
