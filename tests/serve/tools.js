@@ -32,6 +32,7 @@ const KEY = process.env.API_KEY;
 const ROOT = process.env.DFLASH_ROOT || process.cwd();
 
 const { check, failures } = require('./tap');
+const { WEATHER, assemble, shape } = require('./tool_parts');
 
 const client = new OpenAI({ baseURL: BASE + '/v1', apiKey: KEY, maxRetries: 0, timeout: 120000 });
 
@@ -44,43 +45,6 @@ async function http(method, p, body) {
   let json = null;
   try { json = JSON.parse(text); } catch (e) { /* not JSON */ }
   return { status: r.status, text, json };
-}
-
-const WEATHER = {
-  type: 'function',
-  function: {
-    name: 'get_weather', description: 'Current weather in a city.',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-  },
-};
-
-// A streamed reply put together as the openai client's users do: content and
-// reasoning_content joined, tool calls by index (id, name, argument fragments).
-function assemble(chunks) {
-  const msg = { content: '', reasoning_content: '', tool_calls: [] };
-  let finish = null;
-  for (const c of chunks) {
-    if (!c.choices.length) continue;
-    const d = c.choices[0].delta;
-    if (d.content) msg.content += d.content;
-    if (d.reasoning_content) msg.reasoning_content += d.reasoning_content;
-    for (const t of d.tool_calls || []) {
-      const slot = msg.tool_calls[t.index] || (msg.tool_calls[t.index] = { id: '', type: 'function', function: { name: '', arguments: '' } });
-      if (t.id) slot.id = t.id;
-      if (t.function && t.function.name) slot.function.name += t.function.name;
-      if (t.function && t.function.arguments) slot.function.arguments += t.function.arguments;
-    }
-    if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
-  }
-  return { msg, finish };
-}
-
-// The parts of a whole reply the stream must reproduce (call ids differ per request).
-function shape(m, finish) {
-  return JSON.stringify({
-    content: m.content || '', reasoning_content: m.reasoning_content || '', finish,
-    tool_calls: (m.tool_calls || []).map((t) => [t.type, t.function.name, t.function.arguments]),
-  });
 }
 
 async function main() {

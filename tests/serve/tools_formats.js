@@ -30,6 +30,7 @@ const FORMAT = process.env.FORMAT;
 const ROOT = process.env.DFLASH_ROOT || process.cwd();
 
 const { check, failures } = require('./tap');
+const { WEATHER, assemble, shape } = require('./tool_parts');
 
 const client = new OpenAI({ baseURL: BASE + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
 
@@ -41,40 +42,6 @@ async function post(p, body) {
   let json = null;
   try { json = JSON.parse(text); } catch (e) { /* not JSON */ }
   return { status: r.status, text, json };
-}
-
-const WEATHER = {
-  type: 'function',
-  function: {
-    name: 'get_weather', description: 'Current weather in a city.',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-  },
-};
-
-function assemble(chunks) {
-  const msg = { content: '', reasoning_content: '', tool_calls: [] };
-  let finish = null;
-  for (const c of chunks) {
-    if (!c.choices.length) continue;
-    const d = c.choices[0].delta;
-    if (d.content) msg.content += d.content;
-    if (d.reasoning_content) msg.reasoning_content += d.reasoning_content;
-    for (const t of d.tool_calls || []) {
-      const slot = msg.tool_calls[t.index] || (msg.tool_calls[t.index] = { id: '', type: 'function', function: { name: '', arguments: '' } });
-      if (t.id) slot.id = t.id;
-      if (t.function && t.function.name) slot.function.name += t.function.name;
-      if (t.function && t.function.arguments) slot.function.arguments += t.function.arguments;
-    }
-    if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
-  }
-  return { msg, finish };
-}
-
-function shape(m, finish) {
-  return JSON.stringify({
-    content: m.content || '', reasoning_content: m.reasoning_content || '', finish,
-    tool_calls: (m.tool_calls || []).map((t) => [t.type, t.function.name, t.function.arguments]),
-  });
 }
 
 // today in local time, as the server's harmony template writes it (strftime_now)
