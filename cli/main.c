@@ -80,6 +80,7 @@ typedef struct {
     const char *cmd;
     const char *model, *draft, *prompt, *file, *system;
     const char *think_given; /* the --think / --no-think given, for the check that needs --chat */
+    const char *reasoning_effort, *chat_date; /* harmony's (gpt-oss) options, NULL: the template's */
     int n_predict, threads, ctx, chat, think, stats_json, ignore_eos, no_draft, block_size, draft_max, verbose;
     const char *prompts, *quant, *draft_quant, *plot, *backend, *tokenizer;
     int raw, max_prompts, reps, depth, json, draft_window;
@@ -97,6 +98,7 @@ typedef struct {
     const char *grammar_file, *json_schema_file; /* constrained decoding (generate) */
     int json_object;
     int special; /* tokenize: the ids of a plain prompt, with the tokenizer's special tokens */
+    int verbose_prompt; /* generate: the prompt's text (after the template) on stderr */
 } opts;
 
 static const char *help_generate =
@@ -118,6 +120,11 @@ static const char *help_generate =
     "                         gets its final channel only, --think shows the analysis on\n"
     "                         stderr; with Gemma 4 stdout gets the answer, --think shows\n"
     "                         the thought channel on stderr\n"
+    "      --reasoning-effort low|medium|high  gpt-oss (harmony) with --chat: the\n"
+    "                         system message's \"Reasoning:\" (default medium)\n"
+    "      --chat-date YYYY-MM-DD  gpt-oss with --chat: the system message's\n"
+    "                         \"Current date:\" (default today, local time)\n"
+    "      --verbose-prompt   print the prompt's text (after the template) on stderr\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
@@ -193,9 +200,10 @@ static const char *help_chat =
     "analysis on stderr) and kept in the history; with Gemma 4 the answer without\n"
     "its thought channel (--think: that channel on stderr).\n"
     "Options as for 'dflash generate' (-m, -md, -n, -t, -c, --system, --think,\n"
-    "--no-think, --temp, --top-k, --top-p, -s, --min-p, --repeat-penalty,\n"
-    "--repeat-last-n, --presence-penalty, --frequency-penalty, --logit-bias,\n"
-    "--block-size, --draft-max, --quant, --draft-quant, --draft-window).\n"
+    "--no-think, --reasoning-effort, --chat-date, --temp, --top-k, --top-p, -s,\n"
+    "--min-p, --repeat-penalty, --repeat-last-n, --presence-penalty,\n"
+    "--frequency-penalty, --logit-bias, --block-size, --draft-max, --quant,\n"
+    "--draft-quant, --draft-window).\n"
     "      --backend auto|cpu|cuda  where to compute (default auto: CUDA when\n"
     "                         built in with make CUDA=1 and a GPU is present)\n"
     "      --tokenizer PATH   tokenizer (and chat template) from PATH: a directory\n"
@@ -354,6 +362,8 @@ static const struct {
     {"-c", "--ctx-size", 1, "GCB"},        {NULL, "--chat", 0, "G"},
     {NULL, "--system", 1, "GC"},           {NULL, "--think", 0, "GCB"},
     {NULL, "--no-think", 0, "GCB"},        {NULL, "--temp", 1, "GC"},
+    {NULL, "--reasoning-effort", 1, "GC"}, {NULL, "--chat-date", 1, "GC"},
+    {NULL, "--verbose-prompt", 0, "G"},
     {NULL, "--temperature", 1, "GC"},      {NULL, "--top-k", 1, "GC"},
     {NULL, "--top-p", 1, "GC"},            {"-s", "--seed", 1, "GC"},
     {NULL, "--block-size", 1, "GCB"},      {NULL, "--draft-max", 1, "GCB"},
@@ -505,6 +515,9 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
         else if (IS("--system", "--system")) o->system = VAL();
         else if (IS("--think", "--think")) o->think = 1, o->think_given = a;
         else if (IS("--no-think", "--no-think")) o->think = 0, o->think_given = a;
+        else if (IS("--reasoning-effort", "--reasoning-effort")) o->reasoning_effort = VAL();
+        else if (IS("--chat-date", "--chat-date")) o->chat_date = VAL();
+        else if (IS("--verbose-prompt", "--verbose-prompt")) o->verbose_prompt = 1;
         else if (IS("--temp", "--temperature")) o->temp = parse_float(o->cmd, a, VAL(), 0, 100);
         else if (IS("--top-k", "--top-k")) o->top_k = (int)cli_parse_int(o->cmd, a, VAL(), 0, INT_MAX);
         else if (IS("--top-p", "--top-p")) o->top_p = parse_float(o->cmd, a, VAL(), 1e-6f, 1);
@@ -571,6 +584,11 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
         cli_usage_err(o->cmd, o->system ? "--system needs --chat (the chat template places it)"
                                     : "--think / --no-think need --chat (the chat template switches thinking)", NULL);
+    if (!strcmp(o->cmd, "generate") && !o->chat && (o->reasoning_effort || o->chat_date))
+        cli_usage_err(o->cmd, o->reasoning_effort ? "--reasoning-effort needs --chat (the chat template writes it)"
+                                                  : "--chat-date needs --chat (the chat template writes it)", NULL);
+    const char *bad = chat_harmony_check(&(chat_harmony_opts){.reasoning_effort = o->reasoning_effort, .date = o->chat_date});
+    if (bad) cli_usage_err(o->cmd, o->reasoning_effort && strstr(bad, "reasoning_effort") ? "--reasoning-effort:" : "--chat-date:", bad);
     check_model_path(o->cmd, "-m", o->model);
     check_model_path(o->cmd, "--draft", o->draft);
 }
@@ -812,6 +830,20 @@ static dflash_gen gen_params(const opts *o) {
     return g;
 }
 
+/* The chat template's prompt for msgs with the command line's think switch
+ * and harmony options; dies with the library's error (an option the model's
+ * template does not take is one). */
+static char *chat_prompt(dflash_model *m, const dflash_message *msgs, int n, const opts *o) {
+    dflash_chat_message *cm = calloc((size_t)(n ? n : 1), sizeof *cm);
+    if (!cm) die("%s", "out of memory");
+    for (int i = 0; i < n; i++) cm[i] = (dflash_chat_message){.role = msgs[i].role, .content = msgs[i].content};
+    dflash_chat_opts co = {.reasoning_effort = o->reasoning_effort, .date = o->chat_date};
+    char *p = dflash_chat_prompt_opts(m, cm, n, NULL, 1, o->think, &co);
+    free(cm);
+    if (!p) die("%s", dflash_error());
+    return p;
+}
+
 static int cmd_generate(int argc, char **argv) {
     opts o;
     parse_opts(&o, argc, argv, help_generate);
@@ -822,11 +854,11 @@ static int cmd_generate(int argc, char **argv) {
         int n = 0;
         if (o.system) msgs[n++] = (dflash_message){.role = "system", .content = o.system};
         msgs[n++] = (dflash_message){.role = "user", .content = text};
-        char *p = dflash_chat_prompt(m, msgs, n, 1, o.think);
-        if (!p) die("%s", dflash_error());
+        char *p = chat_prompt(m, msgs, n, &o);
         free(text);
         text = p;
     }
+    if (o.verbose_prompt) fprintf(stderr, "prompt:\n%s\n(end of prompt)\n", text);
     dflash_gen g = gen_params(&o);
     char *grammar = NULL;
     if ((o.grammar_file != NULL) + (o.json_schema_file != NULL) + o.json_object > 1)
@@ -974,15 +1006,14 @@ static void hist_drop(chat_hist *h, int i, int count) {
 /* The prompt of the history without its `drop` oldest exchanges (user
  * message + answer, after the system message); *n_tok its token count.
  * NULL + error when the tokenizer refuses the text. */
-static char *hist_render(dflash_model *m, const chat_hist *h, int drop, int think, size_t *n_tok) {
+static char *hist_render(dflash_model *m, const chat_hist *h, int drop, const opts *o, size_t *n_tok) {
     int n = h->n - 2 * drop;
     dflash_message *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
     if (!v) die("%s", "out of memory");
     memcpy(v, h->msgs, sizeof *v * (size_t)h->first);
     memcpy(v + h->first, h->msgs + h->first + 2 * drop, sizeof *v * (size_t)(n - h->first));
-    char *prompt = dflash_chat_prompt(m, v, n, 1, think);
+    char *prompt = chat_prompt(m, v, n, o);
     free(v);
-    if (!prompt) die("%s", dflash_error());
     int32_t *ids;
     if (dflash_tokenize(m, prompt, strlen(prompt), &ids, n_tok) != 0) {
         free(prompt);
@@ -997,16 +1028,16 @@ static char *hist_render(dflash_model *m, const chat_hist *h, int drop, int thin
  * message does not fit even alone (after the system message), it is refused
  * and removed: the earlier conversation stays as it was. Otherwise the
  * fewest oldest exchanges that make it fit are dropped, and said so. */
-static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
+static char *chat_fit(dflash_model *m, chat_hist *h, const opts *o, int room) {
     dflash_info in;
     dflash_get_info(m, &in);
     int pairs = (h->n - h->first - 1) / 2; /* exchanges before the new message */
     size_t n;
-    char *prompt = hist_render(m, h, 0, think, &n);
+    char *prompt = hist_render(m, h, 0, o, &n);
     if (prompt && (long)n + room <= in.n_ctx) return prompt;
     free(prompt);
     if (pairs > 0) { /* does the new message fit with none of the earlier ones? */
-        prompt = hist_render(m, h, pairs, think, &n);
+        prompt = hist_render(m, h, pairs, o, &n);
         free(prompt);
     }
     if (!prompt || (long)n + room > in.n_ctx) {
@@ -1019,7 +1050,7 @@ static char *chat_fit(dflash_model *m, chat_hist *h, int think, int room) {
         return NULL;
     }
     for (int drop = 1; drop <= pairs; drop++) { /* the fewest oldest exchanges that make room */
-        prompt = hist_render(m, h, drop, think, &n);
+        prompt = hist_render(m, h, drop, o, &n);
         if (prompt && (long)n + room <= in.n_ctx) {
             hist_drop(h, h->first, 2 * drop);
             fprintf(stderr, "(the conversation outgrew the %d-position context: dropped the %d oldest "
@@ -1104,7 +1135,7 @@ static int cmd_chat(int argc, char **argv) {
             free(next);
         }
         if (!ids) { /* render the history (trimmed to fit) from the messages */
-            char *prompt = chat_fit(m, &h, o.think, room);
+            char *prompt = chat_fit(m, &h, &o, room);
             if (!prompt) continue;
             int tr = dflash_tokenize(m, prompt, strlen(prompt), &ids, &n_ids);
             free(prompt);

@@ -11,6 +11,7 @@
  *   POST /v1/chat/completions    OpenAI chat, "stream": true for SSE
  *   POST /v1/completions         OpenAI text completion
  *   POST /tokenize, /detokenize  llama-server style
+ *   POST /apply-template         llama-server style: a chat request's prompt text
  *
  * Threads: libmicrohttpd runs one thread per connection; they parse, check
  * and tokenize requests (tokenizing only reads the model, dflash.h allows it
@@ -77,12 +78,15 @@ static const char *help_serve =
     "An OpenAI-compatible HTTP server with DFlash speculative decoding:\n"
     "  POST /v1/chat/completions, /v1/completions  (\"stream\": true for SSE)\n"
     "  POST /tokenize, /detokenize                  (llama-server style)\n"
+    "  POST /apply-template                         a chat request's prompt text\n"
+    "                                               (llama-server style)\n"
     "  GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), /props and\n"
     "  /slots (llama-server style), and a chat page at /. Requests may name any\n"
     "  model: the one loaded answers them.\n"
-    "Requests run one at a time, in arrival order, on the one loaded model; the\n"
-    "KV cache of the previous request is reused for the longest common prefix\n"
-    "(a multi-turn chat pays only for the new turn). SIGTERM or SIGINT: stop\n"
+    "Requests run in arrival order on the one loaded model, one at a time (with\n"
+    "--parallel N: N at once, batched); the KV cache of a slot's previous request\n"
+    "is reused for the longest common prefix (a multi-turn chat pays only for\n"
+    "the new turn). SIGTERM or SIGINT: stop\n"
     "accepting, let accepted requests finish (at most 20 s), exit 0.\n"
     "\n"
     "  -m, --model PATH       target model: a Hugging Face / MLX directory or a .gguf file\n"
@@ -113,6 +117,10 @@ static const char *help_serve =
     "                         for every request, as for generate (default: ids\n"
     "                         < 32768 of a larger vocabulary; replies unchanged)\n"
     "      --think            thinking on for requests that do not say (default off)\n"
+    "      --reasoning-effort low|medium|high  gpt-oss (harmony): \"Reasoning:\" of a\n"
+    "                         request that gives none (default medium)\n"
+    "      --chat-date YYYY-MM-DD  gpt-oss: the \"Current date:\" of every request\n"
+    "                         (default today, local time)\n"
     "  -t, --threads N        worker threads (default: physical cores)\n"
     "      --quant bf16|q8|q4 convert the weights at load\n"
     "      --draft-quant keep|bf16|q8|q4  the draft's weights at load\n"
@@ -131,6 +139,8 @@ static const char *help_serve =
     "top_logprobs 0..20; completions: N 0..20); extensions: top_k, min_p, repeat_penalty,\n"
     "repeat_last_n (default 64, -1 = all), n_probs, ignore_eos, draft_max (0 =\n"
     "plain decoding, N, or \"auto\"), think or chat_template_kwargs.enable_thinking,\n"
+    "reasoning_effort or chat_template_kwargs.reasoning_effort and .model_identity\n"
+    "(gpt-oss),\n"
     "n_predict, cache_prompt. Any other field is a 400 naming it (README lists\n"
     "those accepted at their off value).\n"
     "The penalties and logit_bias act on the target's logits with the history\n"
@@ -395,6 +405,7 @@ struct sv_server {
     dflash_info info;
     const char *alias, *model_path, *api_key;
     int queue_max, n_predict, think, draft_max;
+    const char *reasoning_effort, *chat_date; /* --reasoning-effort, --chat-date (harmony); NULL: the template's */
     cli_draft_vocab dv;        /* --draft-vocab: every request's draft vocabulary */
     float temp;
     long created;
@@ -994,7 +1005,7 @@ static int check_fields(cJSON *o, int kind, sv_err *e) {
         "store", "service_tier", "cache_prompt", "min_p", "repeat_penalty", "repeat_last_n", "n_probs", "grammar",
         "json_schema"};
     static const char *const chat_only[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                                            "chat_template_kwargs", "think", "top_logprobs"};
+                                            "chat_template_kwargs", "think", "top_logprobs", "reasoning_effort"};
     static const char *const completion_only[] = {"prompt", "echo", "suffix", "best_of"};
     cJSON *x;
     cJSON_ArrayForEach(x, o) {
@@ -1426,17 +1437,57 @@ static char *chat_prompt(sv_server *s, cJSON *o, const char *body, size_t body_n
             goto out;
         }
         cJSON *k;
-        cJSON_ArrayForEach(k, kw) if (strcmp(k->string, "enable_thinking")) {
+        cJSON_ArrayForEach(k, kw) if (strcmp(k->string, "enable_thinking") && strcmp(k->string, "reasoning_effort") &&
+                                      strcmp(k->string, "model_identity")) {
             char param[96];
             snprintf(param, sizeof param, "chat_template_kwargs.%.60s", k->string);
             fail(e, 400, "unsupported_parameter", param,
-                 "'%s' is not supported (the template's one switch is enable_thinking)", param);
+                 "'%s' is not supported (the kwargs read: enable_thinking; gpt-oss's reasoning_effort and "
+                 "model_identity)", param);
             goto out;
         }
         if (get_bool(kw, "enable_thinking", &think, e) < 0) goto out;
     }
     if (get_bool(o, "think", &think, e) < 0) goto out;
-    prompt = dflash_chat_prompt_tools(s->m, dm, n, tools_json, 1, think);
+    /* harmony's options: the server's defaults, then the request's (OpenAI's
+     * top-level reasoning_effort or the template kwarg; both: the same) */
+    dflash_chat_opts co = {.reasoning_effort = s->reasoning_effort, .date = s->chat_date};
+    static const struct {
+        const char *param;
+        int top;
+    } hopt[] = {{"reasoning_effort", 1}, {"reasoning_effort", 0}, {"model_identity", 0}};
+    const char *top_effort = NULL;
+    for (size_t h = 0; h < sizeof hopt / sizeof *hopt; h++) {
+        cJSON *src = hopt[h].top ? o : cJSON_IsObject(kw) ? kw : NULL;
+        cJSON *x = src ? cJSON_GetObjectItemCaseSensitive(src, hopt[h].param) : NULL;
+        if (!x || cJSON_IsNull(x)) continue;
+        char param[64];
+        snprintf(param, sizeof param, "%s%s", hopt[h].top ? "" : "chat_template_kwargs.", hopt[h].param);
+        if (!cJSON_IsString(x)) {
+            fail(e, 400, "invalid_type", param, "'%s' must be a string", param);
+            goto out;
+        }
+        if (chat_detect(dflash_chat_template(s->m)) != CHAT_HARMONY) {
+            fail(e, 400, "unsupported_parameter", param, "'%s' is an option of gpt-oss's harmony template; this "
+                 "model's template has none", param);
+            goto out;
+        }
+        chat_harmony_opts one = {.reasoning_effort = h < 2 ? x->valuestring : NULL,
+                                 .model_identity = h == 2 ? x->valuestring : NULL};
+        const char *bad = chat_harmony_check(&one);
+        if (bad) {
+            fail(e, 400, "invalid_value", param, "'%s': %s", param, bad);
+            goto out;
+        }
+        if (h == 0) top_effort = x->valuestring;
+        if (h == 1 && top_effort && strcmp(top_effort, x->valuestring)) {
+            fail(e, 400, "invalid_value", param, "'reasoning_effort' and '%s' differ (give one)", param);
+            goto out;
+        }
+        if (h < 2) co.reasoning_effort = x->valuestring;
+        else co.model_identity = x->valuestring;
+    }
+    prompt = dflash_chat_prompt_opts(s->m, dm, n, tools_json, 1, think, &co);
     if (!prompt) /* the renderers' errors about the tools start "chat_render: tools" */
         fail(e, 400, "invalid_value", tools_json && !strncmp(dflash_error(), "chat_render: tools", 18) ? "tools" : "messages",
              "%s", dflash_error());
@@ -1724,6 +1775,24 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, sv_server *s, c
     return send_json(c, s, 200, r);
 }
 
+/* POST /apply-template (llama-server's): a chat request's prompt text as
+ * the model's template renders it (messages, tools, the think switch,
+ * harmony's options: what /v1/chat/completions would generate from),
+ * {"prompt": TEXT}; nothing is generated. */
+static enum MHD_Result handle_apply_template(struct MHD_Connection *c, sv_server *s, cJSON *o, const char *body,
+                                             size_t body_n) {
+    sv_err e;
+    sv_job j = {.kind = JOB_CHAT};
+    if (check_fields(o, JOB_CHAT, &e) < 0) return send_err(c, s, &e);
+    char *p = chat_prompt(s, o, body, body_n, &j, &e);
+    rp_free(j.split);
+    if (!p) return send_err(c, s, &e);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "prompt", p);
+    free(p);
+    return send_json(c, s, 200, r);
+}
+
 static enum MHD_Result handle_detokenize(struct MHD_Connection *c, sv_server *s, cJSON *o) {
     sv_err e;
     cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
@@ -1989,6 +2058,7 @@ static const char *route(const char *url, int *post) {
         {"/completions", "completions", 1},
         {"/tokenize", "tokenize", 1},
         {"/detokenize", "detokenize", 1},
+        {"/apply-template", "apply-template", 1},
     };
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
         if (!strcmp(url, r[i].path)) {
@@ -2107,6 +2177,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ok = handle_generate(c, s, o, q->body.s, q->body.n, JOB_COMPLETION);
     } else if (!strcmp(name, "tokenize")) {
         ok = handle_tokenize(c, s, o);
+    } else if (!strcmp(name, "apply-template")) {
+        ok = handle_apply_template(c, s, o, q->body.s, q->body.n);
     } else {
         ok = handle_detokenize(c, s, o);
     }
@@ -2147,6 +2219,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *draft = NULL, *host = "127.0.0.1", *api_key = NULL, *alias = NULL;
     const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
+    const char *reasoning_effort = NULL, *chat_date = NULL;
     int step_tokens = 0;
     float temp = 0;
     cli_draft_vocab dv = {0};
@@ -2178,6 +2251,8 @@ int cmd_serve(int argc, char **argv) {
             draft_max = strcmp(v, "auto") == 0 ? -1 : (int)cli_parse_int("serve", a, v, 0, 63);
         } else if (IS("--draft-vocab", "--draft-vocab")) cli_parse_draft_vocab("serve", a, VAL(), &dv);
         else if (IS("--think", "--think")) think = 1;
+        else if (IS("--reasoning-effort", "--reasoning-effort")) reasoning_effort = VAL();
+        else if (IS("--chat-date", "--chat-date")) chat_date = VAL();
         else if (IS("-t", "--threads")) threads = (int)cli_parse_int("serve", a, VAL(), 1, 1024);
         else if (IS("--quant", "--quant")) quant = VAL();
         else if (IS("--draft-quant", "--draft-quant")) draft_quant = VAL();
@@ -2189,6 +2264,8 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model) usage_err("missing -m DIR", NULL);
     if (api_key && !*api_key) usage_err("--api-key must not be empty", NULL);
+    const char *bad = chat_harmony_check(&(chat_harmony_opts){.reasoning_effort = reasoning_effort, .date = chat_date});
+    if (bad) usage_err(reasoning_effort && strstr(bad, "reasoning_effort") ? "--reasoning-effort:" : "--chat-date:", bad);
     cli_find_freq_rank("serve", &dv, tokenizer, model);
 
     /* the address first: a bad --host fails before the model loads */
@@ -2242,6 +2319,14 @@ int cmd_serve(int argc, char **argv) {
         freeaddrinfo(ai);
         return 1;
     }
+    if ((reasoning_effort || chat_date) && chat_detect(dflash_chat_template(m)) != CHAT_HARMONY) {
+        fprintf(stderr, "dflash serve: error: %s is an option of gpt-oss's harmony template; this model's "
+                        "template has none\n", reasoning_effort ? "--reasoning-effort" : "--chat-date");
+        free(s);
+        dflash_free(m);
+        freeaddrinfo(ai);
+        return 1;
+    }
     s->dv = dv;
     s->model_path = model;
     if (!alias) { /* the directory's name */
@@ -2258,6 +2343,8 @@ int cmd_serve(int argc, char **argv) {
     s->queue_max = queue_max;
     s->n_predict = n_predict;
     s->think = think;
+    s->reasoning_effort = reasoning_effort;
+    s->chat_date = chat_date;
     s->temp = temp;
     s->draft_max = draft_max;
     s->created = (long)time(NULL);

@@ -205,6 +205,26 @@ typedef struct {
 DFLASH_API char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message *msgs, int n,
                                           const char *tools_json, int add_generation_prompt, int think);
 
+/* What a chat template takes beyond messages, tools and the think switch:
+ * gpt-oss's harmony template's kwargs reasoning_effort and model_identity,
+ * and the date its strftime_now("%Y-%m-%d") writes into the system message.
+ * NULL fields are the template's defaults. With any other template a field
+ * that is set is an error naming it (no other template reads them). */
+typedef struct {
+    const char *reasoning_effort; /* "low", "medium" or "high"; NULL: "medium" */
+    const char *date;             /* "Current date: ", YYYY-MM-DD; NULL: today in local time (a fixed date
+                                   * keeps a prompt's tokens, and so its output, the same from day to day) */
+    const char *model_identity;   /* the system message's first line (no "<|" in it); NULL: the template's
+                                   * "You are ChatGPT, a large language model trained by OpenAI." */
+} dflash_chat_opts;
+
+/* dflash_chat_prompt_tools with the options above (opts NULL: none). An
+ * invalid option (an effort other than the three, a date not YYYY-MM-DD) is
+ * an error naming it. */
+DFLASH_API char *dflash_chat_prompt_opts(const dflash_model *m, const dflash_chat_message *msgs, int n,
+                                         const char *tools_json, int add_generation_prompt, int think,
+                                         const dflash_chat_opts *opts);
+
 /* The text that closes a generated answer's turn and opens the next, with
  * the user message and the generation prompt (think as above): a chat that
  * appends its tokens to the prompt + answer tokens it already has reuses

@@ -1515,11 +1515,37 @@ static char *render_gemma4(chat_format f, const chat_message *m, int n, const cJ
 
 static const char HARMONY_IDENTITY[] = "You are ChatGPT, a large language model trained by OpenAI.";
 
+const char *chat_harmony_check(const chat_harmony_opts *ho) {
+    if (!ho) return NULL;
+    const char *e = ho->reasoning_effort;
+    if (e && strcmp(e, "low") && strcmp(e, "medium") && strcmp(e, "high"))
+        return "reasoning_effort must be \"low\", \"medium\" or \"high\" (gpt-oss's three efforts)";
+    const char *d = ho->date;
+    if (d) { /* YYYY-MM-DD, month 01-12, day 01-31: what strftime_now("%Y-%m-%d") writes */
+        int ok = strlen(d) == 10 && d[4] == '-' && d[7] == '-';
+        for (int i = 0; ok && i < 10; i++) ok = i == 4 || i == 7 || (d[i] >= '0' && d[i] <= '9');
+        int mon = ok ? (d[5] - '0') * 10 + d[6] - '0' : 0, day = ok ? (d[8] - '0') * 10 + d[9] - '0' : 0;
+        if (!ok || mon < 1 || mon > 12 || day < 1 || day > 31) return "date must be YYYY-MM-DD (e.g. 2026-12-07)";
+    }
+    if (ho->model_identity && strstr(ho->model_identity, "<|"))
+        return "model_identity holds \"<|\", which would open a harmony token in the system message";
+    return NULL;
+}
+
 char *chat_render_harmony(const chat_message *m, int n, const char *tools_json, const chat_harmony_opts *o,
                           int add_generation_prompt) {
     if (check_messages(m, n, 0) != 0) return NULL;
     chat_harmony_opts none = {0};
     if (!o) o = &none;
+    const char *bad = chat_harmony_check(o);
+    if (bad) {
+        dfl_seterr("chat_render: %s", bad);
+        return NULL;
+    }
+    if (o->model_identity && dfl_utf8_invalid_at(o->model_identity, strlen(o->model_identity)) >= 0) {
+        dfl_seterr("chat_render: model_identity is not valid UTF-8");
+        return NULL;
+    }
     char today[32];
     const char *date = o->date;
     if (!date) { /* strftime_now("%Y-%m-%d"): transformers' datetime.now(), local time */
@@ -1662,6 +1688,22 @@ char *chat_render_harmony(const chat_message *m, int n, const char *tools_json, 
     }
     if (add_generation_prompt) dfl_buf_str(&b, "<|start|>assistant");
     return dfl_buf_take(&b);
+}
+
+char *chat_render_opts(chat_format f, const chat_message *m, int n, const char *tools_json,
+                       int add_generation_prompt, chat_think think, const chat_harmony_opts *ho) {
+    if (f == CHAT_HARMONY) return chat_render_harmony(m, n, tools_json, ho, add_generation_prompt);
+    const char *set = !ho                   ? NULL
+                      : ho->reasoning_effort ? "reasoning_effort"
+                      : ho->date             ? "date"
+                      : ho->model_identity   ? "model_identity"
+                                             : NULL;
+    if (set) {
+        dfl_seterr("chat_render: %s is an option of gpt-oss's harmony template; this model's template (%s) has "
+                   "none", set, f == CHAT_QWEN3 ? "Qwen3" : f == CHAT_LLAMA3 ? "Llama-3" : f == CHAT_GEMMA ? "Gemma 3" : "Gemma 4");
+        return NULL;
+    }
+    return chat_render_tools(f, m, n, tools_json, add_generation_prompt, think);
 }
 
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,

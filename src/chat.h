@@ -157,6 +157,19 @@ char *chat_render_harmony(const chat_message *m, int n, const char *tools_json, 
 char *chat_render_tools(chat_format f, const chat_message *m, int n, const char *tools_json,
                         int add_generation_prompt, chat_think think);
 
+/* chat_render_tools with the harmony template's options (ho NULL: its
+ * defaults). ho's fields apply to CHAT_HARMONY only: any of them set with
+ * another format is an error naming it (no other template reads them), as is
+ * a reasoning_effort other than "low", "medium" or "high" (gpt-oss's three),
+ * a date not of the form YYYY-MM-DD, and a model_identity holding "<|" (it
+ * would open a harmony token in the system message). */
+char *chat_render_opts(chat_format f, const chat_message *m, int n, const char *tools_json,
+                       int add_generation_prompt, chat_think think, const chat_harmony_opts *ho);
+
+/* NULL when ho is valid for a harmony render, else the message (static) of
+ * chat_render_opts's checks above. */
+const char *chat_harmony_check(const chat_harmony_opts *ho);
+
 /* The text that follows a generated answer (its tokens as generated, the
  * stop token not included) to close that assistant turn and open the next:
  * the end of the turn, the user message `user` as a user turn, and the

@@ -528,6 +528,11 @@ const char *dflash_chat_template(const dflash_model *m) { return tok_chat_templa
 
 char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message *msgs, int n, const char *tools_json,
                                int add_generation_prompt, int think) {
+    return dflash_chat_prompt_opts(m, msgs, n, tools_json, add_generation_prompt, think, NULL);
+}
+
+char *dflash_chat_prompt_opts(const dflash_model *m, const dflash_chat_message *msgs, int n, const char *tools_json,
+                              int add_generation_prompt, int think, const dflash_chat_opts *opts) {
     int f = chat_format_of(m);
     if (f < 0) return NULL;
     chat_message *cm = dfl_calloc((size_t)(n ? n : 1), sizeof *cm);
@@ -543,7 +548,11 @@ char *dflash_chat_prompt_tools(const dflash_model *m, const dflash_chat_message 
         for (int k = 0; k < msgs[i].n_tool_calls; k++)
             *c++ = (chat_tool_call){.name = msgs[i].tool_calls[k].name, .arguments = msgs[i].tool_calls[k].arguments};
     }
-    char *s = chat_render_tools((chat_format)f, cm, n, tools_json, add_generation_prompt, think_of(think));
+    chat_harmony_opts ho = {0};
+    if (opts)
+        ho = (chat_harmony_opts){
+            .date = opts->date, .reasoning_effort = opts->reasoning_effort, .model_identity = opts->model_identity};
+    char *s = chat_render_opts((chat_format)f, cm, n, tools_json, add_generation_prompt, think_of(think), &ho);
     free(calls);
     free(cm);
     return s;

@@ -253,6 +253,39 @@ TEST(harmony) {
     snprintf(line, sizeof line, "\nCurrent date: %s\n\nReasoning: medium\n", today);
     CHECK(s && strstr(s, line) && strstr(s, "trained by OpenAI.\n"), "defaults: %s", s ? s : dfl_lasterr());
     free(s);
+    /* the options: checked, written where the template writes them, refused by other formats */
+    chat_harmony_opts hi = {.reasoning_effort = "low", .date = "2000-02-29", .model_identity = "You are tiny."};
+    s = chat_render_opts(CHAT_HARMONY, one, 1, NULL, 1, CHAT_THINK_UNSET, &hi);
+    static const char head[] = "<|start|>system<|message|>You are tiny.\nKnowledge cutoff: 2024-06\nCurrent date: "
+                               "2000-02-29\n\nReasoning: low\n\n";
+    CHECK(s && !strncmp(s, head, sizeof head - 1), "options: %s", s ? s : dfl_lasterr());
+    free(s);
+    static const struct {
+        chat_harmony_opts o;
+        const char *err;
+    } bad[] = {{{.reasoning_effort = "max"}, "reasoning_effort must be"},
+               {{.reasoning_effort = ""}, "reasoning_effort must be"},
+               {{.date = "2026-12-7"}, "date must be YYYY-MM-DD"},
+               {{.date = "2026-00-10"}, "date must be YYYY-MM-DD"},
+               {{.date = "2026-12-32"}, "date must be YYYY-MM-DD"},
+               {{.date = "2026/12/07"}, "date must be YYYY-MM-DD"},
+               {{.model_identity = "x<|end|>"}, "model_identity holds"},
+               {{.model_identity = "\xff"}, "not valid UTF-8"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s = chat_render_opts(CHAT_HARMONY, one, 1, NULL, 1, CHAT_THINK_UNSET, &bad[i].o);
+        CHECK(!s && strstr(dfl_lasterr(), bad[i].err), "bad option %zu: %s", i, s ? s : dfl_lasterr());
+        free(s);
+    }
+    static const chat_format others[] = {CHAT_QWEN3, CHAT_LLAMA3, CHAT_GEMMA, CHAT_GEMMA4, CHAT_GEMMA4_EARLY};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        s = chat_render_opts(others[i], one, 1, NULL, 1, CHAT_THINK_UNSET, &(chat_harmony_opts){.date = "2026-12-07"});
+        CHECK(!s && strstr(dfl_lasterr(), "date is an option of gpt-oss's harmony template"), "format %d: %s",
+              (int)others[i], s ? s : dfl_lasterr());
+        free(s);
+        s = chat_render_opts(others[i], one, 1, NULL, 1, CHAT_THINK_UNSET, &(chat_harmony_opts){0});
+        CHECK(s != NULL, "format %d, no options: %s", (int)others[i], dfl_lasterr());
+        free(s);
+    }
     /* prompt + answer (both channels, as generated) + next turn = the full render, but for
      * the analysis message, which the full render drops from the earlier answer */
     chat_message m[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "What is 2+2?"},

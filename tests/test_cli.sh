@@ -173,6 +173,21 @@ grep -q '^Think [a-z]$' "$T/err" && ! grep -q 'channel' "$T/err" && ok "harmony:
 expect "harmony: without --think" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/htok" --chat -p Hello --grammar "$T/h.gbnf" -n 300
 grep -q '^Answer [a-z]$' "$T/out" && ! grep -q 'Think' "$T/err" && ok "harmony: no analysis without --think" ||
     bad "harmony: no analysis without --think"
+# harmony's options (--reasoning-effort, --chat-date) reach the system message; other
+# templates and bad values are refused by name
+expect "harmony: --reasoning-effort / --chat-date" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/htok" --chat -p Hello \
+    --grammar "$T/h.gbnf" -n 300 --reasoning-effort high --chat-date 1999-12-31 --verbose-prompt
+grep -q '^Current date: 1999-12-31$' "$T/err" && grep -q '^Reasoning: high$' "$T/err" && grep -q '^Answer [a-z]$' "$T/out" &&
+    ok "harmony: the effort and date in the prompt" || bad "harmony: the effort and date in the prompt: $(head -c 300 "$T/err")"
+expect "harmony: default effort, today" 0 "" -- "$BIN" generate -m "$T/tgt" --tokenizer "$T/htok" --chat -p Hello \
+    --grammar "$T/h.gbnf" -n 300 --verbose-prompt
+grep -q "^Current date: $(date +%Y-%m-%d)\$" "$T/err" && grep -q '^Reasoning: medium$' "$T/err" &&
+    ok "harmony: medium and today by default" || bad "harmony: medium and today by default: $(head -c 300 "$T/err")"
+expect "bad --reasoning-effort" 2 "--reasoning-effort: reasoning_effort must be" -- "$BIN" generate -m x -p hi --chat --reasoning-effort max
+expect "bad --chat-date" 2 "--chat-date: date must be YYYY-MM-DD" -- "$BIN" generate -m x -p hi --chat --chat-date 2026-13-01
+expect "--reasoning-effort needs --chat" 2 "--reasoning-effort needs --chat" -- "$BIN" generate -m x -p hi --reasoning-effort low
+expect "--reasoning-effort on a Qwen3 template" 1 "reasoning_effort is an option of gpt-oss's harmony template" -- \
+    "$BIN" generate -m "$T/tgt" --chat -p hi --reasoning-effort low -n 1
 
 # Gemma 4's format: a chat_template.jinja with its later template's markers (the tags and
 # the think switch; tests/fixtures/chat/gemma4/README) beside the Qwen3 tokenizer (which

@@ -25,6 +25,10 @@ expect_exit "serve bad --host" 1 "cannot resolve" -- "$BIN" serve -m models/demo
 expect_exit "serve missing model" 1 "error" -- "$BIN" serve -m "$T/nowhere" --port 0
 echo hello >"$T/file.txt"
 expect_exit "serve -m a text file" 1 "is a file; pass the model directory" -- "$BIN" serve -m "$T/file.txt" --port 0
+expect_exit "serve bad --reasoning-effort" 2 "--reasoning-effort: reasoning_effort must be" -- "$BIN" serve -m models/demo/target --reasoning-effort max
+expect_exit "serve bad --chat-date" 2 "--chat-date: date must be YYYY-MM-DD" -- "$BIN" serve -m models/demo/target --chat-date 7.12.2026
+expect_exit "serve --chat-date on a Qwen3 model" 1 "--chat-date is an option of gpt-oss's harmony template" -- \
+    "$BIN" serve -m models/demo/target --chat-date 2026-12-07 --port 0
 
 if ! need_node; then
     bad "node, npm and the npm packages ($NODE_PKGS) are available"
@@ -102,8 +106,10 @@ if need_node; then
     for fmt in harmony gemma4; do
         dir=$T/htok
         [ "$fmt" = gemma4 ] && dir=$T/g4tok
-        if start_server -m models/demo/target --draft models/demo/draft --tokenizer "$dir" --ctx-size 4096; then
-            FORMAT=$fmt run_node 600 tests/serve/tools_formats.js
+        date_opt=
+        [ "$fmt" = harmony ] && date_opt="--chat-date 2026-12-04" # the fixtures' date
+        if start_server -m models/demo/target --draft models/demo/draft --tokenizer "$dir" --ctx-size 4096 $date_opt; then
+            CHAT_DATE=${date_opt#--chat-date } FORMAT=$fmt run_node 600 tests/serve/tools_formats.js
             stop_server
         fi
     done

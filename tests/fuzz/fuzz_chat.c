@@ -38,6 +38,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (with_tools && !strstr(with_tools, user_turn[k])) abort();
         free(with_tools);
     }
+    /* the whole input as harmony's options: accepted only as the check says, and then
+     * written into the system message as given */
+    chat_harmony_opts ho[] = {{.reasoning_effort = txt}, {.date = txt}, {.model_identity = txt}};
+    for (int k = 0; k < 3; k++) {
+        const char *bad = chat_harmony_check(&ho[k]);
+        char *r = chat_render_opts(CHAT_HARMONY, &one, 1, NULL, 1, CHAT_THINK_UNSET, &ho[k]);
+        if (r && (bad || !strstr(r, txt))) abort();
+        if (k == 1 && !bad && strlen(txt) != 10) abort();
+        free(r);
+        r = chat_render_opts(CHAT_QWEN3, &one, 1, NULL, 1, CHAT_THINK_UNSET, &ho[k]);
+        if (r) abort(); /* no other template takes them */
+    }
     free(txt);
     static const char *roles[] = {"system", "user", "assistant", "tool", "bogus"};
     chat_format f = data[0] >> 7 ? ((data[0] >> 6) & 1 ? (data[0] & 1 ? ((data[0] >> 5) & 1 ? CHAT_GEMMA4_EARLY : CHAT_GEMMA4)

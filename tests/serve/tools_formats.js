@@ -51,18 +51,24 @@ function today() {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
 }
 
+// the server's --chat-date when the test started it with one (harmony), else today
+const DAY = process.env.CHAT_DATE || today();
+
 async function main() {
   check(FORMAT === 'harmony' || FORMAT === 'gemma4', 'FORMAT is harmony or gemma4', FORMAT);
   // ---- the template through the server: each fixture case's expected text ----------------
   const doc = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/chat/cases.json'), 'utf8'));
-  // (harmony: the server has the template's default identity and effort; its date is today's)
-  const cases = doc.cases.filter((c) => c.format === FORMAT && c.add_generation_prompt && !c.model_identity &&
-                                        !c.reasoning_effort && (c.tools || c.messages.some((m) => m.tool_calls)));
+  // (harmony: the case's identity and effort go as chat_template_kwargs; the server's date is DAY)
+  const cases = doc.cases.filter((c) => c.format === FORMAT && c.add_generation_prompt &&
+                                        (c.tools || c.messages.some((m) => m.tool_calls) || c.reasoning_effort ||
+                                         c.model_identity));
   check(cases.length >= 12 && (FORMAT === 'gemma4' || cases.some((c) => c.raises)),
         `the fixture has ${FORMAT} cases with tools, calls and results (harmony: and ones jinja2 raises on)`, cases.length);
   for (const c of cases) {
     const body = { model: 'target', messages: c.messages, max_tokens: 6, temperature: 0 };
     if (c.enable_thinking !== undefined) body.chat_template_kwargs = { enable_thinking: c.enable_thinking };
+    for (const k of ['reasoning_effort', 'model_identity'])
+      if (c[k]) body.chat_template_kwargs = { ...(body.chat_template_kwargs || {}), [k]: c[k] };
     // the tools as Python wrote them (JSON.stringify would write 1.0 as 1)
     const raw = c.tools_json ? JSON.stringify(body).slice(0, -1) + ',"tools":' + c.tools_json + '}' : JSON.stringify(body);
     // arguments that are no JSON object: the server's own 400 (chat_render takes them)
@@ -77,7 +83,7 @@ async function main() {
             got.status + ' ' + got.text.slice(0, 200));
       continue;
     }
-    const expected = FORMAT === 'harmony' ? c.expected.replace('Current date: ' + c.date, 'Current date: ' + today()) : c.expected;
+    const expected = FORMAT === 'harmony' ? c.expected.replace('Current date: ' + c.date, 'Current date: ' + DAY) : c.expected;
     // the expected text first: the chat request then finds all but its last token cached
     const want = await post('/v1/completions', { prompt: expected, max_tokens: 6, temperature: 0 });
     const got = await post('/v1/chat/completions', raw);
@@ -88,6 +94,44 @@ async function main() {
           got.json.usage.prompt_tokens_details.cached_tokens >= n - 1,
           `template "${c.name}": the chat prompt is the jinja2 text token for token (${n} tokens)`,
           got.text.slice(0, 300) + ' | cached ' + (ok && got.json.usage.prompt_tokens_details.cached_tokens));
+    const at = await post('/apply-template', raw);
+    check(at.status === 200 && at.json.prompt === expected, `template "${c.name}": /apply-template gives the jinja2 text`,
+          at.status + ' ' + at.text.slice(0, 300));
+  }
+
+  // ---- harmony's options from the request: OpenAI's reasoning_effort, the template's kwargs -------------
+  const hq = { model: 'target', messages: [{ role: 'user', content: 'Hi' }] };
+  const sys = async (extra) => {
+    const r = await post('/apply-template', { ...hq, ...extra });
+    return r.status === 200 ? r.json.prompt.split('<|end|>')[0] : r;
+  };
+  if (FORMAT === 'harmony') {
+    const hi = await sys({ reasoning_effort: 'high' }), lo = await sys({ chat_template_kwargs: { reasoning_effort: 'low' } });
+    const id = await sys({ chat_template_kwargs: { model_identity: 'You are Tiny.' } }), def = await sys({});
+    check(typeof hi === 'string' && hi.includes('\n\nReasoning: high\n\n') && typeof lo === 'string' &&
+          lo.includes('\n\nReasoning: low\n\n') && typeof def === 'string' && def.includes('\n\nReasoning: medium\n\n') &&
+          def.includes('Current date: ' + DAY + '\n') && typeof id === 'string' &&
+          id.startsWith('<|start|>system<|message|>You are Tiny.\nKnowledge cutoff'),
+          'harmony: reasoning_effort (top level or kwarg) and model_identity reach the system message',
+          JSON.stringify([hi, lo, id, def]).slice(0, 400));
+    const gen = await post('/v1/chat/completions', { ...hq, reasoning_effort: 'low', max_tokens: 3, temperature: 0 });
+    const gen2 = await post('/v1/chat/completions', { ...hq, max_tokens: 3, temperature: 0 });
+    check(gen.status === 200 && gen2.status === 200 && gen.json.usage.prompt_tokens > 0,
+          'harmony: a chat request with reasoning_effort generates', gen.text.slice(0, 200));
+    for (const [extra, param] of [[{ reasoning_effort: 'max' }, 'reasoning_effort'],
+                                  [{ chat_template_kwargs: { reasoning_effort: 3 } }, 'chat_template_kwargs.reasoning_effort'],
+                                  [{ reasoning_effort: 'low', chat_template_kwargs: { reasoning_effort: 'high' } },
+                                   'chat_template_kwargs.reasoning_effort'],
+                                  [{ chat_template_kwargs: { model_identity: 'a<|end|>' } }, 'chat_template_kwargs.model_identity'],
+                                  [{ chat_template_kwargs: { builtin_tools: ['python'] } }, 'chat_template_kwargs.builtin_tools']]) {
+      const r = await post('/v1/chat/completions', { ...hq, ...extra, max_tokens: 2 });
+      check(r.status === 400 && r.json && r.json.error.param === param, `harmony: ${JSON.stringify(extra)}: 400 naming ${param}`,
+            r.status + ' ' + r.text.slice(0, 200));
+    }
+  } else {
+    const r = await post('/v1/chat/completions', { ...hq, reasoning_effort: 'low', max_tokens: 2 });
+    check(r.status === 400 && r.json && r.json.error.param === 'reasoning_effort' && /harmony/.test(r.json.error.message),
+          `${FORMAT}: reasoning_effort is refused (its template has none)`, r.status + ' ' + r.text.slice(0, 200));
   }
 
   // ---- tool calls the model writes under a grammar, in the format's syntax ----------------------
@@ -160,7 +204,7 @@ async function main() {
   const asClient = fx.messages.map((m) => m.tool_calls ? { ...m, content: null }
                                          : m.role === 'tool' ? { ...m, tool_call_id: 'call_0' } : m);
   const rawRound = JSON.stringify({ model: 'target', messages: asClient, max_tokens: 4 }).slice(0, -1) + ',"tools":' + fx.tools_json + '}';
-  const expRound = FORMAT === 'harmony' ? fx.expected.replace('Current date: ' + fx.date, 'Current date: ' + today()) : fx.expected;
+  const expRound = FORMAT === 'harmony' ? fx.expected.replace('Current date: ' + fx.date, 'Current date: ' + DAY) : fx.expected;
   const [tr, r] = [await post('/tokenize', { content: expRound }), await post('/v1/chat/completions', rawRound)];
   check(r.status === 200 && tr.status === 200 && r.json.usage.prompt_tokens === tr.json.tokens.length,
         `${FORMAT}: a tool round as the openai client sends it (content null, tool_call_id) renders as the template's`,
