@@ -584,6 +584,8 @@ static void parse_opts(opts *o, int argc, char **argv, const char *help) {
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->system || o->think_given))
         cli_usage_err(o->cmd, o->system ? "--system needs --chat (the chat template places it)"
                                     : "--think / --no-think need --chat (the chat template switches thinking)", NULL);
+    if ((o->grammar_file != NULL) + (o->json_schema_file != NULL) + o->json_object > 1) /* before any loading */
+        cli_usage_err(o->cmd, "give one of --grammar, --json-schema and --json-object", NULL);
     if (!strcmp(o->cmd, "generate") && !o->chat && (o->reasoning_effort || o->chat_date))
         cli_usage_err(o->cmd, o->reasoning_effort ? "--reasoning-effort needs --chat (the chat template writes it)"
                                                   : "--chat-date needs --chat (the chat template writes it)", NULL);
@@ -861,8 +863,6 @@ static int cmd_generate(int argc, char **argv) {
     if (o.verbose_prompt) fprintf(stderr, "prompt:\n%s\n(end of prompt)\n", text);
     dflash_gen g = gen_params(&o);
     char *grammar = NULL;
-    if ((o.grammar_file != NULL) + (o.json_schema_file != NULL) + o.json_object > 1)
-        cli_usage_err(o.cmd, "give one of --grammar, --json-schema and --json-object", NULL);
     if (o.grammar_file || o.json_schema_file) {
         const char *path = o.grammar_file ? o.grammar_file : o.json_schema_file;
         FILE *f = fopen(path, "rb");
