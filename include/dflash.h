@@ -330,7 +330,8 @@ DFLASH_API dflash_gen dflash_default_gen(void);
 
 typedef struct {
     int n_prompt;        /* prompt tokens */
-    int n_reused;        /* prompt tokens whose KV was reused from the previous call */
+    int n_reused;        /* prompt tokens whose KV was reused: the previous call's, or rows
+                            dflash_copy_prefix brought from another sequence */
     int n_tokens;        /* tokens generated */
     double prompt_s;     /* prefill time */
     double decode_s;     /* time from the first generated token to the end */
@@ -413,6 +414,40 @@ DFLASH_API void dflash_seq_free(dflash_seq *s);
 DFLASH_API int dflash_seq_generate(dflash_seq *s, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
 DFLASH_API void dflash_seq_reset(dflash_seq *s);
+
+/* Prompt prefixes across sequences (dflash serve --parallel: which slot a
+ * request goes to, and copying a shared prefix into it).
+ *
+ * dflash_cached_prefix / dflash_seq_cached_prefix: how many leading tokens
+ * of ids[0..n) the model's own sequence / s holds in its KV cache (the
+ * next generation on it prefills from there; it may recompute a few more:
+ * always the prompt's last token, and the draft's context may be shorter).
+ * They read only the sequence's token record, so they may run while other
+ * sequences generate, but not beside a generation or copy on the same
+ * sequence.
+ *
+ * dflash_copy_prefix: before a generation of prompt ids[0..n) on dst (NULL:
+ * the model's own sequence), copies into it the longest prefix of ids that
+ * one of the sources src[0..n_src) holds (NULL entries: the model's own
+ * sequence), if it is longer than dst's own: its target K/V rows, the
+ * draft's context rows as far as the source's go, and the token record, so
+ * the generation prefills from there. A source may be generating on
+ * another thread meanwhile (then what it holds is its prompt as far as it
+ * has been prefilled); dst must not be, and must not be a source. The copy
+ * holds the backend for its memcpy (every layer's rows), as a step does.
+ * The rows are what a prefill computes, bit for bit (a position's K/V
+ * depend only on the tokens up to it), so the reply is the one the same
+ * call gets on a fresh sequence. Returns the prefix dst now holds (> 0)
+ * with *from (may be NULL) the source's index; 0 if no source holds more
+ * than dst (nothing changed, *from = -1); -1 and dflash_error() when the
+ * copy is not possible, dst unchanged: the backend has none (CUDA for now),
+ * the model has recurrent (Qwen3.5 / Qwen3-Next Gated DeltaNet) layers or
+ * sliding-window ring caches (gpt-oss, Gemma-4 with a context longer than
+ * the window + 64), a source is dst or of another model. */
+DFLASH_API size_t dflash_cached_prefix(const dflash_model *m, const int32_t *ids, size_t n);
+DFLASH_API size_t dflash_seq_cached_prefix(const dflash_seq *s, const int32_t *ids, size_t n);
+DFLASH_API int dflash_copy_prefix(dflash_model *m, dflash_seq *dst, dflash_seq *const *src, int n_src,
+                                  const int32_t *ids, size_t n, int *from);
 
 /* The model's batching counters since it was loaded. */
 typedef struct {

@@ -22,6 +22,18 @@
  * the next forward overwrites them. A rolled-back row never influences a
  * later result, so decode after truncate equals a fresh decode bit for bit.
  *
+ * Prefix rule (copy_prefix, draft_ctx_copy; stated once, here): the K/V row
+ * of position p depends only on the tokens at positions 0..p (and a draft
+ * context row only on the target rows 0..p it was fed from), never on which
+ * sequence computed it, when, or in what batch (batch invariance, below). So
+ * two sequences of one model whose caches hold the same tokens at 0..n-1
+ * hold the same rows there bit for bit, and copying rows 0..n-1 from one to
+ * the other leaves the destination exactly as a prefill of those tokens
+ * would: everything it computes afterwards is what a fresh prefill gives.
+ * A recurrent (Gated DeltaNet) state after n rows is one state, not rows,
+ * and a sliding-window ring holds only the last positions written: neither
+ * can give an arbitrary prefix, so copy_prefix refuses those models.
+ *
  * Recurrent state rule (Qwen3.5's Gated DeltaNet layers, beside the KV of
  * its attention layers): truncate(m) returns the length the sequence now
  * has. The state after m rows is restored exactly - bit for bit the state
@@ -199,6 +211,17 @@ typedef struct be_ops {
      * rows 0..n-1) and forget the rest: the tree rule above. NULL: the
      * backend has no tree verification (tree batches refused). */
     int (*tree_commit)(void *st, const int *rows, int n);
+    /* Optional (NULL: no copying; the engine prefills instead). The prefix
+     * rule above: dst (a target state of the same model and context as src,
+     * not src itself) gets src's K/V rows 0..n-1 of every attention layer
+     * (n <= src's length), its length becomes n and its last forward is
+     * forgotten (nothing kept for logits/argmax/taps/tree_commit). src is
+     * only read. -1 + error with dst unchanged where it cannot be exact: a
+     * model with recurrent (Gated DeltaNet) layers or sliding-window rings
+     * (CPU: only full-length caches), different shapes, n out of range.
+     * length() only reads the state's own counter (host memory): like this
+     * and draft_ctx_length() it touches nothing another sequence's step uses. */
+    int (*copy_prefix)(void *dst, const void *src, int n);
 
     /* ---- DFlash draft: the draft model plus the target it reads its
      * embedding and lm_head from ---- */
@@ -212,6 +235,12 @@ typedef struct be_ops {
     int (*draft_ctx_length)(void *st);
     void (*draft_ctx_truncate)(void *st, int len);
     int (*draft_block)(void *st, const be_draft_block *b);
+    /* Optional (NULL: no copying). The prefix rule above for the draft's
+     * context: dst (a draft state of the same draft and context, not src)
+     * holds src's context rows 0..n-1 (n <= src's draft_ctx_length, pending
+     * rows included) and nothing after them; src is only read. -1 + error
+     * with dst unchanged if it cannot. */
+    int (*draft_ctx_copy)(void *dst, const void *src, int n);
     /* Optional (NULL: the engine runs draft_block() one at a time). The
      * blocks bs[i] of n (1..BE_MAX_SEQS) distinct draft states sts[i] of one
      * draft model in one pass: the draft's weights (and each shared LM head)

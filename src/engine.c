@@ -9,6 +9,16 @@
  * draft leaves the draft context at min(its length, the common prefix); the
  * next drafting call prefills from the shorter of the two.
  *
+ * Stable rule (m->stable; prefix copies between sequences): cache_tok[0..
+ * stable) and the target rows there stay as they are until the sequence's
+ * current generation ends - during one, the prompt rows reused or
+ * prefilled so far (a generation never rolls back into its prompt), outside
+ * one, every cached row. It changes only with the bat_lock held or by an
+ * atomic release store after the rows and cache_tok are written (a prefill
+ * chunk), so a copy under bat_lock may read rows 0..stable-1 of a sequence
+ * that is generating on another thread (dflash_copy_prefix: the prefix rule
+ * of backend.h makes the copy a fresh prefill's rows, bit for bit).
+ *
  * Sequences (dflash_seq_new): a sequence is a dflash_model of its own that
  * shares its owner's weights, tokenizer, backend instance and forward
  * scheduler (m->owner, m->bat) and has its own everything else below - KV
@@ -69,6 +79,7 @@ struct dflash_model {
     void *seq, *dseq;
     int n_ctx;
     int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
+    int stable;          /* rows 0..stable-1 of the cache stay until the generation ends (the stable rule) */
     float *logits;       /* [SPEC_MAX_BLOCK][vocab]: prefill's last row, sampling */
     void *smp_work;
     int *pen_count;      /* [vocab] zeros: smp_transform_apply's scratch */
@@ -568,7 +579,81 @@ void dflash_reset(dflash_model *m) {
     bat_lock(m->bat);
     m->be->truncate(m->seq, 0);
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    m->stable = 0;
     bat_unlock(m->bat);
+}
+
+/* Rows cache_tok describes (bat_lock held): a tree verify an error left
+ * uncommitted is not among them. */
+static int cached_len(const dflash_model *m) { return m->tree_n ? m->verify_len : m->be->length(m->seq); }
+
+/* The common prefix of the stable rows (the stable rule) and ids[0..n). */
+static size_t stable_prefix(const dflash_model *m, const int32_t *ids, size_t n) {
+    size_t st = (size_t)__atomic_load_n(&m->stable, __ATOMIC_ACQUIRE), p = 0;
+    while (p < st && p < n && m->cache_tok[p] == ids[p]) p++;
+    return p;
+}
+
+size_t dflash_cached_prefix(const dflash_model *m, const int32_t *ids, size_t n) {
+    return m && m->cache_tok && ids ? stable_prefix(m, ids, n) : 0;
+}
+
+size_t dflash_seq_cached_prefix(const dflash_seq *s, const int32_t *ids, size_t n) {
+    return s ? dflash_cached_prefix(s->m, ids, n) : 0;
+}
+
+int dflash_copy_prefix(dflash_model *m, dflash_seq *dst, dflash_seq *const *src, int n_src, const int32_t *ids,
+                       size_t n, int *from) {
+    if (from) *from = -1;
+    if (!m || m->owner || !m->has_target || n_src < 0 || (n_src && !src) || (n && !ids)) {
+        dfl_seterr("dflash_copy_prefix: %s", !m || !m->has_target ? "no model loaded" : m->owner ? "not a model"
+                                                                                              : "bad arguments");
+        return -1;
+    }
+    dflash_model *d = dst ? dst->m : m;
+    if (d->owner != (dst ? m : NULL)) {
+        dfl_seterr("dflash_copy_prefix: the destination is a sequence of another model");
+        return -1;
+    }
+    for (int i = 0; i < n_src; i++)
+        if ((src[i] ? src[i]->m : m) == d || (src[i] && src[i]->m->owner != m)) {
+            dfl_seterr("dflash_copy_prefix: source %d is %s", i,
+                       (src[i] ? src[i]->m : m) == d ? "the destination" : "a sequence of another model");
+            return -1;
+        }
+    if (n < 2) return 0; /* the last prompt row always runs: nothing to copy before it */
+    bat_lock(m->bat);    /* no step runs: every source's rows and stable count hold still */
+    size_t own = stable_prefix(d, ids, n - 1), best = own;
+    int bi = -1;
+    for (int i = 0; i < n_src; i++) {
+        size_t p = stable_prefix(src[i] ? src[i]->m : m, ids, n - 1);
+        if (p > best) best = p, bi = i;
+    }
+    int rc = 0;
+    if (bi >= 0) {
+        dflash_model *s = src[bi] ? src[bi]->m : m;
+        if (!m->be->copy_prefix) {
+            dfl_seterr("copy_prefix: not supported by the %s backend", m->be->name);
+            rc = -1;
+        } else {
+            rc = m->be->copy_prefix(d->seq, s->seq, (int)best);
+        }
+        if (rc == 0) {
+            memcpy(d->cache_tok, s->cache_tok, sizeof(int32_t) * best);
+            d->tree_n = 0;
+            /* the draft context: the source's rows where it has more of the
+             * prefix, else the destination's own ones that still match */
+            int dl = d->dseq ? m->be->draft_ctx_length(d->dseq) : 0, keep = dl < (int)own ? dl : (int)own;
+            int sl = d->dseq && s->dseq ? m->be->draft_ctx_length(s->dseq) : 0, take = sl < (int)best ? sl : (int)best;
+            if (d->dseq && !(take > keep && m->be->draft_ctx_copy &&
+                             m->be->draft_ctx_copy(d->dseq, s->dseq, take) == 0))
+                m->be->draft_ctx_truncate(d->dseq, keep);
+            d->stable = (int)best;
+            if (from) *from = bi;
+        }
+    }
+    bat_unlock(m->bat);
+    return rc != 0 ? -1 : bi >= 0 ? (int)best : 0;
 }
 
 /* ---- spec_iface callbacks ------------------------------------------------ */
@@ -1164,13 +1249,14 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         m->tree_n = 0;
     }
     /* reuse the cached prefix */
-    int len = m->be->length(m->seq), p = 0;
+    int len = cached_len(m), p = 0;
     while (p < len && (size_t)p < n_prompt && m->cache_tok[p] == prompt[p]) p++;
     if ((size_t)p == n_prompt) p--; /* the last prompt row must run to give logits */
     int dl = m->dseq ? m->be->draft_ctx_length(m->dseq) : 0;
     if (m->dseq && m->drafting && dl < p) p = dl;
     p = m->be->truncate(m->seq, p); /* a recurrent model may keep fewer rows (backend.h) */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
+    m->stable = p; /* before any row past p changes (the stable rule) */
     bat_unlock(m->bat);
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
@@ -1188,6 +1274,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
         }
         if (bat_forward(m->bat, m->seq, &b) != 0) return -1;
         memcpy(m->cache_tok + r, prompt + r, sizeof(int32_t) * (size_t)T);
+        __atomic_store_n(&m->stable, (int)r + T, __ATOMIC_RELEASE); /* after the rows and their tokens */
         if (m->drafting) {
             bat_lock(m->bat);
             int rc = m->be->draft_feed(m->dseq, m->seq, 0, T);
@@ -1261,6 +1348,9 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     bat_enter(m->bat, &m->member);
     int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
     bat_leave(m->bat, &m->member);
+    bat_lock(m->bat);
+    m->stable = cached_len(m); /* the generation is over: every cached row (the stable rule) */
+    bat_unlock(m->bat);
     return rc;
 }
 
@@ -1321,6 +1411,7 @@ int dflash_time_forward(dflash_model *m, int T, int depth, int reps, double *med
     }
     m->be->truncate(m->seq, rc == 0 ? depth : 0); /* the depth rows stay, as cache_tok says */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    m->stable = m->be->length(m->seq);
     bat_unlock(m->bat);
     free(ts);
     free(tok);
@@ -1373,6 +1464,7 @@ int dflash_time_draft_gen(dflash_model *m, const dflash_gen *g, int depth, int r
     }
     m->be->truncate(m->seq, 0);
     m->be->draft_ctx_truncate(m->dseq, 0);
+    m->stable = 0;
     bat_unlock(m->bat);
     free(ts);
     free(tok);

@@ -740,6 +740,40 @@ static int cpu_truncate(void *st, int len) {
     return q->len;
 }
 
+/* The prefix rule (backend.h): rows 0..n-1 of every attention layer's block
+ * ([nkv][kv_rows][hd]: n rows of hd floats per head, at the same offsets in
+ * both states). Only full-length caches: a ring (its position p at row
+ * p % ring, the oldest ones overwritten) and a recurrent state are refused. */
+static int cpu_copy_prefix(void *dst, const void *src, int n) {
+    cpu_seq *d = dst;
+    const cpu_seq *q = src;
+    const cfg_model *c = &q->m->cfg;
+    const char *why = d == q                                                   ? "a sequence onto itself"
+                      : q->dn || c->n_linear_layers                            ? "recurrent (Gated DeltaNet) layers"
+                      : q->ring || d->ring                                     ? "sliding-window ring caches"
+                      : d->n_ctx != q->n_ctx || d->m->cfg.n_layers != c->n_layers ? "states of different shapes"
+                      : n < 0 || n > q->len                                    ? "rows beyond the source's length"
+                                                                               : NULL;
+    for (int l = 0; !why && l < c->n_layers; l++)
+        if (d->kv_rows[l] != q->kv_rows[l] || d->kv_off[l] != q->kv_off[l]) why = "states of different shapes";
+    if (why) {
+        dfl_seterr("copy_prefix: not supported: %s (%d rows of %d)", why, n, q->len);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t hd = (size_t)cfg_head_dim(c, l), rows = (size_t)q->kv_rows[l];
+        for (size_t h = 0; rows && h < (size_t)cfg_kv_heads(c, l); h++) {
+            size_t o = q->kv_off[l] + h * rows * hd;
+            memcpy(d->kc + o, q->kc + o, sizeof(float) * (size_t)n * hd);
+            memcpy(d->vc + o, q->vc + o, sizeof(float) * (size_t)n * hd);
+        }
+    }
+    d->len = d->hw = n;
+    d->n_kept = d->tap_rows = 0;
+    d->fwd_len = n, d->fwd_T = 0, d->tree = 0;
+    return 0;
+}
+
 /* Row embeddings x[T][H] of tokens tok[T] (Gemma-4: times sqrt(H), as
  * transformers' scaled embedding in float32 does). */
 static void embed_rows(float *x, const mdl_model *m, const int32_t *tok, int T) {
@@ -1223,6 +1257,34 @@ static void cpu_draft_ctx_truncate(void *st, int len) {
     }
 }
 
+/* The prefix rule (backend.h) for the draft's context: projected rows
+ * 0..min(n, len)-1 of every layer ([n_layers][nkv][n_ctx][hd]: per layer
+ * and head n rows of hd floats), the rest of the n from src's pending rows
+ * ([n_pend][n_taps][H], position len + i at row i) into dst's. */
+static int cpu_draft_ctx_copy(void *dst, const void *src, int n) {
+    cpu_draft *d = dst;
+    const cpu_draft *q = src;
+    const cfg_model *c = &q->d->cfg;
+    if (d == q || d->n_ctx != q->n_ctx || d->d->cfg.n_layers != c->n_layers || n < 0 || n > q->len + q->n_pend) {
+        dfl_seterr("draft_ctx_copy: not supported: %s (%d rows of %d)",
+                   d == q ? "a context onto itself" : n < 0 || n > q->len + q->n_pend ? "rows beyond the source's"
+                                                                                    : "different shapes",
+                   n, q->len + q->n_pend);
+        return -1;
+    }
+    int proj = n < q->len ? n : q->len;
+    size_t hd = (size_t)c->head_dim;
+    for (size_t lh = 0; lh < (size_t)c->n_layers * c->n_kv_heads; lh++) {
+        size_t o = lh * (size_t)q->n_ctx * hd;
+        memcpy(d->kc + o, q->kc + o, sizeof(float) * (size_t)proj * hd);
+        memcpy(d->vc + o, q->vc + o, sizeof(float) * (size_t)proj * hd);
+    }
+    d->len = proj;
+    d->n_pend = n - proj;
+    memcpy(d->pend, q->pend, sizeof(float) * (size_t)d->n_pend * c->n_taps * c->hidden);
+    return 0;
+}
+
 /* 0, or -1 + error if n more rows do not fit the context. */
 static int draft_room(const cpu_draft *q, int n) {
     if (q->len + q->n_pend + n <= q->n_ctx) return 0;
@@ -1671,6 +1733,7 @@ const be_ops be_cpu = {
     .argmax_multi = cpu_argmax_multi,
     .taps = cpu_taps,
     .tree_commit = cpu_tree_commit,
+    .copy_prefix = cpu_copy_prefix,
     .draft_create = cpu_draft_create,
     .draft_destroy = cpu_draft_destroy,
     .draft_feed = cpu_draft_feed,
@@ -1679,4 +1742,5 @@ const be_ops be_cpu = {
     .draft_ctx_truncate = cpu_draft_ctx_truncate,
     .draft_block = cpu_draft_block,
     .draft_block_multi = cpu_draft_block_multi,
+    .draft_ctx_copy = cpu_draft_ctx_copy,
 };

@@ -2636,6 +2636,9 @@ static be_ops make_ops(void) {
     o.draft_ctx_length = cu_draft_ctx_length;
     o.draft_ctx_truncate = cu_draft_ctx_truncate;
     o.draft_block = cu_draft_block;
+    /* copy_prefix / draft_ctx_copy (the prefix rule, backend.h) stay NULL:
+     * not written for the device's caches yet (a cudaMemcpyAsync per layer
+     * and head would do), so the engine prefills the prompt instead. */
     return o;
 }
 
