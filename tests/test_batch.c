@@ -45,6 +45,16 @@
  *                       decode rows share steps of at most the model's
  *                       step_tokens rows, and both replies are the ones
  *                       they get alone
+ *   prefix_copy         dflash_copy_prefix: a prompt's prefix copied from a
+ *                       donor sequence (idle, or prefilling on another
+ *                       thread; the model's own sequence as either end)
+ *                       gives the reply and log-probabilities of a fresh
+ *                       sequence, greedy and sampled, with and without the
+ *                       draft; nothing copied where dst holds as much; bad
+ *                       sources refused
+ *   prefix_copy_refused recurrent layers and sliding-window rings refuse
+ *                       the copy, nothing changed; full-length sliding
+ *                       caches copy exactly
  *   seq_errors          a sequence of a tokenizer-only model is refused; a
  *                       sequence's bad request fails with its own error while
  *                       the others generate
@@ -55,6 +65,7 @@
  * forward_multi tests are skipped (one caller thread). */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "batch.h"
@@ -705,6 +716,198 @@ TEST(prefill_budget) {
     dflash_free(m);
 }
 
+/* ---- prompt prefixes copied between sequences (dflash_copy_prefix) -------- */
+
+/* One generation of ids[0..n) on s (NULL: m's own sequence), logprobs into
+ * lps when g asks for them; 0 or -1 (error printed). */
+static int gen_on(dflash_model *m, dflash_seq *s, const int32_t *ids, size_t n, const dflash_gen *g, int32_t **out,
+                  size_t *no, lp_log *lps, dflash_stats *st) {
+    free(*out);
+    *out = NULL;
+    lps->n = 0;
+    int rc = s ? dflash_seq_generate(s, ids, n, g, NULL, lps, out, no, st)
+               : dflash_generate(m, ids, n, g, NULL, lps, out, no, st);
+    if (rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
+    return rc;
+}
+
+typedef struct {
+    dflash_seq *s;
+    const int32_t *ids;
+    size_t n;
+    dflash_gen g;
+    int32_t *out;
+    size_t no;
+    lp_log lps;
+    int rc;
+} donor_job;
+
+static void *donor_thread(void *arg) {
+    donor_job *j = arg;
+    j->rc = gen_on(NULL, j->s, j->ids, j->n, &j->g, &j->out, &j->no, &j->lps, NULL);
+    return NULL;
+}
+
+/* Prompts a = shared + prompt[0] and b = shared + prompt[1] (shared: 200
+ * tokens; fast: 120). For greedy and sampled (seeded, logprobs), with and
+ * without the draft, and a donor that ran without it before a drafting
+ * copy: a donor sequence generates a, its prefix is copied into another
+ * sequence, which then generates b: the reply, the log-probabilities
+ * bit for bit, equal b's on a fresh sequence, and the reused count is the
+ * shared prefix (the draft's context where it was copied). Also into and
+ * from the model's own sequence, nothing copied where dst already holds as
+ * much, bad arguments refused, and a copy from a donor that is prefilling
+ * on another thread. */
+TEST(prefix_copy) {
+    if (!demo) return;
+    enum { SHARED = 200, SHARED_FAST = 120 };
+    size_t ns = fast ? SHARED_FAST : SHARED, na = ns + prompt_len[0], nb = ns + prompt_len[1];
+    int32_t *a = dfl_malloc(sizeof(int32_t) * na), *b = dfl_malloc(sizeof(int32_t) * nb);
+    for (size_t i = 0; i < ns; i++) a[i] = b[i] = prompt[i % n_prompts][i % prompt_len[i % n_prompts]];
+    memcpy(a + ns, prompt[0], sizeof(int32_t) * prompt_len[0]);
+    memcpy(b + ns, prompt[1], sizeof(int32_t) * prompt_len[1]);
+    size_t common = 0;
+    while (common < na && common < nb && a[common] == b[common]) common++;
+    dflash_seq *donor = dflash_seq_new(demo), *dst = dflash_seq_new(demo);
+    CHECK(donor && dst, "dflash_seq_new: %s", dflash_error());
+    int32_t *ref = NULL, *got = NULL, *tmp = NULL;
+    size_t nref = 0, ngot = 0, ntmp = 0;
+    static lp_log ref_lp, got_lp, tmp_lp;
+    dflash_stats st;
+    /* donor's drafting, dst's drafting, sampled */
+    static const int var[][3] = {{1, 1, 0}, {0, 0, 0}, {1, 1, 1}, {0, 0, 1}, {0, 1, 0}};
+    for (size_t v = 0; donor && dst && v < sizeof var / sizeof var[0]; v++) {
+        dflash_gen gd = dflash_default_gen(), g;
+        gd.n_predict = fast ? 16 : 32, gd.ignore_eos = 1;
+        if (var[v][2]) gd.temp = 0.8f, gd.top_k = 40, gd.seed = 7 + (uint64_t)v, gd.on_logprob = on_lp, gd.top_logprobs = 3;
+        g = gd;
+        gd.use_draft = var[v][0];
+        g.use_draft = var[v][1];
+        dflash_reset(demo); /* the reference: b on a fresh sequence */
+        CHECK(gen_on(demo, NULL, b, nb, &g, &ref, &nref, &ref_lp, NULL) == 0, "variant %zu: b alone", v);
+        dflash_seq_reset(donor);
+        dflash_seq_reset(dst);
+        CHECK(gen_on(demo, donor, a, na, &gd, &tmp, &ntmp, &tmp_lp, NULL) == 0, "variant %zu: the donor", v);
+        CHECK(dflash_seq_cached_prefix(donor, b, nb) == common && dflash_seq_cached_prefix(dst, b, nb) == 0,
+              "variant %zu: cached prefixes %zu and %zu, want %zu and 0", v, dflash_seq_cached_prefix(donor, b, nb),
+              dflash_seq_cached_prefix(dst, b, nb), common);
+        int from = 7;
+        int p = dflash_copy_prefix(demo, dst, &donor, 1, b, nb, &from);
+        CHECK(p == (int)common && from == 0, "variant %zu: copied %d rows from %d: %s", v, p, from, dflash_error());
+        CHECK(dflash_seq_cached_prefix(dst, b, nb) == common, "variant %zu: dst holds %zu", v,
+              dflash_seq_cached_prefix(dst, b, nb));
+        CHECK(gen_on(demo, dst, b, nb, &g, &got, &ngot, &got_lp, &st) == 0, "variant %zu: b after the copy", v);
+        CHECK(ngot == nref && !memcmp(got, ref, sizeof(int32_t) * nref) && same_lps(&got_lp, &ref_lp),
+              "variant %zu: the reply after the copy differs from a fresh sequence's (%zu / %zu tokens)", v, ngot, nref);
+        /* the draft's context came along unless the donor ran without the draft */
+        int want = var[v][1] && !var[v][0] ? 0 : (int)common;
+        CHECK(st.n_reused == want, "variant %zu: %d prompt tokens reused, want %d", v, st.n_reused, want);
+    }
+    if (donor && dst) {
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = 16, g.ignore_eos = 1, g.use_draft = 0; /* reused = copied (no draft context to match) */
+        dflash_reset(demo);
+        CHECK(gen_on(demo, NULL, b, nb, &g, &ref, &nref, &ref_lp, NULL) == 0, "b alone");
+        /* dst holds all of b now: nothing longer to copy, from the model (NULL) or the donor */
+        CHECK(gen_on(demo, dst, b, nb, &g, &got, &ngot, &got_lp, NULL) == 0, "b on dst");
+        dflash_seq *srcs[2] = {NULL, donor};
+        int from = 5;
+        CHECK(dflash_copy_prefix(demo, dst, srcs, 2, b, nb, &from) == 0 && from == -1, "nothing to copy: from %d",
+              from);
+        /* into the model's own sequence, then from it */
+        dflash_reset(demo);
+        int p = dflash_copy_prefix(demo, NULL, &srcs[1], 1, b, nb, &from);
+        CHECK(p == (int)common && from == 0, "into the model: %d rows from %d: %s", p, from, dflash_error());
+        CHECK(gen_on(demo, NULL, b, nb, &g, &got, &ngot, &got_lp, &st) == 0 && ngot == nref &&
+                  !memcmp(got, ref, sizeof(int32_t) * nref) && st.n_reused == (int)common,
+              "the model after the copy: %zu tokens, %d reused", ngot, st.n_reused);
+        dflash_seq_reset(dst);
+        p = dflash_copy_prefix(demo, dst, srcs, 1, a, na, &from);
+        CHECK(p == (int)common && from == 0, "from the model: %d rows from %d: %s", p, from, dflash_error());
+        /* refused: a source that is the destination, another model's sequence */
+        CHECK(dflash_copy_prefix(demo, dst, &dst, 1, b, nb, NULL) == -1 && strstr(dflash_error(), "destination"),
+              "dst as its own source: %s", dflash_error());
+        CHECK(dflash_copy_prefix(demo, NULL, srcs, 1, b, nb, NULL) == -1, "the model as its own source");
+        CHECK(dflash_copy_prefix((dflash_model *)0, dst, srcs, 1, b, nb, NULL) == -1, "no model");
+        /* a donor prefilling a on another thread meanwhile: whatever part
+         * of it the copy finds, b's reply is the fresh one */
+        dflash_seq_reset(donor);
+        dflash_seq_reset(dst);
+        donor_job dj = {.s = donor, .ids = a, .n = na, .g = g};
+        pthread_t th;
+        int copied = 0, tries = 0;
+        if (pthread_create(&th, NULL, donor_thread, &dj) == 0) {
+            while (copied == 0 && tries++ < 100000) {
+                copied = dflash_copy_prefix(demo, dst, &donor, 1, b, nb, NULL);
+                if (copied == 0) sched_yield();
+            }
+            pthread_join(th, NULL);
+            CHECK(dj.rc == 0 && copied > 0 && copied <= (int)common, "the donor %d, copied %d rows", dj.rc, copied);
+            CHECK(gen_on(demo, dst, b, nb, &g, &got, &ngot, &got_lp, &st) == 0 && ngot == nref &&
+                      !memcmp(got, ref, sizeof(int32_t) * nref) && st.n_reused == copied,
+                  "after a copy beside the donor's prefill: %zu tokens, %d reused of %d copied", ngot, st.n_reused,
+                  copied);
+            free(dj.out);
+        }
+    }
+    free(ref);
+    free(got);
+    free(tmp);
+    free(a);
+    free(b);
+    dflash_seq_free(donor);
+    dflash_seq_free(dst);
+}
+
+/* Where copying cannot be exact it is refused and nothing changes: the
+ * recurrent tiny-qwen35 and tiny-gptoss's sliding-window ring (window 8:
+ * a ring of 72 rows at context 256); tiny-gptoss at context 64 keeps
+ * full-length caches, and there the copy is made and exact. After a
+ * refusal the destination generates what a fresh sequence does. */
+TEST(prefix_copy_refused) {
+    static const struct {
+        const char *dir, *why;
+        int n_ctx;
+    } cases[] = {{"tests/models/tiny-qwen35", "recurrent", 256},
+                 {"tests/models/tiny-gptoss", "ring", 256},
+                 {"tests/models/tiny-gptoss", NULL, 64}};
+    int32_t a[40], b[40];
+    for (int i = 0; i < 40; i++) a[i] = b[i] = (int32_t)((i * 7919 + 13) % 16384);
+    b[30] = 5, b[31] = 6; /* a common prefix of 30 */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dflash_params p = dflash_default_params();
+        p.n_ctx = cases[k].n_ctx;
+        dflash_model *m = dflash_load(rpath(cases[k].dir), NULL, &p);
+        CHECK(m != NULL, "%s: %s", cases[k].dir, dflash_error());
+        if (!m) continue;
+        dflash_seq *s1 = dflash_seq_new(m), *s2 = dflash_seq_new(m);
+        dflash_gen g = dflash_default_gen();
+        g.n_predict = 8, g.ignore_eos = 1;
+        int32_t *ref = NULL, *got = NULL;
+        size_t nref = 0, ngot = 0;
+        static lp_log lps;
+        dflash_stats st;
+        CHECK(s1 && s2 && gen_on(m, NULL, b, 40, &g, &ref, &nref, &lps, NULL) == 0 &&
+                  gen_on(m, s1, a, 40, &g, &got, &ngot, &lps, NULL) == 0,
+              "%s: generations", cases[k].dir);
+        int rc = s1 && s2 ? dflash_copy_prefix(m, s2, &s1, 1, b, 40, NULL) : -2;
+        if (cases[k].why)
+            CHECK(rc == -1 && strstr(dflash_error(), "not supported") && strstr(dflash_error(), cases[k].why) &&
+                      dflash_seq_cached_prefix(s2, b, 40) == 0,
+                  "%s: copy gave %d (%s)", cases[k].dir, rc, dflash_error());
+        else
+            CHECK(rc == 30, "%s at context %d: copy gave %d (%s)", cases[k].dir, cases[k].n_ctx, rc, dflash_error());
+        CHECK(s2 && gen_on(m, s2, b, 40, &g, &got, &ngot, &lps, &st) == 0 && ngot == nref &&
+                  !memcmp(got, ref, sizeof(int32_t) * nref) && st.n_reused == (cases[k].why ? 0 : 30),
+              "%s: the reply after the copy (%d reused) differs from a fresh one", cases[k].dir, st.n_reused);
+        free(ref);
+        free(got);
+        dflash_seq_free(s1);
+        dflash_seq_free(s2);
+        dflash_free(m);
+    }
+}
+
 TEST(seq_errors) {
     dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
     CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
@@ -742,6 +945,8 @@ int main(void) {
     RUN(seqs_concurrent);
     RUN(cost_model);
     RUN(prefill_budget);
+    RUN(prefix_copy);
+    RUN(prefix_copy_refused);
     RUN(seq_errors);
     demo_end();
     CHECK_DONE("test_batch");
