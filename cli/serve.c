@@ -16,8 +16,12 @@
  * Threads: libmicrohttpd runs one thread per connection; they parse, check
  * and tokenize requests (tokenizing only reads the model, dflash.h allows it
  * beside a generation) and queue a job. --parallel N worker threads (slots)
- * take the jobs in arrival order, each generating on its own sequence (slot
- * 0: the model's own, the others dflash_seq_new's); the library batches the
+ * each generate on their own sequence (slot 0: the model's own, the others
+ * dflash_seq_new's). Jobs leave the queue in arrival order (dispatch): each
+ * to the free slot whose cache holds the longest prefix of its prompt
+ * (ties: the lowest id); before generating, the slot copies in a longer
+ * prefix that another slot (free or generating) holds, if any
+ * (dflash_copy_prefix: the same reply as a fresh prefill). The library batches the
  * running slots' target forwards into one per step (continuous batching: a
  * job joins at the next step, a finished or cancelled one leaves its slot at
  * once), and each reply is the one the request gets alone. A worker writes a job's output into the job (under srv->mu) and
@@ -84,9 +88,13 @@ static const char *help_serve =
     "  /slots (llama-server style), and a chat page at /. Requests may name any\n"
     "  model: the one loaded answers them.\n"
     "Requests run in arrival order on the one loaded model, one at a time (with\n"
-    "--parallel N: N at once, batched); the KV cache of a slot's previous request\n"
-    "is reused for the longest common prefix (a multi-turn chat pays only for\n"
-    "the new turn). SIGTERM or SIGINT: stop\n"
+    "--parallel N: N at once, batched). The KV cache is reused for the longest\n"
+    "common prefix of the prompt (a multi-turn chat pays only for the new turn):\n"
+    "a request goes to the free slot whose cache holds the longest prefix of it,\n"
+    "and a longer prefix another slot holds (free, or generating: its prompt) is\n"
+    "copied in first (CPU; not for Qwen3.5 / Qwen3-Next recurrent layers or\n"
+    "sliding-window rings); usage's cached_tokens counts both, /metrics\n"
+    "prompt_tokens_copied_total the copied ones. SIGTERM or SIGINT: stop\n"
     "accepting, let accepted requests finish (at most 20 s), exit 0.\n"
     "\n"
     "  -m, --model PATH       target model: a Hugging Face / MLX directory or a .gguf file\n"
@@ -352,6 +360,7 @@ typedef struct sv_job {
     dflash_logit_bias *bias;   /* [gen.n_logit_bias], gen.logit_bias points here */
     char *grammar;             /* GBNF (response_format, grammar, json_schema); gen.grammar points here */
     int logprobs;              /* report log-probabilities (gen.top_logprobs alternatives) */
+    size_t own;                /* set by dispatch: the prompt's prefix its slot's cache held */
     char id[48];
     long created;
     struct sv_job *next;       /* queue link */
@@ -383,6 +392,7 @@ typedef struct {
     long codes[16], code_n[16]; /* HTTP status -> responses */
     int n_codes;
     long gens, cancelled, prompt_tokens, cached_tokens, gen_tokens;
+    long copied_tokens;        /* cached ones that were copied from another slot */
     long drafts, draft_tokens, accepted, acc_pos[64];
     double prompt_s, decode_s;
 } sv_metrics;
@@ -393,8 +403,10 @@ typedef struct {
     int id;
     dflash_seq *seq;           /* NULL: slot 0, the model's own sequence */
     pthread_t th;
+    pthread_cond_t cv;         /* dispatch gave it a job, or the workers should exit */
     /* under srv->mu */
-    sv_job *running;
+    sv_job *running;           /* the job dispatch gave it (waiting to start, or generating); NULL: free */
+    int exited;                /* its worker has ended (no more jobs) */
     double tau;                /* tau of the last finished generation that drafted (0: none yet) */
     double draft_len;          /* drafts per round of the last finished generation (0: plain decoding) */
     long gens;
@@ -410,14 +422,14 @@ struct sv_server {
     float temp;
     long created;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;    /* a job was queued, or the workers should exit */
-    sv_job *head, *tail;       /* waiting jobs, oldest first */
+    sv_job *head, *tail;       /* waiting jobs, oldest first (none while a slot is free: dispatch) */
     int n_queued;
     sv_slot *slots;            /* [n_slots] */
     int n_slots;
-    int n_running;             /* slots generating now */
+    int n_running;             /* slots with a job (running != NULL) */
+    int copy_off;              /* dflash_copy_prefix refused once (the model or backend cannot): not tried again */
     int stopping;              /* refuse new requests */
-    int worker_exit;           /* the workers end when the queue is empty */
+    int worker_exit;           /* free workers end (the queue is empty then) */
     int n_streams;             /* streamed replies whose response is not freed yet (last event not out) */
     unsigned long next_id;
     sv_metrics mt;
@@ -749,11 +761,43 @@ static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
     return stop;
 }
 
-static void run_job(sv_slot *sl, sv_job *j) {
+/* Copy into sl's cache the longest prefix of j's prompt that another slot
+ * holds, where longer than its own (dflash_copy_prefix); the prompt tokens
+ * copied beyond its own prefix (0: none), *from the slot. The first refusal
+ * (a model with recurrent layers or rings, a backend without copies) turns
+ * copying off. */
+static int copy_prefix(sv_slot *sl, sv_job *j, int *from) {
+    sv_server *s = sl->srv;
+    dflash_seq *src[SV_MAX_SLOTS];
+    int slot[SV_MAX_SLOTS], n = 0, k = -1;
+    for (int i = 0; i < s->n_slots; i++)
+        if (i != sl->id) src[n] = s->slots[i].seq, slot[n++] = i;
+    int p = dflash_copy_prefix(s->m, sl->seq, src, n, j->ids, j->n_ids, &k);
+    *from = k >= 0 ? slot[k] : -1;
+    if (p < 0) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->copy_off) fprintf(stderr, "dflash serve: prompt prefixes are not copied between slots: %s\n",
+                                  dflash_error());
+        s->copy_off = 1;
+        pthread_mutex_unlock(&s->mu);
+    }
+    size_t own = j->own < j->n_ids ? j->own : j->n_ids - 1; /* the last prompt row always runs */
+    return p > 0 && (size_t)p > own ? p - (int)own : 0;
+}
+
+static void run_job(sv_slot *sl, sv_job *j, int try_copy) {
     sv_server *s = sl->srv;
     dflash_stats st;
+    int from = -1, copied = 0;
+    double t0 = now_s();
+    if (try_copy) copied = copy_prefix(sl, j, &from);
+    double copy_s = now_s() - t0;
     int rc = sl->seq ? dflash_seq_generate(sl->seq, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st)
                      : dflash_generate(s->m, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st);
+    st.prompt_s += copy_s; /* the time to the first token */
+    /* of the cached tokens, those beyond the slot's own prefix came from the copy */
+    size_t own = j->own < j->n_ids ? j->own : j->n_ids - 1;
+    if (copied) copied = st.n_reused > (int)own ? st.n_reused - (int)own : 0;
     pthread_mutex_lock(&s->mu);
     if (rc == 0) sl->gens++;
     if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
@@ -795,6 +839,7 @@ static void run_job(sv_slot *sl, sv_job *j) {
         m->cancelled += cancelled != JOB_LIVE;
         m->prompt_tokens += st.n_prompt;
         m->cached_tokens += st.n_reused;
+        m->copied_tokens += copied;
         m->gen_tokens += st.n_tokens;
         m->prompt_s += st.prompt_s;
         m->decode_s += st.decode_s;
@@ -804,9 +849,11 @@ static void run_job(sv_slot *sl, sv_job *j) {
         for (int i = 0; i < st.n_pos && i < 64; i++) m->acc_pos[i] += st.accepted_at_pos[i];
     }
     pthread_mutex_unlock(&s->mu);
+    char cp[48] = "";
+    if (copied) snprintf(cp, sizeof cp, ", %d copied from slot %d", copied, from);
     if (rc == 0)
-        fprintf(stderr, "%s: prompt %d tokens (%d cached) %.1f ms, %d tokens %.1f tok/s, tau %.2f, %s%s\n", j->id,
-                st.n_prompt, st.n_reused, 1e3 * st.prompt_s, st.n_tokens,
+        fprintf(stderr, "%s: prompt %d tokens (%d cached%s) %.1f ms, %d tokens %.1f tok/s, tau %.2f, %s%s\n", j->id,
+                st.n_prompt, st.n_reused, cp, 1e3 * st.prompt_s, st.n_tokens,
                 st.n_tokens > 1 && st.decode_s > 0 ? (st.n_tokens - 1) / st.decode_s : 0.0, st.tau, j->finish,
                 cancelled == JOB_CLIENT_GONE ? " (client gone)" : "");
     else if (cancelled == JOB_SHUTDOWN)
@@ -815,36 +862,68 @@ static void run_job(sv_slot *sl, sv_job *j) {
         fprintf(stderr, "%s: error: %s\n", j->id, j->err);
 }
 
+/* The free slot (not exited) whose cache holds the longest prefix of
+ * ids[0..n) (ties: the lowest id), *p that prefix; NULL: none is free
+ * (srv->mu held; a free slot's sequence is idle, so reading its cache
+ * record is allowed: dflash.h). */
+static sv_slot *best_slot(sv_server *s, const int32_t *ids, size_t n, size_t *p) {
+    sv_slot *best = NULL;
+    for (int i = 0; i < s->n_slots; i++) {
+        sv_slot *sl = &s->slots[i];
+        if (sl->running || sl->exited) continue;
+        size_t q = sl->seq ? dflash_seq_cached_prefix(sl->seq, ids, n) : dflash_cached_prefix(s->m, ids, n);
+        if (!best || q > *p) best = sl, *p = q;
+    }
+    return best;
+}
+
+/* Hand the queued jobs, oldest first, to free slots (srv->mu held): each to
+ * best_slot's. Runs when a job is queued and when a slot frees up, so the
+ * queue holds jobs only while every slot has one. */
+static void dispatch(sv_server *s) {
+    while (s->head) {
+        sv_job *j = s->head;
+        size_t p = 0;
+        sv_slot *sl = best_slot(s, j->ids, j->n_ids, &p);
+        if (!sl) return;
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        s->n_queued--;
+        j->own = p;
+        sl->running = j;
+        s->n_running++;
+        pthread_cond_signal(&sl->cv);
+    }
+}
+
 static void *worker_main(void *arg) {
     sv_slot *sl = arg;
     sv_server *s = sl->srv;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->worker_exit) pthread_cond_wait(&s->work_cv, &s->mu);
-        sv_job *j = s->head;
+        while (!sl->running && !s->worker_exit) pthread_cond_wait(&sl->cv, &s->mu);
+        sv_job *j = sl->running;
         if (!j) break;
-        s->head = j->next;
-        if (!s->head) s->tail = NULL;
-        s->n_queued--;
         if (!j->cancelled) {
             j->state = JOB_RUNNING;
-            sl->running = j;
-            s->n_running++;
+            int try_copy = s->n_slots > 1 && !s->copy_off;
             pthread_mutex_unlock(&s->mu);
-            run_job(sl, j);
+            run_job(sl, j, try_copy);
             pthread_mutex_lock(&s->mu);
-            sl->running = NULL;
-            s->n_running--;
         } else {
             j->rc = -1;
             snprintf(j->err, sizeof j->err, "%s", j->cancelled == JOB_SHUTDOWN ? "the server is shutting down: the "
                      "request was not started" : "cancelled before it started");
             s->mt.cancelled++;
         }
+        sl->running = NULL;
+        s->n_running--;
         j->state = JOB_DONE;
         pthread_cond_broadcast(&j->cv);
         job_release(j);
+        dispatch(s); /* this slot is free again */
     }
+    sl->exited = 1;
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -1643,7 +1722,7 @@ static int submit(sv_server *s, sv_job *j, sv_err *e) {
     else s->head = j;
     s->tail = j;
     s->n_queued++;
-    pthread_cond_signal(&s->work_cv);
+    dispatch(s);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -1888,8 +1967,12 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("generations_cancelled_total", "counter", "Generations stopped because the client went away or the server shut down.", "%ld",
            m.cancelled);
     METRIC("prompt_tokens_total", "counter", "Prompt tokens (cached ones included).", "%ld", m.prompt_tokens);
-    METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens whose KV was reused from the previous request.",
-           "%ld", m.cached_tokens);
+    METRIC("prompt_tokens_cached_total", "counter",
+           "Prompt tokens whose KV was reused: the slot's previous request's, or copied from another slot.", "%ld",
+           m.cached_tokens);
+    METRIC("prompt_tokens_copied_total", "counter",
+           "Prompt tokens whose KV was copied from another slot's cache (in prompt_tokens_cached_total too).", "%ld",
+           m.copied_tokens);
     METRIC("generation_tokens_total", "counter", "Generated tokens.", "%ld", m.gen_tokens);
     METRIC("prompt_seconds_total", "counter", "Prefill time.", "%.6f", m.prompt_s);
     METRIC("generation_seconds_total", "counter", "Decode time.", "%.6f", m.decode_s);
@@ -2349,12 +2432,12 @@ int cmd_serve(int argc, char **argv) {
     s->draft_max = draft_max;
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->work_cv, NULL);
     s->n_slots = parallel;
     s->slots = xcalloc((size_t)parallel, sizeof *s->slots);
     for (int i = 0; i < parallel; i++) {
         sv_slot *sl = &s->slots[i];
         *sl = (sv_slot){.srv = s, .id = i};
+        pthread_cond_init(&sl->cv, NULL);
         if (i > 0 && !(sl->seq = dflash_seq_new(m))) {
             fprintf(stderr, "dflash serve: error: slot %d: %s\n", i, dflash_error());
             for (int k = 1; k < i; k++) dflash_seq_free(s->slots[k].seq);
@@ -2424,10 +2507,13 @@ int cmd_serve(int argc, char **argv) {
         if (!j->cancelled) j->cancelled = JOB_SHUTDOWN;
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].running && !s->slots[i].running->cancelled) s->slots[i].running->cancelled = JOB_SHUTDOWN;
-    pthread_cond_broadcast(&s->work_cv);
+    for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_slots; i++) pthread_join(s->slots[i].th, NULL);
-    for (int i = 0; i < s->n_slots; i++) dflash_seq_free(s->slots[i].seq);
+    for (int i = 0; i < s->n_slots; i++) {
+        dflash_seq_free(s->slots[i].seq);
+        pthread_cond_destroy(&s->slots[i].cv);
+    }
     free(s->slots);
     /* the streams write their last event (a cut one: its error event) before
      * the connections close; a client that does not read gets 2 s */
@@ -2440,7 +2526,6 @@ int cmd_serve(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     if (d) MHD_stop_daemon(d); /* closes connections, joins their threads (jobs are all done) */
-    pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);
     dflash_free(m);
     free(s);

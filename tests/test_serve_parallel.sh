@@ -5,6 +5,10 @@
 # sampled with a seed, DFlash on and off, logprobs, a grammar, streamed and
 # whole, aborting clients, more requests than slots) equals the same request
 # sent alone; /metrics and /slots report the slots and the shared steps.
+# Then prompt prefixes across slots (tests/serve/prefix.js): requests
+# sharing a long system prompt with a request running on another slot
+# copy its prefix (cached_tokens > 0, /metrics' copied tokens) and still
+# give their replies alone.
 # SIGTERM then gives a clean exit 0 (under ASan: no leak). Then a bounded
 # load on `--parallel 16` (tests/serve/parallel_load.js): 16 and 32 clients
 # at a time, every reply equal to its reply alone.
@@ -20,6 +24,9 @@ if start_server -m models/demo/target --draft models/demo/draft --parallel 4 --c
     # DFLASH_FAST (CI's ASan pass): one round of 8 requests instead of two of 12
     if [ -n "${DFLASH_FAST:-}" ]; then export PAR_ROUNDS=1 PAR_PER_SLOT=2; fi
     SLOTS=4 run_node 500 tests/serve/parallel.js
+    run_node 300 tests/serve/prefix.js
+    if grep -qE "copied from slot [0-9]" "$T/server.log"; then ok "server log: a prompt prefix copied from another slot"
+    else bad "server log: a prompt prefix copied from another slot"; fi
     stop_server
 fi
 if start_server -m models/demo/target --draft models/demo/draft --parallel 16 --ctx-size 512; then
