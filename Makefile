@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-batch bench-seq-mem bench-rollback bench-tree bench-verify bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-batch bench-prefix bench-seq-mem bench-rollback bench-tree bench-verify bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -288,6 +288,13 @@ BATCH_MODEL ?= models/demo/target
 BATCH_DRAFT ?= models/demo/draft
 bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/%,$(BATCH_MODEL) $(BATCH_DRAFT)),$(DEMO_MODELS))
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/batch_bench && $(BUILD)/batch_bench $(BATCH_MODEL) $(BATCH_DRAFT)
+
+# time to the first token of a prompt whose long prefix another sequence holds, before
+# (a fresh prefill) and after dflash_copy_prefix (issue 24): make bench-prefix
+# [PREFIX_ARGS="TARGET DRAFT SHARED REPS"]
+PREFIX_ARGS ?= models/demo/target models/demo/draft 500 7
+bench-prefix: bench/prefix_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/prefix_bench && $(BUILD)/prefix_bench $(PREFIX_ARGS)
 
 # resident memory per sequence / --parallel slot (issue 24): make bench-seq-mem [SEQMEM_ARGS="S CTX N"]
 SEQMEM_ARGS ?= 4 1024 64
