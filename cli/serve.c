@@ -762,18 +762,16 @@ static int job_on_token(void *ud, int32_t id, const char *text, size_t len) {
 }
 
 /* Copy into sl's cache the longest prefix of j's prompt that another slot
- * holds, where longer than its own (dflash_copy_prefix); the prompt tokens
- * copied beyond its own prefix (0: none), *from the slot. The first refusal
- * (a model with recurrent layers or rings, a backend without copies) turns
- * copying off. */
-static int copy_prefix(sv_slot *sl, sv_job *j, int *from) {
+ * holds, where longer than its own (dflash_copy_prefix); the slot it came
+ * from, -1: none. The first refusal (a model with recurrent layers or
+ * rings, a backend without copies) turns copying off. */
+static int copy_prefix(sv_slot *sl, sv_job *j) {
     sv_server *s = sl->srv;
     dflash_seq *src[SV_MAX_SLOTS];
     int slot[SV_MAX_SLOTS], n = 0, k = -1;
     for (int i = 0; i < s->n_slots; i++)
         if (i != sl->id) src[n] = s->slots[i].seq, slot[n++] = i;
     int p = dflash_copy_prefix(s->m, sl->seq, src, n, j->ids, j->n_ids, &k);
-    *from = k >= 0 ? slot[k] : -1;
     if (p < 0) {
         pthread_mutex_lock(&s->mu);
         if (!s->copy_off) fprintf(stderr, "dflash serve: prompt prefixes are not copied between slots: %s\n",
@@ -781,23 +779,21 @@ static int copy_prefix(sv_slot *sl, sv_job *j, int *from) {
         s->copy_off = 1;
         pthread_mutex_unlock(&s->mu);
     }
-    size_t own = j->own < j->n_ids ? j->own : j->n_ids - 1; /* the last prompt row always runs */
-    return p > 0 && (size_t)p > own ? p - (int)own : 0;
+    return p > 0 ? slot[k] : -1;
 }
 
 static void run_job(sv_slot *sl, sv_job *j, int try_copy) {
     sv_server *s = sl->srv;
     dflash_stats st;
-    int from = -1, copied = 0;
     double t0 = now_s();
-    if (try_copy) copied = copy_prefix(sl, j, &from);
+    int from = try_copy ? copy_prefix(sl, j) : -1;
     double copy_s = now_s() - t0;
     int rc = sl->seq ? dflash_seq_generate(sl->seq, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st)
                      : dflash_generate(s->m, j->ids, j->n_ids, &j->gen, job_on_token, j, NULL, NULL, &st);
     st.prompt_s += copy_s; /* the time to the first token */
     /* of the cached tokens, those beyond the slot's own prefix came from the copy */
-    size_t own = j->own < j->n_ids ? j->own : j->n_ids - 1;
-    if (copied) copied = st.n_reused > (int)own ? st.n_reused - (int)own : 0;
+    int own = (int)(j->own < j->n_ids ? j->own : j->n_ids - 1); /* the last prompt row always runs */
+    int copied = from >= 0 && st.n_reused > own ? st.n_reused - own : 0;
     pthread_mutex_lock(&s->mu);
     if (rc == 0) sl->gens++;
     if (rc == 0 && st.rounds > 0) sl->tau = st.tau;
