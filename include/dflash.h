@@ -85,6 +85,14 @@ typedef struct {
                          holding them for a whole chunk of 256; 0: 64. Alone a
                          prompt runs 256 rows a forward. The output is the same
                          whatever the chunks. */
+    int kv_budget_mib; /* > 0: the target KV cache all sequences of the model
+                          (its own and dflash_seq_new's) may hold together, in
+                          MiB; a sequence takes pages of 16 positions as it
+                          fills its context and gives them back when it is
+                          reset, freed or evicted (below); 0: no limit (each
+                          sequence may fill its context). The CPU backend;
+                          refused by the CUDA backend, whose caches are
+                          allocated whole. */
 } dflash_params;
 
 /* "0.1.0": the version the library was built as (DFLASH_VERSION_STRING of
@@ -120,10 +128,12 @@ typedef struct {
     size_t token_bytes;
     /* the bytes of the KV caches one sequence holds (the model's own, each
      * dflash_seq_new's): the target's K and V in float32 for n_ctx positions
-     * (a sliding layer: its ring), the draft's likewise; allocated in full
-     * when the sequence is made, whatever its use (its pages resident as
-     * positions are written, until the sequence is freed); the sequence's
-     * working buffers come on top */
+     * (a sliding layer: its ring), the draft's likewise, when the context
+     * is full. On the CPU the target's full-attention part is taken in
+     * pages of 16 positions as they are used and given back on reset, free
+     * or eviction (dflash_kv_stats); the rings, the draft's and the CUDA
+     * backend's caches are allocated in full when the sequence is made; the
+     * sequence's working buffers come on top */
     size_t seq_kv_bytes;
 } dflash_info;
 
@@ -414,6 +424,25 @@ DFLASH_API void dflash_seq_free(dflash_seq *s);
 DFLASH_API int dflash_seq_generate(dflash_seq *s, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                                    dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st);
 DFLASH_API void dflash_seq_reset(dflash_seq *s);
+
+/* The target KV cache of a model and its sequences (dflash_params.kv_budget_mib).
+ * On the CPU a sequence's full-attention K/V live in pages of 16 positions,
+ * taken as it fills its context and given back when it is reset, freed or
+ * evicted: before a generation's prefill, when its positions (prompt +
+ * n_predict + a verify block, at most the context) would pass the budget,
+ * idle sequences first give back pages past their length, then idle caches
+ * are dropped, least recently used first (their next request prefills in
+ * full); a running generation's cache is never dropped, and a forward that
+ * would still pass the budget fails with an error naming it. A
+ * dflash_seq_reset gives its pages back. */
+typedef struct {
+    int paged;      /* 1: the backend pages the cache (CPU); 0: allocated whole per sequence */
+    size_t used;    /* bytes the model's sequences hold now (paged only) */
+    size_t budget;  /* kv_budget_mib in bytes (0: no limit) */
+    size_t peak;    /* the most held at once */
+    long evictions; /* idle caches dropped to make room */
+} dflash_kv_info;
+DFLASH_API void dflash_kv_stats(const dflash_model *m, dflash_kv_info *out);
 
 /* Prompt prefixes across sequences (dflash serve --parallel: which slot a
  * request goes to, and copying a shared prefix into it).

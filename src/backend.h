@@ -91,8 +91,10 @@ enum {
 };
 
 typedef struct {
-    int n_threads; /* CPU worker threads; 0 = physical cores */
-    int device;    /* GPU ordinal (CUDA) */
+    int n_threads;    /* CPU worker threads; 0 = physical cores */
+    int device;       /* GPU ordinal (CUDA) */
+    size_t kv_budget; /* bytes of target KV cache all the instance's sequences may
+                         hold together (a backend with trim); 0: no limit */
 } be_options;
 
 typedef struct {
@@ -192,6 +194,19 @@ typedef struct be_ops {
     int (*forward_multi)(void *const *sts, const be_batch *bs, int n);
     int (*length)(void *st);
     int (*truncate)(void *st, int len); /* the length kept (rules above) */
+    /* Optional (NULL: a sequence's KV cache is allocated whole at create):
+     * give back the KV memory past the length. The CPU keeps a target's
+     * full-attention K/V in pages of 16 positions (cpu_backend.c's page
+     * rule): a forward gets the pages its rows need - refused with an error
+     * naming be_options.kv_budget, nothing run, when they would pass it -
+     * and truncate keeps them for the rows that follow a rollback. */
+    void (*trim)(void *st);
+    /* Optional with trim: the KV bytes all sequences of the instance hold
+     * now; *budget (0: none) and *peak (the most held at once) if not NULL. */
+    size_t (*kv_usage)(void *be, size_t *budget, size_t *peak);
+    /* Optional with trim: the bytes the sequence would take beyond those it
+     * holds to hold positions 0..rows-1 (0: held already). */
+    size_t (*kv_need)(void *st, int rows);
     /* out[n][vocab] (host) = lm_head logits of kept rows row..row+n-1 of the
      * last forward; bit-identical to asking forward() for those rows. */
     int (*logits)(void *st, int row, int n, float *out);

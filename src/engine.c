@@ -19,6 +19,16 @@
  * that is generating on another thread (dflash_copy_prefix: the prefix rule
  * of backend.h makes the copy a fresh prefill's rows, bit for bit).
  *
+ * Budget rule (dflash_params.kv_budget_mib, a backend with trim): the
+ * target KV pages of a model and its sequences count against one budget.
+ * Before its prefill a generation makes room for the positions it may use
+ * (prompt + n_predict + a verify block, at most the context): first every
+ * idle sequence gives back pages past its length, then idle caches are
+ * evicted, least recently used first (length 0, stable 0: their next
+ * request prefills in full); a running generation's cache is never
+ * touched. If that is not enough the generation still starts, and a forward
+ * that would pass the budget fails with an error naming it.
+ *
  * Sequences (dflash_seq_new): a sequence is a dflash_model of its own that
  * shares its owner's weights, tokenizer, backend instance and forward
  * scheduler (m->owner, m->bat) and has its own everything else below - KV
@@ -80,6 +90,13 @@ struct dflash_model {
     int n_ctx;
     int32_t *cache_tok;  /* [n_ctx] tokens in the target KV cache */
     int stable;          /* rows 0..stable-1 of the cache stay until the generation ends (the stable rule) */
+    /* the KV budget (the budget rule), all under bat_lock */
+    dflash_model *seqs;  /* a model: its sequences (dflash_seq_new), newest first */
+    dflash_model *next_seq; /* a sequence: the next of its owner's */
+    int busy;            /* a generation runs on it */
+    unsigned long last_use; /* the owner's use_clock when its last generation ended */
+    unsigned long use_clock; /* a model: generations ended so far */
+    long kv_evictions;   /* a model: idle caches evicted for others */
     float *logits;       /* [SPEC_MAX_BLOCK][vocab]: prefill's last row, sampling */
     void *smp_work;
     int *pen_count;      /* [vocab] zeros: smp_transform_apply's scratch */
@@ -265,7 +282,14 @@ dflash_model *dflash_load(const char *target_dir, const char *draft_dir, const d
     if (!p) p = &def;
     dflash_model *m = dfl_calloc(1, sizeof *m);
     if (!(m->be = be_select(p->backend))) goto fail;
-    be_options bo = {p->n_threads, 0};
+    if (p->kv_budget_mib < 0 || (p->kv_budget_mib > 0 && !m->be->trim)) {
+        dfl_seterr("kv_budget_mib %d: %s", p->kv_budget_mib,
+                   p->kv_budget_mib < 0 ? "must be 0 (no limit) or a size in MiB"
+                                        : "the KV budget needs a paged cache; this backend allocates each "
+                                          "sequence's cache whole (the CPU backend pages it)");
+        goto fail;
+    }
+    be_options bo = {.n_threads = p->n_threads, .kv_budget = (size_t)p->kv_budget_mib << 20};
     if (!(m->bi = m->be->open(&bo))) {
         dfl_preferr("backend %s", m->be->name);
         goto fail;
@@ -379,6 +403,10 @@ dflash_seq *dflash_seq_new(dflash_model *m) {
     memcpy(c->draft_format, m->draft_format, sizeof c->draft_format);
     bat_lock(m->bat); /* the backend's allocations beside a running step */
     int rc = seq_init(c);
+    if (rc == 0) { /* the budget rule's list */
+        c->next_seq = m->seqs;
+        m->seqs = c;
+    }
     bat_unlock(m->bat);
     if (rc != 0) {
         dflash_free(c);
@@ -391,6 +419,14 @@ dflash_seq *dflash_seq_new(dflash_model *m) {
 
 void dflash_seq_free(dflash_seq *s) {
     if (!s) return;
+    dflash_model *o = s->m->owner;
+    bat_lock(o->bat);
+    for (dflash_model **p = &o->seqs; *p; p = &(*p)->next_seq)
+        if (*p == s->m) {
+            *p = s->m->next_seq;
+            break;
+        }
+    bat_unlock(o->bat);
     dflash_free(s->m);
     free(s);
 }
@@ -574,12 +610,51 @@ char *dflash_chat_next_turn(const dflash_model *m, const char *user, int think) 
     return f < 0 ? NULL : chat_next_turn((chat_format)f, user ? user : "", think_of(think));
 }
 
+/* Forget m's cached rows (bat_lock held, no generation on m) and give
+ * back its KV pages. */
+static void cache_drop(dflash_model *m) {
+    m->be->truncate(m->seq, 0);
+    if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
+    m->tree_n = 0;
+    __atomic_store_n(&m->stable, 0, __ATOMIC_RELEASE);
+    if (m->be->trim) m->be->trim(m->seq);
+}
+
+/* The budget rule: room for positions 0..rows-1 of m (bat_lock held). */
+static void kv_make_room(dflash_model *m, int rows) {
+    size_t budget = 0;
+    if (!m->be->trim || !m->be->kv_need) return;
+    size_t used = m->be->kv_usage(m->bi, &budget, NULL);
+    if (!budget || used + m->be->kv_need(m->seq, rows) <= budget) return;
+    dflash_model *o = m->owner ? m->owner : m;
+    for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+        if (s == m || !s->busy) m->be->trim(s->seq);
+    for (;;) {
+        if (m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) <= budget) return;
+        dflash_model *lru = NULL;
+        for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+            if (s != m && !s->busy && m->be->length(s->seq) > 0 && (!lru || s->last_use < lru->last_use)) lru = s;
+        if (!lru) return;
+        cache_drop(lru);
+        o->kv_evictions++;
+    }
+}
+
 void dflash_reset(dflash_model *m) {
     if (!m->seq) return;
     bat_lock(m->bat);
-    m->be->truncate(m->seq, 0);
-    if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
-    m->stable = 0;
+    cache_drop(m);
+    bat_unlock(m->bat);
+}
+
+void dflash_kv_stats(const dflash_model *m, dflash_kv_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!m || !m->bi) return;
+    if (m->owner) m = m->owner;
+    out->paged = m->be->trim != NULL;
+    if (m->be->kv_usage) out->used = m->be->kv_usage(m->bi, &out->budget, &out->peak);
+    bat_lock(m->bat);
+    out->evictions = m->kv_evictions;
     bat_unlock(m->bat);
 }
 
@@ -1257,6 +1332,8 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     p = m->be->truncate(m->seq, p); /* a recurrent model may keep fewer rows (backend.h) */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
     m->stable = p; /* before any row past p changes (the stable rule) */
+    long most = (long)n_prompt + (g->n_predict > 0 ? g->n_predict : m->n_ctx) + SPEC_MAX_BLOCK;
+    kv_make_room(m, most < m->n_ctx ? (int)most : m->n_ctx);
     bat_unlock(m->bat);
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
@@ -1345,11 +1422,17 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
 int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                     dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
     if (!m->bat) return generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st); /* tokenizer only: it fails */
+    bat_lock(m->bat);
+    m->busy = 1; /* the budget rule: not evicted while it runs */
+    bat_unlock(m->bat);
     bat_enter(m->bat, &m->member);
     int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
     bat_leave(m->bat, &m->member);
     bat_lock(m->bat);
     m->stable = cached_len(m); /* the generation is over: every cached row (the stable rule) */
+    m->busy = 0;
+    dflash_model *o = m->owner ? m->owner : m;
+    m->last_use = ++o->use_clock;
     bat_unlock(m->bat);
     return rc;
 }

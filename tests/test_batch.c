@@ -908,6 +908,83 @@ TEST(prefix_copy_refused) {
     }
 }
 
+/* ---- the KV budget (dflash_params.kv_budget_mib: the budget rule) -------- */
+
+/* A model with a budget of 16 pages (3 MiB: the demo target's page is 16
+ * positions x 12 layers x 2 kv heads x 64 x K and V in f32 = 192 KiB) and two
+ * sequences: each reply equals the same request on the unlimited model (bit
+ * for bit, logprobs too); a second sequence's request evicts the idle first
+ * one's cache (least recently used), whose next request then prefills in
+ * full; a prompt that needs more pages than the budget fails with an error
+ * naming it, after which a small request runs; reset and free give the
+ * pages back; a negative budget is refused at load. */
+TEST(kv_budget) {
+    if (!demo) return;
+    dflash_params pp = dflash_default_params();
+    pp.n_ctx = 1024;
+    pp.kv_budget_mib = -1;
+    dflash_model *m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &pp);
+    CHECK(!m && strstr(dflash_error(), "kv_budget_mib -1"), "a negative budget: %s", m ? "loaded" : dflash_error());
+    dflash_free(m);
+    pp.kv_budget_mib = 3;
+    m = dflash_load(rpath("models/demo/target"), rpath("models/demo/draft"), &pp);
+    CHECK(m != NULL, "load with a budget: %s", dflash_error());
+    if (!m) return;
+    dflash_seq *s1 = dflash_seq_new(m), *s2 = dflash_seq_new(m);
+    CHECK(s1 && s2, "dflash_seq_new: %s", dflash_error());
+    enum { NP = 100, NLONG = 300 };
+    int32_t a[NP], b[NP], big[NLONG];
+    for (int i = 0; i < NP; i++) a[i] = prompt[0][i % prompt_len[0]], b[i] = prompt[1][i % prompt_len[1]];
+    for (int i = 0; i < NLONG; i++) big[i] = prompt[2][i % prompt_len[2]];
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 24, g.ignore_eos = 1, g.temp = 0.8f, g.seed = 11, g.on_logprob = on_lp, g.top_logprobs = 2;
+    int32_t *ref[2] = {NULL, NULL}, *got = NULL;
+    size_t nref[2] = {0, 0}, ngot = 0;
+    static lp_log ref_lp[2], got_lp;
+    dflash_stats st;
+    for (int k = 0; k < 2; k++) {
+        dflash_reset(demo);
+        CHECK(gen_on(demo, NULL, k ? b : a, NP, &g, &ref[k], &nref[k], &ref_lp[k], NULL) == 0, "reference %d", k);
+    }
+    dflash_kv_info kv;
+    /* a on s1, b on s2 (evicts s1), a on s1 again (evicts s2) */
+    static const int order[3][2] = {{0, 0}, {1, 1}, {0, 0}};
+    for (int r = 0; s1 && s2 && r < 3; r++) {
+        int k = order[r][0];
+        dflash_seq *s = order[r][1] ? s2 : s1;
+        CHECK(gen_on(m, s, k ? b : a, NP, &g, &got, &ngot, &got_lp, &st) == 0, "round %d", r);
+        CHECK(ngot == nref[k] && !memcmp(got, ref[k], sizeof(int32_t) * ngot) && same_lps(&got_lp, &ref_lp[k]),
+              "round %d: the reply differs from the unlimited model's", r);
+        CHECK(st.n_reused == 0, "round %d: %d prompt rows reused (the cache should have been evicted)", r, st.n_reused);
+        dflash_kv_stats(m, &kv);
+        CHECK(kv.paged && kv.budget == (size_t)3 << 20 && kv.used > 0 && kv.used <= kv.budget && kv.peak <= kv.budget &&
+                  kv.evictions == r,
+              "round %d: used %zu, budget %zu, peak %zu, evictions %ld (want %d)", r, kv.used, kv.budget, kv.peak,
+              kv.evictions, r);
+        CHECK(dflash_seq_cached_prefix(r == 1 ? s1 : s2, a, NP) == 0, "round %d: the evicted cache still answers", r);
+    }
+    if (s1 && s2) {
+        CHECK(gen_on(m, s2, big, NLONG, &g, &got, &ngot, &got_lp, NULL) != 0 &&
+                  strstr(dflash_error(), "KV cache budget exhausted") && strstr(dflash_error(), "--kv-budget"),
+              "a prompt past the budget: %s", dflash_error());
+        CHECK(gen_on(m, s2, b, NP, &g, &got, &ngot, &got_lp, &st) == 0 && ngot == nref[1] &&
+                  !memcmp(got, ref[1], sizeof(int32_t) * ngot),
+              "a request after the refusal: %s", dflash_error());
+        dflash_kv_stats(m, &kv);
+        size_t before = kv.used;
+        dflash_seq_reset(s2);
+        dflash_kv_stats(m, &kv);
+        CHECK(kv.used < before, "reset gave back nothing (%zu -> %zu)", before, kv.used);
+    }
+    dflash_seq_free(s1);
+    dflash_seq_free(s2);
+    dflash_kv_stats(m, &kv);
+    CHECK(kv.used == 0, "%zu bytes held after every sequence was freed", kv.used);
+    for (int k = 0; k < 2; k++) free(ref[k]);
+    free(got);
+    dflash_free(m);
+}
+
 TEST(seq_errors) {
     dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
     CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
@@ -947,6 +1024,7 @@ int main(void) {
     RUN(prefill_budget);
     RUN(prefix_copy);
     RUN(prefix_copy_refused);
+    RUN(kv_budget);
     RUN(seq_errors);
     demo_end();
     CHECK_DONE("test_batch");

@@ -98,10 +98,9 @@ static int fast_gather(const at_job *J, int kh, int t, int j0, int jn, int pad, 
     int nj = e - a;
     for (int j = 0; j < nj; j++) {
         int jj = a + j;
-        size_t oa = kh * J->a_head + (size_t)row_key(J, t, jj) * J->a_row;
         size_t ob = kh * J->b_head + (size_t)(jj - na) * J->b_row;
-        kp[j] = jj < na ? J->Ka + oa : J->Kb + ob;
-        vp[j] = jj < na ? J->Va + oa : J->Vb + ob;
+        kp[j] = jj < na ? at_cache_row(J, kh, row_key(J, t, jj), 0) : J->Kb + ob;
+        vp[j] = jj < na ? at_cache_row(J, kh, row_key(J, t, jj), 1) : J->Vb + ob;
     }
     for (int j = nj; j < BLK && j % pad; j++) kp[j] = zero_row;
     return nj;
@@ -378,7 +377,7 @@ static void rows(void *p, int start, int end) {
             for (int j0 = lo, j1; j0 < n; j0 = j1) { /* blocks end at multiples of BLK */
                 j1 = (j0 / BLK + 1) * BLK < n ? (j0 / BLK + 1) * BLK : n;
                 for (int j = j0; j < j1; j++) {
-                    const float *k = j < na ? J->Ka + kh * J->a_head + (size_t)row_key(J, t, j) * J->a_row
+                    const float *k = j < na ? at_cache_row(J, kh, row_key(J, t, j), 0)
                                             : J->Kb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) s[g][j - j0] = v->dot(q0 + (size_t)g * hd, k, hd) * scale;
                 }
@@ -397,7 +396,7 @@ static void rows(void *p, int start, int end) {
                     }
                 }
                 for (int j = j0; j < j1; j++) {
-                    const float *vv = j < na ? J->Va + kh * J->a_head + (size_t)row_key(J, t, j) * J->a_row
+                    const float *vv = j < na ? at_cache_row(J, kh, row_key(J, t, j), 1)
                                              : J->Vb + kh * J->b_head + (size_t)(j - na) * J->b_row;
                     for (int g = 0; g < ng; g++) v->axpy(acc[g], s[g][j - j0], vv, hd);
                 }

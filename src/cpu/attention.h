@@ -19,6 +19,12 @@
  * guarantees that rows lo(t) .. na(t) - 1 are all still there (ring >= the
  * window plus the rows stored since the oldest of them).
  *
+ * A paged cache (pages != NULL, no ring; the CPU backend's target KV,
+ * cpu_backend.c): key j of kv head h is at pages[j >> page_shift] + page_k
+ * + h * a_head + (j & (2^page_shift - 1)) * a_row (values at page_v), Ka and
+ * Va unused. Where a key lives never changes which keys a row sees or their
+ * order.
+ *
  * A tree batch (tree_depth != NULL, causal, no ring): row t sits at depth
  * tree_depth[t] below the committed keys 0..na-1, and sees those plus its
  * ancestors: key na + i (i = 0..depth) is the one at Ka row
@@ -47,10 +53,26 @@ typedef struct {
     int window;            /* Ka keys per row (causal: the row's own included); 0: all */
     int ring;              /* rows of the Ka/Va ring (key j at row j % ring); 0: key j at row j */
     float scale;           /* the scores' multiplier; 0: 1 / sqrt(hd) (Gemma-4: 1) */
+    float *const *pages;   /* a paged Ka/Va (above), or NULL */
+    size_t page_k, page_v; /* floats from a page's start to this layer's K, V */
+    int page_shift;        /* log2 of the rows of a page */
     const int *tree_depth; /* [T] a tree batch's row depths (above), or NULL */
     const int *tree_anc;   /* [T][tree_stride] ancestor batch rows by depth */
     int tree_stride;
 } at_job;
+
+/* Key (val 0) or value (val 1) buffer row `row` (a ring's row, not the key
+ * index) of kv head kh in J's cache Ka/Va, contiguous or paged: the one
+ * place the cache's layout is spelled out, for attention and for the
+ * backend that stores and moves the rows (the buffers are its own, so the
+ * pointer is writable there). */
+static inline float *at_cache_row(const at_job *J, int kh, int row, int val) {
+    if (J->pages) {
+        float *pg = J->pages[row >> J->page_shift] + (val ? J->page_v : J->page_k);
+        return pg + kh * J->a_head + (size_t)(row & ((1 << J->page_shift) - 1)) * J->a_row;
+    }
+    return (float *)(val ? J->Va : J->Ka) + kh * J->a_head + (size_t)row * J->a_row;
+}
 
 /* Threaded over (row, kv head) jobs on tp (NULL: the calling thread). */
 void at_run(tp_pool *tp, const at_job *J, int T);

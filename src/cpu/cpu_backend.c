@@ -16,9 +16,11 @@
  * in an order that does not depend on how many rows are in the batch), so a
  * row's logits and taps are bit-identical for T = 1 and for any T > 1. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "attention.h"
 #include "backend.h"
@@ -31,6 +33,8 @@
 #include "util.h"
 
 enum { CHUNK = 32 }; /* rows per pass through the layers (prefill is chunked) */
+/* Positions per page of a target sequence's KV cache (cpu_seq's page rule) */
+enum { KV_PAGE_SHIFT = 4, KV_PAGE = 1 << KV_PAGE_SHIFT };
 enum { ARGMAX_SLICE = 16384 }; /* lm_head rows per matmul in argmax (a multiple of 16) */
 /* Committed rows a draft keeps pending before projecting them (>= BE_MAX_ROWS,
  * so one draft_feed always fits after a flush). */
@@ -233,6 +237,10 @@ typedef struct {
     int ds_rows;
     long ds_dims[SCRATCH_DIMS]; /* scratch_dims */
     float *dl;      /* [HEAD_ROWS][ARGMAX_SLICE] logits of one slice of a draft head (NULL: none yet) */
+    /* the KV pages of all its target sequences (the page rule, cpu_seq) */
+    pthread_mutex_t kv_mu;
+    size_t kv_budget;  /* bytes they may hold together; 0: no limit */
+    size_t kv_used, kv_peak;
 } cpu_be;
 
 /* 1 if a and b are the same loaded model: the same struct, or copies of one
@@ -522,34 +530,32 @@ static void attn_out(tp_pool *tp, scratch *s, const mdl_layer *L, const cfg_mode
     for (size_t i = 0; i < (size_t)T * c->hidden; i++) s->x[i] += s->xn[i];
 }
 
-/* Rows t < T of k, v ([T][nkv*hd]) into a layer's cache at positions
- * pos0.. . Cache layout (target and draft): [nkv][rows][hd], so each kv
- * head's keys are one contiguous run for attention to stream; position p at
- * row p, or at row p % ring in a sliding layer's ring (rows = ring). */
-static void kv_store(float *kc, float *vc, const float *k, const float *v, int T, int pos0, int rows, int ring,
-                     int nkv, int hd) {
+/* Rows t < T of k, v ([T][nkv*hd]) into the cache J describes at positions
+ * pos0.. (at_cache_row: each kv head's rows [rows][hd] one contiguous run
+ * per buffer or per page, for attention to stream); position p at row p,
+ * or at row p % ring in a sliding layer's ring (J->ring). */
+static void kv_store(const at_job *J, const float *k, const float *v, int T, int pos0, int nkv, int hd) {
     for (int h = 0; h < nkv; h++)
         for (int t = 0; t < T; t++) {
-            int p = ring ? (pos0 + t) % ring : pos0 + t;
-            size_t dst = ((size_t)h * rows + p) * hd, src = ((size_t)t * nkv + h) * hd;
-            memcpy(kc + dst, k + src, sizeof(float) * hd);
-            memcpy(vc + dst, v + src, sizeof(float) * hd);
+            int p = J->ring ? (pos0 + t) % J->ring : pos0 + t;
+            size_t src = ((size_t)t * nkv + h) * hd;
+            memcpy(at_cache_row(J, h, p, 0), k + src, sizeof(float) * hd);
+            memcpy(at_cache_row(J, h, p, 1), v + src, sizeof(float) * hd);
         }
 }
 
 /* ---- one decoder layer ----------------------------------------------------- */
 
 /* One sequence's rows in a layer pass: scratch rows off..off+T-1 at
- * positions pos0.. (a tree batch: J's depths), its keys J (Ka/Va, and
- * Kb/Vb for the draft's block rows, with their strides; out, q and the head
- * counts are filled in by layer), its cache of the layer kc/vc
- * ([nkv][n_ctx][hd]; NULL: nothing stored), RoPE table, recurrent state
+ * positions pos0.. (a tree batch: J's depths), its keys J (the cache Ka/Va
+ * or its pages, and Kb/Vb for the draft's block rows, with their strides;
+ * out, q and the head counts are filled in by layer), store: the rows' K/V
+ * go into J's cache first (0: nothing stored), RoPE table, recurrent state
  * (NULL: none). */
 typedef struct {
     int off, T, pos0;
     at_job J;
-    float *kc, *vc;
-    int n_ctx;
+    int store;
     const rope_table *rope;
     dn_state *dn;
 } ly_seg;
@@ -564,8 +570,8 @@ typedef struct {
  *   q, k, v = Wq xn, Wk xn, Wv xn (Qwen3.5: q_proj also gives a gate per
  *     head); q/k norm + RoPE (Qwen3.5: on the first rot_dim dims);
  *   (gpt-oss: q, k, v biases added first)
- *   cache (target): k, v stored at positions pos0.. of kc/vc ([nkv][n_ctx][hd],
- *     n_ctx = the layer's cache rows: a ring when J.ring) before attention,
+ *   cache (target): k, v stored at positions pos0.. of J's cache (its
+ *     pages, or a ring when J.ring: kv_store) before attention,
  *     so the rows see themselves causally (J->causal);
  *   att = attention of q over the keys J describes (gpt-oss: the last
  *     window positions in a sliding layer, and the head's sink; Qwen3.5:
@@ -612,7 +618,7 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
     for (int i = 0; i < n_seg; i++) {
         const ly_seg *g = &sg[i];
         size_t r = (size_t)g->off;
-        if (g->kc) kv_store(g->kc, g->vc, s->k + r * kvd, s->v + r * kvd, g->T, g->pos0, g->n_ctx, g->J.ring, nkv, hd);
+        if (g->store) kv_store(&g->J, s->k + r * kvd, s->v + r * kvd, g->T, g->pos0, nkv, hd);
         at_job J = g->J;
         J.out = s->att + r * nh * hd, J.q = s->q + r * nh * hd, J.nh = nh, J.nkv = nkv, J.hd = hd;
         J.scale = c->attn_scale, J.sinks = L->sinks, J.window = c->sliding_layer[l] ? c->window : 0;
@@ -631,13 +637,22 @@ static void layer(tp_pool *tp, scratch *s, const mdl_layer *L, int l, const cfg_
 
 typedef struct {
     const mdl_model *m;
+    cpu_be *be;      /* the instance: its workers, its page budget */
     tp_pool *tp;     /* the instance's workers */
     int n_ctx, len;
-    /* K/V of the attention layers, one block each: layer l's is
-     * [nkv][kv_rows[l]][hd] at kc + kv_off[l] (vc likewise). A full layer
-     * has kv_rows = n_ctx, position p at row p. A sliding layer (window W,
-     * gpt-oss) has a ring of kv_rows = ring = W + BE_DN_KEEP rows when that
-     * is less than n_ctx: position p at row p % ring.
+    /* K/V of the attention layers. A full layer (kv_rows = n_ctx) keeps
+     * position p in page p / KV_PAGE, row p % KV_PAGE (the page rule below).
+     * A sliding layer (window W, gpt-oss) has a ring of kv_rows = ring = W +
+     * BE_DN_KEEP rows when that is less than n_ctx, [nkv][ring][hd] at kc +
+     * kv_off[l] (vc likewise), allocated whole: position p at row p % ring.
+     * Page rule: page i holds positions i*KV_PAGE .. i*KV_PAGE+KV_PAGE-1 of
+     * every full layer: layer l's K as [nkv][KV_PAGE][hd] at page_off[l]
+     * floats from the page's start, its V at page_vhalf + page_off[l]. A
+     * forward gets the pages its rows need before anything runs (refused,
+     * nothing changed, past the instance's kv_budget); truncate keeps them
+     * (a rollback's rows are written again at once), trim gives back those
+     * past the length, destroy all. So the memory a sequence holds follows
+     * the positions it has used since its last trim, in steps of a page.
      * Ring rollback rule: positions hw - ring .. len - 1 are in the ring (hw:
      * the high-water length, the most rows held since the last restart: no
      * position past them has overwritten them). truncate(m) is exact when
@@ -645,9 +660,14 @@ typedef struct {
      * max(0, m - W + 1) >= hw - ring: always within the last BE_DN_KEEP rows
      * written (every DFlash verify); otherwise the sequence restarts empty
      * (truncate returns 0), as the recurrent rule does (backend.h). */
-    float *kc, *vc;
-    size_t *kv_off;  /* [n_layers] float offset of layer l's block (unused for a linear layer) */
-    int *kv_rows;    /* [n_layers] its rows: n_ctx, the ring, 0 for a linear layer */
+    float *kc, *vc;  /* the rings (NULL: none) */
+    size_t *kv_off;  /* [n_layers] float offset of ring layer l's block in kc/vc */
+    int *kv_rows;    /* [n_layers] its rows: n_ctx (paged), the ring, 0 for a linear layer */
+    float **page;    /* [max_pages] page[0..n_pages) held, the rest NULL */
+    int n_pages, max_pages;
+    size_t page_bytes;  /* one page, K and V of every full layer */
+    size_t *page_off;   /* [n_layers] floats from a page's start to full layer l's K */
+    size_t page_vhalf;  /* floats from a page's start to its V half */
     int ring;        /* the sliding layers' ring rows, 0: no ring (full-length caches) */
     int hw;          /* high-water length (ring rule) */
     rope_table rope;
@@ -672,23 +692,127 @@ typedef struct {
     int tree_anc[BE_KEEP_ROWS * BE_KEEP_ROWS]; /* [fwd_T][BE_KEEP_ROWS] ancestor row at each depth */
 } cpu_seq;
 
+/* A page's memory: its own mapping, so giving it back returns it to the
+ * system at once (under AddressSanitizer the allocator's, so overruns are
+ * caught); 64-byte aligned either way. NULL when there is none. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KV_PAGE_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KV_PAGE_MALLOC 1
+#endif
+#endif
+static float *page_map(size_t bytes) {
+#ifdef KV_PAGE_MALLOC
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+#else
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+#endif
+}
+
+static void page_unmap(float *p, size_t bytes) {
+#ifdef KV_PAGE_MALLOC
+    (void)bytes;
+    free(p);
+#else
+    munmap(p, bytes);
+#endif
+}
+
+/* Pages for positions 0..rows-1 (the page rule): 0, or -1 + error naming
+ * the budget (or the memory) with the pages held so far kept. */
+static int seq_get_pages(cpu_seq *q, int rows) {
+    int need = (rows + KV_PAGE - 1) / KV_PAGE;
+    cpu_be *b = q->be;
+    while (q->n_pages < need) {
+        pthread_mutex_lock(&b->kv_mu);
+        int over = b->kv_budget && b->kv_used + q->page_bytes > b->kv_budget;
+        if (!over) {
+            b->kv_used += q->page_bytes;
+            if (b->kv_used > b->kv_peak) b->kv_peak = b->kv_used;
+        }
+        size_t used = b->kv_used;
+        pthread_mutex_unlock(&b->kv_mu);
+        if (over) {
+            dfl_seterr("KV cache budget exhausted: position %d needs a page of %.2f MiB (%d positions) and the "
+                       "sequences of this model hold %.1f MiB of the %.1f MiB budget (kv_budget_mib, --kv-budget)",
+                       q->n_pages * KV_PAGE, q->page_bytes / 1048576.0, KV_PAGE, used / 1048576.0,
+                       b->kv_budget / 1048576.0);
+            return -1;
+        }
+        float *p = page_map(q->page_bytes);
+        if (!p) {
+            pthread_mutex_lock(&b->kv_mu);
+            b->kv_used -= q->page_bytes;
+            pthread_mutex_unlock(&b->kv_mu);
+            dfl_seterr("KV cache: out of memory for a page of %.2f MiB (position %d)", q->page_bytes / 1048576.0,
+                       q->n_pages * KV_PAGE);
+            return -1;
+        }
+        q->page[q->n_pages++] = p;
+    }
+    return 0;
+}
+
+/* Give back the pages past those positions 0..rows-1 need. */
+static void seq_trim_pages(cpu_seq *q, int rows) {
+    int keep = (rows + KV_PAGE - 1) / KV_PAGE, n = 0;
+    while (q->n_pages > keep) {
+        page_unmap(q->page[--q->n_pages], q->page_bytes);
+        q->page[q->n_pages] = NULL;
+        n++;
+    }
+    if (!n) return;
+    pthread_mutex_lock(&q->be->kv_mu);
+    q->be->kv_used -= (size_t)n * q->page_bytes;
+    pthread_mutex_unlock(&q->be->kv_mu);
+}
+
+/* The cache of layer l of q as attention reads it (keys 0..len-1 then the
+ * batch's own: causal). */
+static at_job seq_keys(const cpu_seq *q, int l) {
+    const cfg_model *c = &q->m->cfg;
+    size_t hd = (size_t)cfg_head_dim(c, l);
+    if (q->kv_rows[l] == q->n_ctx)
+        return (at_job){.pages = q->page, .page_k = q->page_off[l], .page_v = q->page_vhalf + q->page_off[l],
+                        .page_shift = KV_PAGE_SHIFT, .a_head = KV_PAGE * hd, .a_row = hd, .na = q->len,
+                        .causal = 1};
+    return (at_job){.Ka = q->kc + q->kv_off[l], .Va = q->vc + q->kv_off[l], .a_head = (size_t)q->kv_rows[l] * hd,
+                    .a_row = hd, .ring = q->kv_rows[l], .na = q->len, .causal = 1};
+}
+
 static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
     const cfg_model *c = &m->cfg;
     cpu_seq *q = dfl_calloc(1, sizeof *q);
     q->m = m;
-    q->tp = ((cpu_be *)be)->tp;
+    q->be = be;
+    q->tp = q->be->tp;
     q->n_ctx = n_ctx;
-    q->kv_off = dfl_malloc(sizeof(size_t) * (size_t)c->n_layers);
+    q->kv_off = dfl_calloc((size_t)c->n_layers, sizeof(size_t));
     q->kv_rows = dfl_malloc(sizeof(int) * (size_t)c->n_layers);
+    q->page_off = dfl_calloc((size_t)c->n_layers, sizeof(size_t));
     q->ring = c->n_sliding_layers && c->window + BE_DN_KEEP < n_ctx ? c->window + BE_DN_KEEP : 0;
-    size_t kv = 0;
+    size_t kv = 0, pg = 0;
     for (int l = 0; l < c->n_layers; l++) {
         q->kv_rows[l] = c->linear_layer[l] ? 0 : c->sliding_layer[l] && q->ring ? q->ring : n_ctx;
-        q->kv_off[l] = kv;
-        kv += (size_t)q->kv_rows[l] * cfg_kv_heads(c, l) * cfg_head_dim(c, l);
+        size_t head_rows = (size_t)cfg_kv_heads(c, l) * cfg_head_dim(c, l);
+        if (q->kv_rows[l] == n_ctx) {
+            q->page_off[l] = pg;
+            pg += KV_PAGE * head_rows;
+        } else if (q->kv_rows[l]) {
+            q->kv_off[l] = kv;
+            kv += (size_t)q->kv_rows[l] * head_rows;
+        }
     }
-    q->kc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
-    q->vc = dfl_malloc64(sizeof(float) * (kv ? kv : 1));
+    if (kv) {
+        q->kc = dfl_malloc64(sizeof(float) * kv);
+        q->vc = dfl_malloc64(sizeof(float) * kv);
+    }
+    q->page_vhalf = pg;
+    q->page_bytes = 2 * pg * sizeof(float);
+    q->max_pages = (n_ctx + KV_PAGE - 1) / KV_PAGE;
+    q->page = dfl_calloc((size_t)q->max_pages, sizeof *q->page);
     rope_init(&q->rope, c, n_ctx);
     if (c->arch == CFG_GEMMA4) {
         int l = c->n_layers - 1; /* a full layer (config.c: the last one is) */
@@ -707,6 +831,9 @@ static void *cpu_create(void *be, const mdl_model *m, int n_ctx) {
 static void cpu_destroy(void *st) {
     cpu_seq *q = st;
     if (!q) return;
+    seq_trim_pages(q, 0);
+    free(q->page);
+    free(q->page_off);
     free(q->kept);
     free(q->slice);
     free(q->taps);
@@ -725,6 +852,27 @@ static void cpu_destroy(void *st) {
 }
 
 static int cpu_length(void *st) { return ((cpu_seq *)st)->len; }
+
+/* be_ops.trim: the pages past the length go back (the page rule). */
+static void cpu_trim(void *st) { seq_trim_pages(st, ((cpu_seq *)st)->len); }
+
+/* be_ops.kv_need */
+static size_t cpu_kv_need(void *st, int rows) {
+    cpu_seq *q = st;
+    int need = (rows + KV_PAGE - 1) / KV_PAGE;
+    return need > q->n_pages ? (size_t)(need - q->n_pages) * q->page_bytes : 0;
+}
+
+/* be_ops.kv_usage: the pages all sequences of the instance hold. */
+static size_t cpu_kv_usage(void *be, size_t *budget, size_t *peak) {
+    cpu_be *b = be;
+    pthread_mutex_lock(&b->kv_mu);
+    size_t used = b->kv_used;
+    if (budget) *budget = b->kv_budget;
+    if (peak) *peak = b->kv_peak;
+    pthread_mutex_unlock(&b->kv_mu);
+    return used;
+}
 
 /* The KV rule (backend.h); sliding-window rings by the ring rule (cpu_seq);
  * recurrent states by deltanet.h's rollback rule. */
@@ -755,19 +903,15 @@ static int cpu_copy_prefix(void *dst, const void *src, int n) {
                       : n < 0 || n > q->len                                    ? "rows beyond the source's length"
                                                                                : NULL;
     for (int l = 0; !why && l < c->n_layers; l++)
-        if (d->kv_rows[l] != q->kv_rows[l] || d->kv_off[l] != q->kv_off[l]) why = "states of different shapes";
+        if (d->kv_rows[l] != q->kv_rows[l] || d->page_off[l] != q->page_off[l]) why = "states of different shapes";
     if (why) {
         dfl_seterr("copy_prefix: not supported: %s (%d rows of %d)", why, n, q->len);
         return -1;
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        size_t hd = (size_t)cfg_head_dim(c, l), rows = (size_t)q->kv_rows[l];
-        for (size_t h = 0; rows && h < (size_t)cfg_kv_heads(c, l); h++) {
-            size_t o = q->kv_off[l] + h * rows * hd;
-            memcpy(d->kc + o, q->kc + o, sizeof(float) * (size_t)n * hd);
-            memcpy(d->vc + o, q->vc + o, sizeof(float) * (size_t)n * hd);
-        }
-    }
+    if (seq_get_pages(d, n) != 0) return -1; /* the budget: d unchanged but for pages it may use later */
+    /* no rings here: every attention layer is paged, so whole pages (the
+     * last one's rows past n too: forgotten rows, the KV rule) */
+    for (int i = 0; i < (n + KV_PAGE - 1) / KV_PAGE; i++) memcpy(d->page[i], q->page[i], q->page_bytes);
     d->len = d->hw = n;
     d->n_kept = d->tap_rows = 0;
     d->fwd_len = n, d->fwd_T = 0, d->tree = 0;
@@ -839,18 +983,13 @@ static void forward_parts(const cpu_part *p, int n) {
     ly_seg sg[CHUNK];
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        int hd = cfg_head_dim(c, l);
         for (int i = 0; i < n; i++) {
             cpu_seq *q = p[i].q;
-            int rows = q->kv_rows[l], ring = rows == q->n_ctx ? 0 : rows;
-            float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
             /* keys: the cache, positions 0..pos0+t for row t (causal; a
              * sliding layer the last window of them) */
-            sg[i] = (ly_seg){.off = off[i], .T = p[i].T, .pos0 = q->len, .kc = kc, .vc = vc, .n_ctx = rows,
+            sg[i] = (ly_seg){.off = off[i], .T = p[i].T, .pos0 = q->len, .store = q->kv_rows[l] != 0,
                              .rope = c->arch == CFG_GEMMA4 && !c->sliding_layer[l] ? &q->rope_full : &q->rope,
-                             .dn = q->dn,
-                             .J = {.Ka = kc, .Va = vc, .na = q->len, .causal = 1, .a_head = (size_t)rows * hd,
-                                   .a_row = (size_t)hd, .ring = ring}};
+                             .dn = q->dn, .J = q->kv_rows[l] ? seq_keys(q, l) : (at_job){.causal = 1}};
             if (q->tree) { /* keys: the committed rows, then the row's ancestors (attention.h) */
                 sg[i].J.na = q->fwd_len;
                 sg[i].J.tree_depth = q->tree_depth + p[i].r0;
@@ -900,6 +1039,7 @@ static int forward_begin(cpu_seq *q, const be_batch *b) {
                    q->dn ? "recurrent (Gated DeltaNet) layers" : "sliding-window layers");
         return -1;
     }
+    if (seq_get_pages(q, q->len + b->T) != 0) return -1;
     if (b->n_taps > q->cap_taps) {
         free(q->taps);
         q->taps = dfl_malloc64(sizeof(float) * BE_MAX_ROWS * (size_t)b->n_taps * c->hidden);
@@ -966,12 +1106,13 @@ static int cpu_forward_multi(void *const *sts, const be_batch *bs, int n) {
                 dfl_seterr("forward_multi: sequence %d given twice", i);
                 return -1;
             }
-        if (be_check_batch(&bs[i], &q->m->cfg, q->len, q->n_ctx) != 0) {
+        if (be_check_batch(&bs[i], &q->m->cfg, q->len, q->n_ctx) != 0 ||
+            seq_get_pages(sts[i], q->len + bs[i].T) != 0) {
             dfl_preferr("forward_multi: sequence %d", i);
             return -1;
         }
     }
-    for (int i = 0; i < n; i++) forward_begin(sts[i], &bs[i]); /* checked above: cannot fail */
+    for (int i = 0; i < n; i++) forward_begin(sts[i], &bs[i]); /* checked above (the pages held): cannot fail */
     int done[BE_MAX_SEQS] = {0}, left = n;
     while (left > 0) {
         cpu_part p[CHUNK];
@@ -1001,14 +1142,14 @@ static int cpu_tree_commit(void *st, const int *rows, int n) {
     if (be_check_path(rows, n, T, base, q->len, q->tree ? q->tree_parent : NULL) != 0) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         if (!q->kv_rows[l]) continue;
-        size_t hd = (size_t)cfg_head_dim(c, l), nkv = (size_t)cfg_kv_heads(c, l), rs = (size_t)q->kv_rows[l];
-        float *kc = q->kc + q->kv_off[l], *vc = q->vc + q->kv_off[l];
-        for (size_t h = 0; h < nkv; h++)
+        size_t hd = (size_t)cfg_head_dim(c, l);
+        at_job J = seq_keys(q, l); /* a full layer: a tree never runs on rings (forward_begin) */
+        for (int h = 0; h < cfg_kv_heads(c, l); h++)
             for (int i = 0; i < n; i++) {
                 if (rows[i] == i) continue;
-                size_t dst = (h * rs + (size_t)(base + i)) * hd, src = (h * rs + (size_t)(base + rows[i])) * hd;
-                memcpy(kc + dst, kc + src, sizeof(float) * hd);
-                memcpy(vc + dst, vc + src, sizeof(float) * hd);
+                for (int val = 0; val < 2; val++)
+                    memcpy(at_cache_row(&J, h, base + i, val), at_cache_row(&J, h, base + rows[i], val),
+                           sizeof(float) * hd);
             }
     }
     size_t H = (size_t)c->hidden, tr = (size_t)q->n_taps * H;
@@ -1309,8 +1450,9 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
             kn_matmul_n(q->tp, ys, q->c, ws, 2, T);
             for (int t = 0; t < T; t++)
                 norm_rope(q->s.k + (size_t)t * kvd, nkv, hd, L->k_norm, c->eps, &q->rope, pos0 + t);
-            kv_store(q->kc + (size_t)l * q->n_ctx * kvd, q->vc + (size_t)l * q->n_ctx * kvd, q->s.k, q->s.v, T, pos0,
-                     q->n_ctx, 0, nkv, hd);
+            at_job J = {.Ka = q->kc + (size_t)l * q->n_ctx * kvd, .Va = q->vc + (size_t)l * q->n_ctx * kvd,
+                        .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd};
+            kv_store(&J, q->s.k, q->s.v, T, pos0, nkv, hd);
         }
         q->len += T;
     }
@@ -1523,7 +1665,7 @@ static int draft_pass(cpu_draft *const *qs, const be_draft_block *bs, int n) {
                         .Kb = s->k + r, .Vb = s->v + r, .na = q->len, .nb = bs[i].B,
                         .a_head = (size_t)q->n_ctx * hd, .a_row = (size_t)hd, .b_head = (size_t)hd,
                         .b_row = (size_t)kvd};
-            sg[i] = (ly_seg){.off = off[i], .T = bs[i].B, .pos0 = q->len, .J = J, .n_ctx = q->n_ctx, .rope = &q->rope};
+            sg[i] = (ly_seg){.off = off[i], .T = bs[i].B, .pos0 = q->len, .J = J, .rope = &q->rope};
         }
         layer(be->tp, s, &qs[0]->d->layers[l], l, c, sg, n, R);
     }
@@ -1631,6 +1773,8 @@ static void *cpu_open(const be_options *o) {
     kn_init_once(); /* before prepare: packing depends on the kernel mode */
     cpu_be *b = dfl_calloc(1, sizeof *b);
     b->tp = tp_create(o ? o->n_threads : 0);
+    pthread_mutex_init(&b->kv_mu, NULL);
+    b->kv_budget = o ? o->kv_budget : 0;
     return b;
 }
 
@@ -1638,6 +1782,7 @@ static void cpu_close(void *be) {
     cpu_be *b = be;
     if (!b) return;
     tp_destroy(b->tp);
+    pthread_mutex_destroy(&b->kv_mu);
     if (b->ds_rows) scratch_free(&b->ds);
     free(b->dl);
     free(b);
@@ -1728,6 +1873,9 @@ const be_ops be_cpu = {
     .forward_multi = cpu_forward_multi,
     .length = cpu_length,
     .truncate = cpu_truncate,
+    .trim = cpu_trim,
+    .kv_usage = cpu_kv_usage,
+    .kv_need = cpu_kv_need,
     .logits = cpu_logits,
     .argmax = cpu_argmax,
     .argmax_multi = cpu_argmax_multi,
