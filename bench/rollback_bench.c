@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     mdl_model m;
-    be_options o = {argc > 2 ? atoi(argv[2]) : 0, 0};
+    be_options o = {.n_threads = argc > 2 ? atoi(argv[2]) : 0};
     const be_ops *B = be_select(argc > 3 ? argv[3] : "cpu");
     void *be = B ? B->open(&o) : NULL;
     if (!be || mdl_load(&m, argv[1]) != 0 || B->prepare(be, &m) != 0) {

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const be_ops *B = be_select(argc > 3 ? argv[3] : "auto");
-    be_options o = {0, 0};
+    be_options o = {.n_threads = 0};
     void *be = B ? B->open(&o) : NULL;
     mdl_model m, dm;
     if (!be || mdl_load(&m, argv[1]) != 0 || B->prepare(be, &m) != 0) {

@@ -108,9 +108,15 @@ static const char *help_serve =
     "  -c, --ctx-size N       context positions (default min(model max, 4096))\n"
     "      --parallel N       slots: requests generated at once, their target\n"
     "                         forwards batched into one per step (default 1;\n"
-    "                         each slot holds a KV cache of the context's size,\n"
-    "                         printed at start); every reply is the one the\n"
-    "                         request gets alone\n"
+    "                         each slot's KV cache may fill the context, its\n"
+    "                         size printed at start; on the CPU it is taken in\n"
+    "                         pages of 16 positions as they are used); every\n"
+    "                         reply is the one the request gets alone\n"
+    "      --kv-budget MiB    the target KV cache all slots may hold together\n"
+    "                         (CPU; default: no limit): before a prompt runs,\n"
+    "                         idle slots' cached prompts are dropped, least\n"
+    "                         recently used first, to make room; a request\n"
+    "                         that still does not fit fails with an error\n"
     "      --step-tokens N    with --parallel: while other slots generate, a\n"
     "                         prompt is prefilled N rows a step, less the\n"
     "                         others' rows (at least 16), beside their decoding\n"
@@ -1976,6 +1982,14 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("spec_decode_num_draft_tokens_total", "counter", "Tokens the draft proposed.", "%ld", m.draft_tokens);
     METRIC("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the target accepted.", "%ld", m.accepted);
     METRIC("slots", "gauge", "Slots (--parallel): generations that run at once.", "%d", s->n_slots);
+    dflash_kv_info kv;
+    dflash_kv_stats(s->m, &kv);
+    METRIC("kv_cache_used_bytes", "gauge", "Target KV cache the slots hold now (CPU: pages of 16 positions; "
+           "0 where the backend allocates each slot's cache whole).", "%zu", kv.used);
+    METRIC("kv_cache_peak_bytes", "gauge", "The most target KV cache held at once.", "%zu", kv.peak);
+    METRIC("kv_cache_budget_bytes", "gauge", "--kv-budget in bytes (0: no limit).", "%zu", kv.budget);
+    METRIC("kv_cache_evictions_total", "counter", "Idle slots' cached prompts dropped to make room under --kv-budget.",
+           "%ld", kv.evictions);
     METRIC("batch_size", "gauge", "Sequences in the last target forward (step).", "%d", bi.last_batch);
     METRIC("batch_size_max", "gauge", "The most sequences in one step.", "%d", bi.max_batch);
     METRIC("batch_steps_total", "counter", "Target forwards (steps), each over the rows of every running sequence.",
@@ -2299,7 +2313,7 @@ int cmd_serve(int argc, char **argv) {
     const char *quant = NULL, *draft_quant = NULL, *backend = NULL, *tokenizer = NULL;
     int port = 8080, ctx = 0, parallel = 1, queue_max = 64, n_predict = -1, think = 0, threads = 0, draft_max = -1;
     const char *reasoning_effort = NULL, *chat_date = NULL;
-    int step_tokens = 0;
+    int step_tokens = 0, kv_budget = 0;
     float temp = 0;
     cli_draft_vocab dv = {0};
     for (int i = 2; i < argc; i++) {
@@ -2318,6 +2332,7 @@ int cmd_serve(int argc, char **argv) {
         else if (IS("-c", "--ctx-size")) ctx = (int)cli_parse_int("serve", a, VAL(), 2, 1 << 24);
         else if (IS("--parallel", "-np")) parallel = (int)cli_parse_int("serve", a, VAL(), 1, SV_MAX_SLOTS);
         else if (IS("--step-tokens", "--step-tokens")) step_tokens = (int)cli_parse_int("serve", a, VAL(), 1, 4096);
+        else if (IS("--kv-budget", "--kv-budget")) kv_budget = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 30);
         else if (IS("--queue", "--queue")) queue_max = (int)cli_parse_int("serve", a, VAL(), 1, 1 << 20);
         else if (IS("-n", "--n-predict")) n_predict = (int)cli_parse_int("serve", a, VAL(), 1, INT_MAX);
         else if (IS("--temp", "--temperature")) {
@@ -2373,6 +2388,7 @@ int cmd_serve(int argc, char **argv) {
     dflash_params p = dflash_default_params();
     p.n_threads = threads;
     p.step_tokens = step_tokens;
+    p.kv_budget_mib = kv_budget;
     p.n_ctx = ctx;
     p.quant = quant;
     p.draft_quant = draft_quant;
@@ -2468,13 +2484,18 @@ int cmd_serve(int argc, char **argv) {
     } else {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         int bound = di ? (int)di->port : port;
+        dflash_kv_info kvi;
+        dflash_kv_stats(s->m, &kvi);
+        char kvline[64] = "";
+        if (kvi.budget) snprintf(kvline, sizeof kvline, ", %d MiB for all (--kv-budget)", kv_budget);
         fprintf(stderr,
                 "dflash serve: model '%s' (%s, %s%s), context %d, queue %d\n"
-                "dflash serve: %d slot%s (--parallel), each a KV cache of %.1f MiB\n"
+                "dflash serve: %d slot%s (--parallel), each a KV cache of %.1f MiB%s%s\n"
                 "dflash serve: listening on http://%s:%d (chat page at /, API at /v1)\n",
                 s->alias, s->info.arch, s->info.weight_format, s->info.has_draft ? ", DFlash draft" : "",
                 s->info.n_ctx, queue_max, parallel, parallel > 1 ? "s" : "",
-                (double)s->info.seq_kv_bytes / (1024.0 * 1024.0), hostbuf, bound);
+                (double)s->info.seq_kv_bytes / (1024.0 * 1024.0),
+                kvi.paged ? " when full (paged: taken as used)" : "", kvline, hostbuf, bound);
         fflush(stderr);
         wait_signal(&sigs, -1);
         fprintf(stderr, "dflash serve: shutting down: finishing accepted requests\n");

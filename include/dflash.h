@@ -351,7 +351,8 @@ typedef struct {
     int n_pos;           /* entries in accept_per_pos */
     double accept_per_pos[64];
     double draft_s, verify_s, other_s;
-    const char *stop_reason; /* "budget", "stop token", "context full", "callback" */
+    const char *stop_reason; /* "budget", "stop token", "context full", "callback"; "error" when the
+                                call failed */
     int n_drafted;       /* tokens the draft proposed (k summed over drafting rounds) */
     int n_accepted;      /* ... and the target accepted (tokens committed in rounds - rounds) */
     int accepted_at_pos[64]; /* drafts accepted at position i (accept_per_pos is the rate) */

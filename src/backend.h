@@ -195,12 +195,12 @@ typedef struct be_ops {
     int (*length)(void *st);
     int (*truncate)(void *st, int len); /* the length kept (rules above) */
     /* Optional (NULL: a sequence's KV cache is allocated whole at create):
-     * give back the KV memory past the length. The CPU keeps a target's
+     * give back the KV memory past positions 0..max(length, rows)-1. The CPU keeps a target's
      * full-attention K/V in pages of 16 positions (cpu_backend.c's page
      * rule): a forward gets the pages its rows need - refused with an error
      * naming be_options.kv_budget, nothing run, when they would pass it -
      * and truncate keeps them for the rows that follow a rollback. */
-    void (*trim)(void *st);
+    void (*trim)(void *st, int rows);
     /* Optional with trim: the KV bytes all sequences of the instance hold
      * now; *budget (0: none) and *peak (the most held at once) if not NULL. */
     size_t (*kv_usage)(void *be, size_t *budget, size_t *peak);

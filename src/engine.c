@@ -22,8 +22,9 @@
  * Budget rule (dflash_params.kv_budget_mib, a backend with trim): the
  * target KV pages of a model and its sequences count against one budget.
  * Before its prefill a generation makes room for the positions it may use
- * (prompt + n_predict + a verify block, at most the context): first every
- * idle sequence gives back pages past its length, then idle caches are
+ * (prompt + n_predict + a verify block, at most the context): it gives
+ * back its own pages past those, then every idle sequence its pages past
+ * its length, then idle caches are
  * evicted, least recently used first (length 0, stable 0: their next
  * request prefills in full); a running generation's cache is never
  * touched. If that is not enough the generation still starts, and a forward
@@ -617,18 +618,20 @@ static void cache_drop(dflash_model *m) {
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, 0);
     m->tree_n = 0;
     __atomic_store_n(&m->stable, 0, __ATOMIC_RELEASE);
-    if (m->be->trim) m->be->trim(m->seq);
+    if (m->be->trim) m->be->trim(m->seq, 0);
 }
 
 /* The budget rule: room for positions 0..rows-1 of m (bat_lock held). */
 static void kv_make_room(dflash_model *m, int rows) {
     size_t budget = 0;
     if (!m->be->trim || !m->be->kv_need) return;
-    size_t used = m->be->kv_usage(m->bi, &budget, NULL);
-    if (!budget || used + m->be->kv_need(m->seq, rows) <= budget) return;
+    m->be->kv_usage(m->bi, &budget, NULL);
+    if (!budget) return;
+    m->be->trim(m->seq, rows); /* pages it will not use, from a longer request before */
+    if (m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) <= budget) return;
     dflash_model *o = m->owner ? m->owner : m;
     for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
-        if (s == m || !s->busy) m->be->trim(s->seq);
+        if (s != m && !s->busy) m->be->trim(s->seq, 0);
     for (;;) {
         if (m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) <= budget) return;
         dflash_model *lru = NULL;
@@ -1164,6 +1167,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     dflash_stats dummy;
     if (!st) st = &dummy;
     memset(st, 0, sizeof *st);
+    st->stop_reason = "error"; /* until the generation ends */
     if (!m->has_target) {
         dfl_seterr("no model loaded (tokenizer only)");
         return -1;

@@ -1109,7 +1109,7 @@ static void convert_q35_one(const char *name) {
     st_set fxs;
     char rf[160];
     snprintf(rf, sizeof rf, "tests/fixtures/%s.ref.safetensors", name);
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     void *be = be_cpu.open(&bo);
     kn_set_act_quant(0);
     float worst = 0;
@@ -1550,7 +1550,7 @@ TEST(q6k_model) {
             gguf_close(&g);
         }
         /* greedy one token at a time, then the same rows as one verify block */
-        be_options bo = {2, 0};
+        be_options bo = {.n_threads = 2};
         void *be = be_cpu.open(&bo);
         CHECK(be && be_cpu.prepare(be, &m) == 0, "backend: %s", dfl_lasterr());
         if (q8 && kn_act_quant() && kn_has_pack()) CHECK(m.lm_head.packed != NULL, "q8 mode: lm_head not packed");
@@ -2110,7 +2110,7 @@ static void zoo2_compare(const char *what, const char *gguf, const char *dir) {
             r->dtype = WT_F32;
         }
     }
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     void *be = be_cpu.open(&bo);
     int prev = kn_act_quant(), V = hf.cfg.vocab;
     enum { T = 20, N = 16 };

@@ -166,7 +166,7 @@ TEST(tiny_bf16) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     kn_set_act_quant(1);
     if (!kn_act_quant()) kn_force_variant("generic"); /* no fast q8 path: the C reference */

@@ -427,7 +427,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     if (!mkdtemp(tmp)) return 1;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo);
     kn_set_act_quant(0);
     RUN(mlx_bf16_qwen35_bit_identical);

@@ -217,7 +217,7 @@ static void check_invariance(const char *name, syn_spec s) {
     CHECK(ok, "%s: decode after rollback differs from a fresh decode", name);
     /* threads: 1 vs 2 vs 3 */
     for (int th = 1; th <= 3; th++) {
-        be_options o = {th, 0};
+        be_options o = {.n_threads = th};
         void *bt = be->open(&o), *stt = be->create(bt, &m, 64);
         CHECK(be->n_threads(bt) == th && be->n_threads(bi) == 2, "%s: instance threads %d, main %d", name,
               be->n_threads(bt), be->n_threads(bi));
@@ -1240,7 +1240,7 @@ TEST(argmax_equals_logits_argmax) {
 
 int main(void) {
     if (tmpdir_make("test-model") != 0) return 1;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     RUN(safetensors_bad_files);
     RUN(model_bad_checkpoints);

@@ -370,7 +370,7 @@ int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
     if (tmpdir_make("mxfp4")) return 1;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo);
     /* once with f32 activations (bit-exact against BF16), once with the
      * default mode (int8 activations where the CPU has them) */

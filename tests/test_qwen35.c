@@ -184,7 +184,7 @@ TEST(ring_rollback_and_restart) {
 TEST(threads) {
     float *lg = malloc(sizeof(float) * 40 * (size_t)V);
     for (int th = 1; th <= 3; th += 2) {
-        be_options o = {th, 0};
+        be_options o = {.n_threads = th};
         void *bt = be_cpu.open(&o), *st = be_cpu.create(bt, &m, NCTX);
         CHECK(fwd(st, tok, 40, lg, NULL) == 0 && same_rows(lg, NULL, 0, 40), "%d threads change logits", th);
         be_cpu.destroy(st);
@@ -268,7 +268,7 @@ static void regrouped_rows_equal(const char *q4dir) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo);
     /* the dense model, then Qwen3.5-MoE (experts routed per row: a row's
      * expert sum has one order whatever rows share the forward) */

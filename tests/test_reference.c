@@ -532,7 +532,7 @@ TEST(gguf_qwen3next_dflash_is_greedy) {
 int main(void) {
     const char *r = getenv("DFLASH_ROOT");
     if (r) root = r;
-    be_options bo = {2, 0};
+    be_options bo = {.n_threads = 2};
     bi = be_cpu.open(&bo); /* kn_init_once, a pool of 2 threads */
     kn_set_act_quant(0); /* exact f32 activations: int8 ones (q8 mode) are checked in test_kernels_q8ref.c */
     RUN(qwen3_bf16);

@@ -9,6 +9,8 @@
 # sharing a long system prompt with a request running on another slot
 # copy its prefix (cached_tokens > 0, /metrics' copied tokens) and still
 # give their replies alone.
+# Then --kv-budget (tests/serve/kv_budget.js): the budget in /metrics, a
+# prompt past it refused by name, idle caches dropped to make room.
 # SIGTERM then gives a clean exit 0 (under ASan: no leak). Then a bounded
 # load on `--parallel 16` (tests/serve/parallel_load.js): 16 and 32 clients
 # at a time, every reply equal to its reply alone.
@@ -33,6 +35,12 @@ if start_server -m models/demo/target --draft models/demo/draft --parallel 16 --
     # DFLASH_FAST: one request per client, shorter replies
     if [ -n "${DFLASH_FAST:-}" ]; then export LOAD_PER_CLIENT=1 LOAD_MAX_TOKENS=12; fi
     SLOTS=16 LOAD_CONCS="16 32" run_node 580 tests/serve/parallel_load.js
+    stop_server
+fi
+if start_server -m models/demo/target --draft models/demo/draft --parallel 2 --ctx-size 1024 --kv-budget 2; then
+    if grep -q "2 MiB for all (--kv-budget)" "$T/server.log"; then ok "the start line names the KV budget"
+    else bad "the start line names the KV budget"; head -3 "$T/server.log"; fi
+    run_node 200 tests/serve/kv_budget.js
     stop_server
 fi
 echo "test_serve_parallel: $pass passed, $fail failed"

@@ -853,8 +853,11 @@ static void cpu_destroy(void *st) {
 
 static int cpu_length(void *st) { return ((cpu_seq *)st)->len; }
 
-/* be_ops.trim: the pages past the length go back (the page rule). */
-static void cpu_trim(void *st) { seq_trim_pages(st, ((cpu_seq *)st)->len); }
+/* be_ops.trim: the pages past the length (and rows) go back (the page rule). */
+static void cpu_trim(void *st, int rows) {
+    cpu_seq *q = st;
+    seq_trim_pages(q, rows > q->len ? rows : q->len);
+}
 
 /* be_ops.kv_need */
 static size_t cpu_kv_need(void *st, int rows) {

@@ -462,7 +462,7 @@ TEST(chunk_edges) {
  * other everywhere. */
 static void knob_run(const char *rel, rec *r, int *V, int *H, int *kvd) {
     memset(r, 0, sizeof *r);
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* reads the knobs */
     loaded g;
     if (!bi || load(&g, &be_cuda, bi, rel) != 0) {
@@ -518,7 +518,7 @@ TEST(knobs) {
     unsetenv("DFLASH_CUDA_GEMM_IQU");
     if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
     else unsetenv("DFLASH_CUDA_FUSE");
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* back to the defaults for the tests after this one */
     if (bi) be_cuda.close(bi);
     CHECK(a.l && b.l && rec_equal(&a, &b, V, H, kvd, 0), "%s: the timing knobs changed the results", rel);
@@ -543,7 +543,7 @@ TEST(moe_fuse) {
         rec_free(&a);
         rec_free(&b);
     }
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* back to the defaults */
     if (bi) be_cuda.close(bi);
 }
@@ -557,7 +557,7 @@ TEST(moe_fuse) {
 static void env_run(const char *rel, const char *var, const char *val, rec *ref, int *ok, size_t *nl) {
     if (val) setenv(var, val, 1);
     else unsetenv(var);
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* reads the knob */
     loaded g;
     if (!bi || load(&g, &be_cuda, bi, rel) != 0) {
@@ -657,7 +657,7 @@ TEST(gemm_dq) {
     }
     for (int i = 0; i < 3; i++) free(l16[i]);
     unsetenv("DFLASH_CUDA_GEMM_DQ");
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* back to the defaults */
     if (bi) be_cuda.close(bi);
 }
@@ -677,7 +677,7 @@ TEST(gemm_dq) {
 static void fuse_draft(const char *trel, const char *drel, const char *val, float *la, int32_t *ia, int nv) {
     if (val) setenv("DFLASH_CUDA_FUSE", val, 1);
     else unsetenv("DFLASH_CUDA_FUSE");
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* reads the knob */
     loaded t, d;
     if (!bi || load(&t, &be_cuda, bi, trel) != 0) {
@@ -779,7 +779,7 @@ TEST(fuse) {
     }
     if (fuse_env) setenv("DFLASH_CUDA_FUSE", fuse_env, 1);
     else unsetenv("DFLASH_CUDA_FUSE");
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     void *bi = be_cuda.open(&o); /* back to the run's settings */
     if (bi) be_cuda.close(bi);
 }
@@ -2032,7 +2032,7 @@ TEST(tree_dflash) {
 }
 
 TEST(errors) {
-    be_options o = {0, 99};
+    be_options o = {.device = 99};
     void *b = be_cuda.open(&o);
     CHECK(b == NULL && strstr(dfl_lasterr(), "device 99"), "device 99: %s", dfl_lasterr());
     if (b) be_cuda.close(b);
@@ -2056,7 +2056,7 @@ int main(void) {
         printf("test_cuda: no GPU here (%s)\ntest_cuda: 0 passed, 1 failed\n", why);
         return 1;
     }
-    be_options o = {2, 0};
+    be_options o = {.n_threads = 2};
     cpu_bi = be_cpu.open(&o);
     gpu_bi = be_cuda.open(&o);
     if (!cpu_bi || !gpu_bi) {
