@@ -3,8 +3,10 @@
  * made and each generates a sampled and a greedy reply of N tokens (DFlash
  * on) to the same prompt; VmRSS before and after, per sequence. The KV cache
  * is allocated for the whole context (dflash_info.seq_kv_bytes) but its
- * pages become resident only as positions are written, so N decides how
- * much of it counts.
+ * CPU takes its full-attention part in pages of 16 positions as they are
+ * written (dflash_kv_stats), so N decides how much of it counts; then every
+ * sequence is reset (dflash_seq_reset gives its pages back) and VmRSS is
+ * read again.
  * make bench-seq-mem [SEQMEM_ARGS="S CTX N"] (default 4 1024 64) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +63,19 @@ int main(int argc, char **argv) {
     g.temp = 0.0f;
     for (int i = 0; i < S && rc == 0; i++) rc = dflash_seq_generate(s[i], ids, n, &g, NULL, NULL, NULL, NULL, NULL);
     long r1 = rss_kib();
+    dflash_kv_info kv1, kv2;
+    dflash_kv_stats(m, &kv1);
+    for (int i = 0; i < S && rc == 0; i++) dflash_seq_reset(s[i]);
+    long r2 = rss_kib();
+    dflash_kv_stats(m, &kv2);
     if (rc != 0)
         fprintf(stderr, "seq_mem: %s\n", dflash_error());
     else
         printf("demo pair, context %d, %zu prompt + %d tokens: seq_kv_bytes %.1f MiB; resident memory +%.1f MiB per "
-               "sequence (%d sequences)\n",
-               ctx, n, N, (double)in.seq_kv_bytes / 1048576.0, (double)(r1 - r0) / 1024.0 / S, S);
+               "sequence (%d sequences), KV pages held %.1f MiB; after every sequence's reset: +%.1f MiB per "
+               "sequence, KV pages held %.1f MiB\n",
+               ctx, n, N, (double)in.seq_kv_bytes / 1048576.0, (double)(r1 - r0) / 1024.0 / S, S,
+               kv1.used / 1048576.0, (double)(r2 - r0) / 1024.0 / S, kv2.used / 1048576.0);
     for (int i = 0; i < S; i++) dflash_seq_free(s[i]);
     dflash_free(m);
     free(ids);
