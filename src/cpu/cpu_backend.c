@@ -891,10 +891,10 @@ static int cpu_truncate(void *st, int len) {
     return q->len;
 }
 
-/* The prefix rule (backend.h): rows 0..n-1 of every attention layer's block
- * ([nkv][kv_rows][hd]: n rows of hd floats per head, at the same offsets in
- * both states). Only full-length caches: a ring (its position p at row
- * p % ring, the oldest ones overwritten) and a recurrent state are refused. */
+/* The prefix rule (backend.h): the pages holding positions 0..n-1 (every
+ * attention layer's rows, the page rule), taken by dst first. Only paged
+ * caches: a ring (its position p at row p % ring, the oldest ones
+ * overwritten) and a recurrent state are refused. */
 static int cpu_copy_prefix(void *dst, const void *src, int n) {
     cpu_seq *d = dst;
     const cpu_seq *q = src;
