@@ -113,10 +113,12 @@ static const char *help_serve =
     "                         pages of 16 positions as they are used); every\n"
     "                         reply is the one the request gets alone\n"
     "      --kv-budget MiB    the target KV cache all slots may hold together\n"
-    "                         (CPU; default: no limit): before a prompt runs,\n"
-    "                         idle slots' cached prompts are dropped, least\n"
-    "                         recently used first, to make room; a request\n"
-    "                         that still does not fit fails with an error\n"
+    "                         (CPU; default: no limit). A request runs once its\n"
+    "                         prompt + max_tokens + 64 positions (no max_tokens:\n"
+    "                         the whole context) fit beside the running ones',\n"
+    "                         idle slots' cached prompts dropped, least recently\n"
+    "                         used first; until then it waits on its slot. One\n"
+    "                         that can never fit gets a 400 naming max_tokens\n"
     "      --step-tokens N    with --parallel: while other slots generate, a\n"
     "                         prompt is prefilled N rows a step, less the\n"
     "                         others' rows (at least 16), beside their decoding\n"
@@ -360,6 +362,7 @@ typedef struct sv_job {
     int32_t *ids;
     size_t n_ids;
     dflash_gen gen;
+    int max_tokens_given;      /* gen.n_predict came from the request (or --n-predict), not the context */
     ss_matcher *stop;          /* the worker's alone */
     rp_splitter *split;        /* chat with thinking or tools: the worker's alone; NULL: text is content */
     int stream, include_usage;
@@ -1279,12 +1282,13 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     double d;
     int r;
     if ((r = get_int(o, "max_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
-    if (r) g->n_predict = (int)v;
+    j->max_tokens_given = s->n_predict > 0;
+    if (r) g->n_predict = (int)v, j->max_tokens_given = 1;
     if ((r = get_int(o, "max_completion_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
-    if (r) g->n_predict = (int)v;
+    if (r) g->n_predict = (int)v, j->max_tokens_given = 1;
     if ((r = get_int(o, "n_predict", -1, INT_MAX, &v, e)) < 0) return -1; /* llama-server's name; -1: no limit */
     if (r && v == 0) return fail(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 (no limit) or at least 1");
-    if (r) g->n_predict = v > 0 ? (int)v : s->info.n_ctx;
+    if (r) g->n_predict = v > 0 ? (int)v : s->info.n_ctx, j->max_tokens_given = v > 0;
     if ((r = get_num(o, "temperature", 0, 2, &d, e)) < 0) return -1;
     if (r) g->temp = (float)d;
     if ((r = get_num(o, "top_p", 0, 1, &d, e)) < 0) return -1;
@@ -1601,6 +1605,19 @@ static int check_ctx(sv_server *s, sv_job *j, const char *param, sv_err *e) {
         return fail(e, 400, "context_length_exceeded", param,
                     "the prompt has %zu tokens; this server's context holds %d (start it with a larger --ctx-size)",
                     j->n_ids, s->info.n_ctx);
+    /* --kv-budget: a request starts only with its positions reserved
+     * (dflash_kv_stats: it waits for running ones to end); one that could
+     * never fit is told now */
+    dflash_kv_info kv;
+    dflash_kv_stats(s->m, &kv);
+    size_t need = kv.budget ? dflash_kv_reserve(s->m, j->n_ids, j->gen.n_predict) : 0;
+    if (need > kv.budget)
+        return fail(e, 400, "invalid_value", "max_tokens",
+                    "this request reserves %.2f MiB of KV cache (its %zu prompt tokens, %s %d tokens it may "
+                    "generate and a verify block of 64), more than this server's --kv-budget of %.2f MiB for all "
+                    "slots: ask for fewer tokens (max_tokens) or start the server with a larger --kv-budget",
+                    need / 1048576.0, j->n_ids, j->max_tokens_given ? "the" : "without max_tokens the",
+                    j->gen.n_predict, kv.budget / 1048576.0);
     return 0;
 }
 
@@ -1990,6 +2007,10 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("kv_cache_budget_bytes", "gauge", "--kv-budget in bytes (0: no limit).", "%zu", kv.budget);
     METRIC("kv_cache_evictions_total", "counter", "Idle slots' cached prompts dropped to make room under --kv-budget.",
            "%ld", kv.evictions);
+    METRIC("kv_cache_waiting", "gauge",
+           "Requests on a slot waiting for their KV reservation under --kv-budget (until running ones end).", "%d",
+           kv.waiting);
+    METRIC("kv_cache_waits_total", "counter", "Requests that waited for their KV reservation.", "%ld", kv.waits);
     METRIC("batch_size", "gauge", "Sequences in the last target forward (step).", "%d", bi.last_batch);
     METRIC("batch_size_max", "gauge", "The most sequences in one step.", "%d", bi.max_batch);
     METRIC("batch_steps_total", "counter", "Target forwards (steps), each over the rows of every running sequence.",
@@ -2486,8 +2507,15 @@ int cmd_serve(int argc, char **argv) {
         int bound = di ? (int)di->port : port;
         dflash_kv_info kvi;
         dflash_kv_stats(s->m, &kvi);
-        char kvline[64] = "";
-        if (kvi.budget) snprintf(kvline, sizeof kvline, ", %d MiB for all (--kv-budget)", kv_budget);
+        char kvline[320] = "";
+        if (kvi.budget) {
+            size_t full = dflash_kv_reserve(s->m, 1, -1); /* a request without max_tokens: the whole context */
+            snprintf(kvline, sizeof kvline,
+                     ", %d MiB for all (--kv-budget): a request waits until its prompt + max_tokens + 64 positions "
+                     "fit (without max_tokens the whole context, %.1f MiB: %zu at once%s)",
+                     kv_budget, full / 1048576.0, full ? kvi.budget / full : 0,
+                     full > kvi.budget ? ", so such requests are refused" : "");
+        }
         fprintf(stderr,
                 "dflash serve: model '%s' (%s, %s%s), context %d, queue %d\n"
                 "dflash serve: %d slot%s (--parallel), each a KV cache of %.1f MiB%s%s\n"

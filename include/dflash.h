@@ -89,8 +89,10 @@ typedef struct {
                           (its own and dflash_seq_new's) may hold together, in
                           MiB; a sequence takes pages of 16 positions as it
                           fills its context and gives them back when it is
-                          reset, freed or evicted (below); 0: no limit (each
-                          sequence may fill its context). The CPU backend;
+                          reset, freed or evicted, and a generation starts
+                          only once the positions it may use fit (it waits
+                          for running ones to end: dflash_kv_stats below);
+                          0: no limit (each sequence may fill its context). The CPU backend;
                           refused by the CUDA backend, whose caches are
                           allocated whole. */
 } dflash_params;
@@ -429,12 +431,17 @@ DFLASH_API void dflash_seq_reset(dflash_seq *s);
 /* The target KV cache of a model and its sequences (dflash_params.kv_budget_mib).
  * On the CPU a sequence's full-attention K/V live in pages of 16 positions,
  * taken as it fills its context and given back when it is reset, freed or
- * evicted: before a generation's prefill, when its positions (prompt +
- * n_predict + a verify block, at most the context) would pass the budget,
- * idle sequences first give back pages past their length, then idle caches
- * are dropped, least recently used first (their next request prefills in
- * full); a running generation's cache is never dropped, and a forward that
- * would still pass the budget fails with an error naming it. A
+ * evicted. Under a budget a generation starts only with a reservation of
+ * the positions it may use (prompt + n_predict + a verify block of 64, at
+ * most the context; n_predict <= 0: the whole context; dflash_kv_reserve
+ * says how many bytes), so a running generation never runs out of cache:
+ * before its prefill idle sequences give back pages past their length,
+ * then idle caches are dropped, least recently used first (their next
+ * request prefills in full); a running generation's cache is never
+ * dropped. If the reservation still does not fit beside the running
+ * generations' reservations, the call waits inside dflash_generate (in
+ * arrival order) until enough of them end; one that does not fit even
+ * alone fails at once with an error naming the budget. A
  * dflash_seq_reset gives its pages back. */
 typedef struct {
     int paged;      /* 1: the backend pages the cache (CPU); 0: allocated whole per sequence */
@@ -442,8 +449,15 @@ typedef struct {
     size_t budget;  /* kv_budget_mib in bytes (0: no limit) */
     size_t peak;    /* the most held at once */
     long evictions; /* idle caches dropped to make room */
+    int waiting;    /* generations waiting for their reservation now */
+    long waits;     /* generations that had to wait, so far */
 } dflash_kv_info;
 DFLASH_API void dflash_kv_stats(const dflash_model *m, dflash_kv_info *out);
+/* The bytes of target KV cache a generation of n_prompt prompt tokens and
+ * n_predict more (<= 0: until the context is full) reserves under a
+ * budget; 0 where the cache is not paged or the prompt does not fit the
+ * context. */
+DFLASH_API size_t dflash_kv_reserve(const dflash_model *m, size_t n_prompt, int n_predict);
 
 /* Prompt prefixes across sequences (dflash serve --parallel: which slot a
  * request goes to, and copying a shared prefix into it).

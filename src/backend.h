@@ -207,6 +207,9 @@ typedef struct be_ops {
     /* Optional with trim: the bytes the sequence would take beyond those it
      * holds to hold positions 0..rows-1 (0: held already). */
     size_t (*kv_need)(void *st, int rows);
+    /* Optional with trim: the bytes positions 0..rows-1 of the sequence
+     * take, whatever it holds now. */
+    size_t (*kv_bytes)(void *st, int rows);
     /* out[n][vocab] (host) = lm_head logits of kept rows row..row+n-1 of the
      * last forward; bit-identical to asking forward() for those rows. */
     int (*logits)(void *st, int row, int n, float *out);

@@ -112,6 +112,8 @@ struct bat_sched {
     pthread_cond_t cv;   /* for the waiting requests: a step finished, or one can run (a sequence left, the
                             backend was released) */
     pthread_cond_t lk;   /* for bat_lock: the backend was released */
+    pthread_cond_t nt;   /* for bat_sleep: bat_notify was called */
+    unsigned long notified; /* bat_notify calls so far */
     int busy;            /* a thread is using the backend */
     int n_pending;       /* requests in pending, not yet taken by a step */
     bat_req *pending;
@@ -136,6 +138,7 @@ bat_sched *bat_new(const be_ops *be, int step_tokens) {
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     pthread_cond_init(&b->lk, NULL);
+    pthread_cond_init(&b->nt, NULL);
     return b;
 }
 
@@ -144,6 +147,7 @@ void bat_free(bat_sched *b) {
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     pthread_cond_destroy(&b->lk);
+    pthread_cond_destroy(&b->nt);
     free(b);
 }
 
@@ -193,6 +197,26 @@ void bat_unlock(bat_sched *b) {
     b->busy = 0;
     b->c.lock_s += dfl_now() - b->lock_t0;
     released(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_sleep(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    unsigned long seen = b->notified; /* before the backend is released: no notify is lost */
+    b->busy = 0;
+    b->c.lock_s += dfl_now() - b->lock_t0;
+    released(b);
+    while (b->notified == seen) pthread_cond_wait(&b->nt, &b->mu);
+    while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
+    b->busy = 1;
+    b->lock_t0 = dfl_now();
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bat_notify(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    b->notified++;
+    pthread_cond_broadcast(&b->nt);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -293,7 +317,7 @@ static bat_kind step_kind(const bat_sched *b) {
 
 /* Queue *me and wait until a step (run by whichever waiting thread finds
  * every running generation waiting) has done it. */
-static int bat_wait(bat_sched *b, bat_req *req) {
+static int step_wait(bat_sched *b, bat_req *req) {
     bat_req me_ = *req, *me = &me_;
     pthread_mutex_lock(&b->mu);
     me->next = b->pending;
@@ -372,15 +396,15 @@ static int bat_wait(bat_sched *b, bat_req *req) {
 }
 
 int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
-    return bat_wait(b, &(bat_req){.kind = BAT_FORWARD, .st = st, .batch = batch});
+    return step_wait(b, &(bat_req){.kind = BAT_FORWARD, .st = st, .batch = batch});
 }
 
 int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out) {
-    return bat_wait(b, &(bat_req){.kind = BAT_ARGMAX, .st = st, .row = row, .n = n, .out = out});
+    return step_wait(b, &(bat_req){.kind = BAT_ARGMAX, .st = st, .row = row, .n = n, .out = out});
 }
 
 int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk) {
-    return bat_wait(b, &(bat_req){.kind = BAT_DRAFT, .st = dst, .draft = blk});
+    return step_wait(b, &(bat_req){.kind = BAT_DRAFT, .st = dst, .draft = blk});
 }
 
 void bat_measure(bat_sched *b, bat_kind kind, int parts, int rows, double s) {

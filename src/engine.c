@@ -20,15 +20,23 @@
  * of backend.h makes the copy a fresh prefill's rows, bit for bit).
  *
  * Budget rule (dflash_params.kv_budget_mib, a backend with trim): the
- * target KV pages of a model and its sequences count against one budget.
- * Before its prefill a generation makes room for the positions it may use
- * (prompt + n_predict + a verify block, at most the context): it gives
- * back its own pages past those, then every idle sequence its pages past
- * its length, then idle caches are
- * evicted, least recently used first (length 0, stable 0: their next
- * request prefills in full); a running generation's cache is never
- * touched. If that is not enough the generation still starts, and a forward
- * that would pass the budget fails with an error naming it.
+ * target KV pages of a model and its sequences count against one budget,
+ * and a generation is admitted only with a reservation: the positions it
+ * may use, R = prompt + n_predict + a verify block (SPEC_MAX_BLOCK), at
+ * most the context (reserve_rows). Invariant, under bat_lock: the pages
+ * held + every running generation's pages still to come (kv_need up to
+ * its R) <= the budget. So a running generation never runs out: its
+ * forwards only take pages it has reserved. Admission (kv_admit, before
+ * the prefill, in arrival order: one ticket per generation, the head of
+ * the line alone may be admitted) makes room first - the generation's own
+ * pages past R go back, then every idle sequence's pages past its length,
+ * then idle caches are evicted, least recently used first (length 0,
+ * stable 0: their next request prefills in full); a running generation's
+ * cache is never touched. If the reservation still does not fit, the
+ * generation waits (bat_sleep) until a running one ends; if none runs, it
+ * can never fit and fails at once with an error naming the budget, before
+ * any row is computed. dflash_copy_prefix takes pages only where the
+ * invariant allows.
  *
  * Sequences (dflash_seq_new): a sequence is a dflash_model of its own that
  * shares its owner's weights, tokenizer, backend instance and forward
@@ -94,7 +102,12 @@ struct dflash_model {
     /* the KV budget (the budget rule), all under bat_lock */
     dflash_model *seqs;  /* a model: its sequences (dflash_seq_new), newest first */
     dflash_model *next_seq; /* a sequence: the next of its owner's */
-    int busy;            /* a generation runs on it */
+    int busy;            /* a generation runs on it (admitted: its reservation counts) */
+    int reserve;         /* while busy: the positions it reserved (the budget rule's R) */
+    int entered;         /* generate() entered the scheduler (bat_enter): dflash_generate leaves it */
+    unsigned long adm_next, adm_head; /* a model: the next admission ticket, the one at the head of the line */
+    int kv_waiting;      /* a model: generations waiting for their reservation now */
+    long kv_waits;       /* a model: generations that had to wait, so far */
     unsigned long last_use; /* the owner's use_clock when its last generation ended */
     unsigned long use_clock; /* a model: generations ended so far */
     long kv_evictions;   /* a model: idle caches evicted for others */
@@ -621,26 +634,94 @@ static void cache_drop(dflash_model *m) {
     if (m->be->trim) m->be->trim(m->seq, 0);
 }
 
-/* The budget rule: room for positions 0..rows-1 of m (bat_lock held). */
-static void kv_make_room(dflash_model *m, int rows) {
+/* The budget rule's R for a generation of n_prompt tokens and n_predict
+ * more (<= 0: until the context is full). */
+static int reserve_rows(const dflash_model *m, size_t n_prompt, int n_predict) {
+    long most = (long)n_prompt + (n_predict > 0 ? n_predict : m->n_ctx) + SPEC_MAX_BLOCK;
+    return most < m->n_ctx ? (int)most : m->n_ctx;
+}
+
+/* The pages still to come of every running generation but m's, and how
+ * many run (bat_lock held). */
+static size_t kv_outstanding(const dflash_model *m, int *running) {
+    const dflash_model *o = m->owner ? m->owner : m;
+    size_t out = 0;
+    int n = 0;
+    for (const dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+        if (s != m && s->busy) {
+            out += m->be->kv_need(s->seq, s->reserve);
+            n++;
+        }
+    if (running) *running = n;
+    return out;
+}
+
+/* Does m's reservation of rows fit beside the others' (bat_lock held)? */
+static int kv_fits(const dflash_model *m, int rows, size_t budget, int *running) {
+    size_t out = kv_outstanding(m, running);
+    return m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) + out <= budget;
+}
+
+/* The budget rule's admission of a generation on m reserving rows
+ * (bat_lock held; it may wait, releasing the backend meanwhile): 0 with
+ * m busy, or -1 with the error set when the reservation can never fit. */
+static int kv_admit(dflash_model *m, int rows) {
     size_t budget = 0;
-    if (!m->be->trim || !m->be->kv_need) return;
-    m->be->kv_usage(m->bi, &budget, NULL);
-    if (!budget) return;
-    m->be->trim(m->seq, rows); /* pages it will not use, from a longer request before */
-    if (m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) <= budget) return;
-    dflash_model *o = m->owner ? m->owner : m;
-    for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
-        if (s != m && !s->busy) m->be->trim(s->seq, 0);
-    for (;;) {
-        if (m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(m->seq, rows) <= budget) return;
-        dflash_model *lru = NULL;
-        for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
-            if (s != m && !s->busy && m->be->length(s->seq) > 0 && (!lru || s->last_use < lru->last_use)) lru = s;
-        if (!lru) return;
-        cache_drop(lru);
-        o->kv_evictions++;
+    if (m->be->trim && m->be->kv_need) m->be->kv_usage(m->bi, &budget, NULL);
+    if (!budget) {
+        m->busy = 1;
+        return 0;
     }
+    dflash_model *o = m->owner ? m->owner : m;
+    unsigned long ticket = o->adm_next++;
+    int waited = 0, rc = 0, running = 0;
+    for (;;) {
+        if (ticket == o->adm_head) {
+            m->be->trim(m->seq, rows); /* pages it will not use, from a longer request before */
+            if (kv_fits(m, rows, budget, &running)) break;
+            for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+                if (s != m && !s->busy) m->be->trim(s->seq, 0);
+            while (!kv_fits(m, rows, budget, &running)) {
+                dflash_model *lru = NULL;
+                for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+                    if (s != m && !s->busy && m->be->length(s->seq) > 0 && (!lru || s->last_use < lru->last_use))
+                        lru = s;
+                if (!lru) break;
+                cache_drop(lru);
+                o->kv_evictions++;
+            }
+            if (kv_fits(m, rows, budget, &running)) break;
+            if (!running) { /* alone and still too big: it never fits */
+                size_t need = m->be->kv_bytes ? m->be->kv_bytes(m->seq, rows) : 0;
+                dfl_seterr("KV cache budget: this generation reserves %d positions (its prompt, the tokens it "
+                           "may generate and a verify block of %d) = %.2f MiB of KV cache, more than the budget "
+                           "of %.2f MiB for all sequences (kv_budget_mib, dflash serve --kv-budget): ask for "
+                           "fewer tokens (n_predict, max_tokens) or raise the budget",
+                           rows, SPEC_MAX_BLOCK, need / 1048576.0, budget / 1048576.0);
+                rc = -1;
+                break;
+            }
+        }
+        if (!waited) {
+            waited = 1;
+            o->kv_waiting++;
+            o->kv_waits++;
+        }
+        bat_sleep(m->bat); /* until a generation ends or the line moves */
+    }
+    if (waited) o->kv_waiting--;
+    o->adm_head++;
+    if (rc == 0) {
+        m->busy = 1;
+        m->reserve = rows;
+    }
+    bat_notify(m->bat); /* the next in line */
+    return rc;
+}
+
+size_t dflash_kv_reserve(const dflash_model *m, size_t n_prompt, int n_predict) {
+    if (!m || !m->seq || !m->be->kv_bytes || n_prompt >= (size_t)m->n_ctx) return 0;
+    return m->be->kv_bytes(m->seq, reserve_rows(m, n_prompt, n_predict));
 }
 
 void dflash_reset(dflash_model *m) {
@@ -658,6 +739,8 @@ void dflash_kv_stats(const dflash_model *m, dflash_kv_info *out) {
     if (m->be->kv_usage) out->used = m->be->kv_usage(m->bi, &out->budget, &out->peak);
     bat_lock(m->bat);
     out->evictions = m->kv_evictions;
+    out->waiting = m->kv_waiting;
+    out->waits = m->kv_waits;
     bat_unlock(m->bat);
 }
 
@@ -707,6 +790,11 @@ int dflash_copy_prefix(dflash_model *m, dflash_seq *dst, dflash_seq *const *src,
         size_t p = stable_prefix(src[i] ? src[i]->m : m, ids, n - 1);
         if (p > best) best = p, bi = i;
     }
+    /* the budget rule: the copy's pages may not eat the running generations' reservations */
+    size_t budget = 0;
+    if (bi >= 0 && m->be->kv_need) m->be->kv_usage(m->bi, &budget, NULL);
+    if (budget && m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(d->seq, (int)best) + kv_outstanding(d, NULL) > budget)
+        bi = -1; /* not copied: the prompt is prefilled (after admission) as without a source */
     int rc = 0;
     if (bi >= 0) {
         dflash_model *s = src[bi] ? src[bi]->m : m;
@@ -1320,9 +1408,14 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     for (int i = 0; i < m->n_stop; i++)
         if (m->stop[i] < c->vocab && !draft_scores(m, m->stop[i])) m->draft_extra[m->draft_nx++] = m->stop[i];
 
-    /* a tree verify left uncommitted (an error ended the call inside its
-     * round): its rows are not cache_tok's positions, forget them */
+    /* admission (the budget rule: it may wait for running generations),
+     * then a tree verify left uncommitted (an error ended the call inside
+     * its round): its rows are not cache_tok's positions, forget them */
     bat_lock(m->bat);
+    if (kv_admit(m, reserve_rows(m, n_prompt, g->n_predict)) != 0) {
+        bat_unlock(m->bat);
+        return -1;
+    }
     if (m->tree_n) {
         m->be->truncate(m->seq, m->verify_len);
         m->tree_n = 0;
@@ -1336,9 +1429,9 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     p = m->be->truncate(m->seq, p); /* a recurrent model may keep fewer rows (backend.h) */
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
     m->stable = p; /* before any row past p changes (the stable rule) */
-    long most = (long)n_prompt + (g->n_predict > 0 ? g->n_predict : m->n_ctx) + SPEC_MAX_BLOCK;
-    kv_make_room(m, most < m->n_ctx ? (int)most : m->n_ctx);
     bat_unlock(m->bat);
+    bat_enter(m->bat, &m->member); /* from here the other sequences' steps wait for this one's forwards */
+    m->entered = 1;
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
 
@@ -1420,24 +1513,25 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     return rc;
 }
 
-/* Inside the scheduler's generations from the first check to the last
- * token (batch.h: the other sequences' steps wait for this one's forwards
- * while it is inside). */
+/* generate() enters the scheduler's generations once admitted (the budget
+ * rule), before its prefill, and stays to the last token (batch.h: the
+ * other sequences' steps wait for this one's forwards while it is
+ * inside); a generation waiting for admission is not inside, so nothing
+ * waits for it. */
 int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, const dflash_gen *g,
                     dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
     if (!m->bat) return generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st); /* tokenizer only: it fails */
-    bat_lock(m->bat);
-    m->busy = 1; /* the budget rule: not evicted while it runs */
-    bat_unlock(m->bat);
-    bat_enter(m->bat, &m->member);
     int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
-    bat_leave(m->bat, &m->member);
+    if (m->entered) bat_leave(m->bat, &m->member);
+    m->entered = 0;
     bat_lock(m->bat);
     m->stable = cached_len(m); /* the generation is over: every cached row (the stable rule) */
+    int was_busy = m->busy;
     m->busy = 0;
     dflash_model *o = m->owner ? m->owner : m;
     m->last_use = ++o->use_clock;
     bat_unlock(m->bat);
+    if (was_busy) bat_notify(m->bat); /* its reservation is free: the waiting generations look again */
     return rc;
 }
 

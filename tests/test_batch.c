@@ -67,6 +67,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "batch.h"
 #include "check.h"
@@ -910,14 +911,60 @@ TEST(prefix_copy_refused) {
 
 /* ---- the KV budget (dflash_params.kv_budget_mib: the budget rule) -------- */
 
+static void nap_ms(int ms) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A generation on its own thread; with hold, its first token waits (up
+ * to 30 s) until another generation of m is seen waiting for its
+ * reservation. The lp_log comes first: on_lp reads ud as one. */
+typedef struct {
+    lp_log lps;
+    dflash_model *m;
+    dflash_seq *s;
+    const int32_t *ids;
+    size_t n;
+    dflash_gen g;
+    int hold, first, done, saw_waiting, rc;
+    int32_t *out;
+    size_t no;
+} hold_job;
+
+static int hold_on_token(void *ud, int32_t id, const char *text, size_t len) {
+    (void)id, (void)text, (void)len;
+    hold_job *j = ud;
+    if (j->hold && !j->first) {
+        __atomic_store_n(&j->first, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 30000 && !j->saw_waiting; i++) {
+            dflash_kv_info kv;
+            dflash_kv_stats(j->m, &kv);
+            if (kv.waiting) j->saw_waiting = 1;
+            else nap_ms(1);
+        }
+    }
+    return 0;
+}
+
+static void *hold_thread(void *arg) {
+    hold_job *j = arg;
+    j->rc = dflash_seq_generate(j->s, j->ids, j->n, &j->g, hold_on_token, j, &j->out, &j->no, NULL);
+    if (j->rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 /* A model with a budget of 16 pages (3 MiB: the demo target's page is 16
  * positions x 12 layers x 2 kv heads x 64 x K and V in f32 = 192 KiB) and two
  * sequences: each reply equals the same request on the unlimited model (bit
  * for bit, logprobs too); a second sequence's request evicts the idle first
  * one's cache (least recently used), whose next request then prefills in
- * full; a prompt that needs more pages than the budget fails with an error
- * naming it, after which a small request runs; reset and free give the
- * pages back; a negative budget is refused at load. */
+ * full; a request whose reservation (prompt + n_predict + 64 positions)
+ * passes the budget fails at once with an error naming it, taking no
+ * page, after which a small request runs; reset and free give the pages
+ * back; two requests whose reservations do not fit together run one after
+ * the other, the second waiting, with the replies unchanged; a negative
+ * budget is refused at load. */
 TEST(kv_budget) {
     if (!demo) return;
     dflash_params pp = dflash_default_params();
@@ -964,9 +1011,18 @@ TEST(kv_budget) {
         CHECK(dflash_seq_cached_prefix(r == 1 ? s1 : s2, a, NP) == 0, "round %d: the evicted cache still answers", r);
     }
     if (s1 && s2) {
+        dflash_kv_stats(m, &kv);
+        size_t held = kv.used;
+        CHECK(dflash_kv_reserve(m, NLONG, g.n_predict) == (size_t)25 * (192 << 10),
+              "dflash_kv_reserve(%d, %d) = %zu (want 25 pages: %d + %d + 64 positions)", NLONG, g.n_predict,
+              dflash_kv_reserve(m, NLONG, g.n_predict), NLONG, g.n_predict);
         CHECK(gen_on(m, s2, big, NLONG, &g, &got, &ngot, &got_lp, NULL) != 0 &&
-                  strstr(dflash_error(), "KV cache budget exhausted") && strstr(dflash_error(), "--kv-budget"),
+                  strstr(dflash_error(), "KV cache budget: this generation reserves 388 positions") &&
+                  strstr(dflash_error(), "--kv-budget"),
               "a prompt past the budget: %s", dflash_error());
+        dflash_kv_stats(m, &kv);
+        CHECK(kv.used <= held && kv.waits == 0, "the refused generation took pages (%zu -> %zu) or waited (%ld)", held,
+              kv.used, kv.waits);
         CHECK(gen_on(m, s2, b, NP, &g, &got, &ngot, &got_lp, &st) == 0 && ngot == nref[1] &&
                   !memcmp(got, ref[1], sizeof(int32_t) * ngot),
               "a request after the refusal: %s", dflash_error());
@@ -975,6 +1031,32 @@ TEST(kv_budget) {
         dflash_seq_reset(s2);
         dflash_kv_stats(m, &kv);
         CHECK(kv.used < before, "reset gave back nothing (%zu -> %zu)", before, kv.used);
+        /* two at once: each reserves 12 of the 16 pages, so the second waits
+         * until the first ends (the first holds its first token until the
+         * second is seen waiting) and evicts its cache then */
+        long ev0 = kv.evictions;
+        hold_job ja = {.m = m, .s = s1, .ids = a, .n = NP, .g = g, .hold = 1}, jb = {.m = m, .s = s2, .ids = b, .n = NP, .g = g};
+        pthread_t ta, tb;
+        if (pthread_create(&ta, NULL, hold_thread, &ja) == 0) {
+            while (!__atomic_load_n(&ja.first, __ATOMIC_ACQUIRE) && !__atomic_load_n(&ja.done, __ATOMIC_ACQUIRE))
+                nap_ms(1);
+            int bt = pthread_create(&tb, NULL, hold_thread, &jb) == 0;
+            pthread_join(ta, NULL);
+            if (bt) pthread_join(tb, NULL);
+            CHECK(ja.rc == 0 && ja.no == nref[0] && !memcmp(ja.out, ref[0], sizeof(int32_t) * ja.no) &&
+                      same_lps(&ja.lps, &ref_lp[0]),
+                  "the first of two at once: rc %d, the reply differs from the unlimited model's", ja.rc);
+            CHECK(ja.saw_waiting, "the second generation was never seen waiting for its reservation");
+            CHECK(bt && jb.rc == 0 && jb.no == nref[1] && !memcmp(jb.out, ref[1], sizeof(int32_t) * jb.no) &&
+                      same_lps(&jb.lps, &ref_lp[1]),
+                  "the second of two at once (it waited): rc %d, the reply differs from the unlimited model's", jb.rc);
+            dflash_kv_stats(m, &kv);
+            CHECK(kv.waits == 1 && kv.waiting == 0 && kv.evictions == ev0 + 1 && kv.peak <= kv.budget,
+                  "two at once: waits %ld (want 1), waiting %d, evictions %ld (want %ld), peak %zu of %zu", kv.waits,
+                  kv.waiting, kv.evictions, ev0 + 1, kv.peak, kv.budget);
+            free(ja.out);
+            free(jb.out);
+        }
     }
     dflash_seq_free(s1);
     dflash_seq_free(s2);

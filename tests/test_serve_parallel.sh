@@ -9,8 +9,9 @@
 # sharing a long system prompt with a request running on another slot
 # copy its prefix (cached_tokens > 0, /metrics' copied tokens) and still
 # give their replies alone.
-# Then --kv-budget (tests/serve/kv_budget.js): the budget in /metrics, a
-# prompt past it refused by name, idle caches dropped to make room.
+# Then --kv-budget (tests/serve/kv_budget.js): the budget in /metrics,
+# requests whose reservation passes it refused by name, two that do not
+# fit together run one after the other with their replies alone.
 # SIGTERM then gives a clean exit 0 (under ASan: no leak). Then a bounded
 # load on `--parallel 16` (tests/serve/parallel_load.js): 16 and 32 clients
 # at a time, every reply equal to its reply alone.
@@ -38,8 +39,9 @@ if start_server -m models/demo/target --draft models/demo/draft --parallel 16 --
     stop_server
 fi
 if start_server -m models/demo/target --draft models/demo/draft --parallel 2 --ctx-size 1024 --kv-budget 2; then
-    if grep -q "2 MiB for all (--kv-budget)" "$T/server.log"; then ok "the start line names the KV budget"
-    else bad "the start line names the KV budget"; head -3 "$T/server.log"; fi
+    if grep -q "2 MiB for all (--kv-budget).*whole context, 12.0 MiB: 0 at once, so such requests are refused" "$T/server.log"; then
+        ok "the start line names the KV budget and what a request without max_tokens reserves"
+    else bad "the start line names the KV budget and what a request without max_tokens reserves"; head -3 "$T/server.log"; fi
     run_node 200 tests/serve/kv_budget.js
     stop_server
 fi

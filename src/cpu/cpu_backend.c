@@ -866,6 +866,12 @@ static size_t cpu_kv_need(void *st, int rows) {
     return need > q->n_pages ? (size_t)(need - q->n_pages) * q->page_bytes : 0;
 }
 
+/* be_ops.kv_bytes */
+static size_t cpu_kv_bytes(void *st, int rows) {
+    cpu_seq *q = st;
+    return (size_t)((rows + KV_PAGE - 1) / KV_PAGE) * q->page_bytes;
+}
+
 /* be_ops.kv_usage: the pages all sequences of the instance hold. */
 static size_t cpu_kv_usage(void *be, size_t *budget, size_t *peak) {
     cpu_be *b = be;
@@ -1879,6 +1885,7 @@ const be_ops be_cpu = {
     .trim = cpu_trim,
     .kv_usage = cpu_kv_usage,
     .kv_need = cpu_kv_need,
+    .kv_bytes = cpu_kv_bytes,
     .logits = cpu_logits,
     .argmax = cpu_argmax,
     .argmax_multi = cpu_argmax_multi,
