@@ -3,7 +3,7 @@
  * the demo target (or MODEL) each at a context of 64 tokens; one step = a
  * forward of T rows per sequence keeping its rows, then the argmax of each
  * row. "alone": S forward() + S argmax(); "batched": one forward_multi + one
- * argmax_multi. The two alternate within each repetition (the median of
+ * predict_multi (argmaxes). The two alternate within each repetition (the median of
  * REPS is printed), so a busy machine weighs on both alike; each step is
  * rolled back, so every repetition runs at the same depth.
  * Then the draft blocks (with DRAFT, default the demo draft, quantized to q8
@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
             be_batch bs[MAXS];
             int row[MAXS], n[MAXS];
             int32_t ids[MAXS][16], *out[MAXS];
+            float *nolog[MAXS] = {0}; /* argmaxes only */
             for (int s = 0; s < S; s++) {
                 bs[s] = (be_batch){.T = T, .tokens = tok[s] + DEPTH, .keep_rows = 1};
                 row[s] = 0, n[s] = T, out[s] = ids[s];
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
                 ta[r] = dfl_now() - t0;
                 for (int s = 0; s < S; s++) be_cpu.truncate(st[s], DEPTH);
                 t0 = dfl_now();
-                if (be_cpu.forward_multi(st, bs, S) != 0 || be_cpu.argmax_multi(st, row, n, out, S) != 0) return 1;
+                if (be_cpu.forward_multi(st, bs, S) != 0 || be_cpu.predict_multi(st, row, n, out, nolog, S) != 0) return 1;
                 tb[r] = dfl_now() - t0;
                 for (int s = 0; s < S; s++) be_cpu.truncate(st[s], DEPTH);
             }

@@ -1,7 +1,8 @@
 // serve_parallel.js - aggregate output tokens per second of a running
 // `dflash serve` (BASE) at one concurrency (CONC): REQS chat requests
 // (default 24; 6 prompts, max_tokens MAXTOK, default 64, ignore_eos so each
-// gives exactly MAXTOK tokens), greedy, DRAFT_MAX as the request's draft_max
+// gives exactly MAXTOK tokens), greedy (TEMP: that temperature, seeded per
+// request), DRAFT_MAX as the request's draft_max
 // (unset: the server's default; 0: plain decoding), CONC of them in flight
 // at a time, through the official openai client. Prints one JSON line.
 // Run by bench/serve_parallel.sh.
@@ -16,6 +17,7 @@ const PROMPTS = ['Solve for x: 3x + 5 = 20.', 'What is 15% of 80?',
 async function one(k) {
   const p = { messages: [{ role: 'user', content: PROMPTS[k % PROMPTS.length] }], max_tokens: MAXTOK, ignore_eos: true };
   if (process.env.DRAFT_MAX !== undefined) p.draft_max = +process.env.DRAFT_MAX;
+  if (process.env.TEMP !== undefined) { p.temperature = +process.env.TEMP; p.seed = 1000 + k; }
   const r = await client.chat.completions.create(p);
   return r.usage.completion_tokens;
 }

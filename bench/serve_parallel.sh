@@ -3,7 +3,8 @@
 # pair at concurrency CONCS (default 1 4 8), --parallel 1 against --parallel
 # PAR (default 8), for each draft_max of MODES (default "auto 0": DFlash
 # with auto draft length, plain decoding; a number: that fixed draft_max).
-# REQS requests a measurement (default 24). Both servers run
+# REQS requests a measurement (default 24); TEMP: sampled at that
+# temperature (seeded per request; default greedy). Both servers run
 # side by side (idle one sleeping) and each measurement of one is followed
 # by the same measurement of the other, REPS times over (default 2), so the
 # baseline shares the machine's state (bench/serve_parallel.js; the openai

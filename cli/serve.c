@@ -2026,7 +2026,8 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, sv_server *s) {
     METRIC("batch_unbatched_steps_total", "counter",
            "Steps of several sequences the backend could not batch (run one sequence at a time).", "%ld",
            bi.unbatched_steps);
-    METRIC("batch_argmax_steps_total", "counter", "Greedy argmax steps: one pass over the LM head for the rows of all.",
+    METRIC("batch_argmax_steps_total", "counter",
+           "Predict steps: one pass over the LM head for the rows of all (greedy argmaxes, sampled rows' logits).",
            "%ld", bi.argmax_steps);
     METRIC("batch_argmax_rows_total", "counter", "Rows in the argmax steps.", "%ld", bi.argmax_rows);
     METRIC("batch_forward_seconds_total", "counter", "Time in target forward steps.", "%.6f", bi.forward_s);

@@ -508,7 +508,8 @@ typedef struct {
     long unbatched_steps; /* steps (forward, argmax or draft) of several sequences that ran one
                              sequence at a time, the backend unable to batch them (the CUDA
                              backend, recurrent layers): the same results, nothing shared */
-    long argmax_steps;    /* greedy argmax steps: one pass over the LM head for the rows of all */
+    long argmax_steps;    /* predict steps: one pass over the LM head for the rows of all (greedy
+                             argmaxes and sampling sequences' logits) */
     long argmax_rows;     /* rows in them */
     /* seconds on the wall clock: in forward, draft and argmax steps, with
      * the backend held for one sequence's other calls (rollback, draft

@@ -216,12 +216,15 @@ typedef struct be_ops {
     /* out[j] = the first index of the maximum of the logits of kept row
      * row+j: smp_argmax of logits() exactly, without the logits crossing. */
     int (*argmax)(void *st, int row, int n, int32_t *out);
-    /* Optional (NULL: argmax() per sequence). argmax of kept rows
+    /* Optional (NULL: argmax() or logits() per sequence). For kept rows
      * row[i]..row[i]+n[i]-1 of sequences sts[i] (i < ns <= BE_MAX_SEQS, one
-     * model) into out[i][0..n[i]), in one pass over the lm_head for all:
-     * exactly what argmax() gives each. -1 + error, nothing written, if a
-     * sequence's rows are not kept. */
-    int (*argmax_multi)(void *const *sts, const int *row, const int *n, int32_t *const *out, int ns);
+     * model): their logits into logits[i][n[i]][vocab] where logits[i] is
+     * not NULL (exactly what logits() gives), else their argmaxes into
+     * ids[i][0..n[i]) (exactly what argmax() gives), in one pass over the
+     * lm_head for all. -1 + error, nothing written, if a sequence's rows
+     * are not kept. */
+    int (*predict_multi)(void *const *sts, const int *row, const int *n, int32_t *const *ids, float *const *logits,
+                         int ns);
     /* out[n][n_taps][hidden] (host) = taps of rows row..row+n-1 of the last
      * forward (tests and tools). */
     int (*taps)(void *st, int row, int n, float *out);

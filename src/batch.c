@@ -16,8 +16,10 @@ typedef struct bat_req {
     void *st;
     const be_batch *batch;       /* BAT_FORWARD */
     const be_draft_block *draft; /* BAT_DRAFT: st is the draft state */
-    int row, n;                  /* BAT_ARGMAX: kept rows row..row+n-1 into out */
+    int row, n;                  /* BAT_ARGMAX: kept rows row..row+n-1: their logits into logits [n][vocab]
+                                    if set (sampling), else their argmaxes into out */
     int32_t *out;
+    float *logits;
     int rc, done;
     char err[512];       /* the error of a failed forward (rc -1) */
     struct bat_req *next;
@@ -232,22 +234,25 @@ void bat_stats(bat_sched *b, bat_counts *out) {
  * one by one (no multi call in the backend, or it refused them): each still
  * gets its own result, only the sharing is lost (bat_counts.unbatched). */
 
-/* The argmaxes of one step: one argmax_multi (rows of several sequences
- * through one pass over the lm_head), else one by one. */
+/* The argmaxes and logits of one step: one predict_multi (rows of several
+ * sequences through one pass over the lm_head), else one by one. */
 static int run_argmax(bat_sched *b, bat_req **r, int n) {
     int rc = -1;
-    if (n > 1 && b->be->argmax_multi) {
+    if (n > 1 && b->be->predict_multi) {
         void *sts[BE_MAX_SEQS];
         int row[BE_MAX_SEQS], cnt[BE_MAX_SEQS];
         int32_t *out[BE_MAX_SEQS];
-        for (int i = 0; i < n; i++) sts[i] = r[i]->st, row[i] = r[i]->row, cnt[i] = r[i]->n, out[i] = r[i]->out;
-        rc = b->be->argmax_multi(sts, row, cnt, out, n);
+        float *logits[BE_MAX_SEQS];
+        for (int i = 0; i < n; i++)
+            sts[i] = r[i]->st, row[i] = r[i]->row, cnt[i] = r[i]->n, out[i] = r[i]->out, logits[i] = r[i]->logits;
+        rc = b->be->predict_multi(sts, row, cnt, out, logits, n);
         if (rc == 0)
             for (int i = 0; i < n; i++) r[i]->rc = 0;
     }
     if (rc != 0)
         for (int i = 0; i < n; i++) {
-            r[i]->rc = b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
+            r[i]->rc = r[i]->logits ? b->be->logits(r[i]->st, r[i]->row, r[i]->n, r[i]->logits)
+                                    : b->be->argmax(r[i]->st, r[i]->row, r[i]->n, r[i]->out);
             if (r[i]->rc != 0) snprintf(r[i]->err, sizeof r[i]->err, "%s", dfl_lasterr());
         }
     return n > 1 && rc != 0;
@@ -401,6 +406,10 @@ int bat_forward(bat_sched *b, void *st, const be_batch *batch) {
 
 int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out) {
     return step_wait(b, &(bat_req){.kind = BAT_ARGMAX, .st = st, .row = row, .n = n, .out = out});
+}
+
+int bat_logits(bat_sched *b, void *st, int row, int n, float *out) {
+    return step_wait(b, &(bat_req){.kind = BAT_ARGMAX, .st = st, .row = row, .n = n, .logits = out});
 }
 
 int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk) {

@@ -7,7 +7,8 @@
  * bat_draft: the call waits until every sequence inside a generation
  * (bat_enter .. bat_leave) has one of these waiting, then one of the
  * waiting threads runs a step: the waiting requests of one kind - the
- * argmaxes if there are any (one argmax_multi: one pass over the lm_head),
+ * argmaxes and logits if there are any (one predict_multi: one pass over
+ * the lm_head for greedy sequences' argmaxes and sampling ones' logits),
  * else the draft blocks (one be_ops.draft_block_multi: the draft's weights
  * read once for every block), else the forwards (one forward_multi: the
  * target's weights read once for every sequence); each caller returns with
@@ -33,7 +34,8 @@
 
 typedef struct bat_sched bat_sched;
 
-/* The kinds of step, in the order a step picks them (batch.c: step_kind). */
+/* The kinds of step, in the order a step picks them (batch.c: step_kind);
+ * BAT_ARGMAX steps carry logits requests (bat_logits) too. */
 typedef enum { BAT_ARGMAX, BAT_DRAFT, BAT_FORWARD, BAT_KINDS } bat_kind;
 
 /* A generation inside the scheduler (bat_enter .. bat_leave), with the plan
@@ -82,6 +84,10 @@ void bat_leave(bat_sched *b, bat_member *me);
 int bat_forward(bat_sched *b, void *st, const be_batch *batch);
 /* be->argmax(st, row, n, out), batched likewise. */
 int bat_argmax(bat_sched *b, void *st, int row, int n, int32_t *out);
+/* be->logits(st, row, n, out), batched likewise: the same steps as the
+ * argmaxes (BAT_ARGMAX: one predict_multi, one pass over the lm_head for
+ * the greedy rows and the sampled ones). */
+int bat_logits(bat_sched *b, void *st, int row, int n, float *out);
 /* be->draft_block(dst, blk) on draft state dst, batched likewise with the
  * other sequences' draft blocks. */
 int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk);

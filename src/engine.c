@@ -957,9 +957,7 @@ static int cb_predict(void *ud, int i, int n, int32_t *pred) {
     dflash_model *m = ud;
     int V = m->target.cfg.vocab;
     if (!m->host_logits) return bat_argmax(m->bat, m->seq, i, n, pred); /* plain greedy: no logits written */
-    bat_lock(m->bat);
-    int rc = m->be->logits(m->seq, i, n, m->logits);
-    bat_unlock(m->bat);
+    int rc = bat_logits(m->bat, m->seq, i, n, m->logits); /* the lm_head pass shared with the batch's */
     if (rc != 0) return rc;
     for (int j = 0; j < n; j++) {
         int r = i + j;

@@ -7,7 +7,8 @@
  *                       pass), then decode / verify batches of 1..16 rows:
  *                       every sequence's logits, taps and argmax are
  *                       bit-identical to the same forwards run alone
- *                       (argmax_multi's ids to argmax's); a tree
+ *                       (predict_multi's ids and logits, mixed in one
+ *                       pass, to argmax's and logits'); a tree
  *                       batch and a sequence given twice are refused with
  *                       nothing run
  *   forward_multi_families  the same (no refusals) on the tiny checkpoints
@@ -111,11 +112,17 @@ static int run_step(demo_target *t, fw_out *o, const int32_t *const *tok, const 
     for (int i = 0; i < NSEQ; i++) {
         ids[i] = o[i].ids;
         if (be_cpu.taps(sts[i], 0, T[i], o[i].taps) != 0) return -1;
-        if (keep && be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0) return -1;
+        if (keep && !multi && be_cpu.logits(sts[i], 0, T[i], o[i].logits) != 0) return -1;
         if (keep && !multi && be_cpu.argmax(sts[i], 0, T[i], o[i].ids) != 0) return -1;
     }
-    /* the argmaxes of all sequences' kept rows in one pass over the lm_head */
-    if (keep && multi && be_cpu.argmax_multi(sts, row, T, ids, NSEQ) != 0) return -1;
+    /* the argmaxes and logits of all sequences' kept rows, each pass over
+     * the lm_head for both kinds: even sequences' logits with odd ones'
+     * argmaxes, then the other way round */
+    for (int pass = 0; keep && multi && pass < 2; pass++) {
+        float *lg[NSEQ];
+        for (int i = 0; i < NSEQ; i++) lg[i] = (i + pass) % 2 ? NULL : o[i].logits;
+        if (be_cpu.predict_multi(sts, row, T, ids, lg, NSEQ) != 0) return -1;
+    }
     return 0;
 }
 

@@ -1217,33 +1217,38 @@ static int cpu_argmax(void *st, int row, int n, int32_t *out) {
     return 0;
 }
 
-/* be_ops.argmax_multi: cpu_argmax's slices and comparisons over the kept
+/* be_ops.predict_multi: cpu_argmax's slices and comparisons over the kept
  * rows of several sequences, gathered CHUNK rows at a time into the first
  * sequence's scratch (xn), so each pass over the lm_head serves them all; a
  * row's logits are the same bits in any company (kn_matmul is batch-
- * invariant), so each out[] is what cpu_argmax gives. */
-static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int32_t *const *out, int ns) {
+ * invariant, a row view is the same rows), so each ids[] is what cpu_argmax
+ * gives and each logits[] row, copied out a slice at a time, what
+ * cpu_logits gives. */
+static int cpu_predict_multi(void *const *sts, const int *row, const int *n, int32_t *const *ids,
+                             float *const *logits, int ns) {
     cpu_seq *q0 = sts[0];
     const mdl_model *m = q0->m;
     int H = m->cfg.hidden;
     for (int i = 0; i < ns; i++) {
         const cpu_seq *q = sts[i];
         if (!same_model(q->m, m)) {
-            dfl_seterr("argmax_multi: sequence %d is of another model", i);
+            dfl_seterr("predict_multi: sequence %d is of another model", i);
             return -1;
         }
-        if (check_kept(q, row[i], n[i], "argmax") != 0) return -1;
+        if (check_kept(q, row[i], n[i], logits[i] ? "logits" : "argmax") != 0) return -1;
     }
     const wt_weight *w = &m->lm_head;
     int si = 0, sj = 0; /* the next row to gather: sequence si, its row sj */
     while (si < ns) {
         int32_t *dst[CHUNK];
+        float *ldst[CHUNK]; /* a logits row: its [vocab] out; NULL: an argmax row */
         int R = 0;
         for (; si < ns && R < CHUNK; sj = 0, si++) {
             const cpu_seq *q = sts[si];
             for (; sj < n[si] && R < CHUNK; sj++, R++) {
                 memcpy(q0->s.xn + (size_t)R * H, q->kept + (size_t)(row[si] + sj) * H, sizeof(float) * (size_t)H);
-                dst[R] = out[si] + sj;
+                dst[R] = logits[si] ? NULL : ids[si] + sj;
+                ldst[R] = logits[si] ? logits[si] + (size_t)sj * m->cfg.vocab : NULL;
             }
             if (sj < n[si]) break; /* this pass is full: go on in this sequence */
         }
@@ -1255,6 +1260,10 @@ static int cpu_argmax_multi(void *const *sts, const int *row, const int *n, int3
             softcap(q0->slice, (size_t)R * nr, m->cfg.softcap);
             for (int j = 0; j < R; j++) {
                 const float *l = q0->slice + (size_t)j * nr;
+                if (ldst[j]) {
+                    memcpy(ldst[j] + r0, l, sizeof(float) * (size_t)nr);
+                    continue;
+                }
                 int i = smp_argmax(l, nr);
                 if (r0 == 0 || l[i] > best[j]) {
                     best[j] = l[i];
@@ -1888,7 +1897,7 @@ const be_ops be_cpu = {
     .kv_bytes = cpu_kv_bytes,
     .logits = cpu_logits,
     .argmax = cpu_argmax,
-    .argmax_multi = cpu_argmax_multi,
+    .predict_multi = cpu_predict_multi,
     .taps = cpu_taps,
     .tree_commit = cpu_tree_commit,
     .copy_prefix = cpu_copy_prefix,
