@@ -376,7 +376,8 @@ typedef struct sv_job {
     /* shared: under srv->mu */
     int refs;
     int state;
-    int cancelled;             /* JOB_LIVE, or why to stop at the next token */
+    int cancelled;             /* JOB_LIVE, or why to stop at the next token (written by atomic stores:
+                                  gen.cancel points here) */
     dfl_buf out;               /* stream: SSE bytes, out[sent..n) not yet sent; else: the reply text */
     size_t sent;
     dfl_buf reasoning;         /* not streamed: the reasoning_content */
@@ -1273,6 +1274,7 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
         return fail(e, 400, "invalid_type", "model", "'model' must be a string");
     dflash_gen *g = &j->gen;
     *g = dflash_default_gen();
+    g->cancel = &j->cancelled; /* a request waiting for its KV reservation leaves the line when cancelled */
     g->n_predict = s->n_predict > 0 ? s->n_predict : s->info.n_ctx;
     g->temp = s->temp;
     g->draft_max = s->draft_max;
@@ -1689,7 +1691,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     pthread_mutex_lock(&t->srv->mu);
     while (j->sent == j->out.n && j->state != JOB_DONE) {
         if (peer_gone(t->fd)) {
-            j->cancelled = JOB_CLIENT_GONE;
+            __atomic_store_n(&j->cancelled, JOB_CLIENT_GONE, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&t->srv->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -1711,7 +1713,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     sv_stream *t = cls;
     pthread_mutex_lock(&t->srv->mu);
-    if (t->job->state != JOB_DONE) t->job->cancelled = JOB_CLIENT_GONE; /* the connection went away */
+    if (t->job->state != JOB_DONE) /* the connection went away */
+        __atomic_store_n(&t->job->cancelled, JOB_CLIENT_GONE, __ATOMIC_RELEASE);
     t->srv->n_streams--;
     job_release(t->job);
     pthread_mutex_unlock(&t->srv->mu);
@@ -1804,7 +1807,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, sv_server *s, c
     pthread_mutex_lock(&s->mu);
     while (j->state != JOB_DONE) {
         if (peer_gone(fd)) {
-            j->cancelled = JOB_CLIENT_GONE;
+            __atomic_store_n(&j->cancelled, JOB_CLIENT_GONE, __ATOMIC_RELEASE);
             job_release(j);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO; /* close the connection */
@@ -2550,9 +2553,10 @@ int cmd_serve(int argc, char **argv) {
     s->stopping = 1;
     s->worker_exit = 1;
     for (sv_job *j = s->head; j; j = j->next)
-        if (!j->cancelled) j->cancelled = JOB_SHUTDOWN;
+        if (!j->cancelled) __atomic_store_n(&j->cancelled, JOB_SHUTDOWN, __ATOMIC_RELEASE);
     for (int i = 0; i < s->n_slots; i++)
-        if (s->slots[i].running && !s->slots[i].running->cancelled) s->slots[i].running->cancelled = JOB_SHUTDOWN;
+        if (s->slots[i].running && !s->slots[i].running->cancelled)
+            __atomic_store_n(&s->slots[i].running->cancelled, JOB_SHUTDOWN, __ATOMIC_RELEASE);
     for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_slots; i++) pthread_join(s->slots[i].th, NULL);

@@ -336,6 +336,13 @@ typedef struct {
      * each round the chain or a tree of 8/16/32 rows, whichever has the
      * best measured tokens per second (the chain where trees are refused). */
     int tree;
+    /* NULL = none; else another thread may store a nonzero value there
+     * (__atomic_store_n or a C11 atomic store) to end the call: one waiting
+     * for its KV reservation (dflash_params.kv_budget_mib) returns -1 at
+     * once, "cancelled" in its error, having computed nothing; one
+     * generating stops at its next token, as if on_token had returned
+     * nonzero. */
+    const int *cancel;
 } dflash_gen;
 
 DFLASH_API dflash_gen dflash_default_gen(void);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util.h"
 
@@ -202,13 +203,22 @@ void bat_unlock(bat_sched *b) {
     pthread_mutex_unlock(&b->mu);
 }
 
-void bat_sleep(bat_sched *b) {
+void bat_sleep(bat_sched *b, int timeout_ms) {
     pthread_mutex_lock(&b->mu);
     unsigned long seen = b->notified; /* before the backend is released: no notify is lost */
     b->busy = 0;
     b->c.lock_s += dfl_now() - b->lock_t0;
     released(b);
-    while (b->notified == seen) pthread_cond_wait(&b->nt, &b->mu);
+    struct timespec until;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        long ns = until.tv_nsec + (long)timeout_ms * 1000000L;
+        until.tv_sec += ns / 1000000000L;
+        until.tv_nsec = ns % 1000000000L;
+    }
+    while (b->notified == seen)
+        if (timeout_ms > 0 ? pthread_cond_timedwait(&b->nt, &b->mu, &until) != 0 : pthread_cond_wait(&b->nt, &b->mu) != 0)
+            break; /* the time is up */
     while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
     b->busy = 1;
     b->lock_t0 = dfl_now();

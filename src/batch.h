@@ -94,10 +94,10 @@ int bat_draft(bat_sched *b, void *dst, const be_draft_block *blk);
 void bat_lock(bat_sched *b);
 void bat_unlock(bat_sched *b);
 /* With bat_lock held: release the backend, sleep until the next
- * bat_notify, take the backend again (a generation waiting for memory
- * that others hold: engine.c's admission rule). A notify between the
- * caller's check and this call is not lost. */
-void bat_sleep(bat_sched *b);
+ * bat_notify (or timeout_ms, if > 0, have passed), take the backend again
+ * (a generation waiting for memory that others hold: engine.c's admission
+ * rule). A notify between the caller's check and this call is not lost. */
+void bat_sleep(bat_sched *b, int timeout_ms);
 /* Wake every bat_sleep (the caller changed what they wait for). */
 void bat_notify(bat_sched *b);
 void bat_stats(bat_sched *b, bat_counts *out);

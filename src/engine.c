@@ -27,8 +27,9 @@
  * held + every running generation's pages still to come (kv_need up to
  * its R) <= the budget. So a running generation never runs out: its
  * forwards only take pages it has reserved. Admission (kv_admit, before
- * the prefill, in arrival order: one ticket per generation, the head of
- * the line alone may be admitted) makes room first - the generation's own
+ * the prefill, in arrival order: a line of waiting generations (adm_line),
+ * only its head may be admitted; dflash_gen.cancel takes a waiting one out
+ * of the line) makes room first - the generation's own
  * pages past R go back, then every idle sequence's pages past its length,
  * then idle caches are evicted, least recently used first (length 0,
  * stable 0: their next request prefills in full); a running generation's
@@ -105,7 +106,8 @@ struct dflash_model {
     int busy;            /* a generation runs on it (admitted: its reservation counts) */
     int reserve;         /* while busy: the positions it reserved (the budget rule's R) */
     int entered;         /* generate() entered the scheduler (bat_enter): dflash_generate leaves it */
-    unsigned long adm_next, adm_head; /* a model: the next admission ticket, the one at the head of the line */
+    dflash_model *adm_line; /* a model: the generations waiting for admission, first come first */
+    dflash_model *adm_next; /* a waiting generation: the one behind it in its owner's line */
     int kv_waiting;      /* a model: generations waiting for their reservation now */
     long kv_waits;       /* a model: generations that had to wait, so far */
     unsigned long last_use; /* the owner's use_clock when its last generation ended */
@@ -664,8 +666,9 @@ static int kv_fits(const dflash_model *m, int rows, size_t budget, int *running)
 
 /* The budget rule's admission of a generation on m reserving rows
  * (bat_lock held; it may wait, releasing the backend meanwhile): 0 with
- * m busy, or -1 with the error set when the reservation can never fit. */
-static int kv_admit(dflash_model *m, int rows) {
+ * m busy, or -1 with the error set when the reservation can never fit or
+ * *cancel (if given) became nonzero while it waited. */
+static int kv_admit(dflash_model *m, int rows, const int *cancel) {
     size_t budget = 0;
     if (m->be->trim && m->be->kv_need) m->be->kv_usage(m->bi, &budget, NULL);
     if (!budget) {
@@ -673,10 +676,18 @@ static int kv_admit(dflash_model *m, int rows) {
         return 0;
     }
     dflash_model *o = m->owner ? m->owner : m;
-    unsigned long ticket = o->adm_next++;
+    dflash_model **tail = &o->adm_line;
+    while (*tail) tail = &(*tail)->adm_next;
+    *tail = m; /* at the end of the line */
+    m->adm_next = NULL;
     int waited = 0, rc = 0, running = 0;
     for (;;) {
-        if (ticket == o->adm_head) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+            dfl_seterr("cancelled while waiting for its KV cache reservation (%d positions)", rows);
+            rc = -1;
+            break;
+        }
+        if (o->adm_line == m) {
             m->be->trim(m->seq, rows); /* pages it will not use, from a longer request before */
             if (kv_fits(m, rows, budget, &running)) break;
             for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
@@ -707,10 +718,14 @@ static int kv_admit(dflash_model *m, int rows) {
             o->kv_waiting++;
             o->kv_waits++;
         }
-        bat_sleep(m->bat); /* until a generation ends or the line moves */
+        bat_sleep(m->bat, cancel ? 20 : 0); /* until a generation ends or the line moves (or a look at *cancel) */
     }
     if (waited) o->kv_waiting--;
-    o->adm_head++;
+    for (dflash_model **p = &o->adm_line; *p; p = &(*p)->adm_next)
+        if (*p == m) { /* out of the line */
+            *p = m->adm_next;
+            break;
+        }
     if (rc == 0) {
         m->busy = 1;
         m->reserve = rows;
@@ -1152,6 +1167,7 @@ typedef struct {
     int32_t *out;
     size_t n_out, cap_out;
     int stopped;
+    const int *cancel; /* dflash_gen.cancel */
 } emit_ctx;
 
 static int on_emit(void *ud, int32_t id) {
@@ -1173,9 +1189,12 @@ static int on_emit(void *ud, int32_t id) {
         }
     }
     if (m->on_lp && m->on_lp(e->ud, &m->lp[m->lp_row++])) return 1;
-    if (!e->cb) return 0;
-    size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
-    return e->cb(e->ud, id, e->piece, n);
+    int stop = 0;
+    if (e->cb) {
+        size_t n = e->m->tok ? tok_decode(e->m->tok, &e->dec, id, e->piece, tok_max_piece(e->m->tok)) : 0;
+        stop = e->cb(e->ud, id, e->piece, n);
+    }
+    return stop || (e->cancel && __atomic_load_n(e->cancel, __ATOMIC_ACQUIRE));
 }
 
 /* The draft's vocabulary for a call (dflash_gen.draft_vocab and
@@ -1410,7 +1429,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
      * then a tree verify left uncommitted (an error ended the call inside
      * its round): its rows are not cache_tok's positions, forget them */
     bat_lock(m->bat);
-    if (kv_admit(m, reserve_rows(m, n_prompt, g->n_predict)) != 0) {
+    if (kv_admit(m, reserve_rows(m, n_prompt, g->n_predict), g->cancel) != 0) {
         bat_unlock(m->bat);
         return -1;
     }
@@ -1472,7 +1491,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     spec_params sp = {.n_predict = g->n_predict, .block_size = block, .draft_max = m->drafting ? g->draft_max : 0,
                       .room = m->n_ctx - (int)n_prompt, .stop = m->stop, .n_stop = m->n_stop, .ctl = &m->ctl,
                       .batch = &bc, .predict_rows = rows, .predict_rows_auto = !m->predict_rows_fixed, .tree = tree};
-    emit_ctx e = {m, cb, ud, {{0}, 0}, NULL, NULL, 0, 0, 0};
+    emit_ctx e = {.m = m, .cb = cb, .ud = ud, .cancel = g->cancel};
     if (m->tok) e.piece = dfl_malloc(tok_max_piece(m->tok) + 8);
     spec_stats ss;
     int rc = spec_run(&it, &sp, first, on_emit, &e, &ss);

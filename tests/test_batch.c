@@ -924,16 +924,20 @@ static void nap_ms(int ms) {
 }
 
 /* A generation on its own thread; with hold, its first token waits (up
- * to 30 s) until another generation of m is seen waiting for its
- * reservation. The lp_log comes first: on_lp reads ud as one. */
-typedef struct {
+ * to 30 s each) until `hold` other generations of m are seen waiting for
+ * their reservation, then cancels the one `victim` (its cancel flag) and
+ * waits for that call to return. The lp_log comes first: on_lp reads ud as
+ * one. */
+typedef struct hold_job {
     lp_log lps;
     dflash_model *m;
     dflash_seq *s;
     const int32_t *ids;
     size_t n;
     dflash_gen g;
-    int hold, first, done, saw_waiting, rc;
+    int hold, first, done, saw_waiting, rc, cancel;
+    struct hold_job *victim;
+    char err[256];
     int32_t *out;
     size_t no;
 } hold_job;
@@ -946,8 +950,12 @@ static int hold_on_token(void *ud, int32_t id, const char *text, size_t len) {
         for (int i = 0; i < 30000 && !j->saw_waiting; i++) {
             dflash_kv_info kv;
             dflash_kv_stats(j->m, &kv);
-            if (kv.waiting) j->saw_waiting = 1;
+            if (kv.waiting >= j->hold) j->saw_waiting = 1;
             else nap_ms(1);
+        }
+        if (j->victim) {
+            __atomic_store_n(&j->victim->cancel, 1, __ATOMIC_RELEASE);
+            for (int i = 0; i < 30000 && !__atomic_load_n(&j->victim->done, __ATOMIC_ACQUIRE); i++) nap_ms(1);
         }
     }
     return 0;
@@ -955,8 +963,9 @@ static int hold_on_token(void *ud, int32_t id, const char *text, size_t len) {
 
 static void *hold_thread(void *arg) {
     hold_job *j = arg;
+    j->g.cancel = &j->cancel;
     j->rc = dflash_seq_generate(j->s, j->ids, j->n, &j->g, hold_on_token, j, &j->out, &j->no, NULL);
-    if (j->rc != 0) fprintf(stderr, "  generate: %s\n", dflash_error());
+    if (j->rc != 0) snprintf(j->err, sizeof j->err, "%s", dflash_error());
     __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -969,9 +978,10 @@ static void *hold_thread(void *arg) {
  * full; a request whose reservation (prompt + n_predict + 64 positions)
  * passes the budget fails at once with an error naming it, taking no
  * page, after which a small request runs; reset and free give the pages
- * back; two requests whose reservations do not fit together run one after
- * the other, the second waiting, with the replies unchanged; a negative
- * budget is refused at load. */
+ * back; three requests whose reservations do not fit together: the
+ * second waits for the first's end, with the replies unchanged, the third
+ * is cancelled while it waits (dflash_gen.cancel) and leaves the line
+ * having computed nothing; a negative budget is refused at load. */
 TEST(kv_budget) {
     if (!demo) return;
     dflash_params pp = dflash_default_params();
@@ -1038,32 +1048,47 @@ TEST(kv_budget) {
         dflash_seq_reset(s2);
         dflash_kv_stats(m, &kv);
         CHECK(kv.used < before, "reset gave back nothing (%zu -> %zu)", before, kv.used);
-        /* two at once: each reserves 12 of the 16 pages, so the second waits
-         * until the first ends (the first holds its first token until the
-         * second is seen waiting) and evicts its cache then */
+        /* three at once: each reserves 12 of the 16 pages, so the second
+         * and the third wait until the first ends (the first holds its
+         * first token until both are seen waiting, then cancels the third,
+         * which leaves the line having computed nothing); the second then
+         * evicts the first's cache; replies unchanged */
         long ev0 = kv.evictions;
-        hold_job ja = {.m = m, .s = s1, .ids = a, .n = NP, .g = g, .hold = 1}, jb = {.m = m, .s = s2, .ids = b, .n = NP, .g = g};
-        pthread_t ta, tb;
-        if (pthread_create(&ta, NULL, hold_thread, &ja) == 0) {
+        dflash_seq *s3 = dflash_seq_new(m);
+        CHECK(s3 != NULL, "a third sequence: %s", dflash_error());
+        hold_job jc = {.m = m, .s = s3, .ids = b, .n = NP, .g = g};
+        hold_job ja = {.m = m, .s = s1, .ids = a, .n = NP, .g = g, .hold = 2, .victim = &jc};
+        hold_job jb = {.m = m, .s = s2, .ids = b, .n = NP, .g = g};
+        pthread_t ta, tb, tc;
+        if (s3 && pthread_create(&ta, NULL, hold_thread, &ja) == 0) {
             while (!__atomic_load_n(&ja.first, __ATOMIC_ACQUIRE) && !__atomic_load_n(&ja.done, __ATOMIC_ACQUIRE))
                 nap_ms(1);
             int bt = pthread_create(&tb, NULL, hold_thread, &jb) == 0;
+            int ct = pthread_create(&tc, NULL, hold_thread, &jc) == 0;
             pthread_join(ta, NULL);
             if (bt) pthread_join(tb, NULL);
+            if (ct) pthread_join(tc, NULL);
             CHECK(ja.rc == 0 && ja.no == nref[0] && !memcmp(ja.out, ref[0], sizeof(int32_t) * ja.no) &&
                       same_lps(&ja.lps, &ref_lp[0]),
-                  "the first of two at once: rc %d, the reply differs from the unlimited model's", ja.rc);
-            CHECK(ja.saw_waiting, "the second generation was never seen waiting for its reservation");
+                  "the first of three at once: rc %d (%s), the reply differs from the unlimited model's", ja.rc,
+                  ja.err);
+            CHECK(ja.saw_waiting, "the second and third generations were never seen waiting for their reservations");
             CHECK(bt && jb.rc == 0 && jb.no == nref[1] && !memcmp(jb.out, ref[1], sizeof(int32_t) * jb.no) &&
                       same_lps(&jb.lps, &ref_lp[1]),
-                  "the second of two at once (it waited): rc %d, the reply differs from the unlimited model's", jb.rc);
+                  "the second of three at once (it waited): rc %d (%s), the reply differs from the unlimited model's",
+                  jb.rc, jb.err);
+            CHECK(ct && jc.rc != 0 && strstr(jc.err, "cancelled while waiting for its KV cache reservation") &&
+                      jc.no == 0 && dflash_seq_cached_prefix(s3, b, NP) == 0,
+                  "the third, cancelled while it waited: rc %d, %zu tokens, error '%s'", jc.rc, jc.no, jc.err);
             dflash_kv_stats(m, &kv);
-            CHECK(kv.waits == 1 && kv.waiting == 0 && kv.evictions == ev0 + 1 && kv.peak <= kv.budget,
-                  "two at once: waits %ld (want 1), waiting %d, evictions %ld (want %ld), peak %zu of %zu", kv.waits,
-                  kv.waiting, kv.evictions, ev0 + 1, kv.peak, kv.budget);
+            CHECK(kv.waits == 2 && kv.waiting == 0 && kv.evictions == ev0 + 1 && kv.peak <= kv.budget,
+                  "three at once: waits %ld (want 2), waiting %d, evictions %ld (want %ld), peak %zu of %zu",
+                  kv.waits, kv.waiting, kv.evictions, ev0 + 1, kv.peak, kv.budget);
             free(ja.out);
             free(jb.out);
+            free(jc.out);
         }
+        dflash_seq_free(s3);
     }
     dflash_seq_free(s1);
     dflash_seq_free(s2);
