@@ -1486,8 +1486,13 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
      * few rows at a time, stopping at the first rejection, even where greedy
      * takes every row at once */
     int rows = m->host_logits && m->predict_rows == 0 ? PREDICT_ROWS : m->predict_rows;
-    /* --draft-max auto from the batch's measured step costs (alone: its own steps) */
-    spec_batch_cost bc = {.ud = m, .round_costs = cb_round_costs, .plan = cb_plan, .predict_own = m->host_logits};
+    /* --draft-max auto from the batch's measured step costs (alone: its own
+     * steps); a sampling sequence's logits pass over the lm_head runs in the
+     * shared argmax steps where the backend batches it (bat_logits,
+     * predict_multi), so its predict calls count as shared steps there (its
+     * host-side sampling is not modelled) */
+    spec_batch_cost bc = {.ud = m, .round_costs = cb_round_costs, .plan = cb_plan,
+                          .predict_own = m->host_logits && !m->be->predict_multi};
     spec_params sp = {.n_predict = g->n_predict, .block_size = block, .draft_max = m->drafting ? g->draft_max : 0,
                       .room = m->n_ctx - (int)n_prompt, .stop = m->stop, .n_stop = m->n_stop, .ctl = &m->ctl,
                       .batch = &bc, .predict_rows = rows, .predict_rows_auto = !m->predict_rows_fixed, .tree = tree};
