@@ -96,7 +96,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 GIT_REV = $(shell git rev-parse --short HEAD 2>/dev/null)
 
-.PHONY: bench-batch bench-prefix bench-seq-mem bench-rollback bench-tree bench-verify bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
+.PHONY: bench-serve-load bench-batch bench-prefix bench-seq-mem bench-rollback bench-tree bench-verify bench-vocab all deps unpack test test-isa demo asan tsan clean fuzz test-cuda install uninstall bench-attn cross-arm64 test-arm64
 all: deps $(BIN) $(BUILD)/simple $(BUILD)/libdflash.so
 
 # The dependency step runs once, before any compile: every object waits for
@@ -295,6 +295,15 @@ bench-batch: bench/batch_bench.c $(BUILD)/libdflash.a $(if $(filter models/demo/
 PREFIX_ARGS ?= models/demo/target models/demo/draft 500 7
 bench-prefix: bench/prefix_bench.c $(BUILD)/libdflash.a $(DEMO_MODELS)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $(BUILD)/prefix_bench && $(BUILD)/prefix_bench $(PREFIX_ARGS)
+
+# `dflash serve` under load with the C client (issue 24; runs on the GPU machine too, where
+# there is no node): make bench-serve-load [PARS="1 16" CONCS="1 4 16 32" TEMPS="0 0.8" ...]
+# (bench/serve_load.sh lists the knobs)
+build/serve_load: bench/serve_load.c
+	@mkdir -p build
+	$(CC) $(CFLAGS) $$(pkg-config --cflags libcjson) $< $$(pkg-config --libs libcjson) -pthread -o $@
+bench-serve-load: build/serve_load $(BIN) $(DEMO_MODELS)
+	sh bench/serve_load.sh
 
 # resident memory per sequence / --parallel slot (issue 24): make bench-seq-mem [SEQMEM_ARGS="S CTX N"]
 SEQMEM_ARGS ?= 4 1024 64

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf tree cpu
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf serveload tree cpu
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -25,6 +25,9 @@
 # quantizer (tools/llama/gguf_race.sh files, race, speed); the llama.cpp
 # build starts in the background too; the results come back as
 # $OUT/gguf-race.tar and the files (xz) that fit in GGUF_RETURN_MB (56).
+# serveload: issue 24 on the GPU - dflash serve --parallel 1 / 16 on the
+# 4B shape under load from bench/serve_load.c, every reply against its solo
+# reply, then llama-server --parallel 16 on its GGUF (with the llama step).
 # tree: issue 23 on the GPU: test_cuda's tree tests (DFLASH_TEST=tree), the
 # verify cost curve chain vs tree for T = 1..64 on the demo target
 # (bench/verify_curve.c; CURVE_DEPTH, CURVE_REPS), then chain vs tree rounds
@@ -325,6 +328,39 @@ for s in $steps; do
             if [ "$sz" -le "$left" ]; then mv "/tmp/$f.gguf.xz" "$OUT/"; left=$((left - sz)); echo "gguf: returns $f.gguf.xz ($sz bytes)"
             else echo "gguf: $f.gguf.xz ($sz bytes) does not fit"; fi
         done ;;
+    serveload)
+        # issue 24 on the GPU: `dflash serve --parallel 1 / SL_PARS` (16) on the 4B
+        # shape (SL_BITS: 0 = BF16) with its synth draft, the C load client
+        # (bench/serve_load.c) at concurrency 1 4 16 32, greedy, DFlash auto and
+        # plain: aggregate tok/s, every reply against its solo reply; then
+        # llama-server --parallel 16 on the same checkpoint's GGUF (the llama
+        # step's build, when asked for too) with the same client
+        log serve under load
+        [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
+        cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
+            -o build/serve_load || { echo "serveload: the client does not build"; continue; }
+        MODEL=/tmp/s4b-${SL_BITS:-0} DRAFT=/tmp/s4b-draft BACKEND=cuda CTX=${SL_CTX:-2048} \
+            PARS="1 ${SL_PARS:-16}" CONCS="${SL_CONCS:-1 4 16 32}" TEMPS="${SL_TEMPS:-0}" MODES="auto 0" \
+            REQS=${SL_REQS:-32} MAXTOK=${SL_MAXTOK:-64} timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh \
+            2>&1 | tee "$OUT/serveload.txt"
+        ls=${LLAMA_WORK:-/tmp/llama}/build/bin/llama-server gg=${LLAMA_WORK:-/tmp/llama}/gguf/s4b-bf16.gguf
+        if [ -x "$ls" ] && [ -f "$gg" ]; then
+            echo "llama-server --parallel ${SL_PARS:-16} on $gg:"
+            "$ls" -m "$gg" --parallel "${SL_PARS:-16}" -c $(( ${SL_PARS:-16} * ${SL_CTX:-2048} )) -ngl 99 -fa on \
+                --port 18181 > "$OUT/llama-server.log" 2>&1 &
+            lp=$!
+            for _ in $(seq 600); do
+                curl -sf http://127.0.0.1:18181/health > /dev/null 2>&1 && break
+                kill -0 $lp 2>/dev/null || { tail -5 "$OUT/llama-server.log"; break; }
+                sleep 0.5
+            done
+            for c in ${SL_CONCS:-1 4 16 32}; do
+                echo "llama-server concurrency $c: $(timeout 120 build/serve_load 18181 "$c" "${SL_REQS:-32}" "${SL_MAXTOK:-64}" 0)"
+            done 2>&1 | tee -a "$OUT/serveload.txt"
+            kill $lp; wait $lp 2>/dev/null
+        else
+            echo "serveload: no llama-server build or GGUF (ask for the llama step too)"
+        fi ;;
     tree)
         log tree verification
         export DFLASH_CUDA_TREE=1 # off by default until these tests pass on a GPU (cuda_backend.cu: tree_default)

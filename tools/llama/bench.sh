@@ -81,7 +81,7 @@ do_build() {
         $isa -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
         > "$LW/configure.log" 2>&1 &&
-       cmake --build "$LW/build" --target llama-bench llama-quantize llama-simple llama-speculative-simple -j "$JOBS" > "$LW/build.log" 2>&1; then
+       cmake --build "$LW/build" --target llama-bench llama-quantize llama-simple llama-speculative-simple llama-server -j "$JOBS" > "$LW/build.log" 2>&1; then
         grep -E "CUDA compiler identification|Using CMAKE_CUDA_ARCHITECTURES" "$LW/configure.log"
         echo $(($(now) - t0)) > "$LW/build.done"
         echo "llama: built llama-bench, -quantize, -simple, -speculative-simple in $(cat "$LW/build.done") s ($JOBS jobs)"
