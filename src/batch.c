@@ -187,28 +187,36 @@ void bat_leave(bat_sched *b, bat_member *me) {
     pthread_mutex_unlock(&b->mu);
 }
 
-void bat_lock(bat_sched *b) {
-    pthread_mutex_lock(&b->mu);
+/* Take / give back the backend (b->mu held): the one place busy and the
+ * lock_s clock change for bat_lock, bat_unlock and bat_sleep. */
+static void take(bat_sched *b) {
     while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
     b->busy = 1;
     b->lock_t0 = dfl_now();
+}
+
+static void give_back(bat_sched *b) {
+    b->busy = 0;
+    b->c.lock_s += dfl_now() - b->lock_t0;
+    released(b);
+}
+
+void bat_lock(bat_sched *b) {
+    pthread_mutex_lock(&b->mu);
+    take(b);
     pthread_mutex_unlock(&b->mu);
 }
 
 void bat_unlock(bat_sched *b) {
     pthread_mutex_lock(&b->mu);
-    b->busy = 0;
-    b->c.lock_s += dfl_now() - b->lock_t0;
-    released(b);
+    give_back(b);
     pthread_mutex_unlock(&b->mu);
 }
 
 void bat_sleep(bat_sched *b, int timeout_ms) {
     pthread_mutex_lock(&b->mu);
     unsigned long seen = b->notified; /* before the backend is released: no notify is lost */
-    b->busy = 0;
-    b->c.lock_s += dfl_now() - b->lock_t0;
-    released(b);
+    give_back(b);
     struct timespec until;
     if (timeout_ms > 0) {
         clock_gettime(CLOCK_REALTIME, &until);
@@ -219,9 +227,7 @@ void bat_sleep(bat_sched *b, int timeout_ms) {
     while (b->notified == seen)
         if (timeout_ms > 0 ? pthread_cond_timedwait(&b->nt, &b->mu, &until) != 0 : pthread_cond_wait(&b->nt, &b->mu) != 0)
             break; /* the time is up */
-    while (b->busy) pthread_cond_wait(&b->lk, &b->mu);
-    b->busy = 1;
-    b->lock_t0 = dfl_now();
+    take(b);
     pthread_mutex_unlock(&b->mu);
 }
 
