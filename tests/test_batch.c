@@ -1099,6 +1099,62 @@ TEST(kv_budget) {
     dflash_free(m);
 }
 
+/* ---- the draft context's memory given back (cpu_backend.c: draft_give_back) */
+
+/* A sequence whose draft context held 340 positions gets a prompt that
+ * shares ~60 of them (its draft context drops to those: the memory past it
+ * goes back to the system, reading as zeros when touched again): its reply
+ * equals a fresh sequence's, and the first request's reply again equals
+ * the first one (greedy, DFlash on, so the draft context is read). */
+TEST(draft_give_back) {
+    if (!demo) return;
+    dflash_seq *s = dflash_seq_new(demo), *f = dflash_seq_new(demo);
+    CHECK(s && f, "dflash_seq_new: %s", dflash_error());
+    if (!s || !f) {
+        dflash_seq_free(s);
+        dflash_seq_free(f);
+        return;
+    }
+    dflash_gen g = dflash_default_gen();
+    g.n_predict = 320, g.ignore_eos = 1, g.draft_max = 7; /* fixed: the rounds depend on the drafts alone */
+    const int32_t *a = prompt[0];
+    size_t na = prompt_len[0];
+    int32_t *r1 = NULL, *r2 = NULL, *r3 = NULL, *fb = NULL, *b = NULL;
+    size_t n1 = 0, n2 = 0, n3 = 0, nf = 0, nb = 0;
+    dflash_stats t1, t2, t3, tf;
+    int ok = dflash_seq_generate(s, a, na, &g, NULL, NULL, &r1, &n1, &t1) == 0 && n1 >= 40;
+    /* b: a and the first 40 tokens of its reply, then another prompt - the
+     * cache keeps na + 40 positions and drops ~280 */
+    if (ok) {
+        b = malloc(sizeof(int32_t) * (na + 40 + prompt_len[1]));
+        memcpy(b, a, sizeof(int32_t) * na);
+        memcpy(b + na, r1, sizeof(int32_t) * 40);
+        memcpy(b + na + 40, prompt[1], sizeof(int32_t) * prompt_len[1]);
+        nb = na + 40 + prompt_len[1];
+    }
+    ok = ok && dflash_seq_generate(s, b, nb, &g, NULL, NULL, &r2, &n2, &t2) == 0 &&
+         dflash_seq_generate(f, b, nb, &g, NULL, NULL, &fb, &nf, &tf) == 0 &&
+         dflash_seq_generate(s, a, na, &g, NULL, NULL, &r3, &n3, &t3) == 0;
+    CHECK(ok, "generate: %s", dflash_error());
+    CHECK(ok && t2.n_reused >= (int)na + 32 && t2.n_reused <= (int)na + 40,
+          "the second request reused %d prompt rows (want about %zu)", ok ? t2.n_reused : -1, na + 40);
+    CHECK(ok && n2 == nf && !memcmp(r2, fb, sizeof(int32_t) * n2),
+          "after the context was cut back, a reply differs from a fresh sequence's");
+    CHECK(ok && n3 == n1 && !memcmp(r3, r1, sizeof(int32_t) * n1),
+          "the first request again: its reply differs from the first time");
+    /* the output is greedy's whatever the draft proposes: the draft's
+     * context is checked by its proposals' fate, round for round */
+    CHECK(ok && t2.rounds == tf.rounds && t2.n_accepted == tf.n_accepted && t2.rounds > 0,
+          "after the cut the drafts differ from a fresh sequence's: %d rounds / %d accepted vs %d / %d", t2.rounds,
+          t2.n_accepted, tf.rounds, tf.n_accepted);
+    CHECK(ok && t3.rounds == t1.rounds && t3.n_accepted == t1.n_accepted,
+          "the first request again: %d rounds / %d accepted vs %d / %d the first time", t3.rounds, t3.n_accepted,
+          t1.rounds, t1.n_accepted);
+    free(r1), free(r2), free(r3), free(fb), free(b);
+    dflash_seq_free(s);
+    dflash_seq_free(f);
+}
+
 TEST(seq_errors) {
     dflash_model *tk = dflash_load_tokenizer(rpath("models/demo/target"));
     CHECK(tk != NULL, "load_tokenizer: %s", dflash_error());
@@ -1139,6 +1195,7 @@ int main(void) {
     RUN(prefix_copy);
     RUN(prefix_copy_refused);
     RUN(kv_budget);
+    RUN(draft_give_back);
     RUN(seq_errors);
     demo_end();
     CHECK_DONE("test_batch");

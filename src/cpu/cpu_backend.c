@@ -18,9 +18,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "attention.h"
 #include "backend.h"
@@ -1298,6 +1300,7 @@ typedef struct {
     cpu_be *be;             /* the instance (its draft block scratch) */
     tp_pool *tp;            /* its workers */
     int n_ctx, len, max_B;
+    int hw;          /* the most positions projected since the memory past them was last given back */
     float *kc, *vc;  /* [n_layers][nkv][n_ctx][hd] context K/V, post k_norm + RoPE */
     rope_table rope;
     scratch s;       /* max(CHUNK, max_B) rows */
@@ -1404,6 +1407,29 @@ static int cpu_draft_ctx_length(void *st) {
     return q->len + q->n_pend;
 }
 
+/* The memory of context positions len..hw-1 goes back to the system
+ * (whole pages inside each [layer][head] run of kc / vc; they read as zero
+ * when touched again, and a position is always written before it is read),
+ * so a slot whose long context was dropped (a reset, an eviction, a new
+ * prompt) does not keep it resident: the target's KV pages go back by the
+ * page rule, this is the draft's share. Only for drops of at least
+ * DRAFT_GIVE_BACK positions, not a DFlash rollback's few. */
+enum { DRAFT_GIVE_BACK = 256 };
+static void draft_give_back(cpu_draft *q, int len) {
+    const cfg_model *c = &q->d->cfg;
+    size_t hd = (size_t)c->head_dim, pg = (size_t)sysconf(_SC_PAGESIZE);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->n_kv_heads; h++)
+            for (int val = 0; val < 2; val++) {
+                float *run = (val ? q->vc : q->kc) + ((size_t)l * c->n_kv_heads + h) * q->n_ctx * hd;
+                uintptr_t a = (uintptr_t)(run + (size_t)len * hd), b = (uintptr_t)(run + (size_t)q->hw * hd);
+                a = (a + pg - 1) & ~(uintptr_t)(pg - 1);
+                b &= ~(uintptr_t)(pg - 1);
+                if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+            }
+    q->hw = len;
+}
+
 /* Forget positions len.. : pending rows first, then projected ones. */
 static void cpu_draft_ctx_truncate(void *st, int len) {
     cpu_draft *q = st;
@@ -1413,6 +1439,7 @@ static void cpu_draft_ctx_truncate(void *st, int len) {
     } else {
         q->len = len;
         q->n_pend = 0;
+        if (q->hw - len >= DRAFT_GIVE_BACK) draft_give_back(q, len);
     }
 }
 
@@ -1439,6 +1466,7 @@ static int cpu_draft_ctx_copy(void *dst, const void *src, int n) {
         memcpy(d->vc + o, q->vc + o, sizeof(float) * (size_t)proj * hd);
     }
     d->len = proj;
+    if (d->len > d->hw) d->hw = d->len;
     d->n_pend = n - proj;
     memcpy(d->pend, q->pend, sizeof(float) * (size_t)d->n_pend * c->n_taps * c->hidden);
     return 0;
@@ -1473,6 +1501,7 @@ static void draft_project(cpu_draft *q, const float *feats, int n) {
             kv_store(&J, q->s.k, q->s.v, T, pos0, nkv, hd);
         }
         q->len += T;
+        if (q->len > q->hw) q->hw = q->len;
     }
 }
 
