@@ -1800,7 +1800,14 @@ TEST(tree_refused) {
     be_batch ok = {.T = 3, .tokens = tok, .keep_rows = 1, .tree_parent = parent};
     CHECK(be_cuda.forward(st, &ok) == 0, "tree: %s", dfl_lasterr());
     CHECK(be_cuda.tree_commit(st, path, 2) == 0 && be_cuda.length(st) == 2, "siblings' path: %s", dfl_lasterr());
-    CHECK(be_cuda.tree_commit(st, path, 1) != 0, "a second commit of one forward was accepted");
+    /* after a commit the path is the last forward's rows 0..n-1, a chain
+     * (the tree rule): a path that does not start at its first row is
+     * refused, a prefix of it is a rollback, as on the CPU */
+    int stray[1] = {1};
+    CHECK(be_cuda.tree_commit(st, stray, 1) != 0 && strstr(dfl_lasterr(), "path entry 0") && be_cuda.length(st) == 2,
+          "a path from the committed chain's second row: %s", dfl_lasterr());
+    CHECK(be_cuda.tree_commit(st, path, 1) == 0 && be_cuda.length(st) == 1, "a prefix of the committed path: %s",
+          dfl_lasterr());
     be_cuda.destroy(st);
     unload(&g);
 }
@@ -1948,7 +1955,7 @@ static void tree_lossless_case(const char *trel, const char *drel, int chat, int
     mpath(d, sizeof d, drel);
     dflash_params p = dflash_default_params();
     p.backend = "cuda";
-    p.n_ctx = 1024;
+    p.n_ctx = 0; /* the model's own (tiny-qwen3: 512) up to 4096 */
     dflash_model *m = dflash_load(t, d, &p);
     if (!m) {
         CHECK(0, "load %s pair on cuda: %s", trel, dflash_error());
