@@ -297,19 +297,22 @@ static int upload_mx = 1;
  * most fuse_max_t rows: fuse_norm, the RMSNorm after the o / lin_out
  * projection (post-attention norm) and after the down projection (the next
  * layer's input norm, or the final norm of kept rows); fuse_rope, the q/k
- * norm + RoPE + K/V store after the qkv projection. Off by default
- * (fuse_default) until a device call has timed them (bench/NOTES.md):
+ * norm + RoPE + K/V store after the qkv projection. Off (fuse_default):
+ * timed on an H100 (2026-12-07, bench/NOTES.md) they are slower - the 4B
+ * shape's decode 4.04 -> 4.70 ms in BF16, 2.56 -> 2.79 ms at 4 bits, the
+ * norm tail most - though every test_cuda test passes with them.
  * DFLASH_CUDA_FUSE=1 turns both on, =norm or =rope one, =0 none;
  * DFLASH_CUDA_FUSE_T=N (1..16) sets fuse_max_t. Timing only: the bits are
  * the same either way. */
 enum { fuse_default = 0 };
 /* Tree verification (cu_tree.cuh: the device top-k, the tree forward and
- * tree_commit) is offered (be_cuda.tree_commit set, make_ops) only with
- * DFLASH_CUDA_TREE=1: written and compiled without a GPU (2026-12-07), it
- * stays off until test_cuda's tree tests have passed on one (make test-cuda
- * and gpu.sh set the variable); then this default becomes 1. Off, the
- * engine sees a backend without trees: --tree auto runs the chain. */
-enum { tree_default = 0 };
+ * tree_commit) is offered (be_cuda.tree_commit set, make_ops) by default
+ * since test_cuda's tree tests passed on an H100 (2026-12-07: every tree row
+ * bit-identical to its decode, 195/195 --tree runs identical to plain
+ * decoding); DFLASH_CUDA_TREE=0 takes it away (the engine then sees a
+ * backend without trees: --tree auto runs the chain). The tree forward never
+ * takes the fused RoPE tail (layer(): !tree), so fuse_rope does not touch it. */
+enum { tree_default = 1 };
 static int fuse_norm = fuse_default, fuse_rope = fuse_default, fuse_max_t = TAIL_MAX_ROWS;
 enum { TAIL_TICKETS = 4096 };
 

@@ -363,7 +363,7 @@ for s in $steps; do
         fi ;;
     tree)
         log tree verification
-        export DFLASH_CUDA_TREE=1 # off by default until these tests pass on a GPU (cuda_backend.cu: tree_default)
+        export DFLASH_CUDA_TREE=1 # the default since these tests passed on an H100 (cuda_backend.cu: tree_default)
         DFLASH_TEST=tree DFLASH_ROOT=$R timeout ${TREE_TEST_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-tree.log" 2>&1
         echo "test_cuda tree tests exit $?"
         grep -E "^ok|^not ok|FAIL|test_cuda:|exact|identical|top-k" "$OUT/test-tree.log" | tail -60
