@@ -362,7 +362,6 @@ typedef struct sv_job {
     int32_t *ids;
     size_t n_ids;
     dflash_gen gen;
-    int max_tokens_given;      /* gen.n_predict came from the request (or --n-predict), not the context */
     ss_matcher *stop;          /* the worker's alone */
     rp_splitter *split;        /* chat with thinking or tools: the worker's alone; NULL: text is content */
     int stream, include_usage;
@@ -1284,13 +1283,12 @@ static int parse_common(sv_server *s, cJSON *o, sv_job *j, sv_err *e) {
     double d;
     int r;
     if ((r = get_int(o, "max_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
-    j->max_tokens_given = s->n_predict > 0;
-    if (r) g->n_predict = (int)v, j->max_tokens_given = 1;
+    if (r) g->n_predict = (int)v;
     if ((r = get_int(o, "max_completion_tokens", 1, INT_MAX, &v, e)) < 0) return -1;
-    if (r) g->n_predict = (int)v, j->max_tokens_given = 1;
+    if (r) g->n_predict = (int)v;
     if ((r = get_int(o, "n_predict", -1, INT_MAX, &v, e)) < 0) return -1; /* llama-server's name; -1: no limit */
     if (r && v == 0) return fail(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 (no limit) or at least 1");
-    if (r) g->n_predict = v > 0 ? (int)v : s->info.n_ctx, j->max_tokens_given = v > 0;
+    if (r) g->n_predict = v > 0 ? (int)v : s->info.n_ctx;
     if ((r = get_num(o, "temperature", 0, 2, &d, e)) < 0) return -1;
     if (r) g->temp = (float)d;
     if ((r = get_num(o, "top_p", 0, 1, &d, e)) < 0) return -1;
@@ -1615,11 +1613,11 @@ static int check_ctx(sv_server *s, sv_job *j, const char *param, sv_err *e) {
     size_t need = kv.budget ? dflash_kv_reserve(s->m, j->n_ids, j->gen.n_predict) : 0;
     if (need > kv.budget)
         return fail(e, 400, "invalid_value", "max_tokens",
-                    "this request reserves %.2f MiB of KV cache (its %zu prompt tokens, %s %d tokens it may "
-                    "generate and a verify block of 64), more than this server's --kv-budget of %.2f MiB for all "
-                    "slots: ask for fewer tokens (max_tokens) or start the server with a larger --kv-budget",
-                    need / 1048576.0, j->n_ids, j->max_tokens_given ? "the" : "without max_tokens the",
-                    j->gen.n_predict, kv.budget / 1048576.0);
+                    "this request reserves %.2f MiB of KV cache (its %zu prompt tokens, the %d tokens it may "
+                    "generate - max_tokens, else the whole context - and a verify block of 64), more than this "
+                    "server's --kv-budget of %.2f MiB for all slots: ask for fewer tokens (max_tokens) or start "
+                    "the server with a larger --kv-budget",
+                    need / 1048576.0, j->n_ids, j->gen.n_predict, kv.budget / 1048576.0);
     return 0;
 }
 

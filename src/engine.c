@@ -105,7 +105,6 @@ struct dflash_model {
     dflash_model *next_seq; /* a sequence: the next of its owner's */
     int busy;            /* a generation runs on it (admitted: its reservation counts) */
     int reserve;         /* while busy: the positions it reserved (the budget rule's R) */
-    int entered;         /* generate() entered the scheduler (bat_enter): dflash_generate leaves it */
     dflash_model *adm_line; /* a model: the generations waiting for admission, first come first */
     dflash_model *adm_next; /* a waiting generation: the one behind it in its owner's line */
     int kv_waiting;      /* a model: generations waiting for their reservation now */
@@ -689,10 +688,11 @@ static int kv_admit(dflash_model *m, int rows, const int *cancel) {
         }
         if (o->adm_line == m) {
             m->be->trim(m->seq, rows); /* pages it will not use, from a longer request before */
-            if (kv_fits(m, rows, budget, &running)) break;
-            for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
-                if (s != m && !s->busy) m->be->trim(s->seq, 0);
-            while (!kv_fits(m, rows, budget, &running)) {
+            int fits = kv_fits(m, rows, budget, &running);
+            if (!fits)
+                for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
+                    if (s != m && !s->busy) m->be->trim(s->seq, 0);
+            while (!fits && !(fits = kv_fits(m, rows, budget, &running))) {
                 dflash_model *lru = NULL;
                 for (dflash_model *s = o; s; s = s == o ? o->seqs : s->next_seq)
                     if (s != m && !s->busy && m->be->length(s->seq) > 0 && (!lru || s->last_use < lru->last_use))
@@ -701,7 +701,7 @@ static int kv_admit(dflash_model *m, int rows, const int *cancel) {
                 cache_drop(lru);
                 o->kv_evictions++;
             }
-            if (kv_fits(m, rows, budget, &running)) break;
+            if (fits) break;
             if (!running) { /* alone and still too big: it never fits */
                 size_t need = m->be->kv_bytes ? m->be->kv_bytes(m->seq, rows) : 0;
                 dfl_seterr("KV cache budget: this generation reserves %d positions (its prompt, the tokens it "
@@ -808,7 +808,7 @@ int dflash_copy_prefix(dflash_model *m, dflash_seq *dst, dflash_seq *const *src,
     /* the budget rule: the copy's pages may not eat the running generations' reservations */
     size_t budget = 0;
     if (bi >= 0 && m->be->kv_need) m->be->kv_usage(m->bi, &budget, NULL);
-    if (budget && m->be->kv_usage(m->bi, NULL, NULL) + m->be->kv_need(d->seq, (int)best) + kv_outstanding(d, NULL) > budget)
+    if (budget && !kv_fits(d, (int)best, budget, NULL))
         bi = -1; /* not copied: the prompt is prefilled (after admission) as without a source */
     int rc = 0;
     if (bi >= 0) {
@@ -1447,8 +1447,7 @@ static int generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
     if (m->dseq) m->be->draft_ctx_truncate(m->dseq, dl < p ? dl : p);
     m->stable = p; /* before any row past p changes (the stable rule) */
     bat_unlock(m->bat);
-    bat_enter(m->bat, &m->member); /* from here the other sequences' steps wait for this one's forwards */
-    m->entered = 1;
+    bat_enter(m->bat, &m->member); /* admitted (busy): from here the other sequences' steps wait for it */
     st->n_reused = p;
     st->n_prompt = (int)n_prompt;
 
@@ -1544,11 +1543,11 @@ int dflash_generate(dflash_model *m, const int32_t *prompt, size_t n_prompt, con
                     dflash_on_token cb, void *ud, int32_t **out, size_t *n_out, dflash_stats *st) {
     if (!m->bat) return generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st); /* tokenizer only: it fails */
     int rc = generate(m, prompt, n_prompt, g, cb, ud, out, n_out, st);
-    if (m->entered) bat_leave(m->bat, &m->member);
-    m->entered = 0;
+    /* busy: admitted, and so inside the scheduler (only this thread writes it) */
+    int was_busy = m->busy;
+    if (was_busy) bat_leave(m->bat, &m->member);
     bat_lock(m->bat);
     m->stable = cached_len(m); /* the generation is over: every cached row (the stable rule) */
-    int was_busy = m->busy;
     m->busy = 0;
     dflash_model *o = m->owner ? m->owner : m;
     m->last_use = ++o->use_clock;

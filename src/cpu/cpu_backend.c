@@ -861,17 +861,17 @@ static void cpu_trim(void *st, int rows) {
     seq_trim_pages(q, rows > q->len ? rows : q->len);
 }
 
-/* be_ops.kv_need */
-static size_t cpu_kv_need(void *st, int rows) {
-    cpu_seq *q = st;
-    int need = (rows + KV_PAGE - 1) / KV_PAGE;
-    return need > q->n_pages ? (size_t)(need - q->n_pages) * q->page_bytes : 0;
-}
-
 /* be_ops.kv_bytes */
 static size_t cpu_kv_bytes(void *st, int rows) {
     cpu_seq *q = st;
     return (size_t)((rows + KV_PAGE - 1) / KV_PAGE) * q->page_bytes;
+}
+
+/* be_ops.kv_need */
+static size_t cpu_kv_need(void *st, int rows) {
+    cpu_seq *q = st;
+    size_t want = cpu_kv_bytes(st, rows), held = (size_t)q->n_pages * q->page_bytes;
+    return want > held ? want - held : 0;
 }
 
 /* be_ops.kv_usage: the pages all sequences of the instance hold. */
