@@ -33,7 +33,10 @@ function plan(k) {
   if (mode === 1) p.draft_max = 0;                                          // plain greedy
   if (mode === 2) Object.assign(p, { temperature: 0.7, seed: 100 + k });    // sampled, DFlash
   if (mode === 3) Object.assign(p, { temperature: 0.9, seed: 7 * k, draft_max: 0, logprobs: true, top_logprobs: 2 });
-  if (mode === 4) Object.assign(p, { logprobs: true, top_logprobs: 3 });    // greedy DFlash with logprobs
+  // greedy DFlash with logprobs, a fixed draft length: draft steps under load
+  // whatever the auto control would pick on this machine (under ASan drafting
+  // can lose to plain decoding, and auto then drafts nothing)
+  if (mode === 4) Object.assign(p, { logprobs: true, top_logprobs: 3, draft_max: 6 });
   if (mode === 5) Object.assign(p, { grammar: 'root ::= [a-z ]+ "."', temperature: 0.5, seed: k });
   return { params: p, stream: k % 2 === 0, abort: k % 4 === 2 }; // the aborting clients stream
 }
