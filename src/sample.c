@@ -197,23 +197,68 @@ static void select_first(const float *l, int *v, int n, int m) {
     if (m > lo && m <= hi) insertion_sort(l, v + lo, hi - lo + 1);
 }
 
-/* The sorted prefix idx[0..*done) grows to idx[0..want) (want <= k) and
- * prob[] gets the new positions' weights. */
+/* The sorted prefix idx[0..done) grows to idx[0..want) (want <= k) and
+ * prob[] gets the new positions' weights. idx[done..lim) holds every
+ * candidate that comes before any of idx[lim..k) (the bins below): a
+ * selection that stays inside it looks at those only. */
 typedef struct {
     const float *logits;
     int *idx;
     float *prob;
-    int k, done;
+    int k, done, lim;
     float mx, temp;
 } order;
 
 static void grow(order *o, int want) {
     if (want > o->k) want = o->k;
     if (want <= o->done) return;
-    select_first(o->logits, o->idx + o->done, o->k - o->done, want - o->done);
+    if (o->lim > o->k || want > o->lim) o->lim = o->k; /* past the front: select among all the rest */
+    select_first(o->logits, o->idx + o->done, o->lim - o->done, want - o->done);
     sort_ids(o->logits, o->idx + o->done, want - o->done);
     for (int i = o->done; i < want; i++) o->prob[i] = expf((o->logits[o->idx[i]] - o->mx) / o->temp);
     o->done = want;
+}
+
+/* Where a walk's next grow goes: the sorted prefix doubled (+ 64), but not
+ * past the front while it lasts. */
+static int next_chunk(const order *o) {
+    int want = 2 * o->done + 64;
+    return o->done < o->lim && want > o->lim ? o->lim : want;
+}
+
+/* Bins of a candidate's scaled logit d = (logit - best) / temp, in (-30, 0]:
+ * bin_of(d) = floor(-d * SMP_BINS / 30), SMP_BINS of them over the 30 nats.
+ * It is monotone in the logit (a larger logit never gets a later bin), so
+ * every candidate of bins 0..B comes before every candidate of a later bin
+ * in the candidate order. Counted (and weighed) while the candidates are
+ * found, the bins tell how far into the order a cut or a draw reaches before
+ * anything is sorted: front() then moves the candidates of the bins it
+ * reaches to the front and the selections stay among them. Which token is
+ * picked does not depend on them: a selection that needs more than the
+ * front (a draw landing past the estimate by rounding) takes the rest. */
+enum { SMP_BINS = 240 };
+static inline int bin_of(float d) {
+    int b = (int)(-d * (SMP_BINS / 30.0f));
+    return b < SMP_BINS - 1 ? b : SMP_BINS - 1;
+}
+
+/* idx[0..k): the candidates of bins 0..B first (lim = their count); done = 0. */
+static void front(order *o, int B) {
+    int m = 0;
+    for (int i = 0; i < o->k; i++)
+        if (bin_of((o->logits[o->idx[i]] - o->mx) / o->temp) <= B) swap_int(&o->idx[i], &o->idx[m++]);
+    o->lim = m;
+}
+
+/* The first bin by which the bins' weights add up to at least w (a hair more,
+ * for the rounding of a sum in another order); the last bin if they never do. */
+static int bin_reaching(const double *mass, double w) {
+    double c = 0, want = w * (1 + 1e-9);
+    for (int b = 0; b < SMP_BINS; b++) {
+        c += mass[b];
+        if (c >= want) return b;
+    }
+    return SMP_BINS - 1;
 }
 
 /* Candidates are the tokens whose probability is within exp(-30) of the
@@ -221,14 +266,14 @@ static void grow(order *o, int want) {
  * dropped), in order of logit; then top-k, then top-p, then min-p (as
  * llama.cpp and vLLM order them), then one draw that
  * walks the candidates in that order. Only the part of the order a draw
- * needs is sorted (a partial selection growing in doubling chunks; the walk
- * usually stops within the first few dozen tokens), so the results are the
+ * needs is sorted: the candidates of the bins it reaches (bin_of), in a
+ * partial selection growing in doubling chunks, so the results are the
  * full sort's (tests/test_sample.c). The one difference: without top-k the
  * total mass is summed in id order rather than logit order (rounding of the
  * last bits of a double). */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work) {
     if (!(p->temp > 0.0f)) return smp_argmax(logits, n);
-    order o = {logits, (int *)((float *)work + n), work, 0, 0, -INFINITY, p->temp};
+    order o = {logits, (int *)((float *)work + n), work, 0, 0, 0, -INFINITY, p->temp};
     for (int i = 0; i < n; i++) /* NaNs never compare greater: the largest number */
         if (logits[i] > o.mx) o.mx = logits[i];
     if (!isfinite(o.mx)) {
@@ -238,18 +283,36 @@ int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void 
     }
     for (int i = 0; i < n; i++)
         if ((logits[i] - o.mx) / p->temp > -30.0f) o.idx[o.k++] = i;
-    double sum = 0;
+    o.lim = o.k;
+    double sum = 0, u0 = smp_uniform(p->seed, pos);
     if (p->top_k > 0 && p->top_k < o.k) {
+        int count[SMP_BINS] = {0}, B = 0;
+        for (int i = 0; i < o.k; i++) count[bin_of((logits[o.idx[i]] - o.mx) / p->temp)]++;
+        for (int c = count[0]; c < p->top_k; c += count[++B]) {}
+        front(&o, B);
         grow(&o, p->top_k);
         o.k = p->top_k;
         for (int i = 0; i < o.k; i++) sum += o.prob[i];
     } else {
-        for (int i = 0; i < o.k; i++) sum += expf((logits[o.idx[i]] - o.mx) / p->temp);
+        double mass[SMP_BINS] = {0};
+        for (int i = 0; i < o.k; i++) { /* in id order */
+            float d = (logits[o.idx[i]] - o.mx) / p->temp, e = expf(d);
+            sum += e;
+            mass[bin_of(d)] += e;
+        }
+        /* how far the first walk reaches: top-p's (its share of the mass),
+         * else min-p's (the bin of p(best) * min_p, and one more for the
+         * first token below it), else the draw's (u of all the mass) */
+        double dm = p->min_p > 0.0f ? -log((double)p->min_p) * (SMP_BINS / 30.0) + 1 : 0;
+        int B = p->top_p > 0.0f && p->top_p < 1.0f ? bin_reaching(mass, p->top_p * sum)
+                : p->min_p > 0.0f                 ? (dm < SMP_BINS - 1 ? (int)dm : SMP_BINS - 1)
+                                                  : bin_reaching(mass, u0 * sum);
+        front(&o, B);
     }
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
         double c = 0;
         for (int i = 0; i < o.k; i++) {
-            if (i == o.done) grow(&o, 2 * o.done + 64);
+            if (i == o.done) grow(&o, next_chunk(&o));
             c += o.prob[i] / sum;
             if (c >= p->top_p) {
                 o.k = i + 1;
@@ -262,7 +325,7 @@ int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void 
     }
     if (p->min_p > 0.0f) { /* prob[i] = p_i / p(best): the candidates are in order, cut at the first below */
         for (int i = 0; i < o.k; i++) {
-            if (i == o.done) grow(&o, 2 * o.done + 64);
+            if (i == o.done) grow(&o, next_chunk(&o));
             if (o.prob[i] < p->min_p && i > 0) {
                 o.k = i;
                 break;
@@ -272,9 +335,9 @@ int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void 
         sum = 0;
         for (int i = 0; i < o.k; i++) sum += o.prob[i];
     }
-    double u = smp_uniform(p->seed, pos) * sum, c = 0;
+    double u = u0 * sum, c = 0;
     for (int i = 0; i < o.k; i++) {
-        if (i == o.done) grow(&o, 2 * o.done + 64);
+        if (i == o.done) grow(&o, next_chunk(&o));
         c += o.prob[i];
         if (u < c) return o.idx[i];
     }
