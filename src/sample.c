@@ -106,6 +106,337 @@ static int argmax_neon(const float *x, int n) {
 #define HAVE_NEON 1
 #endif
 
+/* ---- the sampler's scan ---------------------------------------------------
+ * smp_exp(d) = e^d for d in (-30, 0] (a candidate's weight), in double
+ * arithmetic: d = k ln2 + r (k = d / ln2 rounded to nearest by adding
+ * 1.5 * 2^52; ln2 in two parts, the first with 11 low zero bits so k * LN2_HI
+ * is exact), e^r by Horner's rule on the Taylor series to r^10 (|r| <= 0.35:
+ * the series' error < 3e-13), times 2^k built in the exponent's bits, rounded
+ * once to float. Only IEEE +, - and * of doubles, never fused (-std=c11 keeps
+ * GCC from contracting; the pragma below tells clang): so the scalar loop and
+ * every SIMD loop give the same bits on every machine (libm's expf differs
+ * between its FMA and SSE2 builds). Within 1 ulp of e^d (test_sample). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#define EXP_SHIFT 0x1.8p52
+#define EXP_SHIFT_BITS 0x4338000000000000ull /* the bits of EXP_SHIFT */
+#define EXP_INV_LN2 0x1.71547652b82fep0
+#define EXP_LN2_HI 0x1.62e42fefa3800p-1
+#define EXP_LN2_LO 0x1.ef35793c76730p-45
+#define EXP_C10 (1.0 / 3628800)
+#define EXP_C9 (1.0 / 362880)
+#define EXP_C8 (1.0 / 40320)
+#define EXP_C7 (1.0 / 5040)
+#define EXP_C6 (1.0 / 720)
+#define EXP_C5 (1.0 / 120)
+#define EXP_C4 (1.0 / 24)
+#define EXP_C3 (1.0 / 6)
+#define EXP_C2 0.5
+
+float smp_exp(float d) {
+    double x = d, z = x * EXP_INV_LN2, t = z + EXP_SHIFT, kd = t - EXP_SHIFT;
+    double r = (x - kd * EXP_LN2_HI) - kd * EXP_LN2_LO;
+    double q = EXP_C10 * r + EXP_C9;
+    q = q * r + EXP_C8;
+    q = q * r + EXP_C7;
+    q = q * r + EXP_C6;
+    q = q * r + EXP_C5;
+    q = q * r + EXP_C4;
+    q = q * r + EXP_C3;
+    q = q * r + EXP_C2;
+    q = q * r + 1.0;
+    q = q * r + 1.0;
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - EXP_SHIFT_BITS + 1023) << 52; /* 2^k */
+    double sc;
+    memcpy(&sc, &sb, sizeof sc);
+    return (float)(q * sc);
+}
+
+/* The scan of a row of logits for smp_pick, one loop per instruction-set
+ * family, every one giving scan_generic's result bit for bit:
+ * - max_*: the largest logit, NaNs skipped (-inf if there is none);
+ * - scan_*: the candidates - ids whose d = (logit - mx) / temp > -30 - into
+ *   idx[0..k) in id order (k returned) with scan_bin(d) in bins[0..k); with
+ *   lane (not NULL), lane[j] = the sum, in id order, of smp_exp(d) of the
+ *   candidates with id % 8 == j, in double. scan_mass adds the lanes in a
+ *   fixed tree. SCAN_BINS_K scales -d to a bin. */
+#define SCAN_BINS 240
+#define SCAN_BINS_K ((float)SCAN_BINS / 30.0f)
+static inline int scan_bin(float d) {
+    int b = (int)(-d * SCAN_BINS_K);
+    return b < SCAN_BINS - 1 ? b : SCAN_BINS - 1;
+}
+
+static float max_generic(const float *l, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) /* NaNs never compare greater */
+        if (l[i] > mx) mx = l[i];
+    return mx;
+}
+
+static int scan_tail(const float *l, int i, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane,
+                     int k) {
+    for (; i < n; i++) {
+        float d = (l[i] - mx) / temp;
+        if (d > -30.0f) {
+            idx[k] = i;
+            bins[k++] = (uint8_t)scan_bin(d);
+            if (lane) lane[i & 7] += (double)smp_exp(d);
+        }
+    }
+    return k;
+}
+
+static int scan_generic(const float *l, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane) {
+    return scan_tail(l, 0, n, mx, temp, idx, bins, lane, 0);
+}
+
+static double scan_mass(const double *lane) {
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+#ifdef HAVE_X86_SIMD
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#endif
+/* smp_exp of 8 doubles (each a float's value): the same operations. */
+static inline __m512d exp8_avx512(__m512d x) {
+    __m512d t = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(EXP_INV_LN2)), _mm512_set1_pd(EXP_SHIFT));
+    __m512d kd = _mm512_sub_pd(t, _mm512_set1_pd(EXP_SHIFT));
+    __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_HI))),
+                              _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_LO)));
+    __m512d q = _mm512_add_pd(_mm512_mul_pd(_mm512_set1_pd(EXP_C10), r), _mm512_set1_pd(EXP_C9));
+    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
+    for (int j = 0; j < 9; j++) q = _mm512_add_pd(_mm512_mul_pd(q, r), _mm512_set1_pd(c[j]));
+    __m512i sb = _mm512_slli_epi64(
+        _mm512_add_epi64(_mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64((long long)EXP_SHIFT_BITS)),
+                         _mm512_set1_epi64(1023)),
+        52);
+    /* rounded to float and back, as smp_exp's result is added */
+    return _mm512_cvtps_pd(_mm512_cvtpd_ps(_mm512_mul_pd(q, _mm512_castsi512_pd(sb))));
+}
+
+static float max_avx512(const float *l, int n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(l + i), m); /* a NaN in l: m */
+    float mx = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    return mx;
+}
+
+static int scan_avx512(const float *l, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane) {
+    const __m512 vmx = _mm512_set1_ps(mx), vt = _mm512_set1_ps(temp), lim = _mm512_set1_ps(-30.0f);
+    const __m512 bk = _mm512_set1_ps(-SCAN_BINS_K);
+    const __m512i top = _mm512_set1_epi32(SCAN_BINS - 1), step = _mm512_set1_epi32(16);
+    __m512i ids = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512d acc = _mm512_setzero_pd();
+    int k = 0, i = 0;
+    /* k <= i: the full-width stores at idx + k, bins + k stay inside [0, n) */
+    for (; i + 16 <= n; i += 16, ids = _mm512_add_epi32(ids, step)) {
+        __m512 d = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(l + i), vmx), vt);
+        __mmask16 m = _mm512_cmp_ps_mask(d, lim, _CMP_GT_OQ);
+        if (!m) continue;
+        /* -d * K: the sign flipped exactly, as scan_bin's -d */
+        __m512i b = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(d, bk)), top);
+        _mm512_storeu_si512((void *)(idx + k), _mm512_maskz_compress_epi32(m, ids));
+        _mm_storeu_si128((__m128i *)(bins + k), _mm512_cvtepi32_epi8(_mm512_maskz_compress_epi32(m, b)));
+        k += __builtin_popcount(m);
+        if (lane) {
+            __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
+            __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+            acc = _mm512_add_pd(acc, _mm512_maskz_mov_pd((__mmask8)(m & 0xFF), exp8_avx512(lo)));
+            acc = _mm512_add_pd(acc, _mm512_maskz_mov_pd((__mmask8)(m >> 8), exp8_avx512(hi)));
+        }
+    }
+    if (lane) _mm512_storeu_pd(lane, acc);
+    return scan_tail(l, i, n, mx, temp, idx, bins, lane, k);
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+static inline __m256d exp4_avx2(__m256d x) {
+    __m256d t = _mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(EXP_INV_LN2)), _mm256_set1_pd(EXP_SHIFT));
+    __m256d kd = _mm256_sub_pd(t, _mm256_set1_pd(EXP_SHIFT));
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_HI))),
+                              _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_LO)));
+    __m256d q = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(EXP_C10), r), _mm256_set1_pd(EXP_C9));
+    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
+    for (int j = 0; j < 9; j++) q = _mm256_add_pd(_mm256_mul_pd(q, r), _mm256_set1_pd(c[j]));
+    __m256i sb = _mm256_slli_epi64(
+        _mm256_add_epi64(_mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x((long long)EXP_SHIFT_BITS)),
+                         _mm256_set1_epi64x(1023)),
+        52);
+    return _mm256_cvtps_pd(_mm256_cvtpd_ps(_mm256_mul_pd(q, _mm256_castsi256_pd(sb))));
+}
+
+static float max_avx2(const float *l, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(l + i), m);
+    _Alignas(32) float v[8];
+    _mm256_store_ps(v, m);
+    float mx = -INFINITY;
+    for (int j = 0; j < 8; j++) mx = v[j] > mx ? v[j] : mx;
+    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    return mx;
+}
+
+static int scan_avx2(const float *l, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane) {
+    const __m256 vmx = _mm256_set1_ps(mx), vt = _mm256_set1_ps(temp), lim = _mm256_set1_ps(-30.0f);
+    const __m256 bk = _mm256_set1_ps(-SCAN_BINS_K);
+    const __m256d limd = _mm256_set1_pd(-30.0);
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    int k = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(l + i), vmx), vt);
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d, lim, _CMP_GT_OQ));
+        if (!m) continue;
+        _Alignas(32) int32_t b[8];
+        _mm256_store_si256((__m256i *)b, _mm256_cvttps_epi32(_mm256_mul_ps(d, bk)));
+        for (unsigned mm = m; mm; mm &= mm - 1) {
+            int j = __builtin_ctz(mm);
+            idx[k] = i + j;
+            bins[k++] = (uint8_t)(b[j] < SCAN_BINS - 1 ? b[j] : SCAN_BINS - 1);
+        }
+        if (lane) { /* a double is a candidate exactly when its float is: -30 is exact in both */
+            __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
+            acc0 = _mm256_add_pd(acc0, _mm256_and_pd(_mm256_cmp_pd(lo, limd, _CMP_GT_OQ), exp4_avx2(lo)));
+            acc1 = _mm256_add_pd(acc1, _mm256_and_pd(_mm256_cmp_pd(hi, limd, _CMP_GT_OQ), exp4_avx2(hi)));
+        }
+    }
+    if (lane) {
+        _mm256_storeu_pd(lane, acc0);
+        _mm256_storeu_pd(lane + 4, acc1);
+    }
+    return scan_tail(l, i, n, mx, temp, idx, bins, lane, k);
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif /* HAVE_X86_SIMD */
+
+#ifdef HAVE_NEON
+static inline float64x2_t exp2_neon(float64x2_t x) {
+    float64x2_t t = vaddq_f64(vmulq_f64(x, vdupq_n_f64(EXP_INV_LN2)), vdupq_n_f64(EXP_SHIFT));
+    float64x2_t kd = vsubq_f64(t, vdupq_n_f64(EXP_SHIFT));
+    float64x2_t r = vsubq_f64(vsubq_f64(x, vmulq_f64(kd, vdupq_n_f64(EXP_LN2_HI))),
+                              vmulq_f64(kd, vdupq_n_f64(EXP_LN2_LO)));
+    float64x2_t q = vaddq_f64(vmulq_f64(vdupq_n_f64(EXP_C10), r), vdupq_n_f64(EXP_C9));
+    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
+    for (int j = 0; j < 9; j++) q = vaddq_f64(vmulq_f64(q, r), vdupq_n_f64(c[j]));
+    int64x2_t sb = vshlq_n_s64(vaddq_s64(vsubq_s64(vreinterpretq_s64_f64(t), vdupq_n_s64((int64_t)EXP_SHIFT_BITS)),
+                                         vdupq_n_s64(1023)),
+                               52);
+    return vcvt_f64_f32(vcvt_f32_f64(vmulq_f64(q, vreinterpretq_f64_s64(sb))));
+}
+
+static float max_neon(const float *l, int n) {
+    float mx = -INFINITY;
+    int i = 0;
+    if (n >= 4) { /* vmaxnm: the number where one side is NaN (the first 4 may all be NaN: -inf then) */
+        float32x4_t m = vdupq_n_f32(-INFINITY);
+        for (; i + 4 <= n; i += 4) m = vmaxnmq_f32(m, vld1q_f32(l + i));
+        mx = vmaxnmvq_f32(m);
+        if (isnan(mx)) mx = -INFINITY;
+    }
+    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    return mx;
+}
+
+static int scan_neon(const float *l, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane) {
+    const float32x4_t vmx = vdupq_n_f32(mx), vt = vdupq_n_f32(temp), lim = vdupq_n_f32(-30.0f);
+    const float32x4_t bk = vdupq_n_f32(-SCAN_BINS_K);
+    const float64x2_t limd = vdupq_n_f64(-30.0);
+    float64x2_t acc[4] = {vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0)};
+    int k = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t d[2] = {vdivq_f32(vsubq_f32(vld1q_f32(l + i), vmx), vt),
+                            vdivq_f32(vsubq_f32(vld1q_f32(l + i + 4), vmx), vt)};
+        uint32x4_t c0 = vcgtq_f32(d[0], lim), c1 = vcgtq_f32(d[1], lim);
+        if (!vmaxvq_u32(vorrq_u32(c0, c1))) continue;
+        uint32_t cm[8];
+        int32_t b[8];
+        vst1q_u32(cm, c0);
+        vst1q_u32(cm + 4, c1);
+        vst1q_s32(b, vcvtq_s32_f32(vmulq_f32(d[0], bk)));
+        vst1q_s32(b + 4, vcvtq_s32_f32(vmulq_f32(d[1], bk)));
+        for (int j = 0; j < 8; j++)
+            if (cm[j]) {
+                idx[k] = i + j;
+                bins[k++] = (uint8_t)(b[j] < SCAN_BINS - 1 ? b[j] : SCAN_BINS - 1);
+            }
+        if (lane)
+            for (int h = 0; h < 2; h++) {
+                float64x2_t lo = vcvt_f64_f32(vget_low_f32(d[h])), hi = vcvt_high_f64_f32(d[h]);
+                acc[2 * h] = vaddq_f64(acc[2 * h], vreinterpretq_f64_u64(vandq_u64(
+                                 vcgtq_f64(lo, limd), vreinterpretq_u64_f64(exp2_neon(lo)))));
+                acc[2 * h + 1] = vaddq_f64(acc[2 * h + 1], vreinterpretq_f64_u64(vandq_u64(
+                                     vcgtq_f64(hi, limd), vreinterpretq_u64_f64(exp2_neon(hi)))));
+            }
+    }
+    if (lane)
+        for (int j = 0; j < 4; j++) vst1q_f64(lane + 2 * j, acc[j]);
+    return scan_tail(l, i, n, mx, temp, idx, bins, lane, k);
+}
+#endif /* HAVE_NEON */
+
+static float scan_max(const float *l, int n) {
+#ifdef HAVE_X86_SIMD
+    switch (kn_isa_cur()) {
+    case KN_ISA_AVX512: return max_avx512(l, n);
+    case KN_ISA_AVX2: return max_avx2(l, n);
+    default: break;
+    }
+#endif
+#ifdef HAVE_NEON
+    if (kn_isa_cur() == KN_ISA_NEON) return max_neon(l, n);
+#endif
+    return max_generic(l, n);
+}
+
+static int scan(const float *l, int n, float mx, float temp, int *idx, uint8_t *bins, double *lane) {
+    if (lane)
+        for (int j = 0; j < 8; j++) lane[j] = 0;
+#ifdef HAVE_X86_SIMD
+    switch (kn_isa_cur()) {
+    case KN_ISA_AVX512: return scan_avx512(l, n, mx, temp, idx, bins, lane);
+    case KN_ISA_AVX2: return scan_avx2(l, n, mx, temp, idx, bins, lane);
+    default: break;
+    }
+#endif
+#ifdef HAVE_NEON
+    if (kn_isa_cur() == KN_ISA_NEON) return scan_neon(l, n, mx, temp, idx, bins, lane);
+#endif
+    return scan_generic(l, n, mx, temp, idx, bins, lane);
+}
+
+int smp_scan(const float *logits, int n, float temp, float *mx, int *idx, uint8_t *bins, double *mass) {
+    *mx = scan_max(logits, n);
+    if (!isfinite(*mx)) return -1;
+    double lane[8];
+    int k = scan(logits, n, *mx, temp, idx, bins, lane);
+    *mass = scan_mass(lane);
+    return k;
+}
+
 /* The loop of the family kernels.c chose (the one CPU check); every loop
  * gives the scalar loop's answer: the first index of the maximum. */
 int smp_argmax(const float *x, int n) {
@@ -134,7 +465,7 @@ double smp_uniform(uint64_t seed, int64_t pos) {
     return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-size_t smp_work_size(int n) { return (size_t)n * (sizeof(float) + sizeof(int)); }
+size_t smp_work_size(int n) { return (size_t)n * (sizeof(float) + sizeof(int) + 1); }
 
 /* Candidate order: logit descending, ties by id ascending - a strict total
  * order on the (NaN-free) candidates, so a partial selection puts exactly
@@ -215,7 +546,7 @@ static void grow(order *o, int want) {
     if (o->lim > o->k || want > o->lim) o->lim = o->k; /* past the front: select among all the rest */
     select_first(o->logits, o->idx + o->done, o->lim - o->done, want - o->done);
     sort_ids(o->logits, o->idx + o->done, want - o->done);
-    for (int i = o->done; i < want; i++) o->prob[i] = expf((o->logits[o->idx[i]] - o->mx) / o->temp);
+    for (int i = o->done; i < want; i++) o->prob[i] = smp_exp((o->logits[o->idx[i]] - o->mx) / o->temp);
     o->done = want;
 }
 
@@ -227,38 +558,36 @@ static int next_chunk(const order *o) {
 }
 
 /* Bins of a candidate's scaled logit d = (logit - best) / temp, in (-30, 0]:
- * bin_of(d) = floor(-d * SMP_BINS / 30), SMP_BINS of them over the 30 nats.
- * It is monotone in the logit (a larger logit never gets a later bin), so
- * every candidate of bins 0..B comes before every candidate of a later bin
- * in the candidate order. Counted (and weighed) while the candidates are
- * found, the bins tell how far into the order a cut or a draw reaches before
- * anything is sorted: front() then moves the candidates of the bins it
- * reaches to the front and the selections stay among them. Which token is
- * picked does not depend on them: a selection that needs more than the
- * front (a draw landing past the estimate by rounding) takes the rest. */
-enum { SMP_BINS = 240 };
-static inline int bin_of(float d) {
-    int b = (int)(-d * (SMP_BINS / 30.0f));
-    return b < SMP_BINS - 1 ? b : SMP_BINS - 1;
-}
+ * scan_bin(d) = floor(-d * SCAN_BINS / 30), SCAN_BINS of them over the 30
+ * nats. It is monotone in the logit (a larger logit never gets a later bin),
+ * so every candidate of bins 0..B comes before every candidate of a later
+ * bin in the candidate order. Counted when the candidates are found, the
+ * bins tell how far into the order a cut or a draw reaches before anything
+ * is sorted: front() then moves the candidates of the bins it reaches to the
+ * front and the selections stay among them. Which token is picked does not
+ * depend on them: a selection that needs more than the front takes the rest. */
 
-/* idx[0..k): the candidates of bins 0..B first (lim = their count); done = 0. */
-static void front(order *o, int B) {
+/* idx[0..k): the candidates of bins 0..B first (lim = their count); done = 0.
+ * bins[j]: the bin of idx[j] (read once each, in order). */
+static void front(order *o, const uint8_t *bins, int B) {
     int m = 0;
-    for (int i = 0; i < o->k; i++)
-        if (bin_of((o->logits[o->idx[i]] - o->mx) / o->temp) <= B) swap_int(&o->idx[i], &o->idx[m++]);
+    for (int j = 0; j < o->k; j++)
+        if (bins[j] <= B) swap_int(&o->idx[j], &o->idx[m++]);
     o->lim = m;
 }
 
-/* The first bin by which the bins' weights add up to at least w (a hair more,
- * for the rounding of a sum in another order); the last bin if they never do. */
-static int bin_reaching(const double *mass, double w) {
-    double c = 0, want = w * (1 + 1e-9);
-    for (int b = 0; b < SMP_BINS; b++) {
-        c += mass[b];
-        if (c >= want) return b;
+/* The first bin by which the candidates' weights surely add up to w: each
+ * bin's weight taken as its count times the least weight a candidate of it
+ * can have (e^(-(b+1) * 30 / SCAN_BINS)), so the true sum is no smaller; the
+ * last bin if they never do. */
+static int bin_reaching(const int *count, double w) {
+    double c = 0, least = 1, step = exp(-30.0 / SCAN_BINS);
+    for (int b = 0; b < SCAN_BINS; b++) {
+        least *= step;
+        c += count[b] * least;
+        if (c >= w) return b;
     }
-    return SMP_BINS - 1;
+    return SCAN_BINS - 1;
 }
 
 /* Candidates are the tokens whose probability is within exp(-30) of the
@@ -266,48 +595,48 @@ static int bin_reaching(const double *mass, double w) {
  * dropped), in order of logit; then top-k, then top-p, then min-p (as
  * llama.cpp and vLLM order them), then one draw that
  * walks the candidates in that order. Only the part of the order a draw
- * needs is sorted: the candidates of the bins it reaches (bin_of), in a
+ * needs is sorted: the candidates of the bins it reaches (scan_bin), in a
  * partial selection growing in doubling chunks, so the results are the
- * full sort's (tests/test_sample.c). The one difference: without top-k the
- * total mass is summed in id order rather than logit order (rounding of the
- * last bits of a double). */
+ * full sort's (tests/test_sample.c). A candidate's weight is smp_exp(d).
+ * The one difference from a walk over a full sort: without top-k the total
+ * mass is summed in 8 lanes by id (scan_mass) rather than in logit order
+ * (rounding of the last bits of a double), the same on every machine. */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work) {
     if (!(p->temp > 0.0f)) return smp_argmax(logits, n);
-    order o = {logits, (int *)((float *)work + n), work, 0, 0, 0, -INFINITY, p->temp};
-    for (int i = 0; i < n; i++) /* NaNs never compare greater: the largest number */
-        if (logits[i] > o.mx) o.mx = logits[i];
+    /* work: prob[n] floats, idx[n] ints, bins[n] bytes */
+    order o = {logits, (int *)((float *)work + n), work, 0, 0, 0, scan_max(logits, n), p->temp};
+    uint8_t *bins = (uint8_t *)(o.idx + n);
     if (!isfinite(o.mx)) {
         dfl_seterr("sampling at position %lld: the logits are %s, not finite numbers (the model's activations "
                    "overflowed)", (long long)pos, o.mx > 0 ? "infinite" : "all NaN or -inf");
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        if ((logits[i] - o.mx) / p->temp > -30.0f) o.idx[o.k++] = i;
+    int use_k = p->top_k > 0, count[SCAN_BINS] = {0};
+    double lane[8], sum = 0, u0 = smp_uniform(p->seed, pos);
+    o.k = scan(logits, n, o.mx, p->temp, o.idx, bins, use_k ? NULL : lane);
     o.lim = o.k;
-    double sum = 0, u0 = smp_uniform(p->seed, pos);
-    if (p->top_k > 0 && p->top_k < o.k) {
-        int count[SMP_BINS] = {0}, B = 0;
-        for (int i = 0; i < o.k; i++) count[bin_of((logits[o.idx[i]] - o.mx) / p->temp)]++;
+    for (int j = 0; j < o.k; j++) count[bins[j]]++;
+    if (use_k && p->top_k < o.k) {
+        int B = 0;
         for (int c = count[0]; c < p->top_k; c += count[++B]) {}
-        front(&o, B);
+        front(&o, bins, B);
         grow(&o, p->top_k);
         o.k = p->top_k;
         for (int i = 0; i < o.k; i++) sum += o.prob[i];
     } else {
-        double mass[SMP_BINS] = {0};
-        for (int i = 0; i < o.k; i++) { /* in id order */
-            float d = (logits[o.idx[i]] - o.mx) / p->temp, e = expf(d);
-            sum += e;
-            mass[bin_of(d)] += e;
+        if (use_k) { /* top-k at least the candidates: the mass after all */
+            for (int j = 0; j < 8; j++) lane[j] = 0;
+            for (int j = 0; j < o.k; j++) lane[o.idx[j] & 7] += (double)smp_exp((logits[o.idx[j]] - o.mx) / p->temp);
         }
+        sum = scan_mass(lane);
         /* how far the first walk reaches: top-p's (its share of the mass),
          * else min-p's (the bin of p(best) * min_p, and one more for the
          * first token below it), else the draw's (u of all the mass) */
-        double dm = p->min_p > 0.0f ? -log((double)p->min_p) * (SMP_BINS / 30.0) + 1 : 0;
-        int B = p->top_p > 0.0f && p->top_p < 1.0f ? bin_reaching(mass, p->top_p * sum)
-                : p->min_p > 0.0f                 ? (dm < SMP_BINS - 1 ? (int)dm : SMP_BINS - 1)
-                                                  : bin_reaching(mass, u0 * sum);
-        front(&o, B);
+        double dm = p->min_p > 0.0f ? -log((double)p->min_p) * (SCAN_BINS / 30.0) + 1 : 0;
+        int B = p->top_p > 0.0f && p->top_p < 1.0f ? bin_reaching(count, p->top_p * sum)
+                : p->min_p > 0.0f                 ? (dm < SCAN_BINS - 1 ? (int)dm : SCAN_BINS - 1)
+                                                  : bin_reaching(count, u0 * sum);
+        front(&o, bins, B);
     }
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
         double c = 0;

@@ -58,11 +58,24 @@ void smp_logprobs(const float *logits, int n, int32_t id, float *lp, int n_top, 
 /* First index of the maximum (as torch.argmax). */
 int smp_argmax(const float *logits, int n);
 
-/* Token for absolute position pos. work: scratch of n floats + n ints (the
- * caller's: reentrant). -1 with a message when temp > 0 and no logit is a
+/* Token for absolute position pos. work: scratch of smp_work_size(n) bytes
+ * (the caller's: reentrant). -1 with a message when temp > 0 and no logit is a
  * finite number (all NaN, or +inf): never a made-up id. */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work);
 size_t smp_work_size(int n);
+
+/* e^d for d in (-30, 0] (a candidate's weight at its scaled logit d =
+ * (logit - best) / temp), within 1 ulp, and the same bits on every machine
+ * and in every SIMD loop of the sampler (sample.c says how). */
+float smp_exp(float d);
+
+/* The scan smp_pick starts from at temperature temp > 0: *mx = the largest
+ * logit (NaNs skipped), the candidates (ids whose d = (logit - *mx) / temp >
+ * -30) into idx[0..k) in id order, their bins (floor(-d * 8)) into bins[0..k),
+ * *mass = their smp_exp(d) summed in 8 lanes by id % 8, each in id order,
+ * the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)). Returns k, or -1 if no
+ * logit is finite. Every SIMD loop gives these bits (tests compare them). */
+int smp_scan(const float *logits, int n, float temp, float *mx, int *idx, uint8_t *bins, double *mass);
 
 /* Uniform double in [0, 1) from (seed, pos). */
 double smp_uniform(uint64_t seed, int64_t pos);

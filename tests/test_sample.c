@@ -34,14 +34,19 @@ static int ref_pick(const smp_params *p, const float *logits, int n, int64_t pos
     int k = 0;
     for (int i = 0; i < n; i++)
         if ((logits[i] - mx) / p->temp > -30.0f) idx[k++] = i;
+    /* the mass without top-k: 8 lanes by id, each in id order (sample.h) */
+    double lane[8] = {0};
+    for (int i = 0; i < k; i++) lane[idx[i] & 7] += (double)smp_exp((logits[idx[i]] - mx) / p->temp);
     ref_logits = logits;
     qsort(idx, (size_t)k, sizeof(int), ref_cmp);
-    if (p->top_k > 0 && p->top_k < k) k = p->top_k;
+    int cut = p->top_k > 0 && p->top_k < k;
+    if (cut) k = p->top_k;
     double sum = 0;
     for (int i = 0; i < k; i++) {
-        prob[i] = expf((logits[idx[i]] - mx) / p->temp);
+        prob[i] = smp_exp((logits[idx[i]] - mx) / p->temp);
         sum += prob[i];
     }
+    if (!cut) sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
         double c = 0;
         for (int i = 0; i < k; i++) {
@@ -369,6 +374,79 @@ static void argmax_input(float *x, int n, int p) {
     }
 }
 
+/* smp_exp against exp in double: within 1 ulp of the float nearest e^d over
+ * a dense sweep of (-30, 0]; exactly 1 at 0 (the best candidate's weight). */
+TEST(exp_accuracy) {
+    int n = 0, bad = 0, exact = 0;
+    double worst = 0;
+    CHECK(smp_exp(0.0f) == 1.0f && smp_exp(-0.0f) == 1.0f, "smp_exp(0) = %a", (double)smp_exp(0.0f));
+    for (int i = 0; i < 2000000 + 150; i++) { /* an even sweep, then tiny values */
+        float d = i < 2000000 ? -(float)(29.99999 * i / 2000000) : -ldexpf(1.0f, 1 - (i - 2000000));
+        double want = exp((double)d);
+        float got = smp_exp(d), near = (float)want;
+        double ulp = nextafterf(near, INFINITY) - near, err = fabs((double)got - want) / ulp;
+        if (err > worst) worst = err;
+        exact += got == near;
+        if (err > 1.0 && bad++ < 5) fprintf(stderr, "  d %a: %a, e^d %a (%.2f ulp)\n", (double)d, (double)got, want, err);
+        n++;
+    }
+    CHECK(bad == 0, "%d of %d values beyond 1 ulp", bad, n);
+    fprintf(stderr, "  %d values: worst %.3f ulp, %.4f%% the float nearest e^d\n", n, worst, 100.0 * exact / n);
+}
+
+/* kind 0: gauss * 3; 1: coarse (ties); 2: flat; 3: NaN, -inf, +-0 mixed in;
+ * 4: a single finite logit among NaNs; 5: spread past the 30 nats */
+static void scan_input(float *l, int n, int kind) {
+    for (int i = 0; i < n; i++) {
+        float g = gauss();
+        l[i] = kind == 1 ? roundf(4 * g) / 2 : kind == 2 ? 0.01f * g : kind == 5 ? 40 * g : 3 * g;
+        if (kind == 3) {
+            double u = rnd();
+            if (u < 0.05) l[i] = NAN;
+            else if (u < 0.1) l[i] = -INFINITY;
+            else if (u < 0.15) l[i] = u < 0.125 ? 0.0f : -0.0f;
+        }
+        if (kind == 4) l[i] = NAN;
+    }
+    if (kind == 4) l[n / 2] = 1.5f;
+}
+
+/* Every SIMD loop's scan equals the scalar loop's: the maximum, the
+ * candidates, their bins and the mass's bits (sizes around the vector
+ * widths and their tails). */
+TEST(scan_every_variant) {
+    static float l[151936];
+    static int idx[151936], idx0[151936];
+    static uint8_t bins[151936], bins0[151936];
+    static const int sizes[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000, 4099, 151936};
+    static const float temps[] = {0.2f, 0.8f, 1.5f};
+    int nvar = 0, checked = 0;
+    for (int kind = 0; kind < 6; kind++)
+        for (int si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
+            for (int t = 0; t < 3; t++) {
+                int n = sizes[si];
+                scan_input(l, n, kind);
+                CHECK(kn_force_variant("generic") == 0, "the generic variant");
+                float mx0, mx;
+                double mass0, mass;
+                int k0 = smp_scan(l, n, temps[t], &mx0, idx0, bins0, &mass0);
+                for (int v = 0; v < kn_variant_count(); v++) {
+                    if (kn_force_variant(kn_variant_name(v)) != 0) continue;
+                    if (kind == 0 && si == 0 && t == 0) nvar++;
+                    int k = smp_scan(l, n, temps[t], &mx, idx, bins, &mass);
+                    checked++;
+                    CHECK(k == k0 && (k < 0 || (mx == mx0 && memcmp(&mass, &mass0, sizeof mass) == 0 &&
+                                                !memcmp(idx, idx0, sizeof(int) * (size_t)k) &&
+                                                !memcmp(bins, bins0, (size_t)k))),
+                          "%s kind %d n %d temp %g: k %d (scalar %d), mass %a (scalar %a)", kn_variant(), kind, n,
+                          temps[t], k, k0, mass, mass0);
+                }
+            }
+    CHECK(nvar >= 1, "no variant ran");
+    fprintf(stderr, "  %d scans of %d variants equal to the scalar loop's\n", checked, nvar);
+    kn_init();
+}
+
 TEST(argmax_every_variant) {
     static float x[151936];
     int sizes[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 4099, 151936};
@@ -392,6 +470,8 @@ TEST(argmax_every_variant) {
 
 int main(void) {
     RUN(argmax_every_variant);
+    RUN(exp_accuracy);
+    RUN(scan_every_variant);
     RUN(matches_full_sort);
     RUN(min_p_matches_full_sort);
     RUN(transforms);
