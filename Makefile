@@ -245,7 +245,7 @@ demo: deps $(BIN)
 
 # GPU tests (tests/cuda/*.c), built against the CUDA library; needs CUDA=1
 CUDA_TEST_BIN := $(patsubst tests/cuda/%.c,$(BUILD)/cuda_%,$(wildcard tests/cuda/test_*.c))
-$(BUILD)/cuda_test_%: tests/cuda/test_%.c tests/check.h $(BUILD)/libdflash.a
+$(BUILD)/cuda_test_%: tests/cuda/test_%.c $(wildcard tests/*.h) $(BUILD)/libdflash.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libdflash.a $(LDLIBS) -o $@
 
 test-cuda: deps $(BIN) $(CUDA_TEST_BIN)

@@ -165,12 +165,17 @@ static void prof_report(void) {
 
 /* ---- backend instance ------------------------------------------------------ */
 
+struct cu_multi_s; /* cu_forward_multi's buffers (below) */
+
 typedef struct {
     int device;
     cudaStream_t stream;
     cudaDeviceProp prop;
     char desc[192];
+    struct cu_multi_s *multi; /* NULL until a forward_multi or predict_multi */
 } cu_be;
+
+static void multi_free(cu_be *be);
 
 static int cu_probe(char *why, size_t n) {
     int count = 0;
@@ -222,6 +227,7 @@ static void cu_close(void *p) {
     cu_be *be = (cu_be *)p;
     if (!be) return;
     prof_report();
+    multi_free(be);
     cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -1645,11 +1651,42 @@ static void attention_tree(cudaStream_t s, const cu_dims *d, const cu_split *sp,
  * A tree batch (tree != NULL, causal; cos_t/sin_t: the tables gathered per
  * row): row t at position *pos + depth, its K/V at cache row *pos + t, its
  * keys the committed rows and its ancestors (cu_tree.cuh). */
-static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, const cu_split *sp, int T,
-                  const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t, const float *sin_t,
-                  int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob,
-                  const cu_tree *tree) {
+/* One sequence's rows in a layer's attention: rows row0..row0+T-1 of the
+ * activations, at the positions from *pos on, over its K/V block of n_ctx
+ * positions (NULL for a linear layer), with its RoPE tables and chunked
+ * attention scratch. A forward of one sequence has one segment of all its
+ * rows; cu_forward_multi one per sequence (everything else in a layer is a
+ * row's own work: the GEMMs, norms and experts run over all rows at once). */
+typedef struct {
+    int row0, T;
+    const int *pos;
+    float *kc, *vc;
+    int n_ctx;
+    const float *cos_t, *sin_t;
+    const cu_split *sp;
+} cu_seg;
+
+/* (C++17 has no designated initializers) */
+static cu_seg seg_of(int row0, int T, const int *pos, float *kc, float *vc, int n_ctx, const float *cos_t,
+                     const float *sin_t, const cu_split *sp) {
+    cu_seg g;
+    g.row0 = row0, g.T = T, g.pos = pos, g.kc = kc, g.vc = vc, g.n_ctx = n_ctx;
+    g.cos_t = cos_t, g.sin_t = sin_t, g.sp = sp;
+    return g;
+}
+
+static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, const cu_seg *seg, int nseg,
+                 int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob,
+                 const cu_tree *tree) {
     int ldq = d->Q + 2 * d->KV;
+    /* one segment's fields, for the paths that take a single sequence (a
+     * linear layer, a tree, the norm + RoPE tail): cu_forward_multi refuses
+     * the first two and passes nseg > 1 only without the third */
+    const cu_split *sp = seg[0].sp;
+    const int *pos = seg[0].pos;
+    float *kc = seg[0].kc, *vc = seg[0].vc;
+    int n_ctx = seg[0].n_ctx;
+    const float *cos_t = seg[0].cos_t, *sin_t = seg[0].sin_t;
     const int fuse = T <= fuse_max_t; /* GEMMs with a tail (cu_tail): one or two column tiles */
     /* the post-attention RMSNorm in the tail of the projection that adds into x */
     cu_tail post = no_tail;
@@ -1688,7 +1725,7 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
             gemm(s, L->wqkv, 2 * d->Q + 2 * d->KV, a->xb, d->Hp, T, a->qg, 2 * d->Q + 2 * d->KV, 0);
             launch(k_split_gate, T, 256, s, (const float *)a->qg, 2 * d->Q + 2 * d->KV, a->qkv, ldq, a->gate, d->nh,
                    d->hd, 2 * d->KV);
-        } else if (!tree && fuse && fuse_rope && !L->bqkv && !d->v_norm && d->hd % 16 == 0) {
+        } else if (!tree && nseg == 1 && fuse && fuse_rope && !L->bqkv && !d->v_norm && d->hd % 16 == 0) {
             /* (a tree batch takes the separate kernel below: its rows' positions are not pos + t) */
             cu_tail tr = no_tail;
             tr.kind = TAIL_NORM_ROPE;
@@ -1715,13 +1752,19 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
             attention_tree(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, pos, tree, T, a->att, L->sinks);
             prof_mark(s, "attention (tree)", 0);
         } else {
-            if (!roped) {
-                norm_rope(s, a->qkv, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh,
-                          d->eps, cos_t, sin_t, pos, causal ? kc : NULL, causal ? vc : NULL, n_ctx, T);
-                prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+            for (int g = 0; g < nseg; g++) { /* each sequence's rows over its own cache */
+                const cu_seg *sg = &seg[g];
+                float *qg = a->qkv + (size_t)sg->row0 * ldq;
+                if (!roped) {
+                    norm_rope(s, qg, ldq, 0, d->nh, L->q_norm, d->Q, d->Q + d->KV, d->nkv, L->k_norm, d->hd, d->rh,
+                              d->eps, sg->cos_t, sg->sin_t, sg->pos, causal ? sg->kc : NULL, causal ? sg->vc : NULL,
+                              sg->n_ctx, sg->T);
+                    prof_mark(s, causal ? "norm_rope" : "draft norm_rope", 0);
+                }
+                attention(s, d, sg->sp, qg, ldq, sg->kc, sg->vc, sg->n_ctx, causal, sg->pos, sg->T,
+                          a->att + (size_t)sg->row0 * d->Qp, L->window, L->sinks);
+                prof_mark(s, causal ? "attention" : "draft attention", 0);
             }
-            attention(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, causal, pos, T, a->att, L->window, L->sinks);
-            prof_mark(s, causal ? "attention" : "draft attention", 0);
         }
         if (d->gated) launch(k_gate_att, T, 256, s, a->att, d->Qp, (const float *)a->gate, d->Q);
         if (L->bo) { /* gpt-oss: x += (Wo att + bo), as the CPU sums it */
@@ -2094,8 +2137,9 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
         cu_dims dl = layer_dims(d, &q->m->cfg, l);
         int full = d->gemma && !q->m->cfg.sliding_layer[l]; /* (a tree is refused on Gemma-4) */
         const float *cs = tr ? q->tcos : full ? q->cos_f : q->cos_t, *sn = tr ? q->tsin : full ? q->sin_f : q->sin_t;
-        normed = layer(s, &dl, &cm->layers[l], &q->a, &q->sp, T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
-                       al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, cs, sn, 1, &q->dn, q->lin_of[l], normed, nn,
+        cu_seg sg = seg_of(0, T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l], al < 0 ? NULL : q->vc + q->kv_off[l],
+                           q->n_ctx, cs, sn, &q->sp);
+        normed = layer(s, &dl, &cm->layers[l], &q->a, T, &sg, 1, 1, &q->dn, q->lin_of[l], normed, nn,
                        last ? q->kept : q->a.xb, tr);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
@@ -2206,6 +2250,253 @@ static int cu_forward(void *p, const be_batch *b) {
     q->last_T = T;
     q->last_taps = b->n_taps;
     if (b->keep_rows) q->n_kept = T;
+    return 0;
+}
+
+/* ---- several sequences in one pass (be_ops.forward_multi, predict_multi) ----
+ * The rows of every sequence of a step are stacked into one activation
+ * buffer of the model (cu_multi: on the backend, sized for the largest step
+ * so far, for one model at a time), the layers run over all of them - each
+ * GEMM reads its weights once for every row - and each sequence's rows take
+ * their own attention (a cu_seg each: its positions, cache, tables, scratch).
+ * A row's result is its own work in the same kernels as cu_forward's (the
+ * GEMMs give a row the same bits for any number of rows, the norms and
+ * experts are per row), so every sequence ends exactly as cu_forward alone
+ * leaves it: its K/V, taps, kept rows, host logits and counters. Refused
+ * (nothing run): a tree batch, recurrent layers (their state is per
+ * sequence: one forward each), more than MULTI_MAX_ROWS rows, different
+ * models, a sequence twice. No CUDA graph yet: the launches are enqueued
+ * each step. */
+enum { MULTI_MAX_ROWS = 1024 };
+
+typedef struct cu_multi_s {
+    const cu_model *cm; /* the model the buffers are sized for */
+    int rows;           /* their capacity */
+    cu_act a;           /* [rows] */
+    int32_t *d_tok;     /* [rows] */
+    bf16 *kept;         /* [rows][Hp] the final norm's rows of the stacked forward */
+    bf16 *gath;         /* [BE_KEEP_ROWS][Hp] predict_multi's gathered kept rows */
+} cu_multi;
+
+static void multi_free(cu_be *be) {
+    cu_multi *M = be->multi;
+    if (!M) return;
+    if (M->rows) act_free(&M->a);
+    cudaFree(M->d_tok);
+    cudaFree(M->kept);
+    cudaFree(M->gath);
+    free(M);
+    be->multi = NULL;
+}
+
+/* be->multi for q's model with room for rows rows (grown in steps of 64). */
+static cu_multi *multi_get(cu_be *be, const cu_seq *q, int rows) {
+    cu_multi *M = be->multi;
+    if (M && M->cm == q->cm && M->rows >= rows) return M;
+    multi_free(be);
+    M = be->multi = (cu_multi *)dfl_calloc(1, sizeof *M);
+    int cap = (rows + 63) / 64 * 64;
+    if (cap < BE_KEEP_ROWS) cap = BE_KEEP_ROWS;
+    if (act_alloc(&M->a, &q->d, cap) != 0 || cu_alloc(&M->d_tok, sizeof(int32_t) * cap) ||
+        cu_alloc(&M->kept, sizeof(bf16) * cap * q->d.Hp) || cu_alloc(&M->gath, sizeof(bf16) * BE_KEEP_ROWS * q->d.Hp)) {
+        if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the buffers of %d stacked rows", cap);
+        M->rows = cap; /* act_free what act_alloc got */
+        multi_free(be);
+        return NULL;
+    }
+    M->cm = q->cm;
+    M->rows = cap;
+    return M;
+}
+
+/* The sequences sts[0..n) distinct, of one model, on one backend; 0 or -1 + error. */
+static int multi_check(void *const *sts, int n, const char *op) {
+    if (n < 1 || n > BE_MAX_SEQS) {
+        dfl_seterr("%s: %d sequences (1..%d)", op, n, BE_MAX_SEQS);
+        return -1;
+    }
+    const cu_seq *q0 = (const cu_seq *)sts[0];
+    for (int i = 0; i < n; i++) {
+        const cu_seq *q = (const cu_seq *)sts[i];
+        if (q->cm != q0->cm || q->be != q0->be) {
+            dfl_seterr("%s: sequence %d is of another model than sequence 0", op, i);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (sts[j] == sts[i]) {
+                dfl_seterr("%s: sequence %d is there twice (as %d)", op, i, j);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+static int cu_forward_multi(void *const *sts, const be_batch *bs, int n) {
+    if (multi_check(sts, n, "forward_multi") != 0) return -1;
+    cu_seq *q0 = (cu_seq *)sts[0];
+    const cfg_model *c = &q0->m->cfg;
+    const cu_dims *d = &q0->d;
+    const cu_model *cm = q0->cm;
+    cudaStream_t s = q0->be->stream;
+    if (d->n_lin) {
+        dfl_seterr("forward_multi: this %s model has recurrent (Gated DeltaNet) layers: one forward per sequence",
+                   c->arch_name);
+        return -1;
+    }
+    int rows = 0, row0[BE_MAX_SEQS], keep = 0;
+    for (int i = 0; i < n; i++) {
+        cu_seq *q = (cu_seq *)sts[i];
+        if (be_check_batch(&bs[i], c, q->len, q->n_ctx) != 0) return -1;
+        if (bs[i].tree_parent) {
+            dfl_seterr("forward_multi: sequence %d is a tree batch (one forward each)", i);
+            return -1;
+        }
+        row0[i] = rows;
+        rows += bs[i].T;
+        keep |= bs[i].keep_rows != 0;
+    }
+    if (rows > MULTI_MAX_ROWS) {
+        dfl_seterr("forward_multi: %d rows in all (at most %d)", rows, (int)MULTI_MAX_ROWS);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) { /* as cu_forward: room for the taps */
+        cu_seq *q = (cu_seq *)sts[i];
+        if (bs[i].n_taps > q->taps_cap) {
+            cudaFree(q->taps);
+            q->taps_cap = 0;
+            if (cu_alloc(&q->taps, sizeof(float) * BE_MAX_ROWS * bs[i].n_taps * d->H) != 0) return -1;
+            q->taps_cap = bs[i].n_taps;
+        }
+    }
+    cu_multi *M = multi_get(q0->be, q0, rows);
+    if (!M) return -1;
+    cu_act *a = &M->a;
+    prof_begin(s, rows);
+    for (int i = 0; i < n; i++) { /* (pageable copies: staged before the calls return) */
+        cu_seq *q = (cu_seq *)sts[i];
+        int pos0 = q->len;
+        CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
+        CUCHK(cudaMemcpyAsync(M->d_tok + row0[i], bs[i].tokens, sizeof(int32_t) * bs[i].T, cudaMemcpyHostToDevice,
+                              s));
+    }
+    /* enqueue_forward's steps over the stacked rows */
+    launch(k_embed, dim3(rows, (d->H + 255) / 256), 256, s, cm->embed, M->d_tok, a->x, d->H);
+    if (d->emb_scale != 0.0f) launch(k_scale, (rows * d->H + 255) / 256, 256, s, a->x, (size_t)rows * d->H, d->emb_scale);
+    if (d->P) {
+        int LP = d->L * d->P;
+        launch(k_to_bf16, dim3(rows, (d->H + 255) / 256), 256, s, (const float *)a->x, d->H, d->H, a->xb, d->Hp);
+        gemm(s, cm->ple_model_proj, LP, a->xb, d->Hp, rows, a->pproj, LP, 0);
+        launch(k_ple_inputs, dim3(rows, d->L), 32, s, (const float *)a->pproj, cm->ple_embed, (const int32_t *)M->d_tok,
+               d->L, d->P, (const float *)cm->ple_proj_norm, d->eps, (float)pow(d->H, -0.5), (float)sqrt((double)d->P),
+               (float)pow(2.0, -0.5), a->ple);
+    }
+    prof_mark(s, "embed", 0);
+    cu_seg seg[BE_MAX_SEQS];
+    int normed = 0;
+    for (int l = 0; l < d->L; l++) {
+        int last = l + 1 == d->L;
+        const float *nn = !last ? cm->layers[l + 1].in_norm : keep ? cm->final_norm : NULL;
+        cu_dims dl = layer_dims(d, c, l);
+        int full = d->gemma && !c->sliding_layer[l];
+        for (int i = 0; i < n; i++) {
+            cu_seq *q = (cu_seq *)sts[i];
+            int al = q->att_of[l];
+            seg[i] = seg_of(row0[i], bs[i].T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
+                            al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, full ? q->cos_f : q->cos_t,
+                            full ? q->sin_f : q->sin_t, &q->sp);
+        }
+        normed = layer(s, &dl, &cm->layers[l], a, rows, seg, n, 1, NULL, -1, normed, nn, last ? M->kept : a->xb, NULL);
+        for (int i = 0; i < n; i++) {
+            cu_seq *q = (cu_seq *)sts[i];
+            for (int t = 0; t < bs[i].n_taps; t++)
+                if (bs[i].tap_layers[t] == l)
+                    cudaMemcpy2DAsync(q->taps + (size_t)t * d->H, sizeof(float) * bs[i].n_taps * d->H,
+                                      a->x + (size_t)row0[i] * d->H, sizeof(float) * d->H, sizeof(float) * d->H,
+                                      bs[i].T, cudaMemcpyDeviceToDevice, s);
+        }
+    }
+    if (keep && !normed) {
+        rmsnorm(s, a->x, d->H, cm->final_norm, d->H, d->eps, rows, M->kept, d->Hp);
+        prof_mark(s, "final norm", 0);
+    }
+    for (int i = 0; i < n; i++) { /* each sequence's kept rows and host logits, as cu_forward leaves them */
+        cu_seq *q = (cu_seq *)sts[i];
+        const be_batch *b = &bs[i];
+        int T = b->T;
+        if (b->keep_rows)
+            CUCHK(cudaMemcpyAsync(q->kept, M->kept + (size_t)row0[i] * d->Hp, sizeof(bf16) * T * d->Hp,
+                                  cudaMemcpyDeviceToDevice, s));
+        for (int r = T - b->n_logits; r < T; r += BE_KEEP_ROWS) {
+            int nr = T - r < BE_KEEP_ROWS ? T - r : BE_KEEP_ROWS;
+            rmsnorm(s, a->x + (size_t)(row0[i] + r) * d->H, d->H, cm->final_norm, d->H, d->eps, nr, a->xb, d->Hp);
+            gemm(s, cm->lm_head, d->V, a->xb, d->Hp, nr, q->lg, d->V, 0);
+            softcap(s, d, q->lg, nr);
+            CUCHK(cudaMemcpyAsync(b->logits + (size_t)(r - (T - b->n_logits)) * d->V, q->lg,
+                                  sizeof(float) * nr * d->V, cudaMemcpyDeviceToHost, s));
+            CUCHK(cudaStreamSynchronize(s)); /* q->lg is the next row block's too */
+        }
+    }
+    prof_end(s);
+    CUCHK(cudaGetLastError());
+    for (int i = 0; i < n; i++) { /* cu_forward's bookkeeping */
+        cu_seq *q = (cu_seq *)sts[i];
+        q->tree = 0;
+        q->fwd_len = q->len;
+        q->fwd_T = bs[i].T;
+        q->dn.snap_len = -1;
+        q->dn.n_keep = 0;
+        q->len += bs[i].T;
+        q->last_T = bs[i].T;
+        q->last_taps = bs[i].n_taps;
+        q->n_kept = bs[i].keep_rows ? bs[i].T : 0;
+    }
+    return 0;
+}
+
+static int check_kept(const cu_seq *q, int row, int n, const char *op);
+
+/* The kept rows of several sequences through the lm_head in passes of up to
+ * BE_KEEP_ROWS rows: gathered (device copies), one GEMM, softcap, argmax -
+ * each row's logits and argmax are what cu_logits / cu_argmax give it. */
+static int cu_predict_multi(void *const *sts, const int *row, const int *cnt, int32_t *const *ids,
+                            float *const *logits, int ns) {
+    if (multi_check(sts, ns, "predict_multi") != 0) return -1;
+    for (int i = 0; i < ns; i++)
+        if (check_kept((const cu_seq *)sts[i], row[i], cnt[i], "predict_multi") != 0) return -1;
+    cu_seq *q0 = (cu_seq *)sts[0];
+    const cu_dims *d = &q0->d;
+    cudaStream_t s = q0->be->stream;
+    cu_multi *M = multi_get(q0->be, q0, BE_KEEP_ROWS);
+    if (!M) return -1;
+    int i = 0, j = 0; /* the next row: sequence i, its row j */
+    while (i < ns) {
+        int m = 0, si[BE_KEEP_ROWS], sj[BE_KEEP_ROWS]; /* this pass's rows */
+        for (; i < ns && m < BE_KEEP_ROWS; j = 0, i++) {
+            const cu_seq *q = (const cu_seq *)sts[i];
+            int take = cnt[i] - j < BE_KEEP_ROWS - m ? cnt[i] - j : BE_KEEP_ROWS - m;
+            CUCHK(cudaMemcpyAsync(M->gath + (size_t)m * d->Hp, q->kept + (size_t)(row[i] + j) * d->Hp,
+                                  sizeof(bf16) * take * d->Hp, cudaMemcpyDeviceToDevice, s));
+            for (int k = 0; k < take; k++) si[m + k] = i, sj[m + k] = j + k;
+            m += take;
+            j += take;
+            if (j < cnt[i]) break; /* the pass is full: sequence i goes on in the next */
+        }
+        prof_begin(s, -1);
+        gemm(s, q0->cm->lm_head, d->V, M->gath, d->Hp, m, q0->lg, d->V, 0);
+        softcap(s, d, q0->lg, m);
+        prof_mark(s, "gemm lm_head", cw_bytes(&q0->cm->lm_head));
+        argmax(s, q0->lg, d->V, d->V, m, q0->amx_v, q0->amx_i, q0->d_ids, NULL);
+        prof_end(s);
+        CUCHK(cudaMemcpyAsync(q0->h_ids, q0->d_ids, sizeof(int32_t) * m, cudaMemcpyDeviceToHost, s));
+        for (int k = 0; k < m; k++)
+            if (logits[si[k]])
+                CUCHK(cudaMemcpyAsync(logits[si[k]] + (size_t)sj[k] * d->V, q0->lg + (size_t)k * d->V,
+                                      sizeof(float) * d->V, cudaMemcpyDeviceToHost, s));
+        CUCHK(cudaStreamSynchronize(s));
+        CUCHK(cudaGetLastError());
+        for (int k = 0; k < m; k++)
+            if (!logits[si[k]]) ids[si[k]][sj[k]] = q0->h_ids[k];
+    }
     return 0;
 }
 
@@ -2572,10 +2863,11 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     prof_mark(s, "draft embed", 0);
     size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
     int normed = 0; /* q->a.xb holds the next layer's input norm (layer()) */
-    for (int l = 0; l < d->L; l++)
-        normed = layer(s, d, &q->dc->layers[l], &q->a, &q->sp, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx,
-                       q->cos_t, q->sin_t, 0, NULL, -1, normed, l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL,
-                       q->a.xb, NULL);
+    for (int l = 0; l < d->L; l++) {
+        cu_seg sg = seg_of(0, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t, &q->sp);
+        normed = layer(s, d, &q->dc->layers[l], &q->a, B, &sg, 1, 0, NULL, -1, normed,
+                       l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL, q->a.xb, NULL);
+    }
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
     prof_mark(s, "draft final norm", 0);
     gemm(s, q->tc->lm_head, nv, q->a.xb, d->Hp, ns, q->lg, nv, 0);
@@ -2632,6 +2924,15 @@ static be_ops make_ops(void) {
     o.taps = cu_taps;
     const char *tree_env = getenv("DFLASH_CUDA_TREE"); /* tree_default's comment */
     if (tree_env ? *tree_env == '1' : tree_default) o.tree_commit = cu_tree_commit;
+    /* forward_multi / predict_multi: not yet run on a GPU (written on a
+     * CPU-only day, tests/cuda/test_multi.c waits for one): offered only
+     * with DFLASH_CUDA_MULTI=1 until make test-cuda has passed them; without
+     * them the engine runs a step's sequences one by one */
+    const char *multi_env = getenv("DFLASH_CUDA_MULTI");
+    if (multi_env && *multi_env == '1') {
+        o.forward_multi = cu_forward_multi;
+        o.predict_multi = cu_predict_multi;
+    }
     o.draft_create = cu_draft_create;
     o.draft_destroy = cu_draft_destroy;
     o.draft_feed = cu_draft_feed;
@@ -2646,3 +2947,10 @@ static be_ops make_ops(void) {
 }
 
 extern "C" const be_ops be_cuda = make_ops();
+
+extern "C" be_ops cu_ops_with_multi(void) {
+    be_ops o = make_ops();
+    o.forward_multi = cu_forward_multi;
+    o.predict_multi = cu_predict_multi;
+    return o;
+}

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "backend.h"
+
 /* k[nkv*hd], v[nkv*hd] = the cached K/V of committed position pos in layer
  * `layer` of a CUDA target sequence (be_cuda.create). */
 int cu_read_kv(void *seq, int layer, int pos, float *k, float *v);
@@ -19,5 +21,10 @@ long cu_tail_launches(void);
  * [ns][K] as draft_block returns them. 0, or -1 + error. */
 int cu_topk(const float *lg, int ns, int nv, const float *xl, int nx, const int32_t *extra, int K, int32_t *top_ids,
             float *top_lp);
+
+/* be_cuda with forward_multi and predict_multi whatever DFLASH_CUDA_MULTI
+ * says (be_cuda offers them only with DFLASH_CUDA_MULTI=1 until they have
+ * passed on a GPU): the tests check them against forward / argmax. */
+be_ops cu_ops_with_multi(void);
 
 #endif

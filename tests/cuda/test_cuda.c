@@ -25,7 +25,12 @@
  *               with rollback bit-identical to decode, DFlash = greedy
  *               (gpt-oss also over 300 positions: windows past chunk edges);
  *   tree_rows, tree_refused, tree_topk, tree_dflash  tree verification (the
- *               tree rule of backend.h): see the section's comment.
+ *               tree rule of backend.h): see the section's comment;
+ *   multi       forward_multi and predict_multi (cu_ops_with_multi: be_cuda
+ *               offers them with DFLASH_CUDA_MULTI=1) against forward,
+ *               logits and argmax, bit for bit, on the demo target and the
+ *               tiny families (tests/multi_rows.h, test_batch's CPU check);
+ *               recurrent layers refused with nothing run.
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +48,8 @@
 #include "sample.h"
 #include "synth.h"
 #include "util.h"
+
+#include "../multi_rows.h"
 
 static char root[1024] = ".";
 static int quick;
@@ -2038,6 +2045,35 @@ TEST(tree_dflash) {
     if (!quick) tree_lossless_case("models/demo/target", "models/demo/draft", 1, 6, 64);
 }
 
+/* ---- several sequences in one pass (forward_multi, predict_multi) ---------- */
+
+TEST(multi) {
+    static const char *const dirs[] = {"models/demo/target",          "tests/models/tiny-qwen3-q4",
+                                       "tests/models/tiny-gptoss",    "tests/models/tiny-gemma4",
+                                       "tests/models/tiny-gemma4-kv", "tests/models/tiny-gemma4-moe",
+                                       "tests/models/tiny-qwen3moe",  "tests/models/tiny-llama3"};
+    be_ops mo = cu_ops_with_multi();
+    size_t nd = quick ? 2 : sizeof dirs / sizeof dirs[0];
+    for (size_t i = 0; i < nd; i++) {
+        loaded L;
+        if (load(&L, &be_cuda, gpu_bi, dirs[i]) != 0) continue;
+        mr_target t = {.be = &mo, .bi = gpu_bi, .tm = &L.m, .V = L.m.cfg.vocab, .fast = quick};
+        multi_rows(&t, dirs[i], i == 0);
+        unload(&L);
+    }
+    loaded L; /* recurrent layers: one forward per sequence */
+    if (load(&L, &be_cuda, gpu_bi, "tests/models/tiny-qwen35") != 0) return;
+    void *sts[2] = {mo.create(gpu_bi, &L.m, 256), mo.create(gpu_bi, &L.m, 256)};
+    int32_t one = 3;
+    be_batch bs[2] = {{.T = 1, .tokens = &one}, {.T = 1, .tokens = &one}};
+    CHECK(sts[0] && sts[1] && mo.forward_multi(sts, bs, 2) != 0 && strstr(dfl_lasterr(), "recurrent") &&
+              mo.length(sts[0]) == 0 && mo.length(sts[1]) == 0,
+          "tiny-qwen35: forward_multi refused with nothing run: %s", dfl_lasterr());
+    for (int k = 0; k < 2; k++)
+        if (sts[k]) mo.destroy(sts[k]);
+    unload(&L);
+}
+
 TEST(errors) {
     be_options o = {.device = 99};
     void *b = be_cuda.open(&o);
@@ -2090,6 +2126,7 @@ int main(void) {
     RUN(tree_refused);
     RUN(tree_topk);
     RUN(tree_dflash);
+    RUN(multi);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf serveload tree cpu
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf serveload multi tree cpu
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -361,6 +361,24 @@ for s in $steps; do
         else
             echo "serveload: no llama-server build or GGUF (ask for the llama step too)"
         fi ;;
+    multi)
+        # issue 24 on the GPU: forward_multi / predict_multi against forward /
+        # argmax (test_cuda's multi test: the demo target and the tiny
+        # families, bit for bit), under compute-sanitizer on the quick set,
+        # then the demo pair served with --parallel 4 and DFLASH_CUDA_MULTI=1:
+        # every reply under load against its solo reply (bench/serve_load.c)
+        log forward_multi on the GPU
+        DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-multi.log" 2>&1
+        echo "test_cuda multi exit $?"
+        grep -E "^ok|^not ok|FAIL|test_cuda:" "$OUT/test-multi.log" | tail -30
+        DFLASH_TEST=multi DFLASH_CUDA_QUICK=1 DFLASH_ROOT=$R timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool memcheck \
+            --error-exitcode 9 build-cuda/cuda_test_cuda > "$OUT/sanitizer-multi.log" 2>&1
+        echo "compute-sanitizer (multi) exit $?"
+        tail -4 "$OUT/sanitizer-multi.log"
+        cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
+            -o build/serve_load || { echo "multi: the load client does not build"; continue; }
+        DFLASH_CUDA_MULTI=1 BACKEND=cuda PARS="1 4" CONCS="1 4 8" TEMPS="0 0.8" REQS=16 MAXTOK=48 \
+            timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh 2>&1 | tee "$OUT/multi-serve.txt" ;;
     tree)
         log tree verification
         export DFLASH_CUDA_TREE=1 # the default since these tests passed on an H100 (cuda_backend.cu: tree_default)
