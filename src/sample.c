@@ -465,13 +465,8 @@ double smp_uniform(uint64_t seed, int64_t pos) {
     return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-size_t smp_work_size(int n) { return (size_t)n * (sizeof(float) + sizeof(int) + 1); }
-
-/* Candidate order: logit descending, ties by id ascending - a strict total
- * order on the (NaN-free) candidates, so a partial selection puts exactly
- * the ids a full sort would put in each place. The logits travel as an
- * argument: no shared state, two models may sample at once. */
-static inline int before(const float *l, int i, int j) { return l[i] > l[j] || (l[i] == l[j] && i < j); }
+/* work: keys [n] (8-byte aligned first), prob [n] floats, idx [n] ints, bins [n] bytes */
+size_t smp_work_size(int n) { return (size_t)n * (sizeof(uint64_t) + sizeof(float) + sizeof(int) + 1); }
 
 static void swap_int(int *a, int *b) {
     int t = *a;
@@ -479,63 +474,91 @@ static void swap_int(int *a, int *b) {
     *b = t;
 }
 
-static void insertion_sort(const float *l, int *v, int n) {
+/* Candidate order: logit descending, ties by id ascending - a strict total
+ * order on the (finite) candidates, so a partial selection puts exactly the
+ * ids a full sort would put in each place. cand_key makes it one unsigned
+ * compare: the logit's bits mapped to an integer in the float order (-0 as
+ * +0, which compare equal), inverted, above the id; the sort and selection
+ * then touch only the keys (no lookups of the logits). */
+static inline uint64_t cand_key(const float *l, int i) {
+    float f = l[i] == 0 ? 0.0f : l[i];
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending as the float */
+    return (uint64_t)~u << 32 | (uint32_t)i;
+}
+
+static inline void swap_key(uint64_t *a, uint64_t *b) {
+    uint64_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void insertion_sort(uint64_t *v, int n) {
     for (int i = 1; i < n; i++) {
-        int x = v[i], j = i;
-        for (; j > 0 && before(l, x, v[j - 1]); j--) v[j] = v[j - 1];
+        uint64_t x = v[i];
+        int j = i;
+        for (; j > 0 && x < v[j - 1]; j--) v[j] = v[j - 1];
         v[j] = x;
     }
 }
 
 /* Median of three as the pivot; moves it to v[hi]. Lomuto partition:
- * returns p with v[lo..p) before v[p] before v[p+1..hi]. */
-static int partition(const float *l, int *v, int lo, int hi) {
+ * returns p with v[lo..p) < v[p] < v[p+1..hi] (keys are distinct). */
+static int partition(uint64_t *v, int lo, int hi) {
     int mid = lo + (hi - lo) / 2;
-    if (before(l, v[mid], v[lo])) swap_int(&v[mid], &v[lo]);
-    if (before(l, v[hi], v[lo])) swap_int(&v[hi], &v[lo]);
-    if (before(l, v[mid], v[hi])) swap_int(&v[mid], &v[hi]);
-    int pv = v[hi], p = lo;
-    for (int i = lo; i < hi; i++)
-        if (before(l, v[i], pv)) swap_int(&v[i], &v[p++]);
-    swap_int(&v[p], &v[hi]);
+    if (v[mid] < v[lo]) swap_key(&v[mid], &v[lo]);
+    if (v[hi] < v[lo]) swap_key(&v[hi], &v[lo]);
+    if (v[mid] < v[hi]) swap_key(&v[mid], &v[hi]);
+    uint64_t pv = v[hi];
+    int p = lo;
+    for (int i = lo; i < hi; i++) { /* branch-free: v[lo..p) < pv <= v[p..i) */
+        uint64_t x = v[i];
+        v[i] = v[p];
+        v[p] = x;
+        p += x < pv;
+    }
+    swap_key(&v[p], &v[hi]);
     return p;
 }
 
-static void sort_ids(const float *l, int *v, int n) {
+static void sort_keys(uint64_t *v, int n) {
     while (n > 16) {
-        int p = partition(l, v, 0, n - 1);
+        int p = partition(v, 0, n - 1);
         if (p < n - 1 - p) { /* recurse into the smaller side */
-            sort_ids(l, v, p);
+            sort_keys(v, p);
             v += p + 1;
             n -= p + 1;
         } else {
-            sort_ids(l, v + p + 1, n - p - 1);
+            sort_keys(v + p + 1, n - p - 1);
             n = p;
         }
     }
-    insertion_sort(l, v, n);
+    insertion_sort(v, n);
 }
 
-/* Rearrange v[0..n) so that v[0..m) are the m first in candidate order (in
- * any order among themselves). */
-static void select_first(const float *l, int *v, int n, int m) {
+/* Rearrange v[0..n) so that v[0..m) are the m smallest (in any order
+ * among themselves). */
+static void select_first(uint64_t *v, int n, int m) {
     int lo = 0, hi = n - 1;
     while (m > lo && m <= hi && hi - lo > 16) {
-        int p = partition(l, v, lo, hi);
+        int p = partition(v, lo, hi);
         if (p < m) lo = p + 1;
         else hi = p - 1;
     }
-    if (m > lo && m <= hi) insertion_sort(l, v + lo, hi - lo + 1);
+    if (m > lo && m <= hi) insertion_sort(v + lo, hi - lo + 1);
 }
 
 /* The sorted prefix idx[0..done) grows to idx[0..want) (want <= k) and
- * prob[] gets the new positions' weights. idx[done..lim) holds every
- * candidate that comes before any of idx[lim..k) (the bins below): a
- * selection that stays inside it looks at those only. */
+ * prob[] gets the new positions' weights. key[done..lim) are the keys of
+ * every candidate that comes before any of idx[lim..k) (the bins below): a
+ * selection that stays inside them looks at those only; past them the rest
+ * get their keys (from idx[lim..k), untouched until then). */
 typedef struct {
     const float *logits;
     int *idx;
     float *prob;
+    uint64_t *key;
     int k, done, lim;
     float mx, temp;
 } order;
@@ -543,10 +566,17 @@ typedef struct {
 static void grow(order *o, int want) {
     if (want > o->k) want = o->k;
     if (want <= o->done) return;
-    if (o->lim > o->k || want > o->lim) o->lim = o->k; /* past the front: select among all the rest */
-    select_first(o->logits, o->idx + o->done, o->lim - o->done, want - o->done);
-    sort_ids(o->logits, o->idx + o->done, want - o->done);
-    for (int i = o->done; i < want; i++) o->prob[i] = smp_exp((o->logits[o->idx[i]] - o->mx) / o->temp);
+    if (o->lim > o->k) o->lim = o->k;
+    if (want > o->lim) { /* past the front: select among all the rest */
+        for (int j = o->lim; j < o->k; j++) o->key[j] = cand_key(o->logits, o->idx[j]);
+        o->lim = o->k;
+    }
+    select_first(o->key + o->done, o->lim - o->done, want - o->done);
+    sort_keys(o->key + o->done, want - o->done);
+    for (int i = o->done; i < want; i++) {
+        o->idx[i] = (int)(uint32_t)o->key[i];
+        o->prob[i] = smp_exp((o->logits[o->idx[i]] - o->mx) / o->temp);
+    }
     o->done = want;
 }
 
@@ -572,7 +602,10 @@ static int next_chunk(const order *o) {
 static void front(order *o, const uint8_t *bins, int B) {
     int m = 0;
     for (int j = 0; j < o->k; j++)
-        if (bins[j] <= B) swap_int(&o->idx[j], &o->idx[m++]);
+        if (bins[j] <= B) {
+            o->key[m] = cand_key(o->logits, o->idx[j]);
+            swap_int(&o->idx[j], &o->idx[m++]);
+        }
     o->lim = m;
 }
 
@@ -603,8 +636,10 @@ static int bin_reaching(const int *count, double w) {
  * (rounding of the last bits of a double), the same on every machine. */
 int smp_pick(const smp_params *p, const float *logits, int n, int64_t pos, void *work) {
     if (!(p->temp > 0.0f)) return smp_argmax(logits, n);
-    /* work: prob[n] floats, idx[n] ints, bins[n] bytes */
-    order o = {logits, (int *)((float *)work + n), work, 0, 0, 0, scan_max(logits, n), p->temp};
+    /* work (smp_work_size): keys, prob, idx, bins */
+    uint64_t *key = work;
+    float *prob = (float *)(key + n);
+    order o = {logits, (int *)(prob + n), prob, key, 0, 0, 0, scan_max(logits, n), p->temp};
     uint8_t *bins = (uint8_t *)(o.idx + n);
     if (!isfinite(o.mx)) {
         dfl_seterr("sampling at position %lld: the logits are %s, not finite numbers (the model's activations "
