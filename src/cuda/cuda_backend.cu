@@ -166,13 +166,14 @@ static void prof_report(void) {
 /* ---- backend instance ------------------------------------------------------ */
 
 struct cu_multi_s; /* cu_forward_multi's buffers (below) */
+enum { MULTI_MODELS = 4 }; /* models with stacked-row buffers at once (a target and its draft, ...) */
 
 typedef struct {
     int device;
     cudaStream_t stream;
     cudaDeviceProp prop;
     char desc[192];
-    struct cu_multi_s *multi; /* NULL until a forward_multi or predict_multi */
+    struct cu_multi_s *multi[MULTI_MODELS]; /* stacked-row buffers per model (NULL: none yet) */
 } cu_be;
 
 static void multi_free(cu_be *be);
@@ -2275,37 +2276,66 @@ typedef struct cu_multi_s {
     cu_act a;           /* [rows] */
     int32_t *d_tok;     /* [rows] */
     bf16 *kept;         /* [rows][Hp] the final norm's rows of the stacked forward */
-    bf16 *gath;         /* [BE_KEEP_ROWS][Hp] predict_multi's gathered kept rows */
+    bf16 *gath;         /* [BE_KEEP_ROWS][Hp] rows gathered for one pass over an lm_head */
+    float *lg;          /* [BE_KEEP_ROWS][V] a pass's logits (draft blocks; predict_multi uses sequence 0's) */
+    float *best;        /* [BE_KEEP_ROWS] */
+    float *amx_v;       /* [BE_KEEP_ROWS][AMX_PARTS] */
+    int *amx_i;         /* [BE_KEEP_ROWS][AMX_PARTS] */
+    int32_t *d_ids;     /* [BE_KEEP_ROWS] */
+    int32_t *h_ids;     /* pinned [BE_KEEP_ROWS] */
 } cu_multi;
 
-static void multi_free(cu_be *be) {
-    cu_multi *M = be->multi;
+static void multi_drop(cu_multi *M) {
     if (!M) return;
     if (M->rows) act_free(&M->a);
     cudaFree(M->d_tok);
     cudaFree(M->kept);
     cudaFree(M->gath);
+    cudaFree(M->lg);
+    cudaFree(M->best);
+    cudaFree(M->amx_v);
+    cudaFree(M->amx_i);
+    cudaFree(M->d_ids);
+    if (M->h_ids) cudaFreeHost(M->h_ids);
     free(M);
-    be->multi = NULL;
 }
 
-/* be->multi for q's model with room for rows rows (grown in steps of 64). */
-static cu_multi *multi_get(cu_be *be, const cu_seq *q, int rows) {
-    cu_multi *M = be->multi;
-    if (M && M->cm == q->cm && M->rows >= rows) return M;
-    multi_free(be);
-    M = be->multi = (cu_multi *)dfl_calloc(1, sizeof *M);
+static void multi_free(cu_be *be) {
+    for (int i = 0; i < MULTI_MODELS; i++) {
+        multi_drop(be->multi[i]);
+        be->multi[i] = NULL;
+    }
+}
+
+/* The stacked-row buffers of model cm (dims d) with room for rows rows
+ * (grown in steps of 64): its entry, else a free one, else the first
+ * (dropped; another model's buffers are remade when it comes back). */
+static cu_multi *multi_get(cu_be *be, const cu_model *cm, const cu_dims *d, int rows) {
+    int e = -1;
+    for (int i = 0; i < MULTI_MODELS && e < 0; i++)
+        if (be->multi[i] && be->multi[i]->cm == cm) e = i;
+    for (int i = 0; i < MULTI_MODELS && e < 0; i++)
+        if (!be->multi[i]) e = i;
+    if (e < 0) e = 0;
+    cu_multi *M = be->multi[e];
+    if (M && M->cm == cm && M->rows >= rows) return M;
+    multi_drop(M);
+    M = be->multi[e] = (cu_multi *)dfl_calloc(1, sizeof *M);
     int cap = (rows + 63) / 64 * 64;
     if (cap < BE_KEEP_ROWS) cap = BE_KEEP_ROWS;
-    if (act_alloc(&M->a, &q->d, cap) != 0 || cu_alloc(&M->d_tok, sizeof(int32_t) * cap) ||
-        cu_alloc(&M->kept, sizeof(bf16) * cap * q->d.Hp) || cu_alloc(&M->gath, sizeof(bf16) * BE_KEEP_ROWS * q->d.Hp)) {
+    M->rows = cap; /* (multi_drop frees what act_alloc got) */
+    if (act_alloc(&M->a, d, cap) != 0 || cu_alloc(&M->d_tok, sizeof(int32_t) * cap) ||
+        cu_alloc(&M->kept, sizeof(bf16) * cap * d->Hp) || cu_alloc(&M->gath, sizeof(bf16) * BE_KEEP_ROWS * d->Hp) ||
+        cu_alloc(&M->lg, sizeof(float) * BE_KEEP_ROWS * (size_t)d->V) || cu_alloc(&M->best, sizeof(float) * BE_KEEP_ROWS) ||
+        cu_alloc(&M->amx_v, sizeof(float) * BE_KEEP_ROWS * AMX_PARTS) ||
+        cu_alloc(&M->amx_i, sizeof(int) * BE_KEEP_ROWS * AMX_PARTS) || cu_alloc(&M->d_ids, sizeof(int32_t) * BE_KEEP_ROWS) ||
+        cudaMallocHost(&M->h_ids, sizeof(int32_t) * BE_KEEP_ROWS) != cudaSuccess) {
         if (!*dfl_lasterr()) dfl_seterr("cuda: cannot allocate the buffers of %d stacked rows", cap);
-        M->rows = cap; /* act_free what act_alloc got */
-        multi_free(be);
+        multi_drop(M);
+        be->multi[e] = NULL;
         return NULL;
     }
-    M->cm = q->cm;
-    M->rows = cap;
+    M->cm = cm;
     return M;
 }
 
@@ -2368,7 +2398,7 @@ static int cu_forward_multi(void *const *sts, const be_batch *bs, int n) {
             q->taps_cap = bs[i].n_taps;
         }
     }
-    cu_multi *M = multi_get(q0->be, q0, rows);
+    cu_multi *M = multi_get(q0->be, q0->cm, &q0->d, rows);
     if (!M) return -1;
     cu_act *a = &M->a;
     prof_begin(s, rows);
@@ -2466,7 +2496,7 @@ static int cu_predict_multi(void *const *sts, const int *row, const int *cnt, in
     cu_seq *q0 = (cu_seq *)sts[0];
     const cu_dims *d = &q0->d;
     cudaStream_t s = q0->be->stream;
-    cu_multi *M = multi_get(q0->be, q0, BE_KEEP_ROWS);
+    cu_multi *M = multi_get(q0->be, q0->cm, &q0->d, BE_KEEP_ROWS);
     if (!M) return -1;
     int i = 0, j = 0; /* the next row: sequence i, its row j */
     while (i < ns) {
@@ -2820,10 +2850,10 @@ static void cu_draft_ctx_truncate(void *p, int len) {
     }
 }
 
-static int cu_draft_block(void *p, const be_draft_block *b) {
-    cu_draft *q = (cu_draft *)p;
+/* The checks of a draft block on state q (draft_block's refusals); *ns_out,
+ * *nv_out: its slots and scored ids. 0, or -1 + error. */
+static int draft_check(const cu_draft *q, const be_draft_block *b, int *ns_out, int *nv_out) {
     const cu_dims *d = &q->d;
-    cudaStream_t s = q->be->stream;
     int B = b->B;
     if (B < 2 || B > q->max_B) {
         dfl_seterr("draft block length %d out of range 2..%d", B, q->max_B);
@@ -2837,8 +2867,8 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         dfl_seterr("draft block: the cuda backend scores ids by number only (no gathered head)");
         return -1;
     }
-    int ns = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
-    int nv = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
+    *ns_out = b->n_slots > 0 && b->n_slots < B - 1 ? b->n_slots : B - 1;
+    int nv = *nv_out = b->n_vocab > 0 && b->n_vocab < d->V ? b->n_vocab : d->V;
     if (b->top_k > 0 && (b->top_k > BE_DRAFT_TOPK || b->top_k > TOPK_MAX || b->top_k > nv + b->n_extra ||
                          !b->top_ids || !b->top_logp)) {
         dfl_seterr("draft block: top_k %d (at most %d and the %d scored ids, with both output buffers)", b->top_k,
@@ -2850,6 +2880,15 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
         dfl_seterr("draft block at position %d past the context", q->len + q->n_pend);
         return -1;
     }
+    return 0;
+}
+
+static int cu_draft_block(void *p, const be_draft_block *b) {
+    cu_draft *q = (cu_draft *)p;
+    const cu_dims *d = &q->d;
+    cudaStream_t s = q->be->stream;
+    int B = b->B, ns, nv;
+    if (draft_check(q, b, &ns, &nv) != 0) return -1;
     if (flush(q) != 0) return -1;
     int pos0 = q->len;
     CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
@@ -2900,6 +2939,133 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     return 0;
 }
 
+/* Several draft blocks in one pass (be_ops.draft_block_multi): each state's
+ * pending context projected (flush, one at a time), the blocks' rows stacked
+ * (cu_multi of the draft model) through the layers with one cu_seg each
+ * (its context cache, positions, tables, scratch; non-causal, block K/V not
+ * stored), then the slots of whole blocks packed into passes of up to
+ * BE_KEEP_ROWS rows over the target's lm_head: one GEMM and argmax a pass,
+ * each block's extra ids and top-k over its own rows. Every row is computed
+ * by the kernels cu_draft_block uses for it, so each block's out, logits
+ * and top candidates are what it gives alone. The blocks must score the same
+ * ids (n_vocab): else refused, and the engine runs them one by one. */
+static int cu_draft_block_multi(void *const *sts, const be_draft_block *bs, int n) {
+    if (n < 1 || n > BE_MAX_SEQS) {
+        dfl_seterr("draft_block_multi: %d blocks (1..%d)", n, BE_MAX_SEQS);
+        return -1;
+    }
+    cu_draft *q0 = (cu_draft *)sts[0];
+    const cu_dims *d = &q0->d;
+    cudaStream_t s = q0->be->stream;
+    int ns[BE_MAX_SEQS], row0[BE_MAX_SEQS], rows = 0, nv = 0;
+    for (int i = 0; i < n; i++) {
+        cu_draft *q = (cu_draft *)sts[i];
+        if (q->dc != q0->dc || q->tc != q0->tc || q->be != q0->be) {
+            dfl_seterr("draft_block_multi: block %d is of another draft or target than block 0", i);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (sts[j] == sts[i]) {
+                dfl_seterr("draft_block_multi: state %d is there twice (as %d)", i, j);
+                return -1;
+            }
+        int v;
+        if (draft_check(q, &bs[i], &ns[i], &v) != 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", dfl_lasterr());
+            dfl_seterr("draft_block_multi: block %d: %s", i, why);
+            return -1;
+        }
+        if (i > 0 && v != nv) {
+            dfl_seterr("draft_block_multi: block %d scores %d ids, block 0 %d", i, v, nv);
+            return -1;
+        }
+        nv = v;
+        row0[i] = rows;
+        rows += bs[i].B;
+    }
+    if (rows > MULTI_MAX_ROWS) {
+        dfl_seterr("draft_block_multi: %d rows in all (at most %d)", rows, (int)MULTI_MAX_ROWS);
+        return -1;
+    }
+    cu_multi *M = multi_get(q0->be, q0->dc, d, rows);
+    if (!M) return -1;
+    cu_act *a = &M->a;
+    for (int i = 0; i < n; i++) {
+        cu_draft *q = (cu_draft *)sts[i];
+        if (flush(q) != 0) return -1;
+        int pos0 = q->len;
+        CUCHK(cudaMemcpyAsync(q->d_pos, &pos0, sizeof(int), cudaMemcpyHostToDevice, s));
+        CUCHK(cudaMemcpyAsync(M->d_tok + row0[i], bs[i].tokens, sizeof(int32_t) * bs[i].B, cudaMemcpyHostToDevice, s));
+        if (bs[i].n_extra)
+            CUCHK(cudaMemcpyAsync(q->d_extra, bs[i].extra, sizeof(int32_t) * bs[i].n_extra, cudaMemcpyHostToDevice, s));
+    }
+    prof_begin(s, -1);
+    launch(k_embed, dim3(rows, (d->H + 255) / 256), 256, s, q0->tc->embed, M->d_tok, a->x, d->H);
+    if (q0->tm->cfg.arch == CFG_GEMMA4)
+        launch(k_scale, (rows * d->H + 255) / 256, 256, s, a->x, (size_t)rows * d->H, (float)sqrt((double)d->H));
+    prof_mark(s, "draft embed", 0);
+    cu_seg seg[BE_MAX_SEQS];
+    int normed = 0;
+    for (int l = 0; l < d->L; l++) {
+        for (int i = 0; i < n; i++) {
+            cu_draft *q = (cu_draft *)sts[i];
+            size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
+            seg[i] = seg_of(row0[i], bs[i].B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t,
+                            &q->sp);
+        }
+        normed = layer(s, d, &q0->dc->layers[l], a, rows, seg, n, 0, NULL, -1, normed,
+                       l + 1 < d->L ? q0->dc->layers[l + 1].in_norm : NULL, a->xb, NULL);
+    }
+    /* passes of whole blocks' slots (a block has at most max_B - 1 <= BE_KEEP_ROWS slots) */
+    for (int i0 = 0; i0 < n;) {
+        int i1 = i0, m = 0, off[BE_MAX_SEQS];
+        for (; i1 < n && m + ns[i1] <= BE_KEEP_ROWS; i1++) {
+            off[i1] = m;
+            rmsnorm(s, a->x + (size_t)(row0[i1] + 1) * d->H, d->H, q0->dc->final_norm, d->H, d->eps, ns[i1],
+                    M->gath + (size_t)m * d->Hp, d->Hp);
+            m += ns[i1];
+        }
+        gemm(s, q0->tc->lm_head, nv, M->gath, d->Hp, m, M->lg, nv, 0);
+        prof_mark(s, "draft lm_head", (double)nv * q0->tc->lm_head.row_bytes);
+        argmax(s, M->lg, nv, nv, m, M->amx_v, M->amx_i, M->d_ids, M->best);
+        for (int i = i0; i < i1; i++) {
+            cu_draft *q = (cu_draft *)sts[i];
+            const be_draft_block *b = &bs[i];
+            int o = off[i];
+            if (b->n_extra) {
+                launch(k_extra_logits, dim3(ns[i], b->n_extra), 32, s, q0->tc->lm_head, q->d_extra, b->n_extra,
+                       M->gath + (size_t)o * d->Hp, d->Hp, d->H, q->xl);
+                launch(k_pick_extra, 1, 64, s, M->d_ids + o, M->best + o, q->xl, q->d_extra, b->n_extra, ns[i]);
+            }
+            if (b->top_k > 0)
+                launch(k_draft_topk, ns[i], TOPK_THREADS, s, (const float *)(M->lg + (size_t)o * nv), nv,
+                       (const float *)q->xl, b->n_extra, (const int32_t *)q->d_extra, b->top_k, q->d_top_ids,
+                       q->d_top_lp);
+            if (b->logits)
+                CUCHK(cudaMemcpyAsync(b->logits, M->lg + (size_t)o * nv, sizeof(float) * ns[i] * nv,
+                                      cudaMemcpyDeviceToHost, s));
+            if (b->extra_logits && b->n_extra)
+                CUCHK(cudaMemcpyAsync(b->extra_logits, q->xl, sizeof(float) * ns[i] * b->n_extra,
+                                      cudaMemcpyDeviceToHost, s));
+            if (b->top_k > 0) {
+                CUCHK(cudaMemcpyAsync(b->top_ids, q->d_top_ids, sizeof(int32_t) * ns[i] * b->top_k,
+                                      cudaMemcpyDeviceToHost, s));
+                CUCHK(cudaMemcpyAsync(b->top_logp, q->d_top_lp, sizeof(float) * ns[i] * b->top_k,
+                                      cudaMemcpyDeviceToHost, s));
+            }
+        }
+        CUCHK(cudaMemcpyAsync(M->h_ids, M->d_ids, sizeof(int32_t) * m, cudaMemcpyDeviceToHost, s));
+        CUCHK(cudaStreamSynchronize(s));
+        CUCHK(cudaGetLastError());
+        for (int i = i0; i < i1; i++)
+            if (bs[i].out) memcpy(bs[i].out, M->h_ids + off[i], sizeof(int32_t) * ns[i]);
+        i0 = i1;
+    }
+    prof_end(s);
+    return 0;
+}
+
 static be_ops make_ops(void) {
     be_ops o;
     memset(&o, 0, sizeof o);
@@ -2924,7 +3090,7 @@ static be_ops make_ops(void) {
     o.taps = cu_taps;
     const char *tree_env = getenv("DFLASH_CUDA_TREE"); /* tree_default's comment */
     if (tree_env ? *tree_env == '1' : tree_default) o.tree_commit = cu_tree_commit;
-    /* forward_multi / predict_multi: not yet run on a GPU (written on a
+    /* forward_multi / predict_multi / draft_block_multi: not yet run on a GPU (written on a
      * CPU-only day, tests/cuda/test_multi.c waits for one): offered only
      * with DFLASH_CUDA_MULTI=1 until make test-cuda has passed them; without
      * them the engine runs a step's sequences one by one */
@@ -2932,6 +3098,7 @@ static be_ops make_ops(void) {
     if (multi_env && *multi_env == '1') {
         o.forward_multi = cu_forward_multi;
         o.predict_multi = cu_predict_multi;
+        o.draft_block_multi = cu_draft_block_multi;
     }
     o.draft_create = cu_draft_create;
     o.draft_destroy = cu_draft_destroy;
@@ -2952,5 +3119,6 @@ extern "C" be_ops cu_ops_with_multi(void) {
     be_ops o = make_ops();
     o.forward_multi = cu_forward_multi;
     o.predict_multi = cu_predict_multi;
+    o.draft_block_multi = cu_draft_block_multi;
     return o;
 }

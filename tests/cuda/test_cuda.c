@@ -30,7 +30,10 @@
  *               offers them with DFLASH_CUDA_MULTI=1) against forward,
  *               logits and argmax, bit for bit, on the demo target and the
  *               tiny families (tests/multi_rows.h, test_batch's CPU check);
- *               recurrent layers refused with nothing run.
+ *               recurrent layers refused with nothing run;
+ *   draft_multi draft_block_multi against draft_block (blocks of 8 and 16
+ *               rows, slots, extra ids, top-k, contexts of different
+ *               lengths with pending rows), bit for bit; refusals.
  * DFLASH_CUDA_QUICK=1 runs the tiny models only (for compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
@@ -2074,6 +2077,107 @@ TEST(multi) {
     unload(&L);
 }
 
+/* draft_block_multi (cu_ops_with_multi) against draft_block on the tiny
+ * pair and the demo pair: NB states with contexts of different lengths
+ * (appended rows, then fed taps left pending), blocks of 8 and 16 rows,
+ * some slots or all, extra ids or none, top-k or none, one scored
+ * vocabulary: every out, logits, extra logits and top candidate bit for bit,
+ * two rounds; blocks scoring different vocabularies and a state given twice
+ * are refused with nothing proposed. */
+static void draft_multi_case(const be_ops *mo, const char *trel, const char *drel) {
+    enum { NB = 9, B = 16, K = 8 };
+    loaded t, d;
+    if (load(&t, &be_cuda, gpu_bi, trel) != 0) return;
+    if (load(&d, &be_cuda, gpu_bi, drel) != 0) {
+        unload(&t);
+        return;
+    }
+    int V = t.m.cfg.vocab, H = t.m.cfg.hidden, nt = d.m.cfg.n_taps, nv = V > 32768 ? 32768 : V;
+    int32_t tok[8] = {9, 11, 17, 3, 26, 12, 13, 5}, extra[2] = {V - 1, V - 2};
+    void *st = be_cuda.create(gpu_bi, &t.m, 256);
+    be_batch tb = {.T = 8, .tokens = tok, .n_taps = nt, .tap_layers = d.m.cfg.tap_layers};
+    CHECK(st && be_cuda.forward(st, &tb) == 0, "target forward: %s", dfl_lasterr());
+    float *feats = malloc(sizeof(float) * 64 * nt * H);
+    for (size_t i = 0; i < (size_t)64 * nt * H; i++) feats[i] = (float)((int)((i * 2654435761u) >> 20 & 1023) - 512) / 256.0f;
+    void *da[NB], *dm[NB];
+    for (int k = 0; k < NB; k++) {
+        da[k] = mo->draft_create(gpu_bi, &d.m, &t.m, 256);
+        dm[k] = mo->draft_create(gpu_bi, &d.m, &t.m, 256);
+        int n = 6 + (k * 17) % 50, fed = k % 4 ? 1 + k % 7 : 0;
+        for (int a = 0; a < 2; a++) {
+            void *ds = a ? dm[k] : da[k];
+            CHECK(ds && mo->draft_ctx_append(ds, feats + (size_t)k * H, n - fed) == 0 &&
+                      (!fed || mo->draft_feed(ds, st, 0, fed) == 0),
+                  "%s: context of draft %d: %s", drel, k, dfl_lasterr());
+        }
+    }
+    static int32_t blk[NB][B], oa[NB][B], om[NB][B], ta[NB][B * K], tm[NB][B * K];
+    static float xa[NB][B * 2], xm[NB][B * 2], pa[NB][B * K], pm[NB][B * K];
+    float *la[NB], *lm[NB];
+    for (int k = 0; k < NB; k++) {
+        la[k] = malloc(sizeof(float) * B * (size_t)nv);
+        lm[k] = malloc(sizeof(float) * B * (size_t)nv);
+    }
+    for (int r = 0; r < 2; r++) {
+        be_draft_block qa[NB], qm[NB];
+        for (int k = 0; k < NB; k++) {
+            int bl = k == 3 ? 8 : B, ns = k % 3 == 1 ? bl / 2 : 0, ex = k % 2;
+            blk[k][0] = (int32_t)((31u * (unsigned)(k + 1) + 977u * (unsigned)r) % (unsigned)V);
+            for (int i = 1; i < bl; i++) blk[k][i] = d.m.cfg.mask_token_id;
+            memset(oa[k], 0xff, sizeof oa[k]);
+            memset(om[k], 0xff, sizeof om[k]);
+            qa[k] = (be_draft_block){.B = bl, .tokens = blk[k], .n_slots = ns, .n_vocab = nv,
+                                     .extra = ex ? extra : NULL, .n_extra = ex ? 2 : 0, .out = oa[k], .logits = la[k],
+                                     .extra_logits = xa[k], .top_k = k % 3 == 2 ? K : 0, .top_ids = ta[k],
+                                     .top_logp = pa[k]};
+            qm[k] = qa[k];
+            qm[k].out = om[k], qm[k].logits = lm[k], qm[k].extra_logits = xm[k], qm[k].top_ids = tm[k];
+            qm[k].top_logp = pm[k];
+            CHECK(mo->draft_block(da[k], &qa[k]) == 0, "%s round %d block %d alone: %s", drel, r, k, dfl_lasterr());
+        }
+        CHECK(mo->draft_block_multi(dm, qm, NB) == 0, "%s round %d draft_block_multi: %s", drel, r, dfl_lasterr());
+        int bad = 0;
+        for (int k = 0; k < NB; k++) {
+            size_t ns = (size_t)(qa[k].n_slots ? qa[k].n_slots : qa[k].B - 1), kk = (size_t)qa[k].top_k;
+            int same = !memcmp(oa[k], om[k], sizeof oa[k]) && !memcmp(la[k], lm[k], sizeof(float) * ns * nv) &&
+                       !memcmp(xa[k], xm[k], sizeof(float) * ns * qa[k].n_extra) &&
+                       !memcmp(ta[k], tm[k], sizeof(int32_t) * ns * kk) && !memcmp(pa[k], pm[k], sizeof(float) * ns * kk);
+            if (!same) fprintf(stderr, "  %s round %d block %d: batched differs from alone\n", drel, r, k);
+            bad += !same;
+        }
+        CHECK(bad == 0, "%s round %d: %d of %d draft blocks differ from the same block alone", drel, r, bad, (int)NB);
+        for (int k = 0; k < NB; k += 3) /* the next round: one more fed row on some */
+            for (int a = 0; a < 2; a++) mo->draft_feed(a ? dm[k] : da[k], st, 0, 1);
+    }
+    be_draft_block q[2];
+    for (int k = 0; k < 2; k++)
+        q[k] = (be_draft_block){.B = B, .tokens = blk[k], .n_vocab = k ? nv / 2 : nv, .out = om[k]};
+    memset(om[0], 0xff, sizeof om[0]);
+    CHECK(mo->draft_block_multi(dm, q, 2) != 0 && strstr(dfl_lasterr(), "block 1"), "%s: two vocabularies: %s", drel,
+          dfl_lasterr());
+    q[1].n_vocab = nv;
+    void *twice[2] = {dm[0], dm[0]};
+    CHECK(mo->draft_block_multi(twice, q, 2) != 0 && strstr(dfl_lasterr(), "twice"), "%s: a state twice: %s", drel,
+          dfl_lasterr());
+    CHECK(om[0][0] == -1, "%s: a refused draft_block_multi proposed %d", drel, om[0][0]);
+    for (int k = 0; k < NB; k++) {
+        mo->draft_destroy(da[k]);
+        mo->draft_destroy(dm[k]);
+        free(la[k]);
+        free(lm[k]);
+    }
+    free(feats);
+    be_cuda.destroy(st);
+    unload(&d);
+    unload(&t);
+}
+
+TEST(draft_multi) {
+    be_ops mo = cu_ops_with_multi();
+    draft_multi_case(&mo, "tests/models/tiny-qwen3", "tests/models/tiny-draft");
+    if (!quick) draft_multi_case(&mo, "models/demo/target", "models/demo/draft");
+}
+
 TEST(errors) {
     be_options o = {.device = 99};
     void *b = be_cuda.open(&o);
@@ -2127,6 +2231,7 @@ int main(void) {
     RUN(tree_topk);
     RUN(tree_dflash);
     RUN(multi);
+    RUN(draft_multi);
     RUN(errors);
     be_cuda.close(gpu_bi);
     be_cpu.close(cpu_bi);

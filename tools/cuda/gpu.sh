@@ -368,7 +368,7 @@ for s in $steps; do
         # then the demo pair served with --parallel 4 and DFLASH_CUDA_MULTI=1:
         # every reply under load against its solo reply (bench/serve_load.c)
         log forward_multi on the GPU
-        DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-multi.log" 2>&1
+        DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-multi.log" 2>&1 # multi and draft_multi
         echo "test_cuda multi exit $?"
         grep -E "^ok|^not ok|FAIL|test_cuda:" "$OUT/test-multi.log" | tail -30
         DFLASH_TEST=multi DFLASH_CUDA_QUICK=1 DFLASH_ROOT=$R timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool memcheck \
