@@ -655,9 +655,12 @@ static size_t cu_expert_bytes(void *p, const mdl_model *m, int l) {
     return b;
 }
 
+static void multi_forget(cu_be *be, const cu_model *cm);
+
 static void cu_release(void *p, mdl_model *m) {
     cu_model *cm = (cu_model *)m->be_data;
     if (!cm) return;
+    multi_forget((cu_be *)p, cm); /* its stacked-row buffers: a later model may get this address */
     for (int l = 0; l < cm->n_layers; l++) {
         cu_layer *L = &cm->layers[l];
         cw_free(&L->wqkv);
@@ -2305,6 +2308,15 @@ static void multi_free(cu_be *be) {
         multi_drop(be->multi[i]);
         be->multi[i] = NULL;
     }
+}
+
+/* Drop model cm's stacked-row buffers (cu_release). */
+static void multi_forget(cu_be *be, const cu_model *cm) {
+    for (int i = 0; i < MULTI_MODELS; i++)
+        if (be->multi[i] && be->multi[i]->cm == cm) {
+            multi_drop(be->multi[i]);
+            be->multi[i] = NULL;
+        }
 }
 
 /* The stacked-row buffers of model cm (dims d) with room for rows rows
