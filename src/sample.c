@@ -124,29 +124,15 @@ static int argmax_neon(const float *x, int n) {
 #define EXP_INV_LN2 0x1.71547652b82fep0
 #define EXP_LN2_HI 0x1.62e42fefa3800p-1
 #define EXP_LN2_LO 0x1.ef35793c76730p-45
-#define EXP_C10 (1.0 / 3628800)
-#define EXP_C9 (1.0 / 362880)
-#define EXP_C8 (1.0 / 40320)
-#define EXP_C7 (1.0 / 5040)
-#define EXP_C6 (1.0 / 720)
-#define EXP_C5 (1.0 / 120)
-#define EXP_C4 (1.0 / 24)
-#define EXP_C3 (1.0 / 6)
-#define EXP_C2 0.5
+/* e^r's Taylor coefficients for Horner's rule, highest first: 1/10!, ..., 1/2!, 1, 1 */
+static const double exp_horner[11] = {1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120,
+                                      1.0 / 24,      1.0 / 6,      0.5,          1.0,        1.0};
 
 float smp_exp(float d) {
     double x = d, z = x * EXP_INV_LN2, t = z + EXP_SHIFT, kd = t - EXP_SHIFT;
     double r = (x - kd * EXP_LN2_HI) - kd * EXP_LN2_LO;
-    double q = EXP_C10 * r + EXP_C9;
-    q = q * r + EXP_C8;
-    q = q * r + EXP_C7;
-    q = q * r + EXP_C6;
-    q = q * r + EXP_C5;
-    q = q * r + EXP_C4;
-    q = q * r + EXP_C3;
-    q = q * r + EXP_C2;
-    q = q * r + 1.0;
-    q = q * r + 1.0;
+    double q = exp_horner[0];
+    for (int j = 1; j < 11; j++) q = q * r + exp_horner[j];
     uint64_t tb, sb;
     memcpy(&tb, &t, sizeof tb);
     sb = (tb - EXP_SHIFT_BITS + 1023) << 52; /* 2^k */
@@ -211,9 +197,8 @@ static inline __m512d exp8_avx512(__m512d x) {
     __m512d kd = _mm512_sub_pd(t, _mm512_set1_pd(EXP_SHIFT));
     __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_HI))),
                               _mm512_mul_pd(kd, _mm512_set1_pd(EXP_LN2_LO)));
-    __m512d q = _mm512_add_pd(_mm512_mul_pd(_mm512_set1_pd(EXP_C10), r), _mm512_set1_pd(EXP_C9));
-    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
-    for (int j = 0; j < 9; j++) q = _mm512_add_pd(_mm512_mul_pd(q, r), _mm512_set1_pd(c[j]));
+    __m512d q = _mm512_set1_pd(exp_horner[0]);
+    for (int j = 1; j < 11; j++) q = _mm512_add_pd(_mm512_mul_pd(q, r), _mm512_set1_pd(exp_horner[j]));
     __m512i sb = _mm512_slli_epi64(
         _mm512_add_epi64(_mm512_sub_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64((long long)EXP_SHIFT_BITS)),
                          _mm512_set1_epi64(1023)),
@@ -275,9 +260,8 @@ static inline __m256d exp4_avx2(__m256d x) {
     __m256d kd = _mm256_sub_pd(t, _mm256_set1_pd(EXP_SHIFT));
     __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_HI))),
                               _mm256_mul_pd(kd, _mm256_set1_pd(EXP_LN2_LO)));
-    __m256d q = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(EXP_C10), r), _mm256_set1_pd(EXP_C9));
-    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
-    for (int j = 0; j < 9; j++) q = _mm256_add_pd(_mm256_mul_pd(q, r), _mm256_set1_pd(c[j]));
+    __m256d q = _mm256_set1_pd(exp_horner[0]);
+    for (int j = 1; j < 11; j++) q = _mm256_add_pd(_mm256_mul_pd(q, r), _mm256_set1_pd(exp_horner[j]));
     __m256i sb = _mm256_slli_epi64(
         _mm256_add_epi64(_mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x((long long)EXP_SHIFT_BITS)),
                          _mm256_set1_epi64x(1023)),
@@ -339,9 +323,8 @@ static inline float64x2_t exp2_neon(float64x2_t x) {
     float64x2_t kd = vsubq_f64(t, vdupq_n_f64(EXP_SHIFT));
     float64x2_t r = vsubq_f64(vsubq_f64(x, vmulq_f64(kd, vdupq_n_f64(EXP_LN2_HI))),
                               vmulq_f64(kd, vdupq_n_f64(EXP_LN2_LO)));
-    float64x2_t q = vaddq_f64(vmulq_f64(vdupq_n_f64(EXP_C10), r), vdupq_n_f64(EXP_C9));
-    static const double c[] = {EXP_C8, EXP_C7, EXP_C6, EXP_C5, EXP_C4, EXP_C3, EXP_C2, 1.0, 1.0};
-    for (int j = 0; j < 9; j++) q = vaddq_f64(vmulq_f64(q, r), vdupq_n_f64(c[j]));
+    float64x2_t q = vdupq_n_f64(exp_horner[0]);
+    for (int j = 1; j < 11; j++) q = vaddq_f64(vmulq_f64(q, r), vdupq_n_f64(exp_horner[j]));
     int64x2_t sb = vshlq_n_s64(vaddq_s64(vsubq_s64(vreinterpretq_s64_f64(t), vdupq_n_s64((int64_t)EXP_SHIFT_BITS)),
                                          vdupq_n_s64(1023)),
                                52);

@@ -2351,24 +2351,31 @@ static cu_multi *multi_get(cu_be *be, const cu_model *cm, const cu_dims *d, int 
     return M;
 }
 
-/* The sequences sts[0..n) distinct, of one model, on one backend; 0 or -1 + error. */
-static int multi_check(void *const *sts, int n, const char *op) {
+/* sts[0..n): 1..BE_MAX_SEQS states, each once; 0 or -1 + error. */
+static int multi_distinct(void *const *sts, int n, const char *op) {
     if (n < 1 || n > BE_MAX_SEQS) {
-        dfl_seterr("%s: %d sequences (1..%d)", op, n, BE_MAX_SEQS);
+        dfl_seterr("%s: %d states (1..%d)", op, n, BE_MAX_SEQS);
         return -1;
     }
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (sts[j] == sts[i]) {
+                dfl_seterr("%s: state %d is there twice (as %d)", op, i, j);
+                return -1;
+            }
+    return 0;
+}
+
+/* The sequences sts[0..n) distinct, of one model, on one backend; 0 or -1 + error. */
+static int multi_check(void *const *sts, int n, const char *op) {
+    if (multi_distinct(sts, n, op) != 0) return -1;
     const cu_seq *q0 = (const cu_seq *)sts[0];
-    for (int i = 0; i < n; i++) {
+    for (int i = 1; i < n; i++) {
         const cu_seq *q = (const cu_seq *)sts[i];
         if (q->cm != q0->cm || q->be != q0->be) {
             dfl_seterr("%s: sequence %d is of another model than sequence 0", op, i);
             return -1;
         }
-        for (int j = 0; j < i; j++)
-            if (sts[j] == sts[i]) {
-                dfl_seterr("%s: sequence %d is there twice (as %d)", op, i, j);
-                return -1;
-            }
     }
     return 0;
 }
@@ -2962,10 +2969,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
  * and top candidates are what it gives alone. The blocks must score the same
  * ids (n_vocab): else refused, and the engine runs them one by one. */
 static int cu_draft_block_multi(void *const *sts, const be_draft_block *bs, int n) {
-    if (n < 1 || n > BE_MAX_SEQS) {
-        dfl_seterr("draft_block_multi: %d blocks (1..%d)", n, BE_MAX_SEQS);
-        return -1;
-    }
+    if (multi_distinct(sts, n, "draft_block_multi") != 0) return -1;
     cu_draft *q0 = (cu_draft *)sts[0];
     const cu_dims *d = &q0->d;
     cudaStream_t s = q0->be->stream;
@@ -2976,11 +2980,6 @@ static int cu_draft_block_multi(void *const *sts, const be_draft_block *bs, int 
             dfl_seterr("draft_block_multi: block %d is of another draft or target than block 0", i);
             return -1;
         }
-        for (int j = 0; j < i; j++)
-            if (sts[j] == sts[i]) {
-                dfl_seterr("draft_block_multi: state %d is there twice (as %d)", i, j);
-                return -1;
-            }
         int v;
         if (draft_check(q, &bs[i], &ns[i], &v) != 0) {
             char why[256];
