@@ -212,17 +212,19 @@ static void auto_update(spec_auto *c, int k, int a) {
 
 /* --- tree auto ------------------------------------------------------------
  * Each option (the chain, trees of 8/16/32 rows) keeps decayed sums of the
- * tokens its rounds emitted and the seconds they took; a round runs the
- * option with the most tokens per second. Every option runs twice first;
+ * tokens its weighed rounds emitted and the seconds they took (spec.h:
+ * spec_tree_record says which rounds are weighed and how a slow one is
+ * clamped); a round runs the option with the most tokens per second. Every
+ * option runs three times first (a warm-up, then two weighed rounds);
  * afterwards a losing option is probed once per opt_gap of its rounds
  * waited, the gap doubling (8 up to 256) while it keeps losing, so a tree
  * that does not pay on this machine costs about one round in 256. Which
  * option runs never changes the output (every round is exact). */
 static const int tree_options[SPEC_TREE_OPTS] = SPEC_TREE_OPTIONS;
 
-static int tree_pick(spec_auto *c) {
+int spec_tree_pick(spec_auto *c) {
     for (int o = 0; o < SPEC_TREE_OPTS; o++)
-        if (c->opt_n[o] < 2) return o;
+        if (c->opt_n[o] < 3 || c->opt_w[o] == 0) return o;
     int best = 0;
     for (int o = 1; o < SPEC_TREE_OPTS; o++)
         if (c->opt_tok[o] * c->opt_s[best] > c->opt_tok[best] * c->opt_s[o]) best = o;
@@ -239,10 +241,13 @@ static int tree_pick(spec_auto *c) {
     return best;
 }
 
-static void tree_record(spec_auto *c, int o, int tokens, double s) {
+void spec_tree_record(spec_auto *c, int o, int tokens, double s, int weigh) {
+    if (o < 0 || o >= SPEC_TREE_OPTS) return;
+    if (c->opt_n[o]++ == 0 || !weigh) return; /* the warm-up, or a round cut short */
+    if (c->opt_w[o] > 0 && s > SPEC_TREE_CLAMP * c->opt_s[o] / c->opt_w[o]) s = SPEC_TREE_CLAMP * c->opt_s[o] / c->opt_w[o];
     c->opt_tok[o] = 0.97 * c->opt_tok[o] + tokens;
     c->opt_s[o] = 0.97 * c->opt_s[o] + s;
-    c->opt_n[o]++;
+    c->opt_w[o] = 0.97 * c->opt_w[o] + 1;
 }
 
 /* One tree round: draft a tree of at most budget rows and depth <= max_depth
@@ -343,7 +348,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         int cap = maxk;
         if (cap > left - 1) cap = left - 1;
         if (cap > room - 1) cap = room - 1;
-        int auto_tree = p->tree < 0 && it->draft_tree && cap > 0, opt = auto_tree ? tree_pick(ctl) : 0;
+        int auto_tree = p->tree < 0 && it->draft_tree && cap > 0, opt = auto_tree ? spec_tree_pick(ctl) : 0;
         int tree = auto_tree ? tree_options[opt] : p->tree;
         int budget = tree < room ? tree : room; /* every tree row takes a position until the commit */
         double tr = dfl_now();
@@ -351,7 +356,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
             int32_t out[SPEC_MAX_BLOCK];
             int a = tree_round(it, p, anchor, budget, cap, out, st);
             if (a < 0) return -1;
-            if (auto_tree) tree_record(ctl, opt, a + 1, dfl_now() - tr);
+            if (auto_tree) spec_tree_record(ctl, opt, a + 1, dfl_now() - tr, cap == maxk && budget == tree);
             used += a + 1;
             for (int i = 0; i <= a; i++) { /* the accepted drafts, then the bonus */
                 if (is_stop(p, out[i])) {
@@ -413,7 +418,7 @@ int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emi
         double t2 = dfl_now();
         if (it->accept(it->ud, a + 1) != 0) return -1;
         double t3 = dfl_now();
-        if (auto_tree) tree_record(ctl, opt, a + 1, t3 - tr);
+        if (auto_tree) spec_tree_record(ctl, opt, a + 1, t3 - tr, cap == maxk);
         used += a + 1;
         st->draft_s += t1 - t0;
         st->verify_s += t2 - t1;

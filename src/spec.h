@@ -82,10 +82,13 @@ typedef struct {
     int probing;                       /* the current round is a probe */
     int probed;                        /* the last round was a probe (its result not yet weighed) */
     /* tree auto (spec_params.tree = -1): the options of SPEC_TREE_OPTIONS,
-     * each one's measured throughput over the rounds it ran */
-    double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its rounds */
-    double opt_s[SPEC_TREE_OPTS];      /* ... and their seconds (draft + verify + commit) */
-    int opt_n[SPEC_TREE_OPTS];         /* rounds it ran */
+     * each one's measured throughput over the rounds it ran that were weighed
+     * (spec_tree_record) */
+    double opt_tok[SPEC_TREE_OPTS];    /* decayed tokens emitted by its weighed rounds */
+    double opt_s[SPEC_TREE_OPTS];      /* ... and their seconds (draft + verify + commit), each at most
+                                          SPEC_TREE_CLAMP x the option's mean before it */
+    double opt_w[SPEC_TREE_OPTS];      /* ... and their decayed count */
+    int opt_n[SPEC_TREE_OPTS];         /* rounds it ran, weighed or not */
     int opt_wait[SPEC_TREE_OPTS];      /* rounds since a losing option last ran */
     int opt_gap[SPEC_TREE_OPTS];       /* rounds between its probes (8..256) */
 } spec_auto;
@@ -181,6 +184,19 @@ typedef int (*spec_emit_fn)(void *ud, int32_t tok);
 /* first: the token the prefill chose (the first anchor; negative = the
  * sampler failed, message set). Returns 0 or -1 on a model error (message
  * set). */
+/* Tree auto's choice, exposed for the tests. spec_tree_pick: the option
+ * (index into SPEC_TREE_OPTIONS) of the next round. spec_tree_record: that
+ * round emitted `tokens` in `seconds`; weigh = 0 for a round that does not
+ * show the option's rate (cut short by the tokens left or the context): it
+ * counts as run but is not weighed. An option's first round is never
+ * weighed (a warm-up: CUDA graphs captured, caches cold), and a weighed
+ * round's seconds count at most SPEC_TREE_CLAMP times the option's mean, so
+ * one slow round (another process, a graph captured for a new width) does
+ * not keep an option out for the hundreds of rounds before its next probe. */
+#define SPEC_TREE_CLAMP 2.0
+int spec_tree_pick(spec_auto *c);
+void spec_tree_record(spec_auto *c, int opt, int tokens, double seconds, int weigh);
+
 int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
              spec_stats *st);
 

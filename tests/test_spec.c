@@ -460,6 +460,47 @@ TEST(argmax_first_maximum) {
     }
 }
 
+/* --tree auto's choice (spec_tree_pick / spec_tree_record) on scripted
+ * rounds: each option's tokens and seconds a round with +-20% noise, the
+ * best option (the 32-row tree) slowed 5x in its first round and 3x in its
+ * second (CUDA graphs captured for new widths), the chain's and 8-row
+ * tree's first rounds too. The choice must settle on the best option; the
+ * rounds cut short (weigh 0: a tenth of each option's, emitting little)
+ * must not count against it. */
+TEST(tree_auto_settles_on_the_best) {
+    static const double tok[SPEC_TREE_OPTS] = {7.0, 6.6, 8.0, 11.0}; /* chain, 8, 16, 32 rows */
+    static const double sec[SPEC_TREE_OPTS] = {1.6e-3, 1.2e-3, 1.7e-3, 1.5e-3};
+    spec_auto c;
+    memset(&c, 0, sizeof c);
+    uint32_t r = 12345;
+    int best_late = 0, runs[SPEC_TREE_OPTS] = {0};
+    for (int round = 0; round < 400; round++) {
+        int o = spec_tree_pick(&c);
+        CHECK(o >= 0 && o < SPEC_TREE_OPTS, "round %d: option %d", round, o);
+        if (o < 0 || o >= SPEC_TREE_OPTS) return;
+        r = r * 1664525u + 1013904223u;
+        double noise = 0.8 + 0.4 * (double)(r >> 8) / (double)(1u << 24);
+        double s = sec[o] * noise * (runs[o] == 0 ? 5.0 : o == 3 && runs[o] == 1 ? 3.0 : 1.0);
+        int cut = (r >> 4) % 10 == 0; /* the tokens left cut this round short */
+        int t = cut ? 1 : (int)(tok[o] * (2.0 - noise) + 0.5);
+        spec_tree_record(&c, o, t, s, !cut);
+        runs[o]++;
+        if (round >= 100) best_late += o == 3;
+    }
+    CHECK(best_late >= 270, "the 32-row tree ran %d of the last 300 rounds (runs: %d %d %d %d)", best_late, runs[0],
+          runs[1], runs[2], runs[3]);
+    for (int o = 0; o < SPEC_TREE_OPTS; o++) CHECK(runs[o] >= 3, "option %d ran %d times: never explored", o, runs[o]);
+    /* the clamp: a weighed round counts at most SPEC_TREE_CLAMP x the mean */
+    memset(&c, 0, sizeof c);
+    spec_tree_record(&c, 1, 5, 1.0, 1); /* warm-up: not weighed */
+    CHECK(c.opt_w[1] == 0 && c.opt_n[1] == 1, "the warm-up was weighed");
+    spec_tree_record(&c, 1, 5, 1e-3, 1);
+    spec_tree_record(&c, 1, 5, 1.0, 1);
+    CHECK(c.opt_s[1] < 0.97e-3 + SPEC_TREE_CLAMP * 1e-3 + 1e-9, "a slow round counted %g s", c.opt_s[1]);
+    spec_tree_record(&c, 1, 1, 1e-4, 0);
+    CHECK(c.opt_n[1] == 4 && c.opt_w[1] < 2, "a round cut short was weighed");
+}
+
 int main(void) {
     init_seq();
     RUN(argmax_first_maximum);
@@ -476,5 +517,6 @@ int main(void) {
     RUN(mixed_acceptance_all_block_sizes);
     RUN(predict_rows_stop_at_rejection);
     RUN(batch_cost_model);
+    RUN(tree_auto_settles_on_the_best);
     CHECK_DONE("test_spec");
 }
