@@ -598,7 +598,10 @@ INL void pt_group(const int rc, const wt_weight *w, const uint8_t *const *pt, in
  * column (Q8, or Q4 / MXFP4 unpacked: x in layout 2 then meets the even /
  * odd vectors in turn). At rt == 1 each
  * tile gets two integer accumulators (more independent chains); they are
- * added before the float step, which cannot change an exact integer. */
+ * added before the float step, which cannot change an exact integer.
+ * The K block starting at group 0 starts the sums from zero in registers
+ * (acc is not read: its callers need not clear it); later blocks add to
+ * acc. */
 INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, const uint8_t *const *pt, int t0,
                int g0, int g1, int pf, float (*acc)[RC1][NL]) {
     const wt_weight *w = job->w;
@@ -610,7 +613,7 @@ INL void ptile(const int rt, const int rc, const int q4, const kn_job *job, cons
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
+        for (int c = 0; c < rc; c++) fa[t][c] = g0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
         __m512 sv[RC1], bv[RC1];
         pt_group(rc, w, pt, gi - g0, pf, gbytes, gdata, ss, sv, bv);
@@ -700,7 +703,7 @@ INL void ptile16(const int rt, const int rc, const kn_job *job, const uint8_t *c
 #pragma GCC unroll 4
     for (int t = 0; t < rt; t++)
 #pragma GCC unroll 4
-        for (int c = 0; c < rc; c++) fa[t][c] = _mm512_load_ps(acc[t][c]);
+        for (int c = 0; c < rc; c++) fa[t][c] = g0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc[t][c]);
     for (int gi = g0; gi < g1; gi++) {
         __m512 sv[RC1], bv[RC1];
         __m512i ia[PRT][RC1][2];
@@ -793,7 +796,6 @@ static void packed_rows(const kn_job *job, int r0, int r1) {
         for (int j = 0; j < ngrp; j++) {
             int tiles[RC1], rc = j < q ? rcmax : nt % rcmax;
             for (int c = 0; c < rc; c++) tiles[c] = i0 + (j < q ? j + c * q : rcmax * q + c);
-            memset(acc, 0, sizeof acc[0] * (size_t)tn);
             for (int g0 = 0; g0 < ng; g0 += gk) {
                 int g1 = g0 + gk < ng ? g0 + gk : ng;
                 const uint8_t *pt[RC1];
@@ -828,7 +830,6 @@ static void tiled_rows(const kn_job *job, int r0, int r1) {
             const uint8_t *p[PRC][NL];
             for (int c = 0; c < rc; c++)
                 for (int l = 0; l < NL; l++) p[c][l] = (const uint8_t *)w->data + (size_t)rows[c * NL + l] * rb;
-            memset(acc, 0, sizeof acc[0] * (size_t)tn);
             for (int g0 = 0; g0 < ng; g0 += gk) {
                 int g1 = g0 + gk < ng ? g0 + gk : ng;
                 const uint8_t *pt[RC1];

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/cuda/gpu.sh - the whole GPU cycle in one device call: build the CUDA
 # backend, run the GPU tests and a compute-sanitizer pass, then benchmark.
-#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs profile prefill llama gguf serveload multi tree cpu
+#   sh tools/cuda/gpu.sh [STEP...]   steps: build test sanitize demo synth bench moe zoo2 zoo2gguf nsys controls depth variants attcheck nographs curvegraphs profile prefill llama gguf serveload multi tree cpu
 #   (default: build test sanitize demo synth bench). Logs and results go to $OUT.
 # depth: decode and T=16/T=1 at context depths $DEPTHS (256 4096 16384
 # 32768) for /tmp/s4b-$DEPTH_BITS (0 4), each with the attention variants
@@ -233,6 +233,16 @@ for s in $steps; do
         log without CUDA graphs
         for mdl in models/demo/target /tmp/s4b-0; do
             [ -d $mdl ] && DFLASH_CUDA_GRAPHS=0 timeout 60 ./dflash bench -m $mdl --backend cuda --reps 10 2>&1 | sed -n 1,8p
+        done ;;
+    curvegraphs)
+        # the chain verify's cost at T = 1..24 on the demo target with and
+        # without CUDA graphs (a 16-row verify measured 1.37 ms, a 17-row one
+        # 0.65 ms on an H100: graphs stop at 16 rows)
+        log verify curve with and without graphs
+        make -s -j"$J" CUDA=1 build-cuda/verify_curve 2>&1 | grep -E "error|warning"
+        for g in 1 0; do
+            echo "DFLASH_CUDA_GRAPHS=$g:"
+            DFLASH_CUDA_GRAPHS=$g timeout 60 build-cuda/verify_curve models/demo/target - cuda 256 10 2>&1 | sed -n 1,26p
         done ;;
     nsys)
         # the kernels' own durations in graph mode (no events between them,
