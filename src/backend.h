@@ -192,6 +192,13 @@ typedef struct be_ops {
      * tree batch) or a batch is refused: the engine then runs them one by
      * one, so each gets its own answer. */
     int (*forward_multi)(void *const *sts, const be_batch *bs, int n);
+    /* Optional (NULL: forward returns when its work is done, as the CPU's
+     * does): wait until the work forward and forward_multi enqueued for
+     * st's backend has run (the CUDA backend's forwards return once
+     * enqueued). The batch scheduler calls it to time a forward step by its
+     * own work: otherwise the step that next waits for the device (an
+     * argmax) would carry the forward's time in the cost model. */
+    void (*finish)(void *st);
     int (*length)(void *st);
     int (*truncate)(void *st, int len); /* the length kept (rules above) */
     /* Optional (NULL: a sequence's KV cache is allocated whole at create):

@@ -376,6 +376,7 @@ static int step_wait(bat_sched *b, bat_req *req) {
         if (kind == BAT_FORWARD) {
             for (int i = 0; i < n; i++) rows += r[i]->batch->T;
             solo = run_forward(b, r, n);
+            if (b->be->finish) b->be->finish(r[0]->st); /* the step's time is its own work (backend.h) */
         } else if (kind == BAT_DRAFT) {
             solo = run_draft(b, r, n);
         } else {

@@ -2053,6 +2053,9 @@ static void *cu_create(void *p, const mdl_model *m, int n_ctx) {
 
 static int cu_length(void *p) { return ((cu_seq *)p)->len; }
 
+/* be_ops.finish: the stream's work done (the forwards only enqueue). */
+static void cu_finish(void *p) { cudaStreamSynchronize(((cu_seq *)p)->be->stream); }
+
 /* The KV rule and the recurrent-state rule (backend.h, cu_dn). */
 static int cu_truncate(void *p, int len) {
     cu_seq *q = (cu_seq *)p;
@@ -3095,18 +3098,20 @@ static be_ops make_ops(void) {
     o.destroy = cu_destroy;
     o.forward = cu_forward;
     o.length = cu_length;
+    o.finish = cu_finish;
     o.truncate = cu_truncate;
     o.logits = cu_logits;
     o.argmax = cu_argmax;
     o.taps = cu_taps;
     const char *tree_env = getenv("DFLASH_CUDA_TREE"); /* tree_default's comment */
     if (tree_env ? *tree_env == '1' : tree_default) o.tree_commit = cu_tree_commit;
-    /* forward_multi / predict_multi / draft_block_multi: not yet run on a GPU (written on a
-     * CPU-only day, tests/cuda/test_multi.c waits for one): offered only
-     * with DFLASH_CUDA_MULTI=1 until make test-cuda has passed them; without
-     * them the engine runs a step's sequences one by one */
+    /* forward_multi / predict_multi / draft_block_multi (continuous batching:
+     * a step's sequences in one pass), offered since test_cuda's multi and
+     * draft_multi tests passed on an H100 (2026-12-07); DFLASH_CUDA_MULTI=0
+     * takes them away (the engine then runs a step's sequences one by one),
+     * for comparison */
     const char *multi_env = getenv("DFLASH_CUDA_MULTI");
-    if (multi_env && *multi_env == '1') {
+    if (!(multi_env && *multi_env == '0')) {
         o.forward_multi = cu_forward_multi;
         o.predict_multi = cu_predict_multi;
         o.draft_block_multi = cu_draft_block_multi;

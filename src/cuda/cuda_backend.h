@@ -22,9 +22,9 @@ long cu_tail_launches(void);
 int cu_topk(const float *lg, int ns, int nv, const float *xl, int nx, const int32_t *extra, int K, int32_t *top_ids,
             float *top_lp);
 
-/* be_cuda with forward_multi and predict_multi whatever DFLASH_CUDA_MULTI
- * says (be_cuda offers them only with DFLASH_CUDA_MULTI=1 until they have
- * passed on a GPU): the tests check them against forward / argmax. */
+/* be_cuda with forward_multi, predict_multi and draft_block_multi whatever
+ * DFLASH_CUDA_MULTI says (=0 takes them out of be_cuda): the tests check
+ * them against forward / argmax / draft_block. */
 be_ops cu_ops_with_multi(void);
 
 #endif

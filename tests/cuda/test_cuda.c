@@ -26,8 +26,8 @@
  *               (gpt-oss also over 300 positions: windows past chunk edges);
  *   tree_rows, tree_refused, tree_topk, tree_dflash  tree verification (the
  *               tree rule of backend.h): see the section's comment;
- *   multi       forward_multi and predict_multi (cu_ops_with_multi: be_cuda
- *               offers them with DFLASH_CUDA_MULTI=1) against forward,
+ *   multi       forward_multi and predict_multi (cu_ops_with_multi: also
+ *               under DFLASH_CUDA_MULTI=0) against forward,
  *               logits and argmax, bit for bit, on the demo target and the
  *               tiny families (tests/multi_rows.h, test_batch's CPU check);
  *               recurrent layers refused with nothing run;

@@ -347,7 +347,7 @@ for s in $steps; do
         # step's build, when asked for too) with the same client
         log serve under load
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
-        cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
+        mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
             -o build/serve_load || { echo "serveload: the client does not build"; continue; }
         MODEL=/tmp/s4b-${SL_BITS:-0} DRAFT=/tmp/s4b-draft BACKEND=cuda CTX=${SL_CTX:-2048} \
             PARS="1 ${SL_PARS:-16}" CONCS="${SL_CONCS:-1 4 16 32}" TEMPS="${SL_TEMPS:-0}" MODES="auto 0" \
@@ -375,7 +375,7 @@ for s in $steps; do
         # issue 24 on the GPU: forward_multi / predict_multi against forward /
         # argmax (test_cuda's multi test: the demo target and the tiny
         # families, bit for bit), under compute-sanitizer on the quick set,
-        # then the demo pair served with --parallel 4 and DFLASH_CUDA_MULTI=1:
+        # then the demo pair served with --parallel 4 (the batched calls are the default):
         # every reply under load against its solo reply (bench/serve_load.c)
         log forward_multi on the GPU
         DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda > "$OUT/test-multi.log" 2>&1 # multi and draft_multi
@@ -385,9 +385,9 @@ for s in $steps; do
             --error-exitcode 9 build-cuda/cuda_test_cuda > "$OUT/sanitizer-multi.log" 2>&1
         echo "compute-sanitizer (multi) exit $?"
         tail -4 "$OUT/sanitizer-multi.log"
-        cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
+        mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
             -o build/serve_load || { echo "multi: the load client does not build"; continue; }
-        DFLASH_CUDA_MULTI=1 BACKEND=cuda PARS="1 4" CONCS="1 4 8" TEMPS="0 0.8" REQS=16 MAXTOK=48 \
+        BACKEND=cuda PARS="1 4" CONCS="1 4 8" TEMPS="0 0.8" REQS=16 MAXTOK=48 \
             timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh 2>&1 | tee "$OUT/multi-serve.txt" ;;
     tree)
         log tree verification
