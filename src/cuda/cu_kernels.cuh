@@ -1541,18 +1541,19 @@ __host__ __device__ __forceinline__ int cu_att_lo(int lim, int window) {
  * [HD] cache rows, then for a draft block the n_blk rows kb/vb). Writes, for
  * query slot (t - t0) * nq + h and chunk c: po [slot][nch][HD] = O_c and
  * pml [slot][nch] = (m_c, L_c), for the chunks the query sees. */
+/* cu_att_part is the block's work, for chunk c and K/V head kvh at first
+ * position pos0: k_att_part and k_att_part_seg (several sequences' units in
+ * one launch) both run it, so a unit's values are the same bits from either. */
 template <int HD>
-__global__ void __launch_bounds__(ATT_PART_THREADS)
-    k_att_part(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
-               const float *kb, const float *vb, int ldkb, int n_blk, int t0, int rows, int nq, int nkv, float *po,
-               float2 *pml, int nch, float att_scale, int window) {
-    cu_pdl_wait();
-    cu_pdl_trigger();
+__device__ __forceinline__ void cu_att_part(const float *q, int ldq, const float *kc, const float *vc, int n_ctx,
+                                            int causal, int pos0, const float *kb, const float *vb, int ldkb,
+                                            int n_blk, int t0, int rows, int nq, int nkv, float *po, float2 *pml,
+                                            int nch, float att_scale, int window, int c, int kvh) {
     constexpr int CH = cu_att_chunk(HD), KS = HD + 4, C4 = HD / 4, NQT = ATT_PART_THREADS / CH;
     constexpr int NU = (cu_att_unit(HD) * C4 + ATT_PART_THREADS - 1) / ATT_PART_THREADS;
     extern __shared__ __align__(16) float sm[];
-    const int G = nq / nkv, R = rows * G, c = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
-    const int pos0 = *pos, c0 = c * CH;
+    const int G = nq / nkv, R = rows * G, tid = threadIdx.x;
+    const int c0 = c * CH;
     const int nc = causal ? pos0 + t0 + rows : pos0; /* keys in the cache (causal: this block's last row's) */
     const int n = causal ? nc : pos0 + n_blk;        /* keys any row of the block sees */
     if (c0 >= n) return;
@@ -1687,6 +1688,17 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
     }
 }
 
+template <int HD>
+__global__ void __launch_bounds__(ATT_PART_THREADS)
+    k_att_part(const float *q, int ldq, const float *kc, const float *vc, int n_ctx, int causal, const int *pos,
+               const float *kb, const float *vb, int ldkb, int n_blk, int t0, int rows, int nq, int nkv, float *po,
+               float2 *pml, int nch, float att_scale, int window) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    cu_att_part<HD>(q, ldq, kc, vc, n_ctx, causal, *pos, kb, vb, ldkb, n_blk, t0, rows, nq, nkv, po, pml, nch,
+                    att_scale, window, blockIdx.x, blockIdx.y);
+}
+
 /* Grid (rows, nq), HD threads: the chunk partials of query (t0 + blockIdx.x,
  * blockIdx.y) merged in ascending chunk order into out bf16 [T][ldo]. The
  * arithmetic is one fixed chain per dimension (the contract above); what the
@@ -1697,16 +1709,16 @@ __global__ void __launch_bounds__(ATT_PART_THREADS)
  * chunks: the merge was one dependent load per chunk). */
 enum { ATT_MERGE_TILE = 32 };
 
+/* cu_att_merge: the block's work for row t0 + tl, query head h (k_att_merge
+ * and k_att_merge_seg run it). */
 template <int HD>
-__global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, int n_blk, int t0, int nq,
-                                                  const float *po, const float2 *pml, int nch, __nv_bfloat16 *out,
-                                                  int ldo, int window, const float *sinks) {
-    cu_pdl_wait();
-    cu_pdl_trigger();
+__device__ __forceinline__ void cu_att_merge(int causal, int pos0, int n_blk, int t0, int nq, const float *po,
+                                             const float2 *pml, int nch, __nv_bfloat16 *out, int ldo, int window,
+                                             const float *sinks, int tl, int h) {
     constexpr int CH = cu_att_chunk(HD);
     __shared__ float2 mls[ATT_MERGE_TILE];
     __shared__ float mred[HD / 32 > 0 ? HD / 32 : 1];
-    int tl = blockIdx.x, h = blockIdx.y, d = threadIdx.x, pos0 = *pos;
+    int d = threadIdx.x;
     int lim = causal ? pos0 + t0 + tl : pos0 + n_blk - 1;
     int ncr = lim / CH + 1, clo = cu_att_lo(causal ? lim : pos0 - 1, window) / CH; /* chunks clo..ncr-1 */
     size_t slot = (size_t)tl * nq + h;
@@ -1747,6 +1759,89 @@ __global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, in
     }
     if (sinks) L += expf(sk - M);
     out[(size_t)(t0 + tl) * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(acc / L);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(HD) k_att_merge(int causal, const int *pos, int n_blk, int t0, int nq,
+                                                  const float *po, const float2 *pml, int nch, __nv_bfloat16 *out,
+                                                  int ldo, int window, const float *sinks) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    cu_att_merge<HD>(causal, *pos, n_blk, t0, nq, po, pml, nch, out, ldo, window, sinks, blockIdx.x, blockIdx.y);
+}
+
+/* ---- several sequences' attention in one launch (a stacked step) ----
+ * cu_forward_multi and cu_draft_block_multi stack the rows of several
+ * sequences; their norm + RoPE and attention run as one launch each over a
+ * device table with a cu_segd per sequence (of the layer) instead of a
+ * launch per sequence. Each block finds its sequence and runs the per-block
+ * work of the one-sequence kernels (cu_norm_rope_r / cu_norm_rope_s,
+ * cu_att_part, cu_att_merge) with that sequence's position, cache and rows,
+ * so every value is the bits the one-sequence launches write. The chunk
+ * partials of all sequences live in one scratch: sequence i's at po0 / pml0,
+ * [T nq][nch][HD] / [T nq][nch] with its own nch (the chunks its keys fill). */
+typedef struct {
+    float *kc, *vc;             /* its K/V block of the layer */
+    const float *cos_t, *sin_t; /* its RoPE tables for the layer */
+    int n_ctx, pos0;            /* cache rows; the position of its first row */
+    int row0, T;                /* its rows of the stacked activations */
+    int nch;                    /* chunks its rows see (the partials' stride) */
+    size_t po0, pml0;           /* its partials' offsets (floats, float2s) */
+} cu_segd;
+
+/* grid (rows, nq + nk), 32 threads: k_norm_rope_r (HD > 0) or k_norm_rope
+ * (HD = 0) for the stacked row blockIdx.x, of sequence rowseg[row]; the
+ * rotated K and V stored into its cache when store (a target's rows; a draft
+ * block's are not kept) */
+template <int HD>
+__global__ void k_norm_rope_seg(float *buf, int ldb, int q_off, int nq, const float *qn, int k_off, int v_off,
+                                const float *kn, int hd, int rh, float eps, const cu_segd *sg, const int *rowseg,
+                                int store) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const cu_segd *e = sg + rowseg[blockIdx.x];
+    const int t = blockIdx.x - e->row0;
+    float *bg = buf + (size_t)e->row0 * ldb;
+    if constexpr (HD > 0)
+        cu_norm_rope_r<HD>(bg, ldb, q_off, nq, qn, k_off, v_off, kn, eps, e->cos_t, e->sin_t, e->pos0,
+                           store ? e->kc : NULL, store ? e->vc : NULL, e->n_ctx, t, blockIdx.y, threadIdx.x);
+    else
+        cu_norm_rope_s(bg, ldb, q_off, nq, qn, k_off, v_off, kn, hd, rh, eps, e->cos_t, e->sin_t, e->pos0,
+                       store ? e->kc : NULL, store ? e->vc : NULL, e->n_ctx, t, blockIdx.y, threadIdx.x);
+}
+
+/* grid (chunk, K/V head, sequence x upr), ATT_PART_THREADS threads: unit
+ * blockIdx.z % upr (rows t0 = that x cu_att_unit(HD) / G on) of sequence
+ * blockIdx.z / upr, as k_att_part runs it; q rows [T][ldq] with the
+ * sequence's own K and V columns at k_off / v_off (a draft block's keys). */
+template <int HD>
+__global__ void __launch_bounds__(ATT_PART_THREADS)
+    k_att_part_seg(const float *q, int ldq, int k_off, int v_off, int causal, const cu_segd *sg, int upr, int nq,
+                   int nkv, float *po, float2 *pml, float att_scale, int window) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const cu_segd *e = sg + blockIdx.z / upr;
+    const int rb = cu_att_unit(HD) / (nq / nkv), t0 = (int)(blockIdx.z % upr) * rb;
+    if (t0 >= e->T || (int)blockIdx.x >= e->nch) return;
+    const int rows = e->T - t0 < rb ? e->T - t0 : rb;
+    const float *qg = q + (size_t)e->row0 * ldq;
+    cu_att_part<HD>(qg, ldq, e->kc, e->vc, e->n_ctx, causal, e->pos0, qg + k_off, qg + v_off, ldq, e->T, t0, rows,
+                    nq, nkv, po + e->po0 + (size_t)t0 * nq * e->nch * HD, pml + e->pml0 + (size_t)t0 * nq * e->nch,
+                    e->nch, att_scale, window, blockIdx.x, blockIdx.y);
+}
+
+/* grid (rows, nq), HD threads: k_att_merge for the stacked row blockIdx.x */
+template <int HD>
+__global__ void __launch_bounds__(HD) k_att_merge_seg(int causal, const cu_segd *sg, const int *rowseg, int nq,
+                                                      const float *po, const float2 *pml, __nv_bfloat16 *out, int ldo,
+                                                      int window, const float *sinks) {
+    cu_pdl_wait();
+    cu_pdl_trigger();
+    const cu_segd *e = sg + rowseg[blockIdx.x];
+    const int t = blockIdx.x - e->row0;
+    cu_att_merge<HD>(causal, e->pos0, e->T, t, nq, po + e->po0 + (size_t)t * nq * e->nch * HD,
+                     pml + e->pml0 + (size_t)t * nq * e->nch, e->nch, out + (size_t)e->row0 * ldo, ldo, window, sinks,
+                     0, blockIdx.y);
 }
 
 /* ---- argmax: out[row] = first index of the maximum of l[row][0..n) (stride

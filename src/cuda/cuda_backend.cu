@@ -295,6 +295,11 @@ static int iq_unroll = 2;
  * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
  * for comparison */
 static int moe_fuse = 1;
+/* DFLASH_CUDA_SEGS=1: a stacked step's attention in one launch for all its
+ * sequences (cu_segd tables, stack_tables); otherwise a launch per
+ * sequence. Off by default until test_cuda's multi tests have passed with
+ * it on a GPU (written 2026-12-07 without one). */
+static int seg_tables = 0;
 /* 1: an MXFP4 weight (gpt-oss's experts; weight.h), or an 8-bit one whose
  * codes are all MXFP4's, goes up as 4-bit nibbles (cw_weight.mx: half the
  * bytes, the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
@@ -336,6 +341,8 @@ static void tuning_init(void) {
     iq_unroll = e && *e == '4' ? 4 : 2;
     e = getenv("DFLASH_CUDA_MOE_FUSE");
     moe_fuse = !(e && *e == '0');
+    e = getenv("DFLASH_CUDA_SEGS");
+    seg_tables = e && *e == '1';
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");
@@ -1384,8 +1391,9 @@ static int hd_chunk(int hd) {
 
 template <int HD>
 static cudaError_t split_attr(void) {
-    return cudaFuncSetAttribute(k_att_part<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)(sizeof(float) * cu_att_smem(HD, cu_att_unit(HD))));
+    int smem = (int)(sizeof(float) * cu_att_smem(HD, cu_att_unit(HD)));
+    cudaError_t e = cudaFuncSetAttribute(k_att_part<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return e != cudaSuccess ? e : cudaFuncSetAttribute(k_att_part_seg<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 }
 
 /* positions: the most keys a row of this sequence sees */
@@ -1679,9 +1687,61 @@ static cu_seg seg_of(int row0, int T, const int *pos, float *kc, float *vc, int 
     return g;
 }
 
+/* A stacked step's device table for one layer (cu_kernels.cuh, cu_segd):
+ * nseg sequences, their rows' sequence index, the longest one's rows, the
+ * most chunks any sees, the step's chunk-partial scratch. NULL: a launch
+ * per segment. */
+typedef struct {
+    const cu_segd *segs; /* device [nseg] */
+    const int *rowseg;   /* device [rows] */
+    int nseg, maxT, nch;
+    float *po;
+    float2 *pml;
+} cu_stack;
+
+template <int HD>
+static void norm_rope_seg_hd(cudaStream_t s, const cu_dims *d, const cu_layer *L, float *qkv, int ldq, int rows,
+                             const cu_stack *st, int store) {
+    launch(k_norm_rope_seg<HD>, dim3(rows, d->nh + d->nkv), 32, s, qkv, ldq, 0, d->nh, (const float *)L->q_norm, d->Q,
+           d->Q + d->KV, (const float *)L->k_norm, d->hd, d->rh, d->eps, st->segs, st->rowseg, store);
+}
+
+template <int HD>
+static void attention_seg_hd(cudaStream_t s, const cu_dims *d, const float *qkv, int ldq, int causal, int rows,
+                             const cu_stack *st, bf16 *out, int window, const float *sinks) {
+    int G = d->nh / d->nkv, rb = cu_att_unit(HD) / G, upr = (st->maxT + rb - 1) / rb;
+    int r = st->maxT < rb ? st->maxT : rb; /* the most rows a unit holds */
+    launch_smem(k_att_part_seg<HD>, dim3(st->nch, d->nkv, st->nseg * upr), ATT_PART_THREADS,
+                sizeof(float) * cu_att_smem(HD, r * G), s, qkv, ldq, d->Q, d->Q + d->KV, causal, st->segs, upr, d->nh,
+                d->nkv, st->po, st->pml, d->att_scale, window);
+    launch(k_att_merge_seg<HD>, dim3(rows, d->nh), HD, s, causal, st->segs, st->rowseg, d->nh, (const float *)st->po,
+           (const float2 *)st->pml, out, d->Qp, window, sinks);
+}
+
+/* Every sequence's norm + RoPE (+ K/V store when causal) and chunked
+ * attention of a stacked step in one launch each (the per-segment loop's
+ * kernels and bits, cu_kernels.cuh). */
+static void stacked_attention(cudaStream_t s, const cu_dims *d, const cu_layer *L, float *qkv, int ldq, int causal,
+                              int rows, const cu_stack *st, bf16 *out, int window, const float *sinks, int rope) {
+    if (rope) switch (d->rh == d->hd / 2 ? d->hd : 0) {
+        case 64: norm_rope_seg_hd<64>(s, d, L, qkv, ldq, rows, st, causal); break;
+        case 128: norm_rope_seg_hd<128>(s, d, L, qkv, ldq, rows, st, causal); break;
+        case 256: norm_rope_seg_hd<256>(s, d, L, qkv, ldq, rows, st, causal); break;
+        default: norm_rope_seg_hd<0>(s, d, L, qkv, ldq, rows, st, causal); break;
+        }
+    switch (d->hd) {
+    case 16: attention_seg_hd<16>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    case 32: attention_seg_hd<32>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    case 64: attention_seg_hd<64>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    case 128: attention_seg_hd<128>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    case 256: attention_seg_hd<256>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    default: attention_seg_hd<512>(s, d, qkv, ldq, causal, rows, st, out, window, sinks); break;
+    }
+}
+
 static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a, int T, const cu_seg *seg, int nseg,
                  int causal, cu_dn *dn, int li, int normed, const float *next_norm, bf16 *next_ob,
-                 const cu_tree *tree) {
+                 const cu_tree *tree, const cu_stack *stk) {
     int ldq = d->Q + 2 * d->KV;
     /* one segment's fields, for the paths that take a single sequence (a
      * linear layer, a tree, the norm + RoPE tail): cu_forward_multi refuses
@@ -1755,6 +1815,9 @@ static int layer(cudaStream_t s, const cu_dims *d, const cu_layer *L, cu_act *a,
             prof_mark(s, "norm_rope (tree)", 0);
             attention_tree(s, d, sp, a->qkv, ldq, kc, vc, n_ctx, pos, tree, T, a->att, L->sinks);
             prof_mark(s, "attention (tree)", 0);
+        } else if (stk) { /* every sequence's rows over its own cache, one launch for all */
+            stacked_attention(s, d, L, a->qkv, ldq, causal, T, stk, a->att, L->window, L->sinks, !roped);
+            prof_mark(s, causal ? "norm_rope+attention (stacked)" : "draft norm_rope+attention (stacked)", 0);
         } else {
             for (int g = 0; g < nseg; g++) { /* each sequence's rows over its own cache */
                 const cu_seg *sg = &seg[g];
@@ -2147,7 +2210,7 @@ static void enqueue_forward(cu_seq *q, const be_batch *b) {
         cu_seg sg = seg_of(0, T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l], al < 0 ? NULL : q->vc + q->kv_off[l],
                            q->n_ctx, cs, sn, &q->sp);
         normed = layer(s, &dl, &cm->layers[l], &q->a, T, &sg, 1, 1, &q->dn, q->lin_of[l], normed, nn,
-                       last ? q->kept : q->a.xb, tr);
+                       last ? q->kept : q->a.xb, tr, NULL);
         for (int i = 0; i < b->n_taps; i++)
             if (b->tap_layers[i] == l)
                 cudaMemcpy2DAsync(q->taps + (size_t)i * d->H, sizeof(float) * b->n_taps * d->H, q->a.x,
@@ -2289,6 +2352,16 @@ typedef struct cu_multi_s {
     int *amx_i;         /* [BE_KEEP_ROWS][AMX_PARTS] */
     int32_t *d_ids;     /* [BE_KEEP_ROWS] */
     int32_t *h_ids;     /* pinned [BE_KEEP_ROWS] */
+    /* a step's attention tables (stack_tables; grown on demand, NULL until
+     * a step uses them): cu_segd [layers][sequences], each row's sequence,
+     * the chunk partials of the layer's sequences (one layer at a time) */
+    cu_segd *d_tab, *h_tab;
+    size_t tab_cap;
+    int *d_rowseg, *h_rowseg; /* [rows] */
+    float *po;
+    size_t po_cap;
+    float2 *pml;
+    size_t pml_cap;
 } cu_multi;
 
 static void multi_drop(cu_multi *M) {
@@ -2303,6 +2376,12 @@ static void multi_drop(cu_multi *M) {
     cudaFree(M->amx_i);
     cudaFree(M->d_ids);
     if (M->h_ids) cudaFreeHost(M->h_ids);
+    cudaFree(M->d_tab);
+    free(M->h_tab);
+    cudaFree(M->d_rowseg);
+    free(M->h_rowseg);
+    cudaFree(M->po);
+    cudaFree(M->pml);
     free(M);
 }
 
@@ -2352,6 +2431,72 @@ static cu_multi *multi_get(cu_be *be, const cu_model *cm, const cu_dims *d, int 
     }
     M->cm = cm;
     return M;
+}
+
+/* Most bytes of chunk partials a stacked step's table path takes; a step
+ * that needs more (long contexts, many rows) runs its attention a launch
+ * per sequence (the same bits). */
+enum { STACK_SCRATCH_MAX = 256 << 20 };
+
+/* The device tables of a stacked step (cu_stack, cu_kernels.cuh's cu_segd):
+ * for layer l (dims dl[l]) and sequence i, the entry from seg[l n + i]
+ * (its rows, cache, tables) with its first position pos0[i]; st[l] gets the
+ * layer's table. 1 when the tables are there, 0 when the step takes the
+ * launch per sequence instead (DFLASH_CUDA_SEGS=0, one sequence, a
+ * sequence without the chunked attention, too much scratch), -1 + error. */
+static int stack_tables(cu_multi *M, cudaStream_t s, int L, int n, const cu_seg *seg, const int *pos0,
+                        const cu_dims *dl, int rows, cu_stack *st) {
+    if (!seg_tables || n < 2) return 0;
+    size_t po_need = 0, pml_need = 0, ne = (size_t)L * n;
+    for (size_t k = 0; k < ne; k++)
+        if (seg[k].kc && !seg[k].sp->po) return 0;
+    if (ne > M->tab_cap) {
+        cudaFree(M->d_tab);
+        free(M->h_tab);
+        M->d_tab = NULL;
+        M->h_tab = (cu_segd *)dfl_malloc(sizeof(cu_segd) * ne);
+        M->tab_cap = 0;
+        if (cu_alloc(&M->d_tab, sizeof(cu_segd) * ne) != 0) return -1;
+        M->tab_cap = ne;
+    }
+    if (!M->d_rowseg) {
+        M->h_rowseg = (int *)dfl_malloc(sizeof(int) * M->rows);
+        if (cu_alloc(&M->d_rowseg, sizeof(int) * M->rows) != 0) return -1;
+    }
+    for (int l = 0; l < L; l++) {
+        size_t po = 0, pml = 0;
+        int maxT = 0, nch = 0, ch = cu_att_chunk(dl[l].hd);
+        for (int i = 0; i < n; i++) {
+            const cu_seg *g = &seg[(size_t)l * n + i];
+            cu_segd *e = &M->h_tab[(size_t)l * n + i];
+            e->kc = g->kc, e->vc = g->vc, e->cos_t = g->cos_t, e->sin_t = g->sin_t;
+            e->n_ctx = g->n_ctx, e->pos0 = pos0[i], e->row0 = g->row0, e->T = g->T;
+            e->nch = (pos0[i] + g->T + ch - 1) / ch; /* the chunks its keys fill */
+            e->po0 = po, e->pml0 = pml;
+            po += (size_t)g->T * dl[l].nh * e->nch * dl[l].hd;
+            pml += (size_t)g->T * dl[l].nh * e->nch;
+            maxT = g->T > maxT ? g->T : maxT;
+            nch = e->nch > nch ? e->nch : nch;
+            for (int t = 0; t < g->T; t++) M->h_rowseg[g->row0 + t] = i;
+        }
+        st[l].nseg = n, st[l].maxT = maxT, st[l].nch = nch;
+        st[l].segs = M->d_tab + (size_t)l * n, st[l].rowseg = M->d_rowseg;
+        po_need = po > po_need ? po : po_need;
+        pml_need = pml > pml_need ? pml : pml_need;
+    }
+    if (po_need * sizeof(float) > STACK_SCRATCH_MAX) return 0;
+    if (po_need > M->po_cap || pml_need > M->pml_cap) {
+        cudaFree(M->po);
+        cudaFree(M->pml);
+        M->po = NULL, M->pml = NULL, M->po_cap = M->pml_cap = 0;
+        if (cu_alloc(&M->po, sizeof(float) * po_need) || cu_alloc(&M->pml, sizeof(float2) * pml_need)) return -1;
+        M->po_cap = po_need, M->pml_cap = pml_need;
+    }
+    for (int l = 0; l < L; l++) st[l].po = M->po, st[l].pml = M->pml;
+    /* (pageable copies: staged before the calls return) */
+    CUCHK(cudaMemcpyAsync(M->d_tab, M->h_tab, sizeof(cu_segd) * ne, cudaMemcpyHostToDevice, s));
+    CUCHK(cudaMemcpyAsync(M->d_rowseg, M->h_rowseg, sizeof(int) * rows, cudaMemcpyHostToDevice, s));
+    return 1;
 }
 
 /* sts[0..n): 1..BE_MAX_SEQS states, each once; 0 or -1 + error. */
@@ -2443,21 +2588,35 @@ static int cu_forward_multi(void *const *sts, const be_batch *bs, int n) {
                (float)pow(2.0, -0.5), a->ple);
     }
     prof_mark(s, "embed", 0);
-    cu_seg seg[BE_MAX_SEQS];
-    int normed = 0;
+    /* every layer's segments (and, where stack_tables gives them, the
+     * device tables that run all sequences' attention in one launch) */
+    cu_seg *segs = (cu_seg *)dfl_malloc(sizeof(cu_seg) * d->L * n);
+    cu_dims *dls = (cu_dims *)dfl_malloc(sizeof(cu_dims) * d->L);
+    cu_stack *stk = (cu_stack *)dfl_malloc(sizeof(cu_stack) * d->L);
+    int pos0s[BE_MAX_SEQS];
+    for (int i = 0; i < n; i++) pos0s[i] = ((cu_seq *)sts[i])->len;
     for (int l = 0; l < d->L; l++) {
-        int last = l + 1 == d->L;
-        const float *nn = !last ? cm->layers[l + 1].in_norm : keep ? cm->final_norm : NULL;
-        cu_dims dl = layer_dims(d, c, l);
+        dls[l] = layer_dims(d, c, l);
         int full = d->gemma && !c->sliding_layer[l];
         for (int i = 0; i < n; i++) {
             cu_seq *q = (cu_seq *)sts[i];
             int al = q->att_of[l];
-            seg[i] = seg_of(row0[i], bs[i].T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
-                            al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, full ? q->cos_f : q->cos_t,
-                            full ? q->sin_f : q->sin_t, &q->sp);
+            segs[(size_t)l * n + i] = seg_of(row0[i], bs[i].T, q->d_pos, al < 0 ? NULL : q->kc + q->kv_off[l],
+                                             al < 0 ? NULL : q->vc + q->kv_off[l], q->n_ctx, full ? q->cos_f : q->cos_t,
+                                             full ? q->sin_f : q->sin_t, &q->sp);
         }
-        normed = layer(s, &dl, &cm->layers[l], a, rows, seg, n, 1, NULL, -1, normed, nn, last ? M->kept : a->xb, NULL);
+    }
+    int tables = stack_tables(M, s, d->L, n, segs, pos0s, dls, rows, stk);
+    if (tables < 0) {
+        free(segs), free(dls), free(stk);
+        return -1;
+    }
+    int normed = 0;
+    for (int l = 0; l < d->L; l++) {
+        int last = l + 1 == d->L;
+        const float *nn = !last ? cm->layers[l + 1].in_norm : keep ? cm->final_norm : NULL;
+        normed = layer(s, &dls[l], &cm->layers[l], a, rows, segs + (size_t)l * n, n, 1, NULL, -1, normed, nn,
+                       last ? M->kept : a->xb, NULL, tables ? &stk[l] : NULL);
         for (int i = 0; i < n; i++) {
             cu_seq *q = (cu_seq *)sts[i];
             for (int t = 0; t < bs[i].n_taps; t++)
@@ -2467,6 +2626,7 @@ static int cu_forward_multi(void *const *sts, const be_batch *bs, int n) {
                                       bs[i].T, cudaMemcpyDeviceToDevice, s);
         }
     }
+    free(segs), free(dls), free(stk);
     if (keep && !normed) {
         rmsnorm(s, a->x, d->H, cm->final_norm, d->H, d->eps, rows, M->kept, d->Hp);
         prof_mark(s, "final norm", 0);
@@ -2927,7 +3087,7 @@ static int cu_draft_block(void *p, const be_draft_block *b) {
     for (int l = 0; l < d->L; l++) {
         cu_seg sg = seg_of(0, B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t, &q->sp);
         normed = layer(s, d, &q->dc->layers[l], &q->a, B, &sg, 1, 0, NULL, -1, normed,
-                       l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL, q->a.xb, NULL);
+                       l + 1 < d->L ? q->dc->layers[l + 1].in_norm : NULL, q->a.xb, NULL, NULL);
     }
     rmsnorm(s, q->a.x + d->H, d->H, q->dc->final_norm, d->H, d->eps, ns, q->a.xb, d->Hp);
     prof_mark(s, "draft final norm", 0);
@@ -3019,18 +3179,27 @@ static int cu_draft_block_multi(void *const *sts, const be_draft_block *bs, int 
     if (q0->tm->cfg.arch == CFG_GEMMA4)
         launch(k_scale, (rows * d->H + 255) / 256, 256, s, a->x, (size_t)rows * d->H, (float)sqrt((double)d->H));
     prof_mark(s, "draft embed", 0);
-    cu_seg seg[BE_MAX_SEQS];
-    int normed = 0;
+    cu_seg *segs = (cu_seg *)dfl_malloc(sizeof(cu_seg) * d->L * n);
+    cu_dims *dls = (cu_dims *)dfl_malloc(sizeof(cu_dims) * d->L);
+    cu_stack *stk = (cu_stack *)dfl_malloc(sizeof(cu_stack) * d->L);
+    int pos0s[BE_MAX_SEQS];
+    for (int i = 0; i < n; i++) pos0s[i] = ((cu_draft *)sts[i])->len;
     for (int l = 0; l < d->L; l++) {
+        dls[l] = *d;
         for (int i = 0; i < n; i++) {
             cu_draft *q = (cu_draft *)sts[i];
             size_t lkv = (size_t)d->nkv * q->n_ctx * d->hd;
-            seg[i] = seg_of(row0[i], bs[i].B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx, q->cos_t, q->sin_t,
-                            &q->sp);
+            segs[(size_t)l * n + i] = seg_of(row0[i], bs[i].B, q->d_pos, q->kc + l * lkv, q->vc + l * lkv, q->n_ctx,
+                                             q->cos_t, q->sin_t, &q->sp);
         }
-        normed = layer(s, d, &q0->dc->layers[l], a, rows, seg, n, 0, NULL, -1, normed,
-                       l + 1 < d->L ? q0->dc->layers[l + 1].in_norm : NULL, a->xb, NULL);
     }
+    int tables = stack_tables(M, s, d->L, n, segs, pos0s, dls, rows, stk);
+    int normed = 0;
+    for (int l = 0; l < d->L && tables >= 0; l++)
+        normed = layer(s, d, &q0->dc->layers[l], a, rows, segs + (size_t)l * n, n, 0, NULL, -1, normed,
+                       l + 1 < d->L ? q0->dc->layers[l + 1].in_norm : NULL, a->xb, NULL, tables ? &stk[l] : NULL);
+    free(segs), free(dls), free(stk);
+    if (tables < 0) return -1;
     /* passes of whole blocks' slots (a block has at most max_B - 1 <= BE_KEEP_ROWS slots) */
     for (int i0 = 0; i0 < n;) {
         int i1 = i0, m = 0, off[BE_MAX_SEQS];
