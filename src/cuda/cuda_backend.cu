@@ -295,11 +295,10 @@ static int iq_unroll = 2;
  * (k_moe_combine_norm: the same bits); 0 (DFLASH_CUDA_MOE_FUSE=0): two,
  * for comparison */
 static int moe_fuse = 1;
-/* DFLASH_CUDA_SEGS=1: a stacked step's attention in one launch for all its
- * sequences (cu_segd tables, stack_tables); otherwise a launch per
- * sequence. Off by default until test_cuda's multi tests have passed with
- * it on a GPU (written 2026-12-07 without one). */
-static int seg_tables = 0;
+/* A stacked step's attention in one launch for all its sequences (cu_segd
+ * tables, stack_tables), since test_cuda's multi tests passed with it on an
+ * H100 (2026-12-07); DFLASH_CUDA_SEGS=0: a launch per sequence. */
+static int seg_tables = 1;
 /* 1: an MXFP4 weight (gpt-oss's experts; weight.h), or an 8-bit one whose
  * codes are all MXFP4's, goes up as 4-bit nibbles (cw_weight.mx: half the
  * bytes, the same values); 0 (DFLASH_CUDA_MX=0): as 8-bit, for comparison */
@@ -342,7 +341,7 @@ static void tuning_init(void) {
     e = getenv("DFLASH_CUDA_MOE_FUSE");
     moe_fuse = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_SEGS");
-    seg_tables = e && *e == '1';
+    seg_tables = !(e && *e == '0');
     e = getenv("DFLASH_CUDA_ATT");
     att_mode = !e ? ATT_AUTO : strcmp(e, "head") == 0 ? ATT_HEAD : strcmp(e, "gqa") == 0 ? ATT_GQA : ATT_AUTO;
     e = getenv("DFLASH_CUDA_ATT_SPLIT");

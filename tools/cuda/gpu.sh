@@ -383,7 +383,7 @@ for s in $steps; do
         grep -E "^ok|^not ok|FAIL|test_cuda:" "$OUT/test-multi.log" | tail -30
         # the other way for the stacked steps' attention: DFLASH_CUDA_SEGS (1: cu_segd tables, one launch
         # for all sequences; 0: a launch per sequence), the one the call did not set
-        DFLASH_CUDA_SEGS=$([ "${DFLASH_CUDA_SEGS:-0}" = 1 ] && echo 0 || echo 1) DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda \
+        DFLASH_CUDA_SEGS=$([ "${DFLASH_CUDA_SEGS:-1}" = 0 ] && echo 1 || echo 0) DFLASH_TEST=multi DFLASH_ROOT=$R timeout ${MULTI_TIMEOUT:-200} build-cuda/cuda_test_cuda \
             > "$OUT/test-multi-segs0.log" 2>&1
         echo "test_cuda multi, the other DFLASH_CUDA_SEGS, exit $?"
         grep -E "^not ok|FAIL|test_cuda:" "$OUT/test-multi-segs0.log" | tail -10
