@@ -10,6 +10,9 @@
 # row per run: tok/s, the ratio to concurrency 1 on the first server with the
 # same temperature and mode, the ratio of DFlash auto to plain at the same
 # point, and the replies that differ from their solo ones (must be 0).
+# METRICS=1: each server's batch counters from /metrics after its runs
+# (steps, rows, seconds in forward / argmax / draft steps: where a step's
+# time goes under load).
 # Usage: sh bench/serve_load.sh   (BIN, default ./dflash; CLIENT, default
 # build/serve_load, built by `make bench-serve-load`)
 cd "$(dirname "$0")/.." || exit 1
@@ -52,6 +55,10 @@ for par in $PARS; do
             done
         done
     done
+    if [ "${METRICS:-0}" = 1 ]; then
+        echo "--parallel $par, batch counters:"
+        curl -s "http://127.0.0.1:$port/metrics" | grep -E '^dflash:batch_[a-z_]*(total|seconds)' | sed 's/^/    /'
+    fi
     kill $pid 2>/dev/null
     wait $pid 2>/dev/null
     rm -f "$log"

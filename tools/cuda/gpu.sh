@@ -349,7 +349,7 @@ for s in $steps; do
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
         mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
             -o build/serve_load || { echo "serveload: the client does not build"; continue; }
-        MODEL=/tmp/s4b-${SL_BITS:-0} DRAFT=/tmp/s4b-draft BACKEND=cuda CTX=${SL_CTX:-2048} \
+        METRICS=1 MODEL=/tmp/s4b-${SL_BITS:-0} DRAFT=/tmp/s4b-draft BACKEND=cuda CTX=${SL_CTX:-2048} \
             PARS="1 ${SL_PARS:-16}" CONCS="${SL_CONCS:-1 4 16 32}" TEMPS="${SL_TEMPS:-0}" MODES="auto 0" \
             REQS=${SL_REQS:-32} MAXTOK=${SL_MAXTOK:-64} timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh \
             2>&1 | tee "$OUT/serveload.txt"
