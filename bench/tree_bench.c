@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
     int nd = 0, count[MAXD] = {0}, mism = 0;
     double secs[MAXD][NS] = {{0}}, toks[MAXD][NS] = {{0}}, tau_sum[MAXD][NS] = {{0}};
     int tau_n[MAXD][NS] = {{0}};
+    long drafted[MAXD][NS] = {{0}}, rounds[MAXD][NS] = {{0}}, plain[MAXD][NS] = {{0}}; /* first reps' */
     static char line[1 << 16];
     while (fgets(line, sizeof line, f)) {
         char *dom = field(line, "domain"), *pr = field(line, "prompt");
@@ -132,6 +133,7 @@ int main(int argc, char **argv) {
                 if (r == 0) {
                     toks[d][s] += (double)nout;
                     if (st.rounds) tau_sum[d][s] += st.tau, tau_n[d][s]++;
+                    drafted[d][s] += st.n_drafted, rounds[d][s] += st.rounds, plain[d][s] += st.plain_steps;
                     if (s == 0) {
                         ref = out;
                         nref = nout;
@@ -149,13 +151,15 @@ int main(int argc, char **argv) {
         free(pr);
     }
     fclose(f);
-    printf("%-8s %-11s %7s %9s %6s %9s %9s\n", "domain", "setting", "prompts", "tok/s", "tau", "x greedy",
-           "x chain");
+    /* k: drafts a drafting round (trees: the nodes past the anchor); plain: rounds that drafted nothing */
+    printf("%-8s %-11s %7s %9s %6s %9s %9s %6s %6s\n", "domain", "setting", "prompts", "tok/s", "tau", "x greedy",
+           "x chain", "k", "plain");
     for (int d = 0; d < nd; d++)
         for (int s = 0; s < NS; s++) {
             double rate = toks[d][s] / secs[d][s], g = toks[d][0] / secs[d][0], c = toks[d][1] / secs[d][1];
-            printf("%-8s %-11s %7d %9.1f %6.2f %8.2fx %8.2fx\n", domains[d], settings[s].name, count[d], rate,
-                   tau_n[d][s] ? tau_sum[d][s] / tau_n[d][s] : 1.0, rate / g, rate / c);
+            printf("%-8s %-11s %7d %9.1f %6.2f %8.2fx %8.2fx %6.2f %6ld\n", domains[d], settings[s].name, count[d],
+                   rate, tau_n[d][s] ? tau_sum[d][s] / tau_n[d][s] : 1.0, rate / g, rate / c,
+                   rounds[d][s] ? (double)drafted[d][s] / rounds[d][s] : 0.0, plain[d][s]);
         }
     printf("outputs differing from greedy: %d\n", mism);
     dflash_free(m);
