@@ -244,7 +244,8 @@ int spec_tree_pick(spec_auto *c) {
 void spec_tree_record(spec_auto *c, int o, int tokens, double s, int weigh) {
     if (o < 0 || o >= SPEC_TREE_OPTS) return;
     if (c->opt_n[o]++ == 0 || !weigh) return; /* the warm-up, or a round cut short */
-    if (c->opt_w[o] > 0 && s > SPEC_TREE_CLAMP * c->opt_s[o] / c->opt_w[o]) s = SPEC_TREE_CLAMP * c->opt_s[o] / c->opt_w[o];
+    double cap = c->opt_w[o] > 0 ? SPEC_TREE_CLAMP * c->opt_s[o] / c->opt_w[o] : s; /* 2x the mean so far */
+    if (s > cap) s = cap;
     c->opt_tok[o] = 0.97 * c->opt_tok[o] + tokens;
     c->opt_s[o] = 0.97 * c->opt_s[o] + s;
     c->opt_w[o] = 0.97 * c->opt_w[o] + 1;

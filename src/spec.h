@@ -181,9 +181,6 @@ typedef struct {
 /* Emit callback: return non-zero to stop. */
 typedef int (*spec_emit_fn)(void *ud, int32_t tok);
 
-/* first: the token the prefill chose (the first anchor; negative = the
- * sampler failed, message set). Returns 0 or -1 on a model error (message
- * set). */
 /* Tree auto's choice, exposed for the tests. spec_tree_pick: the option
  * (index into SPEC_TREE_OPTIONS) of the next round. spec_tree_record: that
  * round emitted `tokens` in `seconds`; weigh = 0 for a round that does not
@@ -197,6 +194,9 @@ typedef int (*spec_emit_fn)(void *ud, int32_t tok);
 int spec_tree_pick(spec_auto *c);
 void spec_tree_record(spec_auto *c, int opt, int tokens, double seconds, int weigh);
 
+/* first: the token the prefill chose (the first anchor; negative = the
+ * sampler failed, message set). Returns 0 or -1 on a model error (message
+ * set). */
 int spec_run(const spec_iface *it, const spec_params *p, int32_t first, spec_emit_fn emit, void *emit_ud,
              spec_stats *st);
 

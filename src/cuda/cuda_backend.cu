@@ -2462,6 +2462,8 @@ static int stack_tables(cu_multi *M, cudaStream_t s, int L, int n, const cu_seg 
         M->h_rowseg = (int *)dfl_malloc(sizeof(int) * M->rows);
         if (cu_alloc(&M->d_rowseg, sizeof(int) * M->rows) != 0) return -1;
     }
+    for (int i = 0; i < n; i++) /* each row's sequence: the same rows in every layer */
+        for (int t = 0; t < seg[i].T; t++) M->h_rowseg[seg[i].row0 + t] = i;
     for (int l = 0; l < L; l++) {
         size_t po = 0, pml = 0;
         int maxT = 0, nch = 0, ch = cu_att_chunk(dl[l].hd);
@@ -2476,7 +2478,6 @@ static int stack_tables(cu_multi *M, cudaStream_t s, int L, int n, const cu_seg 
             pml += (size_t)g->T * dl[l].nh * e->nch;
             maxT = g->T > maxT ? g->T : maxT;
             nch = e->nch > nch ? e->nch : nch;
-            for (int t = 0; t < g->T; t++) M->h_rowseg[g->row0 + t] = i;
         }
         st[l].nseg = n, st[l].maxT = maxT, st[l].nch = nch;
         st[l].segs = M->d_tab + (size_t)l * n, st[l].rowseg = M->d_rowseg;

@@ -66,6 +66,11 @@ EOF
     export PATH=/tmp/pcshim:$PATH
 fi
 J=$(nproc)
+# bench/serve_load.c, the C load client of the serveload and multi steps
+load_client() {
+    mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
+        -o build/serve_load
+}
 # the tokenizer and the demo weights travel as .xz (Makefile: UNPACKED); unpacked
 # before any step, the background llama.cpp work included (same stamp as build)
 make -s CUDA=1 unpack || exit 1
@@ -236,8 +241,8 @@ for s in $steps; do
         done ;;
     curvegraphs)
         # the chain verify's cost at T = 1..24 on the demo target with and
-        # without CUDA graphs (a 16-row verify measured 1.37 ms, a 17-row one
-        # 0.65 ms on an H100: graphs stop at 16 rows)
+        # without CUDA graphs (graphs stop at 16 rows; on an H100, 2026-12-07
+        # night: T=16 0.47 ms with graphs, 0.52 without, T=17 0.64)
         log verify curve with and without graphs
         make -s -j"$J" CUDA=1 build-cuda/verify_curve 2>&1 | grep -E "error|warning"
         for g in 1 0; do
@@ -347,8 +352,7 @@ for s in $steps; do
         # step's build, when asked for too) with the same client
         log serve under load
         [ -f /tmp/synth.done ] || sh "$0" synth > /dev/null 2>&1
-        mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
-            -o build/serve_load || { echo "serveload: the client does not build"; continue; }
+        load_client || { echo "serveload: the client does not build"; continue; }
         METRICS=1 MODEL=/tmp/s4b-${SL_BITS:-0} DRAFT=/tmp/s4b-draft BACKEND=cuda CTX=${SL_CTX:-2048} \
             PARS="1 ${SL_PARS:-16}" CONCS="${SL_CONCS:-1 4 16 32}" TEMPS="${SL_TEMPS:-0}" MODES="auto 0" \
             REQS=${SL_REQS:-32} MAXTOK=${SL_MAXTOK:-64} timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh \
@@ -391,8 +395,7 @@ for s in $steps; do
             --error-exitcode 9 build-cuda/cuda_test_cuda > "$OUT/sanitizer-multi.log" 2>&1
         echo "compute-sanitizer (multi) exit $?"
         tail -4 "$OUT/sanitizer-multi.log"
-        mkdir -p build && cc -O2 $(pkg-config --cflags libcjson) bench/serve_load.c $(pkg-config --libs libcjson) -pthread \
-            -o build/serve_load || { echo "multi: the load client does not build"; continue; }
+        load_client || { echo "multi: the load client does not build"; continue; }
         BACKEND=cuda PARS="1 4" CONCS="1 4 8" TEMPS="0 0.8" REQS=16 MAXTOK=48 \
             timeout ${SL_TIMEOUT:-300} sh bench/serve_load.sh 2>&1 | tee "$OUT/multi-serve.txt" ;;
     tree)
